@@ -1,0 +1,43 @@
+//! redis-ctr: sharded, floored, idempotent, reconcilable and CRDT-mergeable counters as native
+//! Redis data types. This file only registers the module; see `counter` (the pure core),
+//! `persist` (encodings and type callbacks) and `commands` (the Redis glue).
+
+pub mod command_info;
+pub mod commands;
+pub mod counter;
+pub mod ffi;
+pub mod persist;
+
+#[cfg(all(feature = "module", not(test)))]
+mod module {
+    use redis_module::{raw, redis_module, Context, RedisString, Status};
+
+    use crate::persist::ctr_type::CTR_TYPE;
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        let missing = crate::ffi::missing_apis();
+        if !missing.is_empty() {
+            ctx.log_warning(&format!("ctr: this server lacks {}", missing.join(", ")));
+            return Status::Err;
+        }
+        // Without this, a truncated or corrupt RESTORE payload aborts the server instead of
+        // failing the command.
+        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        match crate::commands::register(ctx.ctx) {
+            Ok(()) => Status::Ok,
+            Err(e) => {
+                ctx.log_warning(&format!("ctr: {e}").replace('%', "%%"));
+                Status::Err
+            }
+        }
+    }
+
+    redis_module! {
+        name: "ctr",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [CTR_TYPE],
+        init: init,
+        commands: [],
+    }
+}

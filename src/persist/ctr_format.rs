@@ -1,0 +1,170 @@
+//! The versioned encoding of a CTR counter, shared by RDB, DUMP/RESTORE, the AOF restore
+//! command and the digest.
+//!
+//! Layout, format 1:
+//! ```text
+//! u8 format (= 1)
+//! then sections in strictly increasing tag order, each `u8 tag` + body:
+//!   1 VALUE   ivarint value                            (required)
+//!   2 SHARDS  uvarint n (2..=MAX_SHARDS), n x ivarint  (sum must equal VALUE)
+//! u8 0 (END); nothing may follow it
+//! ```
+//! The END tag makes every truncation detectable, even one that falls between sections.
+//! A later feature adds a section with a new tag; files without it still decode. A reader
+//! refuses a tag it does not know, a repeated or out-of-order tag, and any broken invariant.
+//! A change to an existing section's body needs a new format number, and every old format keeps
+//! its decode arm.
+
+use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::{Counter, MAX_SHARDS};
+
+pub const FORMAT_V1: u8 = 1;
+pub const CURRENT_FORMAT: u8 = FORMAT_V1;
+
+const TAG_END: u8 = 0;
+const TAG_VALUE: u8 = 1;
+const TAG_SHARDS: u8 = 2;
+
+pub fn encode(counter: &Counter) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(CURRENT_FORMAT);
+    w.u8(TAG_VALUE).ivarint(counter.value());
+    if counter.shard_count() > 1 {
+        let shards = counter.shard_values();
+        w.u8(TAG_SHARDS).uvarint(shards.len() as u64);
+        for s in shards {
+            w.ivarint(s);
+        }
+    }
+    w.u8(TAG_END);
+    w.finish()
+}
+
+pub fn decode(buf: &[u8]) -> Result<Counter, DecodeError> {
+    let mut r = Reader::new(buf);
+    match r.u8()? {
+        FORMAT_V1 => decode_v1(&mut r),
+        other => decode_error(format!("unknown CTR encoding format {other}")),
+    }
+}
+
+fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
+    let mut value = None;
+    let mut shards = Vec::new();
+    let mut last_tag = 0u8;
+    loop {
+        let tag = r.u8()?;
+        if tag == TAG_END {
+            break;
+        }
+        if tag <= last_tag {
+            return decode_error(format!("section {tag} repeated or out of order"));
+        }
+        last_tag = tag;
+        match tag {
+            TAG_VALUE => value = Some(r.ivarint()?),
+            TAG_SHARDS => shards = decode_shards(r)?,
+            other => return decode_error(format!("unknown CTR section {other}")),
+        }
+    }
+    if !r.is_empty() {
+        return decode_error("trailing bytes after the CTR end marker");
+    }
+    let Some(value) = value else {
+        return decode_error("CTR value section missing");
+    };
+    if shards.is_empty() {
+        return Ok(Counter::plain(value));
+    }
+    let counter = Counter::from_shards(shards)
+        .or_else(|_| decode_error("CTR shards overflow when summed"))?;
+    if counter.value() != value {
+        return decode_error("CTR shards do not sum to the value");
+    }
+    Ok(counter)
+}
+
+fn decode_shards(r: &mut Reader) -> Result<Vec<i64>, DecodeError> {
+    let n = r.count(MAX_SHARDS, 1)?;
+    if n < 2 {
+        return decode_error("CTR shard section with fewer than 2 shards");
+    }
+    (0..n).map(|_| r.ivarint()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_plain_and_sharded() {
+        for c in [
+            Counter::plain(0),
+            Counter::plain(i64::MIN),
+            Counter::plain(i64::MAX),
+            Counter::from_shards(vec![5, -3, 9, 0]).unwrap(),
+        ] {
+            assert_eq!(decode(&encode(&c)).unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn plain_counter_is_tiny() {
+        assert_eq!(
+            encode(&Counter::plain(5)),
+            vec![FORMAT_V1, TAG_VALUE, 10, TAG_END]
+        );
+    }
+
+    #[test]
+    fn refuses_unknown_format_and_sections() {
+        assert!(decode(&[]).is_err());
+        assert!(decode(&[2, TAG_VALUE, 0, TAG_END]).is_err());
+        assert!(decode(&[FORMAT_V1, 9, 0, TAG_END]).is_err());
+        assert!(decode(&[FORMAT_V1, TAG_END]).is_err(), "value is required");
+        assert!(
+            decode(&[FORMAT_V1, TAG_VALUE, 0, TAG_END, 0]).is_err(),
+            "trailing"
+        );
+    }
+
+    #[test]
+    fn refuses_repeated_or_unordered_sections() {
+        assert!(decode(&[FORMAT_V1, TAG_VALUE, 2, TAG_VALUE, 2, TAG_END]).is_err());
+        assert!(decode(&[FORMAT_V1, TAG_SHARDS, 2, 2, 2, TAG_VALUE, 4, TAG_END]).is_err());
+    }
+
+    #[test]
+    fn refuses_broken_shard_invariants() {
+        // shards 1 + 1 = 2 but value says 3 (zigzag 6)
+        assert!(decode(&[FORMAT_V1, TAG_VALUE, 6, TAG_SHARDS, 2, 2, 2, TAG_END]).is_err());
+        assert!(decode(&[FORMAT_V1, TAG_VALUE, 4, TAG_SHARDS, 2, 2, 2, TAG_END]).is_ok());
+        // a single shard section is not canonical
+        assert!(decode(&[FORMAT_V1, TAG_VALUE, 2, TAG_SHARDS, 1, 2, TAG_END]).is_err());
+        // huge shard count
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1)
+            .u8(TAG_VALUE)
+            .ivarint(0)
+            .u8(TAG_SHARDS)
+            .uvarint(1 << 40);
+        assert!(decode(&w.finish()).is_err());
+        // shards that overflow when summed
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1)
+            .u8(TAG_VALUE)
+            .ivarint(0)
+            .u8(TAG_SHARDS)
+            .uvarint(2);
+        w.ivarint(i64::MAX).ivarint(1).u8(TAG_END);
+        assert!(decode(&w.finish()).is_err());
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let full = encode(&Counter::from_shards(vec![300, -70000, 12]).unwrap());
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+    }
+}

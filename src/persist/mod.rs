@@ -1,0 +1,5 @@
+//! Encodings and the Redis type callbacks that persist the module's values.
+
+pub mod codec;
+pub mod ctr_format;
+pub mod ctr_type;

@@ -1,0 +1,324 @@
+//! Test harness: each test starts its own redis-server processes on free loopback ports, in
+//! their own temp dirs, with the module loaded, and always stops them (SHUTDOWN NOSAVE, then a
+//! kill of the child it started if that does not end it).
+
+#![allow(dead_code)]
+
+pub mod resp;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use resp::{Conn, Value};
+
+/// The module under test: $CTR_MODULE, or the release build of this crate.
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("CTR_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libredis_ctr.so")
+        });
+    assert!(
+        path.exists(),
+        "module not built at {} (run `make test`)",
+        path.display()
+    );
+    path
+}
+
+pub fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// A port that is free now, whose cluster-bus twin (+10000) is free too.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port < 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn fresh_dir() -> PathBuf {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-ctr-test-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    module_args: Vec<String>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[], &[])
+    }
+
+    /// Starts a server with extra `redis-server` options (`["--appendonly", "yes"]`) and module
+    /// load arguments.
+    pub fn start_with(args: &[&str], module_args: &[&str]) -> Server {
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir: fresh_dir(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            module_args: module_args.iter().map(|s| s.to_string()).collect(),
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        for _attempt in 0..5 {
+            if self.port == 0 || self.child.is_some() {
+                self.port = free_port();
+            }
+            let mut cmd = Command::new(server_binary());
+            cmd.arg("--port")
+                .arg(self.port.to_string())
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "yes", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(&self.dir)
+                .arg("--logfile")
+                .arg(self.dir.join("redis.log"))
+                .args(&self.args)
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.module_args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd.spawn().expect("start redis-server (is it installed?)");
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+            self.kill();
+        }
+        panic!("redis-server did not start; log:\n{}", self.log());
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(mut c) = Conn::connect(self.port) {
+                match c.q("PING") {
+                    Value::Simple(s) if s == "PONG" => return true,
+                    _ => {} // still loading
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn conn(&self) -> Conn {
+        Conn::connect(self.port).expect("connect to test server")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// True while the server answers PING.
+    pub fn alive(&self) -> bool {
+        Conn::connect(self.port)
+            .map(|mut c| c.q("PING") == Value::Simple("PONG".into()))
+            .unwrap_or(false)
+    }
+
+    /// Stops the server (saving nothing) and starts it again on the same port and dir, so it
+    /// loads whatever RDB or AOF files are there.
+    pub fn restart(&mut self) {
+        self.stop("SHUTDOWN NOSAVE");
+        self.launch();
+    }
+
+    /// Like [`Server::restart`] but SHUTDOWN SAVE first, so an RDB is written.
+    pub fn restart_saving(&mut self) {
+        self.stop("SHUTDOWN SAVE");
+        self.launch();
+    }
+
+    fn stop(&mut self, how: &str) {
+        if let Ok(mut c) = Conn::connect(self.port) {
+            c.send(&how.split_whitespace().collect::<Vec<_>>());
+            let _ = c.read(); // the connection closes on success
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Some(child) = self.child.as_mut() {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.kill();
+    }
+
+    /// Sends SIGKILL to the server this harness started.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a replica of this server and waits until it is in sync.
+    pub fn start_replica(&self) -> Server {
+        let port = self.port.to_string();
+        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port], &[]);
+        replica.wait_link_up();
+        replica
+    }
+
+    pub fn wait_link_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut c = self.conn();
+        while Instant::now() < deadline {
+            let info = c.q("INFO replication").text();
+            if info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("replica link never came up:\n{}", self.log());
+    }
+
+    /// Waits until every write made so far on this master reached `n` replicas.
+    pub fn wait_replicas(&self, n: i64) {
+        let acked = self.conn().q("WAIT 1 10000").int();
+        assert!(acked >= n, "only {acked} replicas acknowledged");
+    }
+
+    pub fn info_field(&self, section: &str, field: &str) -> String {
+        let info = self.conn().cmd(&["INFO", section]).text();
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .map(str::to_string)
+            .unwrap_or_default()
+    }
+
+    /// Waits until a background save or AOF rewrite has finished.
+    pub fn wait_persistence_idle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let busy = [
+                "aof_rewrite_in_progress",
+                "aof_rewrite_scheduled",
+                "rdb_bgsave_in_progress",
+            ]
+            .iter()
+            .any(|f| self.info_field("persistence", f) == "1");
+            if !busy {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("persistence never went idle:\n{}", self.log());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop("SHUTDOWN NOSAVE");
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("test server log kept in {}", self.dir.display());
+        }
+    }
+}
+
+/// CRC-64/Jones as used by Redis for DUMP payloads (reflected, poly 0xad93d23594c935a9).
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY_REFLECTED
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Seals a DUMP body (type byte .. module EOF) with an RDB version and a valid CRC64.
+pub fn seal_dump(body: &[u8], rdb_version: u16) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(&rdb_version.to_le_bytes());
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Splits a DUMP payload into (body, rdb_version), checking its CRC.
+pub fn unseal_dump(payload: &[u8]) -> (Vec<u8>, u16) {
+    let n = payload.len();
+    assert!(n > 10, "payload too short");
+    let crc = u64::from_le_bytes(payload[n - 8..].try_into().unwrap());
+    assert_eq!(crc, crc64(&payload[..n - 8]), "payload CRC");
+    let version = u16::from_le_bytes(payload[n - 10..n - 8].try_into().unwrap());
+    (payload[..n - 10].to_vec(), version)
+}
+
+/// RDB length encoding, as used for strings inside a module value.
+pub fn rdb_len(n: usize) -> Vec<u8> {
+    if n < 64 {
+        vec![n as u8]
+    } else if n < 16384 {
+        vec![0x40 | (n >> 8) as u8, n as u8]
+    } else {
+        let mut v = vec![0x80];
+        v.extend_from_slice(&(n as u32).to_be_bytes());
+        v
+    }
+}
+
+/// LEB128 varint and zigzag, matching the module's encodings.
+pub fn uvarint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+    out
+}
+
+pub fn ivarint(v: i64) -> Vec<u8> {
+    uvarint(((v << 1) ^ (v >> 63)) as u64)
+}
+
+#[test]
+fn crc64_matches_redis_reference() {
+    assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
+}

@@ -1,0 +1,368 @@
+//! The persistence and replication matrix for CTR counters: DEBUG RELOAD, RDB restart, AOF
+//! rewrite (no RDB preamble) + restart, AOF replay, replicas, DUMP/RESTORE, COPY, MEMORY USAGE,
+//! and forged RESTORE payloads with valid CRCs.
+
+mod common;
+
+use common::{ivarint, rdb_len, seal_dump, unseal_dump, uvarint, Conn, Server, Value};
+
+/// A sharded counter's state as CTR.SETSTATE takes it: format 1, VALUE 6, SHARDS [1,2,3], END.
+fn sharded_state() -> Vec<u8> {
+    let mut blob = vec![1, 1];
+    blob.extend(ivarint(6));
+    blob.extend([2, 3]);
+    for v in [1, 2, 3] {
+        blob.extend(ivarint(v));
+    }
+    blob.push(0);
+    blob
+}
+
+/// Writes counters that exercise every representation: inline, boxed extremes, sharded, with TTL.
+fn populate(c: &mut Conn) -> Vec<String> {
+    c.q("CTR.ADD cold 42");
+    c.q("CTR.ADD negative -1000000");
+    c.cmd(&["CTR.ADD", "max", &i64::MAX.to_string()]);
+    c.cmd(&["CTR.ADD", "min", &i64::MIN.to_string()]);
+    c.cmd(&["CTR.ADD", "edge", "4611686018427387904"]);
+    assert_eq!(
+        c.cmd(&[&b"CTR.SETSTATE"[..], b"sharded", &sharded_state()]),
+        Value::Simple("OK".into())
+    );
+    c.q("CTR.ADD ttl 7");
+    c.q("PEXPIRE ttl 600000");
+    for i in 0..50 {
+        c.cmd(&["CTR.ADD", &format!("many:{i}"), &(i * 37 - 500).to_string()]);
+    }
+    let mut keys: Vec<String> = ["cold", "negative", "max", "min", "edge", "sharded", "ttl"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    keys.extend((0..50).map(|i| format!("many:{i}")));
+    keys
+}
+
+/// (key, value, digest) for each key.
+fn snapshot(c: &mut Conn, keys: &[String]) -> Vec<(String, i64, Vec<u8>)> {
+    keys.iter()
+        .map(|k| {
+            let v = c.cmd(&["CTR.GET", k]).int();
+            let d = c.cmd(&["DEBUG", "DIGEST-VALUE", k]).array()[0].bytes();
+            (k.clone(), v, d)
+        })
+        .collect()
+}
+
+fn assert_ttl_kept(c: &mut Conn) {
+    let ttl = c.q("PTTL ttl").int();
+    assert!(ttl > 500_000 && ttl <= 600_000, "ttl {ttl}");
+}
+
+#[test]
+fn debug_reload_keeps_every_counter() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let keys = populate(&mut c);
+    let before = snapshot(&mut c, &keys);
+    assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
+    assert_eq!(snapshot(&mut c, &keys), before);
+    assert_ttl_kept(&mut c);
+    assert_eq!(c.q("CTR.GET sharded"), Value::Int(6));
+}
+
+#[test]
+fn restart_from_rdb_keeps_every_counter() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let keys = populate(&mut c);
+    let before = snapshot(&mut c, &keys);
+    let db_digest = c.q("DEBUG DIGEST");
+    server.restart_saving();
+    let mut c = server.conn();
+    assert_eq!(snapshot(&mut c, &keys), before);
+    assert_eq!(c.q("DEBUG DIGEST"), db_digest);
+    assert_ttl_kept(&mut c);
+}
+
+#[test]
+fn aof_rewrite_without_preamble_then_restart() {
+    let mut server = Server::start_with(
+        &[
+            "--appendonly",
+            "yes",
+            "--aof-use-rdb-preamble",
+            "no",
+            "--appendfsync",
+            "always",
+        ],
+        &[],
+    );
+    let mut c = server.conn();
+    let mut keys = populate(&mut c);
+    c.q("BGREWRITEAOF");
+    server.wait_persistence_idle();
+    // Writes after the rewrite land in the incremental file and replay on top of it.
+    c.q("CTR.ADD cold 8");
+    c.q("CTR.ADD after 3");
+    keys.push("after".into());
+    let before = snapshot(&mut c, &keys);
+    let base = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains(".base.aof"))
+        .expect("a base AOF file");
+    let base_text = String::from_utf8_lossy(&std::fs::read(&base).unwrap()).into_owned();
+    assert!(
+        base_text.contains("CTR.SETSTATE"),
+        "the rewrite used the restore command"
+    );
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(snapshot(&mut c, &keys), before);
+    assert_ttl_kept(&mut c);
+}
+
+#[test]
+fn aof_replay_of_commands_reaches_the_same_state() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"], &[]);
+    let mut c = server.conn();
+    let keys = populate(&mut c);
+    let before = snapshot(&mut c, &keys);
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(snapshot(&mut c, &keys), before);
+}
+
+#[test]
+fn replicas_hold_the_same_counters() {
+    let master = Server::start();
+    let mut m = master.conn();
+    let mut keys = populate(&mut m); // reaches the replica by full sync (RDB)
+    let replica = master.start_replica();
+    for i in 0..20 {
+        m.cmd(&["CTR.ADD", "streamed", &i.to_string()]); // reaches it by the command stream
+    }
+    m.q("CTR.ADD cold -50");
+    keys.push("streamed".into());
+    master.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(snapshot(&mut r, &keys), snapshot(&mut m, &keys));
+    assert_eq!(r.q("DEBUG DIGEST"), m.q("DEBUG DIGEST"));
+    assert_eq!(r.q("CTR.GET streamed"), Value::Int(190));
+    assert!(r.q("CTR.ADD x 1").error().starts_with("READONLY"));
+}
+
+#[test]
+fn dump_restore_and_copy_are_exact_and_independent() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let keys = populate(&mut c);
+    for key in &keys {
+        let payload = c.cmd(&["DUMP", key]).bytes();
+        let copy = format!("restored:{key}");
+        // The digest covers the TTL too, so restore with the same one.
+        let ttl = c.cmd(&["PTTL", key]).int().max(0).to_string();
+        assert_eq!(
+            c.cmd(&[b"RESTORE", copy.as_bytes(), ttl.as_bytes(), &payload]),
+            Value::Simple("OK".into())
+        );
+        assert_eq!(c.cmd(&["CTR.GET", &copy]), c.cmd(&["CTR.GET", key]));
+        assert_eq!(
+            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]).array()[0],
+            c.cmd(&["DEBUG", "DIGEST-VALUE", key]).array()[0]
+        );
+        let copied = format!("copied:{key}");
+        assert_eq!(c.cmd(&["COPY", key, &copied]), Value::Int(1));
+        assert_eq!(c.cmd(&["CTR.GET", &copied]), c.cmd(&["CTR.GET", key]));
+    }
+    // A copy is deep: changing it leaves the original alone.
+    c.q("CTR.ADD copied:sharded 10");
+    assert_eq!(c.q("CTR.GET sharded"), Value::Int(6));
+    assert_eq!(c.q("CTR.GET copied:sharded"), Value::Int(16));
+}
+
+#[test]
+fn memory_usage_reflects_the_representation() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD small 1");
+    c.cmd(&["CTR.ADD", "big", &i64::MAX.to_string()]);
+    c.cmd(&[&b"CTR.SETSTATE"[..], b"sharded", &sharded_state()]);
+    let small = c.q("MEMORY USAGE small").int();
+    let big = c.q("MEMORY USAGE big").int();
+    let sharded = c.q("MEMORY USAGE sharded").int();
+    assert!(small > 0 && small < big, "small {small} big {big}");
+    assert!(sharded > big, "sharded {sharded} big {big}");
+}
+
+/// The module-value framing around a `ctr_format` blob, taken from a real DUMP: the type byte
+/// and module id, then STRING opcode + length + blob, then the module EOF opcode.
+struct DumpFrame {
+    header: Vec<u8>,
+    rdb_version: u16,
+}
+
+impl DumpFrame {
+    fn from_server(c: &mut Conn) -> DumpFrame {
+        c.q("CTR.ADD frame 1");
+        let (body, rdb_version) = unseal_dump(&c.q("DUMP frame").bytes());
+        assert_eq!(body[0], 7, "RDB_TYPE_MODULE_2");
+        assert_eq!(body[1], 0x81, "64-bit module id follows");
+        DumpFrame {
+            header: body[..10].to_vec(),
+            rdb_version,
+        }
+    }
+
+    fn with_blob(&self, blob: &[u8]) -> Vec<u8> {
+        let mut body = self.header.clone();
+        body.push(5); // RDB_MODULE_OPCODE_STRING
+        body.extend(rdb_len(blob.len()));
+        body.extend_from_slice(blob);
+        body.push(0); // RDB_MODULE_OPCODE_EOF
+        seal_dump(&body, self.rdb_version)
+    }
+
+    fn with_encver(&self, encver: u16, blob: &[u8]) -> Vec<u8> {
+        let mut frame = DumpFrame {
+            header: self.header.clone(),
+            rdb_version: self.rdb_version,
+        };
+        // The module id is big-endian; its low 10 bits are the encoding version.
+        let mut id = u64::from_be_bytes(frame.header[2..10].try_into().unwrap());
+        id = (id & !0x3ff) | u64::from(encver);
+        frame.header[2..10].copy_from_slice(&id.to_be_bytes());
+        frame.with_blob(blob)
+    }
+}
+
+fn blob(sections: &[&[u8]]) -> Vec<u8> {
+    let mut b = vec![1u8];
+    for s in sections {
+        b.extend_from_slice(s);
+    }
+    b.push(0);
+    b
+}
+
+fn value_section(v: i64) -> Vec<u8> {
+    let mut s = vec![1];
+    s.extend(ivarint(v));
+    s
+}
+
+fn shards_section(count: u64, values: &[i64]) -> Vec<u8> {
+    let mut s = vec![2];
+    s.extend(uvarint(count));
+    for v in values {
+        s.extend(ivarint(*v));
+    }
+    s
+}
+
+#[test]
+fn forged_restore_payloads_are_refused_and_the_server_keeps_serving() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let frame = DumpFrame::from_server(&mut c);
+
+    // Sanity: the forging itself is right, a well-formed payload restores.
+    let good = frame.with_blob(&blob(&[&value_section(6), &shards_section(3, &[1, 2, 3])]));
+    assert_eq!(
+        c.cmd(&[&b"RESTORE"[..], b"good", b"0", &good]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.q("CTR.GET good"), Value::Int(6));
+
+    let good_blob = blob(&[&value_section(6), &shards_section(3, &[1, 2, 3])]);
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("unknown format", {
+            let mut b = good_blob.clone();
+            b[0] = 9;
+            frame.with_blob(&b)
+        }),
+        (
+            "truncated blob",
+            frame.with_blob(&good_blob[..good_blob.len() - 1]),
+        ),
+        ("empty blob", frame.with_blob(&[])),
+        ("trailing bytes", {
+            let mut b = good_blob.clone();
+            b.push(0);
+            frame.with_blob(&b)
+        }),
+        (
+            "unknown section",
+            frame.with_blob(&blob(&[&value_section(1), &[7, 0]])),
+        ),
+        ("missing value", frame.with_blob(&blob(&[]))),
+        (
+            "shards do not sum to the value",
+            frame.with_blob(&blob(&[&value_section(7), &shards_section(3, &[1, 2, 3])])),
+        ),
+        (
+            "huge shard count",
+            frame.with_blob(&blob(&[&value_section(0), &shards_section(1 << 40, &[])])),
+        ),
+        (
+            "shard count over the bound",
+            frame.with_blob(&blob(&[
+                &value_section(0),
+                &shards_section(5000, &vec![0; 5000]),
+            ])),
+        ),
+        (
+            "shards overflow",
+            frame.with_blob(&blob(&[
+                &value_section(0),
+                &shards_section(2, &[i64::MAX, 1]),
+            ])),
+        ),
+        ("unknown encoding version", frame.with_encver(2, &good_blob)),
+        ("encoding version 0", frame.with_encver(0, &good_blob)),
+    ];
+    // The module opcode changed from STRING to UINT: Redis's framing no longer matches.
+    let mut wrong_opcode = unseal_dump(&good).0;
+    wrong_opcode[10] = 2;
+    cases.push(("wrong opcode", seal_dump(&wrong_opcode, frame.rdb_version)));
+    // Cut inside the module data (before the EOF opcode), CRC fixed.
+    let body = unseal_dump(&good).0;
+    cases.push((
+        "truncated framing",
+        seal_dump(&body[..body.len() - 3], frame.rdb_version),
+    ));
+
+    for (name, payload) in cases {
+        let reply = c.cmd(&[&b"RESTORE"[..], b"forged", b"0", &payload]);
+        assert!(reply.is_error(), "{name}: {reply:?}");
+        assert!(server.alive(), "{name}: server died");
+        assert_eq!(
+            c.q("EXISTS forged"),
+            Value::Int(0),
+            "{name}: nothing stored"
+        );
+    }
+    assert_eq!(c.q("CTR.GET good"), Value::Int(6));
+}
+
+#[test]
+fn setstate_validates_before_changing_anything() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD k 5");
+    let bad = blob(&[&value_section(7), &shards_section(2, &[1, 2])]);
+    let err = c.cmd(&[&b"CTR.SETSTATE"[..], b"k", &bad]).error();
+    assert!(err.starts_with("ERR invalid CTR state"), "{err}");
+    assert_eq!(c.q("CTR.GET k"), Value::Int(5));
+    c.q("SET s x");
+    let good = blob(&[&value_section(3)]);
+    assert!(c
+        .cmd(&[&b"CTR.SETSTATE"[..], b"s", &good])
+        .error()
+        .starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.cmd(&[&b"CTR.SETSTATE"[..], b"k", &good]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.q("CTR.GET k"), Value::Int(3));
+}
