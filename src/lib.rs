@@ -4,8 +4,10 @@
 
 pub mod command_info;
 pub mod commands;
+pub mod config;
 pub mod counter;
 pub mod ffi;
+pub mod metrics;
 pub mod persist;
 
 #[cfg(all(feature = "module", not(test)))]
@@ -14,22 +16,26 @@ mod module {
 
     use crate::persist::ctr_type::CTR_TYPE;
 
-    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-        let missing = crate::ffi::missing_apis();
-        if !missing.is_empty() {
-            ctx.log_warning(&format!("ctr: this server lacks {}", missing.join(", ")));
-            return Status::Err;
-        }
-        // Without this, a truncated or corrupt RESTORE payload aborts the server instead of
-        // failing the command.
-        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
-        match crate::commands::register(ctx.ctx) {
+    fn init(ctx: &Context, args: &[RedisString]) -> Status {
+        match setup(ctx, args) {
             Ok(()) => Status::Ok,
             Err(e) => {
                 ctx.log_warning(&format!("ctr: {e}").replace('%', "%%"));
                 Status::Err
             }
         }
+    }
+
+    fn setup(ctx: &Context, args: &[RedisString]) -> Result<(), String> {
+        let missing = crate::ffi::missing_apis();
+        if !missing.is_empty() {
+            return Err(format!("this server lacks {}", missing.join(", ")));
+        }
+        // Without this, a truncated or corrupt RESTORE payload aborts the server instead of
+        // failing the command.
+        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        crate::config::register(ctx, args)?;
+        crate::commands::register(ctx.ctx)
     }
 
     redis_module! {

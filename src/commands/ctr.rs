@@ -68,6 +68,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let delta = integer(args.bytes(2))?;
     let value = update_counter(ctx, args.raw(1), |c| Ok(c.add(0, delta)?))?;
+    crate::metrics::ADDS.incr();
     ctx.replicate_verbatim();
     ctx.notify(c"ctr.add", args.raw(1));
     Ok(Reply::Integer(value))

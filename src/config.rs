@@ -1,0 +1,155 @@
+//! Module configs (`CONFIG GET/SET ctr.*`, load arguments, config file), validated by the server
+//! against the ranges declared here. The core never reads these statics: commands take a
+//! [`Settings`] snapshot and pass it down, so the core stays pure.
+
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+/// (name without the `ctr.` prefix, holder, default, min, max)
+pub type I64Config = (&'static str, &'static AtomicI64, i64, i64, i64);
+
+const DAY_MS: i64 = 86_400_000;
+
+pub static PROMOTE_THRESHOLD: AtomicI64 = AtomicI64::new(10_000);
+pub static MAX_SHARDS: AtomicI64 = AtomicI64::new(16);
+pub static TOKEN_WINDOW_MS: AtomicI64 = AtomicI64::new(3_600_000);
+pub static TOKEN_MAX_FUTURE_MS: AtomicI64 = AtomicI64::new(60_000);
+pub static BUCKET_MS: AtomicI64 = AtomicI64::new(60_000);
+pub static BUCKET_RETENTION_MS: AtomicI64 = AtomicI64::new(3_600_000);
+pub static SETTLE_MS: AtomicI64 = AtomicI64::new(60_000);
+
+/// Every integer config with its default and range (also the source of the docs table).
+pub const I64_CONFIGS: [I64Config; 7] = [
+    (
+        "promote-threshold",
+        &PROMOTE_THRESHOLD,
+        10_000,
+        1,
+        1_000_000_000,
+    ),
+    (
+        "max-shards",
+        &MAX_SHARDS,
+        16,
+        1,
+        crate::counter::MAX_SHARDS as i64,
+    ),
+    (
+        "token-window-ms",
+        &TOKEN_WINDOW_MS,
+        3_600_000,
+        1,
+        7 * DAY_MS,
+    ),
+    (
+        "token-max-future-ms",
+        &TOKEN_MAX_FUTURE_MS,
+        60_000,
+        0,
+        DAY_MS,
+    ),
+    ("bucket-ms", &BUCKET_MS, 60_000, 1, DAY_MS),
+    (
+        "bucket-retention-ms",
+        &BUCKET_RETENTION_MS,
+        3_600_000,
+        1,
+        30 * DAY_MS,
+    ),
+    ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
+];
+
+/// A snapshot of the configs a command needs, read once per command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub promote_threshold: i64,
+    pub max_shards: usize,
+    pub token_window_ms: i64,
+    pub token_max_future_ms: i64,
+    pub bucket_ms: i64,
+    pub bucket_retention_ms: i64,
+    pub settle_ms: i64,
+}
+
+impl Settings {
+    pub fn current() -> Settings {
+        Settings {
+            promote_threshold: PROMOTE_THRESHOLD.load(Relaxed),
+            max_shards: usize::try_from(MAX_SHARDS.load(Relaxed))
+                .unwrap_or(1)
+                .max(1),
+            token_window_ms: TOKEN_WINDOW_MS.load(Relaxed),
+            token_max_future_ms: TOKEN_MAX_FUTURE_MS.load(Relaxed),
+            bucket_ms: BUCKET_MS.load(Relaxed),
+            bucket_retention_ms: BUCKET_RETENTION_MS.load(Relaxed),
+            settle_ms: SETTLE_MS.load(Relaxed),
+        }
+    }
+}
+
+impl Default for Settings {
+    /// The documented defaults (what a fresh server uses).
+    fn default() -> Settings {
+        let get = |name: &str| I64_CONFIGS.iter().find(|c| c.0 == name).map_or(0, |c| c.2);
+        Settings {
+            promote_threshold: get("promote-threshold"),
+            max_shards: get("max-shards") as usize,
+            token_window_ms: get("token-window-ms"),
+            token_max_future_ms: get("token-max-future-ms"),
+            bucket_ms: get("bucket-ms"),
+            bucket_retention_ms: get("bucket-retention-ms"),
+            settle_ms: get("settle-ms"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_lie_inside_their_ranges_and_match_the_statics() {
+        for (name, holder, default, min, max) in I64_CONFIGS {
+            assert!(min <= default && default <= max, "{name}");
+            assert_eq!(holder.load(Relaxed), default, "{name}");
+        }
+        assert_eq!(Settings::default(), Settings::current());
+    }
+}
+
+/// Registers every config (module load arguments `name value` set their defaults; a config
+/// file line `ctr.name value` overrides those), then applies them.
+#[cfg(feature = "module")]
+pub fn register(
+    ctx: &redis_module::Context,
+    args: &[redis_module::RedisString],
+) -> Result<(), String> {
+    use redis_module::configuration::{
+        get_i64_default_config_value, register_i64_configuration, ConfigurationFlags,
+    };
+    for (name, holder, default, min, max) in I64_CONFIGS {
+        let value = get_i64_default_config_value(args, name, default)
+            .map_err(|e| format!("load argument {name}: {e}"))?;
+        if !(min..=max).contains(&value) {
+            return Err(format!(
+                "load argument {name} must be between {min} and {max}"
+            ));
+        }
+        register_i64_configuration(
+            ctx,
+            name,
+            holder,
+            value,
+            min,
+            max,
+            ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    // SAFETY: called from OnLoad with its live context.
+    match unsafe { redis_module::raw::RedisModule_LoadConfigs } {
+        Some(load) if unsafe { load(ctx.ctx) } == redis_module::raw::REDISMODULE_OK as i32 => {
+            Ok(())
+        }
+        _ => Err("could not apply the ctr.* configs".to_string()),
+    }
+}

@@ -1,0 +1,55 @@
+//! Module-wide counters shown by `INFO ctr` (section `ctr_stats`). Each is changed in exactly
+//! one place, by the command or callback that does the thing it counts.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+
+    pub fn incr(&self) {
+        self.add(1);
+    }
+
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+
+    /// For gauges: never wraps below zero.
+    pub fn sub(&self, n: u64) {
+        let _ = self
+            .0
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Adds applied by CTR.ADD (not counting refused ones).
+pub static ADDS: Counter = Counter::new();
+
+/// (INFO field name, counter), in display order.
+pub fn all() -> Vec<(&'static str, &'static Counter)> {
+    vec![("adds", &ADDS)]
+}
+
+#[cfg(all(feature = "module", not(test)))]
+mod info {
+    use redis_module::{InfoContext, RedisResult};
+    use redis_module_macros::info_command_handler;
+
+    #[info_command_handler]
+    fn ctr_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+        let mut section = ctx.builder().add_section("stats");
+        for (name, counter) in super::all() {
+            section = section.field(name, counter.get().to_string())?;
+        }
+        section.build_section()?.build_info()?;
+        Ok(())
+    }
+}
