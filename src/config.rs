@@ -102,20 +102,6 @@ impl Default for Settings {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_lie_inside_their_ranges_and_match_the_statics() {
-        for (name, holder, default, min, max) in I64_CONFIGS {
-            assert!(min <= default && default <= max, "{name}");
-            assert_eq!(holder.load(Relaxed), default, "{name}");
-        }
-        assert_eq!(Settings::default(), Settings::current());
-    }
-}
-
 /// Registers every config (module load arguments `name value` set their defaults; a config
 /// file line `ctr.name value` overrides those), then applies them.
 #[cfg(feature = "module")]
@@ -151,5 +137,19 @@ pub fn register(
             Ok(())
         }
         _ => Err("could not apply the ctr.* configs".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_lie_inside_their_ranges_and_match_the_statics() {
+        for (name, holder, default, min, max) in I64_CONFIGS {
+            assert!(min <= default && default <= max, "{name}");
+            assert_eq!(holder.load(Relaxed), default, "{name}");
+        }
+        assert_eq!(Settings::default(), Settings::current());
     }
 }
