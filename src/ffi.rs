@@ -32,96 +32,50 @@ pub fn api_missing(name: &str) -> ! {
 
 /// Names of the API functions the module needs that this server lacks.
 pub fn missing_apis() -> Vec<&'static str> {
-    // SAFETY: reading function pointers filled in by RedisModule_Init.
-    let present: [(&str, bool); 20] = unsafe {
-        [
-            ("OpenKey", {
-                let f = raw::RedisModule_OpenKey;
-                f.is_some()
-            }),
-            ("CloseKey", {
-                let f = raw::RedisModule_CloseKey;
-                f.is_some()
-            }),
-            ("KeyType", {
-                let f = raw::RedisModule_KeyType;
-                f.is_some()
-            }),
-            ("ModuleTypeGetType", {
-                let f = raw::RedisModule_ModuleTypeGetType;
-                f.is_some()
-            }),
-            ("ModuleTypeGetValue", {
-                let f = raw::RedisModule_ModuleTypeGetValue;
-                f.is_some()
-            }),
-            ("ModuleTypeSetValue", {
-                let f = raw::RedisModule_ModuleTypeSetValue;
-                f.is_some()
-            }),
-            ("ModuleTypeReplaceValue", {
-                let f = raw::RedisModule_ModuleTypeReplaceValue;
-                f.is_some()
-            }),
-            ("StringPtrLen", {
-                let f = raw::RedisModule_StringPtrLen;
-                f.is_some()
-            }),
-            ("ReplicateVerbatim", {
-                let f = raw::RedisModule_ReplicateVerbatim;
-                f.is_some()
-            }),
-            ("NotifyKeyspaceEvent", {
-                let f = raw::RedisModule_NotifyKeyspaceEvent;
-                f.is_some()
-            }),
-            ("ReplyWithLongLong", {
-                let f = raw::RedisModule_ReplyWithLongLong;
-                f.is_some()
-            }),
-            ("ReplyWithError", {
-                let f = raw::RedisModule_ReplyWithError;
-                f.is_some()
-            }),
-            ("ReplyWithArray", {
-                let f = raw::RedisModule_ReplyWithArray;
-                f.is_some()
-            }),
-            ("ReplyWithMap", {
-                let f = raw::RedisModule_ReplyWithMap;
-                f.is_some()
-            }),
-            ("ReplyWithNull", {
-                let f = raw::RedisModule_ReplyWithNull;
-                f.is_some()
-            }),
-            ("ReplyWithStringBuffer", {
-                let f = raw::RedisModule_ReplyWithStringBuffer;
-                f.is_some()
-            }),
-            ("ReplyWithSimpleString", {
-                let f = raw::RedisModule_ReplyWithSimpleString;
-                f.is_some()
-            }),
-            ("EmitAOF", {
-                let f = raw::RedisModule_EmitAOF;
-                f.is_some()
-            }),
-            ("GetCommand", {
-                let f = raw::RedisModule_GetCommand;
-                f.is_some()
-            }),
-            ("SetCommandInfo", {
-                let f = raw::RedisModule_SetCommandInfo;
-                f.is_some()
-            }),
-        ]
-    };
-    present
-        .iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(name, _)| *name)
-        .collect()
+    macro_rules! check {
+        ($($name:ident),* $(,)?) => {{
+            let mut missing = Vec::new();
+            $(
+                // SAFETY: reading a function pointer filled in by RedisModule_Init.
+                let f = unsafe { raw::$name };
+                if f.is_none() {
+                    missing.push(stringify!($name));
+                }
+            )*
+            missing
+        }};
+    }
+    check!(
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_ModuleTypeReplaceValue,
+        RedisModule_StringPtrLen,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_Replicate,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithMap,
+        RedisModule_ReplyWithNull,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_EmitAOF,
+        RedisModule_GetCommand,
+        RedisModule_SetCommandInfo,
+        RedisModule_Milliseconds,
+        RedisModule_GetContextFlags,
+        RedisModule_SetAbsExpire,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_CreateCommand,
+    )
 }
 
 pub type RawString = *mut raw::RedisModuleString;
@@ -267,6 +221,37 @@ impl Ctx {
         }
     }
 
+    /// Propagates one effect command `cmd key payload` to replicas and the AOF. False when Redis
+    /// refused it.
+    pub fn replicate_effect(&self, cmd: &CStr, key: RawString, payload: &[u8]) -> bool {
+        // SAFETY: ctx and key are live; "sb" takes a RedisModuleString then (ptr, len).
+        let status = unsafe {
+            rm!(RedisModule_Replicate)(
+                self.ptr,
+                cmd.as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                payload.as_ptr(),
+                payload.len(),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    }
+
+    /// The server's clock, unix ms.
+    pub fn now_ms(&self) -> i64 {
+        // SAFETY: plain API call.
+        unsafe { rm!(RedisModule_Milliseconds)() }
+    }
+
+    /// True when the running command was sent by our master or is being replayed from the AOF:
+    /// such a command must apply what it says and decide nothing on its own.
+    pub fn is_replaying(&self) -> bool {
+        // SAFETY: ctx is live.
+        let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) } as u32;
+        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
     /// Emits a module keyspace event (class `d`, included in `A`).
     pub fn notify(&self, event: &CStr, key: RawString) {
         // SAFETY: ctx and key are live; event is NUL-terminated.
@@ -346,6 +331,14 @@ impl Key {
         let status =
             unsafe { rm!(RedisModule_ModuleTypeReplaceValue)(self.kp, mtype, value, &mut old) };
         (status == raw::REDISMODULE_OK as c_int).then_some(old)
+    }
+}
+
+impl Key {
+    /// Sets an absolute expiry (unix ms) on a key opened for writing that holds a value.
+    pub fn set_abs_expire(&self, at_ms: i64) -> bool {
+        // SAFETY: kp is open for writing.
+        unsafe { rm!(RedisModule_SetAbsExpire)(self.kp, at_ms) == raw::REDISMODULE_OK as c_int }
     }
 }
 

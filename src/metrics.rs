@@ -30,12 +30,31 @@ impl Counter {
     }
 }
 
-/// Adds applied by CTR.ADD (not counting refused ones).
+/// Adds applied by CTR.ADD (not counting refused ones or ignored retries).
 pub static ADDS: Counter = Counter::new();
+/// Retries recognised by their token and ignored (CTR.ADD, CTR.CLEAR).
+pub static DUPLICATES_IGNORED: Counter = Counter::new();
+/// Tokens refused because their event time was too old or too far in the future.
+pub static TOKENS_REFUSED: Counter = Counter::new();
+/// Gauge: tokens held in memory by all counters (live or awaiting their sweep).
+pub static TOKENS_HELD: Counter = Counter::new();
+/// Shard-count doublings and halvings decided by this server.
+pub static PROMOTIONS: Counter = Counter::new();
+pub static DEMOTIONS: Counter = Counter::new();
+/// Resets applied by CTR.CLEAR.
+pub static CLEARS: Counter = Counter::new();
 
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
-    vec![("adds", &ADDS)]
+    vec![
+        ("adds", &ADDS),
+        ("duplicates_ignored", &DUPLICATES_IGNORED),
+        ("tokens_refused", &TOKENS_REFUSED),
+        ("tokens_held", &TOKENS_HELD),
+        ("promotions", &PROMOTIONS),
+        ("demotions", &DEMOTIONS),
+        ("clears", &CLEARS),
+    ]
 }
 
 #[cfg(all(feature = "module", not(test)))]

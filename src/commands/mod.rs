@@ -5,6 +5,8 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod ctr;
+pub mod ctr_args;
+mod decide;
 pub mod parse;
 
 use std::ffi::{c_int, CStr};
@@ -80,10 +82,9 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
-        arity: 3,
-        summary:
-            c"Adds a delta to a counter and returns the new value; creates it at 0 when missing.",
-        complexity: c"O(1)",
+        arity: -3,
+        summary: c"Adds a delta to a counter and returns the new value; creates it at 0 when missing. Options: TOKEN (idempotent retries), AT (event time), EX/PX (TTL on create).",
+        complexity: c"O(1), O(log N) with a token where N is the number of tokens remembered",
         since: c"0.1.0",
     },
     CommandDef {
@@ -107,6 +108,39 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Returns the values of several counters (0 for a missing one).",
         complexity: c"O(N) where N is the number of keys",
         since: c"0.1.0",
+    },
+    CommandDef {
+        name: c"ctr.clear",
+        entry: entry!(ctr::clear),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        arity: -2,
+        summary: c"Resets a counter to 0 keeping its settings, and returns the value before. Option: TOKEN.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.2.0",
+    },
+    CommandDef {
+        name: c"ctr.info",
+        entry: entry!(ctr::info),
+        flags: c"readonly",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Read,
+        arity: 2,
+        summary: c"Describes a counter: value, shards, add rate, tokens remembered, duplicates ignored.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.2.0",
+    },
+    CommandDef {
+        name: c"ctr.apply",
+        entry: entry!(ctr::apply),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        arity: 3,
+        summary: c"Internal: applies a write effect replicated by a master (time, shard, token already decided).",
+        complexity: c"O(log N) where N is the number of tokens remembered",
+        since: c"0.2.0",
     },
     CommandDef {
         name: c"ctr.setstate",

@@ -55,6 +55,27 @@ fn is_inline(raw: *mut c_void) -> bool {
     raw as usize & 1 == 1
 }
 
+impl CounterRef<'_> {
+    /// Tokens held by the stored counter.
+    pub fn token_count(self) -> usize {
+        match self {
+            CounterRef::Inline(_) => 0,
+            CounterRef::Boxed(c) => c.tokens().len(),
+        }
+    }
+
+    pub fn shard_count(self) -> usize {
+        match self {
+            CounterRef::Inline(_) => 1,
+            CounterRef::Boxed(c) => c.shard_count(),
+        }
+    }
+
+    pub fn is_inline(self) -> bool {
+        matches!(self, CounterRef::Inline(_))
+    }
+}
+
 fn fits_inline(value: i64) -> bool {
     (INLINE_MIN..=INLINE_MAX).contains(&value)
 }
@@ -166,6 +187,17 @@ impl Drop for CounterCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counter::{AddOp, CounterError};
+
+    fn add(c: &mut Counter, delta: i64) -> Result<i64, CounterError> {
+        c.apply_add(&AddOp {
+            now: 0,
+            delta,
+            shard: 0,
+            shards: 1,
+            token: None,
+        })
+    }
 
     fn roundtrip(counter: Counter) -> Counter {
         let raw = CounterCell::new(counter).into_raw();
@@ -202,12 +234,12 @@ mod tests {
     #[test]
     fn update_grows_and_shrinks_representation() {
         let raw = CounterCell::new(Counter::plain(INLINE_MAX)).into_raw();
-        let (r, new) = unsafe { CounterCell::update(raw, |c| c.add(0, 1)) };
+        let (r, new) = unsafe { CounterCell::update(raw, |c| add(c, 1)) };
         assert_eq!(r, Ok(INLINE_MAX + 1));
         let grown = new.expect("must be boxed now");
         drop(unsafe { CounterCell::from_raw(raw) });
         let raw = grown.into_raw();
-        let (_, new) = unsafe { CounterCell::update(raw, |c| c.add(0, -1)) };
+        let (_, new) = unsafe { CounterCell::update(raw, |c| add(c, -1)) };
         let shrunk = new.expect("must be inline again");
         assert_eq!(shrunk.heap_bytes(), 0);
         drop(unsafe { CounterCell::from_raw(raw) });
@@ -220,9 +252,9 @@ mod tests {
     #[test]
     fn update_in_place_reports_no_change() {
         let raw = CounterCell::new(Counter::plain(5)).into_raw();
-        let (_, new) = unsafe { CounterCell::update(raw, |c| c.add(0, 0)) };
+        let (_, new) = unsafe { CounterCell::update(raw, |c| add(c, 0)) };
         assert!(new.is_none());
-        let (_, new) = unsafe { CounterCell::update(raw, |c| c.add(0, 1)) };
+        let (_, new) = unsafe { CounterCell::update(raw, |c| add(c, 1)) };
         assert_eq!(
             unsafe { CounterCell::borrow(new.unwrap().into_raw()) }.value(),
             6

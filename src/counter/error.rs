@@ -7,19 +7,22 @@ use std::fmt;
 pub enum CounterError {
     /// The result would leave the signed 64-bit range.
     Overflow,
+    /// A replicated or restored operation that no master would produce.
+    InvalidOperation(&'static str),
 }
 
 impl CounterError {
-    pub const fn message(self) -> &'static str {
+    pub fn message(self) -> String {
         match self {
-            CounterError::Overflow => "ERR counter overflow",
+            CounterError::Overflow => "ERR counter overflow".to_string(),
+            CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
         }
     }
 }
 
 impl fmt::Display for CounterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
+        f.write_str(&self.message())
     }
 }
 

@@ -49,6 +49,11 @@ impl Writer {
         self.uvarint(((v << 1) ^ (v >> 63)) as u64)
     }
 
+    pub fn fixed_u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.uvarint(b.len() as u64);
         self.buf.extend_from_slice(b);
@@ -100,6 +105,16 @@ impl<'a> Reader<'a> {
             }
         }
         decode_error("varint longer than 10 bytes")
+    }
+
+    pub fn fixed_u64(&mut self) -> Result<u64, DecodeError> {
+        let Some(bytes) = self.buf.get(self.pos..self.pos + 8) else {
+            return decode_error("truncated payload");
+        };
+        let mut word = [0u8; 8];
+        word.copy_from_slice(bytes);
+        self.pos += 8;
+        Ok(u64::from_le_bytes(word))
     }
 
     pub fn ivarint(&mut self) -> Result<i64, DecodeError> {

@@ -7,6 +7,8 @@
 //! then sections in strictly increasing tag order, each `u8 tag` + body:
 //!   1 VALUE   ivarint value                            (required)
 //!   2 SHARDS  uvarint n (2..=MAX_SHARDS), n x ivarint  (sum must equal VALUE)
+//!   3 TOKENS  uvarint cursor, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint expiry),
+//!             fingerprints strictly increasing
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -16,7 +18,7 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{Counter, MAX_SHARDS};
+use crate::counter::{Counter, TokenWindow, MAX_SHARDS};
 
 pub const FORMAT_V1: u8 = 1;
 pub const CURRENT_FORMAT: u8 = FORMAT_V1;
@@ -24,6 +26,7 @@ pub const CURRENT_FORMAT: u8 = FORMAT_V1;
 const TAG_END: u8 = 0;
 const TAG_VALUE: u8 = 1;
 const TAG_SHARDS: u8 = 2;
+const TAG_TOKENS: u8 = 3;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -34,6 +37,15 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
         w.u8(TAG_SHARDS).uvarint(shards.len() as u64);
         for s in shards {
             w.ivarint(s);
+        }
+    }
+    let tokens = counter.tokens();
+    if !tokens.is_empty() {
+        w.u8(TAG_TOKENS)
+            .uvarint(tokens.cursor())
+            .uvarint(tokens.len() as u64);
+        for (fp, expires) in tokens.entries() {
+            w.fixed_u64(fp).ivarint(expires);
         }
     }
     w.u8(TAG_END);
@@ -51,6 +63,7 @@ pub fn decode(buf: &[u8]) -> Result<Counter, DecodeError> {
 fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut value = None;
     let mut shards = Vec::new();
+    let mut tokens = TokenWindow::default();
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -64,6 +77,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         match tag {
             TAG_VALUE => value = Some(r.ivarint()?),
             TAG_SHARDS => shards = decode_shards(r)?,
+            TAG_TOKENS => tokens = decode_tokens(r)?,
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -74,9 +88,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         return decode_error("CTR value section missing");
     };
     if shards.is_empty() {
-        return Ok(Counter::plain(value));
+        shards.push(value);
     }
-    let counter = Counter::from_shards(shards)
+    let counter = Counter::from_parts(shards, tokens)
         .or_else(|_| decode_error("CTR shards overflow when summed"))?;
     if counter.value() != value {
         return decode_error("CTR shards do not sum to the value");
@@ -90,6 +104,27 @@ fn decode_shards(r: &mut Reader) -> Result<Vec<i64>, DecodeError> {
         return decode_error("CTR shard section with fewer than 2 shards");
     }
     (0..n).map(|_| r.ivarint()).collect()
+}
+
+fn decode_tokens(r: &mut Reader) -> Result<TokenWindow, DecodeError> {
+    let cursor = r.uvarint()?;
+    // Each entry takes at least 9 bytes (8-byte fingerprint + 1-byte expiry).
+    let n = r.count(usize::MAX, 9)?;
+    if n == 0 {
+        return decode_error("CTR token section with no tokens");
+    }
+    let mut entries = Vec::with_capacity(n);
+    let mut previous: Option<u64> = None;
+    for _ in 0..n {
+        let fp = r.fixed_u64()?;
+        let expires = r.ivarint()?;
+        if previous.is_some_and(|p| fp <= p) {
+            return decode_error("CTR tokens repeated or out of order");
+        }
+        previous = Some(fp);
+        entries.push((fp, expires));
+    }
+    Ok(TokenWindow::from_parts(entries, cursor))
 }
 
 #[cfg(test)]
@@ -160,8 +195,78 @@ mod tests {
         assert!(decode(&w.finish()).is_err());
     }
 
+    fn with_tokens() -> Counter {
+        use crate::counter::{AddOp, TokenStamp};
+        let mut c = Counter::from_shards(vec![1, 2]).unwrap();
+        for (i, fp) in [9u64, 3, u64::MAX, 0].into_iter().enumerate() {
+            c.apply_add(&AddOp {
+                now: 10,
+                delta: 1,
+                shard: i % 2,
+                shards: 2,
+                token: Some(TokenStamp {
+                    fp,
+                    expires_at: 1_000 + i as i64,
+                }),
+            })
+            .unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn roundtrip_with_tokens() {
+        let c = with_tokens();
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.tokens().cursor(), c.tokens().cursor());
+        assert!(back.has_token(u64::MAX, 1_001));
+    }
+
+    #[test]
+    fn refuses_unordered_or_empty_token_sections() {
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1)
+            .u8(TAG_VALUE)
+            .ivarint(0)
+            .u8(TAG_TOKENS)
+            .uvarint(0)
+            .uvarint(2);
+        w.fixed_u64(5)
+            .ivarint(1)
+            .fixed_u64(5)
+            .ivarint(1)
+            .u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "duplicate fingerprint");
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1)
+            .u8(TAG_VALUE)
+            .ivarint(0)
+            .u8(TAG_TOKENS)
+            .uvarint(0)
+            .uvarint(0)
+            .u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "empty section");
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1)
+            .u8(TAG_VALUE)
+            .ivarint(0)
+            .u8(TAG_TOKENS)
+            .uvarint(0)
+            .uvarint(1 << 30);
+        assert!(decode(&w.finish()).is_err(), "count beyond the payload");
+    }
+
     #[test]
     fn every_truncation_is_refused() {
+        let full = encode(&with_tokens());
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+    }
+
+    #[test]
+    fn every_truncation_of_a_sharded_counter_is_refused() {
         let full = encode(&Counter::from_shards(vec![300, -70000, 12]).unwrap());
         for len in 0..full.len() {
             assert!(decode(&full[..len]).is_err(), "prefix {len}");

@@ -11,6 +11,7 @@ use redis_module::raw;
 use super::ctr_format;
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::rm;
+use crate::metrics;
 
 /// The type name stored in every RDB file: 9 characters, fixed forever.
 pub const CTR_TYPE_NAME: &str = "ctr-count";
@@ -86,6 +87,7 @@ fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCe
     }
     let buffer = raw::load_string_buffer(rdb).map_err(|e| e.to_string())?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
+    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
     Ok(CounterCell::new(counter))
 }
 
@@ -126,17 +128,20 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    // May run on a lazy-free thread: only Rust memory is released here.
+    // May run on a lazy-free thread: only Rust memory and atomics are touched here.
     // SAFETY: Redis hands over ownership of a value of this type.
-    drop(unsafe { CounterCell::from_raw(value) });
+    let cell = unsafe { CounterCell::from_raw(value) };
+    // SAFETY: the cell is alive until dropped below.
+    metrics::TOKENS_HELD.sub(unsafe { borrow(value) }.token_count() as u64);
+    drop(cell);
 }
 
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
-    // One allocation at most; shards live in one vector.
+    // The box, the shard vector, and the token B-tree (about one node per 8 tokens).
     // SAFETY: Redis passes a live value of this type.
     match unsafe { borrow(value) } {
         CounterRef::Inline(_) => 0,
-        CounterRef::Boxed(_) => 1,
+        CounterRef::Boxed(c) => 2 + c.tokens().len() / 8,
     }
 }
 
@@ -146,5 +151,7 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
-    CounterCell::new(unsafe { borrow(value) }.to_counter()).into_raw()
+    let counter = unsafe { borrow(value) }.to_counter();
+    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
+    CounterCell::new(counter).into_raw()
 }

@@ -72,19 +72,40 @@ impl Server {
     /// Starts a server with extra `redis-server` options (`["--appendonly", "yes"]`) and module
     /// load arguments.
     pub fn start_with(args: &[&str], module_args: &[&str]) -> Server {
-        let mut server = Server {
+        let mut server = Server::new(args, module_args);
+        server.launch();
+        server
+    }
+
+    /// One attempt to start; the server's log when it does not come up (e.g. a refused load
+    /// argument).
+    pub fn try_start_with(args: &[&str], module_args: &[&str]) -> Result<Server, String> {
+        let mut server = Server::new(args, module_args);
+        if server.launch_attempts(1) {
+            Ok(server)
+        } else {
+            Err(server.log())
+        }
+    }
+
+    fn new(args: &[&str], module_args: &[&str]) -> Server {
+        Server {
             child: None,
             port: 0,
             dir: fresh_dir(),
             args: args.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
-        };
-        server.launch();
-        server
+        }
     }
 
     fn launch(&mut self) {
-        for _attempt in 0..5 {
+        if !self.launch_attempts(5) {
+            panic!("redis-server did not start; log:\n{}", self.log());
+        }
+    }
+
+    fn launch_attempts(&mut self, attempts: usize) -> bool {
+        for _attempt in 0..attempts {
             if self.port == 0 || self.child.is_some() {
                 self.port = free_port();
             }
@@ -107,11 +128,11 @@ impl Server {
             let child = cmd.spawn().expect("start redis-server (is it installed?)");
             self.child = Some(child);
             if self.wait_ready() {
-                return;
+                return true;
             }
             self.kill();
         }
-        panic!("redis-server did not start; log:\n{}", self.log());
+        false
     }
 
     fn wait_ready(&mut self) -> bool {

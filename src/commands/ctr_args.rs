@@ -1,0 +1,165 @@
+//! Parsing of the CTR commands' options, pure and unit-tested.
+
+use super::parse::{integer, SYNTAX_ERROR};
+use crate::ffi::CommandError;
+
+pub const MAX_TOKEN_BYTES: usize = 256;
+
+pub const BAD_TOKEN: CommandError = CommandError::fixed("ERR token must be 1 to 256 bytes");
+pub const BAD_EXPIRE: CommandError =
+    CommandError::fixed("ERR invalid expire time in 'ctr.add' command");
+
+/// `CTR.ADD key delta [TOKEN token] [AT ms] [EX seconds | PX milliseconds]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddArgs<'a> {
+    pub delta: i64,
+    pub token: Option<&'a [u8]>,
+    pub at: Option<i64>,
+    /// Time to live in ms, applied only when the call creates the key.
+    pub ttl_ms: Option<i64>,
+}
+
+/// `CTR.CLEAR key [TOKEN token]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClearArgs<'a> {
+    pub token: Option<&'a [u8]>,
+}
+
+/// Options are `NAME value` pairs; each may appear once.
+fn options<'a>(
+    rest: &[&'a [u8]],
+    mut on: impl FnMut(&str, &'a [u8]) -> Result<bool, CommandError>,
+) -> Result<(), CommandError> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        let name = String::from_utf8_lossy(rest[i]).to_ascii_uppercase();
+        let value = rest.get(i + 1).ok_or(SYNTAX_ERROR)?;
+        if seen.contains(&name) || !on(&name, value)? {
+            return Err(SYNTAX_ERROR);
+        }
+        seen.push(name);
+        i += 2;
+    }
+    Ok(())
+}
+
+fn token(value: &[u8]) -> Result<&[u8], CommandError> {
+    if value.is_empty() || value.len() > MAX_TOKEN_BYTES {
+        return Err(BAD_TOKEN);
+    }
+    Ok(value)
+}
+
+pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
+    let (delta, rest) = args.split_first().ok_or(SYNTAX_ERROR)?;
+    let mut parsed = AddArgs {
+        delta: integer(delta)?,
+        ..AddArgs::default()
+    };
+    options(rest, |name, value| {
+        match name {
+            "TOKEN" => parsed.token = Some(token(value)?),
+            "AT" => parsed.at = Some(integer(value)?),
+            "EX" | "PX" => {
+                if parsed.ttl_ms.is_some() {
+                    return Ok(false); // EX and PX together
+                }
+                let n = integer(value)?;
+                let ms = if name == "EX" {
+                    n.checked_mul(1000)
+                } else {
+                    Some(n)
+                };
+                parsed.ttl_ms = Some(ms.filter(|ms| *ms > 0).ok_or(BAD_EXPIRE)?);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(parsed)
+}
+
+pub fn parse_clear<'a>(args: &[&'a [u8]]) -> Result<ClearArgs<'a>, CommandError> {
+    let mut parsed = ClearArgs::default();
+    options(args, |name, value| {
+        if name != "TOKEN" {
+            return Ok(false);
+        }
+        parsed.token = Some(token(value)?);
+        Ok(true)
+    })?;
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::parse::NOT_AN_INTEGER;
+
+    fn add(line: &str) -> Result<AddArgs<'_>, CommandError> {
+        let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        parse_add(&words)
+    }
+
+    #[test]
+    fn parses_every_option_in_any_order_and_case() {
+        let a = add("5 token t1 AT 1700000000000 ex 10").unwrap();
+        assert_eq!(a.delta, 5);
+        assert_eq!(a.token, Some(&b"t1"[..]));
+        assert_eq!(a.at, Some(1_700_000_000_000));
+        assert_eq!(a.ttl_ms, Some(10_000));
+        assert_eq!(add("-1 PX 250").unwrap().ttl_ms, Some(250));
+        assert_eq!(
+            add("7").unwrap(),
+            AddArgs {
+                delta: 7,
+                ..AddArgs::default()
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_bad_option_syntax() {
+        for bad in [
+            "1 TOKEN",
+            "1 TOKEN a TOKEN b",
+            "1 EX 1 PX 1",
+            "1 BOGUS 1",
+            "1 AT 1 AT 2",
+            "1 EX 1 EX 1",
+        ] {
+            assert_eq!(add(bad), Err(SYNTAX_ERROR), "{bad}");
+        }
+        assert_eq!(add("x"), Err(NOT_AN_INTEGER));
+        assert_eq!(add("1 AT soon"), Err(NOT_AN_INTEGER));
+        assert_eq!(add("1 EX 0"), Err(BAD_EXPIRE));
+        assert_eq!(add("1 PX -5"), Err(BAD_EXPIRE));
+        assert_eq!(add("1 EX 9223372036854775807"), Err(BAD_EXPIRE));
+        assert_eq!(parse_add(&[]), Err(SYNTAX_ERROR));
+    }
+
+    #[test]
+    fn token_length_is_bounded() {
+        let long = vec![b'a'; 257];
+        let max = vec![b'a'; 256];
+        assert_eq!(parse_add(&[b"1", b"TOKEN", &long]), Err(BAD_TOKEN));
+        assert_eq!(parse_add(&[b"1", b"TOKEN", b""]), Err(BAD_TOKEN));
+        assert!(parse_add(&[b"1", b"TOKEN", &max]).is_ok());
+        assert_eq!(
+            parse_add(&[b"1", b"TOKEN", b"\0\xff"]).unwrap().token,
+            Some(&b"\0\xff"[..])
+        );
+    }
+
+    #[test]
+    fn clear_takes_only_a_token() {
+        assert_eq!(parse_clear(&[]).unwrap().token, None);
+        assert_eq!(
+            parse_clear(&[b"token", b"x"]).unwrap().token,
+            Some(&b"x"[..])
+        );
+        assert_eq!(parse_clear(&[b"AT", b"1"]), Err(SYNTAX_ERROR));
+        assert_eq!(parse_clear(&[b"TOKEN"]), Err(SYNTAX_ERROR));
+    }
+}

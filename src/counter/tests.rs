@@ -1,0 +1,205 @@
+use super::*;
+
+fn add(c: &mut Counter, delta: i64) -> Result<i64, CounterError> {
+    let shards = c.shard_count();
+    c.apply_add(&AddOp {
+        now: 1_000,
+        delta,
+        shard: 0,
+        shards,
+        token: None,
+    })
+}
+
+fn add_at(c: &mut Counter, shard: usize, shards: usize, delta: i64) -> Result<i64, CounterError> {
+    c.apply_add(&AddOp {
+        now: 1_000,
+        delta,
+        shard,
+        shards,
+        token: None,
+    })
+}
+
+#[test]
+fn add_returns_running_total() {
+    let mut c = Counter::default();
+    assert_eq!(add(&mut c, 5), Ok(5));
+    assert_eq!(add(&mut c, -7), Ok(-2));
+    assert_eq!(c.value(), -2);
+    assert_eq!(c.shard_count(), 1);
+    assert!(c.is_plain());
+}
+
+#[test]
+fn overflow_changes_nothing() {
+    let mut c = Counter::plain(i64::MAX - 1);
+    assert_eq!(add(&mut c, 2), Err(CounterError::Overflow));
+    assert_eq!(c.value(), i64::MAX - 1);
+    let mut c = Counter::plain(i64::MIN);
+    assert_eq!(add(&mut c, -1), Err(CounterError::Overflow));
+    assert_eq!(c.value(), i64::MIN);
+}
+
+#[test]
+fn sharded_add_keeps_sum_exact() {
+    let mut c = Counter::from_shards(vec![1, 2, 3]).unwrap();
+    assert_eq!(c.value(), 6);
+    add_at(&mut c, 1, 3, 10).unwrap();
+    assert_eq!(c.shard_values(), vec![1, 12, 3]);
+    assert_eq!(c.value(), 16);
+}
+
+#[test]
+fn shard_overflow_changes_nothing_even_when_total_fits() {
+    let mut c = Counter::from_shards(vec![i64::MAX, -10]).unwrap();
+    assert_eq!(add_at(&mut c, 0, 2, 1), Err(CounterError::Overflow));
+    assert_eq!(c.shard_values(), vec![i64::MAX, -10]);
+}
+
+#[test]
+fn from_shards_rejects_overflowing_sum() {
+    assert_eq!(
+        Counter::from_shards(vec![i64::MAX, 1]),
+        Err(CounterError::Overflow)
+    );
+    assert!(Counter::from_shards(vec![7]).unwrap().is_plain());
+}
+
+#[test]
+fn invalid_operations_are_refused() {
+    let mut c = Counter::plain(1);
+    assert!(add_at(&mut c, 2, 2, 1).is_err());
+    assert!(add_at(&mut c, 0, 0, 1).is_err());
+    assert!(add_at(&mut c, 0, MAX_SHARDS + 1, 1).is_err());
+    assert_eq!(c, Counter::plain(1));
+}
+
+#[test]
+fn promotion_and_demotion_keep_the_exact_value() {
+    let mut c = Counter::plain(100);
+    add_at(&mut c, 1, 2, 5).unwrap();
+    assert_eq!(c.shard_values(), vec![100, 5]);
+    add_at(&mut c, 3, 4, 1).unwrap();
+    assert_eq!(c.shard_values(), vec![100, 5, 0, 1]);
+    add_at(&mut c, 1, 2, 0).unwrap();
+    assert_eq!(c.shard_values(), vec![100, 6]);
+    add_at(&mut c, 0, 1, 0).unwrap();
+    assert_eq!(c.value(), 106);
+    assert!(c.is_plain());
+}
+
+#[test]
+fn folding_shards_that_overflow_together_is_refused() {
+    let mut c = Counter::from_shards(vec![i64::MAX, -1, 1, 0]).unwrap();
+    // shards 0 and 2 fold together: MAX + 1 overflows, though the total fits.
+    assert_eq!(add_at(&mut c, 0, 2, 0), Err(CounterError::Overflow));
+    assert_eq!(c.shard_count(), 4);
+}
+
+#[test]
+fn tokens_are_remembered_until_expiry_and_swept_deterministically() {
+    let mut c = Counter::default();
+    let op = |now, fp, expires_at| AddOp {
+        now,
+        delta: 1,
+        shard: 0,
+        shards: 1,
+        token: Some(TokenStamp { fp, expires_at }),
+    };
+    c.apply_add(&op(0, 11, 100)).unwrap();
+    assert!(c.has_token(11, 99));
+    assert!(!c.has_token(11, 100));
+    assert!(!c.is_plain());
+    // Writes after the expiry sweep the token away.
+    for now in 101..110 {
+        c.apply_add(&AddOp {
+            now,
+            delta: 0,
+            shard: 0,
+            shards: 1,
+            token: None,
+        })
+        .unwrap();
+    }
+    assert!(c.tokens().is_empty());
+    assert!(c.is_plain());
+}
+
+#[test]
+fn clear_resets_every_shard_and_reports_the_old_value() {
+    let mut c = Counter::from_shards(vec![4, 5, 6]).unwrap();
+    assert_eq!(
+        c.apply_clear(&ClearOp {
+            now: 1,
+            token: None
+        }),
+        Ok(15)
+    );
+    assert_eq!(c.shard_values(), vec![0, 0, 0]);
+    assert_eq!(c.value(), 0);
+}
+
+/// A tiny deterministic PRNG for the property tests (no extra dependency).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn random_operations_keep_value_equal_to_the_sum_of_shards_and_of_adds() {
+    let mut rng = XorShift(0x1234_5678_9abc_def1);
+    for _ in 0..50 {
+        let mut c = Counter::default();
+        let mut expected: i64 = 0;
+        for step in 0..400 {
+            let shards = 1usize << (rng.next() % 5);
+            let shard = (rng.next() as usize) % shards;
+            let delta = (rng.next() % 2001) as i64 - 1000;
+            let before = c.clone();
+            match c.apply_add(&AddOp {
+                now: step,
+                delta,
+                shard,
+                shards,
+                token: None,
+            }) {
+                Ok(v) => {
+                    expected += delta;
+                    assert_eq!(v, expected);
+                }
+                Err(_) => assert_eq!(c, before),
+            }
+            assert_eq!(c.shard_values().iter().sum::<i64>(), c.value());
+            assert_eq!(c.shard_count(), shards);
+        }
+    }
+}
+
+#[test]
+fn advice_promotes_a_hot_counter_and_respects_the_maximum() {
+    let mut c = Counter::default();
+    let mut shards = 1;
+    for ms in 0..5_000 {
+        let target = c.advise_shards(1_000_000 + ms, 100, 4);
+        if target != shards {
+            let shard = 0;
+            c.apply_add(&AddOp {
+                now: ms,
+                delta: 1,
+                shard,
+                shards: target,
+                token: None,
+            })
+            .unwrap();
+            shards = target;
+        }
+    }
+    assert_eq!(shards, 4, "1000 adds/s at threshold 100 reach the max of 4");
+}
