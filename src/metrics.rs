@@ -43,6 +43,12 @@ pub static PROMOTIONS: Counter = Counter::new();
 pub static DEMOTIONS: Counter = Counter::new();
 /// Resets applied by CTR.CLEAR.
 pub static CLEARS: Counter = Counter::new();
+/// CTR.DECRFLOOR decrements granted and refused (retries replayed from the ledger count as
+/// duplicates instead).
+pub static DECREMENTS_GRANTED: Counter = Counter::new();
+pub static DECREMENTS_REFUSED: Counter = Counter::new();
+/// Negative CTR.ADDs refused because they would cross a counter's floor.
+pub static ADDS_REFUSED_BY_FLOOR: Counter = Counter::new();
 
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
@@ -54,6 +60,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("promotions", &PROMOTIONS),
         ("demotions", &DEMOTIONS),
         ("clears", &CLEARS),
+        ("decrements_granted", &DECREMENTS_GRANTED),
+        ("decrements_refused", &DECREMENTS_REFUSED),
+        ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
     ]
 }
 

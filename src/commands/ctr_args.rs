@@ -25,6 +25,16 @@ pub struct ClearArgs<'a> {
     pub token: Option<&'a [u8]>,
 }
 
+/// `CTR.DECRFLOOR key amount [TOKEN token] [AT ms]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecrArgs<'a> {
+    pub amount: i64,
+    pub token: Option<&'a [u8]>,
+    pub at: Option<i64>,
+}
+
+pub const AMOUNT_NOT_POSITIVE: CommandError = CommandError::fixed("ERR amount must be positive");
+
 /// Options are `NAME value` pairs; each may appear once.
 fn options<'a>(
     rest: &[&'a [u8]],
@@ -78,6 +88,35 @@ pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
         Ok(true)
     })?;
     Ok(parsed)
+}
+
+pub fn parse_decrement<'a>(args: &[&'a [u8]]) -> Result<DecrArgs<'a>, CommandError> {
+    let (amount, rest) = args.split_first().ok_or(SYNTAX_ERROR)?;
+    let amount = integer(amount)?;
+    if amount <= 0 {
+        return Err(AMOUNT_NOT_POSITIVE);
+    }
+    let mut parsed = DecrArgs {
+        amount,
+        ..DecrArgs::default()
+    };
+    options(rest, |name, value| {
+        match name {
+            "TOKEN" => parsed.token = Some(token(value)?),
+            "AT" => parsed.at = Some(integer(value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(parsed)
+}
+
+/// `CTR.FLOOR key floor|NONE`: Some(floor), or None to remove it.
+pub fn parse_floor(arg: &[u8]) -> Result<Option<i64>, CommandError> {
+    if arg.eq_ignore_ascii_case(b"NONE") {
+        return Ok(None);
+    }
+    integer(arg).map(Some)
 }
 
 pub fn parse_clear<'a>(args: &[&'a [u8]]) -> Result<ClearArgs<'a>, CommandError> {
@@ -150,6 +189,23 @@ mod tests {
             parse_add(&[b"1", b"TOKEN", b"\0\xff"]).unwrap().token,
             Some(&b"\0\xff"[..])
         );
+    }
+
+    #[test]
+    fn decrement_amounts_are_positive() {
+        let d = parse_decrement(&[b"3", b"TOKEN", b"o1", b"AT", b"5"]).unwrap();
+        assert_eq!((d.amount, d.token, d.at), (3, Some(&b"o1"[..]), Some(5)));
+        assert_eq!(parse_decrement(&[b"0"]), Err(AMOUNT_NOT_POSITIVE));
+        assert_eq!(parse_decrement(&[b"-2"]), Err(AMOUNT_NOT_POSITIVE));
+        assert_eq!(parse_decrement(&[b"x"]), Err(NOT_AN_INTEGER));
+        assert_eq!(parse_decrement(&[b"1", b"EX", b"5"]), Err(SYNTAX_ERROR));
+    }
+
+    #[test]
+    fn floor_is_an_integer_or_none() {
+        assert_eq!(parse_floor(b"none"), Ok(None));
+        assert_eq!(parse_floor(b"-7"), Ok(Some(-7)));
+        assert_eq!(parse_floor(b"low"), Err(NOT_AN_INTEGER));
     }
 
     #[test]

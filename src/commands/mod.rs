@@ -6,6 +6,9 @@
 
 pub mod ctr;
 pub mod ctr_args;
+pub mod ctr_floor;
+pub mod ctr_internal;
+mod ctr_store;
 mod decide;
 pub mod parse;
 
@@ -132,8 +135,30 @@ pub static COMMANDS: &[CommandDef] = &[
         since: c"0.2.0",
     },
     CommandDef {
+        name: c"ctr.floor",
+        entry: entry!(ctr_floor::floor),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        arity: 3,
+        summary: c"Sets (or with NONE removes) the floor a counter can never go below; creates it at 0 when missing.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.3.0",
+    },
+    CommandDef {
+        name: c"ctr.decrfloor",
+        entry: entry!(ctr_floor::decrfloor),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        arity: -3,
+        summary: c"Decrements only if the result stays at or above the floor; nil when refused. TOKEN replays the first outcome to retries.",
+        complexity: c"O(N) where N is the number of shards, plus O(log T) with a token",
+        since: c"0.3.0",
+    },
+    CommandDef {
         name: c"ctr.apply",
-        entry: entry!(ctr::apply),
+        entry: entry!(ctr_internal::apply),
         flags: c"write deny-oom",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
@@ -144,7 +169,7 @@ pub static COMMANDS: &[CommandDef] = &[
     },
     CommandDef {
         name: c"ctr.setstate",
-        entry: entry!(ctr::setstate),
+        entry: entry!(ctr_internal::setstate),
         flags: c"write deny-oom",
         keys: SINGLE_KEY,
         access: KeyAccess::Overwrite,

@@ -56,11 +56,11 @@ fn is_inline(raw: *mut c_void) -> bool {
 }
 
 impl CounterRef<'_> {
-    /// Tokens held by the stored counter.
+    /// Tokens held by the stored counter (add tokens and ledger entries).
     pub fn token_count(self) -> usize {
         match self {
             CounterRef::Inline(_) => 0,
-            CounterRef::Boxed(c) => c.tokens().len(),
+            CounterRef::Boxed(c) => c.token_count(),
         }
     }
 
@@ -189,7 +189,7 @@ mod tests {
     use super::*;
     use crate::counter::{AddOp, CounterError};
 
-    fn add(c: &mut Counter, delta: i64) -> Result<i64, CounterError> {
+    fn add(c: &mut Counter, delta: i64) -> Result<Option<i64>, CounterError> {
         c.apply_add(&AddOp {
             now: 0,
             delta,
@@ -235,7 +235,7 @@ mod tests {
     fn update_grows_and_shrinks_representation() {
         let raw = CounterCell::new(Counter::plain(INLINE_MAX)).into_raw();
         let (r, new) = unsafe { CounterCell::update(raw, |c| add(c, 1)) };
-        assert_eq!(r, Ok(INLINE_MAX + 1));
+        assert_eq!(r, Ok(Some(INLINE_MAX + 1)));
         let grown = new.expect("must be boxed now");
         drop(unsafe { CounterCell::from_raw(raw) });
         let raw = grown.into_raw();

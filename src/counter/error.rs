@@ -7,6 +7,8 @@ use std::fmt;
 pub enum CounterError {
     /// The result would leave the signed 64-bit range.
     Overflow,
+    /// The value would be, or already is, below the requested floor.
+    BelowFloor,
     /// A replicated or restored operation that no master would produce.
     InvalidOperation(&'static str),
 }
@@ -15,6 +17,7 @@ impl CounterError {
     pub fn message(self) -> String {
         match self {
             CounterError::Overflow => "ERR counter overflow".to_string(),
+            CounterError::BelowFloor => "ERR value below floor".to_string(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
         }
     }

@@ -1,48 +1,28 @@
 //! The CTR counter: pure Rust, no Redis API. The Redis glue in `crate::commands` and
 //! `crate::persist` drives it; everything here is unit-tested without a server.
 //!
-//! A write is described by an operation ([`AddOp`], [`ClearOp`]) that carries every decision
-//! (the time, the shard, the shard count, the token's fingerprint and expiry). The master makes
-//! the decisions, applies the operation, and replicates the same operation, so replicas and
-//! the AOF reach the same state bit for bit.
+//! A write is described by an operation ([`AddOp`], [`DecrOp`], [`ClearOp`]) that carries every
+//! decision (the time, the shard, the shard count, the token's fingerprint and expiry). The
+//! master makes the decisions, applies the operation, and replicates the same operation, so
+//! replicas and the AOF reach the same state bit for bit.
 
 mod cell;
 mod error;
+pub mod floor;
+mod ops;
 pub mod rate;
 pub mod siphash;
 pub mod tokens;
 
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
+pub use floor::Floor;
+pub use ops::{AddOp, ClearOp, DecrOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
-pub use tokens::{token_expiry, TokenTimeError, TokenWindow};
+pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};
 
 /// Largest number of sub-shards a counter may hold (also the decoder's bound).
 pub const MAX_SHARDS: usize = 1024;
-
-/// A token applied by a write: its fingerprint and when it stops being remembered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenStamp {
-    pub fp: u64,
-    pub expires_at: i64,
-}
-
-/// Add `delta` to shard `shard` after resizing to `shards` shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddOp {
-    pub now: i64,
-    pub delta: i64,
-    pub shard: usize,
-    pub shards: usize,
-    pub token: Option<TokenStamp>,
-}
-
-/// Reset every shard to 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClearOp {
-    pub now: i64,
-    pub token: Option<TokenStamp>,
-}
 
 /// A counter. `value` is always the exact sum of `shards`; a counter with a single shard keeps
 /// `shards` empty so that it costs no heap allocation beyond itself.
@@ -51,7 +31,12 @@ pub struct Counter {
     value: i64,
     /// Per-shard values when the counter has more than one shard; empty otherwise.
     shards: Vec<i64>,
+    /// The floor and the per-shard budgets of its headroom, when a floor is set.
+    floor: Option<Floor>,
+    /// Tokens of CTR.ADD / CTR.CLEAR.
     tokens: TokenWindow,
+    /// Tokens of CTR.DECRFLOOR with their first outcome.
+    ledger: TokenWindow<LedgerEntry>,
     /// Local and advisory: not persisted, not replicated, not part of the digest.
     rate: RateTracker,
     /// Retries ignored since this copy of the counter was loaded (local, like `rate`).
@@ -61,7 +46,11 @@ pub struct Counter {
 /// Equality of the persistent state (what the encoding and the digest cover).
 impl PartialEq for Counter {
     fn eq(&self, other: &Self) -> bool {
-        self.value == other.value && self.shards == other.shards && self.tokens == other.tokens
+        self.value == other.value
+            && self.shards == other.shards
+            && self.floor == other.floor
+            && self.tokens == other.tokens
+            && self.ledger == other.ledger
     }
 }
 
@@ -73,19 +62,31 @@ impl Counter {
         Counter {
             value,
             shards: Vec::new(),
+            floor: None,
             tokens: TokenWindow::from_empty(),
+            ledger: TokenWindow::from_empty(),
             rate: RateTracker::new(),
             duplicates: 0,
         }
     }
 
-    /// Builds a counter from decoded parts, checking that the shards sum to a 64-bit value.
-    pub fn from_parts(shards: Vec<i64>, tokens: TokenWindow) -> Result<Self, CounterError> {
-        let value = checked_sum(&shards)?;
-        if shards.len() > MAX_SHARDS {
-            return Err(CounterError::InvalidOperation("too many shards"));
+    /// Builds a counter from decoded parts, checking every invariant: the shards sum to a 64-bit
+    /// value; with a floor, value >= floor and one non-negative budget per shard summing to the
+    /// headroom.
+    pub fn from_parts(
+        shards: Vec<i64>,
+        floor: Option<Floor>,
+        tokens: TokenWindow,
+        ledger: TokenWindow<LedgerEntry>,
+    ) -> Result<Self, CounterError> {
+        if shards.is_empty() || shards.len() > MAX_SHARDS {
+            return Err(CounterError::InvalidOperation("shard count out of range"));
         }
-        let shards = if shards.len() <= 1 {
+        let value = checked_sum(&shards)?;
+        if let Some(f) = &floor {
+            check_floor(value, f, shards.len())?;
+        }
+        let shards = if shards.len() == 1 {
             Vec::new()
         } else {
             shards
@@ -93,14 +94,16 @@ impl Counter {
         Ok(Counter {
             value,
             shards,
+            floor,
             tokens,
+            ledger,
             ..Counter::default()
         })
     }
 
-    /// Builds a counter from per-shard values.
+    /// Builds an unfloored counter from per-shard values.
     pub fn from_shards(shards: Vec<i64>) -> Result<Self, CounterError> {
-        Counter::from_parts(shards, TokenWindow::default())
+        Counter::from_parts(shards, None, TokenWindow::default(), TokenWindow::default())
     }
 
     pub const fn value(&self) -> i64 {
@@ -121,18 +124,40 @@ impl Counter {
         }
     }
 
+    pub fn floor(&self) -> Option<&Floor> {
+        self.floor.as_ref()
+    }
+
     pub fn tokens(&self) -> &TokenWindow {
         &self.tokens
     }
 
-    /// True when the counter carries nothing but its value, so it can be stored inline.
-    pub fn is_plain(&self) -> bool {
-        self.shards.is_empty() && self.tokens.is_empty()
+    pub fn ledger(&self) -> &TokenWindow<LedgerEntry> {
+        &self.ledger
     }
 
-    /// True when `fp` was applied and is still remembered at `now`.
+    /// Tokens held by both windows.
+    pub fn token_count(&self) -> usize {
+        self.tokens.len() + self.ledger.len()
+    }
+
+    /// True when the counter carries nothing but its value, so it can be stored inline.
+    pub fn is_plain(&self) -> bool {
+        self.shards.is_empty()
+            && self.floor.is_none()
+            && self.tokens.is_empty()
+            && self.ledger.is_empty()
+    }
+
+    /// True when `fp` was applied by any write and is still remembered at `now`: a token names
+    /// one write on a key, whichever command made it.
     pub fn has_token(&self, fp: u64, now: i64) -> bool {
-        self.tokens.contains_live(fp, now)
+        self.tokens.contains_live(fp, now) || self.ledger.contains_live(fp, now)
+    }
+
+    /// The recorded first outcome of a CTR.DECRFLOOR token still remembered at `now`.
+    pub fn ledger_outcome(&self, fp: u64, now: i64) -> Option<Option<i64>> {
+        self.ledger.get_live(fp, now).map(|e| e.outcome)
     }
 
     /// Counts a retry that was recognised and ignored.
@@ -149,7 +174,7 @@ impl Counter {
         self.rate.rate()
     }
 
-    /// Records an add at `now` and returns the shard count the counter should have.
+    /// Records a write at `now` and returns the shard count the counter should have.
     pub fn advise_shards(&mut self, now: i64, threshold: i64, max_shards: usize) -> usize {
         let current = self.shard_count();
         let max = max_shards.clamp(1, MAX_SHARDS);
@@ -161,59 +186,12 @@ impl Counter {
         target.clamp(1, max)
     }
 
-    /// Applies an add. Everything is checked first: on error nothing changes.
-    pub fn apply_add(&mut self, op: &AddOp) -> Result<i64, CounterError> {
-        if op.shards == 0 || op.shards > MAX_SHARDS || op.shard >= op.shards {
-            return Err(CounterError::InvalidOperation("shard out of range"));
-        }
-        let value = self
-            .value
-            .checked_add(op.delta)
-            .ok_or(CounterError::Overflow)?;
-        let mut shards = self.resized_shards(op.shards)?;
-        if let Some(slot) = shards.get_mut(op.shard) {
-            *slot = slot.checked_add(op.delta).ok_or(CounterError::Overflow)?;
-        }
-        self.value = value;
-        self.shards = shards;
-        self.record_write(op.now, op.token);
-        Ok(value)
-    }
-
-    /// Applies a reset to 0 and returns the value before it.
-    pub fn apply_clear(&mut self, op: &ClearOp) -> Result<i64, CounterError> {
-        let before = self.value;
-        self.value = 0;
-        self.shards.iter_mut().for_each(|s| *s = 0);
-        self.record_write(op.now, op.token);
-        Ok(before)
-    }
-
-    fn record_write(&mut self, now: i64, token: Option<TokenStamp>) {
-        self.tokens.sweep(now);
-        if let Some(t) = token {
-            self.tokens.insert(t.fp, t.expires_at);
-        }
-    }
-
-    /// The shard vector after resizing to `target` shards (empty for one shard): new shards
-    /// start at 0; a shrink folds shard `i` into `i % target`. The sum never changes.
-    fn resized_shards(&self, target: usize) -> Result<Vec<i64>, CounterError> {
-        let current = self.shard_values();
-        if target == current.len() {
-            return Ok(if target == 1 { Vec::new() } else { current });
-        }
-        let mut resized = vec![0i64; target];
-        for (i, v) in current.iter().enumerate() {
-            let slot = &mut resized[i % target];
-            *slot = slot.checked_add(*v).ok_or(CounterError::Overflow)?;
-        }
-        Ok(if target == 1 { Vec::new() } else { resized })
-    }
-
     /// Heap bytes owned by the counter beyond its own struct.
     pub fn heap_bytes(&self) -> usize {
-        self.shards.capacity() * std::mem::size_of::<i64>() + self.tokens.heap_bytes()
+        let budgets = self.floor.as_ref().map_or(0, |f| f.budgets.capacity());
+        (self.shards.capacity() + budgets) * std::mem::size_of::<i64>()
+            + self.tokens.heap_bytes()
+            + self.ledger.heap_bytes()
     }
 }
 
@@ -222,6 +200,24 @@ fn checked_sum(values: &[i64]) -> Result<i64, CounterError> {
         .iter()
         .try_fold(0i64, |acc, v| acc.checked_add(*v))
         .ok_or(CounterError::Overflow)
+}
+
+fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError> {
+    if value < f.floor {
+        return Err(CounterError::BelowFloor);
+    }
+    let headroom = value.checked_sub(f.floor).ok_or(CounterError::Overflow)?;
+    if f.budgets.len() != shards || f.budgets.iter().any(|b| *b < 0) {
+        return Err(CounterError::InvalidOperation(
+            "budgets do not match the shards",
+        ));
+    }
+    if checked_sum(&f.budgets)? != headroom {
+        return Err(CounterError::InvalidOperation(
+            "budgets do not sum to the headroom",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,15 +2,10 @@ use super::*;
 
 fn add(c: &mut Counter, delta: i64) -> Result<i64, CounterError> {
     let shards = c.shard_count();
-    c.apply_add(&AddOp {
-        now: 1_000,
-        delta,
-        shard: 0,
-        shards,
-        token: None,
-    })
+    add_at(c, 0, shards, delta)
 }
 
+/// An add that is expected not to be refused by a floor.
 fn add_at(c: &mut Counter, shard: usize, shards: usize, delta: i64) -> Result<i64, CounterError> {
     c.apply_add(&AddOp {
         now: 1_000,
@@ -19,6 +14,7 @@ fn add_at(c: &mut Counter, shard: usize, shards: usize, delta: i64) -> Result<i6
         shards,
         token: None,
     })
+    .map(|v| v.expect("not refused"))
 }
 
 #[test]
@@ -170,10 +166,11 @@ fn random_operations_keep_value_equal_to_the_sum_of_shards_and_of_adds() {
                 shards,
                 token: None,
             }) {
-                Ok(v) => {
+                Ok(Some(v)) => {
                     expected += delta;
                     assert_eq!(v, expected);
                 }
+                Ok(None) => unreachable!("no floor"),
                 Err(_) => assert_eq!(c, before),
             }
             assert_eq!(c.shard_values().iter().sum::<i64>(), c.value());
@@ -202,4 +199,201 @@ fn advice_promotes_a_hot_counter_and_respects_the_maximum() {
         }
     }
     assert_eq!(shards, 4, "1000 adds/s at threshold 100 reach the max of 4");
+}
+
+fn decr(c: &mut Counter, shard: usize, amount: i64, token: Option<u64>) -> Option<i64> {
+    let shards = c.shard_count();
+    c.apply_decrement(&DecrOp {
+        now: 1_000,
+        amount,
+        shard,
+        shards,
+        token: token.map(|fp| TokenStamp {
+            fp,
+            expires_at: 10_000,
+        }),
+    })
+    .unwrap()
+}
+
+fn budgets_sum(c: &Counter) -> i64 {
+    c.floor().map_or(0, |f| f.budgets.iter().sum())
+}
+
+#[test]
+fn decrements_never_cross_the_floor_and_draw_from_other_shards() {
+    let mut c = Counter::from_shards(vec![5, 5]).unwrap();
+    c.set_floor(Some(2)).unwrap();
+    assert_eq!(c.floor().unwrap().budgets, vec![4, 4]);
+    assert_eq!(
+        decr(&mut c, 0, 6, None),
+        Some(4),
+        "shard 0 is short: shard 1 covers the rest"
+    );
+    assert_eq!(c.floor().unwrap().budgets, vec![0, 2]);
+    assert_eq!(decr(&mut c, 0, 3, None), None, "only 2 above the floor");
+    assert_eq!(c.value(), 4);
+    assert_eq!(decr(&mut c, 0, 2, None), Some(2));
+    assert_eq!(decr(&mut c, 1, 1, None), None);
+    assert_eq!(c.shard_values().iter().sum::<i64>(), 2);
+}
+
+#[test]
+fn unfloored_decrements_stop_at_zero() {
+    let mut c = Counter::plain(3);
+    assert_eq!(decr(&mut c, 0, 4, None), None);
+    assert_eq!(decr(&mut c, 0, 3, None), Some(0));
+    assert!(c
+        .apply_decrement(&DecrOp {
+            now: 0,
+            amount: 0,
+            shard: 0,
+            shards: 1,
+            token: None
+        })
+        .is_err());
+}
+
+#[test]
+fn the_ledger_replays_the_first_outcome_even_after_a_restock() {
+    let mut c = Counter::plain(1);
+    c.set_floor(Some(0)).unwrap();
+    assert_eq!(decr(&mut c, 0, 5, Some(42)), None);
+    assert_eq!(
+        c.ledger_outcome(42, 1_000),
+        Some(None),
+        "the refusal is recorded"
+    );
+    add(&mut c, 10).unwrap();
+    assert_eq!(c.ledger_outcome(42, 1_000), Some(None));
+    assert_eq!(decr(&mut c, 0, 5, Some(43)), Some(6));
+    assert_eq!(c.ledger_outcome(43, 1_000), Some(Some(6)));
+    assert!(c.has_token(43, 1_000));
+}
+
+#[test]
+fn negative_adds_on_a_floored_counter_follow_the_floor() {
+    let mut c = Counter::plain(10);
+    c.set_floor(Some(8)).unwrap();
+    let refused = c.apply_add(&AddOp {
+        now: 0,
+        delta: -3,
+        shard: 0,
+        shards: 1,
+        token: None,
+    });
+    assert_eq!(refused, Ok(None));
+    assert_eq!(c.value(), 10);
+    assert_eq!(add(&mut c, -2), Ok(8));
+    assert_eq!(budgets_sum(&c), 0);
+    let min = c.apply_add(&AddOp {
+        now: 0,
+        delta: i64::MIN,
+        shard: 0,
+        shards: 1,
+        token: None,
+    });
+    assert_eq!(min, Ok(None));
+}
+
+#[test]
+fn floors_refuse_what_would_break_them() {
+    let mut c = Counter::plain(5);
+    assert_eq!(c.set_floor(Some(6)), Err(CounterError::BelowFloor));
+    assert_eq!(c.set_floor(Some(i64::MIN)), Err(CounterError::Overflow));
+    c.set_floor(Some(1)).unwrap();
+    assert_eq!(
+        c.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
+        Err(CounterError::BelowFloor)
+    );
+    c.set_floor(Some(-4)).unwrap();
+    assert_eq!(
+        c.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
+        Ok(5)
+    );
+    assert_eq!(budgets_sum(&c), 4);
+    assert_eq!(
+        add(&mut c, i64::MAX),
+        Err(CounterError::Overflow),
+        "headroom must stay representable"
+    );
+    c.set_floor(None).unwrap();
+    assert!(c.is_plain());
+}
+
+#[test]
+fn random_floored_histories_keep_every_invariant() {
+    let mut rng = XorShift(0xdead_beef_cafe_f00d);
+    for _ in 0..100 {
+        let floor = (rng.next() % 100) as i64 - 50;
+        let mut c = Counter::plain(floor + (rng.next() % 200) as i64);
+        c.set_floor(Some(floor)).unwrap();
+        for step in 0..300 {
+            let shards = 1usize << (rng.next() % 4);
+            let shard = (rng.next() as usize) % shards;
+            let headroom = c.value() - floor;
+            match rng.next() % 3 {
+                0 => {
+                    // restock
+                    let delta = (rng.next() % 50) as i64;
+                    let op = AddOp {
+                        now: step,
+                        delta,
+                        shard,
+                        shards,
+                        token: None,
+                    };
+                    assert_eq!(c.apply_add(&op).unwrap(), Some(c.value()));
+                }
+                1 => {
+                    let amount = 1 + (rng.next() % 60) as i64;
+                    let op = DecrOp {
+                        now: step,
+                        amount,
+                        shard,
+                        shards,
+                        token: None,
+                    };
+                    let before = c.clone();
+                    let granted = c.apply_decrement(&op).unwrap();
+                    // Refused exactly when the whole headroom is short: no false refusal.
+                    assert_eq!(
+                        granted.is_some(),
+                        amount <= headroom,
+                        "amount {amount} headroom {headroom}"
+                    );
+                    if granted.is_none() {
+                        assert_eq!(c, before);
+                    }
+                }
+                _ => {
+                    let delta = -((rng.next() % 60) as i64);
+                    let op = AddOp {
+                        now: step,
+                        delta,
+                        shard,
+                        shards,
+                        token: None,
+                    };
+                    let granted = c.apply_add(&op).unwrap();
+                    assert_eq!(granted.is_some(), -delta <= headroom);
+                }
+            }
+            assert!(c.value() >= floor);
+            assert_eq!(
+                budgets_sum(&c),
+                c.value() - floor,
+                "budgets sum to the headroom"
+            );
+            assert!(c.floor().unwrap().budgets.iter().all(|b| *b >= 0));
+            assert_eq!(c.floor().unwrap().budgets.len(), c.shard_count());
+            assert_eq!(c.shard_values().iter().sum::<i64>(), c.value());
+        }
+    }
 }

@@ -9,6 +9,10 @@
 //!   2 SHARDS  uvarint n (2..=MAX_SHARDS), n x ivarint  (sum must equal VALUE)
 //!   3 TOKENS  uvarint cursor, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint expiry),
 //!             fingerprints strictly increasing
+//!   4 FLOOR   ivarint floor, uvarint n (= shard count), n x ivarint budget
+//!             (each >= 0, summing to VALUE - floor; VALUE >= floor)
+//!   5 LEDGER  like TOKENS, each entry followed by u8 outcome (0 refused, 1 granted) and,
+//!             when granted, ivarint value
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -18,7 +22,8 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{Counter, TokenWindow, MAX_SHARDS};
+use crate::counter::tokens::TokenEntry;
+use crate::counter::{Counter, Floor, LedgerEntry, TokenWindow, MAX_SHARDS};
 
 pub const FORMAT_V1: u8 = 1;
 pub const CURRENT_FORMAT: u8 = FORMAT_V1;
@@ -27,6 +32,8 @@ const TAG_END: u8 = 0;
 const TAG_VALUE: u8 = 1;
 const TAG_SHARDS: u8 = 2;
 const TAG_TOKENS: u8 = 3;
+const TAG_FLOOR: u8 = 4;
+const TAG_LEDGER: u8 = 5;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -39,17 +46,46 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
             w.ivarint(s);
         }
     }
-    let tokens = counter.tokens();
-    if !tokens.is_empty() {
-        w.u8(TAG_TOKENS)
-            .uvarint(tokens.cursor())
-            .uvarint(tokens.len() as u64);
-        for (fp, expires) in tokens.entries() {
-            w.fixed_u64(fp).ivarint(expires);
+    encode_window(&mut w, TAG_TOKENS, counter.tokens(), |_, _| {});
+    if let Some(f) = counter.floor() {
+        w.u8(TAG_FLOOR)
+            .ivarint(f.floor)
+            .uvarint(f.budgets.len() as u64);
+        for b in &f.budgets {
+            w.ivarint(*b);
         }
     }
+    encode_window(&mut w, TAG_LEDGER, counter.ledger(), |w, e| {
+        match e.outcome {
+            None => {
+                w.u8(0);
+            }
+            Some(v) => {
+                w.u8(1).ivarint(v);
+            }
+        }
+    });
     w.u8(TAG_END);
     w.finish()
+}
+
+/// A token section: cursor, count, then per entry the fingerprint, the expiry and `extra`.
+fn encode_window<E: TokenEntry>(
+    w: &mut Writer,
+    tag: u8,
+    window: &TokenWindow<E>,
+    extra: impl Fn(&mut Writer, &E),
+) {
+    if window.is_empty() {
+        return;
+    }
+    w.u8(tag)
+        .uvarint(window.cursor())
+        .uvarint(window.len() as u64);
+    for (fp, entry) in window.entries() {
+        w.fixed_u64(fp).ivarint(entry.expires_at());
+        extra(w, &entry);
+    }
 }
 
 pub fn decode(buf: &[u8]) -> Result<Counter, DecodeError> {
@@ -64,6 +100,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut value = None;
     let mut shards = Vec::new();
     let mut tokens = TokenWindow::default();
+    let mut floor = None;
+    let mut ledger = TokenWindow::default();
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -77,7 +115,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         match tag {
             TAG_VALUE => value = Some(r.ivarint()?),
             TAG_SHARDS => shards = decode_shards(r)?,
-            TAG_TOKENS => tokens = decode_tokens(r)?,
+            TAG_TOKENS => tokens = decode_window(r, |_, expires| Ok(expires))?,
+            TAG_FLOOR => floor = Some(decode_floor(r)?),
+            TAG_LEDGER => ledger = decode_window(r, decode_ledger_entry)?,
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -90,8 +130,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     if shards.is_empty() {
         shards.push(value);
     }
-    let counter = Counter::from_parts(shards, tokens)
-        .or_else(|_| decode_error("CTR shards overflow when summed"))?;
+    let counter = Counter::from_parts(shards, floor, tokens, ledger)
+        .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
     if counter.value() != value {
         return decode_error("CTR shards do not sum to the value");
     }
@@ -106,7 +146,11 @@ fn decode_shards(r: &mut Reader) -> Result<Vec<i64>, DecodeError> {
     (0..n).map(|_| r.ivarint()).collect()
 }
 
-fn decode_tokens(r: &mut Reader) -> Result<TokenWindow, DecodeError> {
+/// A token section; `entry` reads what follows each fingerprint and expiry.
+fn decode_window<E: TokenEntry>(
+    r: &mut Reader,
+    entry: impl Fn(&mut Reader, i64) -> Result<E, DecodeError>,
+) -> Result<TokenWindow<E>, DecodeError> {
     let cursor = r.uvarint()?;
     // Each entry takes at least 9 bytes (8-byte fingerprint + 1-byte expiry).
     let n = r.count(usize::MAX, 9)?;
@@ -122,9 +166,29 @@ fn decode_tokens(r: &mut Reader) -> Result<TokenWindow, DecodeError> {
             return decode_error("CTR tokens repeated or out of order");
         }
         previous = Some(fp);
-        entries.push((fp, expires));
+        entries.push((fp, entry(r, expires)?));
     }
     Ok(TokenWindow::from_parts(entries, cursor))
+}
+
+fn decode_ledger_entry(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, DecodeError> {
+    let outcome = match r.u8()? {
+        0 => None,
+        1 => Some(r.ivarint()?),
+        other => return decode_error(format!("unknown ledger outcome {other}")),
+    };
+    Ok(LedgerEntry {
+        expires_at,
+        outcome,
+    })
+}
+
+fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
+    let floor = r.ivarint()?;
+    let n = r.count(MAX_SHARDS, 1)?;
+    let budgets = (0..n).map(|_| r.ivarint()).collect::<Result<Vec<_>, _>>()?;
+    // Counts, signs and the sum are checked against the shards by Counter::from_parts.
+    Ok(Floor { floor, budgets })
 }
 
 #[cfg(test)]
@@ -196,8 +260,22 @@ mod tests {
     }
 
     fn with_tokens() -> Counter {
-        use crate::counter::{AddOp, TokenStamp};
+        use crate::counter::{AddOp, DecrOp, TokenStamp};
         let mut c = Counter::from_shards(vec![1, 2]).unwrap();
+        c.set_floor(Some(-5)).unwrap();
+        for (fp, amount) in [(77u64, 2i64), (78, 1_000)] {
+            c.apply_decrement(&DecrOp {
+                now: 10,
+                amount,
+                shard: 1,
+                shards: 2,
+                token: Some(TokenStamp {
+                    fp,
+                    expires_at: 900,
+                }),
+            })
+            .unwrap();
+        }
         for (i, fp) in [9u64, 3, u64::MAX, 0].into_iter().enumerate() {
             c.apply_add(&AddOp {
                 now: 10,
@@ -221,6 +299,36 @@ mod tests {
         assert_eq!(back, c);
         assert_eq!(back.tokens().cursor(), c.tokens().cursor());
         assert!(back.has_token(u64::MAX, 1_001));
+        assert_eq!(back.ledger_outcome(77, 10), Some(Some(1)));
+        assert_eq!(back.ledger_outcome(78, 10), Some(None));
+        assert_eq!(back.floor().map(|f| f.floor), Some(-5));
+    }
+
+    #[test]
+    fn refuses_floors_that_break_the_invariants() {
+        let floored = |value: i64, floor: i64, budgets: &[i64]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(value);
+            w.u8(TAG_FLOOR).ivarint(floor).uvarint(budgets.len() as u64);
+            for b in budgets {
+                w.ivarint(*b);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(floored(10, 4, &[6]).is_ok());
+        assert!(
+            floored(10, 4, &[5]).is_err(),
+            "budgets short of the headroom"
+        );
+        assert!(floored(10, 4, &[7]).is_err(), "budgets beyond the headroom");
+        assert!(floored(3, 4, &[-1]).is_err(), "value below the floor");
+        assert!(
+            floored(10, 4, &[8, -2]).is_err(),
+            "budget count differs from shards"
+        );
+        assert!(floored(10, 4, &[]).is_err());
+        assert!(floored(i64::MAX, -1, &[0]).is_err(), "headroom overflows");
     }
 
     #[test]

@@ -5,20 +5,22 @@
 //! Layout, format 1:
 //! ```text
 //! u8 format (= 1)
-//! u8 kind: 1 ADD, 2 CLEAR
+//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR
 //! ivarint now
-//! ADD only: ivarint delta, uvarint shard, uvarint shards
+//! ADD:  ivarint delta, uvarint shard, uvarint shards
+//! DECR: ivarint amount, uvarint shard, uvarint shards
 //! u8 flags: bit 0 token, bit 1 expire-at; other bits must be 0
 //! token:     u64 LE fingerprint, ivarint expiry
 //! expire-at: ivarint unix ms
 //! ```
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{AddOp, ClearOp, TokenStamp, MAX_SHARDS};
+use crate::counter::{AddOp, ClearOp, DecrOp, TokenStamp, MAX_SHARDS};
 
 const FORMAT_V1: u8 = 1;
 const KIND_ADD: u8 = 1;
 const KIND_CLEAR: u8 = 2;
+const KIND_DECR: u8 = 3;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 
@@ -26,13 +28,24 @@ const FLAG_EXPIRE_AT: u8 = 2;
 pub enum CounterOp {
     Add(AddOp),
     Clear(ClearOp),
+    Decr(DecrOp),
 }
 
 impl CounterOp {
+    /// The shard count the operation leaves (None: a clear keeps the current one).
+    pub fn shards(&self) -> Option<usize> {
+        match self {
+            CounterOp::Add(op) => Some(op.shards),
+            CounterOp::Decr(op) => Some(op.shards),
+            CounterOp::Clear(_) => None,
+        }
+    }
+
     fn token(&self) -> Option<TokenStamp> {
         match self {
             CounterOp::Add(op) => op.token,
             CounterOp::Clear(op) => op.token,
+            CounterOp::Decr(op) => op.token,
         }
     }
 }
@@ -54,6 +67,10 @@ pub fn encode(effect: &Effect) -> Vec<u8> {
         }
         CounterOp::Clear(op) => {
             w.u8(KIND_CLEAR).ivarint(op.now);
+        }
+        CounterOp::Decr(op) => {
+            w.u8(KIND_DECR).ivarint(op.now).ivarint(op.amount);
+            w.uvarint(op.shard as u64).uvarint(op.shards as u64);
         }
     }
     let token = effect.op.token();
@@ -83,7 +100,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let kind = r.u8()?;
     let now = r.ivarint()?;
     let (delta, shard, shards) = match kind {
-        KIND_ADD => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
+        KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
         KIND_CLEAR => (0, 0, 0),
         other => return decode_error(format!("unknown effect kind {other}")),
     };
@@ -111,6 +128,13 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
         KIND_ADD => CounterOp::Add(AddOp {
             now,
             delta,
+            shard,
+            shards,
+            token,
+        }),
+        KIND_DECR => CounterOp::Decr(DecrOp {
+            now,
+            amount: delta,
             shard,
             shards,
             token,
@@ -160,6 +184,16 @@ mod tests {
             },
             Effect {
                 op: CounterOp::Clear(ClearOp { now: 5, token }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Decr(DecrOp {
+                    now: 7,
+                    amount: 3,
+                    shard: 1,
+                    shards: 2,
+                    token,
+                }),
                 expire_at: None,
             },
         ]

@@ -143,7 +143,7 @@ impl Server {
                     return false;
                 }
             }
-            if let Ok(mut c) = Conn::connect(self.port) {
+            if let Some(mut c) = self.own_connection() {
                 match c.q("PING") {
                     Value::Simple(s) if s == "PONG" => return true,
                     _ => {} // still loading
@@ -152,6 +152,21 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// A connection to this harness's own server process: the port may have been taken by
+    /// another test's server once ours exited, so the server's pid is checked first.
+    fn own_connection(&self) -> Option<Conn> {
+        let pid = self.child.as_ref()?.id();
+        let mut c = Conn::connect(self.port).ok()?;
+        let info = match c.q("INFO server") {
+            Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => return None,
+        };
+        let ours = info
+            .lines()
+            .any(|l| l.trim_end() == format!("process_id:{pid}"));
+        ours.then_some(c)
     }
 
     pub fn conn(&self) -> Conn {
@@ -183,7 +198,7 @@ impl Server {
     }
 
     fn stop(&mut self, how: &str) {
-        if let Ok(mut c) = Conn::connect(self.port) {
+        if let Some(mut c) = self.own_connection() {
             c.send(&how.split_whitespace().collect::<Vec<_>>());
             let _ = c.read(); // the connection closes on success
         }

@@ -1,0 +1,55 @@
+//! The internal commands that carry state between servers: CTR.APPLY (replicated effects) and
+//! CTR.SETSTATE (AOF rewrite). Both are deterministic and validate everything first.
+
+use super::ctr_store::update_counter;
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
+use crate::persist::ctr_format;
+use crate::persist::effect::{self, CounterOp};
+
+/// CTR.APPLY key effect
+pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.apply"));
+    }
+    let effect = effect::decode(args.bytes(2))
+        .map_err(|e| CommandError(format!("ERR invalid CTR effect: {e}").into()))?;
+    let key_name = args.raw(1);
+    let key = Key::open(ctx, key_name, true);
+    let mut created = false;
+    let outcome = update_counter(&key, |c, before| {
+        created = before.created;
+        Ok(match effect.op {
+            CounterOp::Add(op) => c.apply_add(&op)?,
+            CounterOp::Decr(op) => c.apply_decrement(&op)?,
+            CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
+        })
+    })?;
+    if let (Some(at), true) = (effect.expire_at, created) {
+        key.set_abs_expire(at);
+    }
+    ctx.replicate_verbatim();
+    let event = match effect.op {
+        CounterOp::Add(_) => c"ctr.add",
+        CounterOp::Decr(_) => c"ctr.decrfloor",
+        CounterOp::Clear(_) => c"ctr.clear",
+    };
+    ctx.notify(event, key_name);
+    Ok(outcome.map_or(Reply::Null, Reply::Integer))
+}
+
+/// CTR.SETSTATE key payload: replaces the counter with a decoded `ctr_format` payload.
+pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.setstate"));
+    }
+    let counter = ctr_format::decode(args.bytes(2))
+        .map_err(|e| CommandError(format!("ERR invalid CTR state: {e}").into()))?;
+    let key = Key::open(ctx, args.raw(1), true);
+    update_counter(&key, |c, _| {
+        *c = counter;
+        Ok(())
+    })?;
+    ctx.replicate_verbatim();
+    ctx.notify(c"ctr.setstate", args.raw(1));
+    Ok(Reply::Ok)
+}

@@ -1,0 +1,230 @@
+//! What every CTR write shares: reading and updating the counter in a key (keeping its stored
+//! form and the tokens gauge right), the master's decisions (time, token stamp, shards), and the
+//! replication of the resulting effect.
+
+use std::ffi::CStr;
+
+use super::decide;
+use crate::config::Settings;
+use crate::counter::{
+    siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
+    TokenStamp, TokenTimeError,
+};
+use crate::ffi::{Args, CommandError, Ctx, Key, KeyContent, RawString, WRONG_TYPE};
+use crate::metrics;
+use crate::persist::ctr_type::ctr_type;
+use crate::persist::effect::{self, Effect};
+
+const APPLY_COMMAND: &CStr = c"CTR.APPLY";
+
+impl From<CounterError> for CommandError {
+    fn from(e: CounterError) -> Self {
+        match e {
+            CounterError::Overflow => CommandError::fixed("ERR counter overflow"),
+            CounterError::BelowFloor => CommandError::fixed("ERR value below floor"),
+            other => CommandError(other.message().into()),
+        }
+    }
+}
+
+impl From<TokenTimeError> for CommandError {
+    fn from(e: TokenTimeError) -> Self {
+        metrics::TOKENS_REFUSED.incr();
+        CommandError::fixed(match e {
+            TokenTimeError::TooOld => {
+                "ERR token event time is older than the dedup window (ctr.token-window-ms)"
+            }
+            TokenTimeError::TooFarInFuture => {
+                "ERR token event time is too far in the future (ctr.token-max-future-ms)"
+            }
+        })
+    }
+}
+
+/// What the key held before a write.
+#[derive(Debug, Clone, Copy)]
+pub struct Before {
+    pub created: bool,
+    pub inline: bool,
+    pub shards: usize,
+}
+
+/// A view of the counter at `key` (None when missing), or WRONGTYPE.
+pub fn with_counter<R>(
+    ctx: Ctx,
+    key: RawString,
+    f: impl FnOnce(Option<CounterRef>) -> R,
+) -> Result<R, CommandError> {
+    let k = Key::open(ctx, key, false);
+    match k.content(ctr_type()) {
+        KeyContent::Empty => Ok(f(None)),
+        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+        KeyContent::Mine(raw) => Ok(f(Some(unsafe { CounterCell::borrow(raw) }))),
+        KeyContent::Other => Err(WRONG_TYPE),
+    }
+}
+
+pub fn read_value(ctx: Ctx, key: RawString) -> Result<i64, CommandError> {
+    with_counter(ctx, key, |c| c.map_or(0, CounterRef::value))
+}
+
+/// Applies `f` to the counter in `key` (opened for writing), creating it at 0 when missing.
+/// Nothing is stored when `f` fails. Keeps the stored form (inline or boxed) right and the
+/// tokens-held gauge exact.
+pub fn update_counter<R>(
+    key: &Key,
+    f: impl FnOnce(&mut Counter, Before) -> Result<R, CommandError>,
+) -> Result<R, CommandError> {
+    match key.content(ctr_type()) {
+        KeyContent::Empty => {
+            let mut counter = Counter::default();
+            let before = Before {
+                created: true,
+                inline: true,
+                shards: 1,
+            };
+            let result = f(&mut counter, before)?;
+            let tokens = counter.token_count();
+            let raw = CounterCell::new(counter).into_raw();
+            if !key.set_value(ctr_type(), raw) {
+                // SAFETY: the keyspace refused the value; we still own it.
+                drop(unsafe { CounterCell::from_raw(raw) });
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+            metrics::TOKENS_HELD.add(tokens as u64);
+            Ok(result)
+        }
+        KeyContent::Mine(raw) => {
+            // SAFETY: the key is open for writing and holds a live counter we access alone.
+            let view = unsafe { CounterCell::borrow(raw) };
+            let tokens_before = view.token_count();
+            let before = Before {
+                created: false,
+                inline: view.is_inline(),
+                shards: view.shard_count(),
+            };
+            // SAFETY: as above.
+            let (result, new_cell) = unsafe { CounterCell::update(raw, |c| f(c, before)) };
+            let live = match new_cell {
+                None => raw,
+                Some(cell) => {
+                    let new_raw = cell.into_raw();
+                    match key.replace_value(ctr_type(), new_raw) {
+                        Some(old) => {
+                            // SAFETY: the keyspace handed the old value back to us.
+                            drop(unsafe { CounterCell::from_raw(old) });
+                            new_raw
+                        }
+                        None => {
+                            // SAFETY: refused: the new value is still ours.
+                            drop(unsafe { CounterCell::from_raw(new_raw) });
+                            raw
+                        }
+                    }
+                }
+            };
+            // SAFETY: `live` is the key's current value.
+            let tokens_after = unsafe { CounterCell::borrow(live) }.token_count();
+            metrics::TOKENS_HELD.add(tokens_after.saturating_sub(tokens_before) as u64);
+            metrics::TOKENS_HELD.sub(tokens_before.saturating_sub(tokens_after) as u64);
+            result
+        }
+        KeyContent::Other => Err(WRONG_TYPE),
+    }
+}
+
+/// One write command as the master runs it: its time, configs and token stamp, and the
+/// decisions it makes. A command replayed from our master or the AOF decides nothing.
+pub struct Write<'a> {
+    pub ctx: Ctx,
+    pub key_name: RawString,
+    key_bytes: &'a [u8],
+    pub now: i64,
+    settings: Settings,
+    replaying: bool,
+    pub token: Option<TokenStamp>,
+}
+
+impl<'a> Write<'a> {
+    /// Reads the clock and stamps the token (refusing one outside the window).
+    pub fn new(
+        ctx: Ctx,
+        args: &Args<'a>,
+        token: Option<&[u8]>,
+        at: Option<i64>,
+    ) -> Result<Self, CommandError> {
+        let now = ctx.now_ms();
+        let settings = Settings::current();
+        let token = match token {
+            None => None,
+            Some(t) => Some(TokenStamp {
+                fp: token_fingerprint(t),
+                expires_at: token_expiry(
+                    at.unwrap_or(now),
+                    now,
+                    settings.token_window_ms,
+                    settings.token_max_future_ms,
+                )?,
+            }),
+        };
+        Ok(Write {
+            ctx,
+            key_name: args.raw(1),
+            key_bytes: args.bytes(1),
+            now,
+            settings,
+            replaying: ctx.is_replaying(),
+            token,
+        })
+    }
+
+    /// True when this write's token was already applied to `c` and is still remembered.
+    pub fn is_retry(&self, c: &Counter) -> bool {
+        self.token.is_some_and(|t| c.has_token(t.fp, self.now))
+    }
+
+    /// The shard count this write should leave, decided from the write rate.
+    pub fn shards(&self, c: &mut Counter, before: Before) -> usize {
+        if self.replaying {
+            return before.shards;
+        }
+        let s = &self.settings;
+        if before.inline {
+            let hot = decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold);
+            return if hot && s.max_shards >= 2 { 2 } else { 1 };
+        }
+        c.advise_shards(self.now, s.promote_threshold, s.max_shards)
+    }
+
+    /// The shard a write starts at.
+    pub fn pick_shard(&self, shards: usize) -> usize {
+        decide::pick_shard(shards)
+    }
+
+    /// Replicates the effect, counts a resize, emits the keyspace event.
+    pub fn finish(
+        &self,
+        effect: &Effect,
+        before: Before,
+        event: &CStr,
+    ) -> Result<(), CommandError> {
+        if !self
+            .ctx
+            .replicate_effect(APPLY_COMMAND, self.key_name, &effect::encode(effect))
+        {
+            return Err(CommandError::fixed("ERR could not replicate the write"));
+        }
+        self.announce(before, effect.op.shards().unwrap_or(before.shards), event);
+        Ok(())
+    }
+
+    /// Counts a resize and emits the keyspace event of a write already replicated.
+    pub fn announce(&self, before: Before, shards_after: usize, event: &CStr) {
+        if shards_after > before.shards {
+            metrics::PROMOTIONS.incr();
+        } else if shards_after < before.shards {
+            metrics::DEMOTIONS.incr();
+        }
+        self.ctx.notify(event, self.key_name);
+    }
+}

@@ -1,0 +1,101 @@
+//! Floors and per-shard reservation budgets.
+//!
+//! A floored counter holds its headroom (value - floor) as one budget per shard; the budgets
+//! are never negative and always sum to the headroom. A decrement takes from the budget of the
+//! shard the master picked and, when that one is short, from the next shards in turn, so it is
+//! refused only when the whole headroom is short: no false refusal on one server, and never an
+//! oversell. Each shard is a *holder* that could decide alone within its own budget; that is what
+//! lets a floored counter spread later across cluster nodes and regions (docs/FLOORS.md).
+
+use super::CounterError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Floor {
+    pub floor: i64,
+    /// One per shard, each >= 0, summing to value - floor.
+    pub budgets: Vec<i64>,
+}
+
+/// `headroom` split over `n` shards as evenly as integers allow (the first shards get the
+/// remainder).
+pub fn split_evenly(headroom: i64, n: usize) -> Vec<i64> {
+    let n = n.max(1);
+    let share = headroom / n as i64;
+    let extra = (headroom % n as i64) as usize;
+    (0..n).map(|i| share + i64::from(i < extra)).collect()
+}
+
+/// How much to take from each budget to cover `need`, starting at shard `start` and moving on
+/// to the next shards in turn; None when the budgets together are short.
+pub fn draw(budgets: &[i64], start: usize, need: i64) -> Option<Vec<i64>> {
+    let total = budgets
+        .iter()
+        .try_fold(0i64, |acc, b| acc.checked_add(*b))?;
+    if need < 0 || total < need {
+        return None;
+    }
+    let n = budgets.len();
+    let mut takes = vec![0i64; n];
+    let mut remaining = need;
+    for offset in 0..n {
+        if remaining == 0 {
+            break;
+        }
+        let j = (start + offset) % n;
+        let take = budgets[j].min(remaining);
+        takes[j] = take;
+        remaining -= take;
+    }
+    Some(takes)
+}
+
+/// Values resized to `target` slots: new slots start at 0; a shrink folds slot `i` into
+/// `i % target`, so the sum never changes.
+pub fn resize(values: &[i64], target: usize) -> Result<Vec<i64>, CounterError> {
+    if values.len() == target {
+        return Ok(values.to_vec());
+    }
+    let mut resized = vec![0i64; target.max(1)];
+    let len = resized.len();
+    for (i, v) in values.iter().enumerate() {
+        let slot = &mut resized[i % len];
+        *slot = slot.checked_add(*v).ok_or(CounterError::Overflow)?;
+    }
+    Ok(resized)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn even_split_sums_to_the_headroom() {
+        assert_eq!(split_evenly(10, 3), vec![4, 3, 3]);
+        assert_eq!(split_evenly(0, 4), vec![0, 0, 0, 0]);
+        assert_eq!(
+            split_evenly(i64::MAX, 2)
+                .iter()
+                .map(|b| *b as i128)
+                .sum::<i128>(),
+            i64::MAX as i128
+        );
+        assert_eq!(split_evenly(5, 1), vec![5]);
+    }
+
+    #[test]
+    fn draw_takes_from_the_chosen_shard_then_the_next() {
+        assert_eq!(draw(&[2, 5, 1], 0, 4), Some(vec![2, 2, 0]));
+        assert_eq!(draw(&[2, 5, 1], 2, 4), Some(vec![2, 1, 1]));
+        assert_eq!(draw(&[2, 5, 1], 2, 8), Some(vec![2, 5, 1]));
+        assert_eq!(draw(&[2, 5, 1], 1, 9), None);
+        assert_eq!(draw(&[0], 0, 0), Some(vec![0]));
+    }
+
+    #[test]
+    fn resize_keeps_the_sum() {
+        assert_eq!(resize(&[1, 2], 4).unwrap(), vec![1, 2, 0, 0]);
+        assert_eq!(resize(&[1, 2, 3, 4], 2).unwrap(), vec![4, 6]);
+        assert_eq!(resize(&[1, 2, 3, 4], 1).unwrap(), vec![10]);
+        assert!(resize(&[i64::MAX, 0, 1, 0], 2).is_err());
+    }
+}
