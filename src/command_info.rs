@@ -9,7 +9,7 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use crate::commands::{CommandDef, KeyAccess};
+use crate::commands::{CommandDef, KeyAccess, KeywordKey};
 use crate::ffi::rm;
 
 fn key_flags(access: KeyAccess) -> u64 {
@@ -51,6 +51,28 @@ fn key_spec(def: &CommandDef) -> raw::RedisModuleCommandKeySpec {
     }
 }
 
+fn keyword_spec(k: &KeywordKey) -> raw::RedisModuleCommandKeySpec {
+    raw::RedisModuleCommandKeySpec {
+        notes: std::ptr::null(),
+        flags: key_flags(k.access),
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            keyword: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 {
+                keyword: k.keyword.as_ptr(),
+                startfrom: k.start_from,
+            },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    }
+}
+
 /// An all-zero key spec terminates the array.
 fn terminator() -> raw::RedisModuleCommandKeySpec {
     // SAFETY: the struct is plain data for which all-zero is the documented terminator.
@@ -64,7 +86,9 @@ pub fn set(ctx: *mut raw::RedisModuleCtx, def: &CommandDef) -> Result<(), String
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    let mut specs = [key_spec(def), terminator()];
+    let mut specs = vec![key_spec(def)];
+    specs.extend(def.keyword_keys.iter().map(keyword_spec));
+    specs.push(terminator());
     let info = raw::RedisModuleCommandInfo {
         version: &version,
         summary: def.summary.as_ptr(),

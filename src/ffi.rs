@@ -75,6 +75,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_DigestAddStringBuffer,
         RedisModule_DigestEndSequence,
         RedisModule_CreateCommand,
+        RedisModule_ValueLength,
+        RedisModule_Call,
     )
 }
 
@@ -334,7 +336,40 @@ impl Key {
     }
 }
 
+/// The Redis types a key can hold, as far as the module reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Empty,
+    Set,
+    SortedSet,
+    Stream,
+    Other,
+}
+
 impl Key {
+    pub fn kind(&self) -> KeyKind {
+        if self.kp.is_null() {
+            return KeyKind::Empty;
+        }
+        // SAFETY: kp is an open key.
+        match unsafe { rm!(RedisModule_KeyType)(self.kp) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
+            raw::REDISMODULE_KEYTYPE_SET => KeyKind::Set,
+            raw::REDISMODULE_KEYTYPE_ZSET => KeyKind::SortedSet,
+            raw::REDISMODULE_KEYTYPE_STREAM => KeyKind::Stream,
+            _ => KeyKind::Other,
+        }
+    }
+
+    /// Elements of a set, sorted set or stream (0 when empty).
+    pub fn length(&self) -> u64 {
+        if self.kp.is_null() {
+            return 0;
+        }
+        // SAFETY: kp is an open key.
+        unsafe { rm!(RedisModule_ValueLength)(self.kp) as u64 }
+    }
+
     /// Sets an absolute expiry (unix ms) on a key opened for writing that holds a value.
     pub fn set_abs_expire(&self, at_ms: i64) -> bool {
         // SAFETY: kp is open for writing.

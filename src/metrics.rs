@@ -25,6 +25,11 @@ impl Counter {
             .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
     }
 
+    /// For maxima.
+    pub fn raise_to(&self, v: u64) {
+        self.0.fetch_max(v, Relaxed);
+    }
+
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
@@ -49,6 +54,36 @@ pub static DECREMENTS_GRANTED: Counter = Counter::new();
 pub static DECREMENTS_REFUSED: Counter = Counter::new();
 /// Negative CTR.ADDs refused because they would cross a counter's floor.
 pub static ADDS_REFUSED_BY_FLOOR: Counter = Counter::new();
+/// Writes refused because their event time was at or before a reconciled watermark.
+pub static LATE_ADDS: Counter = Counter::new();
+/// Reconciles that changed a counter, the total and largest absolute drift they found, and a
+/// histogram of drift sizes (|drift| = 0, 1-9, 10-99, 100-999, >= 1000).
+pub static RECONCILES: Counter = Counter::new();
+pub static DRIFT_TOTAL_ABS: Counter = Counter::new();
+pub static DRIFT_LARGEST_ABS: Counter = Counter::new();
+pub static DRIFT_HISTOGRAM: [Counter; 5] = [
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+];
+
+/// Records one reconcile's drift in the module-wide figures.
+pub fn record_drift(drift: i64) {
+    let size = drift.unsigned_abs();
+    RECONCILES.incr();
+    DRIFT_TOTAL_ABS.add(size);
+    DRIFT_LARGEST_ABS.raise_to(size);
+    let bucket = match size {
+        0 => 0,
+        1..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        _ => 4,
+    };
+    DRIFT_HISTOGRAM[bucket].incr();
+}
 
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
@@ -63,6 +98,15 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("decrements_granted", &DECREMENTS_GRANTED),
         ("decrements_refused", &DECREMENTS_REFUSED),
         ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
+        ("late_adds", &LATE_ADDS),
+        ("reconciles", &RECONCILES),
+        ("drift_total_abs", &DRIFT_TOTAL_ABS),
+        ("drift_largest_abs", &DRIFT_LARGEST_ABS),
+        ("drift_0", &DRIFT_HISTOGRAM[0]),
+        ("drift_1_9", &DRIFT_HISTOGRAM[1]),
+        ("drift_10_99", &DRIFT_HISTOGRAM[2]),
+        ("drift_100_999", &DRIFT_HISTOGRAM[3]),
+        ("drift_1000_plus", &DRIFT_HISTOGRAM[4]),
     ]
 }
 

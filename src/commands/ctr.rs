@@ -50,6 +50,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         let shards = w.shards(c, before);
         let op = AddOp {
             now: w.now,
+            event: w.event,
             delta: parsed.delta,
             shard: w.pick_shard(shards),
             shards,
@@ -158,6 +159,10 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Array(values))
 }
 
+fn clamp_u64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 fn integers(values: &[i64]) -> Reply {
     Reply::Array(values.iter().copied().map(Reply::Integer).collect())
 }
@@ -179,6 +184,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             Some(CounterRef::Boxed(b)) => (b, b.add_rate(), "boxed"),
         };
         let floor = counter.floor();
+        let history = counter.history();
         Reply::Map(vec![
             ("value", Reply::Integer(counter.value())),
             (
@@ -197,6 +203,28 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             (
                 "duplicates_ignored",
                 Reply::Integer(counter.duplicates() as i64),
+            ),
+            (
+                "bucket_count",
+                Reply::Integer(history.map_or(0, |h| h.buckets.len() as i64)),
+            ),
+            (
+                "last_watermark",
+                history
+                    .and_then(|h| h.watermark)
+                    .map_or(Reply::Null, Reply::Integer),
+            ),
+            (
+                "last_drift",
+                history.map_or(Reply::Null, |h| Reply::Integer(h.last_drift)),
+            ),
+            (
+                "total_abs_drift",
+                Reply::Integer(history.map_or(0, |h| clamp_u64(h.total_abs_drift))),
+            ),
+            (
+                "reconciles",
+                Reply::Integer(history.map_or(0, |h| clamp_u64(h.reconciles))),
             ),
             ("encoding", Reply::Bulk(encoding.as_bytes().to_vec())),
         ])

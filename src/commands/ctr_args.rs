@@ -35,6 +35,26 @@ pub struct DecrArgs<'a> {
 
 pub const AMOUNT_NOT_POSITIVE: CommandError = CommandError::fixed("ERR amount must be positive");
 
+/// Where a reconcile's truth comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TruthSource<'a> {
+    /// A number given by the caller.
+    Given(i64),
+    /// Stream entries with ids up to the watermark.
+    Stream(&'a [u8]),
+    /// Sorted-set members with score up to the watermark.
+    SortedSet(&'a [u8]),
+    /// Set cardinality.
+    Set(&'a [u8]),
+}
+
+/// `CTR.RECONCILE key truth [AT w]` or `CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileArgs<'a> {
+    pub source: TruthSource<'a>,
+    pub at: Option<i64>,
+}
+
 /// Options are `NAME value` pairs; each may appear once.
 fn options<'a>(
     rest: &[&'a [u8]],
@@ -109,6 +129,33 @@ pub fn parse_decrement<'a>(args: &[&'a [u8]]) -> Result<DecrArgs<'a>, CommandErr
         Ok(true)
     })?;
     Ok(parsed)
+}
+
+pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, CommandError> {
+    let (first, rest) = args.split_first().ok_or(SYNTAX_ERROR)?;
+    let (source, rest) = if first.eq_ignore_ascii_case(b"FROM") {
+        let [kind, key, rest @ ..] = rest else {
+            return Err(SYNTAX_ERROR);
+        };
+        let source = match kind.to_ascii_uppercase().as_slice() {
+            b"STREAM" => TruthSource::Stream(key),
+            b"ZSET" => TruthSource::SortedSet(key),
+            b"SET" => TruthSource::Set(key),
+            _ => return Err(SYNTAX_ERROR),
+        };
+        (source, rest)
+    } else {
+        (TruthSource::Given(integer(first)?), rest)
+    };
+    let mut at = None;
+    options(rest, |name, value| {
+        if name != "AT" || matches!(source, TruthSource::Set(_)) {
+            return Ok(false); // a set has no time: no AT
+        }
+        at = Some(integer(value)?);
+        Ok(true)
+    })?;
+    Ok(ReconcileArgs { source, at })
 }
 
 /// `CTR.FLOOR key floor|NONE`: Some(floor), or None to remove it.
@@ -206,6 +253,40 @@ mod tests {
         assert_eq!(parse_floor(b"none"), Ok(None));
         assert_eq!(parse_floor(b"-7"), Ok(Some(-7)));
         assert_eq!(parse_floor(b"low"), Err(NOT_AN_INTEGER));
+    }
+
+    #[test]
+    fn reconcile_takes_a_truth_or_a_source() {
+        let r = |line: &'static str| {
+            let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+            parse_reconcile(&words)
+        };
+        assert_eq!(
+            r("100").unwrap(),
+            ReconcileArgs {
+                source: TruthSource::Given(100),
+                at: None
+            }
+        );
+        assert_eq!(r("100 AT 60000").unwrap().at, Some(60_000));
+        assert_eq!(
+            r("FROM stream ev").unwrap().source,
+            TruthSource::Stream(b"ev")
+        );
+        assert_eq!(
+            r("from ZSET z at 5").unwrap(),
+            ReconcileArgs {
+                source: TruthSource::SortedSet(b"z"),
+                at: Some(5)
+            }
+        );
+        assert_eq!(r("FROM SET s").unwrap().source, TruthSource::Set(b"s"));
+        assert_eq!(r("FROM SET s AT 5"), Err(SYNTAX_ERROR), "a set has no time");
+        assert_eq!(r("FROM LIST l"), Err(SYNTAX_ERROR));
+        assert_eq!(r("FROM STREAM"), Err(SYNTAX_ERROR));
+        assert_eq!(r("100 AT"), Err(SYNTAX_ERROR));
+        assert_eq!(r("many"), Err(NOT_AN_INTEGER));
+        assert_eq!(r("100 AT 1 AT 2"), Err(SYNTAX_ERROR));
     }
 
     #[test]

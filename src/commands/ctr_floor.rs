@@ -56,6 +56,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         let shards = w.shards(c, before);
         let op = DecrOp {
             now: w.now,
+            event: w.event,
             amount: parsed.amount,
             shard: w.pick_shard(shards),
             shards,

@@ -22,6 +22,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Add(op) => c.apply_add(&op)?,
             CounterOp::Decr(op) => c.apply_decrement(&op)?,
             CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
+            CounterOp::Reconcile(op) => Some(c.apply_reconcile(&op)?.value),
         })
     })?;
     if let (Some(at), true) = (effect.expire_at, created) {
@@ -32,6 +33,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Add(_) => c"ctr.add",
         CounterOp::Decr(_) => c"ctr.decrfloor",
         CounterOp::Clear(_) => c"ctr.clear",
+        CounterOp::Reconcile(_) => c"ctr.reconcile",
     };
     ctx.notify(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))

@@ -22,6 +22,10 @@ impl From<CounterError> for CommandError {
         match e {
             CounterError::Overflow => CommandError::fixed("ERR counter overflow"),
             CounterError::BelowFloor => CommandError::fixed("ERR value below floor"),
+            CounterError::Late => {
+                metrics::LATE_ADDS.incr();
+                CommandError(e.message().into())
+            }
             other => CommandError(other.message().into()),
         }
     }
@@ -40,6 +44,9 @@ impl From<TokenTimeError> for CommandError {
         })
     }
 }
+
+const FUTURE_EVENT: CommandError =
+    CommandError::fixed("ERR event time is too far in the future (ctr.token-max-future-ms)");
 
 /// What the key held before a write.
 #[derive(Debug, Clone, Copy)]
@@ -140,7 +147,9 @@ pub struct Write<'a> {
     pub key_name: RawString,
     key_bytes: &'a [u8],
     pub now: i64,
-    settings: Settings,
+    /// The write's event time: `AT`, or `now`.
+    pub event: i64,
+    pub settings: Settings,
     replaying: bool,
     pub token: Option<TokenStamp>,
 }
@@ -155,12 +164,16 @@ impl<'a> Write<'a> {
     ) -> Result<Self, CommandError> {
         let now = ctx.now_ms();
         let settings = Settings::current();
+        let event = at.unwrap_or(now);
         let token = match token {
+            None if event > now.saturating_add(settings.token_max_future_ms) => {
+                return Err(FUTURE_EVENT);
+            }
             None => None,
             Some(t) => Some(TokenStamp {
                 fp: token_fingerprint(t),
                 expires_at: token_expiry(
-                    at.unwrap_or(now),
+                    event,
                     now,
                     settings.token_window_ms,
                     settings.token_max_future_ms,
@@ -172,6 +185,7 @@ impl<'a> Write<'a> {
             key_name: args.raw(1),
             key_bytes: args.bytes(1),
             now,
+            event,
             settings,
             replaying: ctx.is_replaying(),
             token,

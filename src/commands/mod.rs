@@ -8,6 +8,7 @@ pub mod ctr;
 pub mod ctr_args;
 pub mod ctr_floor;
 pub mod ctr_internal;
+pub mod ctr_reconcile;
 mod ctr_store;
 mod decide;
 pub mod parse;
@@ -51,12 +52,23 @@ pub const ALL_KEYS: KeyRange = KeyRange {
     step: 1,
 };
 
+/// A key found after a keyword (e.g. the source of `CTR.RECONCILE ... FROM STREAM source`): the
+/// argument right after `keyword`, searched from argument `start_from` on.
+#[derive(Clone, Copy, Debug)]
+pub struct KeywordKey {
+    pub keyword: &'static CStr,
+    pub start_from: c_int,
+    pub access: KeyAccess,
+}
+
 pub struct CommandDef {
     pub name: &'static CStr,
     pub entry: raw::RedisModuleCmdFunc,
     pub flags: &'static CStr,
     pub keys: KeyRange,
     pub access: KeyAccess,
+    /// Keys that follow a keyword, each declared as its own key spec.
+    pub keyword_keys: &'static [KeywordKey],
     /// Redis arity: positive = exact argument count, negative = at least that many.
     pub arity: c_int,
     pub summary: &'static CStr,
@@ -85,6 +97,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
+        keyword_keys: &[],
         arity: -3,
         summary: c"Adds a delta to a counter and returns the new value; creates it at 0 when missing. Options: TOKEN (idempotent retries), AT (event time), EX/PX (TTL on create).",
         complexity: c"O(1), O(log N) with a token where N is the number of tokens remembered",
@@ -96,6 +109,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"readonly fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Read,
+        keyword_keys: &[],
         arity: 2,
         summary: c"Returns the value of a counter (0 when missing).",
         complexity: c"O(1)",
@@ -107,6 +121,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"readonly fast",
         keys: ALL_KEYS,
         access: KeyAccess::Read,
+        keyword_keys: &[],
         arity: -2,
         summary: c"Returns the values of several counters (0 for a missing one).",
         complexity: c"O(N) where N is the number of keys",
@@ -118,6 +133,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
+        keyword_keys: &[],
         arity: -2,
         summary: c"Resets a counter to 0 keeping its settings, and returns the value before. Option: TOKEN.",
         complexity: c"O(N) where N is the number of shards",
@@ -129,6 +145,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"readonly",
         keys: SINGLE_KEY,
         access: KeyAccess::Read,
+        keyword_keys: &[],
         arity: 2,
         summary: c"Describes a counter: value, shards, add rate, tokens remembered, duplicates ignored.",
         complexity: c"O(N) where N is the number of shards",
@@ -140,6 +157,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
+        keyword_keys: &[],
         arity: 3,
         summary: c"Sets (or with NONE removes) the floor a counter can never go below; creates it at 0 when missing.",
         complexity: c"O(N) where N is the number of shards",
@@ -151,10 +169,27 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
+        keyword_keys: &[],
         arity: -3,
         summary: c"Decrements only if the result stays at or above the floor; nil when refused. TOKEN replays the first outcome to retries.",
         complexity: c"O(N) where N is the number of shards, plus O(log T) with a token",
         since: c"0.3.0",
+    },
+    CommandDef {
+        name: c"ctr.reconcile",
+        entry: entry!(ctr_reconcile::reconcile),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[
+            KeywordKey { keyword: c"STREAM", start_from: 2, access: KeyAccess::Read },
+            KeywordKey { keyword: c"ZSET", start_from: 2, access: KeyAccess::Read },
+            KeywordKey { keyword: c"SET", start_from: 2, access: KeyAccess::Read },
+        ],
+        arity: -3,
+        summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift].",
+        complexity: c"O(B) where B is the number of buckets kept, plus counting the source: O(entries after the watermark) for a stream, O(log N) for a sorted set, O(1) for a set",
+        since: c"0.4.0",
     },
     CommandDef {
         name: c"ctr.apply",
@@ -162,6 +197,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
+        keyword_keys: &[],
         arity: 3,
         summary: c"Internal: applies a write effect replicated by a master (time, shard, token already decided).",
         complexity: c"O(log N) where N is the number of tokens remembered",
@@ -173,6 +209,7 @@ pub static COMMANDS: &[CommandDef] = &[
         flags: c"write deny-oom",
         keys: SINGLE_KEY,
         access: KeyAccess::Overwrite,
+        keyword_keys: &[],
         arity: 3,
         summary: c"Internal: replaces a counter with a serialized state (used by AOF rewrite).",
         complexity: c"O(N) where N is the size of the state",

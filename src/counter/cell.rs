@@ -192,6 +192,7 @@ mod tests {
     fn add(c: &mut Counter, delta: i64) -> Result<Option<i64>, CounterError> {
         c.apply_add(&AddOp {
             now: 0,
+            event: 0,
             delta,
             shard: 0,
             shards: 1,

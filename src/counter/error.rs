@@ -9,6 +9,10 @@ pub enum CounterError {
     Overflow,
     /// The value would be, or already is, below the requested floor.
     BelowFloor,
+    /// An add stamped at or before the counter's reconciled watermark.
+    Late,
+    /// A reconcile watermark that cannot be used.
+    Watermark(crate::counter::history::WatermarkError),
     /// A replicated or restored operation that no master would produce.
     InvalidOperation(&'static str),
 }
@@ -18,6 +22,10 @@ impl CounterError {
         match self {
             CounterError::Overflow => "ERR counter overflow".to_string(),
             CounterError::BelowFloor => "ERR value below floor".to_string(),
+            CounterError::Late => {
+                "ERR event time is at or before the counter's reconciled watermark".to_string()
+            }
+            CounterError::Watermark(w) => w.message().to_string(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
         }
     }

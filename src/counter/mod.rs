@@ -9,6 +9,7 @@
 mod cell;
 mod error;
 pub mod floor;
+pub mod history;
 mod ops;
 pub mod rate;
 pub mod siphash;
@@ -17,7 +18,8 @@ pub mod tokens;
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
 pub use floor::Floor;
-pub use ops::{AddOp, ClearOp, DecrOp, TokenStamp};
+pub use history::{History, Repair};
+pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};
 
@@ -37,10 +39,22 @@ pub struct Counter {
     tokens: TokenWindow,
     /// Tokens of CTR.DECRFLOOR with their first outcome.
     ledger: TokenWindow<LedgerEntry>,
+    /// Time buckets and reconcile state, once the counter has been reconciled.
+    history: Option<Box<History>>,
     /// Local and advisory: not persisted, not replicated, not part of the digest.
     rate: RateTracker,
     /// Retries ignored since this copy of the counter was loaded (local, like `rate`).
     duplicates: u64,
+}
+
+/// Everything a decoded counter is made of (the value is the sum of the shards).
+#[derive(Debug, Default)]
+pub struct CounterParts {
+    pub shards: Vec<i64>,
+    pub floor: Option<Floor>,
+    pub tokens: TokenWindow,
+    pub ledger: TokenWindow<LedgerEntry>,
+    pub history: Option<History>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -51,6 +65,7 @@ impl PartialEq for Counter {
             && self.floor == other.floor
             && self.tokens == other.tokens
             && self.ledger == other.ledger
+            && self.history == other.history
     }
 }
 
@@ -65,6 +80,7 @@ impl Counter {
             floor: None,
             tokens: TokenWindow::from_empty(),
             ledger: TokenWindow::from_empty(),
+            history: None,
             rate: RateTracker::new(),
             duplicates: 0,
         }
@@ -72,19 +88,24 @@ impl Counter {
 
     /// Builds a counter from decoded parts, checking every invariant: the shards sum to a 64-bit
     /// value; with a floor, value >= floor and one non-negative budget per shard summing to the
-    /// headroom.
-    pub fn from_parts(
-        shards: Vec<i64>,
-        floor: Option<Floor>,
-        tokens: TokenWindow,
-        ledger: TokenWindow<LedgerEntry>,
-    ) -> Result<Self, CounterError> {
+    /// headroom; buckets well formed.
+    pub fn from_parts(parts: CounterParts) -> Result<Self, CounterError> {
+        let CounterParts {
+            shards,
+            floor,
+            tokens,
+            ledger,
+            history,
+        } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
         }
         let value = checked_sum(&shards)?;
         if let Some(f) = &floor {
             check_floor(value, f, shards.len())?;
+        }
+        if let Some(h) = &history {
+            h.validate()?;
         }
         let shards = if shards.len() == 1 {
             Vec::new()
@@ -97,13 +118,17 @@ impl Counter {
             floor,
             tokens,
             ledger,
+            history: history.map(Box::new),
             ..Counter::default()
         })
     }
 
     /// Builds an unfloored counter from per-shard values.
     pub fn from_shards(shards: Vec<i64>) -> Result<Self, CounterError> {
-        Counter::from_parts(shards, None, TokenWindow::default(), TokenWindow::default())
+        Counter::from_parts(CounterParts {
+            shards,
+            ..CounterParts::default()
+        })
     }
 
     pub const fn value(&self) -> i64 {
@@ -136,6 +161,10 @@ impl Counter {
         &self.ledger
     }
 
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_deref()
+    }
+
     /// Tokens held by both windows.
     pub fn token_count(&self) -> usize {
         self.tokens.len() + self.ledger.len()
@@ -147,6 +176,7 @@ impl Counter {
             && self.floor.is_none()
             && self.tokens.is_empty()
             && self.ledger.is_empty()
+            && self.history.is_none()
     }
 
     /// True when `fp` was applied by any write and is still remembered at `now`: a token names
@@ -192,6 +222,7 @@ impl Counter {
         (self.shards.capacity() + budgets) * std::mem::size_of::<i64>()
             + self.tokens.heap_bytes()
             + self.ledger.heap_bytes()
+            + self.history.as_ref().map_or(0, |h| h.heap_bytes())
     }
 }
 

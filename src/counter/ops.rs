@@ -2,6 +2,7 @@
 //! fails or is refused.
 
 use super::floor::{draw, resize, split_evenly};
+use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::LedgerEntry;
 use super::{Counter, CounterError, Floor, MAX_SHARDS};
 
@@ -12,10 +13,12 @@ pub struct TokenStamp {
     pub expires_at: i64,
 }
 
-/// Add `delta` at shard `shard` after resizing to `shards` shards.
+/// Add `delta` at shard `shard` after resizing to `shards` shards; `event` is the add's own
+/// time (its bucket on a reconciled counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddOp {
     pub now: i64,
+    pub event: i64,
     pub delta: i64,
     pub shard: usize,
     pub shards: usize,
@@ -27,6 +30,7 @@ pub struct AddOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecrOp {
     pub now: i64,
+    pub event: i64,
     pub amount: i64,
     pub shard: usize,
     pub shards: usize,
@@ -38,6 +42,17 @@ pub struct DecrOp {
 pub struct ClearOp {
     pub now: i64,
     pub token: Option<TokenStamp>,
+}
+
+/// Repair the counter from its source of truth: `truth` events at or before `watermark` (or in
+/// all, without one). `width` and `retention` are the master's bucket configs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileOp {
+    pub now: i64,
+    pub truth: i64,
+    pub watermark: Option<i64>,
+    pub width: i64,
+    pub retention: i64,
 }
 
 /// A working copy of the shard layout for one operation.
@@ -115,6 +130,24 @@ impl Counter {
         }
     }
 
+    /// Where a change at `event` goes in the buckets (None when the counter keeps none); a late
+    /// event is refused.
+    fn plan_bucket(&self, event: i64, delta: i64) -> Result<Option<BucketPlan>, CounterError> {
+        let Some(h) = &self.history else {
+            return Ok(None);
+        };
+        if h.is_late(event) {
+            return Err(CounterError::Late);
+        }
+        h.plan_add(event, delta).map(Some)
+    }
+
+    fn record_bucket(&mut self, plan: Option<BucketPlan>, now: i64) {
+        if let (Some(h), Some(plan)) = (&mut self.history, plan) {
+            h.record(plan, now);
+        }
+    }
+
     /// Applies an add: `Ok(Some(value))`, or `Ok(None)` when a negative add on a floored counter
     /// would cross the floor (nothing changes, the token is not remembered).
     pub fn apply_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
@@ -123,6 +156,7 @@ impl Counter {
             .value
             .checked_add(op.delta)
             .ok_or(CounterError::Overflow)?;
+        let bucket = self.plan_bucket(op.event, op.delta)?;
         if self.shards.is_empty() && op.shards == 1 && self.floor.is_none() {
             self.value = value; // the cold path: no layout to build
         } else {
@@ -140,6 +174,7 @@ impl Counter {
             }
             self.commit(value, layout);
         }
+        self.record_bucket(bucket, op.now);
         self.record_write(op.now);
         if let Some(t) = op.token {
             self.tokens.insert(t.fp, t.expires_at);
@@ -155,6 +190,7 @@ impl Counter {
         if op.amount <= 0 {
             return Err(CounterError::InvalidOperation("amount must be positive"));
         }
+        let bucket = self.plan_bucket(op.event, op.amount.checked_neg().unwrap_or(i64::MIN))?;
         let mut layout = self.layout(op.shards)?;
         let floor = self.floor.as_ref().map_or(0, |f| f.floor);
         let granted = match self.value.checked_sub(op.amount) {
@@ -175,6 +211,7 @@ impl Counter {
         }
         if let Some(value) = granted {
             self.commit(value, layout);
+            self.record_bucket(bucket, op.now);
         }
         self.record_write(op.now);
         if let Some(t) = op.token {
@@ -203,6 +240,11 @@ impl Counter {
         if let (Some(f), Some(budgets)) = (&mut self.floor, budgets) {
             f.budgets = budgets;
         }
+        if let Some(h) = &mut self.history {
+            // The reset discards the bucket history: everything up to now is base (zero).
+            h.buckets.clear();
+            h.retained_since = h.retained_since.max(bucket_of(op.now, h.width));
+        }
         self.record_write(op.now);
         if let Some(t) = op.token {
             self.tokens.insert(t.fp, t.expires_at);
@@ -225,6 +267,55 @@ impl Counter {
             }
         };
         Ok(())
+    }
+
+    /// Repairs the counter from its source of truth and returns what it did. The first reconcile
+    /// of a counter (which must come without a watermark) starts its bucket history.
+    pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
+        let history = match &self.history {
+            Some(h) => History {
+                retention: op.retention.max(1),
+                ..(**h).clone()
+            },
+            None if op.watermark.is_some() => {
+                return Err(CounterError::Watermark(WatermarkError::NotTracked))
+            }
+            None => History::starting_at(op.now, op.width, op.retention),
+        };
+        let (repair, mut next) = match op.watermark {
+            Some(w) => {
+                history
+                    .check_watermark(w, op.now)
+                    .map_err(CounterError::Watermark)?;
+                history.reconcile_at(self.value, op.truth, w)?
+            }
+            None => history.overwrite(self.value, op.truth, op.now)?,
+        };
+        if !repair.changed {
+            return Ok(repair);
+        }
+        let delta = repair
+            .value
+            .checked_sub(self.value)
+            .ok_or(CounterError::Overflow)?;
+        let mut layout = self.layout(self.shard_count())?;
+        match &self.floor {
+            Some(f) if repair.value < f.floor => return Err(CounterError::BelowFloor),
+            Some(_) if delta < 0 => {
+                let need = delta.checked_neg().ok_or(CounterError::Overflow)?;
+                if !layout.debit_budgets(0, need)? {
+                    return Err(CounterError::BelowFloor);
+                }
+            }
+            _ => {
+                self.check_headroom(repair.value)?;
+                layout.credit(0, delta)?;
+            }
+        }
+        self.commit(repair.value, layout);
+        next.fold(op.now);
+        self.history = Some(Box::new(next));
+        Ok(repair)
     }
 
     /// Every recorded write sweeps a few expired tokens from both windows.

@@ -9,6 +9,7 @@ fn add(c: &mut Counter, delta: i64) -> Result<i64, CounterError> {
 fn add_at(c: &mut Counter, shard: usize, shards: usize, delta: i64) -> Result<i64, CounterError> {
     c.apply_add(&AddOp {
         now: 1_000,
+        event: 1_000,
         delta,
         shard,
         shards,
@@ -98,6 +99,7 @@ fn tokens_are_remembered_until_expiry_and_swept_deterministically() {
     let mut c = Counter::default();
     let op = |now, fp, expires_at| AddOp {
         now,
+        event: now,
         delta: 1,
         shard: 0,
         shards: 1,
@@ -111,6 +113,7 @@ fn tokens_are_remembered_until_expiry_and_swept_deterministically() {
     for now in 101..110 {
         c.apply_add(&AddOp {
             now,
+            event: now,
             delta: 0,
             shard: 0,
             shards: 1,
@@ -161,6 +164,7 @@ fn random_operations_keep_value_equal_to_the_sum_of_shards_and_of_adds() {
             let before = c.clone();
             match c.apply_add(&AddOp {
                 now: step,
+                event: step,
                 delta,
                 shard,
                 shards,
@@ -189,6 +193,7 @@ fn advice_promotes_a_hot_counter_and_respects_the_maximum() {
             let shard = 0;
             c.apply_add(&AddOp {
                 now: ms,
+                event: ms,
                 delta: 1,
                 shard,
                 shards: target,
@@ -205,6 +210,7 @@ fn decr(c: &mut Counter, shard: usize, amount: i64, token: Option<u64>) -> Optio
     let shards = c.shard_count();
     c.apply_decrement(&DecrOp {
         now: 1_000,
+        event: 1_000,
         amount,
         shard,
         shards,
@@ -246,6 +252,7 @@ fn unfloored_decrements_stop_at_zero() {
     assert!(c
         .apply_decrement(&DecrOp {
             now: 0,
+            event: 0,
             amount: 0,
             shard: 0,
             shards: 1,
@@ -277,6 +284,7 @@ fn negative_adds_on_a_floored_counter_follow_the_floor() {
     c.set_floor(Some(8)).unwrap();
     let refused = c.apply_add(&AddOp {
         now: 0,
+        event: 0,
         delta: -3,
         shard: 0,
         shards: 1,
@@ -288,6 +296,7 @@ fn negative_adds_on_a_floored_counter_follow_the_floor() {
     assert_eq!(budgets_sum(&c), 0);
     let min = c.apply_add(&AddOp {
         now: 0,
+        event: 0,
         delta: i64::MIN,
         shard: 0,
         shards: 1,
@@ -344,6 +353,7 @@ fn random_floored_histories_keep_every_invariant() {
                     let delta = (rng.next() % 50) as i64;
                     let op = AddOp {
                         now: step,
+                        event: step,
                         delta,
                         shard,
                         shards,
@@ -355,6 +365,7 @@ fn random_floored_histories_keep_every_invariant() {
                     let amount = 1 + (rng.next() % 60) as i64;
                     let op = DecrOp {
                         now: step,
+                        event: step,
                         amount,
                         shard,
                         shards,
@@ -376,6 +387,7 @@ fn random_floored_histories_keep_every_invariant() {
                     let delta = -((rng.next() % 60) as i64);
                     let op = AddOp {
                         now: step,
+                        event: step,
                         delta,
                         shard,
                         shards,

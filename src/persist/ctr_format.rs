@@ -13,6 +13,9 @@
 //!             (each >= 0, summing to VALUE - floor; VALUE >= floor)
 //!   5 LEDGER  like TOKENS, each entry followed by u8 outcome (0 refused, 1 granted) and,
 //!             when granted, ivarint value
+//!   6 HISTORY ivarint width, ivarint retention, ivarint retained_since, u8 has-watermark
+//!             [+ ivarint watermark], ivarint last drift, uvarint total |drift|, uvarint
+//!             reconciles, uvarint n (<= MAX_BUCKETS), n x (ivarint end, ivarint sum)
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -22,8 +25,9 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::history::MAX_BUCKETS;
 use crate::counter::tokens::TokenEntry;
-use crate::counter::{Counter, Floor, LedgerEntry, TokenWindow, MAX_SHARDS};
+use crate::counter::{Counter, CounterParts, Floor, History, LedgerEntry, TokenWindow, MAX_SHARDS};
 
 pub const FORMAT_V1: u8 = 1;
 pub const CURRENT_FORMAT: u8 = FORMAT_V1;
@@ -34,6 +38,7 @@ const TAG_SHARDS: u8 = 2;
 const TAG_TOKENS: u8 = 3;
 const TAG_FLOOR: u8 = 4;
 const TAG_LEDGER: u8 = 5;
+const TAG_HISTORY: u8 = 6;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -65,8 +70,29 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
             }
         }
     });
+    if let Some(h) = counter.history() {
+        encode_history(&mut w, h);
+    }
     w.u8(TAG_END);
     w.finish()
+}
+
+fn encode_history(w: &mut Writer, h: &History) {
+    w.u8(TAG_HISTORY)
+        .ivarint(h.width)
+        .ivarint(h.retention)
+        .ivarint(h.retained_since);
+    match h.watermark {
+        Some(wm) => w.u8(1).ivarint(wm),
+        None => w.u8(0),
+    };
+    w.ivarint(h.last_drift)
+        .uvarint(h.total_abs_drift)
+        .uvarint(h.reconciles)
+        .uvarint(h.buckets.len() as u64);
+    for (end, sum) in &h.buckets {
+        w.ivarint(*end).ivarint(*sum);
+    }
 }
 
 /// A token section: cursor, count, then per entry the fingerprint, the expiry and `extra`.
@@ -102,6 +128,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut tokens = TokenWindow::default();
     let mut floor = None;
     let mut ledger = TokenWindow::default();
+    let mut history = None;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -118,6 +145,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_TOKENS => tokens = decode_window(r, |_, expires| Ok(expires))?,
             TAG_FLOOR => floor = Some(decode_floor(r)?),
             TAG_LEDGER => ledger = decode_window(r, decode_ledger_entry)?,
+            TAG_HISTORY => history = Some(decode_history(r)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -130,7 +158,14 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     if shards.is_empty() {
         shards.push(value);
     }
-    let counter = Counter::from_parts(shards, floor, tokens, ledger)
+    let parts = CounterParts {
+        shards,
+        floor,
+        tokens,
+        ledger,
+        history,
+    };
+    let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
     if counter.value() != value {
         return decode_error("CTR shards do not sum to the value");
@@ -180,6 +215,35 @@ fn decode_ledger_entry(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, D
     Ok(LedgerEntry {
         expires_at,
         outcome,
+    })
+}
+
+fn decode_history(r: &mut Reader) -> Result<History, DecodeError> {
+    let width = r.ivarint()?;
+    let retention = r.ivarint()?;
+    let retained_since = r.ivarint()?;
+    let watermark = match r.u8()? {
+        0 => None,
+        1 => Some(r.ivarint()?),
+        other => return decode_error(format!("unknown watermark flag {other}")),
+    };
+    let last_drift = r.ivarint()?;
+    let total_abs_drift = r.uvarint()?;
+    let reconciles = r.uvarint()?;
+    let n = r.count(MAX_BUCKETS, 2)?;
+    let buckets = (0..n)
+        .map(|_| Ok((r.ivarint()?, r.ivarint()?)))
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    // Widths, alignment, order and sums are checked by Counter::from_parts.
+    Ok(History {
+        width,
+        retention,
+        retained_since,
+        buckets,
+        watermark,
+        last_drift,
+        total_abs_drift,
+        reconciles,
     })
 }
 
@@ -266,6 +330,7 @@ mod tests {
         for (fp, amount) in [(77u64, 2i64), (78, 1_000)] {
             c.apply_decrement(&DecrOp {
                 now: 10,
+                event: 10,
                 amount,
                 shard: 1,
                 shards: 2,
@@ -279,6 +344,7 @@ mod tests {
         for (i, fp) in [9u64, 3, u64::MAX, 0].into_iter().enumerate() {
             c.apply_add(&AddOp {
                 now: 10,
+                event: 10,
                 delta: 1,
                 shard: i % 2,
                 shards: 2,
@@ -302,6 +368,50 @@ mod tests {
         assert_eq!(back.ledger_outcome(77, 10), Some(Some(1)));
         assert_eq!(back.ledger_outcome(78, 10), Some(None));
         assert_eq!(back.floor().map(|f| f.floor), Some(-5));
+    }
+
+    #[test]
+    fn roundtrip_with_history_and_refusal_of_broken_ones() {
+        use crate::counter::{AddOp, ReconcileOp};
+        let mut c = Counter::plain(7);
+        let op = |watermark| ReconcileOp {
+            now: 120_000,
+            truth: 5,
+            watermark,
+            width: 60_000,
+            retention: 3_600_000,
+        };
+        c.apply_reconcile(&op(None)).unwrap();
+        for event in [130_000, 190_000, 250_000] {
+            let add = AddOp {
+                now: 260_000,
+                event,
+                delta: 2,
+                shard: 0,
+                shards: 1,
+                token: None,
+            };
+            c.apply_add(&add).unwrap();
+        }
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.history().unwrap().buckets.len(), 3);
+        let mut h = c.history().unwrap().clone();
+        h.buckets.swap(0, 1);
+        let broken = Counter::from_parts(CounterParts {
+            shards: vec![c.value()],
+            history: Some(h),
+            ..CounterParts::default()
+        });
+        assert!(broken.is_err(), "unordered buckets");
+        let mut h = c.history().unwrap().clone();
+        h.width = 0;
+        assert!(Counter::from_parts(CounterParts {
+            shards: vec![1],
+            history: Some(h),
+            ..CounterParts::default()
+        })
+        .is_err());
     }
 
     #[test]

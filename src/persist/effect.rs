@@ -5,30 +5,41 @@
 //! Layout, format 1:
 //! ```text
 //! u8 format (= 1)
-//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR
+//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE
 //! ivarint now
-//! ADD:  ivarint delta, uvarint shard, uvarint shards
-//! DECR: ivarint amount, uvarint shard, uvarint shards
-//! u8 flags: bit 0 token, bit 1 expire-at; other bits must be 0
+//! ADD:       ivarint delta, uvarint shard, uvarint shards
+//! DECR:      ivarint amount, uvarint shard, uvarint shards
+//! RECONCILE: ivarint truth, ivarint bucket width, ivarint retention
+//! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
+//! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
 //! expire-at: ivarint unix ms
+//! event:     ivarint unix ms (absent: the event time is `now`)
+//! watermark: ivarint unix ms
 //! ```
+//! Kinds 3-4 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
+//! before.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{AddOp, ClearOp, DecrOp, TokenStamp, MAX_SHARDS};
+use crate::counter::{AddOp, ClearOp, DecrOp, ReconcileOp, TokenStamp, MAX_SHARDS};
 
 const FORMAT_V1: u8 = 1;
 const KIND_ADD: u8 = 1;
 const KIND_CLEAR: u8 = 2;
 const KIND_DECR: u8 = 3;
+const KIND_RECONCILE: u8 = 4;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
+const FLAG_EVENT: u8 = 4;
+const FLAG_WATERMARK: u8 = 8;
+const KNOWN_FLAGS: u8 = FLAG_TOKEN | FLAG_EXPIRE_AT | FLAG_EVENT | FLAG_WATERMARK;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CounterOp {
     Add(AddOp),
     Clear(ClearOp),
     Decr(DecrOp),
+    Reconcile(ReconcileOp),
 }
 
 impl CounterOp {
@@ -37,7 +48,7 @@ impl CounterOp {
         match self {
             CounterOp::Add(op) => Some(op.shards),
             CounterOp::Decr(op) => Some(op.shards),
-            CounterOp::Clear(_) => None,
+            CounterOp::Clear(_) | CounterOp::Reconcile(_) => None,
         }
     }
 
@@ -46,6 +57,24 @@ impl CounterOp {
             CounterOp::Add(op) => op.token,
             CounterOp::Clear(op) => op.token,
             CounterOp::Decr(op) => op.token,
+            CounterOp::Reconcile(_) => None,
+        }
+    }
+
+    /// The event time when it differs from `now` (only then is it encoded).
+    fn distinct_event(&self) -> Option<i64> {
+        let (now, event) = match self {
+            CounterOp::Add(op) => (op.now, op.event),
+            CounterOp::Decr(op) => (op.now, op.event),
+            CounterOp::Clear(_) | CounterOp::Reconcile(_) => return None,
+        };
+        (event != now).then_some(event)
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        match self {
+            CounterOp::Reconcile(op) => op.watermark,
+            _ => None,
         }
     }
 }
@@ -72,21 +101,24 @@ pub fn encode(effect: &Effect) -> Vec<u8> {
             w.u8(KIND_DECR).ivarint(op.now).ivarint(op.amount);
             w.uvarint(op.shard as u64).uvarint(op.shards as u64);
         }
+        CounterOp::Reconcile(op) => {
+            w.u8(KIND_RECONCILE).ivarint(op.now).ivarint(op.truth);
+            w.ivarint(op.width).ivarint(op.retention);
+        }
     }
     let token = effect.op.token();
-    let mut flags = 0;
-    if token.is_some() {
-        flags |= FLAG_TOKEN;
-    }
-    if effect.expire_at.is_some() {
-        flags |= FLAG_EXPIRE_AT;
-    }
-    w.u8(flags);
+    let event = effect.op.distinct_event();
+    let watermark = effect.op.watermark();
+    let flag = |present: bool, bit: u8| if present { bit } else { 0 };
+    w.u8(flag(token.is_some(), FLAG_TOKEN)
+        | flag(effect.expire_at.is_some(), FLAG_EXPIRE_AT)
+        | flag(event.is_some(), FLAG_EVENT)
+        | flag(watermark.is_some(), FLAG_WATERMARK));
     if let Some(t) = token {
         w.fixed_u64(t.fp).ivarint(t.expires_at);
     }
-    if let Some(at) = effect.expire_at {
-        w.ivarint(at);
+    for v in [effect.expire_at, event, watermark].into_iter().flatten() {
+        w.ivarint(v);
     }
     w.finish()
 }
@@ -102,10 +134,16 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let (delta, shard, shards) = match kind {
         KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
         KIND_CLEAR => (0, 0, 0),
+        KIND_RECONCILE => (r.ivarint()?, 0, 0),
         other => return decode_error(format!("unknown effect kind {other}")),
     };
+    let bucket_configs = if kind == KIND_RECONCILE {
+        Some((positive(&mut r)?, positive(&mut r)?))
+    } else {
+        None
+    };
     let flags = r.u8()?;
-    if flags & !(FLAG_TOKEN | FLAG_EXPIRE_AT) != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         return decode_error("unknown effect flags");
     }
     let token = if flags & FLAG_TOKEN != 0 {
@@ -116,17 +154,28 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     } else {
         None
     };
-    let expire_at = if flags & FLAG_EXPIRE_AT != 0 {
-        Some(r.ivarint()?)
-    } else {
-        None
+    let mut optional = |bit: u8| -> Result<Option<i64>, DecodeError> {
+        if flags & bit != 0 {
+            r.ivarint().map(Some)
+        } else {
+            Ok(None)
+        }
     };
+    let expire_at = optional(FLAG_EXPIRE_AT)?;
+    let event = optional(FLAG_EVENT)?.unwrap_or(now);
+    let watermark = optional(FLAG_WATERMARK)?;
+    if (watermark.is_some() && kind != KIND_RECONCILE)
+        || (flags & FLAG_EVENT != 0 && kind != KIND_ADD && kind != KIND_DECR)
+    {
+        return decode_error("effect flag does not apply to its kind");
+    }
     if !r.is_empty() {
         return decode_error("trailing bytes after the effect");
     }
     let op = match kind {
         KIND_ADD => CounterOp::Add(AddOp {
             now,
+            event,
             delta,
             shard,
             shards,
@@ -134,14 +183,32 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
         }),
         KIND_DECR => CounterOp::Decr(DecrOp {
             now,
+            event,
             amount: delta,
             shard,
             shards,
             token,
         }),
+        KIND_RECONCILE => {
+            let (width, retention) = bucket_configs.unwrap_or((1, 1));
+            CounterOp::Reconcile(ReconcileOp {
+                now,
+                truth: delta,
+                watermark,
+                width,
+                retention,
+            })
+        }
         _ => CounterOp::Clear(ClearOp { now, token }),
     };
     Ok(Effect { op, expire_at })
+}
+
+fn positive(r: &mut Reader) -> Result<i64, DecodeError> {
+    match r.ivarint()? {
+        v if v > 0 => Ok(v),
+        _ => decode_error("bucket configs must be positive"),
+    }
 }
 
 fn shard_index(r: &mut Reader) -> Result<usize, DecodeError> {
@@ -165,6 +232,7 @@ mod tests {
             Effect {
                 op: CounterOp::Add(AddOp {
                     now: 1_700_000_000_000,
+                    event: 1_699_999_999_000,
                     delta: -5,
                     shard: 3,
                     shards: 4,
@@ -175,6 +243,7 @@ mod tests {
             Effect {
                 op: CounterOp::Add(AddOp {
                     now: 0,
+                    event: 0,
                     delta: i64::MAX,
                     shard: 0,
                     shards: 1,
@@ -189,10 +258,31 @@ mod tests {
             Effect {
                 op: CounterOp::Decr(DecrOp {
                     now: 7,
+                    event: 7,
                     amount: 3,
                     shard: 1,
                     shards: 2,
                     token,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Reconcile(ReconcileOp {
+                    now: 9,
+                    truth: -100,
+                    watermark: Some(6_000),
+                    width: 60_000,
+                    retention: 3_600_000,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Reconcile(ReconcileOp {
+                    now: 9,
+                    truth: 5,
+                    watermark: None,
+                    width: 1,
+                    retention: 1,
                 }),
                 expire_at: None,
             },

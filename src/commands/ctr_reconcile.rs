@@ -1,0 +1,173 @@
+//! CTR.RECONCILE: repair a counter from its source of truth at a watermark, and measure drift.
+
+use super::ctr_args::{parse_reconcile, TruthSource};
+use super::ctr_store::with_counter;
+use super::ctr_store::{update_counter, Write};
+use crate::counter::history::bucket_of;
+use crate::counter::{CounterRef, ReconcileOp, Repair};
+use crate::ffi::{
+    Args, CommandError, CommandResult, Ctx, Key, KeyKind, RawString, Reply, WRONG_TYPE,
+};
+use crate::metrics;
+use crate::persist::effect::{CounterOp, Effect};
+
+/// The newest bucket boundary at least `settle` old: events up to it have had time to land in
+/// the source.
+fn settled_watermark(now: i64, settle: i64, width: i64) -> i64 {
+    let t = now.saturating_sub(settle);
+    // The largest multiple of width <= t.
+    let end = bucket_of(t, width);
+    if end == t {
+        end
+    } else {
+        end.saturating_sub(width)
+    }
+}
+
+/// Counts the truth in the source key (argument `raw`) up to `w` (None: everything in it).
+fn count_source(
+    ctx: Ctx,
+    source: TruthSource,
+    raw: RawString,
+    w: Option<i64>,
+) -> Result<i64, CommandError> {
+    let (name, want) = match source {
+        TruthSource::Given(n) => return Ok(n),
+        TruthSource::Stream(k) => (k, KeyKind::Stream),
+        TruthSource::SortedSet(k) => (k, KeyKind::SortedSet),
+        TruthSource::Set(k) => (k, KeyKind::Set),
+    };
+    let key = Key::open(ctx, raw, false);
+    let kind = key.kind();
+    if kind == KeyKind::Empty {
+        return Ok(0);
+    }
+    if kind != want {
+        return Err(WRONG_TYPE);
+    }
+    let total = key.length();
+    drop(key);
+    let count = match (want, w) {
+        (KeyKind::Stream, Some(w)) => total.saturating_sub(stream_entries_after(ctx, name, w)?),
+        (KeyKind::SortedSet, Some(w)) => {
+            let w = w.to_string();
+            integer_reply(ctx, "ZCOUNT", &[name, b"-inf", w.as_bytes()])?
+        }
+        _ => total,
+    };
+    i64::try_from(count).map_err(|_| CommandError::fixed("ERR counter overflow"))
+}
+
+/// Runs a read-only command on a source key and takes its integer reply.
+fn integer_reply(ctx: Ctx, command: &str, args: &[&[u8]]) -> Result<u64, CommandError> {
+    let context = redis_module::Context::new(ctx.ptr);
+    match context.call(command, args) {
+        Ok(redis_module::RedisValue::Integer(n)) => Ok(u64::try_from(n).unwrap_or(0)),
+        Ok(other) => Err(CommandError(
+            format!("ERR unexpected {command} reply: {other:?}").into(),
+        )),
+        Err(e) => Err(CommandError(format!("ERR {e}").into())),
+    }
+}
+
+/// Entries of a stream whose id's time part is after `w`, read newest first in pages (the cost
+/// is the number of entries after the watermark, usually the few inside the settle delay).
+fn stream_entries_after(ctx: Ctx, key: &[u8], w: i64) -> Result<u64, CommandError> {
+    const PAGE: usize = 1000;
+    if w < 0 {
+        return Ok(u64::MAX); // every id is after a negative watermark
+    }
+    let context = redis_module::Context::new(ctx.ptr);
+    let floor = format!("({w}-18446744073709551615");
+    let mut end = "+".to_string();
+    let mut count = 0u64;
+    loop {
+        let page = PAGE.to_string();
+        let args: [&[u8]; 5] = [
+            key,
+            end.as_bytes(),
+            floor.as_bytes(),
+            b"COUNT",
+            page.as_bytes(),
+        ];
+        let entries = match context.call("XREVRANGE", &args[..]) {
+            Ok(redis_module::RedisValue::Array(entries)) => entries,
+            Ok(other) => {
+                return Err(CommandError(
+                    format!("ERR unexpected XREVRANGE reply: {other:?}").into(),
+                ))
+            }
+            Err(e) => return Err(CommandError(format!("ERR {e}").into())),
+        };
+        count += entries.len() as u64;
+        if entries.len() < PAGE {
+            return Ok(count);
+        }
+        // Continue below the oldest id of this page.
+        let last_id = match entries.last() {
+            Some(redis_module::RedisValue::Array(entry)) => match entry.first() {
+                Some(redis_module::RedisValue::BulkString(id)) => id.clone(),
+                Some(redis_module::RedisValue::SimpleString(id)) => id.clone(),
+                Some(redis_module::RedisValue::BulkRedisString(id)) => id.to_string_lossy(),
+                _ => return Err(CommandError::fixed("ERR unexpected stream entry")),
+            },
+            _ => return Err(CommandError::fixed("ERR unexpected stream entry")),
+        };
+        end = format!("({last_id}");
+    }
+}
+
+fn reply(repair: Repair) -> Reply {
+    Reply::Array(vec![
+        Reply::Integer(repair.value),
+        Reply::Integer(repair.drift),
+    ])
+}
+
+/// CTR.RECONCILE key truth [AT w] | CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]
+pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() < 3 {
+        return Err(super::wrong_arity("ctr.reconcile"));
+    }
+    let words: Vec<&[u8]> = (2..args.len()).map(|i| args.bytes(i)).collect();
+    let parsed = parse_reconcile(&words)?;
+    let w = Write::new(ctx, args, None, None)?;
+    let settings = w.settings;
+    // The counter's own bucket width once it has a history.
+    let tracked = with_counter(ctx, w.key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.history().map(|h| h.width),
+        _ => None,
+    })?;
+    let watermark = match (parsed.source, parsed.at, tracked) {
+        (_, Some(at), _) => Some(at),
+        (TruthSource::Stream(_) | TruthSource::SortedSet(_), None, Some(width)) => {
+            Some(settled_watermark(w.now, settings.settle_ms, width))
+        }
+        _ => None,
+    };
+    // FROM TYPE source: the source key is argument 4.
+    let source_key = if args.len() > 4 {
+        args.raw(4)
+    } else {
+        args.raw(1)
+    };
+    let truth = count_source(ctx, parsed.source, source_key, watermark)?;
+    let op = ReconcileOp {
+        now: w.now,
+        truth,
+        watermark,
+        width: settings.bucket_ms,
+        retention: settings.bucket_retention_ms,
+    };
+    let key = Key::open(ctx, w.key_name, true);
+    let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
+    if repair.changed {
+        let effect = Effect {
+            op: CounterOp::Reconcile(op),
+            expire_at: None,
+        };
+        w.finish(&effect, before, c"ctr.reconcile")?;
+        metrics::record_drift(repair.drift);
+    }
+    Ok(reply(repair))
+}

@@ -1,0 +1,400 @@
+//! CTR.RECONCILE: repairs at a watermark, FROM STREAM/ZSET/SET, refused watermarks, late adds,
+//! drift statistics, and the persistence/replication of buckets and drift.
+
+mod common;
+
+use common::{Conn, Server, Value};
+
+const WIDTH: i64 = 1_000;
+
+/// A server with 1 s buckets, 60 s retention and no settle delay.
+fn server_with(args: &[&str]) -> Server {
+    let mut module = vec![
+        "bucket-ms",
+        "1000",
+        "bucket-retention-ms",
+        "60000",
+        "settle-ms",
+        "0",
+    ];
+    module.extend_from_slice(args);
+    Server::start_with(&[], &module)
+}
+
+fn server_now(c: &mut Conn) -> i64 {
+    let t = c.q("TIME").array();
+    t[0].text().parse::<i64>().unwrap() * 1000 + t[1].text().parse::<i64>().unwrap() / 1000
+}
+
+/// The newest bucket boundary at or before the server's clock.
+fn boundary(c: &mut Conn) -> i64 {
+    server_now(c).div_euclid(WIDTH) * WIDTH
+}
+
+fn add_at(c: &mut Conn, key: &str, delta: i64, at: i64) -> Value {
+    c.cmd(&["CTR.ADD", key, &delta.to_string(), "AT", &at.to_string()])
+}
+
+fn reconcile(c: &mut Conn, key: &str, truth: i64, at: i64) -> Value {
+    c.cmd(&[
+        "CTR.RECONCILE",
+        key,
+        &truth.to_string(),
+        "AT",
+        &at.to_string(),
+    ])
+}
+
+fn pair(value: i64, drift: i64) -> Value {
+    Value::Array(vec![Value::Int(value), Value::Int(drift)])
+}
+
+#[test]
+fn racing_adds_survive_and_drift_before_the_watermark_is_repaired() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    // The first reconcile of a counter is a plain overwrite and starts its bucket history.
+    assert_eq!(c.q("CTR.RECONCILE views 0"), pair(0, 0));
+    let w = boundary(&mut c);
+    for _ in 0..103 {
+        add_at(&mut c, "views", 1, w - 1); // recorded before the watermark
+    }
+    for i in 0..20 {
+        add_at(&mut c, "views", 1, w + 1 + i); // adds that race the reconcile job
+    }
+    assert_eq!(reconcile(&mut c, "views", 100, w), pair(120, 3));
+    assert_eq!(c.q("CTR.GET views"), Value::Int(120));
+    // A retry of the job (same watermark and truth) changes nothing.
+    assert_eq!(reconcile(&mut c, "views", 100, w), pair(120, 0));
+    let info = c.q("CTR.INFO views");
+    assert_eq!(info.field("last_watermark"), Value::Int(w));
+    assert_eq!(info.field("last_drift"), Value::Int(3));
+    assert_eq!(info.field("total_abs_drift"), Value::Int(3));
+    assert_eq!(info.field("reconciles"), Value::Int(2));
+    assert!(info.field("bucket_count").int() >= 1);
+    // A late add stamped at or before the watermark is refused and counted.
+    assert_eq!(
+        add_at(&mut c, "views", 1, w).error(),
+        "ERR event time is at or before the counter's reconciled watermark"
+    );
+    assert_eq!(c.q("CTR.GET views"), Value::Int(120));
+    assert_eq!(server.info_field("ctr", "ctr_late_adds"), "1");
+    assert_eq!(server.info_field("ctr", "ctr_reconciles"), "2");
+    assert_eq!(server.info_field("ctr", "ctr_drift_total_abs"), "3");
+    assert_eq!(server.info_field("ctr", "ctr_drift_largest_abs"), "3");
+    assert_eq!(server.info_field("ctr", "ctr_drift_1_9"), "1");
+}
+
+#[test]
+fn bad_watermarks_are_refused_and_change_nothing() {
+    let server = server_with(&["bucket-retention-ms", "5000"]);
+    let mut c = server.conn();
+    c.q("CTR.ADD k 10");
+    let w = boundary(&mut c);
+    assert_eq!(
+        reconcile(&mut c, "k", 5, w).error(),
+        "ERR counter has no bucket history yet: reconcile it once without AT to start one"
+    );
+    c.q("CTR.RECONCILE k 10");
+    let w = boundary(&mut c);
+    assert_eq!(
+        reconcile(&mut c, "k", 5, w + 1).error(),
+        "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)"
+    );
+    assert_eq!(
+        reconcile(&mut c, "k", 5, w - 60_000).error(),
+        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)"
+    );
+    assert_eq!(
+        reconcile(&mut c, "k", 5, w + 3_600_000).error(),
+        "ERR watermark is in the future"
+    );
+    assert_eq!(reconcile(&mut c, "k", 10, w), pair(10, 0));
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let later = boundary(&mut c);
+    assert_eq!(reconcile(&mut c, "k", 10, later), pair(10, 0));
+    assert_eq!(
+        reconcile(&mut c, "k", 10, w).error(),
+        "ERR watermark is older than the counter's last reconciled watermark"
+    );
+    assert_eq!(c.q("CTR.GET k"), Value::Int(10));
+    for bad in [
+        "CTR.RECONCILE k",
+        "CTR.RECONCILE k x",
+        "CTR.RECONCILE k 1 AT",
+        "CTR.RECONCILE k FROM LIST l",
+        "CTR.RECONCILE k FROM SET s AT 5",
+    ] {
+        assert!(c.q(bad).is_error(), "{bad}");
+    }
+    c.q("SET s 1");
+    assert!(c.q("CTR.RECONCILE s 1").error().starts_with("WRONGTYPE"));
+    assert!(c
+        .q("CTR.RECONCILE k FROM STREAM s")
+        .error()
+        .starts_with("WRONGTYPE"));
+}
+
+#[test]
+fn from_stream_counts_entries_up_to_the_watermark() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    c.q("CTR.RECONCILE orders 0");
+    let w = boundary(&mut c);
+    // The event log: 50 orders at or before w, 10 after it.
+    for i in 0..60i64 {
+        let ms = if i < 50 { w - 900 + i } else { w + 1 + i };
+        c.cmd(&[
+            "XADD",
+            "events",
+            &format!("{ms}-0"),
+            "order",
+            &i.to_string(),
+        ]);
+    }
+    // The counter lost 2 of the early orders and counted one late order twice.
+    for _ in 0..48 {
+        add_at(&mut c, "orders", 1, w - 500);
+    }
+    for _ in 0..11 {
+        add_at(&mut c, "orders", 1, w + 5);
+    }
+    let reply = c.cmd(&[
+        "CTR.RECONCILE",
+        "orders",
+        "FROM",
+        "STREAM",
+        "events",
+        "AT",
+        &w.to_string(),
+    ]);
+    assert_eq!(reply, pair(50 + 11, -2));
+    // Without AT, the watermark is the newest boundary at least ctr.settle-ms old.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let reply = c.q("CTR.RECONCILE orders FROM STREAM events");
+    let value = reply.array()[0].int();
+    assert_eq!(
+        value, 60,
+        "every event is now before the watermark: value = stream length"
+    );
+    // A long tail after the watermark is counted page by page.
+    let w2 = boundary(&mut c);
+    for i in 0..2_500i64 {
+        c.send(&["XADD", "events", &format!("{}-{i}", w2 + 500), "late", "1"]);
+    }
+    for _ in 0..2_500 {
+        c.read().unwrap();
+    }
+    let reply = c.cmd(&[
+        "CTR.RECONCILE",
+        "orders",
+        "FROM",
+        "STREAM",
+        "events",
+        "AT",
+        &w2.to_string(),
+    ]);
+    assert_eq!(
+        reply,
+        pair(60, 0),
+        "the 2500 entries after the watermark are not truth yet"
+    );
+    assert_eq!(c.q("CTR.RECONCILE fresh FROM STREAM missing"), pair(0, 0));
+}
+
+#[test]
+fn from_zset_and_set() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    c.q("CTR.RECONCILE signups 0");
+    let w = boundary(&mut c);
+    for i in 0..30i64 {
+        let score = if i < 25 { w - 100 } else { w + 10 };
+        c.cmd(&[
+            "ZADD",
+            "signup-log",
+            &score.to_string(),
+            &format!("user{i}"),
+        ]);
+    }
+    for _ in 0..27 {
+        add_at(&mut c, "signups", 1, w - 100); // 2 doubled
+    }
+    for _ in 0..5 {
+        add_at(&mut c, "signups", 1, w + 10);
+    }
+    let reply = c.cmd(&[
+        "CTR.RECONCILE",
+        "signups",
+        "FROM",
+        "ZSET",
+        "signup-log",
+        "AT",
+        &w.to_string(),
+    ]);
+    assert_eq!(reply, pair(30, 2));
+    // A set has no time: its cardinality overwrites the counter.
+    c.q("SADD members a b c d");
+    c.q("CTR.ADD member-count 7");
+    assert_eq!(
+        c.q("CTR.RECONCILE member-count FROM SET members"),
+        pair(4, 3)
+    );
+    assert_eq!(c.q("CTR.GET member-count"), Value::Int(4));
+}
+
+#[test]
+fn command_getkeys_declares_the_source() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    let keys = |c: &mut Conn, line: &str| c.q(line).flat_text();
+    assert_eq!(
+        keys(&mut c, "COMMAND GETKEYS CTR.RECONCILE views 100 AT 5"),
+        "views"
+    );
+    assert_eq!(
+        keys(
+            &mut c,
+            "COMMAND GETKEYS CTR.RECONCILE views FROM STREAM ev AT 5"
+        ),
+        "views ev"
+    );
+    assert_eq!(
+        keys(&mut c, "COMMAND GETKEYS CTR.RECONCILE views FROM ZSET z"),
+        "views z"
+    );
+    assert_eq!(
+        keys(&mut c, "COMMAND GETKEYS CTR.RECONCILE views FROM SET s"),
+        "views s"
+    );
+}
+
+fn seed_history(c: &mut Conn) -> i64 {
+    c.q("CTR.RECONCILE h 0");
+    let w = boundary(c);
+    for i in 0..30 {
+        add_at(c, "h", 2, w - 1 - i * 10);
+        add_at(c, "h", 1, w + 1 + i);
+    }
+    c.cmd(&["XADD", "log", "1-0", "x", "1"]);
+    c.cmd(&[
+        "CTR.RECONCILE",
+        "h",
+        "FROM",
+        "STREAM",
+        "log",
+        "AT",
+        &w.to_string(),
+    ]);
+    w
+}
+
+#[test]
+fn buckets_and_drift_survive_reload_aof_and_reach_replicas() {
+    let mut server = Server::start_with(
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
+        &[
+            "bucket-ms",
+            "1000",
+            "bucket-retention-ms",
+            "60000",
+            "settle-ms",
+            "0",
+        ],
+    );
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let w = seed_history(&mut c);
+    server.wait_replicas(1);
+    let digest = c.q("DEBUG DIGEST-VALUE h");
+    let mut r = replica.conn();
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE h"),
+        digest,
+        "the replica got the computed truth"
+    );
+    assert_eq!(r.q("CTR.INFO h").field("last_watermark"), Value::Int(w));
+    c.q("DEBUG RELOAD");
+    assert_eq!(c.q("DEBUG DIGEST-VALUE h"), digest);
+    c.q("BGREWRITEAOF");
+    server.wait_persistence_idle();
+    drop(replica);
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(c.q("DEBUG DIGEST-VALUE h"), digest);
+    let info = c.q("CTR.INFO h");
+    assert_eq!(info.field("last_watermark"), Value::Int(w));
+    assert_eq!(info.field("last_drift"), Value::Int(59));
+    assert_eq!(c.q("CTR.GET h"), Value::Int(31));
+    assert!(
+        add_at(&mut c, "h", 1, w).is_error(),
+        "still late after a restart"
+    );
+}
+
+#[test]
+fn forged_history_sections_are_refused() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    c.q("CTR.ADD k 1");
+    let (body, version) = common::unseal_dump(&c.q("DUMP k").bytes());
+    let frame = |blob: &[u8]| {
+        let mut b = body[..10].to_vec();
+        b.push(5);
+        b.extend(common::rdb_len(blob.len()));
+        b.extend_from_slice(blob);
+        b.push(0);
+        common::seal_dump(&b, version)
+    };
+    // VALUE 3, HISTORY width 1000 retention 60000 since 1000, no watermark, drift 0, 0, 0,
+    // buckets as given.
+    let history = |width: i64, since: i64, buckets: &[(i64, i64)], count: u64| {
+        let mut b = vec![1, 1];
+        b.extend(common::ivarint(3));
+        b.push(6);
+        for v in [width, 60_000, since] {
+            b.extend(common::ivarint(v));
+        }
+        b.push(0);
+        b.extend(common::ivarint(0));
+        b.extend(common::uvarint(0));
+        b.extend(common::uvarint(0));
+        b.extend(common::uvarint(count));
+        for (end, sum) in buckets {
+            b.extend(common::ivarint(*end));
+            b.extend(common::ivarint(*sum));
+        }
+        b.push(0);
+        b
+    };
+    let good = history(1000, 1000, &[(2000, 1), (3000, 2)], 2);
+    assert_eq!(
+        c.cmd(&[&b"RESTORE"[..], b"ok", b"0", &frame(&good)]),
+        Value::Simple("OK".into())
+    );
+    let cases = [
+        ("zero width", history(0, 0, &[], 0)),
+        ("unaligned bucket", history(1000, 1000, &[(2500, 1)], 1)),
+        (
+            "unordered buckets",
+            history(1000, 1000, &[(3000, 1), (2000, 1)], 2),
+        ),
+        (
+            "bucket before the retained bound",
+            history(1000, 5000, &[(2000, 1)], 1),
+        ),
+        (
+            "bucket count over the bound",
+            history(1000, 1000, &[], 5000),
+        ),
+        (
+            "bucket sums overflow",
+            history(1000, 1000, &[(2000, i64::MAX), (3000, 1)], 2),
+        ),
+    ];
+    for (name, bad) in cases {
+        let reply = c.cmd(&[&b"RESTORE"[..], b"forged", b"0", &frame(&bad)]);
+        assert!(reply.is_error(), "{name}: {reply:?}");
+        assert!(server.alive(), "{name}");
+    }
+}
