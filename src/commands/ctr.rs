@@ -52,7 +52,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             now: w.now,
             event: w.event,
             delta: parsed.delta,
-            shard: w.pick_shard(shards),
+            shard: c.next_shard(shards),
             shards,
             token: w.token,
         };
@@ -76,24 +76,17 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         Added::Applied(op, before) => (op, before),
     };
     let expire_at = match parsed.ttl_ms {
-        Some(ttl) if before.created => Some(w.now.saturating_add(ttl)),
+        Some(ttl) if before.created => Some(ctx.precise_now_ms().saturating_add(ttl)),
         _ => None,
     };
     if let Some(at) = expire_at {
         key.set_abs_expire(at);
     }
-    // Verbatim only for the bare form on a cold counter: a replica replays it exactly (single
-    // shard, no floor, no token to sweep, no TTL); anything else carries the master's decisions.
-    if args.len() == 3 && before.inline && op.shards == 1 {
-        ctx.replicate_verbatim();
-        w.announce(before, op.shards, c"ctr.add");
-    } else {
-        let effect = Effect {
-            op: CounterOp::Add(op),
-            expire_at,
-        };
-        w.finish(&effect, before, c"ctr.add")?;
-    }
+    let effect = Effect {
+        op: CounterOp::Add(op),
+        expire_at,
+    };
+    w.replicate(args.len() == 3, before, &effect, c"ctr.add")?;
     if expire_at.is_some() {
         ctx.notify(c"expire", w.key_name);
     }

@@ -58,7 +58,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             now: w.now,
             event: w.event,
             amount: parsed.amount,
-            shard: w.pick_shard(shards),
+            shard: c.next_shard(shards),
             shards,
             token: w.token,
         };
@@ -83,7 +83,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 op: CounterOp::Decr(op),
                 expire_at: None,
             };
-            w.finish(&effect, before, c"ctr.decrfloor")?;
+            w.replicate(args.len() == 3, before, &effect, c"ctr.decrfloor")?;
             match result {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => metrics::DECREMENTS_REFUSED.incr(),

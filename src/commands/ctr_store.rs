@@ -54,6 +54,8 @@ pub struct Before {
     pub created: bool,
     pub inline: bool,
     pub shards: usize,
+    /// No tokens, ledger or buckets: a write's outcome does not depend on the clock.
+    pub timeless: bool,
 }
 
 /// A view of the counter at `key` (None when missing), or WRONGTYPE.
@@ -89,6 +91,7 @@ pub fn update_counter<R>(
                 created: true,
                 inline: true,
                 shards: 1,
+                timeless: true,
             };
             let result = f(&mut counter, before)?;
             let tokens = counter.token_count();
@@ -109,6 +112,10 @@ pub fn update_counter<R>(
                 created: false,
                 inline: view.is_inline(),
                 shards: view.shard_count(),
+                timeless: match view {
+                    CounterRef::Inline(_) => true,
+                    CounterRef::Boxed(c) => c.token_count() == 0 && c.history().is_none(),
+                },
             };
             // SAFETY: as above.
             let (result, new_cell) = unsafe { CounterCell::update(raw, |c| f(c, before)) };
@@ -150,7 +157,6 @@ pub struct Write<'a> {
     /// The write's event time: `AT`, or `now`.
     pub event: i64,
     pub settings: Settings,
-    replaying: bool,
     pub token: Option<TokenStamp>,
 }
 
@@ -187,7 +193,6 @@ impl<'a> Write<'a> {
             now,
             event,
             settings,
-            replaying: ctx.is_replaying(),
             token,
         })
     }
@@ -197,22 +202,44 @@ impl<'a> Write<'a> {
         self.token.is_some_and(|t| c.has_token(t.fp, self.now))
     }
 
-    /// The shard count this write should leave, decided from the write rate.
+    /// The shard count this write should leave, decided from the write rate. A command replayed
+    /// from our master or the AOF decides nothing: it keeps the count it finds.
     pub fn shards(&self, c: &mut Counter, before: Before) -> usize {
-        if self.replaying {
+        let s = &self.settings;
+        let advised = if before.inline {
+            let hot = decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold);
+            if hot && s.max_shards >= 2 {
+                2
+            } else {
+                1
+            }
+        } else {
+            c.advise_shards(self.now, s.promote_threshold, s.max_shards)
+        };
+        if advised != before.shards && self.ctx.is_replaying() {
             return before.shards;
         }
-        let s = &self.settings;
-        if before.inline {
-            let hot = decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold);
-            return if hot && s.max_shards >= 2 { 2 } else { 1 };
-        }
-        c.advise_shards(self.now, s.promote_threshold, s.max_shards)
+        advised
     }
 
-    /// The shard a write starts at.
-    pub fn pick_shard(&self, shards: usize) -> usize {
-        decide::pick_shard(shards)
+    /// Replicates a write: the command as sent when it is deterministic (its bare form, on a
+    /// counter whose outcome does not depend on the clock, with no resize and no TTL: the shard
+    /// is a function of the state), else the effect with every decision the master made.
+    pub fn replicate(
+        &self,
+        bare_form: bool,
+        before: Before,
+        effect: &Effect,
+        event: &CStr,
+    ) -> Result<(), CommandError> {
+        let resized = effect.op.shards().is_some_and(|n| n != before.shards);
+        if bare_form && before.timeless && !resized && effect.expire_at.is_none() {
+            self.ctx.replicate_verbatim();
+            self.announce(before, before.shards, event);
+            Ok(())
+        } else {
+            self.finish(effect, before, event)
+        }
     }
 
     /// Replicates the effect, counts a resize, emits the keyspace event.

@@ -1,5 +1,5 @@
-//! The decisions only a master makes: which shard takes an add, and when a cold (inline)
-//! counter turns hot. They live on the main thread and are replicated as their effects.
+//! The one decision only a master makes from outside the counter's state: when a cold (inline)
+//! counter turns hot. It lives on the main thread and is replicated as its effect.
 
 use std::cell::RefCell;
 
@@ -13,7 +13,6 @@ const HOT_KEY_SLOTS: usize = 4096;
 struct Decider {
     hot_keys: HotKeys,
     hasher: RandomState,
-    rng: u64,
 }
 
 thread_local! {
@@ -21,7 +20,6 @@ thread_local! {
         hot_keys: HotKeys::new(HOT_KEY_SLOTS),
         // Fixed seeds: the table is local and advisory, no need to randomise.
         hasher: RandomState::with_seeds(1, 2, 3, 4),
-        rng: 0x9e37_79b9_7f4a_7c15,
     });
 }
 
@@ -39,21 +37,5 @@ pub fn inline_counter_rate(key: &[u8]) -> u32 {
     DECIDER.with(|d| {
         let d = d.borrow();
         d.hot_keys.rate(d.hasher.hash_one(key))
-    })
-}
-
-/// A shard in `0..shards`, spread evenly (xorshift).
-pub fn pick_shard(shards: usize) -> usize {
-    if shards <= 1 {
-        return 0;
-    }
-    DECIDER.with(|d| {
-        let mut d = d.borrow_mut();
-        let mut x = d.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        d.rng = x;
-        (x % shards as u64) as usize
     })
 }

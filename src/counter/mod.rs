@@ -204,6 +204,13 @@ impl Counter {
         self.rate.rate()
     }
 
+    /// The shard a write lands on (or starts drawing from), a function of the state alone so
+    /// that a replica replaying the same command picks the same one: successive adds of 1 walk
+    /// the shards in turn, other deltas spread them.
+    pub fn next_shard(&self, shards: usize) -> usize {
+        (self.value as u64 % shards.max(1) as u64) as usize
+    }
+
     /// Records a write at `now` and returns the shard count the counter should have.
     pub fn advise_shards(&mut self, now: i64, threshold: i64, max_shards: usize) -> usize {
         let current = self.shard_count();

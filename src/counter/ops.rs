@@ -157,8 +157,12 @@ impl Counter {
             .checked_add(op.delta)
             .ok_or(CounterError::Overflow)?;
         let bucket = self.plan_bucket(op.event, op.delta)?;
-        if self.shards.is_empty() && op.shards == 1 && self.floor.is_none() {
-            self.value = value; // the cold path: no layout to build
+        if self.floor.is_none() && op.shards == self.shard_count() {
+            // No resize, no budgets: change in place.
+            if let Some(slot) = self.shards.get_mut(op.shard) {
+                *slot = slot.checked_add(op.delta).ok_or(CounterError::Overflow)?;
+            }
+            self.value = value;
         } else {
             let mut layout = self.layout(op.shards)?;
             if op.delta < 0 && self.floor.is_some() {

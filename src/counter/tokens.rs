@@ -93,6 +93,10 @@ impl<E: TokenEntry> TokenWindow<E> {
     /// Examines up to `SWEEP_PER_WRITE` entries from the cursor and drops those expired at
     /// `now`. Returns how many were dropped.
     pub fn sweep(&mut self, now: i64) -> usize {
+        if self.entries.is_empty() {
+            self.cursor = 0;
+            return 0;
+        }
         let mut examined = [(0u64, 0i64); SWEEP_PER_WRITE];
         let mut count = 0;
         let wrapped = self
