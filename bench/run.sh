@@ -41,17 +41,14 @@ MARGIN=1.25
 # Memory target: bytes a cold counter may cost beyond a native integer key.
 MEM_TARGET=40
 
-log() { printf '%s\n' "$*" >&2; }
-die() {
-  log "bench: $*"
-  exit 1
-}
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
-is_uint "$REPS" && [ "$REPS" -ge 1 ] || die "BENCH_REPS must be a positive integer"
+if ! is_uint "$REPS" || [ "$REPS" -lt 1 ]; then die "BENCH_REPS must be a positive integer"; fi
 is_number "$SECONDS_PER_RUN" || die "BENCH_SECONDS must be a number of seconds"
-is_uint "$CLIENTS" && [ "$CLIENTS" -ge 1 ] || die "BENCH_CLIENTS must be a positive integer"
+if ! is_uint "$CLIENTS" || [ "$CLIENTS" -lt 1 ]; then die "BENCH_CLIENTS must be a positive integer"; fi
 is_uint "$MEM_KEYS" || die "BENCH_MEM_KEYS must be a non-negative integer"
 
 for tool in redis-server redis-cli redis-benchmark awk sort date mktemp; do
@@ -60,68 +57,6 @@ done
 [ -f "$MODULE" ] || die "module not found: $MODULE (build it with make build)"
 [ -f "$SCENARIO_FILE" ] || die "scenario file not found: $SCENARIO_FILE"
 
-# --- the server this script starts, and always stops --------------------------------------
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ctr-bench.XXXXXX")
-server_pid=""
-port=""
-
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  if kill -0 "$server_pid" 2>/dev/null; then
-    redis-cli -h 127.0.0.1 -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
-    local _
-    for _ in $(seq 50); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    # Still there after 5 s: end it by its id (it is the process this script started).
-    if kill -0 "$server_pid" 2>/dev/null; then kill "$server_pid" 2>/dev/null || true; fi
-  fi
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
-
-cleanup() {
-  local rc=$?
-  stop_server
-  if [ "$rc" -ne 0 ] && [ -s "$tmp/redis.log" ]; then
-    log "--- last lines of the server log ---"
-    tail -n 15 "$tmp/redis.log" >&2 || true
-  fi
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
-
-# True when something accepts connections on 127.0.0.1:$1.
-port_busy() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-start_server() {
-  local attempt _ pid_seen
-  for attempt in $(seq 10); do
-    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-    port_busy "$port" && continue
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
-      --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-      --enable-debug-command local --loadmodule "$MODULE" >/dev/null 2>&1 &
-    server_pid=$!
-    for _ in $(seq 100); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      # Only talk to the server once it is certainly ours (another one may hold the port).
-      pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
-      [ "$pid_seen" = "$server_pid" ] && return 0
-      sleep 0.05
-    done
-    log "bench: redis-server did not start on port $port (attempt $attempt)"
-    stop_server
-  done
-  die "could not start redis-server with the module"
-}
 
 # --- scenarios ------------------------------------------------------------------------------
 
@@ -138,8 +73,9 @@ while IFS= read -r line || [ -n "$line" ]; do
   lineno=$((lineno + 1))
   case "$(trim "$line")" in '' | '#'*) continue ;; esac
   IFS='|' read -r f_group f_name f_stat f_opts f_probe f_setup f_cmd f_target f_extra <<<"$line"
-  [ -z "$(trim "${f_extra:-}")" ] && [ -n "$(trim "${f_cmd:-}")" ] ||
+  if [ -n "$(trim "${f_extra:-}")" ] || [ -z "$(trim "${f_cmd:-}")" ]; then
     die "$SCENARIO_FILE:$lineno: expected 7 or 8 fields separated by |"
+  fi
   f_target=$(trim "${f_target:-}")
   [ -z "$f_target" ] || [ "$f_target" = - ] || is_number "$f_target" ||
     die "$SCENARIO_FILE:$lineno: the target must be a number (minimum ops/s ratio)"
@@ -289,12 +225,12 @@ resp_stream() {
 
 MEM_LABEL=() MEM_PER_KEY=() MEM_USAGE=() MEM_TYPE=()
 memory_case() {
-  local label=$1 cmd=$2 delta=$3 before after out
+  local label=$1 command=$2 delta=$3 before after out
   log "memory: $label"
   rcli FLUSHALL >/dev/null
   settle
   before=$(used_memory)
-  out=$(resp_stream "$cmd" "$delta" "$MEM_KEYS" | rcli --pipe 2>&1)
+  out=$(resp_stream "$command" "$delta" "$MEM_KEYS" | rcli --pipe 2>&1)
   [[ $out == *"errors: 0, replies: $MEM_KEYS"* ]] || die "redis-cli --pipe for $label: $out"
   [ "$(rcli DBSIZE)" = "$MEM_KEYS" ] || die "memory case $label: DBSIZE is not $MEM_KEYS"
   settle
@@ -412,7 +348,6 @@ if [ "$count" -gt 0 ]; then
       BASE_OPS[$g]=$ops BASE_USEC[$g]=$usec
       name="$name (baseline)"
     fi
-    cmd=${SC_CMD[$i]}
     r=$(ratio "$ops" "${BASE_OPS[$g]}")
     target=-
     if [ "${SC_TARGET[$i]}" != - ]; then
@@ -422,7 +357,7 @@ if [ "$count" -gt 0 ]; then
         target=">= ${SC_TARGET[$i]}: **not met**"
       fi
     fi
-    echo "| $g | $name | \`$cmd\` | $(fmt_ops "$ops") | $r | $(fmt_usec "$usec") | $(ratio "$usec" "${BASE_USEC[$g]}") | $target |"
+    echo "| $g | $name | \`${SC_CMD[$i]}\` | $(fmt_ops "$ops") | $r | $(fmt_usec "$usec") | $(ratio "$usec" "${BASE_USEC[$g]}") | $target |"
   done
   echo
   echo "### Every run"
