@@ -6,12 +6,15 @@
 #
 # Method (docs/BENCHMARKS.md): redis-benchmark, 50 clients, >= 3 interleaved runs of >= 3 s
 # each; per scenario the median ops/s and the median usec_per_call (INFO commandstats, reset
-# before every run), each as a ratio to the baseline (first line) of its group.
+# before every run), each as a ratio to the baseline (first line) of its group. The report also
+# gives paired ratios (each run against the baseline run of the same repetition) and the CPU that
+# other processes took during each run, to tell a real difference from a disturbed run.
 #
 # Environment:
-#   BENCH_REPS=3        runs per scenario (interleaved)
+#   BENCH_REPS=5        runs per scenario (interleaved; the method asks for at least 3)
 #   BENCH_SECONDS=3     minimum length of one run, in seconds (the request count is calibrated
-#                       per scenario, with a 25% margin, and raised if a run still came short)
+#                       per scenario with a 25% margin; a run that still comes out shorter is
+#                       run again with more requests)
 #   BENCH_CLIENTS=50    redis-benchmark connections
 #   BENCH_MEM_KEYS=1000000  keys written per memory case (0: skip the memory section)
 #   BENCH_ONLY=regex    run only the groups whose name matches (extended regex)
@@ -28,7 +31,7 @@ repo=$(cd "$here/.." && pwd)
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
   default_reps=1 default_seconds=0.5 default_keys=100000
 else
-  default_reps=3 default_seconds=3 default_keys=1000000
+  default_reps=5 default_seconds=3 default_keys=1000000
 fi
 REPS=${BENCH_REPS:-$default_reps}
 SECONDS_PER_RUN=${BENCH_SECONDS:-$default_seconds}
@@ -143,9 +146,19 @@ check_scripts() {
 
 # --- measuring ------------------------------------------------------------------------------
 
-# Sets RUN_OPS, RUN_USEC, RUN_SECS for one run of scenario $1 with $2 requests.
+# CPU use, in clock ticks, to tell how much of the machine other processes took during a run
+# (the machine is shared; a run disturbed by someone's build shows up in the report).
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+machine_busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat 2>/dev/null || echo 0; }
+proc_cpu() { # utime + stime (+ cutime + cstime of reaped children when $2 = children)
+  awk -v c="${2:-}" '{ sub(/^.*\) /, ""); t = $12 + $13; if (c == "children") t += $14 + $15; print t }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# Sets RUN_OPS, RUN_USEC, RUN_SECS and RUN_OTHER (cores used by other processes) for one run of
+# scenario $1 with $2 requests.
 run_once() {
   local i=$1 n=$2 stat=${SC_STAT[$1]} setup_cmd line calls usec failed
+  local busy0 server0 self0 t0 busy1 server1 self1 t1
   local -a opts cmd setup
   if [ "${SC_SETUP[$i]}" != - ]; then
     while IFS= read -r -d ';' setup_cmd; do
@@ -159,11 +172,15 @@ run_once() {
   [ "${SC_OPTS[$i]}" != - ] || opts=()
   mapfile -t cmd < <(expand_words "${SC_CMD[$i]}")
   rcli CONFIG RESETSTAT >/dev/null
+  busy0=$(machine_busy) server0=$(proc_cpu "$server_pid") self0=$(proc_cpu $$ children) t0=$(date +%s%N)
   if ! redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -q --csv "${opts[@]}" \
     "${cmd[@]}" >"$tmp/bench.out" 2>"$tmp/bench.err"; then
     cat "$tmp/bench.err" >&2
     die "${SC_GROUP[$i]} / ${SC_NAME[$i]}: redis-benchmark failed"
   fi
+  t1=$(date +%s%N) busy1=$(machine_busy) server1=$(proc_cpu "$server_pid") self1=$(proc_cpu $$ children)
+  RUN_OTHER=$(awk -v b="$((busy1 - busy0))" -v s="$((server1 - server0))" -v c="$((self1 - self0))" \
+    -v hz="$CLK_TCK" -v ns="$((t1 - t0))" 'BEGIN { o = (b - s - c) / hz / (ns / 1e9); if (o < 0) o = 0; printf "%.2f", o }')
   # CSV: "test","rps",... ; the test name may hold commas, so count fields from the end.
   RUN_OPS=$(awk -F, 'NF >= 8 { v = $(NF - 6); gsub(/"/, "", v); if (v ~ /^[0-9.]+$/) r = v }
     END { print r }' "$tmp/bench.out")
@@ -191,6 +208,13 @@ median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 }
   END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 fmt_ops() { awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.1fk", v / 1000; else printf "%.0f", v }'; }
 fmt_usec() { awk -v v="$1" 'BEGIN { printf "%.3f", v }'; }
+# Median over the runs of (run of $1) / (run of $2) in the same repetition, i.e. seconds apart.
+paired() {
+  awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); m = 0
+    for (k = 1; k <= n; k++) if (y[k] > 0) r[++m] = x[k] / y[k]
+    for (p = 2; p <= m; p++) { v = r[p]; q = p - 1; while (q > 0 && r[q] > v) { r[q + 1] = r[q]; q-- } r[q + 1] = v }
+    if (m == 0) print "-"; else if (m % 2) printf "%.2f", r[(m + 1) / 2]; else printf "%.2f", (r[m / 2] + r[m / 2 + 1]) / 2 }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 # --- memory ---------------------------------------------------------------------------------
@@ -275,29 +299,32 @@ done
 rcli FLUSHALL >/dev/null
 
 # Calibration (also the warm-up: random keys exist before the measured runs).
-declare -a REQS=() OPS=() USEC=() SECS=()
+declare -a REQS=() OPS=() USEC=() SECS=() OTHER=()
 for ((i = 0; i < count; i++)); do
   [ -z "${SKIP[${SC_GROUP[$i]}]:-}" ] || continue
   run_once "$i" 5000
   warm=$(awk -v r="$RUN_OPS" -v s="$SECONDS_PER_RUN" 'BEGIN { if (s > 0.5) s = 0.5; n = int(r * s); if (n < 5000) n = 5000; print n }')
   run_once "$i" "$warm"
   REQS[i]=$(requests_for "$RUN_OPS")
-  OPS[i]="" USEC[i]="" SECS[i]=""
+  OPS[i]="" USEC[i]="" SECS[i]="" OTHER[i]=""
   log "calibrated ${SC_GROUP[$i]} / ${SC_NAME[$i]}: $(fmt_ops "$RUN_OPS") ops/s -> ${REQS[$i]} requests per run"
 done
 
 for ((rep = 1; rep <= REPS; rep++)); do
   for ((i = 0; i < count; i++)); do
     [ -z "${SKIP[${SC_GROUP[$i]}]:-}" ] || continue
-    run_once "$i" "${REQS[$i]}"
+    for attempt in 1 2 3; do
+      run_once "$i" "${REQS[$i]}"
+      log "run $rep/$REPS ${SC_GROUP[$i]} / ${SC_NAME[$i]}: $(fmt_ops "$RUN_OPS") ops/s, $(fmt_usec "$RUN_USEC") usec/call, ${RUN_SECS}s, other load ${RUN_OTHER} cores"
+      # Came out short (the machine got faster than at calibration): more requests, run again.
+      awk -v s="$RUN_SECS" -v t="$SECONDS_PER_RUN" 'BEGIN { exit !(s < t) }' || break
+      REQS[i]=$(requests_for "$RUN_OPS")
+      [ "$attempt" = 3 ] || log "  shorter than ${SECONDS_PER_RUN}s: repeating with ${REQS[$i]} requests"
+    done
     OPS[i]="${OPS[$i]} $RUN_OPS"
     USEC[i]="${USEC[$i]} $RUN_USEC"
     SECS[i]="${SECS[$i]} $RUN_SECS"
-    log "run $rep/$REPS ${SC_GROUP[$i]} / ${SC_NAME[$i]}: $(fmt_ops "$RUN_OPS") ops/s, $(fmt_usec "$RUN_USEC") usec/call, ${RUN_SECS}s"
-    # Came out short (the machine got faster): ask for more requests next time.
-    if awk -v s="$RUN_SECS" -v t="$SECONDS_PER_RUN" 'BEGIN { exit !(s < t) }'; then
-      REQS[i]=$(requests_for "$RUN_OPS")
-    fi
+    OTHER[i]="${OTHER[$i]} $RUN_OTHER"
   done
 done
 
@@ -327,17 +354,21 @@ echo "- $REPS interleaved run(s) per scenario, each >= ${SECONDS_PER_RUN}s, $CLI
 if [ "$REPS" -lt 3 ] || awk -v s="$SECONDS_PER_RUN" 'BEGIN { exit !(s < 3) }'; then
   echo "- **smoke run**: fewer than 3 runs or runs shorter than 3 s; these figures do not satisfy the method"
 fi
+all_other=$(for ((i = 0; i < count; i++)); do printf '%s ' "${OTHER[$i]:-}"; done)
+if [ -n "$(trim "$all_other")" ]; then
+  echo "- CPU used by other processes on this machine during the measured runs: median $(median "$all_other") cores, max $(tr ' ' '\n' <<<"$all_other" | awk 'NF' | sort -g | tail -n 1) cores (of $(nproc 2>/dev/null || echo '?'))"
+fi
 for note in "${NOTES[@]}"; do echo "- $note"; done
 
 if [ "$count" -gt 0 ]; then
   echo
   echo "### Throughput and server time per call"
   echo
-  echo "Ratios are to the group's baseline (its first line): ops/s ratio above 1 = faster, usec ratio above 1 = more server time."
+  echo "Ratios are to the group's baseline (its first line): ops/s ratio above 1 = faster, usec ratio above 1 = more server time. \"medians\": ratio of the medians (the headline figure); \"paired\": median of the per-repetition ratios (each run against the baseline run of the same repetition, seconds apart), a check against drifting load. The target is judged on the ratio of medians."
   echo
-  echo "| group | scenario | command | ops/s | ops/s vs baseline | usec/call | usec vs baseline | target (ops/s vs baseline) |"
-  echo "|---|---|---|---:|---:|---:|---:|---|"
-  declare -A BASE_OPS=() BASE_USEC=()
+  echo "| group | scenario | command | ops/s | ops/s ratio (medians) | ops/s ratio (paired) | usec/call | usec ratio (medians) | usec ratio (paired) | target (ops/s ratio) |"
+  echo "|---|---|---|---:|---:|---:|---:|---:|---:|---|"
+  declare -A BASE_OPS=() BASE_USEC=() BASE_I=()
   for ((i = 0; i < count; i++)); do
     g=${SC_GROUP[$i]}
     [ -z "${SKIP[$g]:-}" ] || continue
@@ -345,7 +376,7 @@ if [ "$count" -gt 0 ]; then
     usec=$(median "${USEC[$i]}")
     name=${SC_NAME[$i]}
     if [ -z "${BASE_OPS[$g]:-}" ]; then
-      BASE_OPS[$g]=$ops BASE_USEC[$g]=$usec
+      BASE_OPS[$g]=$ops BASE_USEC[$g]=$usec BASE_I[$g]=$i
       name="$name (baseline)"
     fi
     r=$(ratio "$ops" "${BASE_OPS[$g]}")
@@ -357,18 +388,19 @@ if [ "$count" -gt 0 ]; then
         target=">= ${SC_TARGET[$i]}: **not met**"
       fi
     fi
-    echo "| $g | $name | \`${SC_CMD[$i]}\` | $(fmt_ops "$ops") | $r | $(fmt_usec "$usec") | $(ratio "$usec" "${BASE_USEC[$g]}") | $target |"
+    b=${BASE_I[$g]}
+    echo "| $g | $name | \`${SC_CMD[$i]}\` | $(fmt_ops "$ops") | $r | $(paired "${OPS[$i]}" "${OPS[$b]}") | $(fmt_usec "$usec") | $(ratio "$usec" "${BASE_USEC[$g]}") | $(paired "${USEC[$i]}" "${USEC[$b]}") | $target |"
   done
   echo
   echo "### Every run"
   echo
-  echo "| group | scenario | requests per run | ops/s per run | usec/call per run | run length (s) |"
-  echo "|---|---|---:|---|---|---|"
+  echo "| group | scenario | requests per run | ops/s per run | usec/call per run | run length (s) | other processes (cores) |"
+  echo "|---|---|---:|---|---|---|---|"
   for ((i = 0; i < count; i++)); do
     [ -z "${SKIP[${SC_GROUP[$i]}]:-}" ] || continue
     per_ops=$(for v in ${OPS[$i]}; do fmt_ops "$v"; printf ' '; done)
     per_usec=$(for v in ${USEC[$i]}; do fmt_usec "$v"; printf ' '; done)
-    echo "| ${SC_GROUP[$i]} | ${SC_NAME[$i]} | ${REQS[$i]} | ${per_ops% } | ${per_usec% } | $(trim "${SECS[$i]}") |"
+    echo "| ${SC_GROUP[$i]} | ${SC_NAME[$i]} | ${REQS[$i]} | ${per_ops% } | ${per_usec% } | $(trim "${SECS[$i]}") | $(trim "${OTHER[$i]}") |"
   done
 fi
 
