@@ -207,6 +207,7 @@ requests_for() {
 median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 }
   END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 fmt_ops() { awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.1fk", v / 1000; else printf "%.0f", v }'; }
+fmt_load() { awk -v v="$1" 'BEGIN { printf "%.2f", v }'; }
 fmt_usec() { awk -v v="$1" 'BEGIN { printf "%.3f", v }'; }
 # Median over the runs of (run of $1) / (run of $2) in the same repetition, i.e. seconds apart.
 paired() {
@@ -356,7 +357,7 @@ if [ "$REPS" -lt 3 ] || awk -v s="$SECONDS_PER_RUN" 'BEGIN { exit !(s < 3) }'; t
 fi
 all_other=$(for ((i = 0; i < count; i++)); do printf '%s ' "${OTHER[$i]:-}"; done)
 if [ -n "$(trim "$all_other")" ]; then
-  echo "- CPU used by other processes on this machine during the measured runs: median $(median "$all_other") cores, max $(tr ' ' '\n' <<<"$all_other" | awk 'NF' | sort -g | tail -n 1) cores (of $(nproc 2>/dev/null || echo '?'))"
+  echo "- CPU used by other processes on this machine during the measured runs: median $(fmt_load "$(median "$all_other")") cores, max $(tr ' ' '\n' <<<"$all_other" | awk 'NF' | sort -g | tail -n 1) cores (of $(nproc 2>/dev/null || echo '?'))"
 fi
 for note in "${NOTES[@]}"; do echo "- $note"; done
 
