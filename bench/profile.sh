@@ -9,7 +9,8 @@
 # Environment:
 #   PROFILE_A="INCRBY n:hot 1"   reference command      PROFILE_B="CTR.ADD c:hot 1"
 #   PROFILE_OPTS="-P 16"         redis-benchmark options (e.g. "-P 16 -r 100000")
-#   PROFILE_REQUESTS=3000000     requests per command   PROFILE_TOP=30   rows shown
+#   PROFILE_REQUESTS=3000000     requests per command
+#   PROFILE_TOP=30, PROFILE_BOTTOM=10   rows shown: largest excess of B, then largest of A
 #   CTR_MODULE                   module to load (default target/release/libredis_ctr.so)
 # Needs perf (Debian: apt-get install linux-perf) and the right to profile the server process
 # (root, or kernel.perf_event_paranoid <= 1).
@@ -22,6 +23,7 @@ B=${PROFILE_B:-CTR.ADD c:hot 1}
 OPTS=${PROFILE_OPTS:--P 16}
 REQUESTS=${PROFILE_REQUESTS:-3000000}
 TOP=${PROFILE_TOP:-30}
+BOTTOM=${PROFILE_BOTTOM:-10}
 MODULE=${CTR_MODULE:-$repo/target/release/libredis_ctr.so}
 
 # shellcheck source=bench/lib.sh
@@ -84,11 +86,13 @@ echo "| usec_per_call | $usec_a | $usec_b |"
 awk -F'\t' 'FNR == 1 { f++ } { t[f] += $1 } END { printf "| server CPU per op (ns, all code incl. kernel) | %.0f | %.0f |\n", t[1], t[2] }' \
   "$tmp/a.sym" "$tmp/b.sym"
 echo
-echo "Per symbol, ns per operation (perf samples x period / requests), largest differences first:"
+echo "Per symbol, ns per operation (perf samples x period / requests): where B costs more first, where A costs more last:"
 echo
 echo "| symbol | A | B | B - A |"
 echo "|---|---:|---:|---:|"
 awk -F'\t' 'FNR == 1 { f++ } { v[$2, f] = $1; k[$2] = 1 }
   END { for (s in k) printf "%.1f\t%.1f\t%.1f\t%s\n", v[s, 2] - v[s, 1], v[s, 1], v[s, 2], s }' \
-  "$tmp/a.sym" "$tmp/b.sym" | sort -t$'\t' -k1,1 -gr | head -n "$TOP" |
-  awk -F'\t' '{ printf "| `%s` | %s | %s | %+.1f |\n", $4, $2, $3, $1 }'
+  "$tmp/a.sym" "$tmp/b.sym" | sort -t$'\t' -k1,1 -gr >"$tmp/diff"
+head -n "$TOP" "$tmp/diff" | awk -F'\t' '{ printf "| `%s` | %s | %s | %+.1f |\n", $4, $2, $3, $1 }'
+echo "| ... | | | |"
+tail -n "$BOTTOM" "$tmp/diff" | awk -F'\t' '{ printf "| `%s` | %s | %s | %+.1f |\n", $4, $2, $3, $1 }'
