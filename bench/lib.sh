@@ -1,0 +1,72 @@
+# Shared by the bench/ scripts (sourced, not run): logging, and the redis-server that a script
+# starts on a free loopback port and always stops (SHUTDOWN NOSAVE, then its own pid only).
+# Sourcing creates a temp dir ($tmp, removed on exit) and installs the EXIT/INT/TERM traps.
+# The caller sets MODULE (the module to load) before calling start_server.
+# shellcheck shell=bash
+
+log() { printf '%s\n' "$*" >&2; }
+die() {
+  log "bench: $*"
+  exit 1
+}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ctr-bench.XXXXXX")
+server_pid=""
+port=""
+
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  if kill -0 "$server_pid" 2>/dev/null; then
+    redis-cli -h 127.0.0.1 -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    local _
+    for _ in $(seq 50); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    # Still there after 5 s: end it by its id (it is the process this script started).
+    if kill -0 "$server_pid" 2>/dev/null; then kill "$server_pid" 2>/dev/null || true; fi
+  fi
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+cleanup() {
+  local rc=$?
+  stop_server
+  if [ "$rc" -ne 0 ] && [ -s "$tmp/redis.log" ]; then
+    log "--- last lines of the server log ---"
+    tail -n 15 "$tmp/redis.log" >&2 || true
+  fi
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
+
+# True when something accepts connections on 127.0.0.1:$1.
+port_busy() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_server() {
+  local attempt _ pid_seen
+  for attempt in $(seq 10); do
+    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    port_busy "$port" && continue
+    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
+      --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
+      --enable-debug-command local --loadmodule "$MODULE" >/dev/null 2>&1 &
+    server_pid=$!
+    for _ in $(seq 100); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      # Only talk to the server once it is certainly ours (another one may hold the port).
+      pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
+      [ "$pid_seen" = "$server_pid" ] && return 0
+      sleep 0.05
+    done
+    log "bench: redis-server did not start on port $port (attempt $attempt)"
+    stop_server
+  done
+  die "could not start redis-server with the module"
+}
