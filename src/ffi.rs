@@ -129,6 +129,23 @@ impl<'a> Args<'a> {
     pub fn bytes(&self, i: usize) -> &'a [u8] {
         string_bytes(self.argv[i])
     }
+
+    /// Runs `f` on the arguments from `from` on, as byte slices, without allocating when there
+    /// are few of them (every option form of every command).
+    pub fn with_words<R>(&self, from: usize, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
+        const INLINE: usize = 16;
+        let n = self.argv.len().saturating_sub(from);
+        if n <= INLINE {
+            let mut words: [&[u8]; INLINE] = [&[]; INLINE];
+            for (slot, i) in words.iter_mut().zip(from..self.argv.len()) {
+                *slot = self.bytes(i);
+            }
+            f(&words[..n])
+        } else {
+            let words: Vec<&[u8]> = (from..self.argv.len()).map(|i| self.bytes(i)).collect();
+            f(&words)
+        }
+    }
 }
 
 /// What a command replies. Built by the handler, sent by the dispatcher.
@@ -314,15 +331,14 @@ impl Key {
         if self.kp.is_null() {
             return KeyContent::Empty;
         }
-        // SAFETY: kp is an open key.
+        // SAFETY: kp is an open key. The module type is asked first: it is the common case and
+        // answers null for any other kind of key.
         unsafe {
+            if rm!(RedisModule_ModuleTypeGetType)(self.kp) == mtype {
+                return KeyContent::Mine(rm!(RedisModule_ModuleTypeGetValue)(self.kp));
+            }
             match rm!(RedisModule_KeyType)(self.kp) as isize {
                 raw::REDISMODULE_KEYTYPE_EMPTY => KeyContent::Empty,
-                raw::REDISMODULE_KEYTYPE_MODULE
-                    if rm!(RedisModule_ModuleTypeGetType)(self.kp) == mtype =>
-                {
-                    KeyContent::Mine(rm!(RedisModule_ModuleTypeGetValue)(self.kp))
-                }
                 _ => KeyContent::Other,
             }
         }

@@ -14,6 +14,12 @@ impl Counter {
         self.add(1);
     }
 
+    /// For counters only ever changed by commands (the main thread, one writer): a plain load
+    /// and store, without the locked read-modify-write of `incr`.
+    pub fn incr_from_command(&self) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, Relaxed);
     }

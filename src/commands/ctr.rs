@@ -14,11 +14,6 @@ use crate::ffi::{Args, CommandResult, Ctx, Key, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
-/// The words after the key.
-fn rest<'a>(args: &Args<'a>, from: usize) -> Vec<&'a [u8]> {
-    (from..args.len()).map(|i| args.bytes(i)).collect()
-}
-
 enum Added {
     Applied(AddOp, Before),
     /// A negative add that would cross the floor: nothing changed.
@@ -37,7 +32,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             ..AddArgs::default()
         }
     } else {
-        parse_add(&rest(args, 2))?
+        args.with_words(2, parse_add)?
     };
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     let key = Key::open(ctx, w.key_name, true);
@@ -90,7 +85,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if expire_at.is_some() {
         ctx.notify(c"expire", w.key_name);
     }
-    metrics::ADDS.incr();
+    metrics::ADDS.incr_from_command();
     Ok(Reply::Integer(value))
 }
 
@@ -99,7 +94,7 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 2 {
         return Err(super::wrong_arity("ctr.clear"));
     }
-    let parsed = parse_clear(&rest(args, 2))?;
+    let parsed = args.with_words(2, parse_clear)?;
     let w = Write::new(ctx, args, parsed.token, None)?;
     if w.token.is_none() && with_counter(ctx, w.key_name, |c| c.is_none())? {
         return Ok(Reply::Integer(0)); // nothing to clear, nothing to remember

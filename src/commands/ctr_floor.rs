@@ -38,8 +38,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.decrfloor"));
     }
-    let words: Vec<&[u8]> = (2..args.len()).map(|i| args.bytes(i)).collect();
-    let parsed = parse_decrement(&words)?;
+    let parsed = args.with_words(2, parse_decrement)?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     if w.token.is_none() && with_counter(ctx, w.key_name, |c| c.is_none())? {
         // A missing counter is 0 with floor 0: refused, and nothing to remember.

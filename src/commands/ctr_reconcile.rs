@@ -129,8 +129,7 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.reconcile"));
     }
-    let words: Vec<&[u8]> = (2..args.len()).map(|i| args.bytes(i)).collect();
-    let parsed = parse_reconcile(&words)?;
+    let parsed = args.with_words(2, parse_reconcile)?;
     let w = Write::new(ctx, args, None, None)?;
     let settings = w.settings;
     // The counter's own bucket width once it has a history.

@@ -17,6 +17,10 @@ use crate::persist::effect::{self, Effect};
 
 const APPLY_COMMAND: &CStr = c"CTR.APPLY";
 
+thread_local! {
+    static EFFECT_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 impl From<CounterError> for CommandError {
     fn from(e: CounterError) -> Self {
         match e {
@@ -249,10 +253,16 @@ impl<'a> Write<'a> {
         before: Before,
         event: &CStr,
     ) -> Result<(), CommandError> {
-        if !self
-            .ctx
-            .replicate_effect(APPLY_COMMAND, self.key_name, &effect::encode(effect))
-        {
+        // Effects are encoded into one buffer kept for the life of the main thread.
+        let replicated = EFFECT_BUFFER.with(|cell| {
+            let buf = effect::encode_into(effect, cell.take());
+            let ok = self
+                .ctx
+                .replicate_effect(APPLY_COMMAND, self.key_name, &buf);
+            cell.set(buf);
+            ok
+        });
+        if !replicated {
             return Err(CommandError::fixed("ERR could not replicate the write"));
         }
         self.announce(before, effect.op.shards().unwrap_or(before.shards), event);

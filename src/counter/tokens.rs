@@ -1,19 +1,45 @@
 //! The dedup window of a counter: which idempotency tokens it has applied, each remembered until
 //! its event time plus the window.
 //!
-//! Tokens are stored as 64-bit fingerprints (see `siphash`) in a B-tree ordered by fingerprint,
-//! with their expiry time: about 24-27 bytes per token. Expiry is deterministic and cheap: each
-//! write examines the next few entries after a cursor (in fingerprint order) and drops the expired
-//! ones, using the command's own time (the master's, carried to replicas in the replicated
-//! effect). So master, replicas and an AOF reload hold exactly the same entries, and no write
-//! ever scans the whole window. An entry past its expiry that is still held is treated as absent.
+//! Tokens are stored as 64-bit fingerprints (see `siphash`) in a hash table keyed by the
+//! fingerprint itself (already uniformly random), with their expiry time: one probe per lookup,
+//! about 26 bytes per token. Expiry is deterministic and cheap: a write whose time has reached
+//! the window's next sweep time drops every expired entry, and schedules the next sweep a
+//! sixteenth of the remaining window later. Between sweeps, an entry past its expiry is treated
+//! as absent. The sweep time is part of the state and the time is the operation's own (the
+//! master's, carried to replicas in the replicated effect), so master, replicas and an AOF reload
+//! hold exactly the same entries; the table's layout never matters (the encoding sorts by
+//! fingerprint). Amortized, each write visits about 16 entries; one sweep visits them all, at
+//! most once per sixteenth of the window.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-/// Entries examined for expiry per write. Each write adds at most one token, so sweeping more
-/// than one keeps the number of expired-but-held entries bounded (here at most a third of the
-/// live ones, in steady state).
-pub const SWEEP_PER_WRITE: usize = 4;
+/// How many sweeps a full window is split into.
+pub const SWEEPS_PER_WINDOW: i64 = 16;
+
+/// Fingerprints are SipHash outputs: use them as their own hash.
+#[derive(Default, Clone, Copy)]
+pub struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; fold anything else in for completeness.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type FingerprintMap<E> = HashMap<u64, E, BuildHasherDefault<FingerprintHasher>>;
 
 /// What a window remembers per token: at least when it expires.
 pub trait TokenEntry: Copy + Eq + std::fmt::Debug {
@@ -44,9 +70,9 @@ impl TokenEntry for LedgerEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenWindow<E: TokenEntry = i64> {
     /// fingerprint -> entry
-    entries: BTreeMap<u64, E>,
-    /// Where the next expiry sweep starts (a fingerprint; wraps around).
-    cursor: u64,
+    entries: FingerprintMap<E>,
+    /// When the next write sweeps the expired entries (ms).
+    next_sweep: i64,
 }
 
 impl<E: TokenEntry> Default for TokenWindow<E> {
@@ -58,8 +84,8 @@ impl<E: TokenEntry> Default for TokenWindow<E> {
 impl<E: TokenEntry> TokenWindow<E> {
     pub const fn from_empty() -> Self {
         TokenWindow {
-            entries: BTreeMap::new(),
-            cursor: 0,
+            entries: HashMap::with_hasher(BuildHasherDefault::new()),
+            next_sweep: 0,
         }
     }
 
@@ -85,64 +111,65 @@ impl<E: TokenEntry> TokenWindow<E> {
             .filter(|e| e.expires_at() > now)
     }
 
-    /// Remembers `fp` (replacing an expired entry for the same token).
+    /// Remembers `fp` (replacing an expired entry for the same token). The first token of an
+    /// empty window schedules the first sweep at its own expiry.
     pub fn insert(&mut self, fp: u64, entry: E) {
+        if self.entries.is_empty() {
+            self.next_sweep = entry.expires_at();
+        }
         self.entries.insert(fp, entry);
     }
 
-    /// Examines up to `SWEEP_PER_WRITE` entries from the cursor and drops those expired at
-    /// `now`. Returns how many were dropped.
+    /// At or after the scheduled time, drops every entry expired at `now` and schedules the next
+    /// sweep a sixteenth of the remaining window later. Returns how many were dropped.
     pub fn sweep(&mut self, now: i64) -> usize {
-        if self.entries.is_empty() {
-            self.cursor = 0;
+        if self.entries.is_empty() || now < self.next_sweep {
             return 0;
         }
-        let mut examined = [(0u64, 0i64); SWEEP_PER_WRITE];
-        let mut count = 0;
-        let wrapped = self
-            .entries
-            .range(self.cursor..)
-            .chain(self.entries.range(..self.cursor));
-        for (slot, (&fp, entry)) in examined.iter_mut().zip(wrapped) {
-            *slot = (fp, entry.expires_at());
-            count += 1;
-        }
-        if count == 0 {
-            self.cursor = 0;
-            return 0;
-        }
-        self.cursor = examined[count - 1].0.wrapping_add(1);
-        let mut dropped = 0;
-        for &(fp, expires) in &examined[..count] {
-            if expires <= now {
-                self.entries.remove(&fp);
-                dropped += 1;
+        let before = self.entries.len();
+        self.entries.retain(|_, e| e.expires_at() > now);
+        let latest = self.entries.values().map(|e| e.expires_at()).max();
+        self.next_sweep = match latest {
+            Some(latest) => {
+                let step = (latest.saturating_sub(now) / SWEEPS_PER_WINDOW).max(1);
+                now.saturating_add(step)
             }
+            None => 0,
+        };
+        if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
+            self.entries.shrink_to_fit();
         }
-        dropped
+        before - self.entries.len()
     }
 
     /// Every held entry in fingerprint order (the canonical order of the encoding).
-    pub fn entries(&self) -> impl Iterator<Item = (u64, E)> + '_ {
-        self.entries.iter().map(|(&fp, &e)| (fp, e))
+    pub fn entries(&self) -> Vec<(u64, E)> {
+        let mut all: Vec<(u64, E)> = self.entries.iter().map(|(&fp, &e)| (fp, e)).collect();
+        all.sort_unstable_by_key(|(fp, _)| *fp);
+        all
     }
 
-    pub fn cursor(&self) -> u64 {
-        self.cursor
+    /// When the next sweep runs (part of the encoded state).
+    pub fn next_sweep(&self) -> i64 {
+        self.next_sweep
     }
 
-    /// Rebuilds a window from decoded parts (entries strictly increasing by fingerprint).
-    pub fn from_parts(entries: impl IntoIterator<Item = (u64, E)>, cursor: u64) -> Self {
-        TokenWindow {
-            entries: entries.into_iter().collect(),
-            cursor,
-        }
+    /// Rebuilds a window from decoded parts.
+    pub fn from_parts(entries: impl IntoIterator<Item = (u64, E)>, next_sweep: i64) -> Self {
+        let mut window = Self::from_empty();
+        window.entries.extend(entries);
+        window.next_sweep = next_sweep;
+        window
     }
 
-    /// Approximate heap bytes: B-tree nodes hold up to 11 pairs and run about two-thirds full
-    /// (27 bytes per add token measured, 8-byte fingerprint + 8-byte expiry).
+    /// Heap bytes: one slot per capacity unit (fingerprint + entry) plus a control byte.
     pub fn heap_bytes(&self) -> usize {
-        self.entries.len() * (8 + std::mem::size_of::<E>()) * 27 / 16
+        if self.entries.capacity() == 0 {
+            return 0;
+        }
+        // hashbrown rounds the bucket count up to a power of two above capacity * 8 / 7.
+        let buckets = (self.entries.capacity() * 8 / 7).next_power_of_two();
+        buckets * (std::mem::size_of::<(u64, E)>() + 1)
     }
 }
 
@@ -206,42 +233,46 @@ mod tests {
     }
 
     #[test]
-    fn sweeping_is_bounded_and_eventually_drops_every_expired_token() {
+    fn sweeps_run_on_schedule_and_drop_every_expired_token() {
         let mut w: TokenWindow = TokenWindow::default();
         for fp in 0..100u64 {
             w.insert(fp * 1000, if fp % 2 == 0 { 10 } else { 1_000 });
         }
-        assert!(w.sweep(50) <= SWEEP_PER_WRITE);
-        for _ in 0..100 {
-            w.sweep(50);
-        }
+        assert_eq!(w.next_sweep(), 10, "the first token's expiry");
+        assert_eq!(w.sweep(5), 0, "not due yet");
+        assert_eq!(w.sweep(50), 50);
         assert_eq!(w.len(), 50);
-        assert!(w.entries().all(|(_, e)| e == 1_000));
+        assert!(w.entries().iter().all(|(_, e)| *e == 1_000));
+        // Next sweep a sixteenth of the remaining window later: (1000 - 50) / 16 = 59.
+        assert_eq!(w.next_sweep(), 109);
+        assert_eq!(w.sweep(100), 0);
     }
 
     #[test]
     fn sweeping_is_deterministic_from_the_encoded_state() {
         let mut a: TokenWindow = TokenWindow::default();
-        for fp in [5u64, 9, 1, 77, 3, 40, 12] {
-            a.insert(fp, fp as i64);
-            a.sweep(4);
+        for (i, fp) in [5u64, 9, 1, 77, 3, 40, 12].into_iter().enumerate() {
+            a.insert(fp, fp as i64 * 3);
+            a.sweep(i as i64 * 4);
         }
-        let mut b = TokenWindow::from_parts(a.entries().collect::<Vec<_>>(), a.cursor());
-        for now in [10, 20, 80] {
+        let mut b = TokenWindow::from_parts(a.entries(), a.next_sweep());
+        assert_eq!(a, b);
+        for now in [10, 20, 80, 300] {
             a.sweep(now);
             b.sweep(now);
             assert_eq!(a, b);
+            assert_eq!(a.entries(), b.entries());
         }
     }
 
     #[test]
-    fn empty_window_sweep_resets_cursor() {
+    fn an_emptied_window_forgets_its_schedule() {
         let mut w: TokenWindow = TokenWindow::default();
         w.insert(u64::MAX, 1);
-        w.sweep(5);
+        assert_eq!(w.sweep(5), 1);
         assert!(w.is_empty());
-        assert_eq!(w.sweep(5), 0);
-        assert_eq!(w.cursor(), 0);
+        assert_eq!(w.next_sweep(), 0);
+        assert!(w.heap_bytes() < 1024);
     }
 
     #[test]

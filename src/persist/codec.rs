@@ -60,6 +60,12 @@ impl Writer {
         self
     }
 
+    /// A writer that appends to `buf` (cleared first), to reuse its allocation.
+    pub fn reusing(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Writer { buf }
+    }
+
     pub fn finish(self) -> Vec<u8> {
         self.buf
     }

@@ -7,8 +7,8 @@
 //! then sections in strictly increasing tag order, each `u8 tag` + body:
 //!   1 VALUE   ivarint value                            (required)
 //!   2 SHARDS  uvarint n (2..=MAX_SHARDS), n x ivarint  (sum must equal VALUE)
-//!   3 TOKENS  uvarint cursor, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint expiry),
-//!             fingerprints strictly increasing
+//!   3 TOKENS  ivarint next sweep time, uvarint n (>= 1),
+//!             n x (u64 LE fingerprint, ivarint expiry), fingerprints strictly increasing
 //!   4 FLOOR   ivarint floor, uvarint n (= shard count), n x ivarint budget
 //!             (each >= 0, summing to VALUE - floor; VALUE >= floor)
 //!   5 LEDGER  like TOKENS, each entry followed by u8 outcome (0 refused, 1 granted) and,
@@ -95,7 +95,8 @@ fn encode_history(w: &mut Writer, h: &History) {
     }
 }
 
-/// A token section: cursor, count, then per entry the fingerprint, the expiry and `extra`.
+/// A token section: next sweep time, count, then per entry the fingerprint, the expiry and
+/// `extra`, in fingerprint order.
 fn encode_window<E: TokenEntry>(
     w: &mut Writer,
     tag: u8,
@@ -106,7 +107,7 @@ fn encode_window<E: TokenEntry>(
         return;
     }
     w.u8(tag)
-        .uvarint(window.cursor())
+        .ivarint(window.next_sweep())
         .uvarint(window.len() as u64);
     for (fp, entry) in window.entries() {
         w.fixed_u64(fp).ivarint(entry.expires_at());
@@ -186,7 +187,7 @@ fn decode_window<E: TokenEntry>(
     r: &mut Reader,
     entry: impl Fn(&mut Reader, i64) -> Result<E, DecodeError>,
 ) -> Result<TokenWindow<E>, DecodeError> {
-    let cursor = r.uvarint()?;
+    let next_sweep = r.ivarint()?;
     // Each entry takes at least 9 bytes (8-byte fingerprint + 1-byte expiry).
     let n = r.count(usize::MAX, 9)?;
     if n == 0 {
@@ -203,7 +204,7 @@ fn decode_window<E: TokenEntry>(
         previous = Some(fp);
         entries.push((fp, entry(r, expires)?));
     }
-    Ok(TokenWindow::from_parts(entries, cursor))
+    Ok(TokenWindow::from_parts(entries, next_sweep))
 }
 
 fn decode_ledger_entry(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, DecodeError> {
@@ -363,7 +364,7 @@ mod tests {
         let c = with_tokens();
         let back = decode(&encode(&c)).unwrap();
         assert_eq!(back, c);
-        assert_eq!(back.tokens().cursor(), c.tokens().cursor());
+        assert_eq!(back.tokens().next_sweep(), c.tokens().next_sweep());
         assert!(back.has_token(u64::MAX, 1_001));
         assert_eq!(back.ledger_outcome(77, 10), Some(Some(1)));
         assert_eq!(back.ledger_outcome(78, 10), Some(None));

@@ -137,7 +137,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
-    // The box, the shard vector, and the token B-tree (about one node per 8 tokens).
+    // The box, the shard vector, and the token tables (freed in a few large blocks).
     // SAFETY: Redis passes a live value of this type.
     match unsafe { borrow(value) } {
         CounterRef::Inline(_) => 0,

@@ -87,7 +87,12 @@ pub struct Effect {
 }
 
 pub fn encode(effect: &Effect) -> Vec<u8> {
-    let mut w = Writer::new();
+    encode_into(effect, Vec::new())
+}
+
+/// Encodes into `buf` (cleared first), reusing its allocation.
+pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
+    let mut w = Writer::reusing(buf);
     w.u8(FORMAT_V1);
     match &effect.op {
         CounterOp::Add(op) => {
