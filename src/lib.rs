@@ -9,6 +9,7 @@ pub mod counter;
 pub mod ffi;
 pub mod metrics;
 pub mod persist;
+pub mod pncounter;
 
 #[cfg(all(feature = "module", not(test)))]
 mod module {
