@@ -33,7 +33,7 @@ pub fn api_missing(name: &str) -> ! {
 /// Names of the API functions the module needs that this server lacks.
 pub fn missing_apis() -> Vec<&'static str> {
     // SAFETY: reading function pointers filled in by RedisModule_Init.
-    let present: [(&str, bool); 20] = unsafe {
+    let present: [(&str, bool); 25] = unsafe {
         [
             ("OpenKey", {
                 let f = raw::RedisModule_OpenKey;
@@ -115,6 +115,26 @@ pub fn missing_apis() -> Vec<&'static str> {
                 let f = raw::RedisModule_SetCommandInfo;
                 f.is_some()
             }),
+            ("Replicate", {
+                let f = raw::RedisModule_Replicate;
+                f.is_some()
+            }),
+            ("GetContextFlags", {
+                let f = raw::RedisModule_GetContextFlags;
+                f.is_some()
+            }),
+            ("GetRandomBytes", {
+                let f = raw::RedisModule_GetRandomBytes;
+                f.is_some()
+            }),
+            ("CreateString", {
+                let f = raw::RedisModule_CreateString;
+                f.is_some()
+            }),
+            ("FreeString", {
+                let f = raw::RedisModule_FreeString;
+                f.is_some()
+            }),
         ]
     };
     present
@@ -125,6 +145,14 @@ pub fn missing_apis() -> Vec<&'static str> {
 }
 
 pub type RawString = *mut raw::RedisModuleString;
+
+/// Random bytes from the server's own generator.
+pub fn random_bytes() -> [u8; 8] {
+    let mut bytes = [0u8; 8];
+    // SAFETY: writes exactly bytes.len() bytes into the buffer.
+    unsafe { rm!(RedisModule_GetRandomBytes)(bytes.as_mut_ptr(), bytes.len()) };
+    bytes
+}
 
 /// The bytes of a Redis string. Valid while the string lives (the command's arguments live for
 /// the whole command call).
@@ -264,6 +292,47 @@ impl Ctx {
         // SAFETY: ctx is live.
         unsafe {
             rm!(RedisModule_ReplicateVerbatim)(self.ptr);
+        }
+    }
+
+    /// The server's context flags (`REDISMODULE_CTX_FLAGS_*`).
+    pub fn flags(&self) -> u32 {
+        // SAFETY: ctx is live.
+        unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) as u32 }
+    }
+
+    /// Propagates `cmd key args...` to replicas and the AOF (the effect of a command whose
+    /// outcome the replicas could not compute themselves). False when the server refused.
+    pub fn replicate(&self, cmd: &CStr, key: RawString, args: &[&[u8]]) -> bool {
+        // SAFETY: ctx is live; every created string is freed after Replicate took its own
+        // references; "sv" takes a RedisModuleString then (RedisModuleString**, count).
+        unsafe {
+            let mut argv: Vec<RawString> = args
+                .iter()
+                .map(|a| rm!(RedisModule_CreateString)(self.ptr, a.as_ptr().cast(), a.len()))
+                .collect();
+            let status = rm!(RedisModule_Replicate)(
+                self.ptr,
+                cmd.as_ptr(),
+                c"sv".as_ptr(),
+                key,
+                argv.as_mut_ptr(),
+                argv.len(),
+            );
+            for s in argv {
+                rm!(RedisModule_FreeString)(self.ptr, s);
+            }
+            status == raw::REDISMODULE_OK as c_int
+        }
+    }
+
+    /// Writes a warning to the server log. The text is passed as an argument, never as the
+    /// printf format.
+    pub fn log_warning(&self, msg: &str) {
+        let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: ctx is live; "%s" consumes exactly one C string.
+        unsafe {
+            rm!(RedisModule_Log)(self.ptr, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr());
         }
     }
 

@@ -33,9 +33,22 @@ impl Counter {
 /// Adds applied by CTR.ADD (not counting refused ones).
 pub static ADDS: Counter = Counter::new();
 
+/// PNC.MERGE calls that were accepted (including ones that changed nothing).
+pub static PNC_MERGES: Counter = Counter::new();
+/// Bytes of the state blobs those merges carried.
+pub static PNC_MERGED_BYTES: Counter = Counter::new();
+/// PN-Counter states refused: malformed or out-of-range PNC.MERGE / PNC.SETSTATE blobs, merges
+/// whose result would leave the safe range, and corrupt RESTORE payloads.
+pub static PNC_REFUSED_BLOBS: Counter = Counter::new();
+
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
-    vec![("adds", &ADDS)]
+    vec![
+        ("adds", &ADDS),
+        ("pnc_merges", &PNC_MERGES),
+        ("pnc_merged_bytes", &PNC_MERGED_BYTES),
+        ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
+    ]
 }
 
 #[cfg(all(feature = "module", not(test)))]

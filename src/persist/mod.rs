@@ -4,3 +4,4 @@ pub mod codec;
 pub mod ctr_format;
 pub mod ctr_type;
 pub mod pnc_format;
+pub mod pnc_type;
