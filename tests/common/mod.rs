@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod pnc;
 pub mod resp;
 
 use std::net::TcpListener;
@@ -62,6 +63,7 @@ pub struct Server {
     pub dir: PathBuf,
     args: Vec<String>,
     module_args: Vec<String>,
+    with_module: bool,
 }
 
 impl Server {
@@ -72,18 +74,46 @@ impl Server {
     /// Starts a server with extra `redis-server` options (`["--appendonly", "yes"]`) and module
     /// load arguments.
     pub fn start_with(args: &[&str], module_args: &[&str]) -> Server {
+        match Server::try_start(args, module_args, true, &[]) {
+            Ok(server) => server,
+            Err(log) => panic!("redis-server did not start; log:\n{log}"),
+        }
+    }
+
+    /// Starts a server, with or without the module, after writing `files` (name, bytes) into
+    /// its directory (e.g. a `dump.rdb` to load). Err carries the server log when it does not
+    /// come up.
+    pub fn try_start(
+        args: &[&str],
+        module_args: &[&str],
+        with_module: bool,
+        files: &[(&str, &[u8])],
+    ) -> Result<Server, String> {
         let mut server = Server {
             child: None,
             port: 0,
             dir: fresh_dir(),
             args: args.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
+            with_module,
         };
-        server.launch();
-        server
+        for (name, bytes) in files {
+            std::fs::write(server.dir.join(name), bytes).expect("write a file for the server");
+        }
+        if server.try_launch() {
+            Ok(server)
+        } else {
+            Err(server.log())
+        }
     }
 
     fn launch(&mut self) {
+        if !self.try_launch() {
+            panic!("redis-server did not start; log:\n{}", self.log());
+        }
+    }
+
+    fn try_launch(&mut self) -> bool {
         for _attempt in 0..5 {
             if self.port == 0 || self.child.is_some() {
                 self.port = free_port();
@@ -97,21 +127,23 @@ impl Server {
                 .arg(&self.dir)
                 .arg("--logfile")
                 .arg(self.dir.join("redis.log"))
-                .args(&self.args)
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.module_args)
-                .stdin(Stdio::null())
+                .args(&self.args);
+            if self.with_module {
+                cmd.arg("--loadmodule")
+                    .arg(module_path())
+                    .args(&self.module_args);
+            }
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let child = cmd.spawn().expect("start redis-server (is it installed?)");
             self.child = Some(child);
             if self.wait_ready() {
-                return;
+                return true;
             }
             self.kill();
         }
-        panic!("redis-server did not start; log:\n{}", self.log());
+        false
     }
 
     fn wait_ready(&mut self) -> bool {
