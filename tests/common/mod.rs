@@ -154,10 +154,17 @@ impl Server {
                     return false;
                 }
             }
-            if let Ok(mut c) = Conn::connect(self.port) {
-                match c.q("PING") {
-                    Value::Simple(s) if s == "PONG" => return true,
-                    _ => {} // still loading
+            // A raw probe: a server that fails to load may close the connection at any point,
+            // which must not panic here. Anything but +PONG (e.g. -LOADING) means not yet.
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut reply = [0u8; 7];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut reply).is_ok()
+                    && &reply == b"+PONG\r\n"
+                {
+                    return true;
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
