@@ -307,10 +307,20 @@ impl Ctx {
         // SAFETY: ctx is live; every created string is freed after Replicate took its own
         // references; "sv" takes a RedisModuleString then (RedisModuleString**, count).
         unsafe {
-            let mut argv: Vec<RawString> = args
-                .iter()
-                .map(|a| rm!(RedisModule_CreateString)(self.ptr, a.as_ptr().cast(), a.len()))
-                .collect();
+            let create =
+                |a: &&[u8]| rm!(RedisModule_CreateString)(self.ptr, a.as_ptr().cast(), a.len());
+            // Up to 4 arguments without a heap allocation for the vector.
+            let mut small = [std::ptr::null_mut(); 4];
+            let mut large = Vec::new();
+            let argv: &mut [RawString] = if args.len() <= small.len() {
+                for (slot, a) in small.iter_mut().zip(args) {
+                    *slot = create(a);
+                }
+                &mut small[..args.len()]
+            } else {
+                large.extend(args.iter().map(create));
+                &mut large
+            };
             let status = rm!(RedisModule_Replicate)(
                 self.ptr,
                 cmd.as_ptr(),
@@ -319,8 +329,8 @@ impl Ctx {
                 argv.as_mut_ptr(),
                 argv.len(),
             );
-            for s in argv {
-                rm!(RedisModule_FreeString)(self.ptr, s);
+            for s in argv.iter() {
+                rm!(RedisModule_FreeString)(self.ptr, *s);
             }
             status == raw::REDISMODULE_OK as c_int
         }

@@ -111,11 +111,22 @@ fn require_primary(ctx: Ctx, name: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// Formats an integer in decimal into `buf` (no heap allocation on the hot path).
+fn decimal(v: i128, buf: &mut [u8; 40]) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    // 40 bytes hold any i128, so this write cannot fail.
+    let _ = write!(cursor, "{v}");
+    let len = usize::try_from(cursor.position()).unwrap_or(0);
+    &buf[..len]
+}
+
 /// Replicates a local write to this deployment's slot as its deterministic effect.
 fn replicate_apply(ctx: Ctx, key: RawString, home: &Home, delta: i64) {
-    let gen = home.gen.to_string();
-    let delta = delta.to_string();
-    let args: [&[u8]; 3] = [home.id.as_bytes(), gen.as_bytes(), delta.as_bytes()];
+    let (mut gen_buf, mut delta_buf) = ([0u8; 40], [0u8; 40]);
+    let gen = decimal(i128::from(home.gen), &mut gen_buf);
+    let delta = decimal(i128::from(delta), &mut delta_buf);
+    let args: [&[u8]; 3] = [home.id.as_bytes(), gen, delta];
     if !ctx.replicate(APPLY_COMMAND, key, &args) {
         ctx.log_warning("ctr: the server refused to replicate PNC.APPLY");
     }
@@ -299,6 +310,24 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     ctx.replicate_verbatim();
     ctx.notify(c"pnc.setstate", args.raw(1));
     Ok(Reply::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal_formats_the_extremes() {
+        let mut buf = [0u8; 40];
+        assert_eq!(super::decimal(0, &mut buf), b"0");
+        assert_eq!(
+            super::decimal(i128::from(i64::MIN), &mut buf),
+            b"-9223372036854775808"
+        );
+        assert_eq!(
+            super::decimal(i128::from(u64::MAX), &mut buf),
+            b"18446744073709551615"
+        );
+        assert_eq!(super::decimal(i128::MIN, &mut buf).len(), 40);
+    }
 }
 
 #[cfg(all(feature = "module", not(test)))]

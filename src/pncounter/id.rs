@@ -13,9 +13,45 @@ pub const MAX_ID_LEN: usize = 64;
 /// Longest id an operator may configure (leaves room for the `.<12 hex>` failover suffix).
 pub const MAX_CONFIGURED_ID_LEN: usize = 48;
 
-/// A validated replica id. Ordered bytewise, which is the order entries are kept in.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReplicaId(Box<str>);
+/// Ids up to this many bytes are stored inline (no heap allocation, no pointer to chase):
+/// random ids (18 bytes) and failover successors of names up to 9 bytes fit.
+const INLINE_LEN: usize = 22;
+
+/// A validated replica id (ASCII). Ordered bytewise, which is the order entries are kept in.
+#[derive(Clone)]
+pub struct ReplicaId(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE_LEN] },
+    Heap(Box<str>),
+}
+
+impl PartialEq for ReplicaId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ReplicaId {}
+
+impl PartialOrd for ReplicaId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ReplicaId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::hash::Hash for ReplicaId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
 
 /// Why a byte string is not a replica id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +93,21 @@ impl ReplicaId {
         if !bytes.iter().all(|b| id_byte(*b)) {
             return Err(IdError::BadCharacter);
         }
-        // Every byte is ASCII, so this is valid UTF-8.
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(ReplicaId(s.into())),
-            Err(_) => Err(IdError::BadCharacter),
+        Ok(ReplicaId::from_ascii(bytes))
+    }
+
+    /// Stores already-validated ASCII bytes.
+    fn from_ascii(bytes: &[u8]) -> ReplicaId {
+        if bytes.len() <= INLINE_LEN {
+            let mut inline = [0u8; INLINE_LEN];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            ReplicaId(Repr::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            })
+        } else {
+            // ASCII is valid UTF-8; the lossy conversion never replaces anything here.
+            ReplicaId(Repr::Heap(String::from_utf8_lossy(bytes).into()))
         }
     }
 
@@ -75,37 +122,44 @@ impl ReplicaId {
         ReplicaId::parse(bytes).map_err(|_| ConfiguredIdError)
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn as_bytes(&self) -> &[u8] {
-        self.0.as_bytes()
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len).min(INLINE_LEN)],
+            Repr::Heap(s) => s.as_bytes(),
+        }
     }
 
-    /// Heap bytes the id owns.
+    pub fn as_str(&self) -> &str {
+        // Always ASCII (checked when made), so this never falls back.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// Heap bytes the id owns (0 when stored inline).
     pub fn heap_bytes(&self) -> usize {
-        self.0.len()
+        match &self.0 {
+            Repr::Inline { .. } => 0,
+            Repr::Heap(s) => s.len(),
+        }
     }
 
     /// True when `self` is `base` or one of its failover successors (`base.<suffix>`).
     pub fn descends_from(&self, base: &ReplicaId) -> bool {
-        match self.0.strip_prefix(base.as_str()) {
-            Some("") => true,
-            Some(rest) => rest.starts_with('.'),
+        match self.as_bytes().strip_prefix(base.as_bytes()) {
+            Some([]) => true,
+            Some(rest) => rest.starts_with(b"."),
             None => false,
         }
     }
 
     /// A random id for a deployment without a configured one: `r-<16 hex digits>`.
     pub fn random(bytes: [u8; 8]) -> ReplicaId {
-        ReplicaId(format!("r-{}", hex(&bytes)).into())
+        ReplicaId::from_ascii(format!("r-{}", hex(&bytes)).as_bytes())
     }
 
     /// The id a deployment configured as `base` moves to after a failover:
     /// `<base>.<12 hex digits>` (at most 48 + 13 bytes, so always a valid id).
     pub fn successor(base: &ReplicaId, bytes: [u8; 8]) -> ReplicaId {
-        ReplicaId(format!("{}.{}", base.as_str(), hex(&bytes[..6])).into())
+        ReplicaId::from_ascii(format!("{}.{}", base.as_str(), hex(&bytes[..6])).as_bytes())
     }
 }
 
@@ -130,13 +184,13 @@ fn hex(bytes: &[u8]) -> String {
 
 impl fmt::Debug for ReplicaId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", &*self.0)
+        write!(f, "{:?}", self.as_str())
     }
 }
 
 impl fmt::Display for ReplicaId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -166,6 +220,22 @@ mod tests {
         ] {
             assert_eq!(ReplicaId::parse(bad), Err(IdError::BadCharacter), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn short_ids_are_inline_long_ones_on_the_heap_and_both_compare_bytewise() {
+        let short = ReplicaId::parse(&[b'a'; 22]).unwrap();
+        let long = ReplicaId::parse(&[b'a'; 23]).unwrap();
+        assert_eq!(short.heap_bytes(), 0);
+        assert_eq!(long.heap_bytes(), 23);
+        assert_eq!(short.as_str().len(), 22);
+        assert_eq!(long.as_str().len(), 23);
+        assert!(short < long, "a prefix sorts first");
+        let b = ReplicaId::parse(b"b").unwrap();
+        assert!(long < b && short < b);
+        assert_eq!(long.clone(), long);
+        assert_ne!(short, long);
+        assert_eq!(std::mem::size_of::<ReplicaId>(), 24);
     }
 
     #[test]

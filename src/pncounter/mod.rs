@@ -166,6 +166,8 @@ impl PnCounter {
                 if self.entries.len() >= MAX_REPLICAS {
                     return Err(PncError::TooManyReplicas);
                 }
+                // New replica ids are rare: keep the vector exactly as long as it needs to be.
+                self.entries.reserve_exact(1);
                 let (p, n) = if delta > 0 {
                     (bump(0)?, 0)
                 } else {
@@ -200,7 +202,7 @@ impl PnCounter {
     /// value.
     pub fn merged(&self, other: &PnCounter) -> Result<PnCounter, PncError> {
         let (a, b) = (&self.entries, &other.entries);
-        let mut out = Vec::with_capacity(a.len().max(b.len()));
+        let mut out = Vec::with_capacity(union_len(a, b));
         let (mut i, mut j) = (0, 0);
         while i < a.len() || j < b.len() {
             let next = match (a.get(i), b.get(j)) {
@@ -259,10 +261,32 @@ impl PnCounter {
 
     /// Separate heap allocations (for the lazy-free decision).
     pub fn allocations(&self) -> usize {
-        usize::from(self.entries.capacity() > 0)
-            + self.entries.len()
-            + usize::from(self.home.is_some())
+        let long_ids = self
+            .entries
+            .iter()
+            .map(|e| &e.id)
+            .chain(self.home.as_ref().map(|h| &h.id))
+            .filter(|id| id.heap_bytes() > 0)
+            .count();
+        usize::from(self.entries.capacity() > 0) + long_ids
     }
+}
+
+/// How many distinct ids two sorted entry lists hold together.
+fn union_len(a: &[Entry], b: &[Entry]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].id.cmp(&b[j].id) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+        n += 1;
+    }
+    n + (a.len() - i) + (b.len() - j)
 }
 
 /// Why a decoded state is not a valid PN-Counter.

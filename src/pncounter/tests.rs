@@ -278,8 +278,20 @@ fn heap_accounting_grows_with_entries() {
     assert_eq!(c.allocations(), 0);
     c.add(&id("abc"), 1).unwrap();
     let one = c.heap_bytes();
-    assert!(one >= std::mem::size_of::<Entry>() + 3);
+    assert_eq!(one, std::mem::size_of::<Entry>());
     c.add(&id("abd"), 1).unwrap();
-    assert!(c.heap_bytes() > one);
+    assert_eq!(c.heap_bytes(), 2 * one, "exact capacity, inline ids");
+    assert_eq!(c.allocations(), 1);
+    let long = id(&"x".repeat(40));
+    c.add(&long, 1).unwrap();
+    assert_eq!(c.heap_bytes(), 3 * one + 40);
+    assert_eq!(c.allocations(), 2);
+    c.set_home(Some(Home { id: long, gen: 1 }));
     assert_eq!(c.allocations(), 3);
+    let merged = c.merged(&PnCounter::new()).unwrap();
+    assert_eq!(
+        merged.heap_bytes(),
+        3 * one + 80,
+        "merged entries are exact too"
+    );
 }
