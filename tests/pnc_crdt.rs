@@ -282,3 +282,29 @@ fn the_sync_tool_converges_keys_by_name_and_by_pattern() {
     let (ok, _) = sync_tool(&["--key".into(), "x".into(), endpoints[0].clone(), dead]);
     assert!(!ok);
 }
+
+/// The README's redis-cli pipeline, run as written (with test ports).
+#[test]
+fn the_documented_redis_cli_pipeline_ships_a_state() {
+    let (a, b) = (with_id("us-east"), with_id("eu-west"));
+    let (mut ca, mut cb) = (a.conn(), b.conn());
+    // An N of 10 makes the blob end in a newline byte: only the one redis-cli adds may go.
+    ca.q("PNC.ADD page:likes 20");
+    ca.q("PNC.ADD page:likes -10");
+    cb.q("PNC.ADD page:likes 3");
+    let pipeline = format!(
+        "redis-cli -p {} --raw PNC.STATE page:likes | head -c -1 \
+         | redis-cli -p {} -x PNC.MERGE page:likes",
+        a.port, b.port
+    );
+    let out = Command::new("bash")
+        .args(["-c", &pipeline])
+        .output()
+        .expect("run bash");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "13");
+    assert_eq!(cb.q("PNC.GET page:likes"), Value::Int(13));
+    assert_eq!(
+        cb.q("PNC.STATE page:likes").bytes(),
+        state_blob(&[("eu-west", 3, 0), ("us-east", 20, 10)])
+    );
+}
