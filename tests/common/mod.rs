@@ -57,6 +57,12 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
+enum Probe {
+    Ready,
+    NotYet,
+    Foreign,
+}
+
 pub struct Server {
     child: Option<Child>,
     pub port: u16,
@@ -100,22 +106,23 @@ impl Server {
         for (name, bytes) in files {
             std::fs::write(server.dir.join(name), bytes).expect("write a file for the server");
         }
-        if server.try_launch() {
+        if server.try_launch(false) {
             Ok(server)
         } else {
             Err(server.log())
         }
     }
 
+    /// Starts the server again on the port it had (a restart: replicas and tests know it).
     fn launch(&mut self) {
-        if !self.try_launch() {
+        if !self.try_launch(true) {
             panic!("redis-server did not start; log:\n{}", self.log());
         }
     }
 
-    fn try_launch(&mut self) -> bool {
+    fn try_launch(&mut self, keep_port: bool) -> bool {
         for _attempt in 0..5 {
-            if self.port == 0 || self.child.is_some() {
+            if self.port == 0 || !keep_port {
                 self.port = free_port();
             }
             let mut cmd = Command::new(server_binary());
@@ -154,22 +161,64 @@ impl Server {
                     return false;
                 }
             }
-            // A raw probe: a server that fails to load may close the connection at any point,
-            // which must not panic here. Anything but +PONG (e.g. -LOADING) means not yet.
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut reply = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut reply).is_ok()
-                    && &reply == b"+PONG\r\n"
-                {
-                    return true;
-                }
+            match self.probe() {
+                Probe::Ready => return true,
+                // Another process owns the port (it was free when picked): ours will fail to
+                // bind; start over on another port.
+                Probe::Foreign => return false,
+                Probe::NotYet => {}
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// A raw readiness probe: a server that fails to load may close the connection at any
+    /// point, which must not panic here. Ready only when the server answering on our port is
+    /// the child we started (its INFO process_id), not some other server on a reused port.
+    fn probe(&self) -> Probe {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return Probe::NotYet;
+        };
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return Probe::NotYet;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut pong = [0u8; 7];
+        if s.write_all(b"PING\r\n").is_err()
+            || s.read_exact(&mut pong).is_err()
+            || &pong != b"+PONG\r\n"
+        {
+            return Probe::NotYet; // e.g. -LOADING, or exiting
+        }
+        if s.write_all(b"INFO server\r\n").is_err() {
+            return Probe::NotYet;
+        }
+        let mut reader = BufReader::new(s);
+        let mut header = String::new();
+        let len = match reader.read_line(&mut header) {
+            Ok(_) => header
+                .trim_end()
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok()),
+            Err(_) => None,
+        };
+        let Some(len) = len.filter(|n: &usize| *n < 1 << 20) else {
+            return Probe::NotYet;
+        };
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).is_err() {
+            return Probe::NotYet;
+        }
+        let ours = String::from_utf8_lossy(&body)
+            .lines()
+            .any(|l| l == format!("process_id:{pid}"));
+        if ours {
+            Probe::Ready
+        } else {
+            Probe::Foreign
+        }
     }
 
     pub fn conn(&self) -> Conn {
