@@ -250,6 +250,17 @@ impl Server {
     }
 
     fn stop(&mut self, how: &str) {
+        // Only ever shut down our own child. While it runs it holds the port (Redis does not
+        // share listening ports); once it has exited, another server may listen there, so
+        // send nothing.
+        match self.child.as_mut().map(Child::try_wait) {
+            None => return,
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                return;
+            }
+            Some(_) => {}
+        }
         if let Ok(mut c) = Conn::connect(self.port) {
             c.send(&how.split_whitespace().collect::<Vec<_>>());
             let _ = c.read(); // the connection closes on success
