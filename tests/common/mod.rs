@@ -309,9 +309,53 @@ impl Server {
     }
 
     /// Waits until every write made so far on this master reached `n` replicas.
+    ///
+    /// Not `WAIT`: WAIT only waits for the calling connection's own writes, and a fresh
+    /// connection has made none. Instead: the master's replication offset now, then each
+    /// replica's processed offset (asked of the replica itself) until enough have reached it.
     pub fn wait_replicas(&self, n: i64) {
-        let acked = self.conn().q("WAIT 1 10000").int();
-        assert!(acked >= n, "only {acked} replicas acknowledged");
+        let target: i64 = self
+            .info_field("replication", "master_repl_offset")
+            .parse()
+            .expect("master_repl_offset");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = self.conn().q("INFO replication").text();
+            let ports: Vec<u16> = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .filter_map(|l| {
+                    l.split(',')
+                        .find_map(|kv| kv.strip_prefix("port="))
+                        .and_then(|p| p.parse().ok())
+                })
+                .collect();
+            let caught_up = ports
+                .iter()
+                .filter(|port| {
+                    let Ok(mut c) = Conn::connect(**port) else {
+                        return false;
+                    };
+                    c.send(&["INFO", "replication"]);
+                    let Ok(Value::Bulk(text)) = c.read() else {
+                        return false;
+                    };
+                    String::from_utf8_lossy(&text)
+                        .lines()
+                        .find_map(|l| l.strip_prefix("slave_repl_offset:"))
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                        .is_some_and(|offset| offset >= target)
+                })
+                .count() as i64;
+            if caught_up >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {caught_up} of {n} replicas reached offset {target}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn info_field(&self, section: &str, field: &str) -> String {
