@@ -58,6 +58,50 @@ pub const I64_CONFIGS: [I64Config; 7] = [
     ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
 ];
 
+/// `ctr.replica-id`: empty = automatic (a random id made on the first PN-counter write), else
+/// the id this deployment's PN-counter writes go to. Its value lives in
+/// [`crate::pncounter::identity`], which also decides what a change means.
+pub const REPLICA_ID_CONFIG: &str = "replica-id";
+
+/// Parses a `ctr.replica-id` value: None for the empty string (automatic).
+pub fn parse_replica_id(
+    bytes: &[u8],
+) -> Result<Option<crate::pncounter::ReplicaId>, crate::pncounter::ConfiguredIdError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    crate::pncounter::ReplicaId::parse_configured(bytes).map(Some)
+}
+
+/// The holder of `ctr.replica-id` (reads and writes go through the identity).
+pub struct ReplicaIdConfig;
+pub static REPLICA_ID: ReplicaIdConfig = ReplicaIdConfig;
+
+#[cfg(feature = "module")]
+impl redis_module::configuration::ConfigurationValue<redis_module::RedisString>
+    for ReplicaIdConfig
+{
+    fn get(
+        &self,
+        _ctx: &redis_module::configuration::ConfigurationContext,
+    ) -> redis_module::RedisString {
+        let identity = crate::pncounter::identity();
+        let text = identity.configured().map_or("", |id| id.as_str());
+        redis_module::RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
+    }
+
+    fn set(
+        &self,
+        _ctx: &redis_module::configuration::ConfigurationContext,
+        val: redis_module::RedisString,
+    ) -> Result<(), redis_module::RedisError> {
+        let id = parse_replica_id(val.as_slice())
+            .map_err(|e| redis_module::RedisError::String(e.to_string()))?;
+        crate::pncounter::identity().configure(id, crate::ffi::random_bytes());
+        Ok(())
+    }
+}
+
 /// A snapshot of the configs a command needs, read once per command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
@@ -110,7 +154,8 @@ pub fn register(
     args: &[redis_module::RedisString],
 ) -> Result<(), String> {
     use redis_module::configuration::{
-        get_i64_default_config_value, register_i64_configuration, ConfigurationFlags,
+        get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
+        register_string_configuration, ConfigurationFlags,
     };
     for (name, holder, default, min, max) in I64_CONFIGS {
         let value = get_i64_default_config_value(args, name, default)
@@ -131,9 +176,23 @@ pub fn register(
             None,
         );
     }
+    let replica_id = get_string_default_config_value(args, REPLICA_ID_CONFIG, "")
+        .map_err(|e| format!("load argument {REPLICA_ID_CONFIG}: {e}"))?;
+    parse_replica_id(replica_id.as_bytes())
+        .map_err(|e| format!("load argument {REPLICA_ID_CONFIG}: {e}"))?;
+    register_string_configuration(
+        ctx,
+        REPLICA_ID_CONFIG,
+        &REPLICA_ID,
+        replica_id,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
     // SAFETY: called from OnLoad with its live context.
     match unsafe { redis_module::raw::RedisModule_LoadConfigs } {
         Some(load) if unsafe { load(ctx.ctx) } == redis_module::raw::REDISMODULE_OK as i32 => {
+            // From now on a change of ctr.replica-id is an operator's change.
+            crate::pncounter::identity().finish_startup();
             Ok(())
         }
         _ => Err("could not apply the ctr.* configs".to_string()),
@@ -151,5 +210,17 @@ mod tests {
             assert_eq!(holder.load(Relaxed), default, "{name}");
         }
         assert_eq!(Settings::default(), Settings::current());
+    }
+
+    #[test]
+    fn replica_id_values_are_validated() {
+        assert_eq!(parse_replica_id(b""), Ok(None));
+        assert_eq!(
+            parse_replica_id(b"us-east_1").unwrap().unwrap().as_str(),
+            "us-east_1"
+        );
+        for bad in [&b"a.b"[..], b"a b", b"a\0", &[b'x'; 49], b"\xff", b"%s"] {
+            assert!(parse_replica_id(bad).is_err(), "{bad:?}");
+        }
     }
 }

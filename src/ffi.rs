@@ -77,10 +77,22 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_CreateCommand,
         RedisModule_ValueLength,
         RedisModule_Call,
+        RedisModule_GetRandomBytes,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
+        RedisModule_Log,
     )
 }
 
 pub type RawString = *mut raw::RedisModuleString;
+
+/// Random bytes from the server's own generator.
+pub fn random_bytes() -> [u8; 8] {
+    let mut bytes = [0u8; 8];
+    // SAFETY: writes exactly bytes.len() bytes into the buffer.
+    unsafe { rm!(RedisModule_GetRandomBytes)(bytes.as_mut_ptr(), bytes.len()) };
+    bytes
+}
 
 /// The bytes of a Redis string. Valid while the string lives (the command's arguments live for
 /// the whole command call).
@@ -286,6 +298,57 @@ impl Ctx {
         // SAFETY: ctx is live.
         let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) } as u32;
         flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
+    /// The server's context flags (`REDISMODULE_CTX_FLAGS_*`).
+    pub fn flags(&self) -> u32 {
+        // SAFETY: ctx is live.
+        unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) as u32 }
+    }
+
+    /// Propagates `cmd key args...` to replicas and the AOF (the effect of a command whose
+    /// outcome the replicas could not compute themselves). False when the server refused.
+    pub fn replicate(&self, cmd: &CStr, key: RawString, args: &[&[u8]]) -> bool {
+        // SAFETY: ctx is live; every created string is freed after Replicate took its own
+        // references; "sv" takes a RedisModuleString then (RedisModuleString**, count).
+        unsafe {
+            let create =
+                |a: &&[u8]| rm!(RedisModule_CreateString)(self.ptr, a.as_ptr().cast(), a.len());
+            // Up to 4 arguments without a heap allocation for the vector.
+            let mut small = [std::ptr::null_mut(); 4];
+            let mut large = Vec::new();
+            let argv: &mut [RawString] = if args.len() <= small.len() {
+                for (slot, a) in small.iter_mut().zip(args) {
+                    *slot = create(a);
+                }
+                &mut small[..args.len()]
+            } else {
+                large.extend(args.iter().map(create));
+                &mut large
+            };
+            let status = rm!(RedisModule_Replicate)(
+                self.ptr,
+                cmd.as_ptr(),
+                c"sv".as_ptr(),
+                key,
+                argv.as_mut_ptr(),
+                argv.len(),
+            );
+            for s in argv.iter() {
+                rm!(RedisModule_FreeString)(self.ptr, *s);
+            }
+            status == raw::REDISMODULE_OK as c_int
+        }
+    }
+
+    /// Writes a warning to the server log. The text is passed as an argument, never as the
+    /// printf format.
+    pub fn log_warning(&self, msg: &str) {
+        let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: ctx is live; "%s" consumes exactly one C string.
+        unsafe {
+            rm!(RedisModule_Log)(self.ptr, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr());
+        }
     }
 
     /// Emits a module keyspace event (class `d`, included in `A`).

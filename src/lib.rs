@@ -9,12 +9,14 @@ pub mod counter;
 pub mod ffi;
 pub mod metrics;
 pub mod persist;
+pub mod pncounter;
 
 #[cfg(all(feature = "module", not(test)))]
 mod module {
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
     use crate::persist::ctr_type::CTR_TYPE;
+    use crate::persist::pnc_type::PNC_TYPE;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         match setup(ctx, args) {
@@ -42,7 +44,7 @@ mod module {
         name: "ctr",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [CTR_TYPE],
+        data_types: [CTR_TYPE, PNC_TYPE],
         init: init,
         commands: [],
     }

@@ -91,6 +91,14 @@ pub fn record_drift(drift: i64) {
     DRIFT_HISTOGRAM[bucket].incr();
 }
 
+/// PNC.MERGE calls that were accepted (including ones that changed nothing).
+pub static PNC_MERGES: Counter = Counter::new();
+/// Bytes of the state blobs those merges carried.
+pub static PNC_MERGED_BYTES: Counter = Counter::new();
+/// PN-Counter states refused: malformed or out-of-range PNC.MERGE / PNC.SETSTATE blobs, merges
+/// whose result would leave the safe range, and corrupt RESTORE payloads.
+pub static PNC_REFUSED_BLOBS: Counter = Counter::new();
+
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
     vec![
@@ -113,6 +121,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("drift_10_99", &DRIFT_HISTOGRAM[2]),
         ("drift_100_999", &DRIFT_HISTOGRAM[3]),
         ("drift_1000_plus", &DRIFT_HISTOGRAM[4]),
+        ("pnc_merges", &PNC_MERGES),
+        ("pnc_merged_bytes", &PNC_MERGED_BYTES),
+        ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
     ]
 }
 

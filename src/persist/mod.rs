@@ -4,3 +4,5 @@ pub mod codec;
 pub mod ctr_format;
 pub mod ctr_type;
 pub mod effect;
+pub mod pnc_format;
+pub mod pnc_type;

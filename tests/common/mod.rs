@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod pnc;
 pub mod resp;
 
 use std::net::TcpListener;
@@ -56,12 +57,19 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
+enum Probe {
+    Ready,
+    NotYet,
+    Foreign,
+}
+
 pub struct Server {
     child: Option<Child>,
     pub port: u16,
     pub dir: PathBuf,
     args: Vec<String>,
     module_args: Vec<String>,
+    with_module: bool,
 }
 
 impl Server {
@@ -72,41 +80,55 @@ impl Server {
     /// Starts a server with extra `redis-server` options (`["--appendonly", "yes"]`) and module
     /// load arguments.
     pub fn start_with(args: &[&str], module_args: &[&str]) -> Server {
-        let mut server = Server::new(args, module_args);
-        server.launch();
-        server
+        match Server::try_start(args, module_args, true, &[]) {
+            Ok(server) => server,
+            Err(log) => panic!("redis-server did not start; log:\n{log}"),
+        }
     }
 
-    /// One attempt to start; the server's log when it does not come up (e.g. a refused load
-    /// argument).
+    /// One attempt to start with the module; the server's log when it does not come up (e.g. a
+    /// refused load argument).
     pub fn try_start_with(args: &[&str], module_args: &[&str]) -> Result<Server, String> {
-        let mut server = Server::new(args, module_args);
-        if server.launch_attempts(1) {
+        Server::try_start(args, module_args, true, &[])
+    }
+
+    /// Starts a server, with or without the module, after writing `files` (name, bytes) into
+    /// its directory (e.g. a `dump.rdb` to load). Err carries the server log when it does not
+    /// come up.
+    pub fn try_start(
+        args: &[&str],
+        module_args: &[&str],
+        with_module: bool,
+        files: &[(&str, &[u8])],
+    ) -> Result<Server, String> {
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir: fresh_dir(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            module_args: module_args.iter().map(|s| s.to_string()).collect(),
+            with_module,
+        };
+        for (name, bytes) in files {
+            std::fs::write(server.dir.join(name), bytes).expect("write a file for the server");
+        }
+        if server.try_launch(false) {
             Ok(server)
         } else {
             Err(server.log())
         }
     }
 
-    fn new(args: &[&str], module_args: &[&str]) -> Server {
-        Server {
-            child: None,
-            port: 0,
-            dir: fresh_dir(),
-            args: args.iter().map(|s| s.to_string()).collect(),
-            module_args: module_args.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
+    /// Starts the server again on the port it had (a restart: replicas and tests know it).
     fn launch(&mut self) {
-        if !self.launch_attempts(5) {
+        if !self.try_launch(true) {
             panic!("redis-server did not start; log:\n{}", self.log());
         }
     }
 
-    fn launch_attempts(&mut self, attempts: usize) -> bool {
-        for _attempt in 0..attempts {
-            if self.port == 0 || self.child.is_some() {
+    fn try_launch(&mut self, keep_port: bool) -> bool {
+        for _attempt in 0..5 {
+            if self.port == 0 || !keep_port {
                 self.port = free_port();
             }
             let mut cmd = Command::new(server_binary());
@@ -118,11 +140,13 @@ impl Server {
                 .arg(&self.dir)
                 .arg("--logfile")
                 .arg(self.dir.join("redis.log"))
-                .args(&self.args)
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.module_args)
-                .stdin(Stdio::null())
+                .args(&self.args);
+            if self.with_module {
+                cmd.arg("--loadmodule")
+                    .arg(module_path())
+                    .args(&self.module_args);
+            }
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let child = cmd.spawn().expect("start redis-server (is it installed?)");
@@ -143,30 +167,64 @@ impl Server {
                     return false;
                 }
             }
-            if let Some(mut c) = self.own_connection() {
-                match c.q("PING") {
-                    Value::Simple(s) if s == "PONG" => return true,
-                    _ => {} // still loading
-                }
+            match self.probe() {
+                Probe::Ready => return true,
+                // Another process owns the port (it was free when picked): ours will fail to
+                // bind; start over on another port.
+                Probe::Foreign => return false,
+                Probe::NotYet => {}
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         false
     }
 
-    /// A connection to this harness's own server process: the port may have been taken by
-    /// another test's server once ours exited, so the server's pid is checked first.
-    fn own_connection(&self) -> Option<Conn> {
-        let pid = self.child.as_ref()?.id();
-        let mut c = Conn::connect(self.port).ok()?;
-        let info = match c.q("INFO server") {
-            Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-            _ => return None,
+    /// A raw readiness probe: a server that fails to load may close the connection at any
+    /// point, which must not panic here. Ready only when the server answering on our port is
+    /// the child we started (its INFO process_id), not some other server on a reused port.
+    fn probe(&self) -> Probe {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return Probe::NotYet;
         };
-        let ours = info
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return Probe::NotYet;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut pong = [0u8; 7];
+        if s.write_all(b"PING\r\n").is_err()
+            || s.read_exact(&mut pong).is_err()
+            || &pong != b"+PONG\r\n"
+        {
+            return Probe::NotYet; // e.g. -LOADING, or exiting
+        }
+        if s.write_all(b"INFO server\r\n").is_err() {
+            return Probe::NotYet;
+        }
+        let mut reader = BufReader::new(s);
+        let mut header = String::new();
+        let len = match reader.read_line(&mut header) {
+            Ok(_) => header
+                .trim_end()
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok()),
+            Err(_) => None,
+        };
+        let Some(len) = len.filter(|n: &usize| *n < 1 << 20) else {
+            return Probe::NotYet;
+        };
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).is_err() {
+            return Probe::NotYet;
+        }
+        let ours = String::from_utf8_lossy(&body)
             .lines()
-            .any(|l| l.trim_end() == format!("process_id:{pid}"));
-        ours.then_some(c)
+            .any(|l| l == format!("process_id:{pid}"));
+        if ours {
+            Probe::Ready
+        } else {
+            Probe::Foreign
+        }
     }
 
     pub fn conn(&self) -> Conn {
@@ -198,7 +256,18 @@ impl Server {
     }
 
     fn stop(&mut self, how: &str) {
-        if let Some(mut c) = self.own_connection() {
+        // Only ever shut down our own child. While it runs it holds the port (Redis does not
+        // share listening ports); once it has exited, another server may listen there, so
+        // send nothing.
+        match self.child.as_mut().map(Child::try_wait) {
+            None => return,
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                return;
+            }
+            Some(_) => {}
+        }
+        if let Ok(mut c) = Conn::connect(self.port) {
             c.send(&how.split_whitespace().collect::<Vec<_>>());
             let _ = c.read(); // the connection closes on success
         }
@@ -246,9 +315,53 @@ impl Server {
     }
 
     /// Waits until every write made so far on this master reached `n` replicas.
+    ///
+    /// Not `WAIT`: WAIT only waits for the calling connection's own writes, and a fresh
+    /// connection has made none. Instead: the master's replication offset now, then each
+    /// replica's processed offset (asked of the replica itself) until enough have reached it.
     pub fn wait_replicas(&self, n: i64) {
-        let acked = self.conn().q("WAIT 1 10000").int();
-        assert!(acked >= n, "only {acked} replicas acknowledged");
+        let target: i64 = self
+            .info_field("replication", "master_repl_offset")
+            .parse()
+            .expect("master_repl_offset");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = self.conn().q("INFO replication").text();
+            let ports: Vec<u16> = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .filter_map(|l| {
+                    l.split(',')
+                        .find_map(|kv| kv.strip_prefix("port="))
+                        .and_then(|p| p.parse().ok())
+                })
+                .collect();
+            let caught_up = ports
+                .iter()
+                .filter(|port| {
+                    let Ok(mut c) = Conn::connect(**port) else {
+                        return false;
+                    };
+                    c.send(&["INFO", "replication"]);
+                    let Ok(Value::Bulk(text)) = c.read() else {
+                        return false;
+                    };
+                    String::from_utf8_lossy(&text)
+                        .lines()
+                        .find_map(|l| l.strip_prefix("slave_repl_offset:"))
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                        .is_some_and(|offset| offset >= target)
+                })
+                .count() as i64;
+            if caught_up >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {caught_up} of {n} replicas reached offset {target}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn info_field(&self, section: &str, field: &str) -> String {

@@ -1,0 +1,371 @@
+//! PNC.* command handlers: parse, run the PN-Counter core, reply, replicate, notify. Also the
+//! server-event handlers that keep the deployment's replica id right across loads and
+//! failovers (the id logic itself is `crate::pncounter::identity`).
+//!
+//! Replication: PNC.ADD and PNC.CLEAR depend on this deployment's replica id (a master
+//! decision, possibly random), so they replicate their effect as one deterministic
+//! `PNC.APPLY key id generation delta`. PNC.MERGE, PNC.APPLY and PNC.SETSTATE are
+//! deterministic given their arguments and the stored state, so they replicate verbatim. No
+//! command mixes the two, and a command that changes nothing replicates nothing.
+
+use std::ffi::CStr;
+
+use crate::commands::parse::{integer, parse_i64};
+use crate::ffi::{
+    random_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply,
+    WRONG_TYPE,
+};
+use crate::metrics::{PNC_MERGED_BYTES, PNC_MERGES, PNC_REFUSED_BLOBS};
+use crate::persist::pnc_format;
+use crate::persist::pnc_type::{borrow, from_raw, into_raw, pnc_type};
+use crate::pncounter::{identity, Home, PnCounter, PncError, ReplicaId};
+
+/// The internal command that carries the effect of PNC.ADD and PNC.CLEAR.
+const APPLY_COMMAND: &CStr = c"PNC.APPLY";
+
+impl From<PncError> for CommandError {
+    fn from(e: PncError) -> Self {
+        CommandError::fixed(e.message())
+    }
+}
+
+fn invalid_state(reason: &str) -> CommandError {
+    PNC_REFUSED_BLOBS.incr();
+    CommandError(format!("ERR invalid PNC state: {reason}").into())
+}
+
+fn check_arity(args: &Args, n: usize, name: &str) -> Result<(), CommandError> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(crate::commands::wrong_arity(name))
+    }
+}
+
+/// Runs `f` on the counter at `key` (None when missing), or WRONGTYPE.
+fn read<R>(
+    ctx: Ctx,
+    key: RawString,
+    f: impl FnOnce(Option<&PnCounter>) -> R,
+) -> Result<R, CommandError> {
+    let k = Key::open(ctx, key, false);
+    match k.content(pnc_type()) {
+        KeyContent::Empty => Ok(f(None)),
+        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+        KeyContent::Mine(raw) => Ok(f(Some(unsafe { borrow(raw) }))),
+        KeyContent::Other => Err(WRONG_TYPE),
+    }
+}
+
+/// What a write did: its reply value and whether the keyspace changed.
+struct Outcome<R> {
+    result: R,
+    changed: bool,
+}
+
+/// Runs `f` on the counter at `key`, or on a new empty one when the key is missing (stored only
+/// when `f` reports a change). `f` must change nothing when it fails.
+fn write<R>(
+    ctx: Ctx,
+    key: RawString,
+    f: impl FnOnce(&mut PnCounter, bool) -> Result<Outcome<R>, CommandError>,
+) -> Result<Outcome<R>, CommandError> {
+    let k = Key::open(ctx, key, true);
+    match k.content(pnc_type()) {
+        KeyContent::Empty => {
+            let mut counter = PnCounter::new();
+            let outcome = f(&mut counter, false)?;
+            if outcome.changed {
+                let raw = into_raw(counter);
+                if !k.set_value(pnc_type(), raw) {
+                    // SAFETY: the keyspace refused the value; we still own it.
+                    drop(unsafe { from_raw(raw) });
+                    return Err(CommandError::fixed("ERR could not store the PN-counter"));
+                }
+            }
+            Ok(outcome)
+        }
+        KeyContent::Mine(raw) => {
+            // SAFETY: the key is open for writing and holds a live counter we access alone.
+            let counter = unsafe { &mut *raw.cast::<PnCounter>() };
+            f(counter, true)
+        }
+        KeyContent::Other => Err(WRONG_TYPE),
+    }
+}
+
+/// PNC.ADD and PNC.CLEAR write this deployment's own slot; a replica has none (its master's
+/// writes arrive as PNC.APPLY). Only writable replicas ever get this far.
+fn require_primary(ctx: Ctx, name: &str) -> Result<(), CommandError> {
+    let flags = ctx.flags();
+    let from_master_or_load = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if flags & redis_module::raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+        && flags & from_master_or_load == 0
+    {
+        return Err(CommandError(
+            format!("ERR {name} must run on a primary: a replica has no replica id of its own")
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Formats an integer in decimal into `buf` (no heap allocation on the hot path).
+fn decimal(v: i128, buf: &mut [u8; 40]) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    // 40 bytes hold any i128, so this write cannot fail.
+    let _ = write!(cursor, "{v}");
+    let len = usize::try_from(cursor.position()).unwrap_or(0);
+    &buf[..len]
+}
+
+/// Replicates a local write to this deployment's slot as its deterministic effect.
+fn replicate_apply(ctx: Ctx, key: RawString, home: &Home, delta: i64) {
+    let (mut gen_buf, mut delta_buf) = ([0u8; 40], [0u8; 40]);
+    let gen = decimal(i128::from(home.gen), &mut gen_buf);
+    let delta = decimal(i128::from(delta), &mut delta_buf);
+    let args: [&[u8]; 3] = [home.id.as_bytes(), gen, delta];
+    if !ctx.replicate(APPLY_COMMAND, key, &args) {
+        ctx.log_warning("ctr: the server refused to replicate PNC.APPLY");
+    }
+}
+
+/// PNC.ADD key delta
+pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 3, "pnc.add")?;
+    let delta = integer(args.bytes(2))?;
+    require_primary(ctx, "PNC.ADD")?;
+    let home = identity().local_home(random_bytes);
+    let outcome = write(ctx, args.raw(1), |c, existed| {
+        let value = c.add(&home.id, delta)?;
+        let changed = !existed || delta != 0;
+        if changed {
+            c.set_home(Some(home.clone()));
+        }
+        Ok(Outcome {
+            result: value,
+            changed,
+        })
+    })?;
+    if outcome.changed {
+        replicate_apply(ctx, args.raw(1), &home, delta);
+        ctx.notify(c"pnc.add", args.raw(1));
+    }
+    Ok(Reply::Integer(outcome.result))
+}
+
+/// PNC.GET key
+pub fn get(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 2, "pnc.get")?;
+    let value = read(ctx, args.raw(1), |c| c.map_or(0, PnCounter::value))?;
+    Ok(Reply::Integer(value))
+}
+
+/// PNC.STATE key
+pub fn state(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 2, "pnc.state")?;
+    read(ctx, args.raw(1), |c| {
+        c.map_or(Reply::Null, |c| Reply::Bulk(pnc_format::encode_state(c)))
+    })
+}
+
+/// PNC.MERGE key state
+pub fn merge(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 3, "pnc.merge")?;
+    let blob = args.bytes(2);
+    let incoming = pnc_format::decode_state(blob).map_err(|e| invalid_state(&e.0))?;
+    let outcome = write(ctx, args.raw(1), |c, existed| {
+        let merged = c.merged(&incoming).map_err(|e| {
+            PNC_REFUSED_BLOBS.incr();
+            CommandError::from(e)
+        })?;
+        let changed = !existed || !merged.same_state(c);
+        if changed {
+            *c = merged;
+        }
+        Ok(Outcome {
+            result: c.value(),
+            changed,
+        })
+    })?;
+    PNC_MERGES.incr();
+    PNC_MERGED_BYTES.add(blob.len() as u64);
+    if outcome.changed {
+        ctx.replicate_verbatim();
+        ctx.notify(c"pnc.merge", args.raw(1));
+    }
+    Ok(Reply::Integer(outcome.result))
+}
+
+/// PNC.CLEAR key
+pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 2, "pnc.clear")?;
+    require_primary(ctx, "PNC.CLEAR")?;
+    let home = identity().local_home(random_bytes);
+    let outcome = write(ctx, args.raw(1), |c, existed| {
+        if !existed {
+            return Ok(Outcome {
+                result: 0,
+                changed: false,
+            });
+        }
+        let before = c.observed_reset(&home.id)?;
+        let changed = before != 0;
+        if changed {
+            c.set_home(Some(home.clone()));
+        }
+        Ok(Outcome {
+            result: before,
+            changed,
+        })
+    })?;
+    if outcome.changed {
+        // observed_reset succeeded, so the negation fits.
+        replicate_apply(ctx, args.raw(1), &home, outcome.result.wrapping_neg());
+        ctx.notify(c"pnc.clear", args.raw(1));
+    }
+    Ok(Reply::Integer(outcome.result))
+}
+
+fn bulk_or_null(id: Option<&ReplicaId>) -> Reply {
+    id.map_or(Reply::Null, |id| Reply::Bulk(id.as_bytes().to_vec()))
+}
+
+/// PNC.INFO key
+pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 2, "pnc.info")?;
+    let replica_id = bulk_or_null(identity().current().map(|h| &h.id));
+    read(ctx, args.raw(1), |c| {
+        let (value, home, replicas) = match c {
+            None => (0, Reply::Null, Vec::new()),
+            Some(c) => (
+                c.value(),
+                bulk_or_null(c.home().map(|h| &h.id)),
+                c.entries()
+                    .iter()
+                    .map(|e| {
+                        Reply::Map(vec![
+                            ("id", Reply::Bulk(e.id.as_bytes().to_vec())),
+                            // P and N are at most i64::MAX (the safe range).
+                            ("p", Reply::Integer(i64::try_from(e.p).unwrap_or(i64::MAX))),
+                            ("n", Reply::Integer(i64::try_from(e.n).unwrap_or(i64::MAX))),
+                        ])
+                    })
+                    .collect(),
+            ),
+        };
+        Reply::Map(vec![
+            ("value", Reply::Integer(value)),
+            ("replica-id", replica_id),
+            ("home", home),
+            ("replicas", Reply::Array(replicas)),
+        ])
+    })
+}
+
+/// PNC.APPLY key id generation delta (internal: the replicated effect of PNC.ADD/PNC.CLEAR).
+pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 5, "pnc.apply")?;
+    let id = ReplicaId::parse(args.bytes(2))
+        .map_err(|e| CommandError(format!("ERR invalid replica id: {e}").into()))?;
+    let gen = parse_i64(args.bytes(3))
+        .filter(|g| *g > 0)
+        .and_then(|g| u64::try_from(g).ok())
+        .ok_or(CommandError::fixed(
+            "ERR invalid replica id generation (a positive integer)",
+        ))?;
+    let delta = integer(args.bytes(4))?;
+    let home = Home { id, gen };
+    let outcome = write(ctx, args.raw(1), |c, _| {
+        let value = c.add(&home.id, delta)?;
+        c.set_home(Some(home.clone()));
+        Ok(Outcome {
+            result: value,
+            changed: true,
+        })
+    })?;
+    identity().observe(&home);
+    ctx.replicate_verbatim();
+    ctx.notify(c"pnc.apply", args.raw(1));
+    Ok(Reply::Integer(outcome.result))
+}
+
+/// PNC.SETSTATE key stored-state (internal: what the AOF rewrite emits).
+pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
+    check_arity(args, 3, "pnc.setstate")?;
+    let decoded = pnc_format::decode_stored(args.bytes(2)).map_err(|e| invalid_state(&e.0))?;
+    let home = decoded.home().cloned();
+    write(ctx, args.raw(1), |c, _| {
+        *c = decoded;
+        Ok(Outcome {
+            result: (),
+            changed: true,
+        })
+    })?;
+    if let Some(home) = home {
+        identity().observe(&home);
+    }
+    ctx.replicate_verbatim();
+    ctx.notify(c"pnc.setstate", args.raw(1));
+    Ok(Reply::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal_formats_the_extremes() {
+        let mut buf = [0u8; 40];
+        assert_eq!(super::decimal(0, &mut buf), b"0");
+        assert_eq!(
+            super::decimal(i128::from(i64::MIN), &mut buf),
+            b"-9223372036854775808"
+        );
+        assert_eq!(
+            super::decimal(i128::from(u64::MAX), &mut buf),
+            b"18446744073709551615"
+        );
+        assert_eq!(super::decimal(i128::MIN, &mut buf).len(), 40);
+    }
+}
+
+#[cfg(all(feature = "module", not(test)))]
+mod events {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use redis_module::server_events::{LoadingSubevent, ServerRole};
+    use redis_module::Context;
+    use redis_module_macros::{loading_event_handler, role_changed_event_handler};
+
+    use crate::ffi::{random_bytes, Ctx};
+    use crate::persist::pnc_type::DATASET_LOADING;
+    use crate::pncounter::identity;
+
+    #[loading_event_handler]
+    fn on_loading(_ctx: &Context, event: LoadingSubevent) {
+        let loading = matches!(
+            event,
+            LoadingSubevent::RdbStarted
+                | LoadingSubevent::AofStarted
+                | LoadingSubevent::ReplStarted
+        );
+        DATASET_LOADING.store(loading, Relaxed);
+    }
+
+    #[role_changed_event_handler]
+    fn on_role_changed(ctx: &Context, role: ServerRole) {
+        let ctx = Ctx { ptr: ctx.ctx };
+        match role {
+            ServerRole::Primary => {
+                let home = identity().promote(random_bytes());
+                ctx.log_warning(&format!(
+                    "ctr: this server became a primary; PN-counter writes now go to the fresh \
+                     replica id {} (generation {})",
+                    home.id, home.gen
+                ));
+            }
+            ServerRole::Replica => identity().demote(),
+        }
+    }
+}

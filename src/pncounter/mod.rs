@@ -1,0 +1,321 @@
+//! The PN-Counter CRDT: pure Rust, no Redis API. The Redis glue in `crate::commands::pnc` and
+//! `crate::persist::pnc_*` drives it; everything here is unit-tested without a server.
+//!
+//! A PN-Counter holds, for every replica id that ever wrote it, two grow-only totals: P (the sum
+//! of its positive adds) and N (the sum of the magnitudes of its negative adds). Its value is
+//! `sum(P) - sum(N)`. Two states merge by taking, per replica id, the larger P and the larger N,
+//! which is commutative, associative and idempotent, so deployments converge in any order.
+//!
+//! Safe range: every P and N total lies in `0..=i64::MAX` ([`SLOT_MAX`]), a counter has at most
+//! [`MAX_REPLICAS`] replica ids (so the sums, taken in `i128`, can never overflow), and the value
+//! must fit in an `i64`. An add that would leave that range fails with
+//! [`PncError::Overflow`], a merge whose result would leave it is refused; both change nothing.
+
+mod id;
+pub mod identity;
+
+pub use id::{ConfiguredIdError, IdError, ReplicaId, MAX_CONFIGURED_ID_LEN, MAX_ID_LEN};
+pub use identity::{identity, Home, Identity};
+
+use std::fmt;
+
+/// Largest P or N total of one replica id.
+pub const SLOT_MAX: u64 = i64::MAX as u64;
+/// Most replica ids one counter may hold (also the decoder's bound).
+pub const MAX_REPLICAS: usize = 1024;
+
+/// Errors of the PN-Counter core, each rendered as the exact text a client sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PncError {
+    /// A P or N total, or the value, would leave the safe range.
+    Overflow,
+    /// The counter would hold more than [`MAX_REPLICAS`] replica ids.
+    TooManyReplicas,
+}
+
+impl PncError {
+    pub const fn message(self) -> &'static str {
+        match self {
+            PncError::Overflow => "ERR counter overflow",
+            PncError::TooManyReplicas => {
+                "ERR too many replica ids in one PN-counter (at most 1024)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for PncError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for PncError {}
+
+/// One replica id's totals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: ReplicaId,
+    pub p: u64,
+    pub n: u64,
+}
+
+/// A PN-Counter: entries sorted by id (unique), the cached value, and the home record (which of
+/// this deployment's ids last wrote it locally; not part of the CRDT state, never merged).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PnCounter {
+    entries: Vec<Entry>,
+    value: i64,
+    home: Option<Home>,
+}
+
+/// `sum(P) - sum(N)` when it fits in an i64. With at most [`MAX_REPLICAS`] totals of at most
+/// [`SLOT_MAX`] each, the i128 sums cannot overflow.
+fn value_of(entries: &[Entry]) -> Option<i64> {
+    let mut sum: i128 = 0;
+    for e in entries {
+        sum = sum
+            .checked_add(i128::from(e.p))?
+            .checked_sub(i128::from(e.n))?;
+    }
+    i64::try_from(sum).ok()
+}
+
+impl PnCounter {
+    pub fn new() -> Self {
+        PnCounter::default()
+    }
+
+    /// Builds a counter from entries, checking every invariant: ids strictly increasing (so
+    /// unique), totals within [`SLOT_MAX`], at most [`MAX_REPLICAS`] entries, value in range.
+    pub fn from_entries(entries: Vec<Entry>, home: Option<Home>) -> Result<Self, StateError> {
+        if entries.len() > MAX_REPLICAS {
+            return Err(StateError::TooManyReplicas);
+        }
+        for pair in entries.windows(2) {
+            match pair[0].id.cmp(&pair[1].id) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return Err(StateError::DuplicateId),
+                std::cmp::Ordering::Greater => return Err(StateError::Unordered),
+            }
+        }
+        if entries.iter().any(|e| e.p > SLOT_MAX || e.n > SLOT_MAX) {
+            return Err(StateError::SlotOutOfRange);
+        }
+        let value = value_of(&entries).ok_or(StateError::ValueOutOfRange)?;
+        Ok(PnCounter {
+            entries,
+            value,
+            home,
+        })
+    }
+
+    pub fn value(&self) -> i64 {
+        self.value
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn home(&self) -> Option<&Home> {
+        self.home.as_ref()
+    }
+
+    pub fn set_home(&mut self, home: Option<Home>) {
+        self.home = home;
+    }
+
+    /// True when both hold the same CRDT state (the home record is not part of it).
+    pub fn same_state(&self, other: &PnCounter) -> bool {
+        self.entries == other.entries
+    }
+
+    /// The totals of `id`, if it has written this counter.
+    pub fn slot(&self, id: &ReplicaId) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|e| e.id.cmp(id))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// Adds `delta` to the slot of `id` (P when positive, N by its magnitude when negative) and
+    /// returns the new value. Changes nothing when it fails. A zero delta changes nothing.
+    pub fn add(&mut self, id: &ReplicaId, delta: i64) -> Result<i64, PncError> {
+        let value = self.value.checked_add(delta).ok_or(PncError::Overflow)?;
+        if delta == 0 {
+            return Ok(self.value);
+        }
+        let magnitude = delta.unsigned_abs();
+        let bump = |total: u64| {
+            total
+                .checked_add(magnitude)
+                .filter(|t| *t <= SLOT_MAX)
+                .ok_or(PncError::Overflow)
+        };
+        match self.entries.binary_search_by(|e| e.id.cmp(id)) {
+            Ok(i) => {
+                let entry = &mut self.entries[i];
+                if delta > 0 {
+                    entry.p = bump(entry.p)?;
+                } else {
+                    entry.n = bump(entry.n)?;
+                }
+            }
+            Err(i) => {
+                if self.entries.len() >= MAX_REPLICAS {
+                    return Err(PncError::TooManyReplicas);
+                }
+                // New replica ids are rare: keep the vector exactly as long as it needs to be.
+                self.entries.reserve_exact(1);
+                let (p, n) = if delta > 0 {
+                    (bump(0)?, 0)
+                } else {
+                    (0, bump(0)?)
+                };
+                self.entries.insert(
+                    i,
+                    Entry {
+                        id: id.clone(),
+                        p,
+                        n,
+                    },
+                );
+            }
+        }
+        self.value = value;
+        Ok(value)
+    }
+
+    /// Observed reset: adds minus the current value to the slot of `id`, so the value becomes 0
+    /// here while adds made concurrently elsewhere survive the next merge. Returns the value
+    /// before. Changes nothing when it fails.
+    pub fn observed_reset(&mut self, id: &ReplicaId) -> Result<i64, PncError> {
+        let before = self.value;
+        let delta = before.checked_neg().ok_or(PncError::Overflow)?;
+        self.add(id, delta)?;
+        Ok(before)
+    }
+
+    /// The element-wise maximum of `self` and `other` (the home record stays `self`'s).
+    /// Refused, with nothing built, when the result would hold too many ids or an out-of-range
+    /// value.
+    pub fn merged(&self, other: &PnCounter) -> Result<PnCounter, PncError> {
+        let (a, b) = (&self.entries, &other.entries);
+        let mut out = Vec::with_capacity(union_len(a, b));
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let next = match (a.get(i), b.get(j)) {
+                (Some(x), Some(y)) => match x.id.cmp(&y.id) {
+                    std::cmp::Ordering::Less => {
+                        i += 1;
+                        x.clone()
+                    }
+                    std::cmp::Ordering::Greater => {
+                        j += 1;
+                        y.clone()
+                    }
+                    std::cmp::Ordering::Equal => {
+                        i += 1;
+                        j += 1;
+                        Entry {
+                            id: x.id.clone(),
+                            p: x.p.max(y.p),
+                            n: x.n.max(y.n),
+                        }
+                    }
+                },
+                (Some(x), None) => {
+                    i += 1;
+                    x.clone()
+                }
+                (None, Some(y)) => {
+                    j += 1;
+                    y.clone()
+                }
+                (None, None) => break,
+            };
+            if out.len() >= MAX_REPLICAS {
+                return Err(PncError::TooManyReplicas);
+            }
+            out.push(next);
+        }
+        let value = value_of(&out).ok_or(PncError::Overflow)?;
+        Ok(PnCounter {
+            entries: out,
+            value,
+            home: self.home.clone(),
+        })
+    }
+
+    /// Heap bytes owned beyond the struct itself.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self
+                .entries
+                .iter()
+                .map(|e| e.id.heap_bytes())
+                .sum::<usize>()
+            + self.home.as_ref().map_or(0, |h| h.id.heap_bytes())
+    }
+
+    /// Separate heap allocations (for the lazy-free decision).
+    pub fn allocations(&self) -> usize {
+        let long_ids = self
+            .entries
+            .iter()
+            .map(|e| &e.id)
+            .chain(self.home.as_ref().map(|h| &h.id))
+            .filter(|id| id.heap_bytes() > 0)
+            .count();
+        usize::from(self.entries.capacity() > 0) + long_ids
+    }
+}
+
+/// How many distinct ids two sorted entry lists hold together.
+fn union_len(a: &[Entry], b: &[Entry]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].id.cmp(&b[j].id) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+        n += 1;
+    }
+    n + (a.len() - i) + (b.len() - j)
+}
+
+/// Why a decoded state is not a valid PN-Counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateError {
+    TooManyReplicas,
+    DuplicateId,
+    Unordered,
+    SlotOutOfRange,
+    ValueOutOfRange,
+}
+
+impl StateError {
+    pub const fn message(self) -> &'static str {
+        match self {
+            StateError::TooManyReplicas => "more than 1024 replica ids",
+            StateError::DuplicateId => "duplicate replica id",
+            StateError::Unordered => "replica ids out of order",
+            StateError::SlotOutOfRange => "a P or N total exceeds 9223372036854775807",
+            StateError::ValueOutOfRange => "its value is outside the signed 64-bit range",
+        }
+    }
+}
+
+impl fmt::Display for StateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
