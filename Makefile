@@ -29,8 +29,12 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 
+# Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
+# costs (bench/state.sh), and the PN-Counter figures (bench/pnc.sh). Results: docs/BENCHMARKS.md.
 bench: build
 	bash bench/run.sh
+	bash bench/state.sh
+	bash bench/pnc.sh
 
 clean:
 	$(CARGO) clean

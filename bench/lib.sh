@@ -1,7 +1,8 @@
 # Shared by the bench/ scripts (sourced, not run): logging, and the redis-server that a script
 # starts on a free loopback port and always stops (SHUTDOWN NOSAVE, then its own pid only).
 # Sourcing creates a temp dir ($tmp, removed on exit) and installs the EXIT/INT/TERM traps.
-# The caller sets MODULE (the module to load) before calling start_server.
+# The caller sets MODULE (the module to load), and optionally MODULE_ARGS (its load arguments),
+# before calling start_server.
 # shellcheck shell=bash
 
 log() { printf '%s\n' "$*" >&2; }
@@ -56,7 +57,7 @@ start_server() {
     port_busy "$port" && continue
     redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
       --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-      --enable-debug-command local --loadmodule "$MODULE" >/dev/null 2>&1 &
+      --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} >/dev/null 2>&1 &
     server_pid=$!
     for _ in $(seq 100); do
       kill -0 "$server_pid" 2>/dev/null || break

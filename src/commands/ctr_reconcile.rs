@@ -4,7 +4,8 @@ use super::ctr_args::{parse_reconcile, TruthSource};
 use super::ctr_store::with_counter;
 use super::ctr_store::{update_counter, Write};
 use crate::counter::history::bucket_of;
-use crate::counter::{CounterRef, ReconcileOp, Repair};
+use crate::counter::history::WatermarkError;
+use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair};
 use crate::ffi::{
     Args, CommandError, CommandResult, Ctx, Key, KeyKind, RawString, Reply, WRONG_TYPE,
 };
@@ -144,6 +145,18 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         }
         _ => None,
     };
+    // Refuse a bad watermark before counting a source, which can be the costly part.
+    if let Some(at) = watermark {
+        with_counter(ctx, w.key_name, |c| match c {
+            Some(CounterRef::Boxed(b)) => match b.history() {
+                Some(h) => h
+                    .check_watermark(at, w.now)
+                    .map_err(CounterError::Watermark),
+                None => Err(CounterError::Watermark(WatermarkError::NotTracked)),
+            },
+            _ => Err(CounterError::Watermark(WatermarkError::NotTracked)),
+        })??;
+    }
     // FROM TYPE source: the source key is argument 4.
     let source_key = if args.len() > 4 {
         args.raw(4)

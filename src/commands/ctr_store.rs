@@ -143,8 +143,12 @@ pub fn update_counter<R>(
             };
             // SAFETY: `live` is the key's current value.
             let tokens_after = unsafe { CounterCell::borrow(live) }.token_count();
-            metrics::TOKENS_HELD.add(tokens_after.saturating_sub(tokens_before) as u64);
-            metrics::TOKENS_HELD.sub(tokens_before.saturating_sub(tokens_after) as u64);
+            // Only touch the shared gauge when it changes (a locked instruction otherwise).
+            if tokens_after > tokens_before {
+                metrics::TOKENS_HELD.add((tokens_after - tokens_before) as u64);
+            } else if tokens_after < tokens_before {
+                metrics::TOKENS_HELD.sub((tokens_before - tokens_after) as u64);
+            }
             result
         }
         KeyContent::Other => Err(WRONG_TYPE),

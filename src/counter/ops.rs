@@ -157,10 +157,17 @@ impl Counter {
             .checked_add(op.delta)
             .ok_or(CounterError::Overflow)?;
         let bucket = self.plan_bucket(op.event, op.delta)?;
-        if self.floor.is_none() && op.shards == self.shard_count() {
-            // No resize, no budgets: change in place.
-            if let Some(slot) = self.shards.get_mut(op.shard) {
-                *slot = slot.checked_add(op.delta).ok_or(CounterError::Overflow)?;
+        let floor = self.floor.as_ref().map(|f| f.floor);
+        if op.shards == self.shard_count() && (floor.is_none() || op.delta >= 0) {
+            // No resize, nothing to draw from other shards: change in place.
+            self.check_headroom(value)?;
+            self.credit_in_place(op.shard, op.delta)?;
+            self.value = value;
+        } else if op.shards == self.shard_count() {
+            // A negative add on a floored counter follows the floor.
+            match (op.delta.checked_neg(), floor) {
+                (Some(need), Some(f)) if value >= f => self.debit_in_place(op.shard, need)?,
+                _ => return Ok(None),
             }
             self.value = value;
         } else {
@@ -195,10 +202,18 @@ impl Counter {
             return Err(CounterError::InvalidOperation("amount must be positive"));
         }
         let bucket = self.plan_bucket(op.event, op.amount.checked_neg().unwrap_or(i64::MIN))?;
-        let mut layout = self.layout(op.shards)?;
         let floor = self.floor.as_ref().map_or(0, |f| f.floor);
-        let granted = match self.value.checked_sub(op.amount) {
-            Some(value) if value >= floor => {
+        let new_value = self.value.checked_sub(op.amount).filter(|v| *v >= floor);
+        let granted = match new_value {
+            None => None,
+            Some(value) if op.shards == self.shard_count() => {
+                // The common case: no resize, so debit in place without a working copy.
+                self.debit_in_place(op.shard, op.amount)?;
+                self.value = value;
+                Some(value)
+            }
+            Some(value) => {
+                let mut layout = self.layout(op.shards)?;
                 let covered = if self.floor.is_some() {
                     layout.debit_budgets(op.shard, op.amount)?
                 } else {
@@ -206,15 +221,16 @@ impl Counter {
                     *v = v.checked_sub(op.amount).ok_or(CounterError::Overflow)?;
                     true
                 };
+                if covered {
+                    self.commit(value, layout);
+                }
                 covered.then_some(value)
             }
-            _ => None,
         };
         if granted.is_none() && op.token.is_none() {
             return Ok(None); // a refusal with nothing to remember changes nothing
         }
-        if let Some(value) = granted {
-            self.commit(value, layout);
+        if granted.is_some() {
             self.record_bucket(bucket, op.now);
         }
         self.record_write(op.now);
@@ -226,6 +242,69 @@ impl Counter {
             self.ledger.insert(t.fp, entry);
         }
         Ok(granted)
+    }
+
+    /// Adds `delta` to shard `shard`'s value and, when floored, its budget, without changing the
+    /// layout; both are checked before either changes.
+    fn credit_in_place(&mut self, shard: usize, delta: i64) -> Result<(), CounterError> {
+        let Counter { shards, floor, .. } = self;
+        let value = match shards.get(shard) {
+            Some(v) => Some(v.checked_add(delta).ok_or(CounterError::Overflow)?),
+            None => None,
+        };
+        let budget = match floor.as_ref().and_then(|f| f.budgets.get(shard)) {
+            Some(b) => Some(b.checked_add(delta).ok_or(CounterError::Overflow)?),
+            None => None,
+        };
+        if let (Some(slot), Some(v)) = (shards.get_mut(shard), value) {
+            *slot = v;
+        }
+        if let (Some(f), Some(b)) = (floor.as_mut(), budget) {
+            f.budgets[shard] = b;
+        }
+        Ok(())
+    }
+
+    /// Takes `need` from the shard values (and, when floored, the budgets) starting at shard
+    /// `start`, without changing the layout. The caller has checked that the headroom covers
+    /// `need` (budgets sum to it). Everything is checked before anything changes. The value
+    /// itself is the caller's to update.
+    fn debit_in_place(&mut self, start: usize, need: i64) -> Result<(), CounterError> {
+        let Counter { shards, floor, .. } = self;
+        let Some(f) = floor else {
+            if let Some(v) = shards.get_mut(start) {
+                *v = v.checked_sub(need).ok_or(CounterError::Overflow)?;
+            }
+            return Ok(());
+        };
+        let budgets = &mut f.budgets;
+        let n = budgets.len();
+        // Two passes over the same walk: check everything, then change it.
+        for apply in [false, true] {
+            let mut remaining = need;
+            for offset in 0..n {
+                if remaining == 0 {
+                    break;
+                }
+                let j = (start + offset) % n;
+                let take = budgets[j].min(remaining);
+                remaining -= take;
+                if apply {
+                    budgets[j] -= take;
+                    if let Some(v) = shards.get_mut(j) {
+                        *v -= take;
+                    }
+                } else if shards.get(j).is_some_and(|v| v.checked_sub(take).is_none()) {
+                    return Err(CounterError::Overflow);
+                }
+            }
+            if remaining != 0 {
+                return Err(CounterError::InvalidOperation(
+                    "budgets out of step with the value",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Applies a reset to 0 and returns the value before it. Refused when the floor is above 0.
