@@ -3,7 +3,7 @@
 //!
 //! Tokens are stored as 64-bit fingerprints (see `siphash`) in a hash table keyed by the
 //! fingerprint itself (already uniformly random), with their expiry time: one probe per lookup,
-//! about 26 bytes per token. Expiry is deterministic and cheap: a write whose time has reached
+//! 12 bytes per slot (expiries are u32 ms after a base). Expiry is deterministic and cheap: a write whose time has reached
 //! the window's next sweep time drops every expired entry, and schedules the next sweep a
 //! sixteenth of the remaining window later. Between sweeps, an entry past its expiry is treated
 //! as absent. The sweep time is part of the state and the time is the operation's own (the
@@ -12,8 +12,9 @@
 //! fingerprint). Amortized, each write visits about 16 entries; one sweep visits them all, at
 //! most once per sixteenth of the window.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// How many sweeps a full window is split into.
 pub const SWEEPS_PER_WINDOW: i64 = 16;
@@ -28,7 +29,7 @@ impl Hasher for FingerprintHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed here; fold anything else in for completeness.
+        // Only fingerprints are hashed here (as u64); fold anything else in for completeness.
         for b in bytes {
             self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
@@ -39,17 +40,73 @@ impl Hasher for FingerprintHasher {
     }
 }
 
-type FingerprintMap<E> = HashMap<u64, E, BuildHasherDefault<FingerprintHasher>>;
+/// A fingerprint as two 4-byte halves, so that a slot needs only 4-byte alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fp([u32; 2]);
 
-/// What a window remembers per token: at least when it expires.
+impl Fp {
+    fn new(fp: u64) -> Self {
+        Fp([fp as u32, (fp >> 32) as u32])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
+    }
+}
+
+impl Hash for Fp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.get());
+    }
+}
+
+/// One remembered token: fingerprint, expiry relative to the window's base (ms), and what the
+/// entry kind adds. 12 bytes for an add token, 20 for a ledger entry.
+#[derive(Debug, Clone, Copy)]
+struct Slot<P> {
+    fp: Fp,
+    expiry: u32,
+    payload: P,
+}
+
+impl<P> PartialEq for Slot<P> {
+    fn eq(&self, other: &Self) -> bool {
+        self.fp == other.fp
+    }
+}
+
+impl<P> Eq for Slot<P> {}
+
+impl<P> Hash for Slot<P> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.fp.hash(state);
+    }
+}
+
+impl<P> Borrow<Fp> for Slot<P> {
+    fn borrow(&self) -> &Fp {
+        &self.fp
+    }
+}
+
+/// What a window remembers per token: when it expires, and a small payload.
 pub trait TokenEntry: Copy + Eq + std::fmt::Debug {
+    /// Stored beside the fingerprint and the expiry; 4-byte aligned at most.
+    type Payload: Copy + std::fmt::Debug;
     fn expires_at(&self) -> i64;
+    fn payload(&self) -> Self::Payload;
+    fn from_stored(expires_at: i64, payload: Self::Payload) -> Self;
 }
 
 /// Tokens of CTR.ADD and CTR.CLEAR remember only their expiry.
 impl TokenEntry for i64 {
+    type Payload = ();
     fn expires_at(&self) -> i64 {
         *self
+    }
+    fn payload(&self) {}
+    fn from_stored(expires_at: i64, _: ()) -> Self {
+        expires_at
     }
 }
 
@@ -62,18 +119,48 @@ pub struct LedgerEntry {
 }
 
 impl TokenEntry for LedgerEntry {
+    /// The outcome as two halves and a granted flag.
+    type Payload = ([u32; 2], bool);
     fn expires_at(&self) -> i64 {
         self.expires_at
     }
+    fn payload(&self) -> Self::Payload {
+        let v = self.outcome.unwrap_or(0) as u64;
+        ([v as u32, (v >> 32) as u32], self.outcome.is_some())
+    }
+    fn from_stored(expires_at: i64, (halves, granted): Self::Payload) -> Self {
+        let v = (u64::from(halves[0]) | (u64::from(halves[1]) << 32)) as i64;
+        LedgerEntry {
+            expires_at,
+            outcome: granted.then_some(v),
+        }
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+type SlotSet<P> = HashSet<Slot<P>, BuildHasherDefault<FingerprintHasher>>;
+
+/// Expiries are stored as u32 ms after `base`: about 49 days of range, several times the
+/// longest window (7 days) plus the furthest future event time (1 day).
+const SPAN: i64 = u32::MAX as i64;
+
+#[derive(Debug, Clone)]
 pub struct TokenWindow<E: TokenEntry = i64> {
-    /// fingerprint -> entry
-    entries: FingerprintMap<E>,
+    slots: SlotSet<E::Payload>,
+    /// The time expiries are relative to (not part of the state: any base that fits all
+    /// entries describes the same window).
+    base: i64,
     /// When the next write sweeps the expired entries (ms).
     next_sweep: i64,
 }
+
+/// Equality of what the window remembers (the base is a storage detail).
+impl<E: TokenEntry> PartialEq for TokenWindow<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.next_sweep == other.next_sweep && self.entries() == other.entries()
+    }
+}
+
+impl<E: TokenEntry> Eq for TokenWindow<E> {}
 
 impl<E: TokenEntry> Default for TokenWindow<E> {
     fn default() -> Self {
@@ -84,18 +171,27 @@ impl<E: TokenEntry> Default for TokenWindow<E> {
 impl<E: TokenEntry> TokenWindow<E> {
     pub const fn from_empty() -> Self {
         TokenWindow {
-            entries: HashMap::with_hasher(BuildHasherDefault::new()),
+            slots: HashSet::with_hasher(BuildHasherDefault::new()),
+            base: 0,
             next_sweep: 0,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.slots.is_empty()
     }
 
     /// Entries held, live or expired-but-not-yet-swept.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.slots.len()
+    }
+
+    fn expiry_of(&self, slot: &Slot<E::Payload>) -> i64 {
+        self.base + i64::from(slot.expiry)
+    }
+
+    fn entry_of(&self, slot: &Slot<E::Payload>) -> E {
+        E::from_stored(self.expiry_of(slot), slot.payload)
     }
 
     /// True when `fp` was applied and has not expired at `now`.
@@ -105,30 +201,67 @@ impl<E: TokenEntry> TokenWindow<E> {
 
     /// The entry of `fp` when it has not expired at `now`.
     pub fn get_live(&self, fp: u64, now: i64) -> Option<E> {
-        self.entries
-            .get(&fp)
-            .copied()
-            .filter(|e| e.expires_at() > now)
+        let slot = self.slots.get(&Fp::new(fp))?;
+        (self.expiry_of(slot) > now).then(|| self.entry_of(slot))
     }
 
     /// Remembers `fp` (replacing an expired entry for the same token). The first token of an
     /// empty window schedules the first sweep at its own expiry.
     pub fn insert(&mut self, fp: u64, entry: E) {
-        if self.entries.is_empty() {
-            self.next_sweep = entry.expires_at();
+        let expires_at = entry.expires_at();
+        if self.slots.is_empty() {
+            self.next_sweep = expires_at;
+            self.base = expires_at;
         }
-        self.entries.insert(fp, entry);
+        if !(self.base..=self.base.saturating_add(SPAN)).contains(&expires_at) {
+            self.rebase(expires_at);
+        }
+        // After a rebase every expiry fits, unless this one lies beyond the span of all the
+        // others (a window far longer than any config allows): clamp it into range.
+        let offset = expires_at.saturating_sub(self.base).clamp(0, SPAN);
+        self.slots.replace(Slot {
+            fp: Fp::new(fp),
+            expiry: offset as u32,
+            payload: entry.payload(),
+        });
+    }
+
+    /// Re-expresses every expiry relative to a base that also fits `expires_at`.
+    fn rebase(&mut self, expires_at: i64) {
+        let entries = self.entries();
+        let lowest = entries
+            .iter()
+            .map(|(_, e)| e.expires_at())
+            .chain([expires_at])
+            .min()
+            .unwrap_or(expires_at);
+        self.slots.clear();
+        self.base = lowest;
+        for (fp, e) in entries {
+            let offset = e.expires_at().saturating_sub(lowest).clamp(0, SPAN);
+            self.slots.insert(Slot {
+                fp: Fp::new(fp),
+                expiry: offset as u32,
+                payload: e.payload(),
+            });
+        }
     }
 
     /// At or after the scheduled time, drops every entry expired at `now` and schedules the next
     /// sweep a sixteenth of the remaining window later. Returns how many were dropped.
     pub fn sweep(&mut self, now: i64) -> usize {
-        if self.entries.is_empty() || now < self.next_sweep {
+        if self.slots.is_empty() || now < self.next_sweep {
             return 0;
         }
-        let before = self.entries.len();
-        self.entries.retain(|_, e| e.expires_at() > now);
-        let latest = self.entries.values().map(|e| e.expires_at()).max();
+        let before = self.slots.len();
+        let base = self.base;
+        self.slots
+            .retain(|slot| base + i64::from(slot.expiry) > now);
+        let latest = self
+            .slots
+            .iter()
+            .map(|slot| base + i64::from(slot.expiry))
+            .max();
         self.next_sweep = match latest {
             Some(latest) => {
                 let step = (latest.saturating_sub(now) / SWEEPS_PER_WINDOW).max(1);
@@ -136,15 +269,19 @@ impl<E: TokenEntry> TokenWindow<E> {
             }
             None => 0,
         };
-        if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
-            self.entries.shrink_to_fit();
+        if self.slots.capacity() > 64 && self.slots.len() < self.slots.capacity() / 4 {
+            self.slots.shrink_to_fit();
         }
-        before - self.entries.len()
+        before - self.slots.len()
     }
 
     /// Every held entry in fingerprint order (the canonical order of the encoding).
     pub fn entries(&self) -> Vec<(u64, E)> {
-        let mut all: Vec<(u64, E)> = self.entries.iter().map(|(&fp, &e)| (fp, e)).collect();
+        let mut all: Vec<(u64, E)> = self
+            .slots
+            .iter()
+            .map(|slot| (slot.fp.get(), self.entry_of(slot)))
+            .collect();
         all.sort_unstable_by_key(|(fp, _)| *fp);
         all
     }
@@ -157,19 +294,21 @@ impl<E: TokenEntry> TokenWindow<E> {
     /// Rebuilds a window from decoded parts.
     pub fn from_parts(entries: impl IntoIterator<Item = (u64, E)>, next_sweep: i64) -> Self {
         let mut window = Self::from_empty();
-        window.entries.extend(entries);
+        for (fp, e) in entries {
+            window.insert(fp, e);
+        }
         window.next_sweep = next_sweep;
         window
     }
 
-    /// Heap bytes: one slot per capacity unit (fingerprint + entry) plus a control byte.
+    /// Heap bytes: hashbrown's buckets (a slot and a control byte each).
     pub fn heap_bytes(&self) -> usize {
-        if self.entries.capacity() == 0 {
+        if self.slots.capacity() == 0 {
             return 0;
         }
         // hashbrown rounds the bucket count up to a power of two above capacity * 8 / 7.
-        let buckets = (self.entries.capacity() * 8 / 7).next_power_of_two();
-        buckets * (std::mem::size_of::<(u64, E)>() + 1)
+        let buckets = (self.slots.capacity() * 8 / 7).next_power_of_two();
+        buckets * (std::mem::size_of::<Slot<E::Payload>>() + 1)
     }
 }
 
