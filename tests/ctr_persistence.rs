@@ -34,10 +34,28 @@ fn populate(c: &mut Conn) -> Vec<String> {
     for i in 0..50 {
         c.cmd(&["CTR.ADD", &format!("many:{i}"), &(i * 37 - 500).to_string()]);
     }
-    let mut keys: Vec<String> = ["cold", "negative", "max", "min", "edge", "sharded", "ttl"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    // Every kind of state a counter can hold: tokens, a floor with budgets and a ledger (a
+    // granted and a refused entry), and a bucket history with a watermark.
+    c.q("CTR.ADD tokened 5 TOKEN t1");
+    c.q("CTR.ADD tokened 5 TOKEN t2");
+    c.q("CTR.ADD stock 10");
+    c.q("CTR.FLOOR stock 2");
+    c.q("CTR.DECRFLOOR stock 3 TOKEN o1");
+    c.q("CTR.DECRFLOOR stock 30 TOKEN o2");
+    c.q("CTR.RECONCILE recon 0");
+    c.q("CTR.ADD recon 4");
+    let t = c.q("TIME").array();
+    let now: i64 = t[0].text().parse::<i64>().unwrap() * 1000;
+    let w = now.div_euclid(60_000) * 60_000; // the default 60 s buckets
+    c.q("CTR.ADD recon 1");
+    let repair = c.cmd(&["CTR.RECONCILE", "recon", "3", "AT", &w.to_string()]);
+    assert_eq!(repair.array().len(), 2, "{repair:?}");
+    let mut keys: Vec<String> = [
+        "cold", "negative", "max", "min", "edge", "sharded", "ttl", "tokened", "stock", "recon",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     keys.extend((0..50).map(|i| format!("many:{i}")));
     keys
 }
