@@ -68,6 +68,36 @@ per_entry CTR.ADD tok 'rcli CTR.ADD tok 0 >/dev/null'
 per_entry CTR.DECRFLOOR led 'rcli CTR.ADD led 1000000000000 >/dev/null; rcli CTR.FLOOR led 0 >/dev/null'
 echo
 
+# Hot counters: 10,000 counters restored with 16 sub-shards each (CTR.SETSTATE with the state a
+# promotion leaves; python3 writes the binary state).
+rcli FLUSHALL >/dev/null
+base=$(used)
+python3 - "$COUNTERS" <<'PY' | pipe
+import sys
+def varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7f) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+zigzag = lambda v: varint((v << 1) ^ (v >> 63))
+state = bytes([1, 1]) + zigzag(16000) + bytes([2]) + varint(16) + zigzag(1000) * 16 + bytes([0])
+w = sys.stdout.buffer
+for k in range(int(sys.argv[1])):
+    key = b"h:%d" % k
+    parts = [b"CTR.SETSTATE", key, state]
+    w.write(b"*3\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+PY
+after=$(used)
+echo "### A hot counter (16 sub-shards)"
+echo
+echo "| counters | shards each | bytes per counter (used_memory delta) | MEMORY USAGE h:1 |"
+echo "|---:|---:|---:|---:|"
+printf '| %d | %s | %.1f | %s |\n' "$COUNTERS" "$(rcli CTR.INFO h:1 | awk 'prev == "shards" { print; exit } { prev = $0 }')" \
+  "$(echo "$after $base $COUNTERS" | awk '{ print ($1 - $2) / $3 }')" "$(rcli MEMORY USAGE h:1)"
+echo
+
 # Reconciled counters, each with one add in each of the 60 retained buckets.
 rcli FLUSHALL >/dev/null
 base=$(used)
