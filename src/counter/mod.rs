@@ -27,12 +27,24 @@ pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};
 pub const MAX_SHARDS: usize = 1024;
 
 /// A counter. `value` is always the exact sum of `shards`; a counter with a single shard keeps
-/// `shards` empty so that it costs no heap allocation beyond itself.
+/// `shards` empty so that it costs no heap allocation beyond itself. What only some counters
+/// have (a floor, tokens, a ledger, buckets) lives in one optional box, so that a hot or large
+/// counter without them stays small.
 #[derive(Debug, Clone, Default)]
 pub struct Counter {
     value: i64,
     /// Per-shard values when the counter has more than one shard; empty otherwise.
     shards: Vec<i64>,
+    /// None when the counter has no floor, tokens, ledger or buckets.
+    ext: Option<Box<Extras>>,
+    /// Local and advisory: not persisted, not replicated, not part of the digest.
+    rate: RateTracker,
+    /// Retries ignored since this copy of the counter was loaded (local, like `rate`).
+    duplicates: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Extras {
     /// The floor and the per-shard budgets of its headroom, when a floor is set.
     floor: Option<Floor>,
     /// Tokens of CTR.ADD / CTR.CLEAR.
@@ -40,12 +52,20 @@ pub struct Counter {
     /// Tokens of CTR.DECRFLOOR with their first outcome.
     ledger: TokenWindow<LedgerEntry>,
     /// Time buckets and reconcile state, once the counter has been reconciled.
-    history: Option<Box<History>>,
-    /// Local and advisory: not persisted, not replicated, not part of the digest.
-    rate: RateTracker,
-    /// Retries ignored since this copy of the counter was loaded (local, like `rate`).
-    duplicates: u64,
+    history: Option<History>,
 }
+
+impl Extras {
+    fn is_empty(&self) -> bool {
+        self.floor.is_none()
+            && self.tokens.is_empty()
+            && self.ledger.is_empty()
+            && self.history.is_none()
+    }
+}
+
+static NO_TOKENS: TokenWindow = TokenWindow::from_empty();
+static NO_LEDGER: TokenWindow<LedgerEntry> = TokenWindow::from_empty();
 
 /// Everything a decoded counter is made of (the value is the sum of the shards).
 #[derive(Debug, Default)]
@@ -60,12 +80,10 @@ pub struct CounterParts {
 /// Equality of the persistent state (what the encoding and the digest cover).
 impl PartialEq for Counter {
     fn eq(&self, other: &Self) -> bool {
+        let empty = Extras::default();
         self.value == other.value
             && self.shards == other.shards
-            && self.floor == other.floor
-            && self.tokens == other.tokens
-            && self.ledger == other.ledger
-            && self.history == other.history
+            && self.ext.as_deref().unwrap_or(&empty) == other.ext.as_deref().unwrap_or(&empty)
     }
 }
 
@@ -77,10 +95,7 @@ impl Counter {
         Counter {
             value,
             shards: Vec::new(),
-            floor: None,
-            tokens: TokenWindow::from_empty(),
-            ledger: TokenWindow::from_empty(),
-            history: None,
+            ext: None,
             rate: RateTracker::new(),
             duplicates: 0,
         }
@@ -112,13 +127,16 @@ impl Counter {
         } else {
             shards
         };
-        Ok(Counter {
-            value,
-            shards,
+        let ext = Extras {
             floor,
             tokens,
             ledger,
-            history: history.map(Box::new),
+            history,
+        };
+        Ok(Counter {
+            value,
+            shards,
+            ext: (!ext.is_empty()).then(|| Box::new(ext)),
             ..Counter::default()
         })
     }
@@ -150,44 +168,60 @@ impl Counter {
     }
 
     pub fn floor(&self) -> Option<&Floor> {
-        self.floor.as_ref()
+        self.ext.as_ref()?.floor.as_ref()
     }
 
     pub fn tokens(&self) -> &TokenWindow {
-        &self.tokens
+        self.ext.as_ref().map_or(&NO_TOKENS, |e| &e.tokens)
     }
 
     pub fn ledger(&self) -> &TokenWindow<LedgerEntry> {
-        &self.ledger
+        self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.ledger)
     }
 
     pub fn history(&self) -> Option<&History> {
-        self.history.as_deref()
+        self.ext.as_ref()?.history.as_ref()
+    }
+
+    fn floor_mut(&mut self) -> Option<&mut Floor> {
+        self.ext.as_mut()?.floor.as_mut()
+    }
+
+    fn history_mut(&mut self) -> Option<&mut History> {
+        self.ext.as_mut()?.history.as_mut()
+    }
+
+    /// The optional state, created on first use.
+    fn ext_mut(&mut self) -> &mut Extras {
+        self.ext.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the optional state once nothing is left in it (so the counter can go inline).
+    fn trim_ext(&mut self) {
+        if self.ext.as_ref().is_some_and(|e| e.is_empty()) {
+            self.ext = None;
+        }
     }
 
     /// Tokens held by both windows.
     pub fn token_count(&self) -> usize {
-        self.tokens.len() + self.ledger.len()
+        self.tokens().len() + self.ledger().len()
     }
 
     /// True when the counter carries nothing but its value, so it can be stored inline.
     pub fn is_plain(&self) -> bool {
-        self.shards.is_empty()
-            && self.floor.is_none()
-            && self.tokens.is_empty()
-            && self.ledger.is_empty()
-            && self.history.is_none()
+        self.shards.is_empty() && self.ext.is_none()
     }
 
     /// True when `fp` was applied by any write and is still remembered at `now`: a token names
     /// one write on a key, whichever command made it.
     pub fn has_token(&self, fp: u64, now: i64) -> bool {
-        self.tokens.contains_live(fp, now) || self.ledger.contains_live(fp, now)
+        self.tokens().contains_live(fp, now) || self.ledger().contains_live(fp, now)
     }
 
     /// The recorded first outcome of a CTR.DECRFLOOR token still remembered at `now`.
     pub fn ledger_outcome(&self, fp: u64, now: i64) -> Option<Option<i64>> {
-        self.ledger.get_live(fp, now).map(|e| e.outcome)
+        self.ledger().get_live(fp, now).map(|e| e.outcome)
     }
 
     /// Counts a retry that was recognised and ignored.
@@ -225,11 +259,16 @@ impl Counter {
 
     /// Heap bytes owned by the counter beyond its own struct.
     pub fn heap_bytes(&self) -> usize {
-        let budgets = self.floor.as_ref().map_or(0, |f| f.budgets.capacity());
+        let budgets = self.floor().map_or(0, |f| f.budgets.capacity());
+        let ext = self
+            .ext
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Extras>());
         (self.shards.capacity() + budgets) * std::mem::size_of::<i64>()
-            + self.tokens.heap_bytes()
-            + self.ledger.heap_bytes()
-            + self.history.as_ref().map_or(0, |h| h.heap_bytes())
+            + ext
+            + self.tokens().heap_bytes()
+            + self.ledger().heap_bytes()
+            + self.history().map_or(0, |h| h.heap_bytes())
     }
 }
 

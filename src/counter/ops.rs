@@ -100,7 +100,7 @@ impl Layout {
 impl Counter {
     fn layout(&self, shards: usize) -> Result<Layout, CounterError> {
         let values = resize(&self.shard_values(), shards)?;
-        let budgets = match &self.floor {
+        let budgets = match self.floor() {
             Some(f) => Some(resize(&f.budgets, shards)?),
             None => None,
         };
@@ -114,14 +114,14 @@ impl Counter {
         } else {
             layout.values
         };
-        if let (Some(f), Some(budgets)) = (&mut self.floor, layout.budgets) {
+        if let (Some(f), Some(budgets)) = (self.floor_mut(), layout.budgets) {
             f.budgets = budgets;
         }
     }
 
     /// The headroom after a change to `value`, checked to stay representable.
     fn check_headroom(&self, value: i64) -> Result<(), CounterError> {
-        match &self.floor {
+        match self.floor() {
             Some(f) => value
                 .checked_sub(f.floor)
                 .map(|_| ())
@@ -133,7 +133,7 @@ impl Counter {
     /// Where a change at `event` goes in the buckets (None when the counter keeps none); a late
     /// event is refused.
     fn plan_bucket(&self, event: i64, delta: i64) -> Result<Option<BucketPlan>, CounterError> {
-        let Some(h) = &self.history else {
+        let Some(h) = self.history() else {
             return Ok(None);
         };
         if h.is_late(event) {
@@ -143,7 +143,7 @@ impl Counter {
     }
 
     fn record_bucket(&mut self, plan: Option<BucketPlan>, now: i64) {
-        if let (Some(h), Some(plan)) = (&mut self.history, plan) {
+        if let (Some(h), Some(plan)) = (self.history_mut(), plan) {
             h.record(plan, now);
         }
     }
@@ -157,7 +157,7 @@ impl Counter {
             .checked_add(op.delta)
             .ok_or(CounterError::Overflow)?;
         let bucket = self.plan_bucket(op.event, op.delta)?;
-        let floor = self.floor.as_ref().map(|f| f.floor);
+        let floor = self.floor().map(|f| f.floor);
         if op.shards == self.shard_count() && (floor.is_none() || op.delta >= 0) {
             // No resize, nothing to draw from other shards: change in place.
             self.check_headroom(value)?;
@@ -172,7 +172,7 @@ impl Counter {
             self.value = value;
         } else {
             let mut layout = self.layout(op.shards)?;
-            if op.delta < 0 && self.floor.is_some() {
+            if op.delta < 0 && self.floor().is_some() {
                 let Some(need) = op.delta.checked_neg() else {
                     return Ok(None); // more than any headroom can hold
                 };
@@ -188,7 +188,7 @@ impl Counter {
         self.record_bucket(bucket, op.now);
         self.record_write(op.now);
         if let Some(t) = op.token {
-            self.tokens.insert(t.fp, t.expires_at);
+            self.ext_mut().tokens.insert(t.fp, t.expires_at);
         }
         Ok(Some(value))
     }
@@ -202,7 +202,7 @@ impl Counter {
             return Err(CounterError::InvalidOperation("amount must be positive"));
         }
         let bucket = self.plan_bucket(op.event, op.amount.checked_neg().unwrap_or(i64::MIN))?;
-        let floor = self.floor.as_ref().map_or(0, |f| f.floor);
+        let floor = self.floor().map_or(0, |f| f.floor);
         let new_value = self.value.checked_sub(op.amount).filter(|v| *v >= floor);
         let granted = match new_value {
             None => None,
@@ -214,7 +214,7 @@ impl Counter {
             }
             Some(value) => {
                 let mut layout = self.layout(op.shards)?;
-                let covered = if self.floor.is_some() {
+                let covered = if self.floor().is_some() {
                     layout.debit_budgets(op.shard, op.amount)?
                 } else {
                     let v = &mut layout.values[op.shard];
@@ -239,7 +239,7 @@ impl Counter {
                 expires_at: t.expires_at,
                 outcome: granted,
             };
-            self.ledger.insert(t.fp, entry);
+            self.ext_mut().ledger.insert(t.fp, entry);
         }
         Ok(granted)
     }
@@ -247,7 +247,8 @@ impl Counter {
     /// Adds `delta` to shard `shard`'s value and, when floored, its budget, without changing the
     /// layout; both are checked before either changes.
     fn credit_in_place(&mut self, shard: usize, delta: i64) -> Result<(), CounterError> {
-        let Counter { shards, floor, .. } = self;
+        let Counter { shards, ext, .. } = self;
+        let mut floor = ext.as_mut().and_then(|e| e.floor.as_mut());
         let value = match shards.get(shard) {
             Some(v) => Some(v.checked_add(delta).ok_or(CounterError::Overflow)?),
             None => None,
@@ -270,8 +271,9 @@ impl Counter {
     /// `need` (budgets sum to it). Everything is checked before anything changes. The value
     /// itself is the caller's to update.
     fn debit_in_place(&mut self, start: usize, need: i64) -> Result<(), CounterError> {
-        let Counter { shards, floor, .. } = self;
-        let Some(f) = floor else {
+        let Counter { shards, ext, .. } = self;
+        let mut floor = ext.as_mut().and_then(|e| e.floor.as_mut());
+        let Some(f) = floor.take() else {
             if let Some(v) = shards.get_mut(start) {
                 *v = v.checked_sub(need).ok_or(CounterError::Overflow)?;
             }
@@ -309,7 +311,7 @@ impl Counter {
 
     /// Applies a reset to 0 and returns the value before it. Refused when the floor is above 0.
     pub fn apply_clear(&mut self, op: &ClearOp) -> Result<i64, CounterError> {
-        let budgets = match &self.floor {
+        let budgets = match self.floor() {
             Some(f) if f.floor > 0 => return Err(CounterError::BelowFloor),
             Some(f) => {
                 let headroom = f.floor.checked_neg().ok_or(CounterError::Overflow)?;
@@ -320,17 +322,17 @@ impl Counter {
         let before = self.value;
         self.value = 0;
         self.shards.iter_mut().for_each(|s| *s = 0);
-        if let (Some(f), Some(budgets)) = (&mut self.floor, budgets) {
+        if let (Some(f), Some(budgets)) = (self.floor_mut(), budgets) {
             f.budgets = budgets;
         }
-        if let Some(h) = &mut self.history {
+        if let Some(h) = self.history_mut() {
             // The reset discards the bucket history: everything up to now is base (zero).
             h.buckets.clear();
             h.retained_since = h.retained_since.max(bucket_of(op.now, h.width));
         }
         self.record_write(op.now);
         if let Some(t) = op.token {
-            self.tokens.insert(t.fp, t.expires_at);
+            self.ext_mut().tokens.insert(t.fp, t.expires_at);
         }
         Ok(before)
     }
@@ -338,7 +340,7 @@ impl Counter {
     /// Sets (or with None removes) the floor; the headroom is spread evenly over the shards'
     /// budgets. Refused when the value is already below the floor.
     pub fn set_floor(&mut self, floor: Option<i64>) -> Result<(), CounterError> {
-        self.floor = match floor {
+        let floor = match floor {
             None => None,
             Some(f) if self.value < f => return Err(CounterError::BelowFloor),
             Some(f) => {
@@ -349,16 +351,25 @@ impl Counter {
                 })
             }
         };
+        match floor {
+            Some(_) => self.ext_mut().floor = floor,
+            None => {
+                if let Some(e) = &mut self.ext {
+                    e.floor = None;
+                }
+                self.trim_ext();
+            }
+        }
         Ok(())
     }
 
     /// Repairs the counter from its source of truth and returns what it did. The first reconcile
     /// of a counter (which must come without a watermark) starts its bucket history.
     pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
-        let history = match &self.history {
+        let history = match self.history() {
             Some(h) => History {
                 retention: op.retention.max(1),
-                ..(**h).clone()
+                ..h.clone()
             },
             None if op.watermark.is_some() => {
                 return Err(CounterError::Watermark(WatermarkError::NotTracked))
@@ -382,7 +393,7 @@ impl Counter {
             .checked_sub(self.value)
             .ok_or(CounterError::Overflow)?;
         let mut layout = self.layout(self.shard_count())?;
-        match &self.floor {
+        match self.floor() {
             Some(f) if repair.value < f.floor => return Err(CounterError::BelowFloor),
             Some(_) if delta < 0 => {
                 let need = delta.checked_neg().ok_or(CounterError::Overflow)?;
@@ -397,13 +408,16 @@ impl Counter {
         }
         self.commit(repair.value, layout);
         next.fold(op.now);
-        self.history = Some(Box::new(next));
+        self.ext_mut().history = Some(next);
         Ok(repair)
     }
 
     /// Every recorded write sweeps a few expired tokens from both windows.
     fn record_write(&mut self, now: i64) {
-        self.tokens.sweep(now);
-        self.ledger.sweep(now);
+        if let Some(e) = &mut self.ext {
+            e.tokens.sweep(now);
+            e.ledger.sweep(now);
+        }
+        self.trim_ext();
     }
 }
