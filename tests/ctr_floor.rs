@@ -312,15 +312,8 @@ fn forged_floors_and_budgets_are_refused() {
     let server = Server::start();
     let mut c = server.conn();
     c.q("CTR.ADD k 1");
-    let (body, version) = common::unseal_dump(&c.q("DUMP k").bytes());
-    let frame = |blob: &[u8]| {
-        let mut b = body[..10].to_vec();
-        b.push(5);
-        b.extend(common::rdb_len(blob.len()));
-        b.extend_from_slice(blob);
-        b.push(0);
-        common::seal_dump(&b, version)
-    };
+    let dump = common::DumpFrame::of_key(&mut c, "k");
+    let frame = |blob: &[u8]| dump.with_blob(blob);
     let good = floored_blob(10, &[4, 6], 2, &[3, 5]);
     assert_eq!(
         c.cmd(&[&b"RESTORE"[..], b"ok", b"0", &frame(&good)]),

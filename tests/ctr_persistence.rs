@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ivarint, rdb_len, seal_dump, unseal_dump, uvarint, Conn, Server, Value};
+use common::{ivarint, seal_dump, unseal_dump, uvarint, Conn, DumpFrame, Server, Value};
 
 /// A sharded counter's state as CTR.SETSTATE takes it: format 1, VALUE 6, SHARDS [1,2,3], END.
 fn sharded_state() -> Vec<u8> {
@@ -213,47 +213,6 @@ fn memory_usage_reflects_the_representation() {
     assert!(sharded > big, "sharded {sharded} big {big}");
 }
 
-/// The module-value framing around a `ctr_format` blob, taken from a real DUMP: the type byte
-/// and module id, then STRING opcode + length + blob, then the module EOF opcode.
-struct DumpFrame {
-    header: Vec<u8>,
-    rdb_version: u16,
-}
-
-impl DumpFrame {
-    fn from_server(c: &mut Conn) -> DumpFrame {
-        c.q("CTR.ADD frame 1");
-        let (body, rdb_version) = unseal_dump(&c.q("DUMP frame").bytes());
-        assert_eq!(body[0], 7, "RDB_TYPE_MODULE_2");
-        assert_eq!(body[1], 0x81, "64-bit module id follows");
-        DumpFrame {
-            header: body[..10].to_vec(),
-            rdb_version,
-        }
-    }
-
-    fn with_blob(&self, blob: &[u8]) -> Vec<u8> {
-        let mut body = self.header.clone();
-        body.push(5); // RDB_MODULE_OPCODE_STRING
-        body.extend(rdb_len(blob.len()));
-        body.extend_from_slice(blob);
-        body.push(0); // RDB_MODULE_OPCODE_EOF
-        seal_dump(&body, self.rdb_version)
-    }
-
-    fn with_encver(&self, encver: u16, blob: &[u8]) -> Vec<u8> {
-        let mut frame = DumpFrame {
-            header: self.header.clone(),
-            rdb_version: self.rdb_version,
-        };
-        // The module id is big-endian; its low 10 bits are the encoding version.
-        let mut id = u64::from_be_bytes(frame.header[2..10].try_into().unwrap());
-        id = (id & !0x3ff) | u64::from(encver);
-        frame.header[2..10].copy_from_slice(&id.to_be_bytes());
-        frame.with_blob(blob)
-    }
-}
-
 fn blob(sections: &[&[u8]]) -> Vec<u8> {
     let mut b = vec![1u8];
     for s in sections {
@@ -282,7 +241,8 @@ fn shards_section(count: u64, values: &[i64]) -> Vec<u8> {
 fn forged_restore_payloads_are_refused_and_the_server_keeps_serving() {
     let server = Server::start();
     let mut c = server.conn();
-    let frame = DumpFrame::from_server(&mut c);
+    c.q("CTR.ADD frame 1");
+    let frame = DumpFrame::of_key(&mut c, "frame");
 
     // Sanity: the forging itself is right, a well-formed payload restores.
     let good = frame.with_blob(&blob(&[&value_section(6), &shards_section(3, &[1, 2, 3])]));

@@ -337,15 +337,8 @@ fn forged_history_sections_are_refused() {
     let server = server_with(&[]);
     let mut c = server.conn();
     c.q("CTR.ADD k 1");
-    let (body, version) = common::unseal_dump(&c.q("DUMP k").bytes());
-    let frame = |blob: &[u8]| {
-        let mut b = body[..10].to_vec();
-        b.push(5);
-        b.extend(common::rdb_len(blob.len()));
-        b.extend_from_slice(blob);
-        b.push(0);
-        common::seal_dump(&b, version)
-    };
+    let dump = common::DumpFrame::of_key(&mut c, "k");
+    let frame = |blob: &[u8]| dump.with_blob(blob);
     // VALUE 3, HISTORY width 1000 retention 60000 since 1000, no watermark, drift 0, 0, 0,
     // buckets as given.
     let history = |width: i64, since: i64, buckets: &[(i64, i64)], count: u64| {

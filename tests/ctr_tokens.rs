@@ -362,15 +362,8 @@ fn forged_payloads_with_bad_token_sections_are_refused() {
     let server = Server::start();
     let mut c = server.conn();
     c.q("CTR.ADD k 1");
-    let (body, version) = common::unseal_dump(&c.q("DUMP k").bytes());
-    let frame = |blob: &[u8]| {
-        let mut b = body[..10].to_vec(); // type byte and module id
-        b.push(5); // STRING opcode
-        b.extend(common::rdb_len(blob.len()));
-        b.extend_from_slice(blob);
-        b.push(0); // module EOF
-        common::seal_dump(&b, version)
-    };
+    let dump = common::DumpFrame::of_key(&mut c, "k");
+    let frame = |blob: &[u8]| dump.with_blob(blob);
     let later = now_ms() + 3_600_000;
     let good = tokens_blob(1, 2, &[(5, later), (9, later)]);
     assert_eq!(

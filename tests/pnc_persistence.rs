@@ -5,7 +5,7 @@
 mod common;
 
 use common::pnc::{state_blob, stored_blob, varint};
-use common::{rdb_len, seal_dump, unseal_dump, Conn, Server, Value};
+use common::{seal_dump, unseal_dump, Conn, DumpFrame, Server, Value};
 
 const MAX: u64 = i64::MAX as u64;
 
@@ -299,53 +299,12 @@ fn memory_usage_grows_with_the_replica_count() {
     assert!(big > small + 63 * 32, "small {small} big {big}");
 }
 
-/// The module-value framing around a stored-form blob, taken from a real DUMP.
-struct DumpFrame {
-    header: Vec<u8>,
-    rdb_version: u16,
-}
-
-impl DumpFrame {
-    fn from_server(c: &mut Conn) -> DumpFrame {
-        c.q("PNC.ADD frame 1");
-        let (body, rdb_version) = unseal_dump(&c.q("DUMP frame").bytes());
-        assert_eq!(body[0], 7, "RDB_TYPE_MODULE_2");
-        assert_eq!(body[1], 0x81, "64-bit module id follows");
-        assert_eq!(body[10], 5, "one string");
-        DumpFrame {
-            header: body[..10].to_vec(),
-            rdb_version,
-        }
-    }
-
-    fn with_blob(&self, blob: &[u8]) -> Vec<u8> {
-        self.with_header(&self.header, blob)
-    }
-
-    fn with_header(&self, header: &[u8], blob: &[u8]) -> Vec<u8> {
-        let mut body = header.to_vec();
-        body.push(5); // RDB_MODULE_OPCODE_STRING
-        body.extend(rdb_len(blob.len()));
-        body.extend_from_slice(blob);
-        body.push(0); // RDB_MODULE_OPCODE_EOF
-        seal_dump(&body, self.rdb_version)
-    }
-
-    fn with_encver(&self, encver: u16, blob: &[u8]) -> Vec<u8> {
-        let mut header = self.header.clone();
-        // The module id is big-endian; its low 10 bits are the encoding version.
-        let mut id = u64::from_be_bytes(header[2..10].try_into().unwrap());
-        id = (id & !0x3ff) | u64::from(encver);
-        header[2..10].copy_from_slice(&id.to_be_bytes());
-        self.with_header(&header, blob)
-    }
-}
-
 #[test]
 fn forged_restore_payloads_are_refused_and_the_server_keeps_serving() {
     let server = with_id(&[], "a");
     let mut c = server.conn();
-    let frame = DumpFrame::from_server(&mut c);
+    c.q("PNC.ADD frame 1");
+    let frame = DumpFrame::of_key(&mut c, "frame");
     let good_blob = stored_blob(&[("a", 5, 1), ("b", 7, 0)], Some(("a", 3)));
     let good = frame.with_blob(&good_blob);
     assert_eq!(

@@ -25,28 +25,41 @@ pub fn split_evenly(headroom: i64, n: usize) -> Vec<i64> {
     (0..n).map(|i| share + i64::from(i < extra)).collect()
 }
 
-/// How much to take from each budget to cover `need`, starting at shard `start` and moving on
-/// to the next shards in turn; None when the budgets together are short.
-pub fn draw(budgets: &[i64], start: usize, need: i64) -> Option<Vec<i64>> {
-    let total = budgets
-        .iter()
-        .try_fold(0i64, |acc, b| acc.checked_add(*b))?;
-    if need < 0 || total < need {
-        return None;
-    }
+/// Takes `need` from the budgets starting at shard `start` and moving on to the next shards in
+/// turn, and the same amounts from the matching shard `values` (empty for a single-shard counter,
+/// whose only value is the counter's own). Ok(false), with nothing changed, when the budgets
+/// together are short; everything is checked before anything changes.
+pub fn debit(
+    budgets: &mut [i64],
+    values: &mut [i64],
+    start: usize,
+    need: i64,
+) -> Result<bool, CounterError> {
     let n = budgets.len();
-    let mut takes = vec![0i64; n];
-    let mut remaining = need;
-    for offset in 0..n {
-        if remaining == 0 {
-            break;
+    // Two passes over the same walk: check everything, then change it.
+    for apply in [false, true] {
+        let mut remaining = need;
+        for offset in 0..n {
+            if remaining <= 0 {
+                break;
+            }
+            let j = (start + offset) % n;
+            let take = budgets[j].min(remaining);
+            remaining -= take;
+            if apply {
+                budgets[j] -= take;
+                if let Some(v) = values.get_mut(j) {
+                    *v -= take;
+                }
+            } else if values.get(j).is_some_and(|v| v.checked_sub(take).is_none()) {
+                return Err(CounterError::Overflow);
+            }
         }
-        let j = (start + offset) % n;
-        let take = budgets[j].min(remaining);
-        takes[j] = take;
-        remaining -= take;
+        if remaining != 0 {
+            return Ok(false);
+        }
     }
-    Some(takes)
+    Ok(true)
 }
 
 /// Values resized to `target` slots: new slots start at 0; a shrink folds slot `i` into
@@ -83,12 +96,42 @@ mod tests {
     }
 
     #[test]
-    fn draw_takes_from_the_chosen_shard_then_the_next() {
-        assert_eq!(draw(&[2, 5, 1], 0, 4), Some(vec![2, 2, 0]));
-        assert_eq!(draw(&[2, 5, 1], 2, 4), Some(vec![2, 1, 1]));
-        assert_eq!(draw(&[2, 5, 1], 2, 8), Some(vec![2, 5, 1]));
-        assert_eq!(draw(&[2, 5, 1], 1, 9), None);
-        assert_eq!(draw(&[0], 0, 0), Some(vec![0]));
+    fn debit_takes_from_the_chosen_shard_then_the_next() {
+        let take = |budgets: &[i64], start, need| {
+            let mut b = budgets.to_vec();
+            let mut v = vec![100i64; b.len()];
+            let ok = debit(&mut b, &mut v, start, need).unwrap();
+            (ok, b, v)
+        };
+        assert_eq!(
+            take(&[2, 5, 1], 0, 4),
+            (true, vec![0, 3, 1], vec![98, 98, 100])
+        );
+        assert_eq!(
+            take(&[2, 5, 1], 2, 4),
+            (true, vec![0, 4, 0], vec![98, 99, 99])
+        );
+        assert_eq!(
+            take(&[2, 5, 1], 2, 8),
+            (true, vec![0, 0, 0], vec![98, 95, 99])
+        );
+        assert_eq!(
+            take(&[2, 5, 1], 1, 9),
+            (false, vec![2, 5, 1], vec![100; 3]),
+            "short: unchanged"
+        );
+        let mut b = vec![3];
+        assert!(
+            debit(&mut b, &mut [], 0, 3).unwrap(),
+            "a single shard has no values to adjust"
+        );
+        assert_eq!(b, vec![0]);
+        let mut v = vec![i64::MIN];
+        assert!(
+            debit(&mut [1], &mut v, 0, 1).is_err(),
+            "a shard value cannot underflow"
+        );
+        assert_eq!(v, vec![i64::MIN]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The write operations of a counter. Each checks everything first and changes nothing when it
 //! fails or is refused.
 
-use super::floor::{draw, resize, split_evenly};
+use super::floor::{debit, resize, split_evenly};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::LedgerEntry;
 use super::{Counter, CounterError, Floor, MAX_SHARDS};
@@ -82,18 +82,10 @@ impl Layout {
 
     /// Takes `need` from the budgets starting at `shard`; false when they are short.
     fn debit_budgets(&mut self, shard: usize, need: i64) -> Result<bool, CounterError> {
-        let Some(budgets) = &mut self.budgets else {
-            return Err(CounterError::InvalidOperation("no budgets"));
-        };
-        let Some(takes) = draw(budgets, shard, need) else {
-            return Ok(false);
-        };
-        for (j, take) in takes.into_iter().enumerate() {
-            budgets[j] -= take;
-            let v = &mut self.values[j];
-            *v = v.checked_sub(take).ok_or(CounterError::Overflow)?;
+        match &mut self.budgets {
+            Some(budgets) => debit(budgets, &mut self.values, shard, need),
+            None => Err(CounterError::InvalidOperation("no budgets")),
         }
-        Ok(true)
     }
 }
 
@@ -279,34 +271,13 @@ impl Counter {
             }
             return Ok(());
         };
-        let budgets = &mut f.budgets;
-        let n = budgets.len();
-        // Two passes over the same walk: check everything, then change it.
-        for apply in [false, true] {
-            let mut remaining = need;
-            for offset in 0..n {
-                if remaining == 0 {
-                    break;
-                }
-                let j = (start + offset) % n;
-                let take = budgets[j].min(remaining);
-                remaining -= take;
-                if apply {
-                    budgets[j] -= take;
-                    if let Some(v) = shards.get_mut(j) {
-                        *v -= take;
-                    }
-                } else if shards.get(j).is_some_and(|v| v.checked_sub(take).is_none()) {
-                    return Err(CounterError::Overflow);
-                }
-            }
-            if remaining != 0 {
-                return Err(CounterError::InvalidOperation(
-                    "budgets out of step with the value",
-                ));
-            }
+        if debit(&mut f.budgets, shards, start, need)? {
+            Ok(())
+        } else {
+            Err(CounterError::InvalidOperation(
+                "budgets out of step with the value",
+            ))
         }
-        Ok(())
     }
 
     /// Applies a reset to 0 and returns the value before it. Refused when the floor is above 0.

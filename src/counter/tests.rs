@@ -414,7 +414,11 @@ fn random_floored_histories_keep_every_invariant() {
 fn a_boxed_counter_stays_small() {
     // A hot or large counter without options is this struct and its shard vector only; the
     // options live in one box allocated when first needed.
-    assert!(std::mem::size_of::<Counter>() <= 72, "{}", std::mem::size_of::<Counter>());
+    assert!(
+        std::mem::size_of::<Counter>() <= 72,
+        "{}",
+        std::mem::size_of::<Counter>()
+    );
     let mut c = Counter::plain(1);
     c.set_floor(Some(0)).unwrap();
     c.set_floor(None).unwrap();

@@ -8,6 +8,8 @@ use redis_module::logging::{log_io_error, RedisLogLevel};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::{type_methods, TypeCallbacks};
+
 use super::ctr_format;
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::rm;
@@ -21,30 +23,16 @@ pub const CTR_ENCVER: i32 = 1;
 pub static CTR_TYPE: RedisType = RedisType::new(
     CTR_TYPE_NAME,
     CTR_ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+    type_methods(TypeCallbacks {
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
         aof_rewrite: Some(aof_rewrite),
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        // No module-global state needs saving beside the keys.
-        aux_load: None,
-        aux_save: None,
-        aux_save2: None,
-        aux_save_triggers: 0,
         free_effort: Some(free_effort),
-        // Freeing is pure Rust memory release; nothing to do on the main thread first.
-        unlink: None,
         copy: Some(copy),
-        // Values are tiny (often inline): defragmenting them is not worth a callback.
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-    },
+    }),
 );
 
 /// The registered type handle (null before the module has loaded).

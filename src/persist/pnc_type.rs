@@ -12,6 +12,8 @@ use redis_module::logging::{log_io_error, RedisLogLevel};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::{type_methods, TypeCallbacks};
+
 use super::pnc_format;
 use crate::ffi::rm;
 use crate::pncounter::{identity, PnCounter};
@@ -32,30 +34,16 @@ pub static DATASET_LOADING: AtomicBool = AtomicBool::new(false);
 pub static PNC_TYPE: RedisType = RedisType::new(
     PNC_TYPE_NAME,
     PNC_ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+    type_methods(TypeCallbacks {
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
         aof_rewrite: Some(aof_rewrite),
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        // Module-global RDB data would make every RDB need the module (see above).
-        aux_load: None,
-        aux_save: None,
-        aux_save2: None,
-        aux_save_triggers: 0,
         free_effort: Some(free_effort),
-        // Freeing is pure Rust memory release; nothing to do on the main thread first.
-        unlink: None,
         copy: Some(copy),
-        // A few small allocations per value: not worth a defrag callback.
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-    },
+    }),
 );
 
 /// The registered type handle (null before the module has loaded).

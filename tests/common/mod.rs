@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod dump;
 pub mod pnc;
 pub mod resp;
 
@@ -13,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)]
+pub use dump::DumpFrame;
 pub use resp::{Conn, Value};
 
 /// The module under test: $CTR_MODULE, or the release build of this crate.
