@@ -131,7 +131,10 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(super::wrong_arity("ctr.reconcile"));
     }
     let parsed = args.with_words(2, parse_reconcile)?;
-    let w = Write::new(ctx, args, None, None)?;
+    let mut w = Write::new(ctx, args, None, None)?;
+    // Watermarks are compared with the clock at full resolution: a job that computes a
+    // boundary from its own (precise) clock must not find it "in the future" by a coarse tick.
+    w.now = ctx.precise_now_ms();
     let settings = w.settings;
     // The counter's own bucket width once it has a history.
     let tracked = with_counter(ctx, w.key_name, |c| match c {
