@@ -104,17 +104,7 @@ fn restart_from_rdb_keeps_every_counter() {
 
 #[test]
 fn aof_rewrite_without_preamble_then_restart() {
-    let mut server = Server::start_with(
-        &[
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            "no",
-            "--appendfsync",
-            "always",
-        ],
-        &[],
-    );
+    let mut server = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
     let mut c = server.conn();
     let mut keys = populate(&mut c);
     c.q("BGREWRITEAOF");

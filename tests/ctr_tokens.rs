@@ -270,17 +270,7 @@ fn tokens_survive_debug_reload_and_restart() {
 
 #[test]
 fn tokens_survive_aof_rewrite_and_restart() {
-    let mut server = Server::start_with(
-        &[
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            "no",
-            "--appendfsync",
-            "always",
-        ],
-        &[],
-    );
+    let mut server = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
     let mut c = server.conn();
     seed_tokens(&mut c);
     c.q("CTR.ADD ttl 1 TOKEN z EX 1000");

@@ -115,17 +115,7 @@ fn restart_from_rdb_keeps_every_counter() {
 
 #[test]
 fn aof_rewrite_without_preamble_then_restart() {
-    let mut server = with_id(
-        &[
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            "no",
-            "--appendfsync",
-            "always",
-        ],
-        "a",
-    );
+    let mut server = with_id(&common::AOF_WITHOUT_PREAMBLE, "a");
     let mut c = server.conn();
     let mut keys = populate(&mut c);
     c.q("BGREWRITEAOF");

@@ -4,15 +4,15 @@
 
 use std::ffi::{c_int, c_void};
 
-use redis_module::logging::{log_io_error, RedisLogLevel};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::{type_methods, TypeCallbacks};
+use super::{
+    digest_blob, emit_aof_blob, load_blob, refuse_value, save_blob, type_methods, TypeCallbacks,
+};
 
 use super::ctr_format;
 use crate::counter::{CounterCell, CounterRef};
-use crate::ffi::rm;
 use crate::metrics;
 
 /// The type name stored in every RDB file: 9 characters, fixed forever.
@@ -53,29 +53,20 @@ unsafe fn borrow<'a>(value: *const c_void) -> CounterRef<'a> {
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: Redis passes a live value of this type.
     let blob = ctr_format::encode(&unsafe { borrow(value) }.to_counter());
-    // SAFETY: rdb is a live IO handle; blob outlives the call.
-    unsafe { rm!(RedisModule_SaveStringBuffer)(rdb, blob.as_ptr().cast(), blob.len()) };
+    save_blob(rdb, &blob);
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     match load_counter(rdb, encver) {
         Ok(cell) => cell.into_raw(),
-        Err(msg) => {
-            // The message is ours, never client bytes; escape `%` all the same (printf format).
-            let msg = format!("ctr: refusing a CTR value: {msg}").replace('%', "%%");
-            log_io_error(rdb, RedisLogLevel::Warning, &msg);
-            std::ptr::null_mut()
-        }
+        Err(why) => refuse_value(rdb, "CTR", &why),
     }
 }
 
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCell, String> {
-    if encver != CTR_ENCVER {
-        return Err(format!("unknown encoding version {encver}"));
-    }
-    let buffer = raw::load_string_buffer(rdb).map_err(|e| e.to_string())?;
+    let buffer = load_blob(rdb, encver, CTR_ENCVER)?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
-    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
+    metrics::TOKENS_HELD.add(counter.token_count() as u64);
     Ok(CounterCell::new(counter))
 }
 
@@ -86,17 +77,7 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     // SAFETY: Redis passes a live value of this type.
     let blob = ctr_format::encode(&unsafe { borrow(value) }.to_counter());
-    // SAFETY: aof and key are live; "sb" takes a RedisModuleString then (ptr, len).
-    unsafe {
-        rm!(RedisModule_EmitAOF)(
-            aof,
-            SETSTATE_COMMAND.as_ptr(),
-            c"sb".as_ptr(),
-            key,
-            blob.as_ptr(),
-            blob.len(),
-        )
-    };
+    emit_aof_blob(aof, SETSTATE_COMMAND, key, &blob);
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -108,11 +89,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
     // The canonical encoding is the state: equal digests mean equal counters.
     // SAFETY: Redis passes a live value of this type.
     let blob = ctr_format::encode(&unsafe { borrow(value) }.to_counter());
-    // SAFETY: md is a live digest.
-    unsafe {
-        rm!(RedisModule_DigestAddStringBuffer)(md, blob.as_ptr().cast(), blob.len());
-        rm!(RedisModule_DigestEndSequence)(md);
-    }
+    digest_blob(md, &blob);
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
@@ -140,6 +117,6 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
     let counter = unsafe { borrow(value) }.to_counter();
-    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
+    metrics::TOKENS_HELD.add(counter.token_count() as u64);
     CounterCell::new(counter).into_raw()
 }

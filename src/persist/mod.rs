@@ -1,5 +1,8 @@
 //! Encodings and the Redis type callbacks that persist the module's values.
 
+// Raw pointers here come from Redis itself (IO handles, keys, digests).
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 pub mod codec;
 pub mod ctr_format;
 pub mod ctr_type;
@@ -47,4 +50,60 @@ pub const fn type_methods(c: TypeCallbacks) -> raw::RedisModuleTypeMethods {
         unlink2: None,
         copy2: None,
     }
+}
+
+/// Writes a value's encoding as one RDB string.
+pub fn save_blob(rdb: *mut raw::RedisModuleIO, blob: &[u8]) {
+    // SAFETY: rdb is the live IO handle Redis passed to rdb_save; blob outlives the call.
+    unsafe { crate::ffi::rm!(RedisModule_SaveStringBuffer)(rdb, blob.as_ptr().cast(), blob.len()) };
+}
+
+/// Emits `command key blob` into a rewritten AOF.
+pub fn emit_aof_blob(
+    aof: *mut raw::RedisModuleIO,
+    command: &std::ffi::CStr,
+    key: *mut raw::RedisModuleString,
+    blob: &[u8],
+) {
+    // SAFETY: aof and key are live; "sb" takes a RedisModuleString then (ptr, len).
+    unsafe {
+        crate::ffi::rm!(RedisModule_EmitAOF)(
+            aof,
+            command.as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            blob.as_ptr(),
+            blob.len(),
+        )
+    };
+}
+
+/// Adds a value's canonical encoding to a digest: equal encodings, equal digests.
+pub fn digest_blob(md: *mut raw::RedisModuleDigest, blob: &[u8]) {
+    // SAFETY: md is the live digest Redis passed to the callback.
+    unsafe {
+        crate::ffi::rm!(RedisModule_DigestAddStringBuffer)(md, blob.as_ptr().cast(), blob.len());
+        crate::ffi::rm!(RedisModule_DigestEndSequence)(md);
+    }
+}
+
+/// Reads the one string a value is stored as, after checking its encoding version.
+pub fn load_blob(
+    rdb: *mut raw::RedisModuleIO,
+    encver: std::ffi::c_int,
+    expected: i32,
+) -> Result<redis_module::RedisBuffer, String> {
+    if encver != expected {
+        return Err(format!("unknown encoding version {encver}"));
+    }
+    raw::load_string_buffer(rdb).map_err(|e| e.to_string())
+}
+
+/// Logs why a value was refused and returns the null pointer that tells Redis so (a failed
+/// RESTORE, or a corrupt RDB).
+pub fn refuse_value(rdb: *mut raw::RedisModuleIO, kind: &str, why: &str) -> *mut std::ffi::c_void {
+    // The reason is ours, never client bytes; escape `%` all the same (printf format).
+    let msg = format!("ctr: refusing a {kind} value: {why}").replace('%', "%%");
+    redis_module::logging::log_io_error(rdb, redis_module::logging::RedisLogLevel::Warning, &msg);
+    std::ptr::null_mut()
 }

@@ -8,14 +8,14 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use redis_module::logging::{log_io_error, RedisLogLevel};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::{type_methods, TypeCallbacks};
+use super::{
+    digest_blob, emit_aof_blob, load_blob, refuse_value, save_blob, type_methods, TypeCallbacks,
+};
 
 use super::pnc_format;
-use crate::ffi::rm;
 use crate::pncounter::{identity, PnCounter};
 
 /// The type name stored in every RDB file: 9 characters, fixed forever.
@@ -75,28 +75,21 @@ pub unsafe fn borrow<'a>(value: *const c_void) -> &'a PnCounter {
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: Redis passes a live value of this type.
     let blob = pnc_format::encode_stored(unsafe { borrow(value) });
-    // SAFETY: rdb is a live IO handle; blob outlives the call.
-    unsafe { rm!(RedisModule_SaveStringBuffer)(rdb, blob.as_ptr().cast(), blob.len()) };
+    save_blob(rdb, &blob);
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     match load_counter(rdb, encver) {
         Ok(counter) => into_raw(counter),
-        Err(msg) => {
+        Err(why) => {
             crate::metrics::PNC_REFUSED_BLOBS.incr();
-            // The message is ours, never client bytes; escape `%` all the same (printf format).
-            let msg = format!("ctr: refusing a PNC value: {msg}").replace('%', "%%");
-            log_io_error(rdb, RedisLogLevel::Warning, &msg);
-            std::ptr::null_mut()
+            refuse_value(rdb, "PNC", &why)
         }
     }
 }
 
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<PnCounter, String> {
-    if encver != PNC_ENCVER {
-        return Err(format!("unknown encoding version {encver}"));
-    }
-    let buffer = raw::load_string_buffer(rdb).map_err(|e| e.to_string())?;
+    let buffer = load_blob(rdb, encver, PNC_ENCVER)?;
     let mut counter = pnc_format::decode_stored(buffer.as_ref()).map_err(|e| e.0)?;
     if DATASET_LOADING.load(Relaxed) {
         // Our own dataset: its home records tell which replica id we were using.
@@ -118,17 +111,7 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     // SAFETY: Redis passes a live value of this type.
     let blob = pnc_format::encode_stored(unsafe { borrow(value) });
-    // SAFETY: aof and key are live; "sb" takes a RedisModuleString then (ptr, len).
-    unsafe {
-        rm!(RedisModule_EmitAOF)(
-            aof,
-            SETSTATE_COMMAND.as_ptr(),
-            c"sb".as_ptr(),
-            key,
-            blob.as_ptr(),
-            blob.len(),
-        )
-    };
+    emit_aof_blob(aof, SETSTATE_COMMAND, key, &blob);
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -141,11 +124,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
     // mean equal states and equal home records.
     // SAFETY: Redis passes a live value of this type.
     let blob = pnc_format::encode_stored(unsafe { borrow(value) });
-    // SAFETY: md is a live digest.
-    unsafe {
-        rm!(RedisModule_DigestAddStringBuffer)(md, blob.as_ptr().cast(), blob.len());
-        rm!(RedisModule_DigestEndSequence)(md);
-    }
+    digest_blob(md, &blob);
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {

@@ -18,6 +18,17 @@ use std::time::{Duration, Instant};
 pub use dump::DumpFrame;
 pub use resp::{Conn, Value};
 
+/// Server options for an AOF whose rewrite uses the module's `aof_rewrite` (no RDB preamble),
+/// fsynced on every write.
+pub const AOF_WITHOUT_PREAMBLE: [&str; 6] = [
+    "--appendonly",
+    "yes",
+    "--aof-use-rdb-preamble",
+    "no",
+    "--appendfsync",
+    "always",
+];
+
 /// The module under test: $CTR_MODULE, or the release build of this crate.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("CTR_MODULE")
