@@ -1,9 +1,11 @@
 //! CTR.ADD, CTR.CLEAR, CTR.GET, CTR.MGET, CTR.INFO: parse, run the counter core, reply,
 //! replicate, notify.
 //!
-//! Replication: a plain add to a cold counter is deterministic and replicates verbatim. Every
-//! other write (a token, a TTL, a sharded or floored counter, a promotion) replicates as one
-//! `CTR.APPLY key <effect>` carrying the master's time and decisions.
+//! Replication: the bare `CTR.ADD key delta` on a counter whose outcome does not depend on the
+//! clock (no tokens, ledger or buckets), without a resize, is deterministic (the shard is a
+//! function of the state) and replicates as sent. Every other write (a token, a TTL, buckets, a
+//! promotion) replicates as one `CTR.APPLY key <effect>` carrying the master's time and
+//! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs};
 use super::ctr_store::{read_value, update_counter, with_counter, Before, Write};
@@ -15,7 +17,7 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
 enum Added {
-    Applied(AddOp, Before),
+    Applied(AddOp, Before, i64),
     /// A negative add that would cross the floor: nothing changed.
     Refused,
     Duplicate(i64),
@@ -36,7 +38,6 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     };
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     let key = Key::open(ctx, w.key_name, true);
-    let mut value = 0;
     let added = update_counter(&key, |c, before| {
         if w.is_retry(c) {
             c.note_duplicate();
@@ -52,14 +53,11 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             token: w.token,
         };
         Ok(match c.apply_add(&op)? {
-            Some(v) => {
-                value = v;
-                Added::Applied(op, before)
-            }
+            Some(value) => Added::Applied(op, before, value),
             None => Added::Refused,
         })
     })?;
-    let (op, before) = match added {
+    let (op, before, value) = match added {
         Added::Duplicate(current) => {
             metrics::DUPLICATES_IGNORED.incr();
             return Ok(Reply::Integer(current));
@@ -68,7 +66,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             metrics::ADDS_REFUSED_BY_FLOOR.incr();
             return Ok(Reply::Null);
         }
-        Added::Applied(op, before) => (op, before),
+        Added::Applied(op, before, value) => (op, before, value),
     };
     let expire_at = match parsed.ttl_ms {
         Some(ttl) if before.created => Some(ctx.precise_now_ms().saturating_add(ttl)),
