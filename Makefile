@@ -1,13 +1,16 @@
 # redis-ctr: `make run` builds the module and starts redis-server with it (foreground,
 # PORT=6379); `make test` runs every test. Both install what is missing first.
+# `make cluster` / `make cluster-stop`: a local 3-master Redis Cluster with the module;
 
 PORT ?= 6379
 MODULE := target/release/libredis_ctr.so
 DATA_DIR := data
 CARGO ?= cargo
 export CTR_MODULE := $(CURDIR)/$(MODULE)
+CLUSTER_PORTS ?= 7000 7001 7002
+CLUSTER_DIR := $(DATA_DIR)/cluster
 
-.PHONY: all deps build run test unit integration lint bench clean
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop
 
 all: build
 
@@ -17,9 +20,18 @@ deps:
 build: deps
 	$(CARGO) build --release
 
+# docker/server.sh: redis-server --port PORT --dir DIR --loadmodule MODULE MODULE_ARGS, the one
+# command line shared with the cluster nodes and the Docker images.
 run: build
-	@mkdir -p $(DATA_DIR)
-	redis-server --port $(PORT) --dir $(CURDIR)/$(DATA_DIR) --loadmodule $(CURDIR)/$(MODULE) $(MODULE_ARGS)
+	MODULE_ARGS="$(MODULE_ARGS)" sh docker/server.sh $(PORT) $(CURDIR)/$(DATA_DIR)
+
+# Masters on CLUSTER_PORTS (bus ports +10000), data and logs in data/cluster/PORT; the pids are
+# recorded there and cluster-stop stops those processes only.
+cluster: build
+	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) MODULE_ARGS="$(MODULE_ARGS)" sh docker/cluster.sh start $(CLUSTER_PORTS)
+
+cluster-stop:
+	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) sh docker/cluster.sh stop
 
 # Unit tests (no server) and integration tests (each starts its own servers on free ports).
 test: build
