@@ -258,3 +258,33 @@ fn cluster_sh_node_and_create_form_the_compose_cluster() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Docker files run the scripts tested above, with the ports `make run` and `make cluster`
+/// use by default.
+#[test]
+fn docker_files_run_the_tested_scripts() {
+    let read = |name: &str| std::fs::read_to_string(script(name)).unwrap();
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile.contains("COPY docker/server.sh docker/cluster.sh /usr/local/lib/redis-ctr/")
+    );
+    assert!(dockerfile.contains("ENV CTR_MODULE=/usr/local/lib/redis-ctr/libredis_ctr.so"));
+    assert!(dockerfile.contains(
+        r#"CMD ["sh", "/usr/local/lib/redis-ctr/server.sh", "6379", "/data", "--protected-mode", "no"]"#
+    ));
+    let compose = read("compose.cluster.yml");
+    let makefile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Makefile")).unwrap();
+    assert!(makefile.contains("CLUSTER_PORTS ?= 7000 7001 7002"));
+    assert!(makefile.contains("sh docker/cluster.sh start $(CLUSTER_PORTS)"));
+    assert!(makefile.contains("sh docker/server.sh $(PORT)"));
+    for port in ["7000", "7001", "7002"] {
+        assert!(compose.contains(&format!(
+            r#"["sh", "/usr/local/lib/redis-ctr/cluster.sh", "node", "{port}", "/data", "--bind", "127.0.0.1"]"#
+        )));
+    }
+    assert!(compose.contains(
+        r#"["sh", "/usr/local/lib/redis-ctr/cluster.sh", "create", "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]"#
+    ));
+    assert!(read("compose.yml").contains("dockerfile: docker/Dockerfile"));
+}
