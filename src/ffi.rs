@@ -67,6 +67,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_EmitAOF,
         RedisModule_GetCommand,
         RedisModule_SetCommandInfo,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPosWithFlags,
         RedisModule_Milliseconds,
         RedisModule_GetContextFlags,
         RedisModule_SetAbsExpire,

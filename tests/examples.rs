@@ -1,10 +1,11 @@
-//! The runnable examples in docs/examples run against a test server and must succeed.
+//! The runnable examples in docs/examples run against test servers and must succeed.
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::cluster::Cluster;
 use common::Server;
 
 #[test]
@@ -25,5 +26,91 @@ fn reconcile_stream_example_repairs_the_counter() {
     assert!(
         stdout.contains("after repair: value 20, drift -1"),
         "{stdout}"
+    );
+}
+
+/// A note that shows even though the test harness captures output (a direct write to stderr).
+fn note(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {text}");
+}
+
+/// Python with redis-py: $CTR_PYTHON (the Makefile's target/venv), else python3.
+fn python_with_redis_py() -> Option<String> {
+    let python = std::env::var("CTR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    ok.then_some(python)
+}
+
+fn run_example(mut command: Command, server: &Server, cluster: &Cluster) -> String {
+    let out = command
+        .env("REDIS_PORT", server.port.to_string())
+        .env("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string())
+        .output()
+        .expect("run the example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{command:?}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// docs/examples/redis_py.py and the redis-rs program in docs/examples/rust, against one server
+/// and one 3-master cluster. The Rust program is built in this crate's target directory (the
+/// dependencies the two share are compiled once; later runs only link it when it changed).
+#[test]
+fn client_examples_run_against_a_server_and_a_cluster() {
+    let server = Server::start();
+    let cluster = Cluster::start(3, &[]);
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+
+    match python_with_redis_py() {
+        Some(python) => {
+            let mut command = Command::new(python);
+            command.arg(docs.join("redis_py.py"));
+            let out = run_example(command, &server, &cluster);
+            assert!(
+                out.contains("standalone: views 42 | paid 1 | stock 1"),
+                "{out}"
+            );
+            assert!(out.contains("cluster: 100 counters on 3 masters"), "{out}");
+        }
+        None => note(
+            "redis-py example skipped: no Python with the redis package \
+             (make test installs one in target/venv; or set CTR_PYTHON)",
+        ),
+    }
+
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = docs.join("rust/Cargo.toml");
+    let build = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run cargo");
+    assert!(
+        build.status.success(),
+        "building {}:\n{}",
+        manifest.display(),
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let program = Command::new(target.join("release/redis-ctr-client-example"));
+    let out = run_example(program, &server, &cluster);
+    assert!(
+        out.contains("standalone: views 41 | stock 1, budgets [1]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cluster: 100 counters summed to 4950"),
+        "{out}"
     );
 }

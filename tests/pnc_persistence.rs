@@ -404,7 +404,9 @@ fn an_empty_rdb_saved_with_the_module_loads_without_it() {
         .unwrap_or_else(|log| panic!("a server without the module refused the RDB:\n{log}"));
     let mut p = plain.conn();
     assert_eq!(p.q("DBSIZE"), Value::Int(0));
-    assert!(p.q("MODULE LIST").array().is_empty());
+    // Not our module (Valkey 9 lists its built-in Lua engine as a module named "lua").
+    let modules = p.q("MODULE LIST").flat_text();
+    assert!(!modules.contains("name ctr"), "{modules}");
 
     // The check is meaningful: an RDB holding a PN-counter does need the module.
     match Server::try_start(&[], &[], false, &[("dump.rdb", &with_key)]) {

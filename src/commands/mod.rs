@@ -53,13 +53,32 @@ pub const ALL_KEYS: KeyRange = KeyRange {
     step: 1,
 };
 
-/// A key found after a keyword (e.g. the source of `CTR.RECONCILE ... FROM STREAM source`): the
-/// argument right after `keyword`, searched from argument `start_from` on.
+/// A key that is there only when a keyword stands at a fixed position: the source of
+/// `CTR.RECONCILE key FROM STREAM source` is argument 4 when argument 2 is `FROM` (any case).
+///
+/// No key spec can say that (a keyword spec finds the first matching word anywhere, so a source
+/// key named `stream` would shift it), so a command with keyword keys is flagged `getkeys-api`
+/// and the dispatcher answers the server's key-position requests from this table. Redis 7.0
+/// also routes cluster commands by that answer (`getKeysFromCommand`), never by key specs: a key
+/// declared only in a spec would be invisible to its CROSSSLOT and ASK/TRYAGAIN checks.
 #[derive(Clone, Copy, Debug)]
 pub struct KeywordKey {
     pub keyword: &'static CStr,
-    pub start_from: c_int,
+    /// The argument that must be the keyword.
+    pub at: c_int,
+    /// How many arguments after the keyword the key is.
+    pub offset: c_int,
     pub access: KeyAccess,
+}
+
+impl KeywordKey {
+    /// The key's argument index in `argv` (argv[0] is the command name), if present.
+    pub fn position(&self, argv: &[&[u8]]) -> Option<usize> {
+        let at = usize::try_from(self.at).ok()?;
+        let pos = at.checked_add(usize::try_from(self.offset).ok()?)?;
+        let word = argv.get(at)?;
+        (pos < argv.len() && word.eq_ignore_ascii_case(self.keyword.to_bytes())).then_some(pos)
+    }
 }
 
 pub struct CommandDef {
@@ -179,14 +198,11 @@ pub static COMMANDS: &[CommandDef] = &[
     CommandDef {
         name: c"ctr.reconcile",
         entry: entry!(ctr_reconcile::reconcile),
-        flags: c"write deny-oom",
+        flags: c"write deny-oom getkeys-api",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
-        keyword_keys: &[
-            KeywordKey { keyword: c"STREAM", start_from: 2, access: KeyAccess::Read },
-            KeywordKey { keyword: c"ZSET", start_from: 2, access: KeyAccess::Read },
-            KeywordKey { keyword: c"SET", start_from: 2, access: KeyAccess::Read },
-        ],
+        // FROM STREAM|ZSET|SET source: the source is read, in the counter's slot.
+        keyword_keys: &[KeywordKey { keyword: c"FROM", at: 2, offset: 2, access: KeyAccess::Read }],
         arity: -3,
         summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift].",
         complexity: c"O(B) where B is the number of buckets kept, plus counting the source: O(entries after the watermark) for a stream, O(log N) for a sorted set, O(1) for a set",
@@ -327,9 +343,16 @@ pub fn dispatch(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let ctx = Ctx { ptr: ctx };
     // SAFETY: Redis passes argc live argument strings for the duration of the call.
     let args = unsafe { Args::new(argv, argc) };
+    // Only commands flagged `getkeys-api` are ever called this way: the server asks where the
+    // keys are (cluster routing, COMMAND GETKEYS, ACL); nothing runs and nothing is replied.
+    // SAFETY: ctx is the live context of this call.
+    if unsafe { rm!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
+        declare_key_positions(ctx, &args);
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let ctx = Ctx { ptr: ctx };
     match catch_unwind(AssertUnwindSafe(|| handler(ctx, &args))) {
         Ok(Ok(reply)) => ctx.reply(&reply),
         Ok(Err(err)) => ctx.reply_error(&err),
@@ -340,9 +363,70 @@ pub fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
+/// The argument indexes of a command's keys, with their key-spec flags, as the command table
+/// declares them: the range keys, then the keyword keys that are present.
+pub fn key_positions(def: &CommandDef, argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
+    let argc = argv.len() as c_int;
+    let last = if def.keys.last < 0 {
+        argc + def.keys.last
+    } else {
+        def.keys.last.min(argc - 1)
+    };
+    let step = def.keys.step.max(1);
+    let mut keys: Vec<(usize, KeyAccess)> = (def.keys.first..=last)
+        .step_by(step as usize)
+        .filter(|&i| i >= 1)
+        .map(|i| (i as usize, def.access))
+        .collect();
+    keys.extend(
+        def.keyword_keys
+            .iter()
+            .filter_map(|k| k.position(argv).map(|pos| (pos, k.access))),
+    );
+    keys
+}
+
+/// Answers a key-position request for the command named by argv[0].
+fn declare_key_positions(ctx: *mut raw::RedisModuleCtx, args: &Args) {
+    if args.is_empty() {
+        return;
+    }
+    let name = args.bytes(0);
+    let Some(def) = COMMANDS
+        .iter()
+        .find(|d| d.name.to_bytes().eq_ignore_ascii_case(name))
+    else {
+        return;
+    };
+    args.with_words(0, |argv| {
+        for (pos, access) in key_positions(def, argv) {
+            // SAFETY: ctx is live and in a key-position request; pos < argc.
+            unsafe {
+                rm!(RedisModule_KeyAtPosWithFlags)(
+                    ctx,
+                    pos as c_int,
+                    crate::command_info::key_flags(access) as c_int,
+                )
+            };
+        }
+    });
+}
+
 /// Creates every command and sets its COMMAND INFO metadata.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     for def in COMMANDS {
+        let getkeys = def
+            .flags
+            .to_bytes()
+            .split(|&b| b == b' ')
+            .any(|f| f == b"getkeys-api");
+        let has_keyword_keys = !def.keyword_keys.is_empty();
+        if getkeys != has_keyword_keys {
+            return Err(format!(
+                "{:?}: keyword keys and the getkeys-api flag go together",
+                def.name
+            ));
+        }
         // SAFETY: called from OnLoad with a live context; all strings are NUL-terminated statics.
         let status = unsafe {
             rm!(RedisModule_CreateCommand)(

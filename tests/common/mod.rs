@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod dump;
 pub mod pnc;
 pub mod resp;

@@ -1,0 +1,170 @@
+#!/bin/sh
+# A Redis Cluster of masters with the redis-ctr module loaded on every node.
+#
+#   cluster.sh start [PORT...]        start one master per port (default 7000 7001 7002) as a
+#                                     daemon in $CLUSTER_DIR/PORT, join them into a cluster on
+#                                     the first start, print how to connect     (make cluster)
+#   cluster.sh stop                   stop the nodes `start` recorded in $CLUSTER_DIR (their pid
+#                                     files), and nothing else                  (make cluster-stop)
+#   cluster.sh node PORT DIR [opts]   one cluster node in the foreground        (docker compose)
+#   cluster.sh create HOST:PORT...    join running nodes into a cluster of masters (no replicas)
+#                                     and wait until it is ok  (used by start, and docker compose)
+#
+# Every node runs docker/server.sh with the same cluster options, locally and in Docker.
+# Environment: CLUSTER_DIR (default data/cluster), REDIS_CLI (default redis-cli), and CTR_MODULE,
+# MODULE_ARGS, REDIS_SERVER as for server.sh.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+cli=${REDIS_CLI:-redis-cli}
+
+# What makes a server a cluster node. The node timeout is short enough for a laptop cluster to
+# notice a dead node quickly, long enough not to fail a node that is merely busy.
+NODE_OPTS="--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000"
+
+die() {
+  echo "cluster.sh: $*" >&2
+  exit 1
+}
+
+# info HOST PORT FIELD: a field of CLUSTER INFO (empty when the node does not answer).
+info() {
+  "$cli" -h "$1" -p "$2" CLUSTER INFO 2>/dev/null | tr -d '\r' | sed -n "s/^$3://p"
+}
+
+# wait_up HOST:PORT...: until every node answers PING (30 s at most).
+wait_up() {
+  for addr in "$@"; do
+    i=0
+    until [ "$("$cli" -h "${addr%:*}" -p "${addr##*:}" PING 2>/dev/null)" = PONG ]; do
+      i=$((i + 1))
+      [ "$i" -le 300 ] || die "no answer from $addr"
+      sleep 0.1
+    done
+  done
+}
+
+# wait_ok HOST:PORT...: until every node says cluster_state:ok and knows all of them (30 s).
+wait_ok() {
+  for addr in "$@"; do
+    i=0
+    until [ "$(info "${addr%:*}" "${addr##*:}" cluster_state)" = ok ] &&
+      [ "$(info "${addr%:*}" "${addr##*:}" cluster_known_nodes)" = "$#" ]; do
+      i=$((i + 1))
+      [ "$i" -le 300 ] || die "the cluster is not ok on $addr"
+      sleep 0.1
+    done
+  done
+}
+
+create() {
+  [ $# -gt 0 ] || die "create needs HOST:PORT of every node"
+  wait_up "$@"
+  known=$(info "${1%:*}" "${1##*:}" cluster_known_nodes)
+  if [ "${known:-1}" -ge $# ]; then
+    echo "the nodes already form a cluster"
+  else
+    "$cli" --cluster create "$@" --cluster-replicas 0 --cluster-yes
+  fi
+  wait_ok "$@"
+}
+
+node() {
+  [ $# -ge 2 ] || die "usage: cluster.sh node PORT DIR [redis-server options...]"
+  port=$1
+  dir=$2
+  shift 2
+  # shellcheck disable=SC2086
+  exec sh "$here/server.sh" "$port" "$dir" $NODE_OPTS "$@"
+}
+
+# running PID: the process exists and has not exited (an exited daemon stays a zombie until
+# init reaps it, which can take a while).
+running() {
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# ours PID PORT: true when PID is running and is the server listening on PORT (Redis and Valkey
+# set their process title to "<binary> <addr>:<port> [cluster]"), so that a pid file left over
+# from a crash never makes us signal an unrelated process.
+ours() {
+  [ -n "$1" ] && running "$1" &&
+    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q ":$2 "
+}
+
+start() {
+  [ $# -gt 0 ] || set -- 7000 7001 7002
+  mkdir -p "$cluster_dir"
+  addrs=""
+  for port in "$@"; do
+    dir="$cluster_dir/$port"
+    mkdir -p "$dir"
+    if ours "$(cat "$dir/redis.pid" 2>/dev/null)" "$port"; then
+      echo "node $port already running (pid $(cat "$dir/redis.pid"))"
+    else
+      rm -f "$dir/redis.pid"
+      # shellcheck disable=SC2086
+      sh "$here/server.sh" "$port" "$dir" $NODE_OPTS --bind 127.0.0.1 \
+        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+    fi
+    addrs="$addrs 127.0.0.1:$port"
+  done
+  # shellcheck disable=SC2086
+  wait_up $addrs
+  for port in "$@"; do
+    ours "$(cat "$cluster_dir/$port/redis.pid" 2>/dev/null)" "$port" ||
+      die "node $port did not start (see $cluster_dir/$port/redis.log)"
+  done
+  # shellcheck disable=SC2086
+  create $addrs
+  echo
+  echo "redis-ctr cluster of $# masters is up; connect with: redis-cli -c -p $1"
+  echo "nodes:$addrs (data and logs in $cluster_dir/PORT)"
+  echo "stop it with: make cluster-stop (or docker/cluster.sh stop)"
+}
+
+stop() {
+  stopped=0
+  for pidfile in "$cluster_dir"/*/redis.pid; do
+    [ -f "$pidfile" ] || continue
+    dir=${pidfile%/redis.pid}
+    port=${dir##*/}
+    pid=$(cat "$pidfile")
+    if ! ours "$pid" "$port"; then
+      echo "node $port: pid $pid is not our server any more; stale pid file removed"
+      rm -f "$pidfile"
+      continue
+    fi
+    # A clean shutdown (it saves the data when save points are configured, as by default).
+    "$cli" -p "$port" SHUTDOWN >/dev/null 2>&1 || true
+    i=0
+    while running "$pid" && [ "$i" -lt 200 ]; do
+      i=$((i + 1))
+      sleep 0.05
+    done
+    if running "$pid"; then
+      kill "$pid"
+      echo "node $port: did not shut down in 10 s; sent SIGTERM to pid $pid"
+    fi
+    rm -f "$pidfile"
+    stopped=$((stopped + 1))
+    echo "node $port stopped"
+  done
+  [ "$stopped" -gt 0 ] || echo "no running node recorded in $cluster_dir"
+}
+
+command=${1:-}
+[ $# -gt 0 ] && shift
+case "$command" in
+start | stop)
+  mkdir -p "${CLUSTER_DIR:-data/cluster}"
+  cluster_dir=$(cd "${CLUSTER_DIR:-data/cluster}" && pwd)
+  "$command" "$@"
+  ;;
+node | create) "$command" "$@" ;;
+*)
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,253 @@
+//! Redis Cluster for tests: masters started by the harness (each a [`Server`] with
+//! `--cluster-enabled yes`), slots assigned with CLUSTER ADDSLOTSRANGE, nodes joined with
+//! CLUSTER MEET; and a minimal cluster-aware client (CRC16 key slots with hash tags, the slot
+//! map from CLUSTER SLOTS, MOVED/ASK followed, TRYAGAIN retried).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{Conn, Server, Value};
+
+pub const SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+pub fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The slot of a key: only the part inside the first `{...}` is hashed when that part is not
+/// empty.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % SLOTS
+}
+
+/// A hash tag whose keys hash to `slot` (`{t<n>}`, searched).
+pub fn tag_for_slot(slot: u16) -> String {
+    (0..)
+        .map(|n| format!("t{n}"))
+        .find(|t| key_slot(t.as_bytes()) == slot)
+        .expect("some tag hashes to every slot")
+}
+
+/// The options that make a server a cluster node (its nodes.conf lives in its own dir).
+pub const NODE_ARGS: &[&str] = &[
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "5000",
+];
+
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+    pub ids: Vec<String>,
+}
+
+impl Cluster {
+    /// `n` masters, the slots split evenly in ranges, every node knowing every other, the
+    /// state ok on all of them.
+    pub fn start(n: usize, module_args: &[&str]) -> Cluster {
+        let nodes: Vec<Server> = (0..n)
+            .map(|_| Server::start_with(NODE_ARGS, module_args))
+            .collect();
+        let ids: Vec<String> = nodes
+            .iter()
+            .map(|s| s.conn().q("CLUSTER MYID").text())
+            .collect();
+        for (i, node) in nodes.iter().enumerate() {
+            let first = SLOTS as usize * i / n;
+            let last = SLOTS as usize * (i + 1) / n - 1;
+            let reply = node.conn().cmd(&[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &first.to_string(),
+                &last.to_string(),
+            ]);
+            assert_eq!(reply, Value::Simple("OK".into()), "ADDSLOTSRANGE");
+        }
+        let mut first = nodes[0].conn();
+        for node in &nodes[1..] {
+            let reply = first.cmd(&["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string()]);
+            assert_eq!(reply, Value::Simple("OK".into()), "MEET");
+        }
+        let cluster = Cluster { nodes, ids };
+        cluster.wait_settled();
+        cluster
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|s| s.port).collect()
+    }
+
+    /// Waits until every node says cluster_state:ok, knows every node, and maps every slot to
+    /// the same owner as the others.
+    pub fn wait_settled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let maps: Vec<Option<Vec<u16>>> = self
+                .nodes
+                .iter()
+                .map(|s| {
+                    let mut c = s.conn();
+                    let info = c.q("CLUSTER INFO").text();
+                    let ok = info.contains("cluster_state:ok")
+                        && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()));
+                    if ok {
+                        slot_map(&mut c)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if maps.iter().all(Option::is_some) && maps.windows(2).all(|w| w[0] == w[1]) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let infos: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|s| s.conn().q("CLUSTER NODES").text())
+                    .collect();
+                panic!("cluster never settled:\n{}", infos.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The index of the node that owns `slot` (according to node 0).
+    pub fn owner(&self, slot: u16) -> usize {
+        let map = slot_map(&mut self.nodes[0].conn()).expect("full slot map");
+        let port = map[slot as usize];
+        self.nodes
+            .iter()
+            .position(|s| s.port == port)
+            .expect("owner is one of ours")
+    }
+
+    pub fn client(&self) -> ClusterClient {
+        ClusterClient::connect(self.nodes[0].port)
+    }
+}
+
+/// slot -> port of its master, from CLUSTER SLOTS; None while some slot is unassigned.
+pub fn slot_map(c: &mut Conn) -> Option<Vec<u16>> {
+    let mut map = vec![0u16; SLOTS as usize];
+    for range in c.q("CLUSTER SLOTS").array() {
+        let range = range.array();
+        let (first, last) = (range[0].int() as usize, range[1].int() as usize);
+        let port = range[2].array()[1].int() as u16;
+        map[first..=last].iter_mut().for_each(|p| *p = port);
+    }
+    map.iter().all(|&p| p != 0).then_some(map)
+}
+
+/// A cluster client that routes every command by its first key (argument 1, where every
+/// `CTR.*` and `PNC.*` command has it).
+pub struct ClusterClient {
+    slots: Vec<u16>,
+    conns: HashMap<u16, Conn>,
+    /// MOVED replies followed (the slot map is then fixed for that slot).
+    pub moved: usize,
+    /// ASK replies followed (ASKING, then the command, on the importing node).
+    pub asked: usize,
+}
+
+impl ClusterClient {
+    pub fn connect(seed: u16) -> ClusterClient {
+        let mut conn = Conn::connect(seed).expect("connect to a cluster node");
+        let slots = slot_map(&mut conn).expect("every slot assigned");
+        let mut conns = HashMap::new();
+        conns.insert(seed, conn);
+        ClusterClient {
+            slots,
+            conns,
+            moved: 0,
+            asked: 0,
+        }
+    }
+
+    /// The port the client currently sends `key`'s commands to.
+    pub fn port_for(&self, key: &[u8]) -> u16 {
+        self.slots[key_slot(key) as usize]
+    }
+
+    pub fn conn(&mut self, port: u16) -> &mut Conn {
+        self.conns
+            .entry(port)
+            .or_insert_with(|| Conn::connect(port).expect("connect to a cluster node"))
+    }
+
+    /// Sends a command to the node of its first key, follows MOVED and ASK redirections, and
+    /// retries TRYAGAIN (a multi-key command during a slot migration) a few times.
+    pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Value {
+        let key = args.get(1).map(|a| a.as_ref().to_vec()).unwrap_or_default();
+        let mut port = self.port_for(&key);
+        let mut asking = false;
+        for _ in 0..16 {
+            let conn = self.conn(port);
+            if asking {
+                assert_eq!(conn.q("ASKING"), Value::Simple("OK".into()));
+            }
+            let reply = conn.cmd(args);
+            let Value::Error(e) = &reply else {
+                return reply;
+            };
+            let words: Vec<&str> = e.split_whitespace().collect();
+            match words.as_slice() {
+                ["MOVED", slot, addr] => {
+                    let slot: usize = slot.parse().expect("MOVED slot");
+                    port = parse_port(addr);
+                    self.slots[slot] = port;
+                    self.moved += 1;
+                    asking = false;
+                }
+                ["ASK", _slot, addr] => {
+                    port = parse_port(addr);
+                    self.asked += 1;
+                    asking = true;
+                }
+                ["TRYAGAIN", ..] => std::thread::sleep(Duration::from_millis(20)),
+                _ => return reply,
+            }
+        }
+        panic!(
+            "too many redirections for {:?}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+
+    pub fn q(&mut self, line: &str) -> Value {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        self.cmd(&args)
+    }
+}
+
+fn parse_port(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("bad redirection address {addr}"))
+}

@@ -1,0 +1,290 @@
+//! The scripts behind `make run` (docker/server.sh) and `make cluster` / `make cluster-stop`
+//! (docker/cluster.sh), which the Docker images run too: run for real on free ports.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::ClusterClient;
+use common::{free_port, Conn, Value};
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docker")
+        .join(name)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("redis-ctr-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The foreground server started by server.sh; killed if the test fails before stopping it.
+struct Foreground(Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn server_sh_runs_the_server_with_the_module_and_its_arguments() {
+    let dir = temp_dir("run");
+    let port = free_port();
+    let child = Command::new("sh")
+        .arg(script("server.sh"))
+        .arg(port.to_string())
+        .arg(&dir)
+        .args(["--save", "", "--logfile", "server.log"])
+        .env("MODULE_ARGS", "max-shards 8 token-window-ms 600000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Foreground(child);
+    let mut c = wait_for("the server", || Conn::connect(port).ok());
+    // exec: the process we started is the server itself.
+    let pid = c.q("INFO server").text();
+    assert!(
+        pid.contains(&format!("process_id:{}\r", server.0.id())),
+        "{pid}"
+    );
+    assert!(c.q("MODULE LIST").flat_text().contains("name ctr"));
+    assert_eq!(c.q("CONFIG GET ctr.max-shards").array()[1].text(), "8");
+    assert_eq!(
+        c.q("CONFIG GET ctr.token-window-ms").array()[1].text(),
+        "600000"
+    );
+    let got = PathBuf::from(c.q("CONFIG GET dir").array()[1].text());
+    assert_eq!(got.canonicalize().unwrap(), dir.canonicalize().unwrap());
+    assert_eq!(c.q("CTR.ADD k 2"), Value::Int(2));
+    c.send(&["SHUTDOWN", "NOSAVE"]);
+    let status = wait_for("the server to exit", || server.0.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+    assert!(std::fs::read_to_string(dir.join("server.log"))
+        .unwrap()
+        .contains("Module 'ctr' loaded"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CLUSTER_DIR for cluster.sh; `stop` runs again on drop so a failed test leaves no node.
+struct ClusterDir(PathBuf);
+
+impl ClusterDir {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("sh")
+            .arg(script("cluster.sh"))
+            .args(args)
+            .env("CLUSTER_DIR", &self.0)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("redis.pid")).ok())
+            .map(|p| p.trim().parse().unwrap())
+            .collect();
+        pids.sort();
+        pids
+    }
+}
+
+impl Drop for ClusterDir {
+    fn drop(&mut self) {
+        self.run(&["stop"]);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn cluster_sh_starts_three_masters_and_stops_only_the_nodes_it_started() {
+    let dir = ClusterDir(temp_dir("cluster"));
+    let ports: Vec<String> = (0..3).map(|_| free_port().to_string()).collect();
+    let mut args = vec!["start"];
+    args.extend(ports.iter().map(String::as_str));
+    let out = dir.run(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let hint = format!("redis-cli -c -p {}", ports[0]);
+    assert!(text(&out).contains(&hint), "{}", text(&out));
+    let pids = dir.pids();
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|&p| alive(p)));
+
+    // A working cluster with the module on every master; `redis-cli -c` as printed.
+    let seed: u16 = ports[0].parse().unwrap();
+    let mut client = ClusterClient::connect(seed);
+    for i in 0..60 {
+        assert_eq!(
+            client.cmd(&["CTR.ADD", &format!("k{i}"), "1"]),
+            Value::Int(1)
+        );
+    }
+    for port in &ports {
+        let mut c = Conn::connect(port.parse().unwrap()).unwrap();
+        assert!(c.q("CLUSTER INFO").text().contains("cluster_state:ok"));
+        assert!(c.q("DBSIZE").int() > 0, "node {port} holds some counters");
+    }
+    let cli = Command::new("redis-cli")
+        .args(["-c", "-p", &ports[0], "CTR.MGET", "{t}a", "{t}b"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cli.stdout), "0\n0\n");
+
+    // Starting again changes nothing: the same processes, the same cluster.
+    let again = dir.run(&args);
+    assert!(text(&again).contains("already running"), "{}", text(&again));
+    assert!(text(&again).contains("already form a cluster"));
+    assert_eq!(dir.pids(), pids);
+
+    // A stale pid file naming a live process that is not a node of ours: left alone.
+    let mut bystander = Command::new("sleep").arg("60").spawn().unwrap();
+    let stale = dir.0.join("1");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("redis.pid"), bystander.id().to_string()).unwrap();
+
+    let out = dir.run(&["stop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for port in &ports {
+        assert!(text(&out).contains(&format!("node {port} stopped")));
+    }
+    assert!(pids.iter().all(|&p| !alive(p)), "every node exited");
+    assert!(
+        alive(bystander.id()),
+        "an unrelated process is never signalled"
+    );
+    assert!(
+        !stale.join("redis.pid").exists(),
+        "the stale pid file is gone"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+    assert!(text(&dir.run(&["stop"])).contains("no running node"));
+}
+
+/// What docker/compose.cluster.yml runs: three `cluster.sh node` processes in the foreground,
+/// then `cluster.sh create`; run twice, as on a second `docker compose up`.
+#[test]
+fn cluster_sh_node_and_create_form_the_compose_cluster() {
+    let dir = temp_dir("compose");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Foreground> = ports
+        .iter()
+        .map(|port| {
+            let data = dir.join(port.to_string());
+            let child = Command::new("sh")
+                .arg(script("cluster.sh"))
+                .args(["node", &port.to_string()])
+                .arg(&data)
+                .args(["--bind", "127.0.0.1", "--save", "", "--logfile", "node.log"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            Foreground(child)
+        })
+        .collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let create = || {
+        Command::new("sh")
+            .arg(script("cluster.sh"))
+            .arg("create")
+            .args(&addrs)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // `create` waits for the nodes to answer: no wait here, as in compose.
+    let out = create();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("[OK] All 16384 slots covered."),
+        "{}",
+        text(&out)
+    );
+    let again = create();
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(text(&again).contains("already form a cluster"));
+
+    let mut client = ClusterClient::connect(ports[1]);
+    for i in 0..30 {
+        assert_eq!(
+            client.cmd(&["PNC.ADD", &format!("p{i}"), "2"]),
+            Value::Int(2)
+        );
+    }
+    for (port, mut node) in ports.iter().zip(nodes) {
+        let mut c = Conn::connect(*port).unwrap();
+        assert!(c.q("CLUSTER INFO").text().contains("cluster_known_nodes:3"));
+        c.send(&["SHUTDOWN", "NOSAVE"]);
+        let status = wait_for("a node to exit", || node.0.try_wait().unwrap());
+        assert!(status.success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Docker files run the scripts tested above, with the ports `make run` and `make cluster`
+/// use by default.
+#[test]
+fn docker_files_run_the_tested_scripts() {
+    let read = |name: &str| std::fs::read_to_string(script(name)).unwrap();
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile.contains("COPY docker/server.sh docker/cluster.sh /usr/local/lib/redis-ctr/")
+    );
+    assert!(dockerfile.contains("ENV CTR_MODULE=/usr/local/lib/redis-ctr/libredis_ctr.so"));
+    assert!(dockerfile.contains(
+        r#"CMD ["sh", "/usr/local/lib/redis-ctr/server.sh", "6379", "/data", "--protected-mode", "no"]"#
+    ));
+    let compose = read("compose.cluster.yml");
+    let makefile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Makefile")).unwrap();
+    assert!(makefile.contains("CLUSTER_PORTS ?= 7000 7001 7002"));
+    assert!(makefile.contains("sh docker/cluster.sh start $(CLUSTER_PORTS)"));
+    assert!(makefile.contains("sh docker/server.sh $(PORT)"));
+    for port in ["7000", "7001", "7002"] {
+        assert!(compose.contains(&format!(
+            r#"["sh", "/usr/local/lib/redis-ctr/cluster.sh", "node", "{port}", "/data", "--bind", "127.0.0.1"]"#
+        )));
+    }
+    assert!(compose.contains(
+        r#"["sh", "/usr/local/lib/redis-ctr/cluster.sh", "create", "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]"#
+    ));
+    assert!(read("compose.yml").contains("dockerfile: docker/Dockerfile"));
+}
