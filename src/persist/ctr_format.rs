@@ -476,6 +476,46 @@ mod tests {
         assert!(decode(&w.finish()).is_err(), "count beyond the payload");
     }
 
+    /// A reconcile stamped at either end of the time range (a forged or replayed CTR.APPLY)
+    /// leaves a history whose encoding still decodes: bucket bounds stay aligned.
+    #[test]
+    fn reconciles_at_the_edges_of_time_leave_a_loadable_state() {
+        use crate::counter::{AddOp, ReconcileOp};
+        for now in [i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1] {
+            for width in [1, 60_000, 7, i64::MAX] {
+                let mut c = Counter::plain(3);
+                let op = ReconcileOp {
+                    now,
+                    truth: 1,
+                    watermark: None,
+                    width,
+                    retention: 1,
+                };
+                c.apply_reconcile(&op).unwrap();
+                assert_eq!(
+                    decode(&encode(&c)),
+                    Ok(c.clone()),
+                    "now {now} width {width}"
+                );
+                let add = AddOp {
+                    now,
+                    event: now,
+                    delta: 1,
+                    shard: 0,
+                    shards: 1,
+                    token: None,
+                };
+                if c.apply_add(&add).is_ok() {
+                    assert_eq!(
+                        decode(&encode(&c)),
+                        Ok(c.clone()),
+                        "add at {now} width {width}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_truncation_is_refused() {
         let full = encode(&with_tokens());
