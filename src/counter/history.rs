@@ -144,19 +144,18 @@ impl History {
 
     /// Sum of the retained buckets.
     pub fn retained_sum(&self) -> Result<i64, CounterError> {
-        self.buckets
-            .iter()
-            .try_fold(0i64, |acc, (_, s)| acc.checked_add(*s))
-            .ok_or(CounterError::Overflow)
+        super::exact_sum(self.buckets.iter().map(|(_, s)| *s)).ok_or(CounterError::Overflow)
     }
 
     /// Sum of the buckets after `w`.
     fn sum_after(&self, w: i64) -> Result<i64, CounterError> {
-        self.buckets
-            .iter()
-            .filter(|(end, _)| *end > w)
-            .try_fold(0i64, |acc, (_, s)| acc.checked_add(*s))
-            .ok_or(CounterError::Overflow)
+        super::exact_sum(
+            self.buckets
+                .iter()
+                .filter(|(end, _)| *end > w)
+                .map(|(_, s)| *s),
+        )
+        .ok_or(CounterError::Overflow)
     }
 
     /// True when an add stamped `event` falls at or before the reconciled watermark.
@@ -414,6 +413,18 @@ mod tests {
             Err(WatermarkError::BeforeLastWatermark)
         );
         assert_eq!(h.check_watermark(150_000, 200_000), Ok(()));
+    }
+
+    #[test]
+    fn bucket_sums_are_exact_whatever_their_order() {
+        // An add inserted before two large buckets of opposite signs: partial sums overflow,
+        // the total does not.
+        let mut h = tracked(0);
+        h.buckets = vec![(2_000, i64::MAX), (3_000, -i64::MAX)];
+        let h = h.with_add(500, 1, 3_000).unwrap();
+        assert_eq!(h.buckets.len(), 3);
+        assert_eq!(h.validate(), Ok(()));
+        assert_eq!(h.retained_sum(), Ok(1));
     }
 
     #[test]

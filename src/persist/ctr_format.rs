@@ -516,6 +516,31 @@ mod tests {
         }
     }
 
+    /// Shards whose partial sums leave the i64 range while their total fits are a valid
+    /// counter (writes produce them: a reconcile credits shard 0 with the whole repair).
+    #[test]
+    fn shards_are_summed_exactly_whatever_their_order() {
+        use crate::counter::ReconcileOp;
+        let c = Counter::from_shards(vec![i64::MAX, 1, -2]).unwrap();
+        assert_eq!(c.value(), i64::MAX - 1);
+        assert_eq!(decode(&encode(&c)), Ok(c));
+        let mut c = Counter::from_shards(vec![300, -70_000, 12, i64::MAX, 0, -5]).unwrap();
+        let op = ReconcileOp {
+            now: 1_700_000_000_000,
+            truth: 0,
+            watermark: None,
+            width: 60_000,
+            retention: 3_600_000,
+        };
+        c.apply_reconcile(&op).unwrap();
+        assert_eq!(c.value(), 0);
+        assert_eq!(decode(&encode(&c)), Ok(c));
+        assert!(
+            Counter::from_shards(vec![i64::MAX, 1]).is_err(),
+            "total overflows"
+        );
+    }
+
     #[test]
     fn every_truncation_is_refused() {
         let full = encode(&with_tokens());
