@@ -7,7 +7,7 @@ DATA_DIR := data
 CARGO ?= cargo
 export CTR_MODULE := $(CURDIR)/$(MODULE)
 
-.PHONY: all deps build run test unit integration lint bench clean
+.PHONY: all deps build run test unit integration lint bench clean fuzz memcheck
 
 all: build
 
@@ -31,6 +31,12 @@ lint:
 
 bench: build
 	bash bench/run.sh
+
+# libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
+# Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) CARGO=$(CARGO) bash tests/fuzz/run.sh
 
 clean:
 	$(CARGO) clean
