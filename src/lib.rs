@@ -7,6 +7,10 @@ pub mod commands;
 pub mod config;
 pub mod counter;
 pub mod ffi;
+/// Property checks for the fuzz targets in tests/fuzz and their regression tests.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod persist;
 pub mod pncounter;

@@ -37,11 +37,20 @@ pub struct History {
 }
 
 /// The bucket (its end) that holds an event at `t`: the smallest multiple of `width` >= `t`.
+/// Past the last multiple that fits in an i64, the last one: every bucket end stays aligned
+/// (a misaligned one would make the state refuse to load).
 pub fn bucket_of(t: i64, width: i64) -> i64 {
     let width = i128::from(width.max(1));
     let t = i128::from(t);
     let end = -((-t).div_euclid(width)) * width;
-    end.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+    let last = i128::from(i64::MAX) - i128::from(i64::MAX) % width;
+    // end >= t >= i64::MIN, and end <= last <= i64::MAX: the cast is exact.
+    end.min(last) as i64
+}
+
+/// The bucket before `end` (an aligned end), or `end` itself when none fits in an i64.
+fn previous_bucket(end: i64, width: i64) -> i64 {
+    end.checked_sub(width.max(1)).unwrap_or(end)
 }
 
 /// Where an add goes in the buckets.
@@ -101,7 +110,7 @@ impl History {
         History {
             width,
             retention: retention.max(1),
-            retained_since: bucket_of(now, width).saturating_sub(width),
+            retained_since: previous_bucket(bucket_of(now, width), width),
             buckets: Vec::new(),
             watermark: None,
             last_drift: 0,
@@ -135,19 +144,18 @@ impl History {
 
     /// Sum of the retained buckets.
     pub fn retained_sum(&self) -> Result<i64, CounterError> {
-        self.buckets
-            .iter()
-            .try_fold(0i64, |acc, (_, s)| acc.checked_add(*s))
-            .ok_or(CounterError::Overflow)
+        super::exact_sum(self.buckets.iter().map(|(_, s)| *s)).ok_or(CounterError::Overflow)
     }
 
     /// Sum of the buckets after `w`.
     fn sum_after(&self, w: i64) -> Result<i64, CounterError> {
-        self.buckets
-            .iter()
-            .filter(|(end, _)| *end > w)
-            .try_fold(0i64, |acc, (_, s)| acc.checked_add(*s))
-            .ok_or(CounterError::Overflow)
+        super::exact_sum(
+            self.buckets
+                .iter()
+                .filter(|(end, _)| *end > w)
+                .map(|(_, s)| *s),
+        )
+        .ok_or(CounterError::Overflow)
     }
 
     /// True when an add stamped `event` falls at or before the reconciled watermark.
@@ -324,7 +332,13 @@ mod tests {
         assert_eq!(bucket_of(1_001, W), 2_000);
         assert_eq!(bucket_of(-1, W), 0);
         assert_eq!(bucket_of(-1_000, W), -1_000);
-        assert_eq!(bucket_of(i64::MAX, W), i64::MAX);
+        // Past the last aligned end: that end, never a misaligned clamp.
+        assert_eq!(bucket_of(i64::MAX, W), i64::MAX - 807);
+        assert_eq!(bucket_of(i64::MAX - 807, W), i64::MAX - 807);
+        assert_eq!(bucket_of(i64::MIN, W), i64::MIN + 808);
+        assert_eq!(bucket_of(i64::MAX, i64::MAX), i64::MAX);
+        assert_eq!(bucket_of(i64::MIN, i64::MAX), -i64::MAX);
+        assert_eq!(previous_bucket(i64::MIN + 808, W), i64::MIN + 808);
     }
 
     #[test]
@@ -399,6 +413,18 @@ mod tests {
             Err(WatermarkError::BeforeLastWatermark)
         );
         assert_eq!(h.check_watermark(150_000, 200_000), Ok(()));
+    }
+
+    #[test]
+    fn bucket_sums_are_exact_whatever_their_order() {
+        // An add inserted before two large buckets of opposite signs: partial sums overflow,
+        // the total does not.
+        let mut h = tracked(0);
+        h.buckets = vec![(2_000, i64::MAX), (3_000, -i64::MAX)];
+        let h = h.with_add(500, 1, 3_000).unwrap();
+        assert_eq!(h.buckets.len(), 3);
+        assert_eq!(h.validate(), Ok(()));
+        assert_eq!(h.retained_sum(), Ok(1));
     }
 
     #[test]

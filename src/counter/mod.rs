@@ -273,10 +273,15 @@ impl Counter {
 }
 
 fn checked_sum(values: &[i64]) -> Result<i64, CounterError> {
-    values
-        .iter()
-        .try_fold(0i64, |acc, v| acc.checked_add(*v))
-        .ok_or(CounterError::Overflow)
+    exact_sum(values.iter().copied()).ok_or(CounterError::Overflow)
+}
+
+/// The sum of `values` when it fits in an i64, whatever the order: partial sums may leave the
+/// range (shards [i64::MAX, 1, -1] are a valid counter, and writes can produce them), so they
+/// are taken in i128. Callers pass at most a few thousand values, far from i128's limits.
+pub(crate) fn exact_sum(values: impl IntoIterator<Item = i64>) -> Option<i64> {
+    let total: i128 = values.into_iter().map(i128::from).sum();
+    i64::try_from(total).ok()
 }
 
 fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError> {

@@ -48,14 +48,14 @@ impl RateTracker {
 
     /// Records one add at `now` for a counter with `shards` shards and returns the advice.
     pub fn record(&mut self, now: i64, shards: usize, threshold: i64) -> ShardAdvice {
-        let window = now.div_euclid(WINDOW_MS) * WINDOW_MS;
+        let window = window_of(now);
         if window != self.window_start {
             self.close_window(window, shards, threshold);
         }
         self.adds_in_window = self.adds_in_window.saturating_add(1);
         let hot_limit = hot_limit(shards, threshold);
         if i64::from(self.adds_in_window) > hot_limit
-            && self.hot_streak + 1 >= HOT_SECONDS_TO_PROMOTE
+            && self.hot_streak.saturating_add(1) >= HOT_SECONDS_TO_PROMOTE
         {
             // Already hot for the previous second(s) and over the limit in this one.
             self.hot_streak = 0;
@@ -81,7 +81,8 @@ impl RateTracker {
             } else {
                 self.hot_streak = 0;
                 let cold = adds < cold_limit(shards, threshold);
-                let cold_windows = idle_windows.clamp(0, 255) as u8 + u8::from(cold);
+                let cold_windows =
+                    (idle_windows.clamp(0, 255) as u8).saturating_add(u8::from(cold));
                 self.cold_streak = if cold || idle_windows > 0 {
                     self.cold_streak.saturating_add(cold_windows)
                 } else {
@@ -102,6 +103,11 @@ impl RateTracker {
     pub fn rate(&self) -> u32 {
         self.last_rate
     }
+}
+
+/// The start of the window holding `now` (saturating at the edge of the i64 range).
+fn window_of(now: i64) -> i64 {
+    now.div_euclid(WINDOW_MS).saturating_mul(WINDOW_MS)
 }
 
 fn hot_limit(shards: usize, threshold: i64) -> i64 {
@@ -142,7 +148,7 @@ impl HotKeys {
     pub fn record(&mut self, key_hash: u64, now: i64, threshold: i64) -> bool {
         let slot = self.slot(key_hash);
         if slot.key_hash != key_hash {
-            let current = now.div_euclid(WINDOW_MS) * WINDOW_MS;
+            let current = window_of(now);
             let stale = current.saturating_sub(slot.tracker.window_start) > WINDOW_MS;
             if !stale {
                 return false;
@@ -175,6 +181,28 @@ impl HotKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_idle_gap_after_a_quiet_second_counts_as_cold() {
+        // 299 idle seconds plus one quiet one: the cold streak saturates instead of wrapping
+        // back to 0 (which left such a counter undemoted).
+        let mut t = RateTracker::new();
+        assert_eq!(t.record(1_000, 2, 100), ShardAdvice::Keep);
+        assert_eq!(t.record(301_000, 2, 100), ShardAdvice::Halve);
+    }
+
+    #[test]
+    fn times_at_the_edges_of_the_range_do_not_overflow() {
+        let mut t = RateTracker::new();
+        for now in [i64::MIN, -1, 0, i64::MAX, i64::MIN] {
+            let _ = t.record(now, 1024, i64::MAX);
+        }
+        let mut keys = HotKeys::new(4);
+        for now in [i64::MAX, i64::MIN, 0] {
+            let _ = keys.record(1, now, 1);
+            let _ = keys.record(5, now, 1);
+        }
+    }
 
     /// Feeds `per_second` adds evenly for `seconds` seconds starting at `start`; returns the
     /// advice of every add.

@@ -476,6 +476,71 @@ mod tests {
         assert!(decode(&w.finish()).is_err(), "count beyond the payload");
     }
 
+    /// A reconcile stamped at either end of the time range (a forged or replayed CTR.APPLY)
+    /// leaves a history whose encoding still decodes: bucket bounds stay aligned.
+    #[test]
+    fn reconciles_at_the_edges_of_time_leave_a_loadable_state() {
+        use crate::counter::{AddOp, ReconcileOp};
+        for now in [i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1] {
+            for width in [1, 60_000, 7, i64::MAX] {
+                let mut c = Counter::plain(3);
+                let op = ReconcileOp {
+                    now,
+                    truth: 1,
+                    watermark: None,
+                    width,
+                    retention: 1,
+                };
+                c.apply_reconcile(&op).unwrap();
+                assert_eq!(
+                    decode(&encode(&c)),
+                    Ok(c.clone()),
+                    "now {now} width {width}"
+                );
+                let add = AddOp {
+                    now,
+                    event: now,
+                    delta: 1,
+                    shard: 0,
+                    shards: 1,
+                    token: None,
+                };
+                if c.apply_add(&add).is_ok() {
+                    assert_eq!(
+                        decode(&encode(&c)),
+                        Ok(c.clone()),
+                        "add at {now} width {width}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Shards whose partial sums leave the i64 range while their total fits are a valid
+    /// counter (writes produce them: a reconcile credits shard 0 with the whole repair).
+    #[test]
+    fn shards_are_summed_exactly_whatever_their_order() {
+        use crate::counter::ReconcileOp;
+        let c = Counter::from_shards(vec![i64::MAX, 1, -2]).unwrap();
+        assert_eq!(c.value(), i64::MAX - 1);
+        assert_eq!(decode(&encode(&c)), Ok(c));
+        let mut c = Counter::from_shards(vec![300, -70_000, 12, i64::MAX, 0, -5]).unwrap();
+        let op = ReconcileOp {
+            now: 1_700_000_000_000,
+            truth: 0,
+            watermark: None,
+            width: 60_000,
+            retention: 3_600_000,
+        };
+        c.apply_reconcile(&op).unwrap();
+        assert_eq!(c.value(), 0);
+        assert_eq!(decode(&encode(&c)), Ok(c));
+        assert!(
+            Counter::from_shards(vec![i64::MAX, 1]).is_err(),
+            "total overflows"
+        );
+    }
+
     #[test]
     fn every_truncation_is_refused() {
         let full = encode(&with_tokens());
