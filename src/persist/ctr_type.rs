@@ -87,7 +87,7 @@ fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCe
     }
     let buffer = raw::load_string_buffer(rdb).map_err(|e| e.to_string())?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
-    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
+    metrics::TOKENS_HELD.add(counter.token_count() as u64);
     Ok(CounterCell::new(counter))
 }
 
@@ -152,6 +152,6 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
     let counter = unsafe { borrow(value) }.to_counter();
-    metrics::TOKENS_HELD.add(counter.tokens().len() as u64);
+    metrics::TOKENS_HELD.add(counter.token_count() as u64);
     CounterCell::new(counter).into_raw()
 }
