@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod forge;
 pub mod pnc;
 pub mod resp;
 
