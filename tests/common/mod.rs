@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod dump;
+pub mod forge;
 pub mod pnc;
 pub mod resp;
 
