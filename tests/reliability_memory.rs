@@ -447,3 +447,36 @@ fn used_memory_returns_to_its_baseline_however_keys_go() {
         removal_cycle(&server, 100, Some(baseline));
     }
 }
+
+/// Redis copies the string a module's string-config getter returns and never frees it: the
+/// getter of `ctr.replica-id` used to hand over a new string each time, leaking one per
+/// `CONFIG GET` (and per `CONFIG SET`, which reads the old value first). Found by `make memcheck`.
+#[test]
+fn config_get_of_the_replica_id_does_not_leak() {
+    let server = Server::start_with(&[], &["replica-id", "eu-west-1"]);
+    let gets: Vec<Vec<Vec<u8>>> = (0..10_000)
+        .map(|_| words(&["CONFIG", "GET", "ctr.replica-id"]))
+        .collect();
+    run(&server, &gets[..100]);
+    settle(&server);
+    let before = used_memory(&server);
+    run(&server, &gets);
+    settle(&server);
+    let grown = used_memory(&server) - before;
+    assert!(
+        grown < 16 * 1024,
+        "10,000 CONFIG GETs grew used_memory by {grown} bytes"
+    );
+    assert_eq!(
+        q(&server, "CONFIG GET ctr.replica-id").array()[1],
+        Value::Bulk(b"eu-west-1".to_vec())
+    );
+    assert_eq!(
+        q(&server, "CONFIG SET ctr.replica-id us-east-2"),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(
+        q(&server, "CONFIG GET ctr.replica-id").array()[1],
+        Value::Bulk(b"us-east-2".to_vec())
+    );
+}
