@@ -75,6 +75,11 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) CARGO=$(CARGO) bash tests/fuzz/run.sh
 
+# The integration suite's main scenarios against redis-server under valgrind memcheck; fails on
+# any invalid access or definite leak attributable to the module (see docs/RELIABILITY.md).
+memcheck: build
+	CARGO=$(CARGO) bash tests/memcheck/run.sh
+
 clean:
 	$(CARGO) clean
 	rm -rf $(DATA_DIR)

@@ -73,6 +73,11 @@ pub fn parse_replica_id(
     crate::pncounter::ReplicaId::parse_configured(bytes).map(Some)
 }
 
+/// The string last returned for `CONFIG GET ctr.replica-id` (its text, its RedisModuleString
+/// as an address): owned by the module, see `ReplicaIdConfig::get`.
+#[cfg(feature = "module")]
+static REPLICA_ID_STRING: std::sync::Mutex<Option<(String, usize)>> = std::sync::Mutex::new(None);
+
 /// The holder of `ctr.replica-id` (reads and writes go through the identity).
 pub struct ReplicaIdConfig;
 pub static REPLICA_ID: ReplicaIdConfig = ReplicaIdConfig;
@@ -87,7 +92,35 @@ impl redis_module::configuration::ConfigurationValue<redis_module::RedisString>
     ) -> redis_module::RedisString {
         let identity = crate::pncounter::identity();
         let text = identity.configured().map_or("", |id| id.as_str());
-        redis_module::RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
+        // Redis copies the string a getter returns and never frees it (and redis-module hands
+        // it over as is): the module keeps owning it. One string, replaced when the value
+        // changes; a new string per call leaked one per CONFIG GET / CONFIG SET.
+        let mut cached = REPLICA_ID_STRING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let raw = match &*cached {
+            Some((held, raw)) if held == text => *raw,
+            _ => {
+                // SAFETY: creates a context-free string from `text`'s bytes.
+                let raw = unsafe {
+                    crate::ffi::rm!(RedisModule_CreateString)(
+                        std::ptr::null_mut(),
+                        text.as_ptr().cast(),
+                        text.len(),
+                    )
+                } as usize;
+                if let Some((_, old)) = cached.replace((text.to_string(), raw)) {
+                    // SAFETY: `old` was made above and nobody else holds it: Redis used it only
+                    // inside the getter call that returned it.
+                    unsafe {
+                        crate::ffi::rm!(RedisModule_FreeString)(std::ptr::null_mut(), old as _)
+                    };
+                }
+                raw
+            }
+        };
+        // No retain: the crate passes the pointer to Redis without freeing it.
+        redis_module::RedisString::from_redis_module_string(std::ptr::null_mut(), raw as _)
     }
 
     fn set(

@@ -42,6 +42,15 @@ impl CounterRef<'_> {
         }
     }
 
+    /// What the stored counter really costs on the heap (0 when inline): what `MEMORY USAGE`
+    /// reports beside Redis's own part.
+    pub fn allocated_bytes(self) -> usize {
+        match self {
+            CounterRef::Inline(_) => 0,
+            CounterRef::Boxed(c) => c.allocated_bytes(),
+        }
+    }
+
     /// An owned copy as a full counter.
     pub fn to_counter(self) -> Counter {
         match self {

@@ -312,6 +312,12 @@ impl History {
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of::<History>() + self.buckets.capacity() * 16
     }
+
+    /// What its box and its buckets really cost (see [`crate::memsize`]).
+    pub fn allocated_bytes(&self) -> usize {
+        crate::memsize::usable_size(std::mem::size_of::<History>())
+            + crate::memsize::vec_bytes::<(i64, i64)>(self.buckets.capacity())
+    }
 }
 
 #[cfg(test)]

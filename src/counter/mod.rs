@@ -270,6 +270,21 @@ impl Counter {
             + self.ledger().heap_bytes()
             + self.history().map_or(0, |h| h.heap_bytes())
     }
+
+    /// What a boxed counter really costs, its box included: each allocation as the allocator
+    /// rounds it (see [`crate::memsize`]). What `MEMORY USAGE` reports for it.
+    pub fn allocated_bytes(&self) -> usize {
+        use crate::memsize::{usable_size, vec_bytes};
+        usable_size(std::mem::size_of::<Counter>())
+            + vec_bytes::<i64>(self.shards.capacity())
+            + self
+                .floor
+                .as_ref()
+                .map_or(0, |f| vec_bytes::<i64>(f.budgets.capacity()))
+            + self.tokens.allocated_bytes()
+            + self.ledger.allocated_bytes()
+            + self.history.as_ref().map_or(0, |h| h.allocated_bytes())
+    }
 }
 
 fn checked_sum(values: &[i64]) -> Result<i64, CounterError> {

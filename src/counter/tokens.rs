@@ -310,6 +310,11 @@ impl<E: TokenEntry> TokenWindow<E> {
         let buckets = (self.slots.capacity() * 8 / 7).next_power_of_two();
         buckets * (std::mem::size_of::<Slot<E::Payload>>() + 1)
     }
+
+    /// What the table's allocation really costs (see [`crate::memsize`]).
+    pub fn allocated_bytes(&self) -> usize {
+        crate::memsize::hash_table_bytes::<(u64, E)>(self.entries.capacity())
+    }
 }
 
 /// Why a token cannot be applied.

@@ -115,8 +115,10 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // Each allocation as the allocator rounds it, the box included: used_memory counts
+    // usable sizes.
     // SAFETY: Redis passes a live value of this type.
-    std::mem::size_of::<PnCounter>() + unsafe { borrow(value) }.heap_bytes()
+    unsafe { borrow(value) }.allocated_bytes()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {

@@ -142,6 +142,11 @@ impl ReplicaId {
         }
     }
 
+    /// What the id's heap allocation really costs (0 when stored inline).
+    pub fn allocated_bytes(&self) -> usize {
+        crate::memsize::usable_size(self.heap_bytes())
+    }
+
     /// True when `self` is `base` or one of its failover successors (`base.<suffix>`).
     pub fn descends_from(&self, base: &ReplicaId) -> bool {
         match self.as_bytes().strip_prefix(base.as_bytes()) {

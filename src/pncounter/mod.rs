@@ -259,6 +259,20 @@ impl PnCounter {
             + self.home.as_ref().map_or(0, |h| h.id.heap_bytes())
     }
 
+    /// What a boxed counter really costs, its box included: each allocation as the allocator
+    /// rounds it (see [`crate::memsize`]). What `MEMORY USAGE` reports for it.
+    pub fn allocated_bytes(&self) -> usize {
+        use crate::memsize::{usable_size, vec_bytes};
+        usable_size(std::mem::size_of::<PnCounter>())
+            + vec_bytes::<Entry>(self.entries.capacity())
+            + self
+                .entries
+                .iter()
+                .map(|e| e.id.allocated_bytes())
+                .sum::<usize>()
+            + self.home.as_ref().map_or(0, |h| h.id.allocated_bytes())
+    }
+
     /// Separate heap allocations (for the lazy-free decision).
     pub fn allocations(&self) -> usize {
         let long_ids = self
