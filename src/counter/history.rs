@@ -313,10 +313,10 @@ impl History {
         std::mem::size_of::<History>() + self.buckets.capacity() * 16
     }
 
-    /// What its box and its buckets really cost (see [`crate::memsize`]).
+    /// What its buckets really cost (see [`crate::memsize`]); the struct itself lives inside
+    /// the counter's optional box.
     pub fn allocated_bytes(&self) -> usize {
-        crate::memsize::usable_size(std::mem::size_of::<History>())
-            + crate::memsize::vec_bytes::<(i64, i64)>(self.buckets.capacity())
+        crate::memsize::vec_bytes::<(i64, i64)>(self.buckets.capacity())
     }
 }
 

@@ -275,15 +275,19 @@ impl Counter {
     /// rounds it (see [`crate::memsize`]). What `MEMORY USAGE` reports for it.
     pub fn allocated_bytes(&self) -> usize {
         use crate::memsize::{usable_size, vec_bytes};
+        let ext = self
+            .ext
+            .as_ref()
+            .map_or(0, |_| usable_size(std::mem::size_of::<Extras>()));
         usable_size(std::mem::size_of::<Counter>())
             + vec_bytes::<i64>(self.shards.capacity())
+            + ext
             + self
-                .floor
-                .as_ref()
+                .floor()
                 .map_or(0, |f| vec_bytes::<i64>(f.budgets.capacity()))
-            + self.tokens.allocated_bytes()
-            + self.ledger.allocated_bytes()
-            + self.history.as_ref().map_or(0, |h| h.allocated_bytes())
+            + self.tokens().allocated_bytes()
+            + self.ledger().allocated_bytes()
+            + self.history().map_or(0, |h| h.allocated_bytes())
     }
 }
 

@@ -313,7 +313,7 @@ impl<E: TokenEntry> TokenWindow<E> {
 
     /// What the table's allocation really costs (see [`crate::memsize`]).
     pub fn allocated_bytes(&self) -> usize {
-        crate::memsize::hash_table_bytes::<(u64, E)>(self.entries.capacity())
+        crate::memsize::hash_table_bytes::<Slot<E::Payload>>(self.slots.capacity())
     }
 }
 
