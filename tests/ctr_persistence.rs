@@ -199,7 +199,12 @@ fn memory_usage_reflects_the_representation() {
     let small = c.q("MEMORY USAGE small").int();
     let big = c.q("MEMORY USAGE big").int();
     let sharded = c.q("MEMORY USAGE sharded").int();
-    assert!(small > 0 && small < big, "small {small} big {big}");
+    assert!(small < big, "small {small} big {big}");
+    if server.memory_usage_is_module_report_only() {
+        assert_eq!(small, 0, "an inline counter allocates nothing of its own");
+    } else {
+        assert!(small > 0, "the key and object header count");
+    }
     assert!(sharded > big, "sharded {sharded} big {big}");
 }
 

@@ -380,6 +380,28 @@ impl Server {
         }
     }
 
+    /// Which server this is, from INFO server: ("redis", "8.0.2") or ("valkey", "8.1.1").
+    pub fn identity(&self) -> (String, String) {
+        match self.info_field("server", "valkey_version") {
+            v if !v.is_empty() => ("valkey".into(), v),
+            _ => ("redis".into(), self.info_field("server", "redis_version")),
+        }
+    }
+
+    /// True when MEMORY USAGE of a module-typed key is the module's own report alone: Valkey
+    /// 8.x adds neither the key nor the object header for module values (an inline counter,
+    /// which allocates nothing, then reads 0), where Redis and Valkey 9 add both.
+    pub fn memory_usage_is_module_report_only(&self) -> bool {
+        let (name, version) = self.identity();
+        name == "valkey" && version.starts_with("8.")
+    }
+
+    /// The least MEMORY USAGE of any key on this server: 1, or 0 where it is the module's own
+    /// report alone (see [`Server::memory_usage_is_module_report_only`]).
+    pub fn least_memory_usage(&self) -> i64 {
+        i64::from(!self.memory_usage_is_module_report_only())
+    }
+
     pub fn info_field(&self, section: &str, field: &str) -> String {
         let info = self.conn().cmd(&["INFO", section]).text();
         info.lines()
