@@ -58,6 +58,13 @@ pub const I64_CONFIGS: [I64Config; 7] = [
     ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
 ];
 
+/// `ctr.expose-internal-commands` (load argument only, default no): with yes, CTR.APPLY,
+/// CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands even where the server could
+/// hide them (tests that forge states, or moving a state by hand).
+pub const EXPOSE_INTERNAL_CONFIG: &str = "expose-internal-commands";
+pub static EXPOSE_INTERNAL: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// `ctr.replica-id`: empty = automatic (a random id made on the first PN-counter write), else
 /// the id this deployment's PN-counter writes go to. Its value lives in
 /// [`crate::pncounter::identity`], which also decides what a change means.
@@ -187,8 +194,8 @@ pub fn register(
     args: &[redis_module::RedisString],
 ) -> Result<(), String> {
     use redis_module::configuration::{
-        get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-        register_string_configuration, ConfigurationFlags,
+        get_i64_default_config_value, get_string_default_config_value, register_bool_configuration,
+        register_i64_configuration, register_string_configuration, ConfigurationFlags,
     };
     for (name, holder, default, min, max) in I64_CONFIGS {
         let value = get_i64_default_config_value(args, name, default)
@@ -209,6 +216,25 @@ pub fn register(
             None,
         );
     }
+    let expose = get_string_default_config_value(args, EXPOSE_INTERNAL_CONFIG, "no")
+        .map_err(|e| format!("load argument {EXPOSE_INTERNAL_CONFIG}: {e}"))?;
+    let expose = match expose {
+        "yes" => true,
+        "no" => false,
+        _ => {
+            return Err(format!(
+                "load argument {EXPOSE_INTERNAL_CONFIG} must be yes or no"
+            ))
+        }
+    };
+    register_bool_configuration(
+        ctx,
+        EXPOSE_INTERNAL_CONFIG,
+        &EXPOSE_INTERNAL,
+        expose,
+        ConfigurationFlags::IMMUTABLE,
+        None,
+    );
     let replica_id = get_string_default_config_value(args, REPLICA_ID_CONFIG, "")
         .map_err(|e| format!("load argument {REPLICA_ID_CONFIG}: {e}"))?;
     parse_replica_id(replica_id.as_bytes())

@@ -42,7 +42,19 @@ mod module {
         // failing the command.
         ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
         crate::config::register(ctx, args)?;
-        crate::commands::register(ctx.ctx)
+        let hide_internal =
+            !crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed);
+        let internal = crate::commands::register(ctx.ctx, hide_internal)?;
+        ctx.log_notice(match internal {
+            crate::commands::InternalCommands::Hidden => {
+                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are internal commands"
+            }
+            crate::commands::InternalCommands::Visible => {
+                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands \
+                 (deny them to clients with ACL rules: -ctr.apply -ctr.setstate -pnc.apply -pnc.setstate)"
+            }
+        });
+        Ok(())
     }
 
     redis_module! {

@@ -96,6 +96,29 @@ pub struct CommandDef {
     pub since: &'static CStr,
 }
 
+/// The commands that carry state the master already decided (replication effects, the AOF
+/// rewrite's full states). Where the server knows the `internal` command flag (Redis 8.0+),
+/// they are registered with it: ordinary clients cannot forge state with them, while the
+/// replication link and AOF loading still run them.
+pub const INTERNAL_COMMANDS: [&CStr; 4] =
+    [c"ctr.apply", c"ctr.setstate", c"pnc.apply", c"pnc.setstate"];
+
+impl CommandDef {
+    pub fn is_internal(&self) -> bool {
+        INTERNAL_COMMANDS.contains(&self.name)
+    }
+}
+
+/// How the internal commands were registered, for `INFO ctr` and the docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalCommands {
+    /// With the server's `internal` flag: unknown to ordinary clients.
+    Hidden,
+    /// As ordinary commands: the server has no `internal` flag, or `ctr.expose-internal-commands`
+    /// asked for them.
+    Visible,
+}
+
 /// Turns a handler into the `extern "C"` entry point Redis calls.
 macro_rules! entry {
     ($handler:path) => {{
@@ -412,8 +435,15 @@ fn declare_key_positions(ctx: *mut raw::RedisModuleCtx, args: &Args) {
     });
 }
 
-/// Creates every command and sets its COMMAND INFO metadata.
-pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+/// Creates every command and sets its COMMAND INFO metadata. With `hide_internal`, the
+/// internal commands get the server's `internal` flag where it has one (a server that does not
+/// know the flag refuses the command, which is then created without it). Returns how they were
+/// registered.
+pub fn register(
+    ctx: *mut raw::RedisModuleCtx,
+    hide_internal: bool,
+) -> Result<InternalCommands, String> {
+    let mut internal = InternalCommands::Visible;
     for def in COMMANDS {
         let getkeys = def
             .flags
@@ -427,22 +457,36 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
                 def.name
             ));
         }
-        // SAFETY: called from OnLoad with a live context; all strings are NUL-terminated statics.
-        let status = unsafe {
-            rm!(RedisModule_CreateCommand)(
-                ctx,
-                def.name.as_ptr(),
-                def.entry,
-                def.flags.as_ptr(),
-                def.keys.first,
-                def.keys.last,
-                def.keys.step,
-            )
-        };
-        if status != raw::REDISMODULE_OK as c_int {
+        let hidden = hide_internal && def.is_internal() && create_command(ctx, def, c" internal");
+        if hidden {
+            internal = InternalCommands::Hidden;
+        } else if !create_command(ctx, def, c"") {
             return Err(format!("could not create command {:?}", def.name));
         }
         crate::command_info::set(ctx, def)?;
     }
-    Ok(())
+    Ok(internal)
+}
+
+/// One RedisModule_CreateCommand with the table's flags plus `extra_flags`; false when the
+/// server refuses it (e.g. a flag it does not know).
+fn create_command(ctx: *mut raw::RedisModuleCtx, def: &CommandDef, extra_flags: &CStr) -> bool {
+    let mut flags = def.flags.to_bytes().to_vec();
+    flags.extend_from_slice(extra_flags.to_bytes());
+    let Ok(flags) = std::ffi::CString::new(flags) else {
+        return false;
+    };
+    // SAFETY: called from OnLoad with a live context; all strings are NUL-terminated.
+    let status = unsafe {
+        rm!(RedisModule_CreateCommand)(
+            ctx,
+            def.name.as_ptr(),
+            def.entry,
+            flags.as_ptr(),
+            def.keys.first,
+            def.keys.last,
+            def.keys.step,
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
 }

@@ -31,6 +31,9 @@ pub const AOF_WITHOUT_PREAMBLE: [&str; 6] = [
     "always",
 ];
 
+/// The module load argument that makes the internal commands ordinary ones.
+pub const EXPOSE_INTERNAL: &str = "expose-internal-commands";
+
 /// The module under test: $CTR_MODULE, or the release build of this crate.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("CTR_MODULE")
@@ -161,6 +164,12 @@ impl Server {
                 cmd.arg("--loadmodule")
                     .arg(module_path())
                     .args(&self.module_args);
+                // White-box tests forge states with CTR.SETSTATE and friends, which Redis 8
+                // hides from ordinary clients by default; tests/internal_commands.rs runs the
+                // default (`expose-internal-commands no`).
+                if !self.module_args.iter().any(|a| a == EXPOSE_INTERNAL) {
+                    cmd.args([EXPOSE_INTERNAL, "yes"]);
+                }
             }
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
