@@ -2,7 +2,8 @@
 # starts on a free loopback port and always stops (SHUTDOWN NOSAVE, then its own pid only).
 # Sourcing creates a temp dir ($tmp, removed on exit) and installs the EXIT/INT/TERM traps.
 # The caller sets MODULE (the module to load), and optionally MODULE_ARGS (its load arguments),
-# before calling start_server.
+# before calling start_server. REDIS_SERVER picks the server binary (default redis-server; the
+# test matrix's servers work too, e.g. target/servers/redis-8.0/bin/redis-server).
 # shellcheck shell=bash
 
 log() { printf '%s\n' "$*" >&2; }
@@ -55,7 +56,7 @@ start_server() {
   for attempt in $(seq 10); do
     port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
     port_busy "$port" && continue
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
+    "${REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --protected-mode yes \
       --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
       --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} >/dev/null 2>&1 &
     server_pid=$!

@@ -36,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+"${REDIS_SERVER:-redis-server}" --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
   --logfile "$DIR/redis.log" --daemonize yes --loadmodule "$MODULE" replica-id bench >/dev/null
 for _ in $(seq 100); do cli ping >/dev/null 2>&1 && break; sleep 0.05; done
 
@@ -53,7 +53,7 @@ usec_per_call() {
 }
 
 echo "# redis-ctr PN-Counter benchmark"
-echo "server: $(redis-server --version | cut -d' ' -f1-3), $(nproc) cores, client and server on one host"
+echo "server: $("${REDIS_SERVER:-redis-server}" --version | cut -d' ' -f1-3), $(nproc) cores, client and server on one host"
 echo
 
 echo "## PNC.ADD vs INCRBY (-n $REQUESTS -c 50 -P 16 -r 100000, $REPS interleaved runs)"

@@ -54,7 +54,7 @@ is_number "$SECONDS_PER_RUN" || die "BENCH_SECONDS must be a number of seconds"
 if ! is_uint "$CLIENTS" || [ "$CLIENTS" -lt 1 ]; then die "BENCH_CLIENTS must be a positive integer"; fi
 is_uint "$MEM_KEYS" || die "BENCH_MEM_KEYS must be a non-negative integer"
 
-for tool in redis-server redis-cli redis-benchmark awk sort date mktemp; do
+for tool in "${REDIS_SERVER:-redis-server}" redis-cli redis-benchmark awk sort date mktemp; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found (make deps installs redis-server and redis-tools)"
 done
 [ -f "$MODULE" ] || die "module not found: $MODULE (build it with make build)"

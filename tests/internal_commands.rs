@@ -13,6 +13,14 @@ use common::{Server, Value, AOF_WITHOUT_PREAMBLE, EXPOSE_INTERNAL};
 const DEFAULTS: [&str; 2] = [EXPOSE_INTERNAL, "no"];
 const INTERNAL: [&str; 4] = ["CTR.APPLY", "CTR.SETSTATE", "PNC.APPLY", "PNC.SETSTATE"];
 
+/// A call of each internal command with its arity right (and arguments that do not parse).
+fn call_of(command: &str) -> Vec<&str> {
+    match command {
+        "PNC.APPLY" => vec![command, "k", "bad!", "1", "1"],
+        _ => vec![command, "k", "x"],
+    }
+}
+
 /// Redis from 8.0 on: the only servers with the `internal` command flag.
 fn server_can_hide_commands(server: &Server) -> bool {
     let (name, version) = server.identity();
@@ -36,11 +44,11 @@ fn internal_commands_are_hidden_where_the_server_can_hide_them() {
     eprintln!("{name} {version}: internal commands hidden: {hidden}");
     let mut c = server.conn();
     for command in INTERNAL {
-        let reply = c.cmd(&[command, "k", "x"]);
+        let reply = c.cmd(&call_of(command));
         assert_eq!(
             is_unknown_command(&reply),
             hidden,
-            "{name} {version}: {command} k x -> {reply:?}"
+            "{name} {version}: {command} -> {reply:?}"
         );
         let info = c.cmd(&["COMMAND", "INFO", command]);
         assert_eq!(
@@ -69,8 +77,8 @@ fn exposed_internal_commands_are_ordinary_commands_everywhere() {
     let server = Server::start_with(&[], &[EXPOSE_INTERNAL, "yes"]);
     let mut c = server.conn();
     for command in INTERNAL {
-        let reply = c.cmd(&[command, "k", "x"]);
-        assert!(!is_unknown_command(&reply), "{command} k x -> {reply:?}");
+        let reply = c.cmd(&call_of(command));
+        assert!(!is_unknown_command(&reply), "{command} -> {reply:?}");
     }
     assert_eq!(
         c.q("CONFIG GET ctr.expose-internal-commands").flat_text(),
@@ -118,6 +126,18 @@ fn aof_text(server: &Server) -> String {
     text
 }
 
+/// What the README tells operators of servers without the flag: deny the commands to clients
+/// with ACL rules (the replication link and AOF loading are not subject to ACLs).
+const ACL_RULES: [&str; 7] = [
+    "ACL",
+    "SETUSER",
+    "default",
+    "-ctr.apply",
+    "-ctr.setstate",
+    "-pnc.apply",
+    "-pnc.setstate",
+];
+
 #[test]
 fn internal_commands_still_replicate_and_load_from_the_aof() {
     let mut master = Server::start_with(&AOF_WITHOUT_PREAMBLE, &DEFAULTS);
@@ -125,6 +145,19 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port], &DEFAULTS);
     replica.wait_link_up();
     let mut c = master.conn();
+    if !server_can_hide_commands(&master) {
+        for server in [&master, &replica] {
+            let mut admin = server.conn();
+            assert_eq!(admin.cmd(&ACL_RULES), Value::Simple("OK".into()));
+            for command in INTERNAL {
+                let reply = admin.cmd(&call_of(command));
+                assert!(
+                    matches!(&reply, Value::Error(e) if e.starts_with("NOPERM")),
+                    "{command} under the README's ACL rules -> {reply:?}"
+                );
+            }
+        }
+    }
     write_effects(&mut c, 0);
     master.wait_replicas(1);
     let on_master = digests(&mut c);

@@ -7,10 +7,7 @@ mod common;
 use common::{Server, Value};
 
 fn tokens_held(server: &Server) -> i64 {
-    server
-        .info_field("ctr", "ctr_tokens_held")
-        .parse()
-        .expect("ctr_tokens_held")
+    server.tokens_held()
 }
 
 /// Ledger entries (CTR.DECRFLOOR tokens) are tokens held too, whichever way the counter
@@ -27,31 +24,21 @@ fn tokens_held_counts_ledger_entries_after_reload_restore_and_copy() {
         (info.field("tokens"), info.field("ledger")),
         (Value::Int(1), Value::Int(2))
     );
-    wait_tokens_held(&server, 3, "before");
+    server.wait_tokens_held(3, "before");
     assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
-    wait_tokens_held(&server, 3, "after a reload");
+    server.wait_tokens_held(3, "after a reload");
     let payload = c.q("DUMP k").bytes();
     assert_eq!(
         c.cmd(&[&b"RESTORE"[..], b"r", b"0", &payload]),
         Value::Simple("OK".into())
     );
-    wait_tokens_held(&server, 6, "after a RESTORE");
+    server.wait_tokens_held(6, "after a RESTORE");
     assert_eq!(c.q("COPY k c"), Value::Int(1));
-    wait_tokens_held(&server, 9, "after a COPY");
+    server.wait_tokens_held(9, "after a COPY");
     for key in ["k", "r", "c"] {
         c.cmd(&["DEL", key]);
     }
-    wait_tokens_held(&server, 0, "after DEL");
-}
-
-/// Valkey frees a reloaded dataset's old values on a background thread: the gauge gets there
-/// shortly after the command returns.
-fn wait_tokens_held(server: &Server, expected: i64, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while tokens_held(server) != expected && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(tokens_held(server), expected, "{what}");
+    server.wait_tokens_held(0, "after DEL");
 }
 
 use common::pnc::state_blob;

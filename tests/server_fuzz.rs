@@ -575,11 +575,7 @@ fn final_checks(server: &Server, c: &mut Conn) {
             }
         }
     }
-    assert_eq!(
-        server.info_field("ctr", "ctr_tokens_held"),
-        tokens.to_string(),
-        "the tokens_held gauge drifted"
-    );
+    server.wait_tokens_held(tokens, "the tokens_held gauge drifted");
     let before = c.q("DEBUG DIGEST");
     assert_eq!(
         c.q("DEBUG RELOAD"),

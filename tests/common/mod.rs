@@ -411,6 +411,24 @@ impl Server {
         i64::from(!self.memory_usage_is_module_report_only())
     }
 
+    /// The `ctr_tokens_held` gauge of INFO ctr.
+    pub fn tokens_held(&self) -> i64 {
+        self.info_field("ctr", "ctr_tokens_held")
+            .parse()
+            .expect("ctr_tokens_held")
+    }
+
+    /// Waits (bounded) for the tokens-held gauge to read `expected`. A value's tokens leave the
+    /// gauge when the value is freed, and Valkey frees a reloaded or flushed dataset's old
+    /// values on a background thread, shortly after the command returns.
+    pub fn wait_tokens_held(&self, expected: i64, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.tokens_held() != expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(self.tokens_held(), expected, "{what}");
+    }
+
     pub fn info_field(&self, section: &str, field: &str) -> String {
         let info = self.conn().cmd(&["INFO", section]).text();
         info.lines()
