@@ -1,0 +1,91 @@
+"""The coalescing writer: sums, flush triggers, exactly-once flushes when replies are lost,
+the key cap, and the flush at interpreter exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redis_ctr import CoalescingWriter, Ctr, WriterFull
+
+from .proxy import ReplyDroppingProxy
+from .servers import PORT, fresh, info_stat
+
+
+def client(port: int = PORT) -> redis.Redis:
+    # No redis-py retries: the writer's own retry (same token) is what is under test.
+    return redis.Redis(port=port, retry=Retry(NoBackoff(), 0), socket_timeout=5)
+
+
+class WriterTest(unittest.TestCase):
+    def test_adds_are_summed_into_few_commands(self) -> None:
+        keys = [fresh(f"sum{i}") for i in range(4)]
+        r = client()
+        with CoalescingWriter(r, flush_every=1000, flush_interval_ms=60_000) as writer:
+            for n in range(10_000):
+                writer.add(keys[n % 4], 1 if n % 5 else 3)
+        self.assertEqual(sum(Ctr(r).get(k) for k in keys), 14_000)
+        # A flush per 1000 adds (4 keys each) and the final one at close.
+        self.assertLessEqual(writer.stats.commands, 4 * 11)
+        self.assertEqual(writer.stats.adds, 10_000)
+
+    def test_a_timed_flush_without_close(self) -> None:
+        key, r = fresh("timed"), client()
+        writer = CoalescingWriter(r, flush_interval_ms=20)
+        writer.add(key, 7)
+        deadline = time.time() + 10
+        while Ctr(r).get(key) != 7:
+            self.assertLess(time.time(), deadline, "no timed flush")
+            time.sleep(0.01)
+        writer.close()
+        self.assertEqual(writer.stats.commands, 1)
+
+    def test_lost_replies_are_retried_with_the_same_token_and_count_once(self) -> None:
+        key, r = fresh("lost"), client()
+        before = info_stat(r, "ctr_duplicates_ignored")
+        proxy = ReplyDroppingProxy(PORT, b"CTR.ADD", drops=3)
+        try:
+            with CoalescingWriter(client(proxy.port), flush_every=100, flush_interval_ms=60_000) as writer:
+                for _ in range(1000):
+                    writer.add(key)
+        finally:
+            proxy.close()
+        self.assertEqual(proxy.dropped, 3)
+        self.assertEqual(Ctr(r).get(key), 1000)
+        self.assertEqual(writer.stats.retries, 3)
+        # The server saw each lost flush twice and ignored the second copy.
+        self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 3)
+
+    def test_the_key_cap_bounds_memory(self) -> None:
+        # Nothing listens on the proxy's port once it is closed: every flush fails.
+        proxy = ReplyDroppingProxy(PORT, b"", 0)
+        proxy.close()
+        writer = CoalescingWriter(client(proxy.port), max_keys=3, retries=0, flush_interval_ms=60_000)
+        for key in ("a", "b", "c", "a"):
+            writer.add(key)
+        with self.assertRaises(WriterFull):
+            writer.add("d")
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            writer.close()
+
+    def test_pending_adds_are_flushed_at_interpreter_exit(self) -> None:
+        key = fresh("atexit")
+        program = (
+            "import redis, redis_ctr, sys\n"
+            "w = redis_ctr.CoalescingWriter(redis.Redis(port=int(sys.argv[1])), flush_interval_ms=60000)\n"
+            "for _ in range(5): w.add(sys.argv[2])\n"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        subprocess.run([sys.executable, "-c", program, str(PORT), key], check=True, env=env)
+        self.assertEqual(Ctr(client()).get(key), 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
