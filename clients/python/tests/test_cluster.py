@@ -27,8 +27,10 @@ class ClusterTest(unittest.TestCase):
 
     def test_counters_spread_over_every_master(self) -> None:
         ctr = Ctr(self.rc)
-        keys = [fresh(f"c{i}") for i in range(30)]
+        # Fixed names (which do land on all 3 masters), cleared first.
+        keys = [f"py-spread:{i}" for i in range(30)]
         for i, key in enumerate(keys):
+            ctr.clear(key)
             self.assertEqual(ctr.add(key, i), i)
         self.assertEqual(sum(ctr.get(k) for k in keys), sum(range(30)))
         ports = {self.rc.get_node_from_key(k).port for k in keys}
