@@ -16,7 +16,8 @@ from .test_commands import exercise_ctr, exercise_pnc
 @unittest.skipUnless(CLUSTER_PORT, "no cluster")
 class ClusterTest(unittest.TestCase):
     def setUp(self) -> None:
-        self.rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        # Decoded replies: the library must still return PNC.STATE as bytes.
+        self.rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT, decode_responses=True)
 
     def tearDown(self) -> None:
         self.rc.close()
