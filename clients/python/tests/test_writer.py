@@ -4,6 +4,7 @@ the key cap, and the flush at interpreter exit."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -64,10 +65,11 @@ class WriterTest(unittest.TestCase):
         self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 3)
 
     def test_the_key_cap_bounds_memory(self) -> None:
-        # Nothing listens on the proxy's port once it is closed: every flush fails.
-        proxy = ReplyDroppingProxy(PORT, b"", 0)
-        proxy.close()
-        writer = CoalescingWriter(client(proxy.port), max_keys=3, retries=0, flush_interval_ms=60_000)
+        # A port bound and released without listening: every flush fails.
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            closed_port = unused.getsockname()[1]
+        writer = CoalescingWriter(client(closed_port), max_keys=3, retries=0, flush_interval_ms=60_000)
         for key in ("a", "b", "c", "a"):
             writer.add(key)
         with self.assertRaises(WriterFull):
