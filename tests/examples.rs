@@ -67,10 +67,7 @@ fn client_examples_run_against_a_server_and_a_cluster() {
                 out.contains("standalone: views 42 | paid 1 | stock 1 budgets [1]"),
                 "{out}"
             );
-            assert!(
-                out.contains("| hits 1000 in 1 command(s)"),
-                "{out}"
-            );
+            assert!(out.contains("| hits 1000 in 1 command(s)"), "{out}");
             assert!(out.contains("cluster: 100 counters on 3 masters"), "{out}");
         }
         None => note(
