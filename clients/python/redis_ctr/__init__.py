@@ -30,9 +30,10 @@ from .errors import (
     WrongType,
 )
 from .types import CounterInfo, PncInfo, PncReplica
-from .writer import CoalescingWriter, WriterFull, WriterStats
+from .writer import AsyncCoalescingWriter, CoalescingWriter, WriterFull, WriterStats
 
 __all__ = [
+    "AsyncCoalescingWriter",
     "BadWatermark",
     "BelowFloor",
     "CoalescingWriter",

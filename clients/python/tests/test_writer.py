@@ -3,6 +3,7 @@ the key cap, and the flush at interpreter exit."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -11,10 +12,12 @@ import time
 import unittest
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_ctr import CoalescingWriter, Ctr, WriterFull
+from redis_ctr import AsyncCoalescingWriter, CoalescingWriter, Ctr, WriterFull
 
 from .proxy import ReplyDroppingProxy
 from .servers import PORT, fresh, info_stat
@@ -23,6 +26,14 @@ from .servers import PORT, fresh, info_stat
 def client(port: int = PORT) -> redis.Redis:
     # No redis-py retries: the writer's own retry (same token) is what is under test.
     return redis.Redis(port=port, retry=Retry(NoBackoff(), 0), socket_timeout=5)
+
+
+def unused_port() -> int:
+    """A port bound and released without listening: connections to it are refused."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port: int = unused.getsockname()[1]
+    return port
 
 
 class WriterTest(unittest.TestCase):
@@ -65,11 +76,7 @@ class WriterTest(unittest.TestCase):
         self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 3)
 
     def test_the_key_cap_bounds_memory(self) -> None:
-        # A port bound and released without listening: every flush fails.
-        with socket.socket() as unused:
-            unused.bind(("127.0.0.1", 0))
-            closed_port = unused.getsockname()[1]
-        writer = CoalescingWriter(client(closed_port), max_keys=3, retries=0, flush_interval_ms=60_000)
+        writer = CoalescingWriter(client(unused_port()), max_keys=3, retries=0, flush_interval_ms=60_000)
         for key in ("a", "b", "c", "a"):
             writer.add(key)
         with self.assertRaises(WriterFull):
@@ -87,6 +94,46 @@ class WriterTest(unittest.TestCase):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         subprocess.run([sys.executable, "-c", program, str(PORT), key], check=True, env=env)
         self.assertEqual(Ctr(client()).get(key), 5)
+
+
+def async_client(port: int = PORT) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis(port=port, retry=AsyncRetry(NoBackoff(), 0), socket_timeout=5)
+
+
+class AsyncWriterTest(unittest.IsolatedAsyncioTestCase):
+    async def test_lost_replies_count_once_and_sums_coalesce(self) -> None:
+        key, r = fresh("async-lost"), client()
+        before = info_stat(r, "ctr_duplicates_ignored")
+        proxy = ReplyDroppingProxy(PORT, b"CTR.ADD", drops=2)
+        try:
+            async with AsyncCoalescingWriter(async_client(proxy.port), flush_every=100) as writer:
+                for _ in range(1000):
+                    await writer.add(key)
+        finally:
+            proxy.close()
+        self.assertEqual(Ctr(r).get(key), 1000)
+        self.assertEqual((proxy.dropped, writer.stats.retries), (2, 2))
+        self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 2)
+        self.assertLessEqual(writer.stats.commands, 12 + 2)
+
+    async def test_a_timed_flush_and_the_key_cap(self) -> None:
+        key = fresh("async-timed")
+        writer = AsyncCoalescingWriter(async_client(), flush_interval_ms=20)
+        await writer.add(key, 4)
+        for _ in range(500):
+            if Ctr(client()).get(key) == 4:
+                break
+            await asyncio.sleep(0.01)
+        self.assertEqual(Ctr(client()).get(key), 4)
+        await writer.close()
+
+        capped = AsyncCoalescingWriter(async_client(unused_port()), max_keys=2, retries=0)
+        await capped.add("a")
+        await capped.add("b")
+        with self.assertRaises(WriterFull):
+            await capped.add("c")
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            await capped.close()
 
 
 if __name__ == "__main__":
