@@ -190,7 +190,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<C: Connector> CoalescingWriter<C> {
     /// A writer that connects with `connector` (a `redis::Client`, or a
     /// `redis::cluster::ClusterClient` with the `cluster` feature).
-    pub fn new(connector: C, config: WriterConfig) -> CoalescingWriter<C> {
+    /// `flush_every` and `max_keys` below 1 count as 1.
+    pub fn new(connector: C, mut config: WriterConfig) -> CoalescingWriter<C> {
+        config.flush_every = config.flush_every.max(1);
+        config.max_keys = config.max_keys.max(1);
         let shared = Arc::new(Shared {
             config,
             pending: Mutex::new(Pending::default()),
