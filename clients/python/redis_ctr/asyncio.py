@@ -1,0 +1,118 @@
+"""The asyncio twins of :class:`redis_ctr.Ctr` and :class:`redis_ctr.Pnc`, on
+``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``: the same methods, same arguments and
+same normalised replies, awaited. Each method's documentation is its sync twin's."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, List, Optional, Protocol, TypeVar
+
+from redis.exceptions import ResponseError
+
+from . import _calls
+from ._calls import Call, KeyT, Reconciled, Source
+from .errors import classify
+from .types import CounterInfo, PncInfo
+
+T = TypeVar("T")
+
+
+class AsyncClient(Protocol):
+    """What the library needs of an asyncio client: redis-py's ``execute_command``."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Awaitable[Any]: ...
+
+
+async def run(client: AsyncClient, call: Call[T]) -> T:
+    """Sends one command and normalises its reply; the module's errors become its classes."""
+    try:
+        raw = await client.execute_command(*call.args, **call.options)
+    except ResponseError as e:
+        raise classify(e) from e
+    return call.parse(raw)
+
+
+class AsyncCtr:
+    """``CTR.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Ctr`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+    ) -> Optional[int]:
+        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`)."""
+        return await run(self.client, _calls.add(key, delta, token, at, ex, px))
+
+    async def get(self, key: KeyT) -> int:
+        """``CTR.GET``."""
+        return await run(self.client, _calls.get(key))
+
+    async def mget(self, *keys: KeyT) -> List[int]:
+        """``CTR.MGET``."""
+        return await run(self.client, _calls.mget(keys))
+
+    async def clear(self, key: KeyT, *, token: Optional[KeyT] = None) -> int:
+        """``CTR.CLEAR``."""
+        return await run(self.client, _calls.clear(key, token))
+
+    async def floor(self, key: KeyT, floor: Optional[int]) -> None:
+        """``CTR.FLOOR`` (None removes the floor)."""
+        await run(self.client, _calls.floor(key, floor))
+
+    async def decrfloor(
+        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+    ) -> Optional[int]:
+        """``CTR.DECRFLOOR``: the new value, or None when refused."""
+        return await run(self.client, _calls.decrfloor(key, amount, token, at))
+
+    async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
+        """``CTR.RECONCILE key truth [AT at]``."""
+        return await run(self.client, _calls.reconcile(key, truth, at))
+
+    async def reconcile_from(
+        self, key: KeyT, kind: Source, source: KeyT, *, at: Optional[int] = None
+    ) -> Reconciled:
+        """``CTR.RECONCILE key FROM kind source [AT at]``."""
+        return await run(self.client, _calls.reconcile_from(key, kind, source, at))
+
+    async def info(self, key: KeyT) -> Optional[CounterInfo]:
+        """``CTR.INFO`` as a dict, or None when the key is missing."""
+        return await run(self.client, _calls.info(key))
+
+
+class AsyncPnc:
+    """``PNC.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Pnc`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def add(self, key: KeyT, delta: int) -> int:
+        """``PNC.ADD``."""
+        return await run(self.client, _calls.pnc_add(key, delta))
+
+    async def get(self, key: KeyT) -> int:
+        """``PNC.GET``."""
+        return await run(self.client, _calls.pnc_get(key))
+
+    async def state(self, key: KeyT) -> Optional[bytes]:
+        """``PNC.STATE`` as bytes, or None when the key is missing."""
+        return await run(self.client, _calls.pnc_state(key))
+
+    async def merge(self, key: KeyT, state: bytes) -> int:
+        """``PNC.MERGE``."""
+        return await run(self.client, _calls.pnc_merge(key, state))
+
+    async def clear(self, key: KeyT) -> int:
+        """``PNC.CLEAR``."""
+        return await run(self.client, _calls.pnc_clear(key))
+
+    async def info(self, key: KeyT) -> PncInfo:
+        """``PNC.INFO`` as a dict."""
+        return await run(self.client, _calls.pnc_info(key))

@@ -1,0 +1,44 @@
+"""The shapes of the map replies, as the library returns them whatever the protocol."""
+
+from __future__ import annotations
+
+from typing import List, Optional, TypedDict
+
+
+class CounterInfo(TypedDict, total=False):
+    """``CTR.INFO``: one entry per field the server replies (str keys, str text values).
+
+    Fields a newer module adds (e.g. ``holders`` of a spread counter) are kept as the server
+    sends them; they are not listed here until this library knows them."""
+
+    value: int
+    floor: Optional[int]
+    shards: int
+    shard_values: List[int]
+    budgets: Optional[List[int]]
+    add_rate: int
+    tokens: int
+    ledger: int
+    duplicates_ignored: int
+    bucket_count: int
+    last_watermark: Optional[int]
+    last_drift: Optional[int]
+    total_abs_drift: int
+    reconciles: int
+    encoding: str
+
+
+class PncReplica(TypedDict):
+    """One replica id's slot in a PN-counter: its positive and negative totals."""
+
+    id: str
+    p: int
+    n: int
+
+
+PncInfo = TypedDict(
+    "PncInfo",
+    {"value": int, "replica-id": Optional[str], "home": Optional[str], "replicas": List[PncReplica]},
+)
+PncInfo.__doc__ = """``PNC.INFO``: the value, this deployment's replica id, the id of the last
+local write to the key, and every replica id's slot, sorted by id."""

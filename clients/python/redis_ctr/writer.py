@@ -1,0 +1,395 @@
+"""A coalescing writer: many adds summed locally, flushed as one tokened ``CTR.ADD`` per key.
+
+A thousand ``add("views", 1)`` become one ``CTR.ADD views 1000 TOKEN <writer id>:<sequence>``.
+Each flushed sum carries its own token, and a sum whose reply was lost (a timeout, a dropped
+connection) is sent again with the same token, so it counts exactly once.
+
+What a crash of the process can lose: the adds made since the last flush (at most
+``flush_interval_ms`` of them, or ``flush_every`` adds), and a flushed sum whose reply had not
+arrived (it either counted once or not at all). Nothing is ever counted twice, as long as a
+retry reaches the server within ``ctr.token-window-ms`` (default one hour) of the first send:
+the first send carries its event time (``AT``), so a later retry is refused
+(:class:`~redis_ctr.errors.TokenTooOld`) instead of counting a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, Generic, Optional, TypeVar
+
+from redis.exceptions import ConnectionError, TimeoutError
+
+from . import _calls
+from ._calls import KeyT
+from .asyncio import AsyncClient
+from .asyncio import run as run_async
+from .client import SyncClient, run
+from .errors import CtrError
+
+log = logging.getLogger(__name__)
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+class WriterFull(Exception):
+    """``add`` of a new key while ``max_keys`` keys are pending and a flush to make room failed
+    (the server cannot be reached). The add was not recorded."""
+
+
+@dataclass
+class WriterStats:
+    """What a writer did since it was made."""
+
+    adds: int = 0
+    """``add`` calls recorded."""
+    commands: int = 0
+    """``CTR.ADD`` commands sent, retries included."""
+    flushed_sums: int = 0
+    """Sums acknowledged by the server."""
+    retries: int = 0
+    """Sends repeated (same token) after a connection error or timeout."""
+    refused: int = 0
+    """Sums refused by a floor (a negative sum on a floored counter; nil reply): not applied."""
+    dropped: int = 0
+    """Sums the server refused with an error (wrong type, overflow, token too old): not applied."""
+
+
+@dataclass(frozen=True)
+class _Sum:
+    key: KeyT
+    delta: int
+    token: str
+    at: int
+
+
+class _Sums:
+    """The bookkeeping both writers share: sums pending per key (at most ``max_keys``), sums
+    sent and not yet settled (each with its token, kept until the server decides), stats."""
+
+    def __init__(self, max_keys: int, flush_every: int, writer_id: str) -> None:
+        self.max_keys = max_keys
+        self.flush_every = flush_every
+        self.writer_id = writer_id
+        self.pending: Dict[KeyT, int] = {}
+        self.since_flush = 0
+        self.unsettled: Deque[_Sum] = deque()
+        self.sequence = 0
+        self.stats = WriterStats()
+        self.last_error: Optional[BaseException] = None
+
+    def record(self, key: KeyT, delta: int) -> bool:
+        """False when the add needs a flush first (a new key at the cap, or a sum that would
+        leave the 64-bit range)."""
+        current = self.pending.get(key)
+        if current is None and len(self.pending) >= self.max_keys:
+            return False
+        total = (current or 0) + delta
+        if not I64_MIN <= total <= I64_MAX:
+            return False
+        self.pending[key] = total
+        self.stats.adds += 1
+        self.since_flush += 1
+        return True
+
+    def flush_due(self) -> bool:
+        """True once per ``flush_every`` adds."""
+        if self.since_flush < self.flush_every:
+            return False
+        self.since_flush = 0
+        return True
+
+    def seal(self) -> None:
+        """Turns the pending sums into tokened sums to send (after the unsettled ones)."""
+        pending, self.pending = self.pending, {}
+        self.since_flush = 0
+        now = int(time.time() * 1000)
+        for key, delta in pending.items():
+            if delta != 0:
+                self.sequence += 1
+                token = f"{self.writer_id}:{self.sequence}"
+                self.unsettled.append(_Sum(key, delta, token, now))
+
+    def settled(self, reply: Optional[int]) -> None:
+        """The server applied the first unsettled sum, or refused it by a floor (None)."""
+        if reply is None:
+            self.stats.refused += 1
+        else:
+            self.stats.flushed_sums += 1
+        self.unsettled.popleft()
+
+    def rejected(self, error: CtrError) -> None:
+        """The server refused the first unsettled sum with an error: it is not applied."""
+        s = self.unsettled.popleft()
+        self.stats.dropped += 1
+        self.last_error = error
+        log.warning("redis-ctr writer: sum %d for %r dropped: %s", s.delta, s.key, error)
+
+    def full(self, error: Exception) -> WriterFull:
+        return WriterFull(f"{self.max_keys} keys pending and the flush failed: {error}")
+
+
+def _checked(delta: int) -> int:
+    if not I64_MIN <= delta <= I64_MAX:
+        raise ValueError("delta must be a signed 64-bit integer")
+    return delta
+
+
+ClientT = TypeVar("ClientT")
+
+
+class _Writer(Generic[ClientT]):
+    """Settings, sums and stats of both writers."""
+
+    def __init__(
+        self,
+        client: ClientT,
+        *,
+        flush_interval_ms: int = 100,
+        flush_every: int = 10_000,
+        max_keys: int = 100_000,
+        writer_id: Optional[str] = None,
+        retries: int = 5,
+        retry_backoff_ms: int = 20,
+    ) -> None:
+        if flush_interval_ms <= 0 or flush_every <= 0 or max_keys <= 0 or retries < 0:
+            raise ValueError("flush_interval_ms, flush_every and max_keys must be positive")
+        self.client = client
+        self.flush_interval_ms = flush_interval_ms
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self._sums = _Sums(max_keys, flush_every, writer_id or uuid.uuid4().hex[:16])
+        self._closed = False
+        self._setup()
+
+    def _setup(self) -> None:
+        """What a writer needs besides the shared state (locks, its flush thread)."""
+
+    @property
+    def writer_id(self) -> str:
+        """The prefix of this writer's tokens."""
+        return self._sums.writer_id
+
+    @property
+    def stats(self) -> WriterStats:
+        """What the writer did so far."""
+        return self._sums.stats
+
+    @property
+    def last_error(self) -> Optional[BaseException]:
+        """The last error of a background flush or a dropped sum, None after a good flush."""
+        return self._sums.last_error
+
+    def _backoff_seconds(self, attempt: int) -> float:
+        return self.retry_backoff_ms * (attempt + 1) / 1000
+
+
+class CoalescingWriter(_Writer[SyncClient]):
+    """Sums adds per key and flushes them every ``flush_interval_ms`` (default 100) or every
+    ``flush_every`` adds (default 10,000), whichever comes first, from a background thread
+    (requests to flush that come while a flush runs fold into it).
+
+    Bounded memory: at most ``max_keys`` keys (default 100,000) are summed at a time, plus at
+    most as many sums sent and not yet acknowledged. An ``add`` of a new key when ``max_keys``
+    are pending flushes first, in the caller's thread; when that flush fails, ``add`` raises
+    :class:`WriterFull` and records nothing. Sums of one key that would leave the 64-bit range
+    are flushed first too. A sum is sent up to ``1 + retries`` times (same token), pausing
+    ``retry_backoff_ms`` times the attempt number in between.
+
+    ``writer_id`` (a random one by default) prefixes every token: two writers alive at the
+    same time must never share one. :meth:`close` (also called at interpreter exit, and by
+    ``with``) flushes what is left. Works with ``redis.Redis`` and ``RedisCluster``.
+    """
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()  # guards the pending sums
+        self._flush_lock = threading.Lock()  # one flush at a time; guards the unsettled sums
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-ctr-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self._close_at_exit)
+
+    def add(self, key: KeyT, delta: int = 1) -> None:
+        """Adds ``delta`` to ``key``; sent with the next flush."""
+        _checked(delta)
+        if self._record(key, delta):
+            return
+        try:
+            self.flush()
+        except (ConnectionError, TimeoutError) as e:
+            raise self._sums.full(e) from e
+        if not self._record(key, delta):
+            raise WriterFull(f"{self._sums.max_keys} keys pending")
+
+    def _record(self, key: KeyT, delta: int) -> bool:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("add on a closed CoalescingWriter")
+            if not self._sums.record(key, delta):
+                return False
+            if self._sums.flush_due():
+                self._wake.set()
+            return True
+
+    def flush(self) -> None:
+        """Sends every pending sum now (first any sum still unacknowledged, with its token).
+
+        Raises redis-py's ``ConnectionError``/``TimeoutError`` when the server stays out of
+        reach after ``retries`` tries; the unsent sums are kept and go with the next flush."""
+        with self._flush_lock:
+            self._send_unsettled()
+            with self._lock:
+                self._sums.seal()
+            self._send_unsettled()
+
+    def _send_unsettled(self) -> None:
+        sums = self._sums
+        while sums.unsettled:
+            s = sums.unsettled[0]
+            call = _calls.add(s.key, s.delta, token=s.token, at=s.at)
+            for attempt in range(self.retries + 1):
+                sums.stats.commands += 1
+                try:
+                    sums.settled(run(self.client, call))
+                    break
+                except CtrError as e:
+                    sums.rejected(e)
+                    break
+                except (ConnectionError, TimeoutError):
+                    if attempt == self.retries:
+                        raise
+                    sums.stats.retries += 1
+                    time.sleep(self._backoff_seconds(attempt))
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_interval_ms / 1000)
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                self.flush()
+                self._sums.last_error = None
+            except Exception as e:  # kept for the next tick; the sums stay queued
+                self._sums.last_error = e
+
+    def close(self) -> None:
+        """Stops the background thread and flushes what is left (raises if that fails)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self._close_at_exit)
+        self._wake.set()
+        self._thread.join()
+        self.flush()
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close()
+        except Exception as e:
+            log.error("redis-ctr writer %s: final flush failed: %s", self.writer_id, e)
+
+    def __enter__(self) -> CoalescingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncCoalescingWriter(_Writer[AsyncClient]):
+    """The asyncio twin of :class:`CoalescingWriter`, on ``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster``: the same settings, sums, tokens and bounds; the flushes run
+    in a task on the event loop, started by the first ``add`` (or ``async with``).
+
+    The flush task runs when the adding code yields to the event loop (any ``await`` that
+    suspends): a loop that only awaits ``add`` sends everything at its next real suspension or
+    at ``close``. ``add`` is a coroutine because an add of a new key at the cap awaits a flush
+    first. Close it with ``await close()`` or ``async with``: no event loop runs at interpreter
+    exit, so what is pending then is lost (unlike the thread-based writer).
+    """
+
+    def _setup(self) -> None:
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: Optional[asyncio.Task[None]] = None
+
+    async def add(self, key: KeyT, delta: int = 1) -> None:
+        """Adds ``delta`` to ``key``; sent with the next flush."""
+        _checked(delta)
+        if self._closed:
+            raise RuntimeError("add on a closed AsyncCoalescingWriter")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="redis-ctr-writer")
+        if not self._sums.record(key, delta):
+            try:
+                await self.flush()
+            except (ConnectionError, TimeoutError) as e:
+                raise self._sums.full(e) from e
+            if not self._sums.record(key, delta):
+                raise WriterFull(f"{self._sums.max_keys} keys pending")
+        if self._sums.flush_due():
+            self._wake.set()
+
+    async def flush(self) -> None:
+        """Sends every pending sum now; see :meth:`CoalescingWriter.flush`."""
+        async with self._flush_lock:
+            await self._send_unsettled()
+            self._sums.seal()
+            await self._send_unsettled()
+
+    async def _send_unsettled(self) -> None:
+        sums = self._sums
+        while sums.unsettled:
+            s = sums.unsettled[0]
+            call = _calls.add(s.key, s.delta, token=s.token, at=s.at)
+            for attempt in range(self.retries + 1):
+                sums.stats.commands += 1
+                try:
+                    sums.settled(await run_async(self.client, call))
+                    break
+                except CtrError as e:
+                    sums.rejected(e)
+                    break
+                except (ConnectionError, TimeoutError):
+                    if attempt == self.retries:
+                        raise
+                    sums.stats.retries += 1
+                    await asyncio.sleep(self._backoff_seconds(attempt))
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                await self.flush()
+                self._sums.last_error = None
+            except Exception as e:  # kept for the next tick; the sums stay queued
+                self._sums.last_error = e
+
+    async def close(self) -> None:
+        """Stops the flush task and flushes what is left (raises if that fails)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._wake.set()
+            await self._task
+        await self.flush()
+
+    async def __aenter__(self) -> AsyncCoalescingWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

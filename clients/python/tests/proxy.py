@@ -1,0 +1,73 @@
+"""A TCP proxy in front of a server that drops chosen replies: it forwards a command, lets the
+server apply it, then closes the client's connection instead of passing the reply on (a reply
+lost after the write happened: what a timeout or a network cut looks like to a client)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class ReplyDroppingProxy:
+    def __init__(self, upstream_port: int, marker: bytes, drops: int) -> None:
+        self.upstream_port = upstream_port
+        self.marker = marker
+        self.drops_left = drops
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            state = {"drop_reply": False}
+            threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
+            threading.Thread(target=self._replies, args=(server, client, state), daemon=True).start()
+
+    def _take_drop(self) -> bool:
+        with self._lock:
+            if self.drops_left > 0:
+                self.drops_left -= 1
+                return True
+            return False
+
+    def _requests(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := client.recv(65536):
+                # Decided before forwarding, so the reply cannot overtake the decision.
+                if self.marker in data and self._take_drop():
+                    state["drop_reply"] = True
+                server.sendall(data)
+        except OSError:
+            pass
+        _close(client, server)
+
+    def _replies(self, server: socket.socket, client: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := server.recv(65536):
+                if state["drop_reply"]:
+                    with self._lock:
+                        self.dropped += 1
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        _close(client, server)
+
+
+def _close(*socks: socket.socket) -> None:
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()

@@ -1,0 +1,68 @@
+"""The asyncio classes: every method on RESP2 and RESP3, the error classes, and the asyncio
+cluster client."""
+
+from __future__ import annotations
+
+import unittest
+
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
+
+import redis_ctr
+from redis_ctr.asyncio import AsyncCtr, AsyncPnc
+
+from .servers import CLUSTER_PORT, PORT, fresh
+
+
+async def exercise(test: unittest.TestCase, ctr: AsyncCtr, pnc: AsyncPnc, tag: str) -> None:
+    views, stock, log = f"{{{tag}}}:views", fresh("stock"), f"{{{tag}}}:log"
+    test.assertEqual(await ctr.add(views, 41, px=60_000), 41)
+    test.assertEqual(await ctr.add(views, 1, token="t1"), 42)
+    test.assertEqual(await ctr.add(views, 1, token="t1"), 42)
+    test.assertEqual(await ctr.get(views), 42)
+    test.assertEqual(await ctr.mget(views, f"{{{tag}}}:none"), [42, 0])
+    await ctr.add(stock, 3)
+    await ctr.floor(stock, 1)
+    test.assertEqual(await ctr.decrfloor(stock, 2, token="o"), 1)
+    test.assertIsNone(await ctr.decrfloor(stock, 1))
+    info = await ctr.info(stock)
+    assert info is not None
+    test.assertEqual((info["value"], info["floor"], info["budgets"]), (1, 1, [0]))
+    test.assertEqual(await ctr.clear(views), 42)
+    test.assertEqual(await ctr.reconcile(views, 7), (7, -7))
+    await ctr.client.execute_command("XADD", log, "*", "n", "1")
+    test.assertEqual(await ctr.reconcile_from(f"{{{tag}}}:c", "STREAM", log), (1, -1))
+    with test.assertRaises(redis_ctr.BelowFloor):
+        await ctr.floor(stock, 5)
+    with test.assertRaises(redis_ctr.InvalidAmount):
+        await ctr.decrfloor(stock, -1)
+
+    likes = fresh("likes")
+    test.assertEqual(await pnc.add(likes, 5), 5)
+    test.assertEqual(await pnc.get(likes), 5)
+    state = await pnc.state(likes)
+    assert state is not None
+    test.assertEqual(await pnc.merge(fresh("copy"), state), 5)
+    test.assertEqual((await pnc.info(likes))["replicas"][0]["p"], 5)
+    test.assertEqual(await pnc.clear(likes), 5)
+    with test.assertRaises(redis_ctr.InvalidState):
+        await pnc.merge(likes, b"")
+
+
+class AsyncTest(unittest.IsolatedAsyncioTestCase):
+    async def test_every_method_on_both_protocols(self) -> None:
+        for protocol in (2, 3):
+            with self.subTest(protocol=protocol):
+                r = redis.asyncio.Redis(port=PORT, protocol=protocol)
+                await exercise(self, AsyncCtr(r), AsyncPnc(r), fresh("a"))
+                await r.aclose()
+
+    @unittest.skipUnless(CLUSTER_PORT, "no cluster")
+    async def test_every_method_on_the_cluster(self) -> None:
+        rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        await exercise(self, AsyncCtr(rc), AsyncPnc(rc), fresh("ac"))
+        await rc.aclose()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,55 @@
+"""The sync classes on a 3-master RedisCluster: each command reaches its key's master."""
+
+from __future__ import annotations
+
+import unittest
+
+import redis
+from redis.cluster import RedisCluster
+
+from redis_ctr import CoalescingWriter, Ctr, Pnc
+
+from .servers import CLUSTER_PORT, fresh
+from .test_commands import exercise_ctr, exercise_pnc
+
+
+@unittest.skipUnless(CLUSTER_PORT, "no cluster")
+class ClusterTest(unittest.TestCase):
+    def setUp(self) -> None:
+        # Decoded replies: the library must still return PNC.STATE as bytes.
+        self.rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT, decode_responses=True)
+
+    def tearDown(self) -> None:
+        self.rc.close()
+
+    def test_every_method_on_the_cluster(self) -> None:
+        exercise_ctr(self, Ctr(self.rc))
+        exercise_pnc(self, Pnc(self.rc))
+
+    def test_counters_spread_over_every_master(self) -> None:
+        ctr = Ctr(self.rc)
+        # Fixed names (which do land on all 3 masters), cleared first.
+        keys = [f"py-spread:{i}" for i in range(30)]
+        for i, key in enumerate(keys):
+            ctr.clear(key)
+            self.assertEqual(ctr.add(key, i), i)
+        self.assertEqual(sum(ctr.get(k) for k in keys), sum(range(30)))
+        ports = {self.rc.get_node_from_key(k).port for k in keys}
+        self.assertEqual(len(ports), 3)
+        # Each master holds its own keys: read them on the nodes themselves.
+        for key in keys:
+            node = self.rc.get_node_from_key(key)
+            direct = redis.Redis(host=node.host, port=node.port)
+            self.assertEqual(Ctr(direct).get(key), keys.index(key))
+
+    def test_coalescing_writer_on_the_cluster(self) -> None:
+        keys = [fresh(f"w{i}") for i in range(6)]
+        with CoalescingWriter(self.rc, flush_every=500) as writer:
+            for n in range(3000):
+                writer.add(keys[n % 6])
+        self.assertEqual([Ctr(self.rc).get(k) for k in keys], [500] * 6)
+        self.assertLess(writer.stats.commands, 300)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,151 @@
+"""Every CTR.* and PNC.* method against the module, on RESP2 and RESP3, with and without
+decode_responses, and every error class the typed methods can meet."""
+
+from __future__ import annotations
+
+import time
+import unittest
+from typing import Any
+
+import redis
+
+import redis_ctr
+from redis_ctr import Ctr, Pnc
+
+from .servers import PORT, fresh, watermark_ms
+
+CLIENT_FORMS = [
+    {"protocol": 2, "decode_responses": False},
+    {"protocol": 2, "decode_responses": True},
+    {"protocol": 3, "decode_responses": False},
+    {"protocol": 3, "decode_responses": True},
+]
+
+
+def exercise_ctr(test: unittest.TestCase, ctr: Ctr) -> dict[str, Any]:
+    """Every CTR method once; returns the floored counter's CTR.INFO."""
+    tag = fresh("{v") + "}"
+    views, stock, paid, log = tag + ":views", fresh("stock"), fresh("paid"), tag + ":log"
+    test.assertEqual(ctr.add(views, 41), 41)
+    test.assertEqual(ctr.add(views, 1, ex=60), 42)
+    test.assertEqual(ctr.get(views), 42)
+    test.assertEqual(ctr.get(fresh("none")), 0)
+    test.assertEqual(ctr.mget(views, tag + ":none"), [42, 0])
+    for _ in range(3):
+        test.assertEqual(ctr.add(paid, 5, token="order-1"), 5)
+    test.assertEqual(ctr.add(paid, 1, token=b"order-2", at=int(time.time() * 1000)), 6)
+    test.assertEqual(ctr.clear(paid, token="clear-1"), 6)
+    test.assertEqual(ctr.clear(paid, token="clear-1"), 0)
+    test.assertEqual(ctr.add(stock, 5), 5)
+    test.assertIsNone(ctr.floor(stock, 0))
+    test.assertEqual(ctr.decrfloor(stock, 4, token="o1"), 1)
+    test.assertIsNone(ctr.decrfloor(stock, 4, token="o2"))
+    test.assertIsNone(ctr.add(stock, -4))
+    test.assertEqual(ctr.decrfloor(stock, 4, token="o1"), 1)
+    info = ctr.info(stock)
+    assert info is not None
+    test.assertEqual((info["value"], info["floor"], sum(info["budgets"] or [])), (1, 0, 1))
+    test.assertEqual(info["encoding"], "boxed")
+    test.assertIsNone(ctr.info(fresh("none")))
+    test.assertIsNone(ctr.floor(stock, None))
+    test.assertIsNone(ctr.info(stock)["floor"])  # type: ignore[index]
+    test.assertEqual(ctr.reconcile(views, 40), (40, 2))
+    counted = tag + ":counted"
+    ctr.add(counted, 3)
+    ctr.client.execute_command("XADD", log, "*", "n", "1")
+    test.assertEqual(ctr.reconcile_from(counted, "STREAM", log), redis_ctr.Reconciled(1, 2))
+    return {k: v for k, v in info.items() if k != "add_rate"}
+
+
+def exercise_pnc(test: unittest.TestCase, pnc: Pnc) -> dict[str, Any]:
+    """Every PNC method once; returns a PNC.INFO."""
+    likes, copy = fresh("likes"), fresh("likes-copy")
+    test.assertEqual(pnc.add(likes, 10), 10)
+    test.assertEqual(pnc.add(likes, -3), 7)
+    test.assertEqual(pnc.get(likes), 7)
+    state = pnc.state(likes)
+    assert state is not None
+    test.assertIsInstance(state, bytes)
+    test.assertIsNone(pnc.state(fresh("none")))
+    test.assertEqual(pnc.merge(copy, state), 7)
+    test.assertEqual(pnc.merge(copy, state), 7)
+    info = pnc.info(likes)
+    test.assertEqual(info["value"], 7)
+    test.assertEqual(info["home"], info["replica-id"])
+    test.assertEqual([(r["p"], r["n"]) for r in info["replicas"]], [(10, 3)])
+    test.assertEqual(pnc.clear(likes), 7)
+    test.assertEqual(pnc.get(likes), 0)
+    test.assertEqual(pnc.info(fresh("none"))["replicas"], [])
+    return dict(info)
+
+
+class CommandsTest(unittest.TestCase):
+    def test_every_method_replies_the_same_whatever_the_protocol(self) -> None:
+        ctr_infos, pnc_infos = [], []
+        for form in CLIENT_FORMS:
+            with self.subTest(**form):
+                r = redis.Redis(port=PORT, **form)  # type: ignore[arg-type]
+                ctr_infos.append(exercise_ctr(self, Ctr(r)))
+                pnc_infos.append(exercise_pnc(self, Pnc(r)))
+        self.assertTrue(all(i == ctr_infos[0] for i in ctr_infos), ctr_infos)
+        # Same replica id and slots everywhere; only the key names differ.
+        self.assertTrue(all(i == pnc_infos[0] for i in pnc_infos), pnc_infos)
+
+
+class ErrorsTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.r = redis.Redis(port=PORT, protocol=3)
+        self.ctr, self.pnc = Ctr(self.r), Pnc(self.r)
+
+    def assert_raises(self, cls: type[redis_ctr.CtrError], call: Any, *args: Any, **kw: Any) -> None:
+        with self.assertRaises(cls) as caught:
+            call(*args, **kw)
+        # Still a redis-py ResponseError, with the server's text.
+        self.assertIsInstance(caught.exception, redis.exceptions.ResponseError)
+        self.assertTrue(str(caught.exception))
+
+    def test_each_module_error_has_its_class(self) -> None:
+        ctr, k = self.ctr, fresh("err")
+        ctr.add(k, 2**63 - 1)
+        self.assert_raises(redis_ctr.CounterOverflow, ctr.add, k, 1)
+        self.assert_raises(redis_ctr.BelowFloor, ctr.floor, fresh("f"), 5)
+        self.assert_raises(redis_ctr.TokenTooOld, ctr.add, k, 0, token="t", at=1)
+        future = int(time.time() * 1000) + 86_400_000
+        self.assert_raises(redis_ctr.TooFarInFuture, ctr.add, k, 0, token="t", at=future)
+        self.assert_raises(redis_ctr.TooFarInFuture, ctr.add, k, 0, at=future)
+        self.assert_raises(redis_ctr.InvalidToken, ctr.add, k, 0, token="")
+        self.assert_raises(redis_ctr.InvalidAmount, ctr.decrfloor, k, 0)
+        self.assert_raises(redis_ctr.InvalidExpire, ctr.add, fresh("e"), 1, ex=0)
+        self.assert_raises(redis_ctr.NotAnInteger, ctr.add, k, 2**63)
+        self.assert_raises(redis_ctr.CtrSyntaxError, ctr.reconcile_from, k, "SET", "s", at=0)
+        self.r.set("plain-string", "x")
+        self.assert_raises(redis_ctr.WrongType, ctr.get, "plain-string")
+        self.assert_raises(redis_ctr.WrongType, self.pnc.get, k)
+        self.assert_raises(redis_ctr.InvalidState, self.pnc.merge, fresh("m"), b"\x02\x00")
+        self.assertEqual(ctr.get(k), 2**63 - 1)
+
+    def test_reconcile_errors(self) -> None:
+        ctr, k = self.ctr, fresh("rec")
+        self.assert_raises(redis_ctr.HistoryMissing, ctr.reconcile, k, 1, at=watermark_ms())
+        ctr.reconcile(k, 0)  # starts the bucket history
+        time.sleep(0.25)
+        w = watermark_ms()
+        self.assertEqual(ctr.reconcile(k, 5, at=w).value, 5)
+        self.assert_raises(redis_ctr.LateAdd, ctr.add, k, 1, at=w)
+        self.assert_raises(redis_ctr.BadWatermark, ctr.reconcile, k, 5, at=w + 1)
+        self.assertEqual(ctr.get(k), 5)
+
+    def test_other_errors_stay_plain_response_errors(self) -> None:
+        with self.assertRaises(redis.exceptions.ResponseError) as caught:
+            redis_ctr.client.run(self.r, redis_ctr._calls.Call(("CTR.NOSUCH", "k"), int))
+        self.assertNotIsInstance(caught.exception, redis_ctr.CtrError)
+        self.assertIs(redis_ctr.errors.error_class(
+            "ERR PNC.ADD must run on a primary: a replica has no replica id of its own"),
+            redis_ctr.NotPrimary)
+        self.assertIs(redis_ctr.errors.error_class(
+            "ERR too many replica ids in one PN-counter (at most 1024)"),
+            redis_ctr.TooManyReplicas)
+
+
+if __name__ == "__main__":
+    unittest.main()

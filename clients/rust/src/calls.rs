@@ -1,0 +1,145 @@
+//! Each command once: its arguments and the parser of its reply. The sync and async traits
+//! only send a [`Call`] and parse what comes back, so both behave the same.
+
+use redis::{Cmd, ToRedisArgs, Value};
+
+use crate::error::CtrError;
+use crate::reply;
+use crate::types::{AddOptions, CounterInfo, Expire, PncInfo, Reconciled, Source};
+
+pub(crate) struct Call<T> {
+    pub(crate) cmd: Cmd,
+    pub(crate) parse: fn(Value) -> Result<T, CtrError>,
+}
+
+fn call<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
+    Call { cmd, parse }
+}
+
+fn keyed<K: ToRedisArgs>(name: &str, key: K) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
+}
+
+fn with_token_and_time(cmd: &mut Cmd, token: Option<&[u8]>, at: Option<i64>) {
+    if let Some(token) = token {
+        cmd.arg("TOKEN").arg(token);
+    }
+    if let Some(at) = at {
+        cmd.arg("AT").arg(at);
+    }
+}
+
+pub(crate) fn add<K: ToRedisArgs>(key: K, delta: i64) -> Call<Option<i64>> {
+    add_with(key, delta, &AddOptions::default())
+}
+
+pub(crate) fn add_with<K: ToRedisArgs>(
+    key: K,
+    delta: i64,
+    options: &AddOptions,
+) -> Call<Option<i64>> {
+    let mut cmd = keyed("CTR.ADD", key);
+    cmd.arg(delta);
+    with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
+    match options.expire {
+        Some(Expire::Seconds(s)) => cmd.arg("EX").arg(s),
+        Some(Expire::Millis(ms)) => cmd.arg("PX").arg(ms),
+        None => &mut cmd,
+    };
+    call(cmd, reply::plain)
+}
+
+pub(crate) fn get<K: ToRedisArgs>(key: K) -> Call<i64> {
+    call(keyed("CTR.GET", key), reply::plain)
+}
+
+pub(crate) fn mget<K: ToRedisArgs>(keys: &[K]) -> Call<Vec<i64>> {
+    call(keyed("CTR.MGET", keys), reply::plain)
+}
+
+pub(crate) fn clear<K: ToRedisArgs>(key: K) -> Call<i64> {
+    call(keyed("CTR.CLEAR", key), reply::plain)
+}
+
+pub(crate) fn clear_with_token<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Call<i64> {
+    let mut cmd = keyed("CTR.CLEAR", key);
+    with_token_and_time(&mut cmd, Some(token.as_ref()), None);
+    call(cmd, reply::plain)
+}
+
+pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
+    let mut cmd = keyed("CTR.FLOOR", key);
+    match floor {
+        Some(floor) => cmd.arg(floor),
+        None => cmd.arg("NONE"),
+    };
+    call(cmd, reply::ok)
+}
+
+pub(crate) fn decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Call<Option<i64>> {
+    call(
+        keyed("CTR.DECRFLOOR", key).arg(amount).clone(),
+        reply::plain,
+    )
+}
+
+pub(crate) fn decrfloor_with<K: ToRedisArgs, T: AsRef<[u8]>>(
+    key: K,
+    amount: i64,
+    token: T,
+    at: Option<i64>,
+) -> Call<Option<i64>> {
+    let mut cmd = keyed("CTR.DECRFLOOR", key);
+    cmd.arg(amount);
+    with_token_and_time(&mut cmd, Some(token.as_ref()), at);
+    call(cmd, reply::plain)
+}
+
+pub(crate) fn reconcile<K: ToRedisArgs>(key: K, truth: i64, at: Option<i64>) -> Call<Reconciled> {
+    let mut cmd = keyed("CTR.RECONCILE", key);
+    cmd.arg(truth);
+    with_token_and_time(&mut cmd, None, at);
+    call(cmd, reply::reconciled)
+}
+
+pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
+    key: K,
+    kind: Source,
+    source: S,
+    at: Option<i64>,
+) -> Call<Reconciled> {
+    let mut cmd = keyed("CTR.RECONCILE", key);
+    cmd.arg("FROM").arg(kind.keyword()).arg(source);
+    with_token_and_time(&mut cmd, None, at);
+    call(cmd, reply::reconciled)
+}
+
+pub(crate) fn info<K: ToRedisArgs>(key: K) -> Call<Option<CounterInfo>> {
+    call(keyed("CTR.INFO", key), reply::counter_info)
+}
+
+pub(crate) fn pnc_add<K: ToRedisArgs>(key: K, delta: i64) -> Call<i64> {
+    call(keyed("PNC.ADD", key).arg(delta).clone(), reply::plain)
+}
+
+pub(crate) fn pnc_get<K: ToRedisArgs>(key: K) -> Call<i64> {
+    call(keyed("PNC.GET", key), reply::plain)
+}
+
+pub(crate) fn pnc_state<K: ToRedisArgs>(key: K) -> Call<Option<Vec<u8>>> {
+    call(keyed("PNC.STATE", key), reply::plain)
+}
+
+pub(crate) fn pnc_merge<K: ToRedisArgs>(key: K, state: &[u8]) -> Call<i64> {
+    call(keyed("PNC.MERGE", key).arg(state).clone(), reply::plain)
+}
+
+pub(crate) fn pnc_clear<K: ToRedisArgs>(key: K) -> Call<i64> {
+    call(keyed("PNC.CLEAR", key), reply::plain)
+}
+
+pub(crate) fn pnc_info<K: ToRedisArgs>(key: K) -> Call<PncInfo> {
+    call(keyed("PNC.INFO", key), reply::pnc_info)
+}

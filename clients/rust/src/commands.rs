@@ -1,0 +1,134 @@
+//! [`CtrCommands`] (sync) and [`AsyncCtrCommands`] (async), generated from one list so that
+//! both have the same methods, arguments, documentation and replies.
+
+use redis::{ConnectionLike, ToRedisArgs};
+
+use crate::calls::{self, Call};
+use crate::error::CtrError;
+use crate::types::{AddOptions, CounterInfo, PncInfo, Reconciled, Source};
+
+/// Sends one command and parses its reply.
+pub(crate) fn run<C: ConnectionLike, T>(con: &mut C, call: Call<T>) -> Result<T, CtrError> {
+    let value = call.cmd.query::<redis::Value>(con)?;
+    (call.parse)(value)
+}
+
+#[cfg(feature = "aio")]
+async fn run_async<C: redis::aio::ConnectionLike + Send, T>(
+    con: &mut C,
+    call: Call<T>,
+) -> Result<T, CtrError> {
+    let value = call.cmd.query_async::<redis::Value>(con).await?;
+    (call.parse)(value)
+}
+
+macro_rules! commands {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident<$($g:ident: $bound:path),*>($($arg:ident: $ty:ty),*) -> $ret:ty = $build:path;
+    )*) => {
+        /// The module's commands on every sync connection: `redis::Connection`,
+        /// `redis::cluster::ClusterConnection` (each command goes to its key's master), ...
+        /// Implemented for every `ConnectionLike`.
+        pub trait CtrCommands: ConnectionLike + Sized {
+            $(
+                $(#[$doc])*
+                fn $name<$($g: $bound),*>(&mut self, $($arg: $ty),*) -> Result<$ret, CtrError> {
+                    run(self, $build($($arg),*))
+                }
+            )*
+        }
+
+        impl<C: ConnectionLike> CtrCommands for C {}
+
+        /// The module's commands on every async connection (`aio::MultiplexedConnection`,
+        /// `cluster_async::ClusterConnection`, ...): the same methods as [`CtrCommands`],
+        /// returning futures.
+        #[cfg(feature = "aio")]
+        pub trait AsyncCtrCommands: redis::aio::ConnectionLike + Send + Sized {
+            $(
+                $(#[$doc])*
+                fn $name<$($g: $bound),*>(
+                    &mut self,
+                    $($arg: $ty),*
+                ) -> impl std::future::Future<Output = Result<$ret, CtrError>> + Send {
+                    let call = $build($($arg),*);
+                    run_async(self, call)
+                }
+            )*
+        }
+
+        #[cfg(feature = "aio")]
+        impl<C: redis::aio::ConnectionLike + Send> AsyncCtrCommands for C {}
+    };
+}
+
+commands! {
+    /// `CTR.ADD key delta`: the new value; None when a negative delta is refused by the
+    /// counter's floor (nothing changed).
+    fn ctr_add<K: ToRedisArgs>(key: K, delta: i64) -> Option<i64> = calls::add;
+
+    /// `CTR.ADD key delta [TOKEN t] [AT ms] [EX s | PX ms]`: with a token, a retry counts once.
+    fn ctr_add_with<K: ToRedisArgs>(key: K, delta: i64, options: &AddOptions) -> Option<i64>
+        = calls::add_with;
+
+    /// `CTR.GET key`: the value, 0 when the key is missing.
+    fn ctr_get<K: ToRedisArgs>(key: K) -> i64 = calls::get;
+
+    /// `CTR.MGET key...`: one value per key, in order (keys share a slot in a cluster).
+    fn ctr_mget<K: ToRedisArgs>(keys: &[K]) -> Vec<i64> = calls::mget;
+
+    /// `CTR.CLEAR key`: resets to 0 (keeping the floor); the value before.
+    fn ctr_clear<K: ToRedisArgs>(key: K) -> i64 = calls::clear;
+
+    /// `CTR.CLEAR key TOKEN t`: idempotent reset.
+    fn ctr_clear_with_token<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> i64
+        = calls::clear_with_token;
+
+    /// `CTR.FLOOR key floor|NONE`: sets (Some) or removes (None) the floor.
+    fn ctr_floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> () = calls::floor;
+
+    /// `CTR.DECRFLOOR key amount`: the new value, or None when it would cross the floor.
+    fn ctr_decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Option<i64> = calls::decrfloor;
+
+    /// `CTR.DECRFLOOR key amount TOKEN t [AT ms]`: a retry replays the first outcome.
+    fn ctr_decrfloor_with<K: ToRedisArgs, T: AsRef<[u8]>>(
+        key: K,
+        amount: i64,
+        token: T,
+        at: Option<i64>
+    ) -> Option<i64> = calls::decrfloor_with;
+
+    /// `CTR.RECONCILE key truth [AT watermark]`.
+    fn ctr_reconcile<K: ToRedisArgs>(key: K, truth: i64, at: Option<i64>) -> Reconciled
+        = calls::reconcile;
+
+    /// `CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT watermark]` (source in the key's slot).
+    fn ctr_reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
+        key: K,
+        kind: Source,
+        source: S,
+        at: Option<i64>
+    ) -> Reconciled = calls::reconcile_from;
+
+    /// `CTR.INFO key`: None when the key is missing.
+    fn ctr_info<K: ToRedisArgs>(key: K) -> Option<CounterInfo> = calls::info;
+
+    /// `PNC.ADD key delta`: adds to this deployment's slot; the new value.
+    fn pnc_add<K: ToRedisArgs>(key: K, delta: i64) -> i64 = calls::pnc_add;
+
+    /// `PNC.GET key`: the value, 0 when the key is missing.
+    fn pnc_get<K: ToRedisArgs>(key: K) -> i64 = calls::pnc_get;
+
+    /// `PNC.STATE key`: the state blob for `pnc_merge` elsewhere; None when the key is missing.
+    fn pnc_state<K: ToRedisArgs>(key: K) -> Option<Vec<u8>> = calls::pnc_state;
+
+    /// `PNC.MERGE key state`: the new value.
+    fn pnc_merge<K: ToRedisArgs>(key: K, state: &[u8]) -> i64 = calls::pnc_merge;
+
+    /// `PNC.CLEAR key`: observed reset; the value before.
+    fn pnc_clear<K: ToRedisArgs>(key: K) -> i64 = calls::pnc_clear;
+
+    /// `PNC.INFO key`: value, replica ids and every replica's slot.
+    fn pnc_info<K: ToRedisArgs>(key: K) -> PncInfo = calls::pnc_info;
+}

@@ -1,0 +1,100 @@
+//! Reply normalisation: RESP3 maps and RESP2 flat arrays alike.
+
+use std::collections::HashMap;
+
+use redis::{FromRedisValue, Value};
+
+use crate::error::CtrError;
+use crate::types::{CounterInfo, PncInfo, PncReplica, Reconciled};
+
+type Result<T> = std::result::Result<T, CtrError>;
+
+fn unexpected(what: &str, value: &Value) -> CtrError {
+    CtrError::Reply(format!("{what}: {value:?}"))
+}
+
+/// A value of a plain type (an integer, an optional integer, bytes...).
+pub(crate) fn plain<T: FromRedisValue>(value: Value) -> Result<T> {
+    redis::from_owned_redis_value(value).map_err(CtrError::from)
+}
+
+pub(crate) fn ok(value: Value) -> Result<()> {
+    match value {
+        Value::Okay => Ok(()),
+        Value::SimpleString(s) if s == "OK" => Ok(()),
+        other => Err(unexpected("expected OK", &other)),
+    }
+}
+
+/// Field name -> value of a RESP3 map or a RESP2 `[field, value, ...]` array.
+fn fields(value: Value) -> Result<HashMap<String, Value>> {
+    let pairs: Vec<(Value, Value)> = match value {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) if items.len() % 2 == 0 => {
+            let mut items = items.into_iter();
+            std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+        }
+        other => return Err(unexpected("expected a map", &other)),
+    };
+    pairs
+        .into_iter()
+        .map(|(name, v)| Ok((plain::<String>(name)?, v)))
+        .collect()
+}
+
+fn take<T: FromRedisValue>(map: &mut HashMap<String, Value>, name: &str) -> Result<T> {
+    plain(map.remove(name).unwrap_or(Value::Nil))
+}
+
+pub(crate) fn reconciled(value: Value) -> Result<Reconciled> {
+    let (value, drift): (i64, i64) = plain(value)?;
+    Ok(Reconciled { value, drift })
+}
+
+pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
+    if value == Value::Nil {
+        return Ok(None);
+    }
+    let mut map = fields(value)?;
+    let mut info = CounterInfo {
+        value: take(&mut map, "value")?,
+        floor: take(&mut map, "floor")?,
+        shards: take(&mut map, "shards")?,
+        shard_values: take(&mut map, "shard_values")?,
+        budgets: take(&mut map, "budgets")?,
+        add_rate: take(&mut map, "add_rate")?,
+        tokens: take(&mut map, "tokens")?,
+        ledger: take(&mut map, "ledger")?,
+        duplicates_ignored: take(&mut map, "duplicates_ignored")?,
+        bucket_count: take(&mut map, "bucket_count")?,
+        last_watermark: take(&mut map, "last_watermark")?,
+        last_drift: take(&mut map, "last_drift")?,
+        total_abs_drift: take(&mut map, "total_abs_drift")?,
+        reconciles: take(&mut map, "reconciles")?,
+        encoding: take(&mut map, "encoding")?,
+        other: HashMap::new(),
+    };
+    info.other = map;
+    Ok(Some(info))
+}
+
+pub(crate) fn pnc_info(value: Value) -> Result<PncInfo> {
+    let mut map = fields(value)?;
+    let replicas: Vec<Value> = take(&mut map, "replicas")?;
+    Ok(PncInfo {
+        value: take(&mut map, "value")?,
+        replica_id: take(&mut map, "replica-id")?,
+        home: take(&mut map, "home")?,
+        replicas: replicas
+            .into_iter()
+            .map(|entry| {
+                let mut entry = fields(entry)?;
+                Ok(PncReplica {
+                    id: take(&mut entry, "id")?,
+                    p: take(&mut entry, "p")?,
+                    n: take(&mut entry, "n")?,
+                })
+            })
+            .collect::<Result<_>>()?,
+    })
+}

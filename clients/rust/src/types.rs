@@ -1,0 +1,130 @@
+//! Options and replies of the typed commands.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+/// Options of `CTR.ADD`: a token, an event time, a TTL set on create.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddOptions {
+    pub(crate) token: Option<Vec<u8>>,
+    pub(crate) at: Option<i64>,
+    pub(crate) expire: Option<Expire>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expire {
+    Seconds(i64),
+    Millis(i64),
+}
+
+impl AddOptions {
+    pub fn new() -> AddOptions {
+        AddOptions::default()
+    }
+
+    /// `TOKEN`: a retry with the same token counts once (inside `ctr.token-window-ms`).
+    pub fn token(mut self, token: impl AsRef<[u8]>) -> AddOptions {
+        self.token = Some(token.as_ref().to_vec());
+        self
+    }
+
+    /// `AT`: the event's own time, unix milliseconds.
+    pub fn at(mut self, unix_ms: i64) -> AddOptions {
+        self.at = Some(unix_ms);
+        self
+    }
+
+    /// `EX`: a time to live in seconds, set only when this call creates the key.
+    pub fn ex(mut self, seconds: i64) -> AddOptions {
+        self.expire = Some(Expire::Seconds(seconds));
+        self
+    }
+
+    /// `PX`: a time to live in milliseconds, set only when this call creates the key.
+    pub fn px(mut self, millis: i64) -> AddOptions {
+        self.expire = Some(Expire::Millis(millis));
+        self
+    }
+}
+
+/// The source kind of `CTR.RECONCILE key FROM <kind> source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Stream entries with an id time part at or before the watermark.
+    Stream,
+    /// Sorted-set members with a score at or before the watermark.
+    Zset,
+    /// The set's cardinality (no watermark).
+    Set,
+}
+
+impl Source {
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            Source::Stream => "STREAM",
+            Source::Zset => "ZSET",
+            Source::Set => "SET",
+        }
+    }
+}
+
+/// The reply of `CTR.RECONCILE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconciled {
+    /// The value after the repair.
+    pub value: i64,
+    /// What the counter held for events up to the watermark minus the truth (positive: it ran
+    /// high).
+    pub drift: i64,
+}
+
+/// `CTR.INFO`, whatever the protocol.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CounterInfo {
+    pub value: i64,
+    /// None when no floor is set.
+    pub floor: Option<i64>,
+    pub shards: i64,
+    /// One per shard; they sum to `value`.
+    pub shard_values: Vec<i64>,
+    /// Per-shard reservation budgets of a floored counter (they sum to value - floor).
+    pub budgets: Option<Vec<i64>>,
+    /// Adds in the last full second, as this server saw them.
+    pub add_rate: i64,
+    /// `CTR.ADD`/`CTR.CLEAR` tokens remembered.
+    pub tokens: i64,
+    /// `CTR.DECRFLOOR` tokens remembered with their first outcome.
+    pub ledger: i64,
+    pub duplicates_ignored: i64,
+    pub bucket_count: i64,
+    pub last_watermark: Option<i64>,
+    pub last_drift: Option<i64>,
+    pub total_abs_drift: i64,
+    pub reconciles: i64,
+    /// `inline` or `boxed`.
+    pub encoding: String,
+    /// Fields a newer module replies that this crate does not know yet (e.g. the `holders` of
+    /// a spread counter), as the server sent them.
+    pub other: HashMap<String, Value>,
+}
+
+/// `PNC.INFO`, whatever the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PncInfo {
+    pub value: i64,
+    /// The replica id this deployment writes to (None before its first local write).
+    pub replica_id: Option<String>,
+    /// The id of the last local write to this key.
+    pub home: Option<String>,
+    /// Every replica id's slot, sorted by id.
+    pub replicas: Vec<PncReplica>,
+}
+
+/// One replica id's slot of a PN-counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PncReplica {
+    pub id: String,
+    pub p: i64,
+    pub n: i64,
+}

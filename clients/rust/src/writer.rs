@@ -1,0 +1,395 @@
+//! A coalescing writer: adds summed locally, each key's sum flushed as one
+//! `CTR.ADD key sum TOKEN <writer id>:<sequence> AT <first send time>`.
+//!
+//! A sum whose reply is lost (a timeout, a dropped connection) is sent again with the same
+//! token on a new connection, so it counts exactly once. Flushes happen every
+//! [`WriterConfig::flush_interval`] or [`WriterConfig::flush_every`] adds, whichever comes
+//! first, in a background thread; [`CoalescingWriter::close`] and `Drop` flush what is left.
+//!
+//! What a crash of the process can lose: the adds made since the last flush, and a sum sent
+//! whose reply had not arrived (it counted once or not at all). Nothing counts twice as long as
+//! a retry reaches the server within `ctr.token-window-ms` of the first send (a later one is
+//! refused as too old, not counted). `std::process::exit` and a panic that aborts skip `Drop`:
+//! call [`CoalescingWriter::close`] before them.
+//!
+//! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
+//! many sums sent and not yet acknowledged). An add of a new key when that many are pending
+//! flushes first, in the caller's thread, and fails with [`WriterError::Full`] when that flush
+//! fails.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{ConnectionLike, RedisResult};
+
+use crate::calls;
+use crate::commands::run;
+use crate::error::CtrError;
+use crate::types::AddOptions;
+
+/// How the writer makes connections (again, after one fails).
+pub trait Connector: Send + 'static {
+    type Connection: ConnectionLike + Send;
+    fn connect(&self, timeout: Duration) -> RedisResult<Self::Connection>;
+}
+
+impl Connector for redis::Client {
+    type Connection = redis::Connection;
+    fn connect(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        let con = self.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        Ok(con)
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Connector for redis::cluster::ClusterClient {
+    type Connection = redis::cluster::ClusterConnection;
+    fn connect(&self, timeout: Duration) -> RedisResult<Self::Connection> {
+        let con = self.get_connection()?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        Ok(con)
+    }
+}
+
+/// Settings of a [`CoalescingWriter`].
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Flush at least this often.
+    pub flush_interval: Duration,
+    /// Flush after this many adds.
+    pub flush_every: u64,
+    /// Keys summed at a time, at most.
+    pub max_keys: usize,
+    /// Prefix of every token; two writers alive at the same time must never share one.
+    pub writer_id: String,
+    /// Sends of one sum after the first, on a connection error or timeout, before a flush fails.
+    pub retries: u32,
+    /// Pause before the n-th retry: n times this.
+    pub retry_backoff: Duration,
+    /// Connect, read and write timeout of the writer's connection.
+    pub timeout: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> WriterConfig {
+        WriterConfig {
+            flush_interval: Duration::from_millis(100),
+            flush_every: 10_000,
+            max_keys: 100_000,
+            writer_id: random_writer_id(),
+            retries: 5,
+            retry_backoff: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// 16 hex digits from the std hasher's random keys, the time and the process id.
+fn random_writer_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(unix_ms() as u128);
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What a writer did since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// `add` calls recorded.
+    pub adds: u64,
+    /// `CTR.ADD` commands sent, retries included.
+    pub commands: u64,
+    /// Sums acknowledged by the server.
+    pub flushed_sums: u64,
+    /// Sends repeated with the same token after a connection error or timeout.
+    pub retries: u64,
+    /// Sums refused by a floor (nil reply): not applied.
+    pub refused: u64,
+    /// Sums the server refused with an error: not applied.
+    pub dropped: u64,
+}
+
+/// Why an add or a flush failed.
+#[derive(Debug)]
+pub enum WriterError {
+    /// A new key while `max_keys` keys are pending, and the flush to make room failed.
+    Full(CtrError),
+    /// The writer is closed.
+    Closed,
+    /// A flush could not reach the server; its sums are kept for the next flush.
+    Flush(CtrError),
+}
+
+impl std::fmt::Display for WriterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriterError::Full(e) => write!(f, "writer full and the flush failed: {e}"),
+            WriterError::Closed => f.write_str("writer closed"),
+            WriterError::Flush(e) => write!(f, "flush failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WriterError {}
+
+struct Sum {
+    key: Vec<u8>,
+    delta: i64,
+    options: AddOptions,
+}
+
+#[derive(Default)]
+struct Pending {
+    sums: HashMap<Vec<u8>, i64>,
+    since_flush: u64,
+    flush_requested: bool,
+    closed: bool,
+    adds: u64,
+}
+
+struct Flusher<C: Connector> {
+    connector: C,
+    connection: Option<C::Connection>,
+    unacked: VecDeque<Sum>,
+    sequence: u64,
+    stats: WriterStats,
+}
+
+struct Shared<C: Connector> {
+    config: WriterConfig,
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    flusher: Mutex<Flusher<C>>,
+}
+
+/// Sums adds per key and flushes them as tokened `CTR.ADD`s (see the [module](self) docs).
+pub struct CoalescingWriter<C: Connector> {
+    shared: Arc<Shared<C>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep using it.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<C: Connector> CoalescingWriter<C> {
+    /// A writer that connects with `connector` (a `redis::Client`, or a
+    /// `redis::cluster::ClusterClient` with the `cluster` feature).
+    /// `flush_every` and `max_keys` below 1 count as 1.
+    pub fn new(connector: C, mut config: WriterConfig) -> CoalescingWriter<C> {
+        config.flush_every = config.flush_every.max(1);
+        config.max_keys = config.max_keys.max(1);
+        let shared = Arc::new(Shared {
+            config,
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            flusher: Mutex::new(Flusher {
+                connector,
+                connection: None,
+                unacked: VecDeque::new(),
+                sequence: 0,
+                stats: WriterStats::default(),
+            }),
+        });
+        let background = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("redis-ctr-writer".into())
+            .spawn(move || background.run())
+            .expect("spawn the writer's flush thread");
+        CoalescingWriter {
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Adds `delta` to `key`; sent with the next flush.
+    pub fn add(&self, key: impl AsRef<[u8]>, delta: i64) -> Result<(), WriterError> {
+        let key = key.as_ref();
+        if self.shared.record(key, delta)? {
+            return Ok(());
+        }
+        self.shared.flush().map_err(WriterError::Full)?;
+        match self.shared.record(key, delta)? {
+            true => Ok(()),
+            false => Err(WriterError::Full(CtrError::Reply(
+                "no room after a flush".into(),
+            ))),
+        }
+    }
+
+    /// Sends every pending sum now, first any sum still unacknowledged (with its token).
+    pub fn flush(&self) -> Result<(), WriterError> {
+        self.shared.flush().map_err(WriterError::Flush)
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> WriterStats {
+        let mut stats = lock(&self.shared.flusher).stats;
+        stats.adds = lock(&self.shared.pending).adds;
+        stats
+    }
+
+    /// Stops the flush thread and flushes what is left; the final stats, or an error saying
+    /// the last sums could not be sent.
+    pub fn close(mut self) -> Result<WriterStats, WriterError> {
+        self.shutdown()?;
+        Ok(self.stats())
+    }
+
+    fn shutdown(&mut self) -> Result<(), WriterError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        lock(&self.shared.pending).closed = true;
+        self.shared.wake.notify_all();
+        let _ = thread.join();
+        self.flush()
+    }
+}
+
+impl<C: Connector> Drop for CoalescingWriter<C> {
+    /// Flushes what is left; a failure can only be reported on stderr here (use `close` to
+    /// handle it).
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            eprintln!("redis-ctr writer {}: {e}", self.shared.config.writer_id);
+        }
+    }
+}
+
+impl<C: Connector> Shared<C> {
+    /// False when the key cannot be taken without a flush first (a new key at the cap, or a
+    /// sum leaving the 64-bit range).
+    fn record(&self, key: &[u8], delta: i64) -> Result<bool, WriterError> {
+        let mut pending = lock(&self.pending);
+        if pending.closed {
+            return Err(WriterError::Closed);
+        }
+        let at_cap = pending.sums.len() >= self.config.max_keys;
+        let slot = match pending.sums.get_mut(key) {
+            Some(sum) => sum,
+            None if at_cap => return Ok(false),
+            None => pending.sums.entry(key.to_vec()).or_insert(0),
+        };
+        let Some(total) = slot.checked_add(delta) else {
+            return Ok(false);
+        };
+        *slot = total;
+        pending.adds += 1;
+        pending.since_flush += 1;
+        if pending.since_flush >= self.config.flush_every {
+            pending.since_flush = 0;
+            pending.flush_requested = true;
+            self.wake.notify_one();
+        }
+        Ok(true)
+    }
+
+    fn run(&self) {
+        loop {
+            {
+                let pending = lock(&self.pending);
+                let (pending, _) = self
+                    .wake
+                    .wait_timeout_while(pending, self.config.flush_interval, |p| {
+                        !p.flush_requested && !p.closed
+                    })
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if pending.closed {
+                    return;
+                }
+            }
+            // A failed flush keeps its sums; the next tick tries again.
+            let _ = self.flush();
+        }
+    }
+
+    fn flush(&self) -> Result<(), CtrError> {
+        let mut flusher = lock(&self.flusher);
+        self.send_unacked(&mut flusher)?;
+        let sums = {
+            let mut pending = lock(&self.pending);
+            pending.since_flush = 0;
+            pending.flush_requested = false;
+            std::mem::take(&mut pending.sums)
+        };
+        let at = unix_ms();
+        for (key, delta) in sums.into_iter().filter(|&(_, delta)| delta != 0) {
+            flusher.sequence += 1;
+            let token = format!("{}:{}", self.config.writer_id, flusher.sequence);
+            let options = AddOptions::new().token(token).at(at);
+            flusher.unacked.push_back(Sum {
+                key,
+                delta,
+                options,
+            });
+        }
+        self.send_unacked(&mut flusher)
+    }
+
+    fn send_unacked(&self, flusher: &mut Flusher<C>) -> Result<(), CtrError> {
+        while let Some(sum) = flusher.unacked.pop_front() {
+            if let Err(e) = self.send(flusher, &sum) {
+                flusher.unacked.push_front(sum);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ok once the server has decided on the sum (applied, refused by a floor, or rejected
+    /// with one of the module's errors); the last error when it stays out of reach.
+    fn send(&self, flusher: &mut Flusher<C>, sum: &Sum) -> Result<(), CtrError> {
+        let mut retries = 0;
+        loop {
+            flusher.stats.commands += 1;
+            match flusher.send_once(sum, self.config.timeout) {
+                Ok(Some(_)) => flusher.stats.flushed_sums += 1,
+                Ok(None) => flusher.stats.refused += 1,
+                Err(CtrError::Module(..) | CtrError::Reply(_)) => flusher.stats.dropped += 1,
+                // A lost connection, a timeout, a node failing over: the sum may or may not
+                // have counted; the same token makes the retry safe.
+                Err(e) => {
+                    flusher.connection = None;
+                    if retries == self.config.retries {
+                        return Err(e);
+                    }
+                    retries += 1;
+                    flusher.stats.retries += 1;
+                    std::thread::sleep(self.config.retry_backoff * retries);
+                    continue;
+                }
+            }
+            return Ok(());
+        }
+    }
+}
+
+impl<C: Connector> Flusher<C> {
+    fn send_once(&mut self, sum: &Sum, timeout: Duration) -> Result<Option<i64>, CtrError> {
+        let connection = match self.connection.take() {
+            Some(connection) => connection,
+            None => self.connector.connect(timeout)?,
+        };
+        let connection = self.connection.insert(connection);
+        run(
+            connection,
+            calls::add_with(sum.key.as_slice(), sum.delta, &sum.options),
+        )
+    }
+}

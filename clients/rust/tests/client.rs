@@ -1,0 +1,440 @@
+//! The client crate against the module: every method on RESP2 and RESP3, sync and async,
+//! standalone and on a 3-master cluster; the error kinds; the coalescing writer's flushes,
+//! exactly once when replies are lost.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::cluster::Cluster;
+use common::Server;
+use redis_ctr_client::{
+    AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
+    ModuleError, PncInfo, Reconciled, Source, WriterConfig, WriterError,
+};
+
+const BUCKET_MS: i64 = 100;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+fn url(port: u16, resp3: bool) -> String {
+    let protocol = if resp3 { "resp3" } else { "resp2" };
+    format!("redis://127.0.0.1:{port}/?protocol={protocol}")
+}
+
+fn module_error<T: std::fmt::Debug>(result: Result<T, CtrError>) -> ModuleError {
+    match result {
+        Err(CtrError::Module(kind, text)) => {
+            assert!(!text.is_empty());
+            kind
+        }
+        other => panic!("expected a module error, got {other:?}"),
+    }
+}
+
+/// Every sync method once, keys under hash tag `tag`; the floored counter's info (without the
+/// add rate, a local observation) and a PNC.INFO.
+fn exercise<C: CtrCommands>(con: &mut C, tag: &str) -> (CounterInfo, PncInfo) {
+    let k = |name: &str| format!("{{{tag}}}:{name}");
+    assert_eq!(con.ctr_add(k("views"), 41).unwrap(), Some(41));
+    let ttl = AddOptions::new().ex(60);
+    assert_eq!(con.ctr_add_with(k("views"), 1, &ttl).unwrap(), Some(42));
+    assert_eq!(con.ctr_get(k("views")).unwrap(), 42);
+    assert_eq!(con.ctr_mget(&[k("views"), k("none")]).unwrap(), [42, 0]);
+    let once = AddOptions::new().token("order-1").at(now_ms());
+    for _ in 0..3 {
+        assert_eq!(con.ctr_add_with(k("paid"), 5, &once).unwrap(), Some(5));
+    }
+    assert_eq!(con.ctr_clear_with_token(k("paid"), "c1").unwrap(), 5);
+    assert_eq!(con.ctr_clear_with_token(k("paid"), "c1").unwrap(), 0);
+    assert_eq!(con.ctr_clear(k("views")).unwrap(), 42);
+
+    con.ctr_add(k("stock"), 5).unwrap();
+    con.ctr_floor(k("stock"), Some(0)).unwrap();
+    assert_eq!(
+        con.ctr_decrfloor_with(k("stock"), 4, "o1", None).unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        con.ctr_decrfloor_with(k("stock"), 4, "o2", None).unwrap(),
+        None
+    );
+    assert_eq!(con.ctr_decrfloor(k("stock"), 2).unwrap(), None);
+    assert_eq!(con.ctr_add(k("stock"), -2).unwrap(), None);
+    let mut info = con
+        .ctr_info(k("stock"))
+        .unwrap()
+        .expect("the counter exists");
+    assert_eq!(
+        (info.value, info.floor, info.budgets.clone()),
+        (1, Some(0), Some(vec![1]))
+    );
+    assert_eq!(info.encoding, "boxed");
+    info.add_rate = 0;
+    assert_eq!(con.ctr_info(k("none")).unwrap(), None);
+    con.ctr_floor(k("stock"), None).unwrap();
+    assert_eq!(con.ctr_info(k("stock")).unwrap().unwrap().floor, None);
+
+    assert_eq!(
+        con.ctr_reconcile(k("views"), 7, None).unwrap(),
+        Reconciled {
+            value: 7,
+            drift: -7
+        }
+    );
+    redis::cmd("XADD")
+        .arg(&[k("log"), "*".into(), "n".into(), "1".into()])
+        .exec(con)
+        .unwrap();
+    let counted = con
+        .ctr_reconcile_from(k("counted"), Source::Stream, k("log"), None)
+        .unwrap();
+    assert_eq!(
+        counted,
+        Reconciled {
+            value: 1,
+            drift: -1
+        }
+    );
+
+    assert_eq!(con.pnc_add(k("likes"), 10).unwrap(), 10);
+    assert_eq!(con.pnc_add(k("likes"), -3).unwrap(), 7);
+    assert_eq!(con.pnc_get(k("likes")).unwrap(), 7);
+    let state = con.pnc_state(k("likes")).unwrap().expect("a state");
+    assert_eq!(con.pnc_state(k("none")).unwrap(), None);
+    assert_eq!(con.pnc_merge(k("copy"), &state).unwrap(), 7);
+    let pnc = con.pnc_info(k("likes")).unwrap();
+    assert_eq!(pnc.home, pnc.replica_id);
+    assert_eq!((pnc.replicas[0].p, pnc.replicas[0].n), (10, 3));
+    assert_eq!(con.pnc_clear(k("likes")).unwrap(), 7);
+    (info, pnc)
+}
+
+#[test]
+fn every_method_replies_the_same_on_resp2_and_resp3() {
+    let server = Server::start();
+    let replies: Vec<(CounterInfo, PncInfo)> = [false, true]
+        .into_iter()
+        .map(|resp3| {
+            let client = redis::Client::open(url(server.port, resp3)).unwrap();
+            exercise(&mut client.get_connection().unwrap(), &format!("p{resp3}"))
+        })
+        .collect();
+    assert_eq!(replies[0], replies[1]);
+}
+
+#[test]
+fn the_module_errors_have_their_kinds() {
+    let server = Server::start_with(&[], &["bucket-ms", &BUCKET_MS.to_string()]);
+    let mut con = redis::Client::open(url(server.port, true))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let c = &mut con;
+    c.ctr_add("max", i64::MAX).unwrap();
+    assert_eq!(module_error(c.ctr_add("max", 1)), ModuleError::Overflow);
+    assert_eq!(
+        module_error(c.ctr_floor("f", Some(5))),
+        ModuleError::BelowFloor
+    );
+    let old = AddOptions::new().token("t").at(1);
+    assert_eq!(
+        module_error(c.ctr_add_with("k", 1, &old)),
+        ModuleError::TokenTooOld
+    );
+    let ahead = AddOptions::new().at(now_ms() + 86_400_000);
+    assert_eq!(
+        module_error(c.ctr_add_with("k", 1, &ahead)),
+        ModuleError::TooFarInFuture
+    );
+    let empty = AddOptions::new().token("");
+    assert_eq!(
+        module_error(c.ctr_add_with("k", 1, &empty)),
+        ModuleError::InvalidToken
+    );
+    assert_eq!(
+        module_error(c.ctr_decrfloor("k", 0)),
+        ModuleError::InvalidAmount
+    );
+    let no_ttl = AddOptions::new().px(0);
+    assert_eq!(
+        module_error(c.ctr_add_with("e", 1, &no_ttl)),
+        ModuleError::InvalidExpire
+    );
+    let set_at = c.ctr_reconcile_from("k", Source::Set, "s", Some(0));
+    assert_eq!(module_error(set_at), ModuleError::Syntax);
+    redis::cmd("SET").arg(&["str", "x"]).exec(c).unwrap();
+    assert_eq!(module_error(c.ctr_get("str")), ModuleError::WrongType);
+    assert_eq!(
+        module_error(c.pnc_merge("m", b"\x02\x00")),
+        ModuleError::InvalidState
+    );
+
+    let watermark = || (now_ms() / BUCKET_MS - 1) * BUCKET_MS;
+    let late = c.ctr_reconcile("r", 1, Some(watermark()));
+    assert_eq!(module_error(late), ModuleError::HistoryMissing);
+    c.ctr_reconcile("r", 0, None).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    let w = watermark();
+    assert_eq!(c.ctr_reconcile("r", 5, Some(w)).unwrap().value, 5);
+    let stamped = AddOptions::new().at(w);
+    assert_eq!(
+        module_error(c.ctr_add_with("r", 1, &stamped)),
+        ModuleError::LateAdd
+    );
+    let off_grid = c.ctr_reconcile("r", 5, Some(w + 1));
+    assert_eq!(module_error(off_grid), ModuleError::BadWatermark);
+    // Other server errors stay redis errors.
+    let unknown: Result<i64, CtrError> = redis::cmd("CTR.NOSUCH")
+        .query::<i64>(c)
+        .map_err(CtrError::from);
+    assert!(matches!(unknown, Err(CtrError::Redis(_))), "{unknown:?}");
+    assert_eq!(
+        ModuleError::from_text(
+            "ERR PNC.ADD must run on a primary: a replica has no replica id of its own"
+        ),
+        Some(ModuleError::NotPrimary)
+    );
+}
+
+/// Every async method once (fewer asserts than the sync twin: the calls and parsers are
+/// shared, what differs is the transport).
+async fn exercise_async<C: AsyncCtrCommands>(con: &mut C, tag: &str) {
+    let k = |name: &str| format!("{{{tag}}}:{name}");
+    assert_eq!(con.ctr_add(k("v"), 2).await.unwrap(), Some(2));
+    let once = AddOptions::new().token("t");
+    assert_eq!(con.ctr_add_with(k("v"), 1, &once).await.unwrap(), Some(3));
+    assert_eq!(con.ctr_add_with(k("v"), 1, &once).await.unwrap(), Some(3));
+    assert_eq!(con.ctr_get(k("v")).await.unwrap(), 3);
+    assert_eq!(con.ctr_mget(&[k("v"), k("w")]).await.unwrap(), [3, 0]);
+    con.ctr_floor(k("v"), Some(1)).await.unwrap();
+    assert_eq!(con.ctr_decrfloor(k("v"), 2).await.unwrap(), Some(1));
+    assert_eq!(
+        con.ctr_decrfloor_with(k("v"), 1, "d", None).await.unwrap(),
+        None
+    );
+    let info = con.ctr_info(k("v")).await.unwrap().unwrap();
+    assert_eq!((info.value, info.floor), (1, Some(1)));
+    con.ctr_floor(k("v"), None).await.unwrap();
+    assert_eq!(con.ctr_clear(k("v")).await.unwrap(), 1);
+    assert_eq!(con.ctr_clear_with_token(k("v"), "c").await.unwrap(), 0);
+    assert_eq!(con.ctr_reconcile(k("v"), 4, None).await.unwrap().value, 4);
+    let from = con.ctr_reconcile_from(k("n"), Source::Set, k("s"), None);
+    assert_eq!(from.await.unwrap(), Reconciled { value: 0, drift: 0 });
+    assert_eq!(con.pnc_add(k("l"), 5).await.unwrap(), 5);
+    assert_eq!(con.pnc_get(k("l")).await.unwrap(), 5);
+    let state = con.pnc_state(k("l")).await.unwrap().unwrap();
+    assert_eq!(con.pnc_merge(k("m"), &state).await.unwrap(), 5);
+    assert_eq!(con.pnc_info(k("l")).await.unwrap().replicas[0].p, 5);
+    assert_eq!(con.pnc_clear(k("l")).await.unwrap(), 5);
+    let refused = con.ctr_floor(k("v"), Some(100)).await;
+    assert_eq!(module_error(refused), ModuleError::BelowFloor);
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+#[test]
+fn async_methods_on_resp2_and_resp3() {
+    let server = Server::start();
+    block_on(async {
+        for resp3 in [false, true] {
+            let client = redis::Client::open(url(server.port, resp3)).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            exercise_async(&mut con, &format!("a{resp3}")).await;
+        }
+    });
+}
+
+#[test]
+fn cluster_sync_async_and_writer() {
+    let cluster = Cluster::start(3, &[]);
+    let seeds = vec![url(cluster.nodes[0].port, true)];
+    let client = redis::cluster::ClusterClient::new(seeds.clone()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    exercise(&mut con, "c1");
+    block_on(async {
+        let mut con = client.get_async_connection().await.unwrap();
+        exercise_async(&mut con, "c2").await;
+    });
+
+    // Counters on every master, each readable on the master of its slot.
+    let keys: Vec<String> = (0..30).map(|i| format!("spread:{i}")).collect();
+    let masters: std::collections::HashSet<usize> = keys
+        .iter()
+        .map(|k| cluster.owner(common::cluster::key_slot(k.as_bytes())))
+        .collect();
+    assert_eq!(masters.len(), 3);
+
+    let config = WriterConfig {
+        flush_every: 500,
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(redis::cluster::ClusterClient::new(seeds).unwrap(), config);
+    for n in 0..3000 {
+        writer.add(&keys[n % keys.len()], 1).unwrap();
+    }
+    let stats = writer.stats();
+    writer.close().unwrap();
+    for key in &keys {
+        let node = &cluster.nodes[cluster.owner(common::cluster::key_slot(key.as_bytes()))];
+        let mut direct = redis::Client::open(url(node.port, false)).unwrap();
+        assert_eq!(direct.ctr_get(key).unwrap(), 100, "{key}");
+    }
+    assert_eq!(stats.adds, 3000);
+}
+
+/// A proxy that forwards to `upstream` and, for the first `drops` requests containing
+/// `marker`, lets the server apply them and closes the client's connection instead of passing
+/// the reply on: a reply lost after the write happened.
+struct ReplyDroppingProxy {
+    port: u16,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl ReplyDroppingProxy {
+    fn start(upstream: u16, marker: &'static [u8], drops: usize) -> ReplyDroppingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let budget = Arc::new(AtomicUsize::new(drops));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&dropped);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    return;
+                };
+                let drop_reply = Arc::new(AtomicUsize::new(0));
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (budget, flag, counter) = (
+                    Arc::clone(&budget),
+                    Arc::clone(&drop_reply),
+                    Arc::clone(&counter),
+                );
+                std::thread::spawn(move || {
+                    pump(c2, s2, |data| {
+                        // Decided before forwarding, so the reply cannot overtake the decision.
+                        let take = contains(data, marker)
+                            && budget
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                                    b.checked_sub(1)
+                                })
+                                .is_ok();
+                        if take {
+                            flag.store(1, Ordering::SeqCst);
+                        }
+                        true
+                    })
+                });
+                std::thread::spawn(move || {
+                    pump(server, client, |_| {
+                        let drop = drop_reply.load(Ordering::SeqCst) == 1;
+                        if drop {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                        !drop
+                    })
+                });
+            }
+        });
+        ReplyDroppingProxy { port, dropped }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Copies `from` to `to` while `forward` says so; then closes both.
+fn pump(mut from: TcpStream, mut to: TcpStream, mut forward: impl FnMut(&[u8]) -> bool) {
+    let mut buf = [0u8; 65536];
+    while let Ok(n @ 1..) = from.read(&mut buf) {
+        if !forward(&buf[..n]) || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+fn ctr_stat(server: &Server, field: &str) -> i64 {
+    server.info_field("ctr", field).trim().parse().unwrap()
+}
+
+#[test]
+fn writer_counts_each_sum_once_when_replies_are_lost() {
+    let server = Server::start();
+    let proxy = ReplyDroppingProxy::start(server.port, b"CTR.ADD", 3);
+    let config = WriterConfig {
+        flush_every: 100,
+        flush_interval: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    let writer =
+        CoalescingWriter::new(redis::Client::open(url(proxy.port, false)).unwrap(), config);
+    for _ in 0..1000 {
+        writer.add("lost", 1).unwrap();
+    }
+    writer.flush().unwrap();
+    let stats = writer.stats();
+    writer.close().unwrap();
+    let mut con = server.conn();
+    assert_eq!(con.q("CTR.GET lost"), common::Value::Int(1000));
+    assert_eq!(proxy.dropped.load(Ordering::SeqCst), 3);
+    assert_eq!(stats.retries, 3);
+    assert_eq!(ctr_stat(&server, "ctr_duplicates_ignored"), 3);
+}
+
+#[test]
+fn writer_memory_is_bounded_and_drop_flushes() {
+    let server = Server::start();
+    // Nothing listens on a port whose listener is gone: every flush fails.
+    let closed_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = WriterConfig {
+        max_keys: 3,
+        retries: 0,
+        flush_interval: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(
+        redis::Client::open(url(closed_port, false)).unwrap(),
+        config,
+    );
+    for key in ["a", "b", "c", "a"] {
+        writer.add(key, 1).unwrap();
+    }
+    assert!(matches!(writer.add("d", 1), Err(WriterError::Full(_))));
+    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    {
+        let writer =
+            CoalescingWriter::new(redis::Client::open(url(server.port, true)).unwrap(), config);
+        for _ in 0..5 {
+            writer.add("dropped", 2).unwrap();
+        }
+    }
+    assert_eq!(server.conn().q("CTR.GET dropped"), common::Value::Int(10));
+}
