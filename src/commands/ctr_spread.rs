@@ -1,0 +1,594 @@
+//! Spread counters: CTR.SPREAD, and the gathered reads of a home key (CTR.GET, CTR.MGET and
+//! CTR.INFO give the total over every holder).
+//!
+//! A gather reads the holders this node serves at once (through `RM_Call`, which checks slot
+//! ownership), asks each other master for its holders over the cluster bus (one request per
+//! master, with a request id), and blocks the client until every master has answered or
+//! `ctr.gather-timeout-ms` has passed: then the read fails, it never returns a partial sum.
+//! A holder that a master no longer serves (resharded, migrating) fails the read with
+//! TRYAGAIN. Where a client cannot block (MULTI/EXEC, scripts), a read whose remote part is
+//! not in the cache (`ctr.gather-cache-ms`) fails with a clear error.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use super::ctr_store::{update_counter, with_counter};
+use super::parse::integer;
+use super::spread_cluster::{self as cluster, NodeId};
+use crate::config;
+use crate::counter::spread::{
+    key_slot, plan_holders, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+};
+use crate::counter::{exact_sum, CounterRef, Spread};
+use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Key, Reply};
+use crate::metrics;
+use crate::persist::ctr_format;
+use crate::persist::gather_msg::{self, HolderAnswer};
+
+/// Bus message types (0-254): a gather request and its response.
+const MSG_GATHER_REQUEST: u8 = 0xC7;
+const MSG_GATHER_RESPONSE: u8 = 0xC8;
+
+const SHRINK_REFUSED: CommandError = CommandError::fixed(
+    "ERR a spread counter cannot shrink yet: folding holders back is not built (holders can only grow)",
+);
+const FLOORED_REFUSED: CommandError =
+    CommandError::fixed("ERR a floored counter cannot be spread yet");
+const CANNOT_BLOCK: CommandError = CommandError::fixed(
+    "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
+);
+const OVERFLOW: CommandError = CommandError::fixed("ERR counter overflow");
+
+/// CTR.SPREAD key holders
+pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.spread"));
+    }
+    let target = integer(args.bytes(2))?;
+    let target = usize::try_from(target)
+        .ok()
+        .filter(|n| (1..=MAX_HOLDERS).contains(n))
+        .ok_or(CommandError::fixed(
+            "ERR holders must be between 1 and 1024",
+        ))?;
+    let home = args.bytes(1);
+    let current: Vec<Vec<u8>> =
+        with_counter(ctx, args.raw(1), |c| holders_of(c).unwrap_or_default())?;
+    if target < current.len() + 1 {
+        return Err(SHRINK_REFUSED);
+    }
+    if target > current.len() + 1 {
+        if home.len() > MAX_HOME_NAME {
+            return Err(CommandError::fixed(
+                "ERR key name too long to spread (at most 1024 bytes)",
+            ));
+        }
+        let added = if cluster::in_cluster(ctx) {
+            plan(home, &current, target, &*cluster::topology(ctx, true)?)
+        } else {
+            plan(home, &current, target, &Standalone)
+        }?;
+        let key = Key::open(ctx, args.raw(1), true);
+        let state = update_counter(&key, |c, _| {
+            if c.floor().is_some() {
+                return Err(FLOORED_REFUSED);
+            }
+            let holders = current.iter().chain(&added).cloned().collect();
+            c.set_spread(Spread { holders })?;
+            Ok(ctr_format::encode(c))
+        })?;
+        // The names depend on this master's view of the cluster: replicas and the AOF get
+        // the resulting state.
+        if !ctx.replicate_effect(c"CTR.SETSTATE", args.raw(1), &state) {
+            return Err(CommandError::fixed("ERR could not replicate the write"));
+        }
+        ctx.notify(c"ctr.spread", args.raw(1));
+        metrics::SPREADS.incr();
+        forget_cached(home);
+        return Ok(names_reply(home, current.iter().chain(&added)));
+    }
+    Ok(names_reply(home, current.iter()))
+}
+
+fn plan(
+    home: &[u8],
+    current: &[Vec<u8>],
+    target: usize,
+    owners: &impl SlotOwners,
+) -> Result<Vec<Vec<u8>>, CommandError> {
+    plan_holders(home, current, target, owners).map_err(|PlanError::NoSlot| {
+        CommandError::fixed("ERR no free slot found for a holder on some master")
+    })
+}
+
+fn holders_of(c: Option<CounterRef>) -> Option<Vec<Vec<u8>>> {
+    match c {
+        Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()),
+        _ => None,
+    }
+}
+
+fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
+    let mut names = vec![Reply::Bulk(home.to_vec())];
+    names.extend(holders.map(|h| Reply::Bulk(h.clone())));
+    Reply::Array(names)
+}
+
+/// One key being read: its own value and, for a home, its other holders.
+struct Reading {
+    home: Vec<u8>,
+    holders: Vec<Vec<u8>>,
+    /// Holder values, holder 0 (the key itself) first; None while unknown.
+    values: Vec<Option<i64>>,
+}
+
+impl Reading {
+    fn total(&self) -> Result<i64, CommandError> {
+        let values = self.values.iter().map(|v| v.unwrap_or(0));
+        exact_sum(values).ok_or(OVERFLOW)
+    }
+}
+
+/// How a finished read replies.
+enum Finish {
+    Get,
+    MGet,
+    /// The map of CTR.INFO, whose value becomes the total and which gains the holders.
+    Info(Vec<(&'static str, Reply)>),
+}
+
+fn reading(ctx: Ctx, key: crate::ffi::RawString) -> Result<Reading, CommandError> {
+    with_counter(ctx, key, |c| Reading {
+        home: crate::ffi::string_bytes(key).to_vec(),
+        holders: holders_of(c).unwrap_or_default(),
+        values: vec![Some(c.map_or(0, CounterRef::value))],
+    })
+}
+
+/// CTR.GET key: the value, or a spread counter's total.
+pub fn get(ctx: Ctx, key: crate::ffi::RawString) -> CommandResult {
+    let r = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) if b.spread().is_some() => None,
+        other => Some(other.map_or(0, CounterRef::value)),
+    })?;
+    match r {
+        Some(value) => Ok(Reply::Integer(value)),
+        None => gather(ctx, vec![reading(ctx, key)?], Finish::Get),
+    }
+}
+
+/// CTR.MGET key...: each value, or each spread counter's total.
+pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
+    let readings = (1..args.len())
+        .map(|i| reading(ctx, args.raw(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if readings.iter().all(|r| r.holders.is_empty()) {
+        let values = readings.iter().map(|r| r.total().map(Reply::Integer));
+        return Ok(Reply::Array(values.collect::<Result<_, _>>()?));
+    }
+    gather(ctx, readings, Finish::MGet)
+}
+
+/// CTR.INFO key: `fields` as built for the key itself; a home's gains its total and holders.
+pub fn info(ctx: Ctx, key: crate::ffi::RawString, reply: Reply) -> CommandResult {
+    let Reply::Map(fields) = reply else {
+        return Ok(reply);
+    };
+    let r = reading(ctx, key)?;
+    if r.holders.is_empty() {
+        return Ok(Reply::Map(fields));
+    }
+    gather(ctx, vec![r], Finish::Info(fields))
+}
+
+fn finish(readings: &[Reading], how: Finish) -> CommandResult {
+    match how {
+        Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
+        Finish::MGet => Ok(Reply::Array(
+            readings
+                .iter()
+                .map(|r| r.total().map(Reply::Integer))
+                .collect::<Result<_, _>>()?,
+        )),
+        Finish::Info(mut fields) => {
+            let r = &readings[0];
+            let total = r.total()?;
+            for (name, value) in fields.iter_mut() {
+                if *name == "value" {
+                    *value = Reply::Integer(total);
+                }
+            }
+            fields.push(("holders", names_reply(&r.home, r.holders.iter())));
+            let values = r.values.iter().map(|v| Reply::Integer(v.unwrap_or(0)));
+            fields.push(("holder_values", Reply::Array(values.collect())));
+            Ok(Reply::Map(fields))
+        }
+    }
+}
+
+/// What a gather still waits for from one master.
+struct Ask {
+    node: NodeId,
+    /// (reading, holder) of each name asked, in request order.
+    holders: Vec<(usize, usize)>,
+    answered: bool,
+}
+
+struct Pending {
+    bc: *mut raw::RedisModuleBlockedClient,
+    started_ms: i64,
+    readings: Vec<Reading>,
+    asks: Vec<Ask>,
+    finish: Finish,
+}
+
+/// A home key's holder values as last gathered: (when, value by holder index).
+type Gathered = (i64, Vec<Option<i64>>);
+
+thread_local! {
+    static PENDING: RefCell<HashMap<u64, Pending>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(0) };
+    static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
+}
+
+/// Bound on cached totals; past it the cache starts over.
+const CACHE_LIMIT: usize = 10_000;
+
+fn forget_cached(home: &[u8]) {
+    CACHE.with(|c| c.borrow_mut().remove(home));
+}
+
+fn next_request_id() -> u64 {
+    NEXT_ID.with(|n| {
+        // Start from a random id so that a late answer to a previous life of this node cannot
+        // match a new request.
+        let id = match n.get() {
+            0 => u64::from_le_bytes(crate::ffi::random_bytes()) | 1,
+            id => id,
+        };
+        n.set(id.wrapping_add(1).max(1));
+        id
+    })
+}
+
+fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<i64, CommandError> {
+    match answer {
+        HolderAnswer::Value(v) => Ok(v),
+        HolderAnswer::NotHere => {
+            cluster::forget_topology();
+            Err(CommandError(
+                format!(
+                    "TRYAGAIN spread counter holder '{}' is moving between masters",
+                    String::from_utf8_lossy(name)
+                )
+                .into(),
+            ))
+        }
+        HolderAnswer::Failed(text) => Err(CommandError(
+            format!(
+                "ERR spread counter holder '{}': {text}",
+                String::from_utf8_lossy(name)
+            )
+            .into(),
+        )),
+    }
+}
+
+/// Reads every holder this node serves, takes the others from the cache or asks their masters,
+/// and replies now or blocks the client until the answers are in.
+fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
+    metrics::GATHERS.incr();
+    let result = start_gather(ctx, &mut readings);
+    let asks = match result {
+        Err(e) => {
+            metrics::GATHER_FAILURES.incr();
+            return Err(e);
+        }
+        Ok(asks) => asks,
+    };
+    if asks.is_empty() {
+        metrics::record_gather_latency(0);
+        return finish(&readings, how);
+    }
+    if ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        != 0
+    {
+        metrics::GATHER_FAILURES.incr();
+        return Err(CANNOT_BLOCK);
+    }
+    let id = next_request_id();
+    for ask in &asks {
+        let names = ask
+            .holders
+            .iter()
+            .map(|&(r, h)| readings[r].holders[h - 1].as_slice());
+        let payload = gather_msg::encode_request(id, names);
+        if !cluster::send(ctx.ptr, &ask.node, MSG_GATHER_REQUEST, &payload) {
+            metrics::GATHER_FAILURES.incr();
+            let (r, h) = ask.holders[0];
+            return Err(CommandError(
+                format!(
+                    "ERR spread counter total unavailable: the master serving holder '{}' is unreachable",
+                    String::from_utf8_lossy(&readings[r].holders[h - 1])
+                )
+                .into(),
+            ));
+        }
+    }
+    let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
+    // SAFETY: ctx is the live context of a command that may block (checked above).
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.ptr,
+            Some(on_reply),
+            Some(on_timeout),
+            Some(free_result),
+            timeout,
+        )
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    let pending = Pending {
+        bc,
+        started_ms: ctx.now_ms(),
+        readings,
+        asks,
+        finish: how,
+    };
+    PENDING.with(|p| p.borrow_mut().insert(id, pending));
+    Ok(Reply::Blocked)
+}
+
+/// Fills what can be had without waiting; returns what must be asked of other masters.
+fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandError> {
+    let topology = if cluster::in_cluster(ctx) {
+        Some(cluster::topology(ctx, false)?)
+    } else {
+        None
+    };
+    let cache_ms = config::GATHER_CACHE_MS.load(Relaxed);
+    let now = ctx.now_ms();
+    let mut asks: Vec<Ask> = Vec::new();
+    for (r, reading) in readings.iter_mut().enumerate() {
+        let cached = if cache_ms > 0 {
+            CACHE.with(|c| {
+                c.borrow()
+                    .get(&reading.home)
+                    .filter(|(at, values)| {
+                        now.saturating_sub(*at) <= cache_ms
+                            && values.len() == reading.holders.len() + 1
+                    })
+                    .map(|(_, values)| values.clone())
+            })
+        } else {
+            None
+        };
+        for h in 1..=reading.holders.len() {
+            let name = &reading.holders[h - 1];
+            let remote = match &topology {
+                Some(t) => t.remote_owner(key_slot(name))?,
+                None => None,
+            };
+            let value = match (remote, &cached) {
+                (None, _) => Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
+                (Some(_), Some(values)) => values[h],
+                (Some(node), None) => {
+                    match asks.iter_mut().find(|a| a.node == node) {
+                        Some(ask) => ask.holders.push((r, h)),
+                        None => asks.push(Ask {
+                            node,
+                            holders: vec![(r, h)],
+                            answered: false,
+                        }),
+                    }
+                    None
+                }
+            };
+            reading.values.push(value);
+        }
+    }
+    Ok(asks)
+}
+
+/// Bus receiver of a gather request: answers for each holder this node serves.
+unsafe extern "C" fn on_gather_request(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    _kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
+    let (from, bytes) = unsafe { (cluster::sender_id(sender), payload_bytes(payload, len)) };
+    let Ok((id, names)) = gather_msg::decode_request(bytes) else {
+        return; // malformed: the asker times out
+    };
+    let answers: Vec<HolderAnswer> = names
+        .iter()
+        .map(|name| cluster::read_holder(ctx, name))
+        .collect();
+    let response = gather_msg::encode_response(id, &answers);
+    metrics::GATHER_REQUESTS_SERVED.incr();
+    cluster::send(ctx, &from, MSG_GATHER_RESPONSE, &response);
+}
+
+/// Bus receiver of a gather response: records it and, once every master has answered,
+/// unblocks the client with the result.
+unsafe extern "C" fn on_gather_response(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    _kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: as in on_gather_request.
+    let (from, bytes) = unsafe { (cluster::sender_id(sender), payload_bytes(payload, len)) };
+    let Ok((id, answers)) = gather_msg::decode_response(bytes) else {
+        return;
+    };
+    let now = Ctx { ptr: ctx }.now_ms();
+    let done = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let pending = table.get_mut(&id)?;
+        let outcome = record_answers(pending, &from, answers)?;
+        let complete = outcome.is_err() || pending.asks.iter().all(|a| a.answered);
+        complete.then(|| (table.remove(&id), outcome))
+    });
+    let Some((Some(pending), outcome)) = done else {
+        return;
+    };
+    let result = outcome.and_then(|()| {
+        metrics::record_gather_latency(now.saturating_sub(pending.started_ms));
+        remember(&pending.readings, now);
+        finish(&pending.readings, pending.finish)
+    });
+    if result.is_err() {
+        metrics::GATHER_FAILURES.incr();
+    }
+    let boxed = Box::into_raw(Box::new(result)).cast::<c_void>();
+    // SAFETY: bc is blocked and unblocked once: its entry was just removed from the table.
+    unsafe { rm!(RedisModule_UnblockClient)(pending.bc, boxed) };
+}
+
+/// Stores one master's answers in a pending gather. None when the sender was not asked (or
+/// answered already); Some(Err) when an answer fails the read.
+fn record_answers(
+    pending: &mut Pending,
+    from: &NodeId,
+    answers: Vec<HolderAnswer>,
+) -> Option<Result<(), CommandError>> {
+    let ask = pending
+        .asks
+        .iter_mut()
+        .find(|a| &a.node == from && !a.answered)?;
+    if answers.len() != ask.holders.len() {
+        return None;
+    }
+    ask.answered = true;
+    for (&(r, h), answer) in ask.holders.iter().zip(answers) {
+        let reading = &mut pending.readings[r];
+        match answer_error(&reading.holders[h - 1], answer) {
+            Ok(v) => reading.values[h] = Some(v),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Caches the gathered holder values (only when a cache is configured).
+fn remember(readings: &[Reading], now: i64) {
+    if config::GATHER_CACHE_MS.load(Relaxed) == 0 {
+        return;
+    }
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() >= CACHE_LIMIT {
+            cache.clear();
+        }
+        for r in readings.iter().filter(|r| !r.holders.is_empty()) {
+            cache.insert(r.home.clone(), (now, r.values.clone()));
+        }
+    });
+}
+
+/// # Safety
+/// `payload` must cover `len` bytes (or be null with len 0).
+unsafe fn payload_bytes<'a>(payload: *const c_uchar, len: u32) -> &'a [u8] {
+    if payload.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: per the caller's contract.
+    unsafe { std::slice::from_raw_parts(payload, len as usize) }
+}
+
+/// Removes the pending gather of a blocked client (timed out or gone).
+fn drop_pending(bc: *mut raw::RedisModuleBlockedClient) -> Option<Pending> {
+    PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let id = table.iter().find(|(_, v)| v.bc == bc).map(|(k, _)| *k)?;
+        table.remove(&id)
+    })
+}
+
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed result given to UnblockClient.
+    let result =
+        unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<CommandResult>();
+    let ctx = Ctx { ptr: ctx };
+    // SAFETY: non-null results are ours and live until free_result.
+    match unsafe { result.as_ref() } {
+        Some(Ok(reply)) => ctx.reply(reply),
+        Some(Err(e)) => ctx.reply_error(e),
+        None => ctx.reply_error(&CommandError::fixed(
+            "ERR spread counter read lost its result",
+        )),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: ctx is the timeout context of a blocked client.
+    let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
+    let silent = drop_pending(bc).map_or(0, |p| p.asks.iter().filter(|a| !a.answered).count());
+    metrics::GATHER_FAILURES.incr();
+    metrics::GATHER_TIMEOUTS.incr();
+    Ctx { ptr: ctx }.reply_error(&CommandError(
+        format!(
+            "ERR spread counter total unavailable: {silent} master(s) did not answer within ctr.gather-timeout-ms"
+        )
+        .into(),
+    ));
+    // A client blocked without keys is released only by UnblockClient, timed out or not.
+    // SAFETY: bc is live until this call; its entry is gone, so no answer unblocks it again.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_disconnect(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    if drop_pending(bc).is_some() {
+        // SAFETY: as in on_timeout.
+        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient, freed once here.
+        drop(unsafe { Box::from_raw(data.cast::<CommandResult>()) });
+    }
+}
+
+/// Registers the bus receivers (harmless outside a cluster).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: called from OnLoad with its live context.
+    unsafe {
+        rm!(RedisModule_RegisterClusterMessageReceiver)(
+            ctx,
+            MSG_GATHER_REQUEST,
+            Some(on_gather_request),
+        );
+        rm!(RedisModule_RegisterClusterMessageReceiver)(
+            ctx,
+            MSG_GATHER_RESPONSE,
+            Some(on_gather_response),
+        );
+    }
+}
