@@ -1,0 +1,208 @@
+//! Spread counters on a real 3-master cluster: holders land evenly on every master, many
+//! clients writing random holders leave an exact total that any node's CTR.GET of the home key
+//! gathers; reads inside MULTI are refused unless the cache bound allows them; a holder whose
+//! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
+//! after the move; a killed master makes reads fail clearly within the gather timeout.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{key_slot, Cluster, ClusterClient};
+use common::{Conn, Value};
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+fn names(reply: &Value) -> Vec<String> {
+    reply.array().iter().map(Value::text).collect()
+}
+
+/// The node index of each holder.
+fn owners(cluster: &Cluster, holders: &[String]) -> Vec<usize> {
+    holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .collect()
+}
+
+/// A small deterministic generator (no dependency needed for test randomness).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+/// Writes `adds` random deltas to random holders from `clients` threads; returns their sum.
+fn write_randomly(cluster: &Cluster, holders: &[String], clients: u64, adds: u64) -> i64 {
+    let seed_port = cluster.nodes[0].port;
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let holders = holders.to_vec();
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(seed_port);
+                let mut rng = Lcg(t + 1);
+                let mut sum = 0i64;
+                for _ in 0..adds {
+                    let holder = &holders[rng.next(holders.len() as u64) as usize];
+                    let delta = rng.next(200) as i64 - 50;
+                    let reply = client.cmd(&["CTR.ADD", holder, &delta.to_string()]);
+                    assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+                    sum += delta;
+                }
+                sum
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+#[test]
+fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{page:1}:views";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    assert_eq!(holders.len(), 16);
+    assert_eq!(holders[0], home);
+    let mut per_node = [0usize; 3];
+    for n in owners(&cluster, &holders) {
+        per_node[n] += 1;
+    }
+    let mut sorted = per_node;
+    sorted.sort_unstable();
+    assert_eq!(sorted, [5, 5, 6], "per node: {per_node:?}");
+
+    let expected = write_randomly(&cluster, &holders, 6, 200);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    let info = client.cmd(&["CTR.INFO", home]);
+    assert_eq!(info.field("value"), Value::Int(expected));
+    assert_eq!(names(&info.field("holders")), holders);
+    let parts: i64 = info
+        .field("holder_values")
+        .array()
+        .iter()
+        .map(Value::int)
+        .sum();
+    assert_eq!(parts, expected);
+    // Each holder's own value is what its master says.
+    for (h, v) in holders.iter().zip(info.field("holder_values").array()) {
+        if h != home {
+            assert_eq!(client.cmd(&["CTR.GET", h]), v, "{h}");
+        }
+    }
+    assert_eq!(
+        client.cmd(&["CTR.MGET", home, "{page:1}:other"]),
+        Value::Array(vec![Value::Int(expected), Value::Int(0)])
+    );
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let served: u64 = (0..3)
+        .filter(|&n| n != home_node)
+        .map(|n| {
+            cluster.nodes[n]
+                .info_field("ctr", "ctr_gather_requests_served")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(served >= 4, "other masters answered the gathers: {served}");
+
+    // Inside MULTI the client cannot wait for other masters: a clear error, unless the
+    // cache bound allows the last gathered values.
+    let mut h = cluster.nodes[home_node].conn();
+    assert_eq!(h.q("MULTI"), ok());
+    h.cmd(&["CTR.GET", home]);
+    let exec = h.q("EXEC").array();
+    assert!(exec[0].error().contains("MULTI"), "{exec:?}");
+    assert_eq!(h.q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(expected));
+    assert_eq!(h.q("MULTI"), ok());
+    h.cmd(&["CTR.GET", home]);
+    assert_eq!(h.q("EXEC"), Value::Array(vec![Value::Int(expected)]));
+    assert_eq!(h.q("CONFIG SET ctr.gather-cache-ms 0"), ok());
+
+    // Resharding a holder's slot: while the key is half-moved the read says TRYAGAIN (never a
+    // sum without it); after the move the total is exact again.
+    let (moved, from) = holders
+        .iter()
+        .zip(owners(&cluster, &holders))
+        .find(|(_, n)| *n != home_node)
+        .map(|(h, n)| (h.clone(), n))
+        .unwrap();
+    let to = (0..3).find(|&n| n != home_node && n != from).unwrap();
+    let slot = key_slot(moved.as_bytes()).to_string();
+    let mut src = cluster.nodes[from].conn();
+    let mut dst = cluster.nodes[to].conn();
+    let (from_id, to_id) = (cluster.ids[from].clone(), cluster.ids[to].clone());
+    assert_eq!(
+        dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        ok()
+    );
+    assert_eq!(
+        src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        ok()
+    );
+    // Still on the source: served there.
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(expected));
+    let to_port = cluster.nodes[to].port.to_string();
+    src.cmd(&["CTR.ADD", &moved, "0"]); // make sure the key exists to be migrated
+    assert_eq!(
+        src.cmd(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            &moved
+        ]),
+        ok()
+    );
+    let e = h.cmd(&["CTR.GET", home]).error();
+    assert!(e.starts_with("TRYAGAIN"), "{e}");
+    for node in 0..3 {
+        let reply = cluster.nodes[node]
+            .conn()
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        assert_eq!(reply, ok());
+    }
+    cluster.wait_settled();
+    let more = write_randomly(&cluster, &holders, 2, 50);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected + more));
+}
+
+#[test]
+fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
+    let mut cluster = Cluster::start(3, &["gather-timeout-ms", "300"]);
+    let mut client = cluster.client();
+    let home = "hot";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let expected = write_randomly(&cluster, &holders, 2, 30);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    cluster.nodes[victim].kill();
+    let mut h: Conn = cluster.nodes[home_node].conn();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let e = h.cmd(&["CTR.GET", home]).error();
+        assert!(e.contains("unavailable"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert!(cluster.nodes[home_node]
+        .info_field("ctr", "ctr_gather_failures")
+        .parse::<u64>()
+        .is_ok_and(|n| n >= 3));
+}
