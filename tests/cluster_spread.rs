@@ -206,3 +206,54 @@ fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
         .parse::<u64>()
         .is_ok_and(|n| n >= 3));
 }
+
+/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
+fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition never met");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
+    let mut cluster = Cluster::start(3, &["gather-timeout-ms", "300"]);
+    let mut client = cluster.client();
+    // A home on one master; a replica of another master, which serves some holders.
+    let home = "{views}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    let replica = cluster.start_replica_of(victim);
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "9"]));
+    assert!(owners(&cluster, &holders).contains(&victim));
+    let expected = write_randomly(&cluster, &holders, 3, 60);
+    cluster.nodes[victim].wait_replicas(1);
+
+    // A replica-reading client of the victim's replica reads a home of the victim's slots:
+    // the replica gathers from the masters.
+    let replica_home = (0..)
+        .map(|i| format!("r{i}"))
+        .find(|k| cluster.owner(key_slot(k.as_bytes())) == victim)
+        .unwrap();
+    let replica_holders = names(&client.cmd(&["CTR.SPREAD", &replica_home, "4"]));
+    let replica_expected = write_randomly(&cluster, &replica_holders, 1, 20);
+    cluster.nodes[victim].wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.q("READONLY"), ok());
+    assert_eq!(r.cmd(&["CTR.GET", &replica_home]), Value::Int(replica_expected));
+
+    // The victim dies: reads of the total fail clearly until its replica takes over, then the
+    // total is exact again (every write had reached the replica).
+    cluster.nodes[victim].kill();
+    let mut h = cluster.nodes[home_node].conn();
+    assert!(h.cmd(&["CTR.GET", home]).is_error());
+    let total = eventually(40, || match h.cmd(&["CTR.GET", home]) {
+        Value::Int(v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(total, expected);
+}
