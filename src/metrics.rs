@@ -103,6 +103,8 @@ pub static PNC_REFUSED_BLOBS: Counter = Counter::new();
 /// failed for any reason, failed by timeout); gather requests this node answered for other
 /// masters; and a histogram of gather latencies (< 1 ms, 1-9, 10-99, 100-999, >= 1000 ms).
 pub static SPREADS: Counter = Counter::new();
+/// Of those, the ones a counter did itself (auto-spread).
+pub static AUTO_SPREADS: Counter = Counter::new();
 pub static GATHERS: Counter = Counter::new();
 pub static GATHER_FAILURES: Counter = Counter::new();
 pub static GATHER_TIMEOUTS: Counter = Counter::new();
@@ -153,6 +155,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("pnc_merged_bytes", &PNC_MERGED_BYTES),
         ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
         ("spreads", &SPREADS),
+        ("auto_spreads", &AUTO_SPREADS),
         ("gathers", &GATHERS),
         ("gather_failures", &GATHER_FAILURES),
         ("gather_timeouts", &GATHER_TIMEOUTS),

@@ -177,6 +177,38 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
     cluster.wait_settled();
     let more = write_randomly(&cluster, &holders, 2, 50);
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected + more));
+
+    // Auto-spread under a pipelined load: the counter spreads itself over every master.
+    let auto = "auto";
+    let auto_node = cluster.owner(key_slot(auto.as_bytes()));
+    let mut a = cluster.nodes[auto_node].conn();
+    assert_eq!(a.q("CONFIG SET ctr.spread-threshold 200"), ok());
+    assert_eq!(a.q("CONFIG SET ctr.spread-holders 6"), ok());
+    let started = Instant::now();
+    let mut sent = 0i64;
+    let auto_holders = loop {
+        let info = a.cmd(&["CTR.INFO", auto]);
+        if let Value::Array(items) = &info {
+            if let Some(pair) = items.chunks(2).find(|p| p[0].bytes() == b"holders") {
+                break names(&pair[1]);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never spread");
+        for _ in 0..500 {
+            a.send(&["CTR.ADD", auto, "1"]);
+        }
+        for _ in 0..500 {
+            assert!(matches!(a.read().unwrap(), Value::Int(_)));
+        }
+        sent += 500;
+    };
+    assert_eq!(auto_holders.len(), 6);
+    let mut on = owners(&cluster, &auto_holders);
+    on.sort_unstable();
+    on.dedup();
+    assert_eq!(on.len(), 3, "auto-spread holders on every master");
+    let more = write_randomly(&cluster, &auto_holders, 2, 50);
+    assert_eq!(client.cmd(&["CTR.GET", auto]), Value::Int(sent + more));
 }
 
 #[test]
@@ -244,7 +276,10 @@ fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
     cluster.nodes[victim].wait_replicas(1);
     let mut r = replica.conn();
     assert_eq!(r.q("READONLY"), ok());
-    assert_eq!(r.cmd(&["CTR.GET", &replica_home]), Value::Int(replica_expected));
+    assert_eq!(
+        r.cmd(&["CTR.GET", &replica_home]),
+        Value::Int(replica_expected)
+    );
 
     // The victim dies: reads of the total fail clearly until its replica takes over, then the
     // total is exact again (every write had reached the replica).

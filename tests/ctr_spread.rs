@@ -146,3 +146,51 @@ fn configs_for_gathers_are_settable() {
         .error()
         .starts_with("ERR"));
 }
+
+/// A field of a CTR.INFO reply (None when absent or the key is missing).
+fn field_opt(info: &Value, name: &str) -> Option<Value> {
+    let Value::Array(items) = info else {
+        return None;
+    };
+    items
+        .chunks(2)
+        .find(|pair| pair[0].bytes() == name.as_bytes())
+        .map(|pair| pair[1].clone())
+}
+
+/// Sends `n` adds of 1 in one pipeline; returns the replies.
+fn pipelined_adds(c: &mut Conn, key: &str, n: usize) -> Vec<Value> {
+    for _ in 0..n {
+        c.send(&["CTR.ADD", key, "1"]);
+    }
+    (0..n).map(|_| c.read().unwrap()).collect()
+}
+
+#[test]
+fn a_counter_adding_above_the_threshold_spreads_itself() {
+    let server = Server::start_with(&[], &["spread-threshold", "200", "spread-holders", "5"]);
+    let mut c = server.conn();
+    let mut sent = 0i64;
+    // A slow counter never spreads.
+    for _ in 0..20 {
+        c.q("CTR.ADD slow 1");
+    }
+    let started = std::time::Instant::now();
+    while !field_opt(&c.q("CTR.INFO hot"), "holders").is_some_and(|h| h.array().len() == 5) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "never spread"
+        );
+        for reply in pipelined_adds(&mut c, "hot", 500) {
+            assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+        }
+        sent += 500;
+    }
+    // Spreading kept every add; writers learn the holders from CTR.INFO.
+    assert_eq!(c.q("CTR.GET hot"), Value::Int(sent));
+    let holders = names(&info_field(&mut c, "hot", "holders"));
+    c.cmd(&["CTR.ADD", &holders[4], "10"]);
+    assert_eq!(c.q("CTR.GET hot"), Value::Int(sent + 10));
+    assert_eq!(server.info_field("ctr", "ctr_auto_spreads"), "1");
+    assert_eq!(field_opt(&c.q("CTR.INFO slow"), "holders"), None);
+}

@@ -84,6 +84,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         ctx.notify(c"expire", w.key_name);
     }
     metrics::ADDS.incr_from_command();
+    super::ctr_spread::after_add(ctx, w.key_name);
     Ok(Reply::Integer(value))
 }
 

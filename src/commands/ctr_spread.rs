@@ -24,7 +24,7 @@ use crate::counter::spread::{
     key_slot, plan_holders, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::{exact_sum, CounterRef, Spread};
-use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Key, Reply};
+use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::metrics;
 use crate::persist::ctr_format;
 use crate::persist::gather_msg::{self, HolderAnswer};
@@ -62,36 +62,77 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(SHRINK_REFUSED);
     }
     if target > current.len() + 1 {
-        if home.len() > MAX_HOME_NAME {
-            return Err(CommandError::fixed(
-                "ERR key name too long to spread (at most 1024 bytes)",
-            ));
-        }
-        let added = if cluster::in_cluster(ctx) {
-            plan(home, &current, target, &*cluster::topology(ctx, true)?)
-        } else {
-            plan(home, &current, target, &Standalone)
-        }?;
-        let key = Key::open(ctx, args.raw(1), true);
-        let state = update_counter(&key, |c, _| {
-            if c.floor().is_some() {
-                return Err(FLOORED_REFUSED);
-            }
-            let holders = current.iter().chain(&added).cloned().collect();
-            c.set_spread(Spread { holders })?;
-            Ok(ctr_format::encode(c))
-        })?;
-        // The names depend on this master's view of the cluster: replicas and the AOF get
-        // the resulting state.
-        if !ctx.replicate_effect(c"CTR.SETSTATE", args.raw(1), &state) {
-            return Err(CommandError::fixed("ERR could not replicate the write"));
-        }
-        ctx.notify(c"ctr.spread", args.raw(1));
-        metrics::SPREADS.incr();
-        forget_cached(home);
-        return Ok(names_reply(home, current.iter().chain(&added)));
+        let all = grow(ctx, args.raw(1), &current, target)?;
+        return Ok(names_reply(home, all.iter()));
     }
     Ok(names_reply(home, current.iter()))
+}
+
+/// Adds holders to reach `target` (more than `current` has), records them and replicates the
+/// resulting state; returns every holder's name but the home's.
+fn grow(
+    ctx: Ctx,
+    key_name: RawString,
+    current: &[Vec<u8>],
+    target: usize,
+) -> Result<Vec<Vec<u8>>, CommandError> {
+    let home = string_bytes(key_name);
+    if home.len() > MAX_HOME_NAME {
+        return Err(CommandError::fixed(
+            "ERR key name too long to spread (at most 1024 bytes)",
+        ));
+    }
+    let added = if cluster::in_cluster(ctx) {
+        plan(home, current, target, &*cluster::topology(ctx, true)?)
+    } else {
+        plan(home, current, target, &Standalone)
+    }?;
+    let key = Key::open(ctx, key_name, true);
+    let state = update_counter(&key, |c, _| {
+        if c.floor().is_some() {
+            return Err(FLOORED_REFUSED);
+        }
+        let holders = current.iter().chain(&added).cloned().collect();
+        c.set_spread(Spread { holders })?;
+        Ok(ctr_format::encode(c))
+    })?;
+    // The names depend on this master's view of the cluster: replicas and the AOF get the
+    // resulting state.
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.notify(c"ctr.spread", key_name);
+    metrics::SPREADS.incr();
+    forget_cached(home);
+    Ok(current.iter().chain(&added).cloned().collect())
+}
+
+/// After an add on the master: a counter whose last full second's add rate is above
+/// `ctr.spread-threshold` (0 = never) spreads itself to `ctr.spread-holders` holders. What
+/// stops it (a floor, no free slot) leaves it as it is: the add itself has succeeded.
+pub fn after_add(ctx: Ctx, key: RawString) {
+    let threshold = config::SPREAD_THRESHOLD.load(Relaxed);
+    if threshold == 0 || ctx.is_replaying() {
+        return;
+    }
+    let target = usize::try_from(config::SPREAD_HOLDERS.load(Relaxed)).unwrap_or(0);
+    let key_bytes = string_bytes(key);
+    let Ok(Some((rate, current))) = with_counter(ctx, key, |c| {
+        let rate = match c? {
+            CounterRef::Inline(_) => super::decide::inline_counter_rate(key_bytes),
+            CounterRef::Boxed(b) if b.floor().is_some() => return None,
+            CounterRef::Boxed(b) => b.add_rate(),
+        };
+        Some((rate, holders_of(c).unwrap_or_default()))
+    }) else {
+        return;
+    };
+    if i64::from(rate) > threshold
+        && current.len() + 1 < target
+        && grow(ctx, key, &current, target).is_ok()
+    {
+        metrics::AUTO_SPREADS.incr();
+    }
 }
 
 fn plan(
@@ -141,16 +182,16 @@ enum Finish {
     Info(Vec<(&'static str, Reply)>),
 }
 
-fn reading(ctx: Ctx, key: crate::ffi::RawString) -> Result<Reading, CommandError> {
+fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
     with_counter(ctx, key, |c| Reading {
-        home: crate::ffi::string_bytes(key).to_vec(),
+        home: string_bytes(key).to_vec(),
         holders: holders_of(c).unwrap_or_default(),
         values: vec![Some(c.map_or(0, CounterRef::value))],
     })
 }
 
 /// CTR.GET key: the value, or a spread counter's total.
-pub fn get(ctx: Ctx, key: crate::ffi::RawString) -> CommandResult {
+pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
     let r = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) if b.spread().is_some() => None,
         other => Some(other.map_or(0, CounterRef::value)),
@@ -174,7 +215,7 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
 }
 
 /// CTR.INFO key: `fields` as built for the key itself; a home's gains its total and holders.
-pub fn info(ctx: Ctx, key: crate::ffi::RawString, reply: Reply) -> CommandResult {
+pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     let Reply::Map(fields) = reply else {
         return Ok(reply);
     };

@@ -153,14 +153,20 @@ impl Cluster {
         let replica = Server::start_with(NODE_ARGS, &[]);
         let mut c = replica.conn();
         let port = self.nodes[0].port.to_string();
-        assert_eq!(c.cmd(&["CLUSTER", "MEET", "127.0.0.1", &port]), Value::Simple("OK".into()));
+        assert_eq!(
+            c.cmd(&["CLUSTER", "MEET", "127.0.0.1", &port]),
+            Value::Simple("OK".into())
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             // REPLICATE needs the master to be known to the new node first.
             if c.cmd(&["CLUSTER", "REPLICATE", &self.ids[master]]) == Value::Simple("OK".into()) {
                 break;
             }
-            assert!(Instant::now() < deadline, "the replica never learned its master");
+            assert!(
+                Instant::now() < deadline,
+                "the replica never learned its master"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         replica.wait_link_up();
