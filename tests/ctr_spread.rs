@@ -194,3 +194,36 @@ fn a_counter_adding_above_the_threshold_spreads_itself() {
     assert_eq!(server.info_field("ctr", "ctr_auto_spreads"), "1");
     assert_eq!(field_opt(&c.q("CTR.INFO slow"), "holders"), None);
 }
+
+/// The documented token rule: a tokened add goes to `holders[h(token) mod N]` with a fixed hash
+/// (here FNV-1a), and its retries to the same holder, so each token counts once in the total.
+#[test]
+fn tokened_adds_routed_by_the_token_rule_count_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let holders = names(&c.q("CTR.SPREAD orders 5"));
+    let holder_for = |token: &str| {
+        let h = token.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        holders[(h % holders.len() as u64) as usize].clone()
+    };
+    let mut used = std::collections::HashSet::new();
+    for i in 0..100 {
+        let token = format!("order-{i}");
+        let holder = holder_for(&token);
+        used.insert(holder.clone());
+        for _attempt in 0..3 {
+            c.cmd(&["CTR.ADD", &holder, "2", "TOKEN", &token]);
+        }
+    }
+    assert!(used.len() > 1, "tokens spread over several holders");
+    assert_eq!(c.q("CTR.GET orders"), Value::Int(200));
+    // The trap the rule avoids: the same token sent to another holder counts again.
+    let other = holders
+        .iter()
+        .find(|h| **h != holder_for("order-0"))
+        .unwrap();
+    c.cmd(&["CTR.ADD", other, "2", "TOKEN", "order-0"]);
+    assert_eq!(c.q("CTR.GET orders"), Value::Int(202));
+}
