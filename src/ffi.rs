@@ -97,6 +97,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetDisconnectCallback,
         RedisModule_GetBlockedClientPrivateData,
         RedisModule_GetBlockedClientHandle,
+        RedisModule_CreateTimer,
     )
 }
 

@@ -126,6 +126,20 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
     assert_eq!(h.q("MULTI"), ok());
     h.cmd(&["CTR.GET", home]);
     assert_eq!(h.q("EXEC"), Value::Array(vec![Value::Int(expected)]));
+    // CTR.INFO says how old each value is: other masters' holders come from the cache.
+    std::thread::sleep(Duration::from_millis(100));
+    let info = h.cmd(&["CTR.INFO", home]);
+    for ((name, age), node) in holders
+        .iter()
+        .zip(info.field("holder_ages_ms").array())
+        .zip(owners(&cluster, &holders))
+    {
+        if node == home_node {
+            assert_eq!(age, Value::Int(0), "{name} is read afresh");
+        } else {
+            assert!(age.int() >= 50, "{name} comes from the cache: {age:?}");
+        }
+    }
     assert_eq!(h.q("CONFIG SET ctr.gather-cache-ms 0"), ok());
 
     // Resharding a holder's slot: while the key is half-moved the read says TRYAGAIN (never a
@@ -213,7 +227,7 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
 
 #[test]
 fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
-    let mut cluster = Cluster::start(3, &["gather-timeout-ms", "300"]);
+    let mut cluster = Cluster::start(3, &[]);
     let mut client = cluster.client();
     let home = "hot";
     let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
@@ -221,8 +235,10 @@ fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
     let home_node = cluster.owner(key_slot(home.as_bytes()));
     let victim = (0..3).find(|&n| n != home_node).unwrap();
-    cluster.nodes[victim].kill();
     let mut h: Conn = cluster.nodes[home_node].conn();
+    // The default timeout (1 s) while healthy, a short one for the failure.
+    assert_eq!(h.q("CONFIG SET ctr.gather-timeout-ms 300"), ok());
+    cluster.nodes[victim].kill();
     for _ in 0..3 {
         let started = Instant::now();
         let e = h.cmd(&["CTR.GET", home]).error();
@@ -253,7 +269,7 @@ fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
-    let mut cluster = Cluster::start(3, &["gather-timeout-ms", "300"]);
+    let mut cluster = Cluster::start(3, &[]);
     let mut client = cluster.client();
     // A home on one master; a replica of another master, which serves some holders.
     let home = "{views}";
@@ -283,8 +299,9 @@ fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
 
     // The victim dies: reads of the total fail clearly until its replica takes over, then the
     // total is exact again (every write had reached the replica).
-    cluster.nodes[victim].kill();
     let mut h = cluster.nodes[home_node].conn();
+    assert_eq!(h.q("CONFIG SET ctr.gather-timeout-ms 300"), ok());
+    cluster.nodes[victim].kill();
     assert!(h.cmd(&["CTR.GET", home]).is_error());
     let total = eventually(40, || match h.cmd(&["CTR.GET", home]) {
         Value::Int(v) => Some(v),

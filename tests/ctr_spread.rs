@@ -54,6 +54,11 @@ fn spread_names_holders_in_distinct_slots_and_reads_give_the_total() {
         info_field(&mut c, "{user:1}:views", "holder_values"),
         Value::Array([5, 7, 0, -2].into_iter().map(Value::Int).collect())
     );
+    assert_eq!(
+        info_field(&mut c, "{user:1}:views", "holder_ages_ms"),
+        Value::Array(vec![Value::Int(0); 4]),
+        "every value read for this command"
+    );
 
     // The same count again changes nothing and replies the same names; growing keeps them.
     assert_eq!(names(&c.q("CTR.SPREAD {user:1}:views 4")), holders);

@@ -165,6 +165,8 @@ struct Reading {
     holders: Vec<Vec<u8>>,
     /// Holder values, holder 0 (the key itself) first; None while unknown.
     values: Vec<Option<i64>>,
+    /// How old each value is, in ms: 0 when read for this command, else its age in the cache.
+    ages: Vec<i64>,
 }
 
 impl Reading {
@@ -187,6 +189,7 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
         home: string_bytes(key).to_vec(),
         holders: holders_of(c).unwrap_or_default(),
         values: vec![Some(c.map_or(0, CounterRef::value))],
+        ages: vec![0],
     })
 }
 
@@ -246,6 +249,8 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
             fields.push(("holders", names_reply(&r.home, r.holders.iter())));
             let values = r.values.iter().map(|v| Reply::Integer(v.unwrap_or(0)));
             fields.push(("holder_values", Reply::Array(values.collect())));
+            let ages = r.ages.iter().copied().map(Reply::Integer);
+            fields.push(("holder_ages_ms", Reply::Array(ages.collect())));
             Ok(Reply::Map(fields))
         }
     }
@@ -345,24 +350,6 @@ fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
         return Err(CANNOT_BLOCK);
     }
     let id = next_request_id();
-    for ask in &asks {
-        let names = ask
-            .holders
-            .iter()
-            .map(|&(r, h)| readings[r].holders[h - 1].as_slice());
-        let payload = gather_msg::encode_request(id, names);
-        if !cluster::send(ctx.ptr, &ask.node, MSG_GATHER_REQUEST, &payload) {
-            metrics::GATHER_FAILURES.incr();
-            let (r, h) = ask.holders[0];
-            return Err(CommandError(
-                format!(
-                    "ERR spread counter total unavailable: the master serving holder '{}' is unreachable",
-                    String::from_utf8_lossy(&readings[r].holders[h - 1])
-                )
-                .into(),
-            ));
-        }
-    }
     let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
     // SAFETY: ctx is the live context of a command that may block (checked above).
     let bc = unsafe {
@@ -383,8 +370,48 @@ fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
         asks,
         finish: how,
     };
+    send_requests(ctx.ptr, id, &pending);
     PENDING.with(|p| p.borrow_mut().insert(id, pending));
+    arm_resend(ctx.ptr, id);
     Ok(Reply::Blocked)
+}
+
+/// How often a gather asks again the masters that have not answered yet: bus delivery is best
+/// effort (a message queued on a link that drops is lost, and a link can be down for a moment).
+const RESEND_MS: i64 = 100;
+
+/// Sends (again) the request of every master that has not answered. A send that fails (no
+/// link right now) is retried at the next resend; the timeout bounds the whole wait.
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64, pending: &Pending) {
+    for ask in pending.asks.iter().filter(|a| !a.answered) {
+        let names = ask
+            .holders
+            .iter()
+            .map(|&(r, h)| pending.readings[r].holders[h - 1].as_slice());
+        let payload = gather_msg::encode_request(id, names);
+        cluster::send(ctx, &ask.node, MSG_GATHER_REQUEST, &payload);
+    }
+}
+
+fn arm_resend(ctx: *mut raw::RedisModuleCtx, id: u64) {
+    // SAFETY: ctx is live; the timer's data is the request id itself, not a pointer.
+    unsafe {
+        rm!(RedisModule_CreateTimer)(ctx, RESEND_MS, Some(on_resend), id as usize as *mut c_void)
+    };
+}
+
+/// Timer: resends what is unanswered while the gather is pending, then re-arms.
+unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    let pending = PENDING.with(|p| {
+        let table = p.borrow();
+        table
+            .get(&id)
+            .map(|pending| send_requests(ctx, id, pending))
+    });
+    if pending.is_some() {
+        arm_resend(ctx, id);
+    }
 }
 
 /// Fills what can be had without waiting; returns what must be asked of other masters.
@@ -406,7 +433,7 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
                         now.saturating_sub(*at) <= cache_ms
                             && values.len() == reading.holders.len() + 1
                     })
-                    .map(|(_, values)| values.clone())
+                    .map(|(at, values)| (now.saturating_sub(*at), values.clone()))
             })
         } else {
             None
@@ -417,9 +444,12 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
                 Some(t) => t.remote_owner(key_slot(name))?,
                 None => None,
             };
-            let value = match (remote, &cached) {
-                (None, _) => Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
-                (Some(_), Some(values)) => values[h],
+            let (value, age) = match (remote, &cached) {
+                (None, _) => (
+                    Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
+                    0,
+                ),
+                (Some(_), Some((age, values))) => (values[h], *age),
                 (Some(node), None) => {
                     match asks.iter_mut().find(|a| a.node == node) {
                         Some(ask) => ask.holders.push((r, h)),
@@ -429,10 +459,11 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
                             answered: false,
                         }),
                     }
-                    None
+                    (None, 0)
                 }
             };
             reading.values.push(value);
+            reading.ages.push(age);
         }
     }
     Ok(asks)
