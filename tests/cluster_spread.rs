@@ -1,6 +1,7 @@
 //! Spread counters on a real 3-master cluster: holders land evenly on every master, many
 //! clients writing random holders leave an exact total that any node's CTR.GET of the home key
-//! gathers; reads inside MULTI are refused unless the cache bound allows them; a holder whose
+//! gathers, and reads during writes stay between the acknowledged and the sent total; a
+//! replica reads a total; auto-spread under a pipelined load; reads inside MULTI are refused unless the cache bound allows them; a holder whose
 //! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
 //! after the move; a killed master makes reads fail clearly within the gather timeout.
 
@@ -64,6 +65,50 @@ fn write_randomly(cluster: &Cluster, holders: &[String], clients: u64, adds: u64
     threads.into_iter().map(|t| t.join().unwrap()).sum()
 }
 
+/// While writers add positive deltas to random holders, every read of the total lies between
+/// what was acknowledged before the read began and what was sent by the time it ended.
+fn reads_during_writes_stay_within_bounds(cluster: &Cluster, holders: &[String], base: i64) {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+    let (sent, acked, stop) = (
+        Arc::new(AtomicI64::new(base)),
+        Arc::new(AtomicI64::new(base)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (sent, acked, stop) = (sent.clone(), acked.clone(), stop.clone());
+            let holders = holders.to_vec();
+            let port = cluster.nodes[0].port;
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(port);
+                let mut rng = Lcg(100 + t);
+                while !stop.load(SeqCst) {
+                    let holder = &holders[rng.next(holders.len() as u64) as usize];
+                    let delta = 1 + rng.next(9) as i64;
+                    sent.fetch_add(delta, SeqCst);
+                    let reply = client.cmd(&["CTR.ADD", holder, &delta.to_string()]);
+                    assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+                    acked.fetch_add(delta, SeqCst);
+                }
+            })
+        })
+        .collect();
+    let mut reader = ClusterClient::connect(cluster.nodes[1].port);
+    for _ in 0..40 {
+        let low = acked.load(SeqCst);
+        let total = reader.cmd(&["CTR.GET", &holders[0]]).int();
+        let high = sent.load(SeqCst);
+        assert!(low <= total && total <= high, "{low} <= {total} <= {high}");
+    }
+    stop.store(true, SeqCst);
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    assert_eq!(
+        reader.cmd(&["CTR.GET", &holders[0]]),
+        Value::Int(acked.load(SeqCst))
+    );
+}
+
 #[test]
 fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
     let cluster = Cluster::start(3, &[]);
@@ -82,6 +127,8 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
 
     let expected = write_randomly(&cluster, &holders, 6, 200);
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    reads_during_writes_stay_within_bounds(&cluster, &holders, expected);
+    let expected = client.cmd(&["CTR.GET", home]).int();
     let info = client.cmd(&["CTR.INFO", home]);
     assert_eq!(info.field("value"), Value::Int(expected));
     assert_eq!(names(&info.field("holders")), holders);
