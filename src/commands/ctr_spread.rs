@@ -478,7 +478,7 @@ unsafe extern "C" fn on_gather_request(
     len: u32,
 ) {
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    let (from, bytes) = unsafe { (cluster::sender_id(sender), payload_bytes(payload, len)) };
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
     let Ok((id, names)) = gather_msg::decode_request(bytes) else {
         return; // malformed: the asker times out
     };
@@ -501,7 +501,7 @@ unsafe extern "C" fn on_gather_response(
     len: u32,
 ) {
     // SAFETY: as in on_gather_request.
-    let (from, bytes) = unsafe { (cluster::sender_id(sender), payload_bytes(payload, len)) };
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
     let Ok((id, answers)) = gather_msg::decode_response(bytes) else {
         return;
     };
@@ -568,16 +568,6 @@ fn remember(readings: &[Reading], now: i64) {
             cache.insert(r.home.clone(), (now, r.values.clone()));
         }
     });
-}
-
-/// # Safety
-/// `payload` must cover `len` bytes (or be null with len 0).
-unsafe fn payload_bytes<'a>(payload: *const c_uchar, len: u32) -> &'a [u8] {
-    if payload.is_null() || len == 0 {
-        return &[];
-    }
-    // SAFETY: per the caller's contract.
-    unsafe { std::slice::from_raw_parts(payload, len as usize) }
 }
 
 /// Removes the pending gather of a blocked client (timed out or gone).

@@ -250,13 +250,24 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
     status == raw::REDISMODULE_OK as c_int
 }
 
-/// A node id given to a bus receiver (40 bytes, not terminated on Redis).
+/// The sender's id (40 bytes, not terminated on Redis) and the payload of a received bus
+/// message.
 ///
 /// # Safety
-/// `sender` must point to at least 40 readable bytes.
-pub unsafe fn sender_id(sender: *const c_char) -> NodeId {
+/// `sender` must point to at least 40 readable bytes, `payload` to `len` bytes (or be null).
+pub unsafe fn received<'a>(
+    sender: *const c_char,
+    payload: *const std::ffi::c_uchar,
+    len: u32,
+) -> (NodeId, &'a [u8]) {
     let mut id = [0u8; 40];
     // SAFETY: per the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(sender.cast::<u8>(), id.as_mut_ptr(), 40) };
-    id
+    let bytes = if payload.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: per the caller's contract.
+        unsafe { std::slice::from_raw_parts(payload, len as usize) }
+    };
+    (id, bytes)
 }
