@@ -1,13 +1,14 @@
 //! Spread counters: CTR.SPREAD, and the gathered reads of a home key (CTR.GET, CTR.MGET and
 //! CTR.INFO give the total over every holder).
 //!
-//! A gather reads the holders this node serves at once (through `RM_Call`, which checks slot
-//! ownership), asks each other master for its holders over the cluster bus (one request per
-//! master, with a request id), and blocks the client until every master has answered or
-//! `ctr.gather-timeout-ms` has passed: then the read fails, it never returns a partial sum.
-//! A holder that a master no longer serves (resharded, migrating) fails the read with
-//! TRYAGAIN. Where a client cannot block (MULTI/EXEC, scripts), a read whose remote part is
-//! not in the cache (`ctr.gather-cache-ms`) fails with a clear error.
+//! Outside a cluster a gather reads every holder at once. In a cluster it blocks the client,
+//! asks each other master for its holders over the cluster bus (one request per master, with a
+//! request id, resent until answered), reads the holders this node serves from a timer (see
+//! [`Plan`]), all through `RM_Call`, which checks slot ownership, and replies once everything
+//! is in; after `ctr.gather-timeout-ms` the read fails, it never returns a partial sum. A holder
+//! that a master no longer serves (resharded, migrating) fails the read with TRYAGAIN. Where a
+//! client cannot block (MULTI/EXEC, scripts), a read in a cluster whose holders are not in the
+//! cache (`ctr.gather-cache-ms`) fails with a clear error.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -269,7 +270,26 @@ struct Pending {
     started_ms: i64,
     readings: Vec<Reading>,
     asks: Vec<Ask>,
+    /// (reading, holder) of the holders this node serves, read from a timer (see `Plan`).
+    locals: Vec<(usize, usize)>,
     finish: Finish,
+}
+
+impl Pending {
+    fn complete(&self) -> bool {
+        self.locals.is_empty() && self.asks.iter().all(|a| a.answered)
+    }
+}
+
+/// What a gather must still do after the command returns.
+#[derive(Default)]
+struct Plan {
+    asks: Vec<Ask>,
+    /// Holders this node serves, in a cluster. They are read from a timer, not from inside the
+    /// command: Valkey looks keys up in the slot of the command being executed (an
+    /// optimisation that a nested `RM_Call` of another slot's key does not escape), so a holder
+    /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
+    locals: Vec<(usize, usize)>,
 }
 
 /// A home key's holder values as last gathered: (when, value by holder index).
@@ -324,19 +344,19 @@ fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<i64, CommandError> 
     }
 }
 
-/// Reads every holder this node serves, takes the others from the cache or asks their masters,
-/// and replies now or blocks the client until the answers are in.
+/// Takes what it can from the cache and, outside a cluster, reads every holder at once; in a
+/// cluster it blocks the client, reads the holders this node serves from a timer and asks the
+/// other masters for theirs.
 fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
     metrics::GATHERS.incr();
-    let result = start_gather(ctx, &mut readings);
-    let asks = match result {
+    let Plan { asks, locals } = match start_gather(ctx, &mut readings) {
         Err(e) => {
             metrics::GATHER_FAILURES.incr();
             return Err(e);
         }
-        Ok(asks) => asks,
+        Ok(plan) => plan,
     };
-    if asks.is_empty() {
+    if asks.is_empty() && locals.is_empty() {
         metrics::record_gather_latency(0);
         return finish(&readings, how);
     }
@@ -368,11 +388,13 @@ fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
         started_ms: ctx.now_ms(),
         readings,
         asks,
+        locals,
         finish: how,
     };
     send_requests(ctx.ptr, id, &pending);
     PENDING.with(|p| p.borrow_mut().insert(id, pending));
-    arm_resend(ctx.ptr, id);
+    arm_timer(ctx.ptr, id, 0, on_local_reads);
+    arm_timer(ctx.ptr, id, RESEND_MS, on_resend);
     Ok(Reply::Blocked)
 }
 
@@ -393,11 +415,11 @@ fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64, pending: &Pending) {
     }
 }
 
-fn arm_resend(ctx: *mut raw::RedisModuleCtx, id: u64) {
+type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: TimerProc) {
     // SAFETY: ctx is live; the timer's data is the request id itself, not a pointer.
-    unsafe {
-        rm!(RedisModule_CreateTimer)(ctx, RESEND_MS, Some(on_resend), id as usize as *mut c_void)
-    };
+    unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
 }
 
 /// Timer: resends what is unanswered while the gather is pending, then re-arms.
@@ -410,12 +432,46 @@ unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void)
             .map(|pending| send_requests(ctx, id, pending))
     });
     if pending.is_some() {
-        arm_resend(ctx, id);
+        arm_timer(ctx, id, RESEND_MS, on_resend);
     }
 }
 
-/// Fills what can be had without waiting; returns what must be asked of other masters.
-fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandError> {
+/// Timer: reads the holders this node serves (outside any command, so each key is looked up
+/// in its own slot), then completes the gather if the other masters have answered.
+unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    // The names are taken out first: no table borrow is held across the reads.
+    let Some(locals) = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let pending = table.get_mut(&id)?;
+        let locals = std::mem::take(&mut pending.locals);
+        Some(
+            locals
+                .into_iter()
+                .map(|(r, h)| (r, h, pending.readings[r].holders[h - 1].clone()))
+                .collect::<Vec<_>>(),
+        )
+    }) else {
+        return;
+    };
+    let read: Result<Vec<(usize, usize, i64)>, CommandError> = locals
+        .into_iter()
+        .map(|(r, h, name)| Ok((r, h, answer_error(&name, cluster::read_holder(ctx, &name))?)))
+        .collect();
+    let outcome = read.map(|values| {
+        PENDING.with(|p| {
+            if let Some(pending) = p.borrow_mut().get_mut(&id) {
+                for (r, h, v) in values {
+                    pending.readings[r].values[h] = Some(v);
+                }
+            }
+        })
+    });
+    settle(ctx, id, outcome);
+}
+
+/// Fills what can be had without waiting; returns what must be read or asked afterwards.
+fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError> {
     let topology = if cluster::in_cluster(ctx) {
         Some(cluster::topology(ctx, false)?)
     } else {
@@ -423,7 +479,7 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
     };
     let cache_ms = config::GATHER_CACHE_MS.load(Relaxed);
     let now = ctx.now_ms();
-    let mut asks: Vec<Ask> = Vec::new();
+    let mut plan = Plan::default();
     for (r, reading) in readings.iter_mut().enumerate() {
         let cached = if cache_ms > 0 {
             CACHE.with(|c| {
@@ -440,24 +496,23 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
         };
         for h in 1..=reading.holders.len() {
             let name = &reading.holders[h - 1];
-            let remote = match &topology {
-                Some(t) => t.remote_owner(key_slot(name))?,
-                None => None,
-            };
-            let (value, age) = match (remote, &cached) {
+            let (value, age) = match (&topology, &cached) {
                 (None, _) => (
                     Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
                     0,
                 ),
                 (Some(_), Some((age, values))) => (values[h], *age),
-                (Some(node), None) => {
-                    match asks.iter_mut().find(|a| a.node == node) {
-                        Some(ask) => ask.holders.push((r, h)),
-                        None => asks.push(Ask {
-                            node,
-                            holders: vec![(r, h)],
-                            answered: false,
-                        }),
+                (Some(t), None) => {
+                    match t.remote_owner(key_slot(name))? {
+                        None => plan.locals.push((r, h)),
+                        Some(node) => match plan.asks.iter_mut().find(|a| a.node == node) {
+                            Some(ask) => ask.holders.push((r, h)),
+                            None => plan.asks.push(Ask {
+                                node,
+                                holders: vec![(r, h)],
+                                answered: false,
+                            }),
+                        },
                     }
                     (None, 0)
                 }
@@ -466,7 +521,7 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Vec<Ask>, CommandE
             reading.ages.push(age);
         }
     }
-    Ok(asks)
+    Ok(plan)
 }
 
 /// Bus receiver of a gather request: answers for each holder this node serves.
@@ -505,15 +560,25 @@ unsafe extern "C" fn on_gather_response(
     let Ok((id, answers)) = gather_msg::decode_response(bytes) else {
         return;
     };
+    let outcome = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        record_answers(table.get_mut(&id)?, &from, answers)
+    });
+    if let Some(outcome) = outcome {
+        settle(ctx, id, outcome);
+    }
+}
+
+/// After a step of gather `id`: on an error, or once everything is in, removes the gather and
+/// unblocks its client with the result.
+fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandError>) {
     let now = Ctx { ptr: ctx }.now_ms();
     let done = PENDING.with(|p| {
         let mut table = p.borrow_mut();
-        let pending = table.get_mut(&id)?;
-        let outcome = record_answers(pending, &from, answers)?;
-        let complete = outcome.is_err() || pending.asks.iter().all(|a| a.answered);
-        complete.then(|| (table.remove(&id), outcome))
+        let complete = outcome.is_err() || table.get(&id)?.complete();
+        complete.then(|| table.remove(&id)).flatten()
     });
-    let Some((Some(pending), outcome)) = done else {
+    let Some(pending) = done else {
         return;
     };
     let result = outcome.and_then(|()| {
