@@ -70,13 +70,15 @@ lint:
 	py=$$(bash .ci/python-env $(REDIS_PY) $(MYPY)) && $$py -m mypy --strict --cache-dir target/mypy-cache clients/python/redis_ctr
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
-# costs (bench/state.sh), the PN-Counter figures (bench/pnc.sh), and the client libraries'
-# coalescing writer against single adds (bench/coalescing.sh). Results: docs/BENCHMARKS.md.
+# costs (bench/state.sh), the PN-Counter figures (bench/pnc.sh), the client libraries'
+# coalescing writer against single adds (bench/coalescing.sh), and spread counters on a local
+# cluster (bench/spread.sh). Results: docs/BENCHMARKS.md.
 bench: build-tests
 	bash bench/run.sh
 	bash bench/state.sh
 	bash bench/pnc.sh
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY)) bash bench/coalescing.sh
+	bash bench/spread.sh
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
 # Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).

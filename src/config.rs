@@ -16,9 +16,17 @@ pub static TOKEN_MAX_FUTURE_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_RETENTION_MS: AtomicI64 = AtomicI64::new(3_600_000);
 pub static SETTLE_MS: AtomicI64 = AtomicI64::new(60_000);
+/// Spread counters: how long a gathered read waits for other masters, and how old their
+/// holders' values may be when served from the home's cache (0 = never cached).
+pub static GATHER_TIMEOUT_MS: AtomicI64 = AtomicI64::new(1000);
+pub static GATHER_CACHE_MS: AtomicI64 = AtomicI64::new(0);
+/// Auto-spread: a counter adding faster than this many adds/s (0 = never) spreads itself to
+/// `SPREAD_HOLDERS` holders.
+pub static SPREAD_THRESHOLD: AtomicI64 = AtomicI64::new(0);
+pub static SPREAD_HOLDERS: AtomicI64 = AtomicI64::new(16);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 7] = [
+pub const I64_CONFIGS: [I64Config; 11] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -56,6 +64,16 @@ pub const I64_CONFIGS: [I64Config; 7] = [
         30 * DAY_MS,
     ),
     ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
+    ("gather-timeout-ms", &GATHER_TIMEOUT_MS, 1000, 1, 60_000),
+    ("gather-cache-ms", &GATHER_CACHE_MS, 0, 0, DAY_MS),
+    ("spread-threshold", &SPREAD_THRESHOLD, 0, 0, 1_000_000_000),
+    (
+        "spread-holders",
+        &SPREAD_HOLDERS,
+        16,
+        2,
+        crate::counter::spread::MAX_HOLDERS as i64,
+    ),
 ];
 
 /// `ctr.expose-internal-commands` (load argument only, default no): with yes, CTR.APPLY,

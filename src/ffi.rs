@@ -83,6 +83,21 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_CreateString,
         RedisModule_FreeString,
         RedisModule_Log,
+        RedisModule_FreeCallReply,
+        RedisModule_CallReplyType,
+        RedisModule_CallReplyInteger,
+        RedisModule_CallReplyLength,
+        RedisModule_CallReplyArrayElement,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_GetMyClusterID,
+        RedisModule_SendClusterMessage,
+        RedisModule_RegisterClusterMessageReceiver,
+        RedisModule_BlockClient,
+        RedisModule_UnblockClient,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_GetBlockedClientHandle,
+        RedisModule_CreateTimer,
     )
 }
 
@@ -172,6 +187,8 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A RESP3 map; the server flattens it into an array for RESP2 clients.
     Map(Vec<(&'static str, Reply)>),
+    /// Nothing now: the client is blocked and gets its reply when it is unblocked.
+    Blocked,
 }
 
 /// A command error; its text starts with the error code (`ERR`, `WRONGTYPE`, ...).
@@ -217,6 +234,7 @@ impl Ctx {
                     rm!(RedisModule_ReplyWithArray)(ctx, items.len() as _);
                     items.iter().for_each(|item| self.reply(item));
                 }
+                Reply::Blocked => {}
                 Reply::Map(fields) => {
                     rm!(RedisModule_ReplyWithMap)(ctx, fields.len() as _);
                     for (name, value) in fields {

@@ -99,6 +99,36 @@ pub static PNC_MERGED_BYTES: Counter = Counter::new();
 /// whose result would leave the safe range, and corrupt RESTORE payloads.
 pub static PNC_REFUSED_BLOBS: Counter = Counter::new();
 
+/// Spread counters: CTR.SPREAD calls that added holders; gathered reads of a home key (started,
+/// failed for any reason, failed by timeout); gather requests this node answered for other
+/// masters; and a histogram of gather latencies (< 1 ms, 1-9, 10-99, 100-999, >= 1000 ms).
+pub static SPREADS: Counter = Counter::new();
+/// Of those, the ones a counter did itself (auto-spread).
+pub static AUTO_SPREADS: Counter = Counter::new();
+pub static GATHERS: Counter = Counter::new();
+pub static GATHER_FAILURES: Counter = Counter::new();
+pub static GATHER_TIMEOUTS: Counter = Counter::new();
+pub static GATHER_REQUESTS_SERVED: Counter = Counter::new();
+pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+];
+
+/// Records the latency of one successful gather.
+pub fn record_gather_latency(ms: i64) {
+    let bucket = match ms {
+        ..=0 => 0,
+        1..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        _ => 4,
+    };
+    GATHER_LATENCY_HISTOGRAM[bucket].incr();
+}
+
 /// (INFO field name, counter), in display order.
 pub fn all() -> Vec<(&'static str, &'static Counter)> {
     vec![
@@ -124,6 +154,17 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("pnc_merges", &PNC_MERGES),
         ("pnc_merged_bytes", &PNC_MERGED_BYTES),
         ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
+        ("spreads", &SPREADS),
+        ("auto_spreads", &AUTO_SPREADS),
+        ("gathers", &GATHERS),
+        ("gather_failures", &GATHER_FAILURES),
+        ("gather_timeouts", &GATHER_TIMEOUTS),
+        ("gather_requests_served", &GATHER_REQUESTS_SERVED),
+        ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),
+        ("gather_latency_1_9ms", &GATHER_LATENCY_HISTOGRAM[1]),
+        ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),
+        ("gather_latency_100_999ms", &GATHER_LATENCY_HISTOGRAM[3]),
+        ("gather_latency_1000ms_plus", &GATHER_LATENCY_HISTOGRAM[4]),
     ]
 }
 

@@ -109,6 +109,14 @@ const COMMANDS: &[Meta] = &[
         ],
     },
     Meta {
+        name: "ctr.spread",
+        arity: 3,
+        flags: &["write", "denyoom", "module"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[("k 16", &[("k", RW)])],
+    },
+    Meta {
         name: "ctr.apply",
         arity: 3,
         flags: &["write", "denyoom", "module"],

@@ -4,7 +4,7 @@ mod common;
 
 use common::{Server, Value};
 
-const DEFAULTS: [(&str, i64, i64, i64); 7] = [
+const DEFAULTS: [(&str, i64, i64, i64); 11] = [
     // name, default, min, max
     ("promote-threshold", 10_000, 1, 1_000_000_000),
     ("max-shards", 16, 1, 1024),
@@ -13,6 +13,10 @@ const DEFAULTS: [(&str, i64, i64, i64); 7] = [
     ("bucket-ms", 60_000, 1, 86_400_000),
     ("bucket-retention-ms", 3_600_000, 1, 2_592_000_000),
     ("settle-ms", 60_000, 0, 86_400_000),
+    ("gather-timeout-ms", 1000, 1, 60_000),
+    ("gather-cache-ms", 0, 0, 86_400_000),
+    ("spread-threshold", 0, 0, 1_000_000_000),
+    ("spread-holders", 16, 2, 1024),
 ];
 
 fn config_get(c: &mut common::Conn, name: &str) -> String {

@@ -57,6 +57,13 @@ fn populate(c: &mut Conn) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     keys.extend((0..50).map(|i| format!("many:{i}")));
+    // A spread counter: its holder names are state of the home key; a holder is a counter.
+    c.q("CTR.ADD spread 3");
+    let holders = c.q("CTR.SPREAD spread 4").array();
+    assert_eq!(holders.len(), 4);
+    c.cmd(&[b"CTR.ADD", holders[2].bytes().as_slice(), b"4"]);
+    keys.push("spread".into());
+    keys.push(holders[2].text());
     keys
 }
 
@@ -151,6 +158,8 @@ fn replicas_hold_the_same_counters() {
         m.cmd(&["CTR.ADD", "streamed", &i.to_string()]); // reaches it by the command stream
     }
     m.q("CTR.ADD cold -50");
+    // Growing a spread counter reaches the replica as the resulting state.
+    assert_eq!(m.q("CTR.SPREAD spread 6").array().len(), 6);
     keys.push("streamed".into());
     master.wait_replicas(1);
     let mut r = replica.conn();

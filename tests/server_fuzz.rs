@@ -276,6 +276,7 @@ impl Gen {
             "CTR.RECONCILE",
             "CTR.APPLY",
             "CTR.SETSTATE",
+            "CTR.SPREAD",
             "PNC.ADD",
             "PNC.GET",
             "PNC.STATE",
@@ -338,6 +339,11 @@ impl Gen {
             }
             "CTR.APPLY" => args.push(random_effect(&mut self.rng, self.now, self.tame)),
             "CTR.SETSTATE" => args.push(self.ctr_state()),
+            "CTR.SPREAD" => args.push(if self.tame {
+                (1 + self.below(8)).to_string().into_bytes()
+            } else {
+                self.int()
+            }),
             "PNC.ADD" => args.push(self.int()),
             "PNC.MERGE" => args.push(self.pnc_blob(false)),
             "PNC.APPLY" => {

@@ -8,7 +8,7 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs};
-use super::ctr_store::{read_value, update_counter, with_counter, Before, Write};
+use super::ctr_store::{update_counter, with_counter, Before, Write};
 use super::decide;
 use super::parse::integer;
 use crate::counter::{AddOp, ClearOp, Counter, CounterRef};
@@ -84,6 +84,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         ctx.notify(c"expire", w.key_name);
     }
     metrics::ADDS.incr_from_command();
+    super::ctr_spread::after_add(ctx, w.key_name);
     Ok(Reply::Integer(value))
 }
 
@@ -131,7 +132,7 @@ pub fn get(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() != 2 {
         return Err(super::wrong_arity("ctr.get"));
     }
-    Ok(Reply::Integer(read_value(ctx, args.raw(1))?))
+    super::ctr_spread::get(ctx, args.raw(1))
 }
 
 /// CTR.MGET key [key ...]
@@ -139,10 +140,7 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 2 {
         return Err(super::wrong_arity("ctr.mget"));
     }
-    let values = (1..args.len())
-        .map(|i| read_value(ctx, args.raw(i)).map(Reply::Integer))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply::Array(values))
+    super::ctr_spread::mget(ctx, args)
 }
 
 fn clamp_u64(v: u64) -> i64 {
@@ -159,7 +157,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(super::wrong_arity("ctr.info"));
     }
     let key_bytes = args.bytes(1);
-    with_counter(ctx, args.raw(1), |c| {
+    let own = with_counter(ctx, args.raw(1), |c| {
         let plain;
         let (counter, rate, encoding) = match c {
             None => return Reply::Null,
@@ -214,5 +212,6 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             ),
             ("encoding", Reply::Bulk(encoding.as_bytes().to_vec())),
         ])
-    })
+    })?;
+    super::ctr_spread::info(ctx, args.raw(1), own)
 }

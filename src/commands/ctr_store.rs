@@ -77,10 +77,6 @@ pub fn with_counter<R>(
     }
 }
 
-pub fn read_value(ctx: Ctx, key: RawString) -> Result<i64, CommandError> {
-    with_counter(ctx, key, |c| c.map_or(0, CounterRef::value))
-}
-
 /// Applies `f` to the counter in `key` (opened for writing), creating it at 0 when missing.
 /// Nothing is stored when `f` fails. Keeps the stored form (inline or boxed) right and the
 /// tokens-held gauge exact.

@@ -9,10 +9,12 @@ pub mod ctr_args;
 pub mod ctr_floor;
 pub mod ctr_internal;
 pub mod ctr_reconcile;
+pub mod ctr_spread;
 mod ctr_store;
 mod decide;
 pub mod parse;
 pub mod pnc;
+mod spread_cluster;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -230,6 +232,18 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift].",
         complexity: c"O(B) where B is the number of buckets kept, plus counting the source: O(entries after the watermark) for a stream, O(log N) for a sorted set, O(1) for a set",
         since: c"0.4.0",
+    },
+    CommandDef {
+        name: c"ctr.spread",
+        entry: entry!(ctr_spread::spread),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 3,
+        summary: c"Makes a counter a spread counter of N holders (the key is holder 0; the others hash to their own slots, spread evenly over the masters) and returns every holder's name.",
+        complexity: c"O(N) where N is the number of holders",
+        since: c"0.5.0",
     },
     CommandDef {
         name: c"ctr.apply",
@@ -465,6 +479,7 @@ pub fn register(
         }
         crate::command_info::set(ctx, def)?;
     }
+    ctr_spread::register(ctx);
     Ok(internal)
 }
 

@@ -13,6 +13,7 @@ pub mod history;
 mod ops;
 pub mod rate;
 pub mod siphash;
+pub mod spread;
 pub mod tokens;
 
 pub use cell::{CounterCell, CounterRef};
@@ -21,6 +22,7 @@ pub use floor::Floor;
 pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
+pub use spread::Spread;
 pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};
 
 /// Largest number of sub-shards a counter may hold (also the decoder's bound).
@@ -53,6 +55,8 @@ struct Extras {
     ledger: TokenWindow<LedgerEntry>,
     /// Time buckets and reconcile state, once the counter has been reconciled.
     history: Option<History>,
+    /// The other holders of a spread counter whose home this is.
+    spread: Option<Spread>,
 }
 
 impl Extras {
@@ -61,6 +65,7 @@ impl Extras {
             && self.tokens.is_empty()
             && self.ledger.is_empty()
             && self.history.is_none()
+            && self.spread.is_none()
     }
 }
 
@@ -75,6 +80,7 @@ pub struct CounterParts {
     pub tokens: TokenWindow,
     pub ledger: TokenWindow<LedgerEntry>,
     pub history: Option<History>,
+    pub spread: Option<Spread>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -111,6 +117,7 @@ impl Counter {
             tokens,
             ledger,
             history,
+            spread,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -122,6 +129,9 @@ impl Counter {
         if let Some(h) = &history {
             h.validate()?;
         }
+        if let Some(s) = &spread {
+            s.validate()?;
+        }
         let shards = if shards.len() == 1 {
             Vec::new()
         } else {
@@ -132,6 +142,7 @@ impl Counter {
             tokens,
             ledger,
             history,
+            spread,
         };
         Ok(Counter {
             value,
@@ -181,6 +192,18 @@ impl Counter {
 
     pub fn history(&self) -> Option<&History> {
         self.ext.as_ref()?.history.as_ref()
+    }
+
+    /// The other holders when this counter is the home of a spread counter.
+    pub fn spread(&self) -> Option<&Spread> {
+        self.ext.as_ref()?.spread.as_ref()
+    }
+
+    /// Makes this counter the home of a spread counter with these other holders.
+    pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
+        spread.validate()?;
+        self.ext_mut().spread = Some(spread);
+        Ok(())
     }
 
     fn floor_mut(&mut self) -> Option<&mut Floor> {
@@ -269,6 +292,7 @@ impl Counter {
             + self.tokens().heap_bytes()
             + self.ledger().heap_bytes()
             + self.history().map_or(0, |h| h.heap_bytes())
+            + self.spread().map_or(0, Spread::heap_bytes)
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -288,6 +312,13 @@ impl Counter {
             + self.tokens().allocated_bytes()
             + self.ledger().allocated_bytes()
             + self.history().map_or(0, |h| h.allocated_bytes())
+            + self.spread().map_or(0, |s| {
+                vec_bytes::<Vec<u8>>(s.holders.capacity())
+                    + s.holders
+                        .iter()
+                        .map(|h| vec_bytes::<u8>(h.capacity()))
+                        .sum::<usize>()
+            })
     }
 }
 

@@ -16,6 +16,9 @@
 //!   6 HISTORY ivarint width, ivarint retention, ivarint retained_since, u8 has-watermark
 //!             [+ ivarint watermark], ivarint last drift, uvarint total |drift|, uvarint
 //!             reconciles, uvarint n (<= MAX_BUCKETS), n x (ivarint end, ivarint sum)
+//!   (7-10 are reserved for other features)
+//!  11 SPREAD  uvarint n (1..MAX_HOLDERS-1), n x (uvarint len, bytes) holder names 1..n, each
+//!             in its own slot (the home key is holder 0)
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -26,8 +29,11 @@
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::history::MAX_BUCKETS;
+use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
-use crate::counter::{Counter, CounterParts, Floor, History, LedgerEntry, TokenWindow, MAX_SHARDS};
+use crate::counter::{
+    Counter, CounterParts, Floor, History, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
+};
 
 pub const FORMAT_V1: u8 = 1;
 pub const CURRENT_FORMAT: u8 = FORMAT_V1;
@@ -39,6 +45,7 @@ const TAG_TOKENS: u8 = 3;
 const TAG_FLOOR: u8 = 4;
 const TAG_LEDGER: u8 = 5;
 const TAG_HISTORY: u8 = 6;
+const TAG_SPREAD: u8 = 11;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -72,6 +79,12 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     });
     if let Some(h) = counter.history() {
         encode_history(&mut w, h);
+    }
+    if let Some(s) = counter.spread() {
+        w.u8(TAG_SPREAD).uvarint(s.holders.len() as u64);
+        for name in &s.holders {
+            w.bytes(name);
+        }
     }
     w.u8(TAG_END);
     w.finish()
@@ -130,6 +143,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut floor = None;
     let mut ledger = TokenWindow::default();
     let mut history = None;
+    let mut spread = None;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -147,6 +161,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_FLOOR => floor = Some(decode_floor(r)?),
             TAG_LEDGER => ledger = decode_window(r, decode_ledger_entry)?,
             TAG_HISTORY => history = Some(decode_history(r)?),
+            TAG_SPREAD => spread = Some(decode_spread(r)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -165,6 +180,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         tokens,
         ledger,
         history,
+        spread,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -246,6 +262,16 @@ fn decode_history(r: &mut Reader) -> Result<History, DecodeError> {
         total_abs_drift,
         reconciles,
     })
+}
+
+fn decode_spread(r: &mut Reader) -> Result<Spread, DecodeError> {
+    // Each name takes at least 2 bytes (length and one byte).
+    let n = r.count(MAX_HOLDERS - 1, 2)?;
+    let holders = (0..n)
+        .map(|_| r.bytes(MAX_HOLDER_NAME).map(<[u8]>::to_vec))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Count, name lengths and distinct slots are checked by Counter::from_parts.
+    Ok(Spread { holders })
 }
 
 fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
@@ -539,6 +565,45 @@ mod tests {
             Counter::from_shards(vec![i64::MAX, 1]).is_err(),
             "total overflows"
         );
+    }
+
+    fn spread_counter() -> Counter {
+        let mut c = Counter::from_shards(vec![4, 5]).unwrap();
+        let holders = crate::counter::spread::plan_holders(
+            b"{tag}home",
+            &[],
+            5,
+            &crate::counter::spread::Standalone,
+        )
+        .unwrap();
+        c.set_spread(Spread { holders }).unwrap();
+        c
+    }
+
+    #[test]
+    fn roundtrip_with_spread_and_refusal_of_broken_ones() {
+        let c = spread_counter();
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.spread().unwrap().count(), 5);
+        let full = encode(&c);
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+        let with_names = |names: &[&[u8]]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0).u8(TAG_SPREAD);
+            w.uvarint(names.len() as u64);
+            for n in names {
+                w.bytes(n);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(with_names(&[b"{a}1", b"{b}1"]).is_ok());
+        assert!(with_names(&[b"{a}1", b"{a}2"]).is_err(), "shared slot");
+        assert!(with_names(&[]).is_err(), "no holders");
+        assert!(with_names(&[b""]).is_err(), "empty name");
     }
 
     #[test]

@@ -147,6 +147,32 @@ impl Cluster {
             .expect("owner is one of ours")
     }
 
+    /// Starts a replica of master `master`, joined to the cluster and in sync. It is not added
+    /// to `nodes` (so `wait_settled` keeps counting masters).
+    pub fn start_replica_of(&self, master: usize) -> Server {
+        let replica = Server::start_with(NODE_ARGS, &[]);
+        let mut c = replica.conn();
+        let port = self.nodes[0].port.to_string();
+        assert_eq!(
+            c.cmd(&["CLUSTER", "MEET", "127.0.0.1", &port]),
+            Value::Simple("OK".into())
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // REPLICATE needs the master to be known to the new node first.
+            if c.cmd(&["CLUSTER", "REPLICATE", &self.ids[master]]) == Value::Simple("OK".into()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica never learned its master"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        replica.wait_link_up();
+        replica
+    }
+
     pub fn client(&self) -> ClusterClient {
         ClusterClient::connect(self.nodes[0].port)
     }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Spread counter benchmarks on a local 3-master cluster started for the run (results are
+# recorded in docs/BENCHMARKS.md, "Spread counters"), measured side by side in one run:
+#   1. read latency (p50/p99, redis-benchmark --csv) of CTR.GET on a spread counter's home with
+#      3, 16 and 64 holders against a plain counter, and with ctr.gather-cache-ms 100;
+#   2. write load of one hot counter: WRITES adds spread over 16 holders, each holder written by
+#      clients connected to the master serving it, against the same adds on one key: commands
+#      and server time per node from INFO commandstats;
+#   3. bytes per holder (MEMORY USAGE).
+#
+# Usage (from the repository root, after `cargo build --release`): bash bench/spread.sh
+# Environment: CTR_MODULE (module path), READS (default 20000 per read row), CLIENTS (default
+# 10, for the reads), WRITES (default 320000).
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+
+MODULE=${CTR_MODULE:-$PWD/target/release/libredis_ctr.so}
+READS=${READS:-20000}
+CLIENTS=${CLIENTS:-10}
+WRITES=${WRITES:-320000}
+[ -f "$MODULE" ] || { echo "module not found at $MODULE (run cargo build --release)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+
+export CTR_MODULE=$MODULE
+export CLUSTER_DIR=$tmp/cluster
+ports=()
+while [ "${#ports[@]}" -lt 3 ]; do
+  p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000)) # the bus port, +10000, stays below 65536
+  port_busy "$p" || port_busy "$((p + 10000))" || ports+=("$p")
+done
+stop_cluster() { sh docker/cluster.sh stop >/dev/null 2>&1 || true; }
+trap 'rc=$?; stop_cluster; rm -rf "$tmp"; exit $rc' EXIT
+sh docker/cluster.sh start "${ports[@]}" >/dev/null
+
+cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+
+# owner KEY: the port of the master serving KEY.
+owner() {
+  local p
+  for p in "${ports[@]}"; do
+    case "$(cli "$p" CTR.GET "$1")" in MOVED*) ;; *) echo "$p"; return ;; esac
+  done
+  die "no node serves $1"
+}
+
+# latency LABEL PORT KEY: one CSV row of redis-benchmark for CTR.GET KEY.
+latency() {
+  local row
+  row=$(redis-benchmark -h 127.0.0.1 -p "$2" -c "$CLIENTS" -n "$READS" --csv CTR.GET "$3" | tail -n 1)
+  # "test","rps","avg","min","p50","p95","p99","max"
+  echo "$row" | awk -F'"' -v label="$1" '{ printf "| %s | %s | %s | %s |\n", label, $4, $10, $14 }'
+}
+
+log "cluster on ports ${ports[*]}; reads $READS per row, writes $WRITES"
+echo "## Read latency (CTR.GET, $CLIENTS clients, ms)"
+echo
+echo "| counter | requests/s | p50 | p99 |"
+echo "|---|---|---|---|"
+cli "${ports[0]}" -c CTR.ADD plain 1 >/dev/null
+latency "plain counter" "$(owner plain)" plain
+for n in 3 16 64; do
+  cli "${ports[0]}" -c CTR.SPREAD "read$n" "$n" >/dev/null
+  latency "spread, $n holders" "$(owner "read$n")" "read$n"
+done
+home=$(owner read64)
+cli "$home" CONFIG SET ctr.gather-cache-ms 100 >/dev/null
+latency "spread, 64 holders, gather-cache-ms 100" "$home" read64
+cli "$home" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
+echo
+
+# Write load. commandstats: ctr.add calls and usec_per_call per node.
+reset_stats() { for p in "${ports[@]}"; do cli "$p" CONFIG RESETSTAT >/dev/null; done; }
+node_stats() {
+  local p
+  for p in "${ports[@]}"; do
+    cli "$p" INFO commandstats | tr -d '\r' |
+      awk -F'[:,=]' -v port="$p" '/^cmdstat_ctr.add:/ { printf "| %s | %s | %s |\n", port, $3, $7 }'
+  done
+}
+echo "## Write load of one hot counter ($WRITES adds, pipeline 16)"
+echo
+mapfile -t holders < <(cli "${ports[0]}" -c CTR.SPREAD hot 16)
+reset_stats
+per=$((WRITES / 16))
+for h in "${holders[@]}"; do
+  redis-benchmark -h 127.0.0.1 -p "$(owner "$h")" -c 2 -P 16 -n "$per" -q CTR.ADD "$h" 1 >/dev/null &
+done
+wait
+total=$(cli "$(owner hot)" CTR.GET hot)
+[ "$total" = "$((per * 16))" ] || die "spread total $total, expected $((per * 16))"
+echo "Spread over 16 holders (each holder's adds sent to its own master; total read back: $total):"
+echo
+echo "| node | ctr.add calls | usec per call |"
+echo "|---|---|---|"
+node_stats
+echo
+reset_stats
+redis-benchmark -h 127.0.0.1 -p "$(owner onekey)" -c 32 -P 16 -n "$WRITES" -q CTR.ADD onekey 1 >/dev/null
+echo "The same adds on one key:"
+echo
+echo "| node | ctr.add calls | usec per call |"
+echo "|---|---|---|"
+node_stats
+echo
+
+echo "## Bytes"
+echo
+h1=${holders[1]}
+echo "- a written holder: MEMORY USAGE $(cli "$(owner "$h1")" MEMORY USAGE "$h1") bytes (an ordinary counter)"
+cli "${ports[0]}" -c CTR.ADD solo 1 >/dev/null
+for n in 16 64; do
+  cli "${ports[0]}" -c CTR.ADD "mem$n" 1 >/dev/null
+  cli "${ports[0]}" -c CTR.SPREAD "mem$n" "$n" >/dev/null
+  echo "- a home of $n holders: MEMORY USAGE $(cli "$(owner "mem$n")" MEMORY USAGE "mem$n") bytes (a plain counter: $(cli "$(owner solo)" MEMORY USAGE solo))"
+done

@@ -1,0 +1,721 @@
+//! Spread counters: CTR.SPREAD, and the gathered reads of a home key (CTR.GET, CTR.MGET and
+//! CTR.INFO give the total over every holder).
+//!
+//! Outside a cluster a gather reads every holder at once. In a cluster it blocks the client,
+//! asks each other master for its holders over the cluster bus (one request per master, with a
+//! request id, resent until answered), reads the holders this node serves from a timer (see
+//! [`Plan`]), all through `RM_Call`, which checks slot ownership, and replies once everything
+//! is in; after `ctr.gather-timeout-ms` the read fails, it never returns a partial sum. A holder
+//! that a master no longer serves (resharded, migrating) fails the read with TRYAGAIN. Where a
+//! client cannot block (MULTI/EXEC, scripts), a read in a cluster whose holders are not in the
+//! cache (`ctr.gather-cache-ms`) fails with a clear error.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use super::ctr_store::{update_counter, with_counter};
+use super::parse::integer;
+use super::spread_cluster::{self as cluster, NodeId};
+use crate::config;
+use crate::counter::spread::{
+    key_slot, plan_holders, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+};
+use crate::counter::{exact_sum, CounterRef, Spread};
+use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
+use crate::metrics;
+use crate::persist::ctr_format;
+use crate::persist::gather_msg::{self, HolderAnswer};
+
+/// Bus message types (0-254): a gather request and its response.
+const MSG_GATHER_REQUEST: u8 = 0xC7;
+const MSG_GATHER_RESPONSE: u8 = 0xC8;
+
+const SHRINK_REFUSED: CommandError = CommandError::fixed(
+    "ERR a spread counter cannot shrink yet: folding holders back is not built (holders can only grow)",
+);
+const FLOORED_REFUSED: CommandError =
+    CommandError::fixed("ERR a floored counter cannot be spread yet");
+const CANNOT_BLOCK: CommandError = CommandError::fixed(
+    "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
+);
+const OVERFLOW: CommandError = CommandError::fixed("ERR counter overflow");
+
+/// CTR.SPREAD key holders
+pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.spread"));
+    }
+    let target = integer(args.bytes(2))?;
+    let target = usize::try_from(target)
+        .ok()
+        .filter(|n| (1..=MAX_HOLDERS).contains(n))
+        .ok_or(CommandError::fixed(
+            "ERR holders must be between 1 and 1024",
+        ))?;
+    let home = args.bytes(1);
+    let current: Vec<Vec<u8>> =
+        with_counter(ctx, args.raw(1), |c| holders_of(c).unwrap_or_default())?;
+    if target < current.len() + 1 {
+        return Err(SHRINK_REFUSED);
+    }
+    if target > current.len() + 1 {
+        let all = grow(ctx, args.raw(1), &current, target)?;
+        return Ok(names_reply(home, all.iter()));
+    }
+    Ok(names_reply(home, current.iter()))
+}
+
+/// Adds holders to reach `target` (more than `current` has), records them and replicates the
+/// resulting state; returns every holder's name but the home's.
+fn grow(
+    ctx: Ctx,
+    key_name: RawString,
+    current: &[Vec<u8>],
+    target: usize,
+) -> Result<Vec<Vec<u8>>, CommandError> {
+    let home = string_bytes(key_name);
+    if home.len() > MAX_HOME_NAME {
+        return Err(CommandError::fixed(
+            "ERR key name too long to spread (at most 1024 bytes)",
+        ));
+    }
+    let added = if cluster::in_cluster(ctx) {
+        plan(home, current, target, &*cluster::topology(ctx, true)?)
+    } else {
+        plan(home, current, target, &Standalone)
+    }?;
+    let key = Key::open(ctx, key_name, true);
+    let state = update_counter(&key, |c, _| {
+        if c.floor().is_some() {
+            return Err(FLOORED_REFUSED);
+        }
+        let holders = current.iter().chain(&added).cloned().collect();
+        c.set_spread(Spread { holders })?;
+        Ok(ctr_format::encode(c))
+    })?;
+    // The names depend on this master's view of the cluster: replicas and the AOF get the
+    // resulting state.
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.notify(c"ctr.spread", key_name);
+    metrics::SPREADS.incr();
+    forget_cached(home);
+    Ok(current.iter().chain(&added).cloned().collect())
+}
+
+/// After an add on the master: a counter whose last full second's add rate is above
+/// `ctr.spread-threshold` (0 = never) spreads itself to `ctr.spread-holders` holders. What
+/// stops it (a floor, no free slot) leaves it as it is: the add itself has succeeded.
+pub fn after_add(ctx: Ctx, key: RawString) {
+    let threshold = config::SPREAD_THRESHOLD.load(Relaxed);
+    if threshold == 0 || ctx.is_replaying() {
+        return;
+    }
+    let target = usize::try_from(config::SPREAD_HOLDERS.load(Relaxed)).unwrap_or(0);
+    let key_bytes = string_bytes(key);
+    let Ok(Some((rate, current))) = with_counter(ctx, key, |c| {
+        let rate = match c? {
+            CounterRef::Inline(_) => super::decide::inline_counter_rate(key_bytes),
+            CounterRef::Boxed(b) if b.floor().is_some() => return None,
+            CounterRef::Boxed(b) => b.add_rate(),
+        };
+        Some((rate, holders_of(c).unwrap_or_default()))
+    }) else {
+        return;
+    };
+    if i64::from(rate) > threshold
+        && current.len() + 1 < target
+        && grow(ctx, key, &current, target).is_ok()
+    {
+        metrics::AUTO_SPREADS.incr();
+    }
+}
+
+fn plan(
+    home: &[u8],
+    current: &[Vec<u8>],
+    target: usize,
+    owners: &impl SlotOwners,
+) -> Result<Vec<Vec<u8>>, CommandError> {
+    plan_holders(home, current, target, owners).map_err(|PlanError::NoSlot| {
+        CommandError::fixed("ERR no free slot found for a holder on some master")
+    })
+}
+
+fn holders_of(c: Option<CounterRef>) -> Option<Vec<Vec<u8>>> {
+    match c {
+        Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()),
+        _ => None,
+    }
+}
+
+fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
+    let mut names = vec![Reply::Bulk(home.to_vec())];
+    names.extend(holders.map(|h| Reply::Bulk(h.clone())));
+    Reply::Array(names)
+}
+
+/// One key being read: its own value and, for a home, its other holders.
+struct Reading {
+    home: Vec<u8>,
+    holders: Vec<Vec<u8>>,
+    /// Holder values, holder 0 (the key itself) first; None while unknown.
+    values: Vec<Option<i64>>,
+    /// How old each value is, in ms: 0 when read for this command, else its age in the cache.
+    ages: Vec<i64>,
+}
+
+impl Reading {
+    fn total(&self) -> Result<i64, CommandError> {
+        let values = self.values.iter().map(|v| v.unwrap_or(0));
+        exact_sum(values).ok_or(OVERFLOW)
+    }
+}
+
+/// How a finished read replies.
+enum Finish {
+    Get,
+    MGet,
+    /// The map of CTR.INFO, whose value becomes the total and which gains the holders.
+    Info(Vec<(&'static str, Reply)>),
+}
+
+fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
+    with_counter(ctx, key, |c| Reading {
+        home: string_bytes(key).to_vec(),
+        holders: holders_of(c).unwrap_or_default(),
+        values: vec![Some(c.map_or(0, CounterRef::value))],
+        ages: vec![0],
+    })
+}
+
+/// CTR.GET key: the value, or a spread counter's total.
+pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
+    let r = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) if b.spread().is_some() => None,
+        other => Some(other.map_or(0, CounterRef::value)),
+    })?;
+    match r {
+        Some(value) => Ok(Reply::Integer(value)),
+        None => gather(ctx, vec![reading(ctx, key)?], Finish::Get),
+    }
+}
+
+/// CTR.MGET key...: each value, or each spread counter's total.
+pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
+    let readings = (1..args.len())
+        .map(|i| reading(ctx, args.raw(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if readings.iter().all(|r| r.holders.is_empty()) {
+        let values = readings.iter().map(|r| r.total().map(Reply::Integer));
+        return Ok(Reply::Array(values.collect::<Result<_, _>>()?));
+    }
+    gather(ctx, readings, Finish::MGet)
+}
+
+/// CTR.INFO key: `fields` as built for the key itself; a home's gains its total and holders.
+pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
+    let Reply::Map(fields) = reply else {
+        return Ok(reply);
+    };
+    let r = reading(ctx, key)?;
+    if r.holders.is_empty() {
+        return Ok(Reply::Map(fields));
+    }
+    gather(ctx, vec![r], Finish::Info(fields))
+}
+
+fn finish(readings: &[Reading], how: Finish) -> CommandResult {
+    match how {
+        Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
+        Finish::MGet => Ok(Reply::Array(
+            readings
+                .iter()
+                .map(|r| r.total().map(Reply::Integer))
+                .collect::<Result<_, _>>()?,
+        )),
+        Finish::Info(mut fields) => {
+            let r = &readings[0];
+            let total = r.total()?;
+            for (name, value) in fields.iter_mut() {
+                if *name == "value" {
+                    *value = Reply::Integer(total);
+                }
+            }
+            fields.push(("holders", names_reply(&r.home, r.holders.iter())));
+            let values = r.values.iter().map(|v| Reply::Integer(v.unwrap_or(0)));
+            fields.push(("holder_values", Reply::Array(values.collect())));
+            let ages = r.ages.iter().copied().map(Reply::Integer);
+            fields.push(("holder_ages_ms", Reply::Array(ages.collect())));
+            Ok(Reply::Map(fields))
+        }
+    }
+}
+
+/// What a gather still waits for from one master.
+struct Ask {
+    node: NodeId,
+    /// (reading, holder) of each name asked, in request order.
+    holders: Vec<(usize, usize)>,
+    answered: bool,
+}
+
+struct Pending {
+    bc: *mut raw::RedisModuleBlockedClient,
+    started_ms: i64,
+    readings: Vec<Reading>,
+    asks: Vec<Ask>,
+    /// (reading, holder) of the holders this node serves, read from a timer (see `Plan`).
+    locals: Vec<(usize, usize)>,
+    finish: Finish,
+}
+
+impl Pending {
+    fn complete(&self) -> bool {
+        self.locals.is_empty() && self.asks.iter().all(|a| a.answered)
+    }
+}
+
+/// What a gather must still do after the command returns.
+#[derive(Default)]
+struct Plan {
+    asks: Vec<Ask>,
+    /// Holders this node serves, in a cluster. They are read from a timer, not from inside the
+    /// command: Valkey looks keys up in the slot of the command being executed (an
+    /// optimisation that a nested `RM_Call` of another slot's key does not escape), so a holder
+    /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
+    locals: Vec<(usize, usize)>,
+}
+
+/// A home key's holder values as last gathered: (when, value by holder index).
+type Gathered = (i64, Vec<Option<i64>>);
+
+thread_local! {
+    static PENDING: RefCell<HashMap<u64, Pending>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(0) };
+    static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
+}
+
+/// Bound on cached totals; past it the cache starts over.
+const CACHE_LIMIT: usize = 10_000;
+
+fn forget_cached(home: &[u8]) {
+    CACHE.with(|c| c.borrow_mut().remove(home));
+}
+
+fn next_request_id() -> u64 {
+    NEXT_ID.with(|n| {
+        // Start from a random id so that a late answer to a previous life of this node cannot
+        // match a new request.
+        let id = match n.get() {
+            0 => u64::from_le_bytes(crate::ffi::random_bytes()) | 1,
+            id => id,
+        };
+        n.set(id.wrapping_add(1).max(1));
+        id
+    })
+}
+
+fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<i64, CommandError> {
+    match answer {
+        HolderAnswer::Value(v) => Ok(v),
+        HolderAnswer::NotHere => {
+            cluster::forget_topology();
+            Err(CommandError(
+                format!(
+                    "TRYAGAIN spread counter holder '{}' is moving between masters",
+                    String::from_utf8_lossy(name)
+                )
+                .into(),
+            ))
+        }
+        HolderAnswer::Failed(text) => Err(CommandError(
+            format!(
+                "ERR spread counter holder '{}': {text}",
+                String::from_utf8_lossy(name)
+            )
+            .into(),
+        )),
+    }
+}
+
+/// Takes what it can from the cache and, outside a cluster, reads every holder at once; in a
+/// cluster it blocks the client, reads the holders this node serves from a timer and asks the
+/// other masters for theirs.
+fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
+    metrics::GATHERS.incr();
+    let Plan { asks, locals } = match start_gather(ctx, &mut readings) {
+        Err(e) => {
+            metrics::GATHER_FAILURES.incr();
+            return Err(e);
+        }
+        Ok(plan) => plan,
+    };
+    if asks.is_empty() && locals.is_empty() {
+        metrics::record_gather_latency(0);
+        return finish(&readings, how);
+    }
+    if ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        != 0
+    {
+        metrics::GATHER_FAILURES.incr();
+        return Err(CANNOT_BLOCK);
+    }
+    let id = next_request_id();
+    let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
+    // SAFETY: ctx is the live context of a command that may block (checked above).
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.ptr,
+            Some(on_reply),
+            Some(on_timeout),
+            Some(free_result),
+            timeout,
+        )
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    let pending = Pending {
+        bc,
+        started_ms: ctx.now_ms(),
+        readings,
+        asks,
+        locals,
+        finish: how,
+    };
+    send_requests(ctx.ptr, id, &pending);
+    PENDING.with(|p| p.borrow_mut().insert(id, pending));
+    arm_timer(ctx.ptr, id, 0, on_local_reads);
+    arm_timer(ctx.ptr, id, RESEND_MS, on_resend);
+    Ok(Reply::Blocked)
+}
+
+/// How often a gather asks again the masters that have not answered yet: bus delivery is best
+/// effort (a message queued on a link that drops is lost, and a link can be down for a moment).
+const RESEND_MS: i64 = 100;
+
+/// Sends (again) the request of every master that has not answered. A send that fails (no
+/// link right now) is retried at the next resend; the timeout bounds the whole wait.
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64, pending: &Pending) {
+    for ask in pending.asks.iter().filter(|a| !a.answered) {
+        let names = ask
+            .holders
+            .iter()
+            .map(|&(r, h)| pending.readings[r].holders[h - 1].as_slice());
+        let payload = gather_msg::encode_request(id, names);
+        cluster::send(ctx, &ask.node, MSG_GATHER_REQUEST, &payload);
+    }
+}
+
+type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: TimerProc) {
+    // SAFETY: ctx is live; the timer's data is the request id itself, not a pointer.
+    unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
+}
+
+/// Timer: resends what is unanswered while the gather is pending, then re-arms.
+unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    let pending = PENDING.with(|p| {
+        let table = p.borrow();
+        table
+            .get(&id)
+            .map(|pending| send_requests(ctx, id, pending))
+    });
+    if pending.is_some() {
+        arm_timer(ctx, id, RESEND_MS, on_resend);
+    }
+}
+
+/// Timer: reads the holders this node serves (outside any command, so each key is looked up
+/// in its own slot), then completes the gather if the other masters have answered.
+unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    // The names are taken out first: no table borrow is held across the reads.
+    let Some(locals) = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let pending = table.get_mut(&id)?;
+        let locals = std::mem::take(&mut pending.locals);
+        Some(
+            locals
+                .into_iter()
+                .map(|(r, h)| (r, h, pending.readings[r].holders[h - 1].clone()))
+                .collect::<Vec<_>>(),
+        )
+    }) else {
+        return;
+    };
+    let read: Result<Vec<(usize, usize, i64)>, CommandError> = locals
+        .into_iter()
+        .map(|(r, h, name)| Ok((r, h, answer_error(&name, cluster::read_holder(ctx, &name))?)))
+        .collect();
+    let outcome = read.map(|values| {
+        PENDING.with(|p| {
+            if let Some(pending) = p.borrow_mut().get_mut(&id) {
+                for (r, h, v) in values {
+                    pending.readings[r].values[h] = Some(v);
+                }
+            }
+        })
+    });
+    settle(ctx, id, outcome);
+}
+
+/// Fills what can be had without waiting; returns what must be read or asked afterwards.
+fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError> {
+    let topology = if cluster::in_cluster(ctx) {
+        Some(cluster::topology(ctx, false)?)
+    } else {
+        None
+    };
+    let cache_ms = config::GATHER_CACHE_MS.load(Relaxed);
+    let now = ctx.now_ms();
+    let mut plan = Plan::default();
+    for (r, reading) in readings.iter_mut().enumerate() {
+        let cached = if cache_ms > 0 {
+            CACHE.with(|c| {
+                c.borrow()
+                    .get(&reading.home)
+                    .filter(|(at, values)| {
+                        now.saturating_sub(*at) <= cache_ms
+                            && values.len() == reading.holders.len() + 1
+                    })
+                    .map(|(at, values)| (now.saturating_sub(*at), values.clone()))
+            })
+        } else {
+            None
+        };
+        for h in 1..=reading.holders.len() {
+            let name = &reading.holders[h - 1];
+            let (value, age) = match (&topology, &cached) {
+                (None, _) => (
+                    Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
+                    0,
+                ),
+                (Some(_), Some((age, values))) => (values[h], *age),
+                (Some(t), None) => {
+                    match t.remote_owner(key_slot(name))? {
+                        None => plan.locals.push((r, h)),
+                        Some(node) => match plan.asks.iter_mut().find(|a| a.node == node) {
+                            Some(ask) => ask.holders.push((r, h)),
+                            None => plan.asks.push(Ask {
+                                node,
+                                holders: vec![(r, h)],
+                                answered: false,
+                            }),
+                        },
+                    }
+                    (None, 0)
+                }
+            };
+            reading.values.push(value);
+            reading.ages.push(age);
+        }
+    }
+    Ok(plan)
+}
+
+/// Bus receiver of a gather request: answers for each holder this node serves.
+unsafe extern "C" fn on_gather_request(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    _kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    let Ok((id, names)) = gather_msg::decode_request(bytes) else {
+        return; // malformed: the asker times out
+    };
+    let answers: Vec<HolderAnswer> = names
+        .iter()
+        .map(|name| cluster::read_holder(ctx, name))
+        .collect();
+    let response = gather_msg::encode_response(id, &answers);
+    metrics::GATHER_REQUESTS_SERVED.incr();
+    cluster::send(ctx, &from, MSG_GATHER_RESPONSE, &response);
+}
+
+/// Bus receiver of a gather response: records it and, once every master has answered,
+/// unblocks the client with the result.
+unsafe extern "C" fn on_gather_response(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    _kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: as in on_gather_request.
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    let Ok((id, answers)) = gather_msg::decode_response(bytes) else {
+        return;
+    };
+    let outcome = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        record_answers(table.get_mut(&id)?, &from, answers)
+    });
+    if let Some(outcome) = outcome {
+        settle(ctx, id, outcome);
+    }
+}
+
+/// After a step of gather `id`: on an error, or once everything is in, removes the gather and
+/// unblocks its client with the result.
+fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandError>) {
+    let now = Ctx { ptr: ctx }.now_ms();
+    let done = PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let complete = outcome.is_err() || table.get(&id)?.complete();
+        complete.then(|| table.remove(&id)).flatten()
+    });
+    let Some(pending) = done else {
+        return;
+    };
+    let result = outcome.and_then(|()| {
+        metrics::record_gather_latency(now.saturating_sub(pending.started_ms));
+        remember(&pending.readings, now);
+        finish(&pending.readings, pending.finish)
+    });
+    if result.is_err() {
+        metrics::GATHER_FAILURES.incr();
+    }
+    let boxed = Box::into_raw(Box::new(result)).cast::<c_void>();
+    // SAFETY: bc is blocked and unblocked once: its entry was just removed from the table.
+    unsafe { rm!(RedisModule_UnblockClient)(pending.bc, boxed) };
+}
+
+/// Stores one master's answers in a pending gather. None when the sender was not asked (or
+/// answered already); Some(Err) when an answer fails the read.
+fn record_answers(
+    pending: &mut Pending,
+    from: &NodeId,
+    answers: Vec<HolderAnswer>,
+) -> Option<Result<(), CommandError>> {
+    let ask = pending
+        .asks
+        .iter_mut()
+        .find(|a| &a.node == from && !a.answered)?;
+    if answers.len() != ask.holders.len() {
+        return None;
+    }
+    ask.answered = true;
+    for (&(r, h), answer) in ask.holders.iter().zip(answers) {
+        let reading = &mut pending.readings[r];
+        match answer_error(&reading.holders[h - 1], answer) {
+            Ok(v) => reading.values[h] = Some(v),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Caches the gathered holder values (only when a cache is configured).
+fn remember(readings: &[Reading], now: i64) {
+    if config::GATHER_CACHE_MS.load(Relaxed) == 0 {
+        return;
+    }
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() >= CACHE_LIMIT {
+            cache.clear();
+        }
+        for r in readings.iter().filter(|r| !r.holders.is_empty()) {
+            cache.insert(r.home.clone(), (now, r.values.clone()));
+        }
+    });
+}
+
+/// Removes the pending gather of a blocked client (timed out or gone).
+fn drop_pending(bc: *mut raw::RedisModuleBlockedClient) -> Option<Pending> {
+    PENDING.with(|p| {
+        let mut table = p.borrow_mut();
+        let id = table.iter().find(|(_, v)| v.bc == bc).map(|(k, _)| *k)?;
+        table.remove(&id)
+    })
+}
+
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed result given to UnblockClient.
+    let result =
+        unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<CommandResult>();
+    let ctx = Ctx { ptr: ctx };
+    // SAFETY: non-null results are ours and live until free_result.
+    match unsafe { result.as_ref() } {
+        Some(Ok(reply)) => ctx.reply(reply),
+        Some(Err(e)) => ctx.reply_error(e),
+        None => ctx.reply_error(&CommandError::fixed(
+            "ERR spread counter read lost its result",
+        )),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: ctx is the timeout context of a blocked client.
+    let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
+    let silent = drop_pending(bc).map_or(0, |p| p.asks.iter().filter(|a| !a.answered).count());
+    metrics::GATHER_FAILURES.incr();
+    metrics::GATHER_TIMEOUTS.incr();
+    Ctx { ptr: ctx }.reply_error(&CommandError(
+        format!(
+            "ERR spread counter total unavailable: {silent} master(s) did not answer within ctr.gather-timeout-ms"
+        )
+        .into(),
+    ));
+    // A client blocked without keys is released only by UnblockClient, timed out or not.
+    // SAFETY: bc is live until this call; its entry is gone, so no answer unblocks it again.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_disconnect(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    if drop_pending(bc).is_some() {
+        // SAFETY: as in on_timeout.
+        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient, freed once here.
+        drop(unsafe { Box::from_raw(data.cast::<CommandResult>()) });
+    }
+}
+
+/// Registers the bus receivers (harmless outside a cluster).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: called from OnLoad with its live context.
+    unsafe {
+        rm!(RedisModule_RegisterClusterMessageReceiver)(
+            ctx,
+            MSG_GATHER_REQUEST,
+            Some(on_gather_request),
+        );
+        rm!(RedisModule_RegisterClusterMessageReceiver)(
+            ctx,
+            MSG_GATHER_RESPONSE,
+            Some(on_gather_response),
+        );
+    }
+}

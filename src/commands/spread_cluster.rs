@@ -1,0 +1,273 @@
+//! What spread counters need from the server beyond keys: reading a holder through the
+//! server's own routing check (`RM_Call`, which refuses a key whose slot this node does not
+//! serve, where `RM_OpenKey` would silently read an empty key), the slot -> master map (from
+//! `CLUSTER SLOTS`: Redis 7.0 has no slot API for modules), and cluster-bus sends.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int};
+use std::rc::Rc;
+
+use redis_module::raw;
+
+use crate::counter::spread::{SlotOwners, SLOTS};
+use crate::ffi::{rm, CommandError, Ctx};
+use crate::persist::gather_msg::HolderAnswer;
+
+/// A cluster node id (40 hex characters).
+pub type NodeId = [u8; 40];
+
+/// How long a slot map is trusted before a gather or a spread fetches it again.
+const TOPOLOGY_MAX_AGE_MS: i64 = 1000;
+const UNASSIGNED: u16 = u16::MAX;
+
+/// A reply of `RM_Call`, freed on drop.
+struct CallReply(*mut raw::RedisModuleCallReply);
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        // SAFETY: a non-null reply returned by RM_Call, freed once.
+        unsafe { rm!(RedisModule_FreeCallReply)(self.0) }
+    }
+}
+
+/// A reply or one of its elements (elements belong to the root reply).
+#[derive(Clone, Copy)]
+struct ReplyRef<'a>(
+    *mut raw::RedisModuleCallReply,
+    std::marker::PhantomData<&'a ()>,
+);
+
+impl<'a> ReplyRef<'a> {
+    fn kind(self) -> c_int {
+        // SAFETY: a live reply.
+        unsafe { rm!(RedisModule_CallReplyType)(self.0) }
+    }
+    fn integer(self) -> i64 {
+        // SAFETY: a live reply.
+        unsafe { rm!(RedisModule_CallReplyInteger)(self.0) }
+    }
+    fn len(self) -> usize {
+        // SAFETY: a live reply.
+        unsafe { rm!(RedisModule_CallReplyLength)(self.0) }
+    }
+    fn element(self, i: usize) -> Option<ReplyRef<'a>> {
+        // SAFETY: a live reply; out-of-range indexes give null.
+        let e = unsafe { rm!(RedisModule_CallReplyArrayElement)(self.0, i) };
+        (!e.is_null()).then_some(ReplyRef(e, std::marker::PhantomData))
+    }
+    fn bytes(self) -> &'a [u8] {
+        let mut len = 0usize;
+        // SAFETY: a live reply; the pointer covers len bytes while the root reply lives.
+        unsafe {
+            let p = rm!(RedisModule_CallReplyStringPtr)(self.0, &mut len);
+            if p.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        }
+    }
+}
+
+impl CallReply {
+    fn root(&self) -> ReplyRef<'_> {
+        ReplyRef(self.0, std::marker::PhantomData)
+    }
+}
+
+/// Reads one holder with `CTR.GET`, through the server's routing check: a holder whose slot
+/// this node does not serve (moved, migrating and already gone, cluster down) is `NotHere`,
+/// never a silent 0.
+pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
+    // SAFETY: ctx is live; "b" takes (pointer, length).
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx,
+            c"CTR.GET".as_ptr(),
+            c"b".as_ptr(),
+            name.as_ptr().cast::<c_char>(),
+            name.len(),
+        )
+    };
+    if reply.is_null() {
+        return HolderAnswer::NotHere;
+    }
+    let reply = CallReply(reply);
+    let root = reply.root();
+    match root.kind() as isize {
+        raw::REDISMODULE_REPLY_INTEGER => HolderAnswer::Value(root.integer()),
+        _ => HolderAnswer::Failed(String::from_utf8_lossy(root.bytes()).into_owned()),
+    }
+}
+
+/// Which master serves each slot, and who this node is.
+pub struct Topology {
+    fetched_ms: i64,
+    /// This node's id (None outside a cluster).
+    pub myself: Option<NodeId>,
+    /// Masters owning at least one slot, sorted by id.
+    pub masters: Vec<NodeId>,
+    /// slot -> index in `masters`, or UNASSIGNED.
+    owners: Vec<u16>,
+}
+
+impl SlotOwners for Topology {
+    fn masters(&self) -> usize {
+        self.masters.len().max(1)
+    }
+    fn owner(&self, slot: u16) -> Option<usize> {
+        match self.owners.get(usize::from(slot)) {
+            Some(&m) if m != UNASSIGNED => Some(usize::from(m)),
+            _ => None,
+        }
+    }
+}
+
+impl Topology {
+    /// The master serving `slot`, when it is not this node; Ok(None) when it is this node.
+    pub fn remote_owner(&self, slot: u16) -> Result<Option<NodeId>, CommandError> {
+        let master = self
+            .owner(slot)
+            .and_then(|m| self.masters.get(m))
+            .ok_or_else(|| {
+                CommandError(
+                    format!("CLUSTERDOWN spread counter holder slot {slot} is not served").into(),
+                )
+            })?;
+        Ok((Some(*master) != self.myself).then_some(*master))
+    }
+}
+
+thread_local! {
+    static TOPOLOGY: RefCell<Option<Rc<Topology>>> = const { RefCell::new(None) };
+}
+
+/// True when the server runs in cluster mode.
+pub fn in_cluster(ctx: Ctx) -> bool {
+    ctx.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+}
+
+/// The slot map, fetched again when older than a second or when `fresh` is asked.
+pub fn topology(ctx: Ctx, fresh: bool) -> Result<Rc<Topology>, CommandError> {
+    let now = ctx.now_ms();
+    let cached = TOPOLOGY.with(|t| t.borrow().clone());
+    if let Some(t) = cached {
+        if !fresh && now.saturating_sub(t.fetched_ms) < TOPOLOGY_MAX_AGE_MS {
+            return Ok(t);
+        }
+    }
+    let t = Rc::new(fetch_topology(ctx, now)?);
+    TOPOLOGY.with(|cell| *cell.borrow_mut() = Some(t.clone()));
+    Ok(t)
+}
+
+/// Forgets the slot map (a holder was not where it said).
+pub fn forget_topology() {
+    TOPOLOGY.with(|cell| *cell.borrow_mut() = None);
+}
+
+fn my_id() -> Option<NodeId> {
+    // SAFETY: plain call; the id is 40 bytes, not NUL-terminated.
+    let p = unsafe { rm!(RedisModule_GetMyClusterID)() };
+    if p.is_null() {
+        return None;
+    }
+    let mut id = [0u8; 40];
+    // SAFETY: the server's node name buffer is 40 bytes long.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), id.as_mut_ptr(), 40) };
+    Some(id)
+}
+
+fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
+    const BAD: CommandError = CommandError::fixed("ERR could not read the cluster slot map");
+    // SAFETY: ctx is live; "c" takes a C string.
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx.ptr,
+            c"CLUSTER".as_ptr(),
+            c"c".as_ptr(),
+            c"SLOTS".as_ptr(),
+        )
+    };
+    if reply.is_null() {
+        return Err(BAD);
+    }
+    let reply = CallReply(reply);
+    let root = reply.root();
+    if root.kind() as isize != raw::REDISMODULE_REPLY_ARRAY {
+        return Err(BAD);
+    }
+    let mut ranges: Vec<(usize, usize, NodeId)> = Vec::new();
+    for i in 0..root.len() {
+        let range = root.element(i).ok_or(BAD)?;
+        let first = range.element(0).ok_or(BAD)?.integer();
+        let last = range.element(1).ok_or(BAD)?.integer();
+        let id_bytes = range
+            .element(2)
+            .and_then(|m| m.element(2))
+            .ok_or(BAD)?
+            .bytes();
+        let id: NodeId = id_bytes.try_into().map_err(|_| BAD)?;
+        if !(0..i64::from(SLOTS)).contains(&first) || !(first..i64::from(SLOTS)).contains(&last) {
+            return Err(BAD);
+        }
+        ranges.push((first as usize, last as usize, id));
+    }
+    let mut masters: Vec<NodeId> = ranges.iter().map(|r| r.2).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    let mut owners = vec![UNASSIGNED; usize::from(SLOTS)];
+    for (first, last, id) in ranges {
+        let index = masters.binary_search(&id).map_err(|_| BAD)?;
+        owners[first..=last].fill(index as u16);
+    }
+    Ok(Topology {
+        fetched_ms: now,
+        myself: my_id(),
+        masters,
+        owners,
+    })
+}
+
+/// Sends a bus message; false when the node is unknown or has no link right now (delivery is
+/// best effort even when true).
+pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]) -> bool {
+    let Ok(len) = u32::try_from(payload.len()) else {
+        return false;
+    };
+    // The send path looks the id up with strlen: give it a terminated copy.
+    let mut target = [0u8; 41];
+    target[..40].copy_from_slice(to);
+    // SAFETY: ctx is live; target is NUL-terminated; payload covers len bytes.
+    let status = unsafe {
+        rm!(RedisModule_SendClusterMessage)(
+            ctx,
+            target.as_ptr().cast(),
+            kind,
+            payload.as_ptr().cast(),
+            len,
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// The sender's id (40 bytes, not terminated on Redis) and the payload of a received bus
+/// message.
+///
+/// # Safety
+/// `sender` must point to at least 40 readable bytes, `payload` to `len` bytes (or be null).
+pub unsafe fn received<'a>(
+    sender: *const c_char,
+    payload: *const std::ffi::c_uchar,
+    len: u32,
+) -> (NodeId, &'a [u8]) {
+    let mut id = [0u8; 40];
+    // SAFETY: per the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(sender.cast::<u8>(), id.as_mut_ptr(), 40) };
+    let bytes = if payload.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: per the caller's contract.
+        unsafe { std::slice::from_raw_parts(payload, len as usize) }
+    };
+    (id, bytes)
+}

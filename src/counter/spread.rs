@@ -1,0 +1,278 @@
+//! Spread counters, the pure part: cluster key slots (CRC16 with the hash-tag rule, computed here
+//! because Redis 7.0 has no slot API for modules), and the choice of holder names so that every
+//! holder sits in its own slot and the holders are spread evenly over the masters.
+//!
+//! A spread counter is its home key (holder 0) plus holder keys 1..N-1, each an ordinary
+//! counter. The home records the names of holders 1..N-1 ([`Spread`]); the total is the home's
+//! own value plus every holder's.
+
+use super::CounterError;
+
+/// Slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+/// Largest number of holders of one spread counter, the home included.
+pub const MAX_HOLDERS: usize = 1024;
+/// Longest home key name that can be spread (holder names embed it).
+pub const MAX_HOME_NAME: usize = 1024;
+/// Longest holder name a decoder accepts (the home name plus the `{ctr.i.k}` tag).
+pub const MAX_HOLDER_NAME: usize = MAX_HOME_NAME + 64;
+
+/// The holders 1..N-1 of a spread counter (holder 0, the home key, is implicit).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spread {
+    pub holders: Vec<Vec<u8>>,
+}
+
+impl Spread {
+    /// Holders including the home.
+    pub fn count(&self) -> usize {
+        self.holders.len() + 1
+    }
+
+    /// Checks what a decoder or a replicated state may carry: 1..MAX_HOLDERS-1 names, each
+    /// non-empty and bounded, all in distinct slots.
+    pub fn validate(&self) -> Result<(), CounterError> {
+        if self.holders.is_empty() || self.holders.len() >= MAX_HOLDERS {
+            return Err(CounterError::InvalidOperation("holder count out of range"));
+        }
+        let mut slots: Vec<u16> = Vec::with_capacity(self.holders.len());
+        for name in &self.holders {
+            if name.is_empty() || name.len() > MAX_HOLDER_NAME {
+                return Err(CounterError::InvalidOperation("holder name length"));
+            }
+            slots.push(key_slot(name));
+        }
+        slots.sort_unstable();
+        if slots.windows(2).any(|w| w[0] == w[1]) {
+            return Err(CounterError::InvalidOperation("two holders share a slot"));
+        }
+        Ok(())
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.holders.capacity() * std::mem::size_of::<Vec<u8>>()
+            + self.holders.iter().map(Vec::capacity).sum::<usize>()
+    }
+}
+
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+pub fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot of a key: only the part inside the first `{...}` is hashed when that part
+/// is not empty (the server's rule).
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % SLOTS
+}
+
+/// Holder `index`'s name for search attempt `attempt`: a hash tag of its own in front of the
+/// home's name, so the holder hashes on the tag alone whatever tag the home carries.
+pub fn holder_name(home: &[u8], index: usize, attempt: u32) -> Vec<u8> {
+    let mut name = format!("{{ctr.{index}.{attempt}}}").into_bytes();
+    name.extend_from_slice(home);
+    name
+}
+
+/// Which master owns each slot, as the spreading node sees it.
+pub trait SlotOwners {
+    /// Number of masters (at least 1).
+    fn masters(&self) -> usize;
+    /// The master (0..masters) owning `slot`, None when unassigned.
+    fn owner(&self, slot: u16) -> Option<usize>;
+}
+
+/// A server outside a cluster: every slot is its own.
+pub struct Standalone;
+
+impl SlotOwners for Standalone {
+    fn masters(&self) -> usize {
+        1
+    }
+    fn owner(&self, _slot: u16) -> Option<usize> {
+        Some(0)
+    }
+}
+
+/// Why holders could not be planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// No free slot of some master could be found for a new holder.
+    NoSlot,
+}
+
+/// Names for holders `existing.len()+1 .. target-1`, appended to `existing`: each in a slot no
+/// other holder (nor the home) uses, each placed on the master that holds the fewest holders
+/// so far (ties to the lowest master index), so that the counts per master differ by at most
+/// one when starting from an even spread.
+pub fn plan_holders(
+    home: &[u8],
+    existing: &[Vec<u8>],
+    target: usize,
+    owners: &impl SlotOwners,
+) -> Result<Vec<Vec<u8>>, PlanError> {
+    let masters = owners.masters().max(1);
+    let mut used: Vec<bool> = vec![false; SLOTS as usize];
+    let mut per_master = vec![0usize; masters];
+    let home_slot = key_slot(home);
+    used[home_slot as usize] = true;
+    if let Some(m) = owners.owner(home_slot) {
+        per_master[m] += 1;
+    }
+    for name in existing {
+        let slot = key_slot(name);
+        used[slot as usize] = true;
+        if let Some(m) = owners.owner(slot) {
+            per_master[m] += 1;
+        }
+    }
+    let mut added = Vec::new();
+    for index in existing.len() + 1..target {
+        let master = (0..masters)
+            .min_by_key(|&m| (per_master[m], m))
+            .unwrap_or(0);
+        // Each slot belongs to one master; 16384 attempts per master find one of its free
+        // slots with overwhelming likelihood when it has any.
+        let attempts = 16 * u32::from(SLOTS);
+        let name = (0..attempts)
+            .map(|attempt| holder_name(home, index, attempt))
+            .find(|name| {
+                let slot = key_slot(name);
+                !used[slot as usize] && owners.owner(slot) == Some(master)
+            })
+            .ok_or(PlanError::NoSlot)?;
+        used[key_slot(&name) as usize] = true;
+        per_master[master] += 1;
+        added.push(name);
+    }
+    Ok(added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` masters owning even slot ranges, like `redis-cli --cluster create`.
+    struct Ranges(usize);
+
+    impl SlotOwners for Ranges {
+        fn masters(&self) -> usize {
+            self.0
+        }
+        fn owner(&self, slot: u16) -> Option<usize> {
+            Some(slot as usize * self.0 / SLOTS as usize)
+        }
+    }
+
+    fn per_master(home: &[u8], holders: &[Vec<u8>], owners: &impl SlotOwners) -> Vec<usize> {
+        let mut counts = vec![0; owners.masters()];
+        for name in std::iter::once(home).chain(holders.iter().map(Vec::as_slice)) {
+            counts[owners.owner(key_slot(name)).unwrap()] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % SLOTS);
+    }
+
+    #[test]
+    fn sixteen_holders_on_three_masters_are_five_five_six() {
+        for home in [&b"views"[..], b"{user:1}:views", b"{ctr.1.0}x", b""] {
+            let holders = plan_holders(home, &[], 16, &Ranges(3)).unwrap();
+            assert_eq!(holders.len(), 15);
+            let mut counts = per_master(home, &holders, &Ranges(3));
+            counts.sort_unstable();
+            assert_eq!(counts, vec![5, 5, 6], "{home:?}");
+            let spread = Spread { holders };
+            spread.validate().unwrap();
+            assert!(
+                spread.holders.iter().all(|h| key_slot(h) != key_slot(home)),
+                "no holder shares the home's slot"
+            );
+        }
+    }
+
+    #[test]
+    fn growing_keeps_the_holders_and_stays_even() {
+        let first = plan_holders(b"k", &[], 4, &Ranges(3)).unwrap();
+        let more = plan_holders(b"k", &first, 9, &Ranges(3)).unwrap();
+        assert_eq!(more.len(), 5);
+        let all: Vec<Vec<u8>> = first.iter().chain(&more).cloned().collect();
+        assert_eq!(per_master(b"k", &all, &Ranges(3)), vec![3, 3, 3]);
+        Spread { holders: all }.validate().unwrap();
+        assert!(plan_holders(b"k", &first, 4, &Ranges(3))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn standalone_holders_take_distinct_slots() {
+        let holders = plan_holders(b"k", &[], 64, &Standalone).unwrap();
+        assert_eq!(holders.len(), 63);
+        Spread { holders }.validate().unwrap();
+    }
+
+    #[test]
+    fn a_master_without_free_slots_is_an_error() {
+        struct Tiny;
+        impl SlotOwners for Tiny {
+            fn masters(&self) -> usize {
+                2
+            }
+            fn owner(&self, slot: u16) -> Option<usize> {
+                Some(usize::from(slot != 0))
+            }
+        }
+        // Master 0 owns slot 0 only: the second holder of master 0 cannot be placed.
+        assert_eq!(
+            plan_holders(b"k", &[], 4, &Tiny),
+            Err(PlanError::NoSlot),
+            "no slot left"
+        );
+    }
+
+    #[test]
+    fn validation_refuses_shared_slots_and_bad_names() {
+        assert!(Spread::default().validate().is_err());
+        let same = vec![b"{a}1".to_vec(), b"{a}2".to_vec()];
+        assert!(Spread { holders: same }.validate().is_err());
+        assert!(Spread {
+            holders: vec![Vec::new()]
+        }
+        .validate()
+        .is_err());
+        assert!(Spread {
+            holders: vec![vec![b'x'; MAX_HOLDER_NAME + 1]]
+        }
+        .validate()
+        .is_err());
+    }
+}

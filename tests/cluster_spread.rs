@@ -1,0 +1,355 @@
+//! Spread counters on a real 3-master cluster: holders land evenly on every master, many
+//! clients writing random holders leave an exact total that any node's CTR.GET of the home key
+//! gathers, and reads during writes stay between the acknowledged and the sent total; a
+//! replica reads a total; auto-spread under a pipelined load; reads inside MULTI are refused unless the cache bound allows them; a holder whose
+//! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
+//! after the move; a killed master makes reads fail clearly within the gather timeout.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{key_slot, Cluster, ClusterClient};
+use common::{Conn, Value};
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+fn names(reply: &Value) -> Vec<String> {
+    reply.array().iter().map(Value::text).collect()
+}
+
+/// The node index of each holder.
+fn owners(cluster: &Cluster, holders: &[String]) -> Vec<usize> {
+    holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .collect()
+}
+
+/// A small deterministic generator (no dependency needed for test randomness).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+/// Writes `adds` random deltas to random holders from `clients` threads; returns their sum.
+fn write_randomly(cluster: &Cluster, holders: &[String], clients: u64, adds: u64) -> i64 {
+    let seed_port = cluster.nodes[0].port;
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let holders = holders.to_vec();
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(seed_port);
+                let mut rng = Lcg(t + 1);
+                let mut sum = 0i64;
+                for _ in 0..adds {
+                    let holder = &holders[rng.next(holders.len() as u64) as usize];
+                    let delta = rng.next(200) as i64 - 50;
+                    let reply = client.cmd(&["CTR.ADD", holder, &delta.to_string()]);
+                    assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+                    sum += delta;
+                }
+                sum
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+/// While writers add positive deltas to random holders, every read of the total lies between
+/// what was acknowledged before the read began and what was sent by the time it ended.
+fn reads_during_writes_stay_within_bounds(cluster: &Cluster, holders: &[String], base: i64) {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+    let (sent, acked, stop) = (
+        Arc::new(AtomicI64::new(base)),
+        Arc::new(AtomicI64::new(base)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (sent, acked, stop) = (sent.clone(), acked.clone(), stop.clone());
+            let holders = holders.to_vec();
+            let port = cluster.nodes[0].port;
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(port);
+                let mut rng = Lcg(100 + t);
+                while !stop.load(SeqCst) {
+                    let holder = &holders[rng.next(holders.len() as u64) as usize];
+                    let delta = 1 + rng.next(9) as i64;
+                    sent.fetch_add(delta, SeqCst);
+                    let reply = client.cmd(&["CTR.ADD", holder, &delta.to_string()]);
+                    assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+                    acked.fetch_add(delta, SeqCst);
+                }
+            })
+        })
+        .collect();
+    let mut reader = ClusterClient::connect(cluster.nodes[1].port);
+    for _ in 0..40 {
+        let low = acked.load(SeqCst);
+        let total = reader.cmd(&["CTR.GET", &holders[0]]).int();
+        let high = sent.load(SeqCst);
+        assert!(low <= total && total <= high, "{low} <= {total} <= {high}");
+    }
+    stop.store(true, SeqCst);
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    assert_eq!(
+        reader.cmd(&["CTR.GET", &holders[0]]),
+        Value::Int(acked.load(SeqCst))
+    );
+}
+
+#[test]
+fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{page:1}:views";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    assert_eq!(holders.len(), 16);
+    assert_eq!(holders[0], home);
+    let mut per_node = [0usize; 3];
+    for n in owners(&cluster, &holders) {
+        per_node[n] += 1;
+    }
+    let mut sorted = per_node;
+    sorted.sort_unstable();
+    assert_eq!(sorted, [5, 5, 6], "per node: {per_node:?}");
+
+    let expected = write_randomly(&cluster, &holders, 6, 200);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    reads_during_writes_stay_within_bounds(&cluster, &holders, expected);
+    let expected = client.cmd(&["CTR.GET", home]).int();
+    let info = client.cmd(&["CTR.INFO", home]);
+    assert_eq!(info.field("value"), Value::Int(expected));
+    assert_eq!(names(&info.field("holders")), holders);
+    let parts: i64 = info
+        .field("holder_values")
+        .array()
+        .iter()
+        .map(Value::int)
+        .sum();
+    assert_eq!(parts, expected);
+    // Each holder's own value is what its master says.
+    for (h, v) in holders.iter().zip(info.field("holder_values").array()) {
+        if h != home {
+            assert_eq!(client.cmd(&["CTR.GET", h]), v, "{h}");
+        }
+    }
+    assert_eq!(
+        client.cmd(&["CTR.MGET", home, "{page:1}:other"]),
+        Value::Array(vec![Value::Int(expected), Value::Int(0)])
+    );
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let served: u64 = (0..3)
+        .filter(|&n| n != home_node)
+        .map(|n| {
+            cluster.nodes[n]
+                .info_field("ctr", "ctr_gather_requests_served")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(served >= 4, "other masters answered the gathers: {served}");
+
+    // Inside MULTI the client cannot wait for other masters: a clear error, unless the
+    // cache bound allows the last gathered values.
+    let mut h = cluster.nodes[home_node].conn();
+    assert_eq!(h.q("MULTI"), ok());
+    h.cmd(&["CTR.GET", home]);
+    let exec = h.q("EXEC").array();
+    assert!(exec[0].error().contains("MULTI"), "{exec:?}");
+    assert_eq!(h.q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(expected));
+    assert_eq!(h.q("MULTI"), ok());
+    h.cmd(&["CTR.GET", home]);
+    assert_eq!(h.q("EXEC"), Value::Array(vec![Value::Int(expected)]));
+    // CTR.INFO says how old each value is: the home's own is read afresh, the holders come
+    // from the cache.
+    std::thread::sleep(Duration::from_millis(100));
+    let info = h.cmd(&["CTR.INFO", home]);
+    for (name, age) in holders.iter().zip(info.field("holder_ages_ms").array()) {
+        if name == home {
+            assert_eq!(age, Value::Int(0), "{name} is read afresh");
+        } else {
+            assert!(age.int() >= 50, "{name} comes from the cache: {age:?}");
+        }
+    }
+    assert_eq!(h.q("CONFIG SET ctr.gather-cache-ms 0"), ok());
+
+    // Resharding a holder's slot: while the key is half-moved the read says TRYAGAIN (never a
+    // sum without it); after the move the total is exact again.
+    let (moved, from) = holders
+        .iter()
+        .zip(owners(&cluster, &holders))
+        .find(|(_, n)| *n != home_node)
+        .map(|(h, n)| (h.clone(), n))
+        .unwrap();
+    let to = (0..3).find(|&n| n != home_node && n != from).unwrap();
+    let slot = key_slot(moved.as_bytes()).to_string();
+    let mut src = cluster.nodes[from].conn();
+    let mut dst = cluster.nodes[to].conn();
+    let (from_id, to_id) = (cluster.ids[from].clone(), cluster.ids[to].clone());
+    assert_eq!(
+        dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        ok()
+    );
+    assert_eq!(
+        src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        ok()
+    );
+    // Still on the source: served there.
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(expected));
+    let to_port = cluster.nodes[to].port.to_string();
+    src.cmd(&["CTR.ADD", &moved, "0"]); // make sure the key exists to be migrated
+    assert_eq!(
+        src.cmd(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            &moved
+        ]),
+        ok()
+    );
+    let e = h.cmd(&["CTR.GET", home]).error();
+    assert!(e.starts_with("TRYAGAIN"), "{e}");
+    for node in 0..3 {
+        let reply = cluster.nodes[node]
+            .conn()
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        assert_eq!(reply, ok());
+    }
+    cluster.wait_settled();
+    let more = write_randomly(&cluster, &holders, 2, 50);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected + more));
+
+    // Auto-spread under a pipelined load: the counter spreads itself over every master.
+    let auto = "auto";
+    let auto_node = cluster.owner(key_slot(auto.as_bytes()));
+    let mut a = cluster.nodes[auto_node].conn();
+    assert_eq!(a.q("CONFIG SET ctr.spread-threshold 200"), ok());
+    assert_eq!(a.q("CONFIG SET ctr.spread-holders 6"), ok());
+    let started = Instant::now();
+    let mut sent = 0i64;
+    let auto_holders = loop {
+        let info = a.cmd(&["CTR.INFO", auto]);
+        if let Value::Array(items) = &info {
+            if let Some(pair) = items.chunks(2).find(|p| p[0].bytes() == b"holders") {
+                break names(&pair[1]);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never spread");
+        for _ in 0..500 {
+            a.send(&["CTR.ADD", auto, "1"]);
+        }
+        for _ in 0..500 {
+            assert!(matches!(a.read().unwrap(), Value::Int(_)));
+        }
+        sent += 500;
+    };
+    assert_eq!(auto_holders.len(), 6);
+    let mut on = owners(&cluster, &auto_holders);
+    on.sort_unstable();
+    on.dedup();
+    assert_eq!(on.len(), 3, "auto-spread holders on every master");
+    let more = write_randomly(&cluster, &auto_holders, 2, 50);
+    assert_eq!(client.cmd(&["CTR.GET", auto]), Value::Int(sent + more));
+}
+
+#[test]
+fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
+    let mut cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "hot";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let expected = write_randomly(&cluster, &holders, 2, 30);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    let mut h: Conn = cluster.nodes[home_node].conn();
+    // The default timeout (1 s) while healthy, a short one for the failure.
+    assert_eq!(h.q("CONFIG SET ctr.gather-timeout-ms 300"), ok());
+    cluster.nodes[victim].kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let e = h.cmd(&["CTR.GET", home]).error();
+        assert!(e.contains("unavailable"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert!(cluster.nodes[home_node]
+        .info_field("ctr", "ctr_gather_failures")
+        .parse::<u64>()
+        .is_ok_and(|n| n >= 3));
+}
+
+/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
+fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition never met");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
+    let mut cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    // A home on one master; a replica of another master, which serves some holders.
+    let home = "{views}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    let replica = cluster.start_replica_of(victim);
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "9"]));
+    assert!(owners(&cluster, &holders).contains(&victim));
+    let expected = write_randomly(&cluster, &holders, 3, 60);
+    cluster.nodes[victim].wait_replicas(1);
+
+    // A replica-reading client of the victim's replica reads a home of the victim's slots:
+    // the replica gathers from the masters.
+    let replica_home = (0..)
+        .map(|i| format!("r{i}"))
+        .find(|k| cluster.owner(key_slot(k.as_bytes())) == victim)
+        .unwrap();
+    let replica_holders = names(&client.cmd(&["CTR.SPREAD", &replica_home, "4"]));
+    let replica_expected = write_randomly(&cluster, &replica_holders, 1, 20);
+    cluster.nodes[victim].wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.q("READONLY"), ok());
+    assert_eq!(
+        r.cmd(&["CTR.GET", &replica_home]),
+        Value::Int(replica_expected)
+    );
+
+    // The victim dies: reads of the total fail clearly until its replica takes over, then the
+    // total is exact again (every write had reached the replica).
+    let mut h = cluster.nodes[home_node].conn();
+    assert_eq!(h.q("CONFIG SET ctr.gather-timeout-ms 300"), ok());
+    cluster.nodes[victim].kill();
+    assert!(h.cmd(&["CTR.GET", home]).is_error());
+    let total = eventually(40, || match h.cmd(&["CTR.GET", home]) {
+        Value::Int(v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(total, expected);
+}
