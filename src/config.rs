@@ -2,7 +2,7 @@
 //! against the ranges declared here. The core never reads these statics: commands take a
 //! [`Settings`] snapshot and pass it down, so the core stays pure.
 
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 /// (name without the `ctr.` prefix, holder, default, min, max)
 pub type I64Config = (&'static str, &'static AtomicI64, i64, i64, i64);
@@ -16,9 +16,11 @@ pub static TOKEN_MAX_FUTURE_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_RETENTION_MS: AtomicI64 = AtomicI64::new(3_600_000);
 pub static SETTLE_MS: AtomicI64 = AtomicI64::new(60_000);
+pub static SWEEP_BUDGET: AtomicI64 = AtomicI64::new(1_000);
+pub static SWEEP_INTERVAL_MS: AtomicI64 = AtomicI64::new(100);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 7] = [
+pub const I64_CONFIGS: [I64Config; 9] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -56,7 +58,24 @@ pub const I64_CONFIGS: [I64Config; 7] = [
         30 * DAY_MS,
     ),
     ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
+    // The idle sweep: work units per tick (a key visited, a token examined), 0 = off.
+    ("sweep-budget", &SWEEP_BUDGET, 1_000, 0, 1_000_000),
+    ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
 ];
+
+/// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any
+/// retained watermark is accepted), not only those started with `CTR.RECONCILE key START`.
+pub const TRACK_HISTORY_CONFIG: &str = "track-history";
+pub static TRACK_HISTORY: AtomicBool = AtomicBool::new(false);
+
+/// Parses a yes/no load argument (the server parses `CONFIG SET` and config file values).
+pub fn parse_yes_no(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    }
+}
 
 /// `ctr.replica-id`: empty = automatic (a random id made on the first PN-counter write), else
 /// the id this deployment's PN-counter writes go to. Its value lives in
@@ -145,6 +164,7 @@ pub struct Settings {
     pub bucket_ms: i64,
     pub bucket_retention_ms: i64,
     pub settle_ms: i64,
+    pub track_history: bool,
 }
 
 impl Settings {
@@ -159,6 +179,7 @@ impl Settings {
             bucket_ms: BUCKET_MS.load(Relaxed),
             bucket_retention_ms: BUCKET_RETENTION_MS.load(Relaxed),
             settle_ms: SETTLE_MS.load(Relaxed),
+            track_history: TRACK_HISTORY.load(Relaxed),
         }
     }
 }
@@ -175,6 +196,7 @@ impl Default for Settings {
             bucket_ms: get("bucket-ms"),
             bucket_retention_ms: get("bucket-retention-ms"),
             settle_ms: get("settle-ms"),
+            track_history: false,
         }
     }
 }
@@ -187,8 +209,8 @@ pub fn register(
     args: &[redis_module::RedisString],
 ) -> Result<(), String> {
     use redis_module::configuration::{
-        get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-        register_string_configuration, ConfigurationFlags,
+        get_i64_default_config_value, get_string_default_config_value, register_bool_configuration,
+        register_i64_configuration, register_string_configuration, ConfigurationFlags,
     };
     for (name, holder, default, min, max) in I64_CONFIGS {
         let value = get_i64_default_config_value(args, name, default)
@@ -209,6 +231,18 @@ pub fn register(
             None,
         );
     }
+    let track = get_string_default_config_value(args, TRACK_HISTORY_CONFIG, "no")
+        .map_err(|e| format!("load argument {TRACK_HISTORY_CONFIG}: {e}"))?;
+    let track = parse_yes_no(&track)
+        .ok_or_else(|| format!("load argument {TRACK_HISTORY_CONFIG} must be yes or no"))?;
+    register_bool_configuration(
+        ctx,
+        TRACK_HISTORY_CONFIG,
+        &TRACK_HISTORY,
+        track,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
     let replica_id = get_string_default_config_value(args, REPLICA_ID_CONFIG, "")
         .map_err(|e| format!("load argument {REPLICA_ID_CONFIG}: {e}"))?;
     parse_replica_id(replica_id.as_bytes())

@@ -42,7 +42,9 @@ mod module {
         // failing the command.
         ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
         crate::config::register(ctx, args)?;
-        crate::commands::register(ctx.ctx)
+        crate::commands::register(ctx.ctx)?;
+        crate::commands::sweep::start(ctx);
+        Ok(())
     }
 
     redis_module! {

@@ -13,6 +13,7 @@ mod ctr_store;
 mod decide;
 pub mod parse;
 pub mod pnc;
+pub mod sweep;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
