@@ -204,7 +204,10 @@ fn from_stream_counts_entries_up_to_the_watermark() {
         "the 2500 entries after the watermark are not truth yet"
     );
     // A stream is counted at a watermark: a counter without history must START first.
-    assert_eq!(c.q("CTR.RECONCILE fresh FROM STREAM missing").error(), NOT_TRACKED);
+    assert_eq!(
+        c.q("CTR.RECONCILE fresh FROM STREAM missing").error(),
+        NOT_TRACKED
+    );
     assert_eq!(c.q("EXISTS fresh"), Value::Int(0), "nothing was created");
 }
 
@@ -443,16 +446,27 @@ fn start_then_the_first_watermark_is_exact_with_racing_adds_on_master_and_replic
     // hold 100 old events plus those.
     let truth = 100 + stamps.lock().unwrap().iter().filter(|t| **t <= w).count() as i64;
     let reply = reconcile(&mut c, "orders", truth, w);
-    assert_eq!(reply.array()[1], Value::Int(3), "drift: exactly the 3 extra bumps");
+    assert_eq!(
+        reply.array()[1],
+        Value::Int(3),
+        "drift: exactly the 3 extra bumps"
+    );
     std::thread::sleep(std::time::Duration::from_millis(100));
     stop.store(true, Relaxed);
     racer.join().unwrap();
     let raced = stamps.lock().unwrap().len() as i64;
     assert!(raced > 20, "the racer ran: {raced}");
-    assert_eq!(c.q("CTR.GET orders").int(), 100 + raced, "every racing add is kept");
+    assert_eq!(
+        c.q("CTR.GET orders").int(),
+        100 + raced,
+        "every racing add is kept"
+    );
     server.wait_replicas(1);
     let mut r = replica.conn();
-    assert_eq!(r.q("DEBUG DIGEST-VALUE orders"), c.q("DEBUG DIGEST-VALUE orders"));
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE orders"),
+        c.q("DEBUG DIGEST-VALUE orders")
+    );
     assert_eq!(r.q("CTR.GET orders").int(), 100 + raced);
 }
 
@@ -461,7 +475,10 @@ fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
     let server = server_with(&["track-history", "yes"]);
     let replica = server.start_replica(); // keeps the default (no): the master decides
     let mut c = server.conn();
-    assert_eq!(c.q("CONFIG GET ctr.track-history").flat_text(), "ctr.track-history yes");
+    assert_eq!(
+        c.q("CONFIG GET ctr.track-history").flat_text(),
+        "ctr.track-history yes"
+    );
     let b = boundary(&mut c);
     // The first write of the counter is a back-dated event, 30 s ago; one of them doubled.
     for _ in 0..5 {
@@ -474,7 +491,10 @@ fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
     assert_eq!(reconcile(&mut c, "signups", 4, b - 20_000), pair(7, 1));
     server.wait_replicas(1);
     let mut r = replica.conn();
-    assert_eq!(r.q("DEBUG DIGEST-VALUE signups"), c.q("DEBUG DIGEST-VALUE signups"));
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE signups"),
+        c.q("DEBUG DIGEST-VALUE signups")
+    );
     // A counter that existed before the config was set starts its history at its next write,
     // as START would: a watermark before that write is refused.
     c.q("CONFIG SET ctr.track-history no");
@@ -494,7 +514,10 @@ fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
     assert!(reconcile(&mut c, "tok", 1, b).error().contains("START"));
     server.wait_replicas(1);
     for key in ["old", "tok"] {
-        assert_eq!(r.cmd(&["DEBUG", "DIGEST-VALUE", key]), c.cmd(&["DEBUG", "DIGEST-VALUE", key]));
+        assert_eq!(
+            r.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", key])
+        );
     }
     assert!(c.q("CONFIG SET ctr.track-history maybe").is_error());
     assert!(Server::try_start_with(&[], &["track-history", "maybe"]).is_err());
@@ -511,9 +534,15 @@ fn reconcile_errors_come_in_order_and_change_nothing() {
     assert_eq!(reconcile(&mut c, "cnt", 5, w).error(), NOT_TRACKED);
     assert_eq!(c.q("CTR.RECONCILE cnt FROM STREAM ev").error(), NOT_TRACKED);
     let info = c.q("CTR.INFO cnt");
-    assert_eq!((info.field("value"), info.field("encoding").text()), (Value::Int(7), "inline".into()));
+    assert_eq!(
+        (info.field("value"), info.field("encoding").text()),
+        (Value::Int(7), "inline".into())
+    );
     // The source's type before anything about the watermark.
-    assert!(c.q("CTR.RECONCILE cnt FROM ZSET ev").error().starts_with("WRONGTYPE"));
+    assert!(c
+        .q("CTR.RECONCILE cnt FROM ZSET ev")
+        .error()
+        .starts_with("WRONGTYPE"));
     c.q("CTR.RECONCILE cnt START");
     let line = format!("CTR.RECONCILE cnt FROM ZSET ev AT {}", w + 1);
     assert!(c.q(&line).error().starts_with("WRONGTYPE"));
@@ -553,10 +582,24 @@ fn a_repeated_start_touches_nothing() {
     assert_eq!(c.q("CTR.RECONCILE fresh START").int(), w);
     watcher.q("MULTI");
     watcher.q("CTR.GET fresh");
-    assert_eq!(watcher.q("EXEC"), Value::Array(vec![Value::Int(0)]), "WATCH still holds");
-    assert_eq!(server.info_field("replication", "master_repl_offset"), offset, "nothing replicated");
+    assert_eq!(
+        watcher.q("EXEC"),
+        Value::Array(vec![Value::Int(0)]),
+        "WATCH still holds"
+    );
+    assert_eq!(
+        server.info_field("replication", "master_repl_offset"),
+        offset,
+        "nothing replicated"
+    );
     let mut r = replica.conn();
-    assert_eq!(r.q("DEBUG DIGEST-VALUE fresh"), c.q("DEBUG DIGEST-VALUE fresh"));
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE fresh"),
+        c.q("DEBUG DIGEST-VALUE fresh")
+    );
     c.q("SET str x");
-    assert!(c.q("CTR.RECONCILE str START").error().starts_with("WRONGTYPE"));
+    assert!(c
+        .q("CTR.RECONCILE str START")
+        .error()
+        .starts_with("WRONGTYPE"));
 }
