@@ -16,7 +16,7 @@ pub static TOKEN_MAX_FUTURE_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static BUCKET_RETENTION_MS: AtomicI64 = AtomicI64::new(3_600_000);
 pub static SETTLE_MS: AtomicI64 = AtomicI64::new(60_000);
-pub static SWEEP_BUDGET: AtomicI64 = AtomicI64::new(1_000);
+pub static SWEEP_BUDGET: AtomicI64 = AtomicI64::new(2_000);
 pub static SWEEP_INTERVAL_MS: AtomicI64 = AtomicI64::new(100);
 
 /// Every integer config with its default and range (also the source of the docs table).
@@ -58,8 +58,8 @@ pub const I64_CONFIGS: [I64Config; 9] = [
         30 * DAY_MS,
     ),
     ("settle-ms", &SETTLE_MS, 60_000, 0, DAY_MS),
-    // The idle sweep: work units per tick (a key visited, a token examined), 0 = off.
-    ("sweep-budget", &SWEEP_BUDGET, 1_000, 0, 1_000_000),
+    // The idle sweep: work units per tick (see commands::sweep), 0 = off.
+    ("sweep-budget", &SWEEP_BUDGET, 2_000, 0, 1_000_000),
     ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
 ];
 

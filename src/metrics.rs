@@ -95,6 +95,10 @@ pub fn record_drift(drift: i128) {
 /// Tokens and ledger entries released by the idle sweep, and the counters it swept.
 pub static SWEEP_RELEASED: Counter = Counter::new();
 pub static SWEEP_COUNTERS: Counter = Counter::new();
+/// The longest tick of the idle sweep (µs of the main thread's CPU time) and the number of ticks that did
+/// any work.
+pub static SWEEP_LONGEST_TICK_US: Counter = Counter::new();
+pub static SWEEP_TICKS: Counter = Counter::new();
 
 /// PNC.MERGE calls that were accepted (including ones that changed nothing).
 pub static PNC_MERGES: Counter = Counter::new();
@@ -128,6 +132,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("drift_1000_plus", &DRIFT_HISTOGRAM[4]),
         ("sweep_released", &SWEEP_RELEASED),
         ("sweep_counters", &SWEEP_COUNTERS),
+        ("sweep_ticks", &SWEEP_TICKS),
+        ("sweep_longest_tick_us", &SWEEP_LONGEST_TICK_US),
         ("pnc_merges", &PNC_MERGES),
         ("pnc_merged_bytes", &PNC_MERGED_BYTES),
         ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
