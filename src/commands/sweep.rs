@@ -71,8 +71,7 @@ fn arm(ctx: &redis_module::Context, busy: bool) {
 fn on_tick(ctx: &redis_module::Context, (): ()) {
     let c = Ctx { ptr: ctx.ctx };
     // A panic here is a defect; it must not take the server down or stop the timer.
-    let busy =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c))).unwrap_or(false);
+    let busy = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c))).unwrap_or(false);
     arm(ctx, busy);
 }
 
