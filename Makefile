@@ -63,10 +63,11 @@ lint:
 	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --release --manifest-path docs/examples/rust/Cargo.toml -- -D warnings
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
-# costs (bench/state.sh), and the PN-Counter figures (bench/pnc.sh). Results: docs/BENCHMARKS.md.
+# costs (bench/state.sh), the idle sweep (bench/sweep.sh), and the PN-Counter figures (bench/pnc.sh). Results: docs/BENCHMARKS.md.
 bench: build
 	bash bench/run.sh
 	bash bench/state.sh
+	bash bench/sweep.sh
 	bash bench/pnc.sh
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
