@@ -233,7 +233,7 @@ pub fn register(
     }
     let track = get_string_default_config_value(args, TRACK_HISTORY_CONFIG, "no")
         .map_err(|e| format!("load argument {TRACK_HISTORY_CONFIG}: {e}"))?;
-    let track = parse_yes_no(&track)
+    let track = parse_yes_no(track)
         .ok_or_else(|| format!("load argument {TRACK_HISTORY_CONFIG} must be yes or no"))?;
     register_bool_configuration(
         ctx,
@@ -277,6 +277,15 @@ mod tests {
             assert_eq!(holder.load(Relaxed), default, "{name}");
         }
         assert_eq!(Settings::default(), Settings::current());
+    }
+
+    #[test]
+    fn track_history_takes_yes_or_no() {
+        assert_eq!(parse_yes_no("yes"), Some(true));
+        assert_eq!(parse_yes_no("NO"), Some(false));
+        assert_eq!(parse_yes_no("true"), None);
+        assert_eq!(parse_yes_no(""), None);
+        assert!(!Settings::default().track_history);
     }
 
     #[test]
