@@ -27,6 +27,10 @@ fn reconcile_stream_example_repairs_the_counter() {
         stdout.contains("after repair: value 22, drift -1"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("s for the orders to settle (ctr.bucket-ms + ctr.settle-ms)"),
+        "the wait is announced: {stdout}"
+    );
 }
 
 /// A note that shows even though the test harness captures output (a direct write to stderr).
