@@ -203,12 +203,8 @@ fn from_stream_counts_entries_up_to_the_watermark() {
         pair(60, 0),
         "the 2500 entries after the watermark are not truth yet"
     );
-    // A stream is counted at a watermark: a counter without history must START first.
-    assert_eq!(
-        c.q("CTR.RECONCILE fresh FROM STREAM missing").error(),
-        NOT_TRACKED
-    );
-    assert_eq!(c.q("EXISTS fresh"), Value::Int(0), "nothing was created");
+    // Without AT on a counter without history: everything in the source, a plain overwrite.
+    assert_eq!(c.q("CTR.RECONCILE fresh FROM STREAM missing"), pair(0, 0));
 }
 
 #[test]
@@ -530,22 +526,25 @@ fn reconcile_errors_come_in_order_and_change_nothing() {
     c.q("CTR.ADD cnt 7");
     c.q("XADD ev * a 1");
     let w = boundary(&mut c);
-    // AT (or FROM a stream, whose watermark is implied) on a counter without history.
+    // AT (also with FROM) on a counter without history.
     assert_eq!(reconcile(&mut c, "cnt", 5, w).error(), NOT_TRACKED);
-    assert_eq!(c.q("CTR.RECONCILE cnt FROM STREAM ev").error(), NOT_TRACKED);
+    let line = format!("CTR.RECONCILE cnt FROM STREAM ev AT {w}");
+    assert_eq!(c.q(&line).error(), NOT_TRACKED);
     let info = c.q("CTR.INFO cnt");
     assert_eq!(
         (info.field("value"), info.field("encoding").text()),
         (Value::Int(7), "inline".into())
     );
-    // The source's type before anything about the watermark.
+    // The source's type before anything about the watermark: untracked, misaligned, or the
+    // default watermark of a counter STARTed just now (older than its earliest).
+    let line = format!("CTR.RECONCILE cnt FROM ZSET ev AT {}", w + 1);
+    assert!(c.q(&line).error().starts_with("WRONGTYPE"));
+    c.q("CTR.RECONCILE cnt START");
+    assert!(c.q(&line).error().starts_with("WRONGTYPE"));
     assert!(c
         .q("CTR.RECONCILE cnt FROM ZSET ev")
         .error()
         .starts_with("WRONGTYPE"));
-    c.q("CTR.RECONCILE cnt START");
-    let line = format!("CTR.RECONCILE cnt FROM ZSET ev AT {}", w + 1);
-    assert!(c.q(&line).error().starts_with("WRONGTYPE"));
     assert_eq!(
         c.q("CTR.RECONCILE q FROM SET s AT 60000").error(),
         "ERR FROM SET takes no AT: a set has no time (its cardinality is the truth now)"

@@ -18,9 +18,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         return sweep(ctx, key_name, now);
     }
     let key = Key::open(ctx, key_name, true);
-    let mut created = false;
-    let outcome = update_counter(&key, |c, before| {
-        created = before.created;
+    let outcome = update_counter(&key, |c, _| {
         Ok(match effect.op {
             CounterOp::Add(op) => c.apply_add(&op)?,
             CounterOp::Decr(op) => c.apply_decrement(&op)?,
@@ -30,7 +28,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Sweep { .. } => None,
         })
     })?;
-    if let (Some(at), true) = (effect.expire_at, created) {
+    // The master sends an expiry only with the write that created the key (which may reach us
+    // just after the START effect of `ctr.track-history yes` created it here).
+    if let Some(at) = effect.expire_at {
         key.set_abs_expire(at);
     }
     ctx.replicate_verbatim();

@@ -25,8 +25,8 @@ fn settled_watermark(now: i64, settle: i64, width: i64) -> i64 {
     }
 }
 
-/// The source key's kind when it is one `source` can count (None: missing, counts 0), or
-/// WRONGTYPE. Checked before anything about the watermark, as a native command would.
+/// WRONGTYPE when the source key holds a kind `source` cannot count (a missing one counts 0).
+/// Checked before anything about the watermark, as a native command would.
 fn check_source(ctx: Ctx, source: TruthSource, raw: RawString) -> Result<(), CommandError> {
     let want = match source {
         TruthSource::Given(_) => return Ok(()),
@@ -202,10 +202,11 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         args.raw(1)
     };
     check_source(ctx, parsed.source, source_key)?;
-    let watermark = match (parsed.source, parsed.at) {
-        (_, Some(at)) => Some(at),
-        (TruthSource::Stream(_) | TruthSource::SortedSet(_), None) => {
-            let width = tracked.map_or(settings.bucket_ms, |(width, _)| width);
+    // Without AT, a stream or sorted set is counted at the settled watermark of a counter that
+    // keeps a history, and in full (a plain overwrite) for one that keeps none.
+    let watermark = match (parsed.source, parsed.at, tracked) {
+        (_, Some(at), _) => Some(at),
+        (TruthSource::Stream(_) | TruthSource::SortedSet(_), None, Some((width, _))) => {
             Some(settled_watermark(w.now, settings.settle_ms, width))
         }
         _ => None,
