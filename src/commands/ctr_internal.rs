@@ -18,7 +18,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         return sweep(ctx, key_name, now);
     }
     let key = Key::open(ctx, key_name, true);
-    let outcome = update_counter(&key, |c, _| {
+    let mut created = false;
+    let outcome = update_counter(&key, |c, before| {
+        created = before.created;
         Ok(match effect.op {
             CounterOp::Add(op) => c.apply_add(&op)?,
             CounterOp::Decr(op) => c.apply_decrement(&op)?,
@@ -28,9 +30,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Sweep { .. } => None,
         })
     })?;
-    // The master sends an expiry only with the write that created the key (which may reach us
-    // just after the START effect of `ctr.track-history yes` created it here).
-    if let Some(at) = effect.expire_at {
+    if let (Some(at), true) = (effect.expire_at, created) {
         key.set_abs_expire(at);
     }
     ctx.replicate_verbatim();

@@ -255,12 +255,14 @@ impl<'a> Write<'a> {
         })
     }
 
-    /// Replicates the start of a bucket history made by [`Write::update`], ahead of the write.
-    fn replicate_started_history(&self) -> Result<(), CommandError> {
+    /// Replicates the start of a bucket history made by [`Write::update`], ahead of the write
+    /// (`effect`). When the write created the key, the start creates it on the replica: it
+    /// carries the write's TTL.
+    fn replicate_started_history(&self, effect: &Effect) -> Result<(), CommandError> {
         match self.started.take() {
             Some(op) => self.replicate_effect(&Effect {
                 op: effect::CounterOp::Start(op),
-                expire_at: None,
+                expire_at: effect.expire_at,
             }),
             None => Ok(()),
         }
@@ -301,7 +303,7 @@ impl<'a> Write<'a> {
         effect: &Effect,
         event: &CStr,
     ) -> Result<(), CommandError> {
-        self.replicate_started_history()?;
+        self.replicate_started_history(effect)?;
         let resized = effect.op.shards().is_some_and(|n| n != before.shards);
         if bare_form && before.timeless && !resized && effect.expire_at.is_none() {
             self.ctx.replicate_verbatim();
@@ -319,7 +321,7 @@ impl<'a> Write<'a> {
         before: Before,
         event: &CStr,
     ) -> Result<(), CommandError> {
-        self.replicate_started_history()?;
+        self.replicate_started_history(effect)?;
         self.replicate_effect(effect)?;
         self.announce(before, effect.op.shards().unwrap_or(before.shards), event);
         Ok(())

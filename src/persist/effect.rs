@@ -20,7 +20,8 @@
 //! watermark: ivarint unix ms
 //! ```
 //! Kinds 3-6 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
-//! before. START and SWEEP take no flags.
+//! before. START takes only the expire-at flag (the TTL of the write that created the key with
+//! it), SWEEP none.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS};
@@ -176,7 +177,12 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
         _ => false,
     };
     let flags = r.u8()?;
-    if flags != 0 && (kind == KIND_START || kind == KIND_SWEEP) {
+    let allowed = match kind {
+        KIND_START => FLAG_EXPIRE_AT,
+        KIND_SWEEP => 0,
+        _ => KNOWN_FLAGS,
+    };
+    if flags & !allowed != 0 {
         return decode_error("effect flag does not apply to its kind");
     }
     if flags & !KNOWN_FLAGS != 0 {
@@ -348,7 +354,7 @@ mod tests {
                     retention: 1,
                     created: false,
                 }),
-                expire_at: None,
+                expire_at: Some(77),
             },
             Effect {
                 op: CounterOp::Sweep { now: i64::MAX },
@@ -389,11 +395,11 @@ mod tests {
         let flags_at = b.len() - 1 - 8 - 10; // flags, then fp (8) and expiry (10-byte varint)
         b[flags_at] |= 0x80;
         assert!(decode(&b).is_err());
-        // START and SWEEP take no flags; START's created flag is 0 or 1.
-        for sample in [6, 8] {
+        // START takes only an expiry, SWEEP nothing; START's created flag is 0 or 1.
+        for (sample, flag) in [(6, FLAG_TOKEN), (8, FLAG_TOKEN), (8, FLAG_EXPIRE_AT)] {
             let mut b = encode(&samples()[sample]);
-            *b.last_mut().unwrap() = FLAG_TOKEN;
-            assert!(decode(&b).is_err(), "sample {sample}");
+            *b.last_mut().unwrap() = flag;
+            assert!(decode(&b).is_err(), "sample {sample} flag {flag}");
         }
         let mut b = encode(&samples()[6]);
         let created_at = b.len() - 2;
