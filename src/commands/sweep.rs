@@ -32,7 +32,7 @@ use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{self, CounterOp, Effect};
 
 /// The most main-thread time one tick may take (checked between scan steps, each a few keys).
-pub const TICK_TIME_CAP: Duration = Duration::from_micros(800);
+pub const TICK_TIME_CAP: Duration = Duration::from_micros(700);
 
 /// Budget units one counter's sweep costs (open, sweep, re-store, replicate: a few µs).
 const SWEEP_COST: i64 = 10;
