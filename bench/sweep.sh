@@ -48,6 +48,9 @@ fill() {
 # The baseline: the same counters, same values, no tokens.
 fill 0
 baseline=$(used)
+# The machine's noise floor: the same client's worst round trip over 10 s with nothing to sweep.
+timeout 10 redis-cli -h 127.0.0.1 -p "$port" --latency --raw -i 1 >"$tmp/quiet.txt" 2>/dev/null || true
+quiet=$(awk '{ if ($2 > m) m = $2 } END { print m + 0 }' "$tmp/quiet.txt")
 rcli FLUSHALL >/dev/null
 sleep 1
 
@@ -83,12 +86,12 @@ worst=$(awk '{ if ($2 > m) m = $2 } END { print m + 0 }' "$tmp/latency.txt")
 # The last token expires one window after the end of the fill.
 after_expiry=""
 [ -n "$back" ] && after_expiry=$((back - (filled - start) - WINDOW))
-echo "| counters x tokens | token window | fill | baseline used_memory | with tokens | back within 5% (after the last token expired) | used_memory then | sweep ticks | longest tick (CPU) | worst client round trip during the sweep |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-printf '| %d x %d | %d s | %.1f s | %.1f MB | %.1f MB | %s | %.1f MB | %d | %d µs | %s ms |\n' \
+echo "| counters x tokens | token window | fill | baseline used_memory | with tokens | back within 5% (after the last token expired) | used_memory then | sweep ticks | longest tick (CPU) | worst client round trip during the sweep | the same, 10 s with nothing to sweep |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+printf '| %d x %d | %d s | %.1f s | %.1f MB | %.1f MB | %s | %.1f MB | %d | %d µs | %s ms | %s ms |\n' \
   "$COUNTERS" "$TOKENS" "$((WINDOW / 1000))" "$(awk -v v="$((filled - start))" 'BEGIN { print v / 1000 }')" \
   "$(awk -v v="$baseline" 'BEGIN { print v / 1e6 }')" "$(awk -v v="$peak" 'BEGIN { print v / 1e6 }')" \
   "$(if [ -n "$back" ]; then awk -v v="$back" -v e="$after_expiry" 'BEGIN { printf "%.1f s (%.1f s)", v / 1000, e / 1000 }'; else echo "not within the limit"; fi)" \
   "$(awk -v v="$final" 'BEGIN { print v / 1e6 }')" "$(ctr_field sweep_ticks)" \
-  "$(ctr_field sweep_longest_tick_us)" "$worst"
+  "$(ctr_field sweep_longest_tick_us)" "$worst" "$quiet"
 log "released $(ctr_field sweep_released) entries from $(ctr_field sweep_counters) counters; tokens held $(ctr_field tokens_held)"
