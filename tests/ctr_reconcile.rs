@@ -568,7 +568,7 @@ fn reconcile_errors_come_in_order_and_change_nothing() {
 }
 
 #[test]
-fn a_repeated_start_touches_nothing() {
+fn a_repeated_start_or_reconcile_touches_nothing() {
     let server = server_with(&[]);
     let replica = server.start_replica();
     let mut c = server.conn();
@@ -584,6 +584,28 @@ fn a_repeated_start_touches_nothing() {
     assert_eq!(
         watcher.q("EXEC"),
         Value::Array(vec![Value::Int(0)]),
+        "WATCH still holds"
+    );
+    assert_eq!(
+        server.info_field("replication", "master_repl_offset"),
+        offset,
+        "nothing replicated"
+    );
+    // A reconcile job's retry (same watermark, same truth), and a repeated overwrite.
+    wait_past(&mut c, w);
+    add_at(&mut c, "fresh", 5, w);
+    assert_eq!(reconcile(&mut c, "fresh", 4, w), pair(4, 1));
+    c.q("CTR.RECONCILE other 7");
+    server.wait_replicas(1);
+    let offset = server.info_field("replication", "master_repl_offset");
+    watcher.q("WATCH fresh other");
+    assert_eq!(reconcile(&mut c, "fresh", 4, w), pair(4, 0));
+    assert_eq!(c.q("CTR.RECONCILE other 7"), pair(7, 0));
+    watcher.q("MULTI");
+    watcher.q("CTR.GET fresh");
+    assert_eq!(
+        watcher.q("EXEC"),
+        Value::Array(vec![Value::Int(4)]),
         "WATCH still holds"
     );
     assert_eq!(

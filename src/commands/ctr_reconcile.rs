@@ -231,6 +231,15 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         width: settings.bucket_ms,
         retention: settings.bucket_retention_ms,
     };
+    // A retry that changes nothing replies without opening the key for writing: nothing is
+    // replicated or notified, and a WATCH on the key holds.
+    let unchanged = with_counter(ctx, w.key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.unchanged_by(&op),
+        _ => None,
+    })?;
+    if let Some(repair) = unchanged {
+        return Ok(reply(repair));
+    }
     let key = Key::open(ctx, w.key_name, true);
     let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
     if repair.changed {

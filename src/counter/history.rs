@@ -189,6 +189,11 @@ impl History {
         .ok_or(CounterError::Overflow)
     }
 
+    /// What a counter holding `value` holds for events at or before `w` (exact: in i128).
+    pub fn held_until(&self, value: i64, w: i64) -> Result<i128, CounterError> {
+        Ok(i128::from(value) - i128::from(self.sum_after(w)?))
+    }
+
     /// True when an add stamped `event` falls at or before the reconciled watermark.
     pub fn is_late(&self, event: i64) -> bool {
         self.watermark.is_some_and(|w| event <= w)
@@ -277,8 +282,7 @@ impl History {
         w: i64,
     ) -> Result<(Repair, History), CounterError> {
         let after = self.sum_after(w)?;
-        let held_before = i128::from(value) - i128::from(after);
-        let drift = held_before - i128::from(truth);
+        let drift = self.held_until(value, w)? - i128::from(truth);
         let new_value = truth.checked_add(after).ok_or(CounterError::Overflow)?;
         let mut next = self.clone();
         if self.watermark == Some(w) && drift == 0 {

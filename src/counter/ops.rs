@@ -365,11 +365,34 @@ impl Counter {
         Ok(())
     }
 
+    /// The repair of a reconcile that would change nothing (a retry of the last watermark's
+    /// repair, or an overwrite of a counter that keeps a history and already holds the truth),
+    /// or None. Lets a command answer such a retry without touching the key.
+    pub fn unchanged_by(&self, op: &ReconcileOp) -> Option<Repair> {
+        let h = self.history()?;
+        let unchanged = match op.watermark {
+            Some(w) => {
+                h.watermark == Some(w)
+                    && h.check_watermark(w, op.now).is_ok()
+                    && h.held_until(self.value, w).ok() == Some(i128::from(op.truth))
+            }
+            None => self.value == op.truth,
+        };
+        unchanged.then_some(Repair {
+            value: self.value,
+            drift: 0,
+            changed: false,
+        })
+    }
+
     /// Repairs the counter from its source of truth and returns what it did. A reconcile at a
     /// watermark needs a history (`CTR.RECONCILE key START`, or `ctr.track-history yes`); one
     /// without starts (or restarts) it, unless the counter already holds the truth and keeps a
     /// history, which makes it a no-op.
     pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
+        if let Some(unchanged) = self.unchanged_by(op) {
+            return Ok(unchanged);
+        }
         let history = match self.history() {
             Some(h) => History {
                 retention: op.retention.max(1),
@@ -386,14 +409,6 @@ impl Counter {
                     .check_watermark(w, op.now)
                     .map_err(CounterError::Watermark)?;
                 history.reconcile_at(self.value, op.truth, w)?
-            }
-            None if self.history().is_some() && self.value == op.truth => {
-                let unchanged = Repair {
-                    value: self.value,
-                    drift: 0,
-                    changed: false,
-                };
-                return Ok(unchanged);
             }
             None => history.overwrite(self.value, op.truth, op.now)?,
         };
