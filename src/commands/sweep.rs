@@ -32,7 +32,7 @@ use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{self, CounterOp, Effect};
 
 /// The most main-thread time one tick may take (checked between scan steps, each a few keys).
-pub const TICK_TIME_CAP: Duration = Duration::from_micros(700);
+const TICK_TIME_CAP: Duration = Duration::from_micros(700);
 
 /// Budget units one counter's sweep costs (open, sweep, re-store, replicate: a few µs).
 const SWEEP_COST: i64 = 10;
@@ -111,7 +111,7 @@ fn tick(ctx: Ctx) -> bool {
         // SAFETY: plain constructor; destroyed never (one cursor for the server's life).
         cursor: unsafe { rm!(RedisModule_ScanCursorCreate)() },
     });
-    // The first pass of a tick may find the database gone (a smaller `databases`).
+    // Defensive: a database the walk cannot select starts it over at database 0.
     // SAFETY: ctx is the timer's live context.
     if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, walk.db) } != raw::REDISMODULE_OK as c_int {
         walk.db = 0;
