@@ -70,12 +70,13 @@ lint:
 	py=$$(bash .ci/python-env $(REDIS_PY) $(MYPY)) && $$py -m mypy --strict --cache-dir target/mypy-cache clients/python/redis_ctr
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
-# costs (bench/state.sh), the PN-Counter figures (bench/pnc.sh), the client libraries'
-# coalescing writer against single adds (bench/coalescing.sh), and spread counters on a local
-# cluster (bench/spread.sh). Results: docs/BENCHMARKS.md.
+# costs (bench/state.sh), the idle sweep (bench/sweep.sh), the PN-Counter figures (bench/pnc.sh),
+# the client libraries' coalescing writer against single adds (bench/coalescing.sh), and spread
+# counters on a local cluster (bench/spread.sh). Results: docs/BENCHMARKS.md.
 bench: build-tests
 	bash bench/run.sh
 	bash bench/state.sh
+	bash bench/sweep.sh
 	bash bench/pnc.sh
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY)) bash bench/coalescing.sh
 	bash bench/spread.sh

@@ -7,7 +7,8 @@
 #
 # Environment: CTR_MODULE (module path), STATE_TOKENS (default 1000000; the memory of the token
 # table is also reported at 60% of it, to show where hash-table growth puts a count),
-# STATE_COUNTERS (default 10000 reconciled counters), STATE_STREAM (default 1000000 entries).
+# STATE_COUNTERS (default 10000 reconciled counters), STATE_STREAM (default 1000000 entries),
+# STATE_ONLY=history (only the ctr.track-history table).
 set -euo pipefail
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,6 +60,41 @@ per_entry() {
     "$(echo "$mid $base $part" | awk '{ print ($1 - $2) / $3 }')" "$TOKENS" \
     "$(echo "$full $base $TOKENS" | awk '{ print ($1 - $2) / $3 }')"
 }
+
+# ctr.track-history yes: what a counter costs with 1, 10 and 60 buckets, against the same
+# counters without history (each add lands in its own 1 s bucket: AT now + i s).
+history_cost() {
+  local buckets base after plain
+  echo "### ctr.track-history: bytes per counter"
+  echo
+  echo "| counters | track-history | buckets each | bytes per counter (used_memory delta) | MEMORY USAGE t:1 |"
+  echo "|---:|---|---:|---:|---:|"
+  for buckets in 0 1 10 60; do
+    rcli FLUSHALL >/dev/null
+    if [ "$buckets" -eq 0 ]; then rcli CONFIG SET ctr.track-history no >/dev/null; else rcli CONFIG SET ctr.track-history yes >/dev/null; fi
+    base=$(used)
+    now=$(server_ms)
+    awk -v n="$COUNTERS" -v now="$now" -v b="$buckets" 'BEGIN {
+      if (b == 0) b = 1
+      for (k = 0; k < n; k++) {
+        key = "t:" k
+        for (i = 0; i < b; i++) {
+          at = sprintf("%.0f", now + 1000 * i + 1)
+          printf "*5\r\n$7\r\nCTR.ADD\r\n$%d\r\n%s\r\n$1\r\n1\r\n$2\r\nAT\r\n$%d\r\n%s\r\n",
+            length(key), key, length(at), at
+        }
+      }
+    }' | pipe
+    after=$(used)
+    printf '| %d | %s | %s | %.1f | %s |\n' "$COUNTERS" "$([ "$buckets" -eq 0 ] && echo no || echo yes)" \
+      "$(rcli CTR.INFO t:1 | awk 'prev == "bucket_count" { print; exit } { prev = $0 }')" \
+      "$(echo "$after $base $COUNTERS" | awk '{ print ($1 - $2) / $3 }')" "$(rcli MEMORY USAGE t:1)"
+  done
+  rcli CONFIG SET ctr.track-history no >/dev/null
+  echo
+}
+history_cost
+[ "${STATE_ONLY:-}" = history ] && exit 0
 
 echo "### Memory per remembered token (one key)"
 echo

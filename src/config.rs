@@ -2,7 +2,7 @@
 //! against the ranges declared here. The core never reads these statics: commands take a
 //! [`Settings`] snapshot and pass it down, so the core stays pure.
 
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 /// (name without the `ctr.` prefix, holder, default, min, max)
 pub type I64Config = (&'static str, &'static AtomicI64, i64, i64, i64);
@@ -25,8 +25,11 @@ pub static GATHER_CACHE_MS: AtomicI64 = AtomicI64::new(0);
 pub static SPREAD_THRESHOLD: AtomicI64 = AtomicI64::new(0);
 pub static SPREAD_HOLDERS: AtomicI64 = AtomicI64::new(16);
 
+pub static SWEEP_BUDGET: AtomicI64 = AtomicI64::new(2_000);
+pub static SWEEP_INTERVAL_MS: AtomicI64 = AtomicI64::new(100);
+
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 11] = [
+pub const I64_CONFIGS: [I64Config; 13] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -74,14 +77,30 @@ pub const I64_CONFIGS: [I64Config; 11] = [
         2,
         crate::counter::spread::MAX_HOLDERS as i64,
     ),
+    // The idle sweep: work units per tick (see commands::sweep), 0 = off.
+    ("sweep-budget", &SWEEP_BUDGET, 2_000, 0, 1_000_000),
+    ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
 ];
+
+/// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any
+/// retained watermark is accepted), not only those started with `CTR.RECONCILE key START`.
+pub const TRACK_HISTORY_CONFIG: &str = "track-history";
+pub static TRACK_HISTORY: AtomicBool = AtomicBool::new(false);
+
+/// Parses a yes/no load argument (the server parses `CONFIG SET` and config file values).
+pub fn parse_yes_no(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    }
+}
 
 /// `ctr.expose-internal-commands` (load argument only, default no): with yes, CTR.APPLY,
 /// CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands even where the server could
 /// hide them (tests that forge states, or moving a state by hand).
 pub const EXPOSE_INTERNAL_CONFIG: &str = "expose-internal-commands";
-pub static EXPOSE_INTERNAL: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+pub static EXPOSE_INTERNAL: AtomicBool = AtomicBool::new(false);
 
 /// `ctr.replica-id`: empty = automatic (a random id made on the first PN-counter write), else
 /// the id this deployment's PN-counter writes go to. Its value lives in
@@ -170,6 +189,7 @@ pub struct Settings {
     pub bucket_ms: i64,
     pub bucket_retention_ms: i64,
     pub settle_ms: i64,
+    pub track_history: bool,
 }
 
 impl Settings {
@@ -184,6 +204,7 @@ impl Settings {
             bucket_ms: BUCKET_MS.load(Relaxed),
             bucket_retention_ms: BUCKET_RETENTION_MS.load(Relaxed),
             settle_ms: SETTLE_MS.load(Relaxed),
+            track_history: TRACK_HISTORY.load(Relaxed),
         }
     }
 }
@@ -200,6 +221,7 @@ impl Default for Settings {
             bucket_ms: get("bucket-ms"),
             bucket_retention_ms: get("bucket-retention-ms"),
             settle_ms: get("settle-ms"),
+            track_history: false,
         }
     }
 }
@@ -236,21 +258,26 @@ pub fn register(
     }
     let expose = get_string_default_config_value(args, EXPOSE_INTERNAL_CONFIG, "no")
         .map_err(|e| format!("load argument {EXPOSE_INTERNAL_CONFIG}: {e}"))?;
-    let expose = match expose {
-        "yes" => true,
-        "no" => false,
-        _ => {
-            return Err(format!(
-                "load argument {EXPOSE_INTERNAL_CONFIG} must be yes or no"
-            ))
-        }
-    };
+    let expose = parse_yes_no(expose)
+        .ok_or_else(|| format!("load argument {EXPOSE_INTERNAL_CONFIG} must be yes or no"))?;
     register_bool_configuration(
         ctx,
         EXPOSE_INTERNAL_CONFIG,
         &EXPOSE_INTERNAL,
         expose,
         ConfigurationFlags::IMMUTABLE,
+        None,
+    );
+    let track = get_string_default_config_value(args, TRACK_HISTORY_CONFIG, "no")
+        .map_err(|e| format!("load argument {TRACK_HISTORY_CONFIG}: {e}"))?;
+    let track = parse_yes_no(track)
+        .ok_or_else(|| format!("load argument {TRACK_HISTORY_CONFIG} must be yes or no"))?;
+    register_bool_configuration(
+        ctx,
+        TRACK_HISTORY_CONFIG,
+        &TRACK_HISTORY,
+        track,
+        ConfigurationFlags::DEFAULT,
         None,
     );
     let replica_id = get_string_default_config_value(args, REPLICA_ID_CONFIG, "")
@@ -287,6 +314,15 @@ mod tests {
             assert_eq!(holder.load(Relaxed), default, "{name}");
         }
         assert_eq!(Settings::default(), Settings::current());
+    }
+
+    #[test]
+    fn track_history_takes_yes_or_no() {
+        assert_eq!(parse_yes_no("yes"), Some(true));
+        assert_eq!(parse_yes_no("NO"), Some(false));
+        assert_eq!(parse_yes_no("true"), None);
+        assert_eq!(parse_yes_no(""), None);
+        assert!(!Settings::default().track_history);
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetDisconnectCallback,
         RedisModule_GetBlockedClientPrivateData,
         RedisModule_GetBlockedClientHandle,
+        RedisModule_Scan,
+        RedisModule_ScanCursorCreate,
+        RedisModule_ScanCursorRestart,
+        RedisModule_SelectDb,
         RedisModule_CreateTimer,
     )
 }
@@ -230,6 +234,7 @@ impl Ctx {
                 Reply::Bulk(b) => {
                     rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len());
                 }
+
                 Reply::Array(items) => {
                     rm!(RedisModule_ReplyWithArray)(ctx, items.len() as _);
                     items.iter().for_each(|item| self.reply(item));

@@ -23,7 +23,8 @@ use crate::commands::ctr_args::{
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
-    AddOp, ClearOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, TokenStamp, MAX_SHARDS,
+    AddOp, ClearOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, StartOp, TokenStamp,
+    MAX_SHARDS,
 };
 use crate::ffi::CommandError;
 use crate::persist::effect::{self, CounterOp, Effect};
@@ -104,6 +105,8 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::Decr(op) => c.apply_decrement(op),
         CounterOp::Clear(op) => c.apply_clear(op).map(Some),
         CounterOp::Reconcile(op) => c.apply_reconcile(op).map(|r| Some(r.value)),
+        CounterOp::Start(op) => Ok(Some(c.apply_start(op).0)),
+        CounterOp::Sweep { now } => Ok(Some(c.apply_sweep(*now) as i64)),
     }
 }
 
@@ -180,6 +183,16 @@ fn exercise(c: &Counter) {
             }
         }
         check_op(c, &CounterOp::Clear(ClearOp { now: t, token }));
+        check_op(c, &CounterOp::Sweep { now: t });
+        for created in [false, true] {
+            let start = StartOp {
+                now: t,
+                width,
+                retention: history.map_or(3_600_000, |h| h.retention),
+                created,
+            };
+            check_op(c, &CounterOp::Start(start));
+        }
         let aligned = crate::counter::history::bucket_of(t, width);
         for watermark in [
             None,

@@ -54,6 +54,7 @@ mod module {
                  (deny them to clients with ACL rules: -ctr.apply -ctr.setstate -pnc.apply -pnc.setstate)"
             }
         });
+        crate::commands::sweep::start(ctx);
         Ok(())
     }
 

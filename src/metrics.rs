@@ -62,7 +62,8 @@ pub static DECREMENTS_REFUSED: Counter = Counter::new();
 pub static ADDS_REFUSED_BY_FLOOR: Counter = Counter::new();
 /// Writes refused because their event time was at or before a reconciled watermark.
 pub static LATE_ADDS: Counter = Counter::new();
-/// Reconciles that changed a counter, the total and largest absolute drift they found, and a
+/// Reconciles that changed a counter (a retry that changes nothing, or a START, is not
+/// counted), the total and largest absolute drift they found, and a
 /// histogram of drift sizes (|drift| = 0, 1-9, 10-99, 100-999, >= 1000).
 pub static RECONCILES: Counter = Counter::new();
 pub static DRIFT_TOTAL_ABS: Counter = Counter::new();
@@ -76,8 +77,8 @@ pub static DRIFT_HISTOGRAM: [Counter; 5] = [
 ];
 
 /// Records one reconcile's drift in the module-wide figures.
-pub fn record_drift(drift: i64) {
-    let size = drift.unsigned_abs();
+pub fn record_drift(drift: i128) {
+    let size = u64::try_from(drift.unsigned_abs()).unwrap_or(u64::MAX);
     RECONCILES.incr();
     DRIFT_TOTAL_ABS.add(size);
     DRIFT_LARGEST_ABS.raise_to(size);
@@ -90,6 +91,14 @@ pub fn record_drift(drift: i64) {
     };
     DRIFT_HISTOGRAM[bucket].incr();
 }
+
+/// Tokens and ledger entries released by the idle sweep, and the counters it swept.
+pub static SWEEP_RELEASED: Counter = Counter::new();
+pub static SWEEP_COUNTERS: Counter = Counter::new();
+/// The longest tick of the idle sweep (µs of the main thread's CPU time) and the number of ticks that did
+/// any work.
+pub static SWEEP_LONGEST_TICK_US: Counter = Counter::new();
+pub static SWEEP_TICKS: Counter = Counter::new();
 
 /// PNC.MERGE calls that were accepted (including ones that changed nothing).
 pub static PNC_MERGES: Counter = Counter::new();
@@ -151,6 +160,10 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("drift_10_99", &DRIFT_HISTOGRAM[2]),
         ("drift_100_999", &DRIFT_HISTOGRAM[3]),
         ("drift_1000_plus", &DRIFT_HISTOGRAM[4]),
+        ("sweep_released", &SWEEP_RELEASED),
+        ("sweep_counters", &SWEEP_COUNTERS),
+        ("sweep_ticks", &SWEEP_TICKS),
+        ("sweep_longest_tick_us", &SWEEP_LONGEST_TICK_US),
         ("pnc_merges", &PNC_MERGES),
         ("pnc_merged_bytes", &PNC_MERGED_BYTES),
         ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),

@@ -78,3 +78,41 @@ fn cli_scripts_match_their_transcripts() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The fenced block of `lang` that follows `heading` in a doc.
+fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
+    let section = &doc[doc.find(heading).expect("heading")..];
+    let start = section.find(&format!("```{lang}\n")).expect("block") + lang.len() + 4;
+    let end = start + section[start..].find("```").expect("block end");
+    section[start..end].to_string()
+}
+
+/// docs/COMMANDS.md's CTR.RECONCILE examples run as written, whatever today's date: the
+/// transcript gives the output it shows, and the script (a watermark from START) repairs exactly.
+#[test]
+fn the_reconcile_examples_of_the_command_reference_run_as_written() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/COMMANDS.md"))
+            .unwrap();
+    let heading = "## CTR.RECONCILE key truth";
+    let shown = doc_block(&doc, heading, "text");
+    let commands: String = shown
+        .lines()
+        .filter_map(|l| l.strip_prefix("redis> "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(transcript(&commands), shown);
+    let script = doc_block(&doc, heading, "sh");
+    let server = Server::start();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e\nredis-cli() {{ command redis-cli -p {} \"$@\"; }}\n{script}",
+            server.port
+        ))
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.ends_with("120\n3\n"), "{stdout}");
+}

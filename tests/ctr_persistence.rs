@@ -50,8 +50,12 @@ fn populate(c: &mut Conn) -> Vec<String> {
     c.q("CTR.ADD recon 1");
     let repair = c.cmd(&["CTR.RECONCILE", "recon", "3", "AT", &w.to_string()]);
     assert_eq!(repair.array().len(), 2, "{repair:?}");
+    // A history started by START (no watermark yet), with an add in it.
+    c.q("CTR.RECONCILE started START");
+    c.q("CTR.ADD started 2");
     let mut keys: Vec<String> = [
         "cold", "negative", "max", "min", "edge", "sharded", "ttl", "tokened", "stock", "recon",
+        "started",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -120,6 +124,10 @@ fn aof_rewrite_without_preamble_then_restart() {
     c.q("CTR.ADD cold 8");
     c.q("CTR.ADD after 3");
     keys.push("after".into());
+    // START replayed from the incremental file.
+    c.q("CTR.RECONCILE after-start START");
+    c.q("CTR.ADD after-start 3");
+    keys.push("after-start".into());
     let before = snapshot(&mut c, &keys);
     let base = std::fs::read_dir(server.dir.join("appendonlydir"))
         .unwrap()

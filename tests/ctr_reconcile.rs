@@ -7,6 +7,8 @@ use common::{Conn, Server, Value};
 
 const WIDTH: i64 = 1_000;
 
+const NOT_TRACKED: &str = "ERR counter keeps no bucket history: run CTR.RECONCILE key START once, then reconcile AT a watermark";
+
 /// A server with 1 s buckets, 60 s retention and no settle delay.
 fn server_with(args: &[&str]) -> Server {
     let mut module = vec![
@@ -91,12 +93,9 @@ fn bad_watermarks_are_refused_and_change_nothing() {
     let mut c = server.conn();
     c.q("CTR.ADD k 10");
     let w = boundary(&mut c);
-    assert_eq!(
-        reconcile(&mut c, "k", 5, w).error(),
-        "ERR counter has no bucket history yet: reconcile it once without AT to start one"
-    );
-    c.q("CTR.RECONCILE k 10");
-    let w = boundary(&mut c);
+    assert_eq!(reconcile(&mut c, "k", 5, w).error(), NOT_TRACKED);
+    let w = c.q("CTR.RECONCILE k START").int();
+    wait_past(&mut c, w);
     assert_eq!(
         reconcile(&mut c, "k", 5, w + 1).error(),
         "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)"
@@ -104,6 +103,11 @@ fn bad_watermarks_are_refused_and_change_nothing() {
     assert_eq!(
         reconcile(&mut c, "k", 5, w - 60_000).error(),
         "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)"
+    );
+    assert_eq!(
+        reconcile(&mut c, "k", 5, w - WIDTH).error(),
+        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)",
+        "START's reply is the earliest watermark accepted"
     );
     assert_eq!(
         reconcile(&mut c, "k", 5, w + 3_600_000).error(),
@@ -123,7 +127,7 @@ fn bad_watermarks_are_refused_and_change_nothing() {
         "CTR.RECONCILE k x",
         "CTR.RECONCILE k 1 AT",
         "CTR.RECONCILE k FROM LIST l",
-        "CTR.RECONCILE k FROM SET s AT 5",
+        "CTR.RECONCILE k FROM SET s AT",
     ] {
         assert!(c.q(bad).is_error(), "{bad}");
     }
@@ -199,6 +203,7 @@ fn from_stream_counts_entries_up_to_the_watermark() {
         pair(60, 0),
         "the 2500 entries after the watermark are not truth yet"
     );
+    // Without AT on a counter without history: everything in the source, a plain overwrite.
     assert_eq!(c.q("CTR.RECONCILE fresh FROM STREAM missing"), pair(0, 0));
 }
 
@@ -390,4 +395,232 @@ fn forged_history_sections_are_refused() {
         assert!(reply.is_error(), "{name}: {reply:?}");
         assert!(server.alive(), "{name}");
     }
+}
+
+/// Waits until the server's clock is past `t` (ms).
+fn wait_past(c: &mut Conn, t: i64) {
+    while server_now(c) <= t {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The done-when: a counter that counted for a while without history, repaired exactly
+/// at its first watermark after START, with adds racing from another client while the job
+/// runs, on a master and its replica.
+#[test]
+fn start_then_the_first_watermark_is_exact_with_racing_adds_on_master_and_replica() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+    let server = server_with(&[]);
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    // Counting for a while without history: 103 bumps for 100 real events.
+    c.q("CTR.ADD orders 103");
+    // Another client keeps adding, each add stamped with the server's time, noted once applied.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stamps = Arc::new(Mutex::new(Vec::new()));
+    let racer = {
+        let (stop, stamps) = (stop.clone(), stamps.clone());
+        let mut r = server.conn();
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                let at = server_now(&mut r);
+                assert!(!add_at(&mut r, "orders", 1, at).is_error());
+                stamps.lock().unwrap().push(at);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    // The job: START first (once, idempotent), then the truth at the first watermark once it
+    // has settled, while the racer keeps adding.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let w = c.q("CTR.RECONCILE orders START").int();
+    assert_eq!(w % WIDTH, 0);
+    assert_eq!(c.q("CTR.RECONCILE orders START").int(), w, "idempotent");
+    wait_past(&mut c, w + 200);
+    // Every add stamped at or before w has landed and been noted: the source of truth would
+    // hold 100 old events plus those.
+    let truth = 100 + stamps.lock().unwrap().iter().filter(|t| **t <= w).count() as i64;
+    let reply = reconcile(&mut c, "orders", truth, w);
+    assert_eq!(
+        reply.array()[1],
+        Value::Int(3),
+        "drift: exactly the 3 extra bumps"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    stop.store(true, Relaxed);
+    racer.join().unwrap();
+    let raced = stamps.lock().unwrap().len() as i64;
+    assert!(raced > 20, "the racer ran: {raced}");
+    assert_eq!(
+        c.q("CTR.GET orders").int(),
+        100 + raced,
+        "every racing add is kept"
+    );
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE orders"),
+        c.q("DEBUG DIGEST-VALUE orders")
+    );
+    assert_eq!(r.q("CTR.GET orders").int(), 100 + raced);
+}
+
+#[test]
+fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
+    let server = server_with(&["track-history", "yes"]);
+    let replica = server.start_replica(); // keeps the default (no): the master decides
+    let mut c = server.conn();
+    assert_eq!(
+        c.q("CONFIG GET ctr.track-history").flat_text(),
+        "ctr.track-history yes"
+    );
+    let b = boundary(&mut c);
+    // The first write of the counter is a back-dated event, 30 s ago; one of them doubled.
+    for _ in 0..5 {
+        add_at(&mut c, "signups", 1, b - 30_000);
+    }
+    for _ in 0..3 {
+        add_at(&mut c, "signups", 1, b - 10_000);
+    }
+    // Truth at a watermark 20 s before the counter existed: 4 events.
+    assert_eq!(reconcile(&mut c, "signups", 4, b - 20_000), pair(7, 1));
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE signups"),
+        c.q("DEBUG DIGEST-VALUE signups")
+    );
+    // A counter that existed before the config was set starts its history at its next write,
+    // as START would: a watermark before that write is refused.
+    c.q("CONFIG SET ctr.track-history no");
+    c.q("CTR.ADD old 10");
+    assert_eq!(c.q("CTR.INFO old").field("encoding").text(), "inline");
+    c.q("CONFIG SET ctr.track-history yes");
+    c.q("CTR.ADD old 1");
+    let earliest = c.q("CTR.RECONCILE old START").int();
+    assert!(earliest >= b, "{earliest} {b}");
+    assert!(reconcile(&mut c, "old", 5, b - 20_000).is_error());
+    // A write that changes nothing (a retry) starts nothing.
+    c.q("CONFIG SET ctr.track-history no");
+    c.q("CTR.ADD tok 1 TOKEN t1");
+    c.q("CONFIG SET ctr.track-history yes");
+    c.q("CTR.ADD tok 1 TOKEN t1");
+    assert_eq!(c.q("CTR.INFO tok").field("bucket_count"), Value::Int(0));
+    assert!(reconcile(&mut c, "tok", 1, b).error().contains("START"));
+    server.wait_replicas(1);
+    for key in ["old", "tok"] {
+        assert_eq!(
+            r.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", key])
+        );
+    }
+    assert!(c.q("CONFIG SET ctr.track-history maybe").is_error());
+    assert!(Server::try_start_with(&[], &["track-history", "maybe"]).is_err());
+}
+
+#[test]
+fn reconcile_errors_come_in_order_and_change_nothing() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    c.q("CTR.ADD cnt 7");
+    c.q("XADD ev * a 1");
+    let w = boundary(&mut c);
+    // AT (also with FROM) on a counter without history.
+    assert_eq!(reconcile(&mut c, "cnt", 5, w).error(), NOT_TRACKED);
+    let line = format!("CTR.RECONCILE cnt FROM STREAM ev AT {w}");
+    assert_eq!(c.q(&line).error(), NOT_TRACKED);
+    let info = c.q("CTR.INFO cnt");
+    assert_eq!(
+        (info.field("value"), info.field("encoding").text()),
+        (Value::Int(7), "inline".into())
+    );
+    // The source's type before anything about the watermark: untracked, misaligned, or the
+    // default watermark of a counter STARTed just now (older than its earliest).
+    let line = format!("CTR.RECONCILE cnt FROM ZSET ev AT {}", w + 1);
+    assert!(c.q(&line).error().starts_with("WRONGTYPE"));
+    c.q("CTR.RECONCILE cnt START");
+    assert!(c.q(&line).error().starts_with("WRONGTYPE"));
+    assert!(c
+        .q("CTR.RECONCILE cnt FROM ZSET ev")
+        .error()
+        .starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.q("CTR.RECONCILE q FROM SET s AT 60000").error(),
+        "ERR FROM SET takes no AT: a set has no time (its cardinality is the truth now)"
+    );
+    // A drift that does not fit in 64 bits is reported exactly, not as an overflow.
+    c.q("CTR.ADD dr 9223372036854775807");
+    assert_eq!(
+        c.q("CTR.RECONCILE dr -9223372036854775808"),
+        Value::Array(vec![
+            Value::Int(i64::MIN),
+            Value::Bulk(b"18446744073709551615".to_vec())
+        ])
+    );
+    assert_eq!(c.q("CTR.GET dr").int(), i64::MIN);
+    // ctr_reconciles counts the reconciles that changed a counter: a repeat does not.
+    let before: i64 = server.info_field("ctr", "ctr_reconciles").parse().unwrap();
+    c.q("CTR.RECONCILE same 5");
+    c.q("CTR.RECONCILE same 5");
+    let after: i64 = server.info_field("ctr", "ctr_reconciles").parse().unwrap();
+    assert_eq!(after - before, 1);
+}
+
+#[test]
+fn a_repeated_start_or_reconcile_touches_nothing() {
+    let server = server_with(&[]);
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let w = c.q("CTR.RECONCILE fresh START").int();
+    assert_eq!(c.q("CTR.GET fresh").int(), 0, "created at 0");
+    server.wait_replicas(1);
+    let offset = server.info_field("replication", "master_repl_offset");
+    let mut watcher = server.conn();
+    watcher.q("WATCH fresh");
+    assert_eq!(c.q("CTR.RECONCILE fresh START").int(), w);
+    watcher.q("MULTI");
+    watcher.q("CTR.GET fresh");
+    assert_eq!(
+        watcher.q("EXEC"),
+        Value::Array(vec![Value::Int(0)]),
+        "WATCH still holds"
+    );
+    assert_eq!(
+        server.info_field("replication", "master_repl_offset"),
+        offset,
+        "nothing replicated"
+    );
+    // A reconcile job's retry (same watermark, same truth), and a repeated overwrite.
+    wait_past(&mut c, w);
+    add_at(&mut c, "fresh", 5, w);
+    assert_eq!(reconcile(&mut c, "fresh", 4, w), pair(4, 1));
+    c.q("CTR.RECONCILE other 7");
+    server.wait_replicas(1);
+    let offset = server.info_field("replication", "master_repl_offset");
+    watcher.q("WATCH fresh other");
+    assert_eq!(reconcile(&mut c, "fresh", 4, w), pair(4, 0));
+    assert_eq!(c.q("CTR.RECONCILE other 7"), pair(7, 0));
+    watcher.q("MULTI");
+    watcher.q("CTR.GET fresh");
+    assert_eq!(
+        watcher.q("EXEC"),
+        Value::Array(vec![Value::Int(4)]),
+        "WATCH still holds"
+    );
+    assert_eq!(
+        server.info_field("replication", "master_repl_offset"),
+        offset,
+        "nothing replicated"
+    );
+    let mut r = replica.conn();
+    assert_eq!(
+        r.q("DEBUG DIGEST-VALUE fresh"),
+        c.q("DEBUG DIGEST-VALUE fresh")
+    );
+    c.q("SET str x");
+    assert!(c
+        .q("CTR.RECONCILE str START")
+        .error()
+        .starts_with("WRONGTYPE"));
 }

@@ -24,8 +24,12 @@ fn reconcile_stream_example_repairs_the_counter() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("after repair: value 20, drift -1"),
+        stdout.contains("after repair: value 22, drift -1"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("s for the orders to settle (ctr.bucket-ms + ctr.settle-ms)"),
+        "the wait is announced: {stdout}"
     );
 }
 

@@ -229,7 +229,9 @@ fn forged_payloads_are_refused_or_fully_usable() {
         .unwrap_or(0xd0_c0ffee);
     eprintln!("restore fuzz seed {seed} (CTR_FUZZ_SEED to change)");
     // Uncompressed payloads, so that the module's buffer can be read out and replaced.
-    let server = Server::start_with(&["--rdbcompression", "no"], &[]);
+    // No idle sweep: it would (rightly) release forged expired tokens between the digests this
+    // test compares (tests/ctr_sweep.rs covers it).
+    let server = Server::start_with(&["--rdbcompression", "no"], &["sweep-budget", "0"]);
     let mut c = server.conn();
     let keys = sources(&mut c);
     let frames: Vec<(bool, DumpFrame)> = keys

@@ -8,7 +8,7 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs};
-use super::ctr_store::{update_counter, with_counter, Before, Write};
+use super::ctr_store::{with_counter, Before, Write};
 use super::decide;
 use super::parse::integer;
 use crate::counter::{AddOp, ClearOp, Counter, CounterRef};
@@ -38,7 +38,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     };
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     let key = Key::open(ctx, w.key_name, true);
-    let added = update_counter(&key, |c, before| {
+    let added = w.update(&key, |c, before| {
         if w.is_retry(c) {
             c.note_duplicate();
             return Ok(Added::Duplicate(c.value()));
@@ -103,7 +103,7 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
         now: w.now,
         token: w.token,
     };
-    let outcome = update_counter(&key, |c, before| {
+    let outcome = w.update(&key, |c, before| {
         if w.is_retry(c) {
             c.note_duplicate();
             return Ok(Err(c.value()));

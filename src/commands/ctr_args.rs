@@ -48,6 +48,10 @@ pub enum TruthSource<'a> {
     Set(&'a [u8]),
 }
 
+pub const SET_TAKES_NO_AT: CommandError = CommandError::fixed(
+    "ERR FROM SET takes no AT: a set has no time (its cardinality is the truth now)",
+);
+
 /// `CTR.RECONCILE key truth [AT w]` or `CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconcileArgs<'a> {
@@ -149,8 +153,11 @@ pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, Comma
     };
     let mut at = None;
     options(rest, |name, value| {
-        if name != "AT" || matches!(source, TruthSource::Set(_)) {
-            return Ok(false); // a set has no time: no AT
+        if name != "AT" {
+            return Ok(false);
+        }
+        if matches!(source, TruthSource::Set(_)) {
+            return Err(SET_TAKES_NO_AT);
         }
         at = Some(integer(value)?);
         Ok(true)
@@ -281,7 +288,12 @@ mod tests {
             }
         );
         assert_eq!(r("FROM SET s").unwrap().source, TruthSource::Set(b"s"));
-        assert_eq!(r("FROM SET s AT 5"), Err(SYNTAX_ERROR), "a set has no time");
+        assert_eq!(
+            r("FROM SET s AT 5"),
+            Err(SET_TAKES_NO_AT),
+            "a set has no time"
+        );
+        assert_eq!(r("FROM SET s AT"), Err(SYNTAX_ERROR));
         assert_eq!(r("FROM LIST l"), Err(SYNTAX_ERROR));
         assert_eq!(r("FROM STREAM"), Err(SYNTAX_ERROR));
         assert_eq!(r("100 AT"), Err(SYNTAX_ERROR));

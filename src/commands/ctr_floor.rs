@@ -46,7 +46,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(Reply::Null);
     }
     let key = Key::open(ctx, w.key_name, true);
-    let outcome = update_counter(&key, |c, before| {
+    let outcome = w.update(&key, |c, before| {
         if w.is_retry(c) {
             c.note_duplicate();
             let first = w.token.and_then(|t| c.ledger_outcome(t.fp, w.now));

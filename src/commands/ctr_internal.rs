@@ -1,8 +1,8 @@
 //! The internal commands that carry state between servers: CTR.APPLY (replicated effects) and
 //! CTR.SETSTATE (AOF rewrite). Both are deterministic and validate everything first.
 
-use super::ctr_store::update_counter;
-use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
+use super::ctr_store::{update_counter, with_counter};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
 
@@ -14,6 +14,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     let effect = effect::decode(args.bytes(2))
         .map_err(|e| CommandError(format!("ERR invalid CTR effect: {e}").into()))?;
     let key_name = args.raw(1);
+    if let CounterOp::Sweep { now } = effect.op {
+        return sweep(ctx, key_name, now);
+    }
     let key = Key::open(ctx, key_name, true);
     let mut created = false;
     let outcome = update_counter(&key, |c, before| {
@@ -23,6 +26,8 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Decr(op) => c.apply_decrement(&op)?,
             CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
             CounterOp::Reconcile(op) => Some(c.apply_reconcile(&op)?.value),
+            CounterOp::Start(op) => Some(c.apply_start(&op).0),
+            CounterOp::Sweep { .. } => None,
         })
     })?;
     if let (Some(at), true) = (effect.expire_at, created) {
@@ -33,10 +38,23 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Add(_) => c"ctr.add",
         CounterOp::Decr(_) => c"ctr.decrfloor",
         CounterOp::Clear(_) => c"ctr.clear",
-        CounterOp::Reconcile(_) => c"ctr.reconcile",
+        CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
+        CounterOp::Sweep { .. } => c"ctr.sweep",
     };
     ctx.notify(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))
+}
+
+/// The idle sweep's effect: drops what expired at `now`. A sweep is housekeeping, not a write
+/// a user made: it creates nothing, and sends no keyspace event, as on the master.
+fn sweep(ctx: Ctx, key_name: RawString, now: i64) -> CommandResult {
+    if with_counter(ctx, key_name, |c| c.is_none())? {
+        return Ok(Reply::Integer(0));
+    }
+    let key = Key::open(ctx, key_name, true);
+    let dropped = update_counter(&key, |c, _| Ok(c.apply_sweep(now)))?;
+    ctx.replicate_verbatim();
+    Ok(Reply::Integer(dropped as i64))
 }
 
 /// CTR.SETSTATE key payload: replaces the counter with a decoded `ctr_format` payload.

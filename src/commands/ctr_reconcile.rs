@@ -5,7 +5,7 @@ use super::ctr_store::with_counter;
 use super::ctr_store::{update_counter, Write};
 use crate::counter::history::bucket_of;
 use crate::counter::history::WatermarkError;
-use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair};
+use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair, StartOp};
 use crate::ffi::{
     Args, CommandError, CommandResult, Ctx, Key, KeyKind, RawString, Reply, WRONG_TYPE,
 };
@@ -25,30 +25,42 @@ fn settled_watermark(now: i64, settle: i64, width: i64) -> i64 {
     }
 }
 
-/// Counts the truth in the source key (argument `raw`) up to `w` (None: everything in it).
+/// WRONGTYPE when the source key holds a kind `source` cannot count (a missing one counts 0).
+/// Checked before anything about the watermark, as a native command would.
+fn check_source(ctx: Ctx, source: TruthSource, raw: RawString) -> Result<(), CommandError> {
+    let want = match source {
+        TruthSource::Given(_) => return Ok(()),
+        TruthSource::Stream(_) => KeyKind::Stream,
+        TruthSource::SortedSet(_) => KeyKind::SortedSet,
+        TruthSource::Set(_) => KeyKind::Set,
+    };
+    match Key::open(ctx, raw, false).kind() {
+        KeyKind::Empty => Ok(()),
+        kind if kind == want => Ok(()),
+        _ => Err(WRONG_TYPE),
+    }
+}
+
+/// Counts the truth in the source key (argument `raw`, of the right kind or missing) up to `w`
+/// (None: everything in it).
 fn count_source(
     ctx: Ctx,
     source: TruthSource,
     raw: RawString,
     w: Option<i64>,
 ) -> Result<i64, CommandError> {
-    let (name, want) = match source {
+    let name = match source {
         TruthSource::Given(n) => return Ok(n),
-        TruthSource::Stream(k) => (k, KeyKind::Stream),
-        TruthSource::SortedSet(k) => (k, KeyKind::SortedSet),
-        TruthSource::Set(k) => (k, KeyKind::Set),
+        TruthSource::Stream(k) | TruthSource::SortedSet(k) | TruthSource::Set(k) => k,
     };
     let key = Key::open(ctx, raw, false);
     let kind = key.kind();
     if kind == KeyKind::Empty {
         return Ok(0);
     }
-    if kind != want {
-        return Err(WRONG_TYPE);
-    }
     let total = key.length();
     drop(key);
-    let count = match (want, w) {
+    let count = match (kind, w) {
         (KeyKind::Stream, Some(w)) => total.saturating_sub(stream_entries_after(ctx, name, w)?),
         (KeyKind::SortedSet, Some(w)) => {
             let w = w.to_string();
@@ -118,17 +130,62 @@ fn stream_entries_after(ctx: Ctx, key: &[u8], w: i64) -> Result<u64, CommandErro
     }
 }
 
+/// `[value, drift]`: the drift is an integer, or its exact decimal text (a bulk string, which
+/// every client reads) in the rare case that it lies outside the i64 range: a counter near one
+/// end of the range repaired to the other end.
 fn reply(repair: Repair) -> Reply {
-    Reply::Array(vec![
-        Reply::Integer(repair.value),
-        Reply::Integer(repair.drift),
-    ])
+    let drift = match i64::try_from(repair.drift) {
+        Ok(d) => Reply::Integer(d),
+        Err(_) => Reply::Bulk(repair.drift.to_string().into_bytes()),
+    };
+    Reply::Array(vec![Reply::Integer(repair.value), drift])
+}
+
+/// What the counter key holds, as far as a reconcile cares: its bucket width and earliest
+/// accepted watermark when it keeps a history. WRONGTYPE for another type.
+fn tracked_history(ctx: Ctx, key: RawString) -> Result<Option<(i64, i64)>, CommandError> {
+    with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.history().map(|h| (h.width, h.earliest_watermark())),
+        _ => None,
+    })
+}
+
+/// CTR.RECONCILE key START: the counter keeps buckets from now on; replies with the earliest
+/// watermark it accepts. A counter that already keeps them is left untouched (no write, no
+/// replication, no event): START is idempotent.
+fn start(ctx: Ctx, args: &Args) -> CommandResult {
+    let w = Write::new(ctx, args, None, None)?;
+    let now = ctx.precise_now_ms();
+    if let Some((_, earliest)) = tracked_history(ctx, w.key_name)? {
+        return Ok(Reply::Integer(earliest));
+    }
+    let key = Key::open(ctx, w.key_name, true);
+    let (op, earliest, before) = update_counter(&key, |c, before| {
+        let op = StartOp {
+            now,
+            width: w.settings.bucket_ms,
+            retention: w.settings.bucket_retention_ms,
+            created: before.created && w.settings.track_history,
+        };
+        let (earliest, _) = c.apply_start(&op);
+        Ok((op, earliest, before))
+    })?;
+    let effect = Effect {
+        op: CounterOp::Start(op),
+        expire_at: None,
+    };
+    w.finish(&effect, before, c"ctr.reconcile")?;
+    Ok(Reply::Integer(earliest))
 }
 
 /// CTR.RECONCILE key truth [AT w] | CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]
+/// | CTR.RECONCILE key START
 pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.reconcile"));
+    }
+    if args.len() == 3 && args.bytes(2).eq_ignore_ascii_case(b"START") {
+        return start(ctx, args);
     }
     let parsed = args.with_words(2, parse_reconcile)?;
     let mut w = Write::new(ctx, args, None, None)?;
@@ -136,14 +193,20 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     // boundary from its own (precise) clock must not find it "in the future" by a coarse tick.
     w.now = ctx.precise_now_ms();
     let settings = w.settings;
-    // The counter's own bucket width once it has a history.
-    let tracked = with_counter(ctx, w.key_name, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.history().map(|h| h.width),
-        _ => None,
-    })?;
+    // Types first (the counter's, then the source's), then the watermark, then the counting.
+    let tracked = tracked_history(ctx, w.key_name)?;
+    // FROM TYPE source: the source key is argument 4.
+    let source_key = if args.len() > 4 {
+        args.raw(4)
+    } else {
+        args.raw(1)
+    };
+    check_source(ctx, parsed.source, source_key)?;
+    // Without AT, a stream or sorted set is counted at the settled watermark of a counter that
+    // keeps a history, and in full (a plain overwrite) for one that keeps none.
     let watermark = match (parsed.source, parsed.at, tracked) {
         (_, Some(at), _) => Some(at),
-        (TruthSource::Stream(_) | TruthSource::SortedSet(_), None, Some(width)) => {
+        (TruthSource::Stream(_) | TruthSource::SortedSet(_), None, Some((width, _))) => {
             Some(settled_watermark(w.now, settings.settle_ms, width))
         }
         _ => None,
@@ -160,12 +223,6 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
             _ => Err(CounterError::Watermark(WatermarkError::NotTracked)),
         })??;
     }
-    // FROM TYPE source: the source key is argument 4.
-    let source_key = if args.len() > 4 {
-        args.raw(4)
-    } else {
-        args.raw(1)
-    };
     let truth = count_source(ctx, parsed.source, source_key, watermark)?;
     let op = ReconcileOp {
         now: w.now,
@@ -174,6 +231,15 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         width: settings.bucket_ms,
         retention: settings.bucket_retention_ms,
     };
+    // A retry that changes nothing replies without opening the key for writing: nothing is
+    // replicated or notified, and a WATCH on the key holds.
+    let unchanged = with_counter(ctx, w.key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.unchanged_by(&op),
+        _ => None,
+    })?;
+    if let Some(repair) = unchanged {
+        return Ok(reply(repair));
+    }
     let key = Key::open(ctx, w.key_name, true);
     let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
     if repair.changed {

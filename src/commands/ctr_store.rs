@@ -8,7 +8,7 @@ use super::decide;
 use crate::config::Settings;
 use crate::counter::{
     siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
-    TokenStamp, TokenTimeError,
+    StartOp, TokenStamp, TokenTimeError,
 };
 use crate::ffi::{Args, CommandError, Ctx, Key, KeyContent, RawString, WRONG_TYPE};
 use crate::metrics;
@@ -162,6 +162,8 @@ pub struct Write<'a> {
     pub event: i64,
     pub settings: Settings,
     pub token: Option<TokenStamp>,
+    /// The bucket history this write started (`ctr.track-history yes`), replicated ahead of it.
+    started: std::cell::Cell<Option<StartOp>>,
 }
 
 impl<'a> Write<'a> {
@@ -198,7 +200,68 @@ impl<'a> Write<'a> {
             event,
             settings,
             token,
+            started: std::cell::Cell::new(None),
         })
+    }
+
+    /// Runs the write `f` on the counter in `key` (see [`update_counter`]). With
+    /// `ctr.track-history yes`, a counter that keeps no buckets starts keeping them first (from
+    /// its creation when this write creates it), so the write lands in its bucket; the start is
+    /// undone when the write fails or changes nothing, and is replicated ahead of the write.
+    pub fn update<R>(
+        &self,
+        key: &Key,
+        f: impl FnOnce(&mut Counter, Before) -> Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        if !self.settings.track_history || self.ctx.is_replaying() {
+            return update_counter(key, f);
+        }
+        update_counter(key, |c, before| {
+            if c.history().is_some() {
+                return f(c, before);
+            }
+            let untouched = c.clone();
+            let op = StartOp {
+                now: self.now,
+                width: self.settings.bucket_ms,
+                retention: self.settings.bucket_retention_ms,
+                created: before.created,
+            };
+            c.apply_start(&op);
+            // The write now depends on the clock (its bucket): it replicates as its effect.
+            let result = f(
+                c,
+                Before {
+                    timeless: false,
+                    ..before
+                },
+            );
+            let changed = result.is_ok()
+                && (before.created || {
+                    let mut rest = c.clone();
+                    rest.drop_history();
+                    rest != untouched
+                });
+            if changed {
+                self.started.set(Some(op));
+            } else {
+                c.drop_history();
+            }
+            result
+        })
+    }
+
+    /// Replicates the start of a bucket history made by [`Write::update`], ahead of the write
+    /// (`effect`). When the write created the key, the start creates it on the replica: it
+    /// carries the write's TTL.
+    fn replicate_started_history(&self, effect: &Effect) -> Result<(), CommandError> {
+        match self.started.take() {
+            Some(op) => self.replicate_effect(&Effect {
+                op: effect::CounterOp::Start(op),
+                expire_at: effect.expire_at,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// True when this write's token was already applied to `c` and is still remembered.
@@ -236,6 +299,7 @@ impl<'a> Write<'a> {
         effect: &Effect,
         event: &CStr,
     ) -> Result<(), CommandError> {
+        self.replicate_started_history(effect)?;
         let resized = effect.op.shards().is_some_and(|n| n != before.shards);
         if bare_form && before.timeless && !resized && effect.expire_at.is_none() {
             self.ctx.replicate_verbatim();
@@ -253,6 +317,14 @@ impl<'a> Write<'a> {
         before: Before,
         event: &CStr,
     ) -> Result<(), CommandError> {
+        self.replicate_started_history(effect)?;
+        self.replicate_effect(effect)?;
+        self.announce(before, effect.op.shards().unwrap_or(before.shards), event);
+        Ok(())
+    }
+
+    /// Propagates one effect as `CTR.APPLY key <effect>`.
+    fn replicate_effect(&self, effect: &Effect) -> Result<(), CommandError> {
         // Effects are encoded into one buffer kept for the life of the main thread.
         let replicated = EFFECT_BUFFER.with(|cell| {
             let buf = effect::encode_into(effect, cell.take());
@@ -265,7 +337,6 @@ impl<'a> Write<'a> {
         if !replicated {
             return Err(CommandError::fixed("ERR could not replicate the write"));
         }
-        self.announce(before, effect.op.shards().unwrap_or(before.shards), event);
         Ok(())
     }
 

@@ -15,6 +15,7 @@ mod decide;
 pub mod parse;
 pub mod pnc;
 mod spread_cluster;
+pub mod sweep;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -229,7 +230,7 @@ pub static COMMANDS: &[CommandDef] = &[
         // FROM STREAM|ZSET|SET source: the source is read, in the counter's slot.
         keyword_keys: &[KeywordKey { keyword: c"FROM", at: 2, offset: 2, access: KeyAccess::Read }],
         arity: -3,
-        summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift].",
+        summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift]. START makes it keep the buckets that need, and replies the earliest watermark it accepts.",
         complexity: c"O(B) where B is the number of buckets kept, plus counting the source: O(entries after the watermark) for a stream, O(log N) for a sorted set, O(1) for a set",
         since: c"0.4.0",
     },

@@ -68,7 +68,8 @@ pub enum BucketPlan {
 pub struct Repair {
     pub value: i64,
     /// What the counter held for events up to the watermark minus the truth (positive: high).
-    pub drift: i64,
+    /// The difference of two i64 values, so it is taken in i128: it never overflows.
+    pub drift: i128,
     /// False when it was an exact re-application (same watermark, no drift): nothing changed.
     pub changed: bool,
 }
@@ -97,7 +98,7 @@ impl WatermarkError {
             }
             WatermarkError::InTheFuture => "ERR watermark is in the future",
             WatermarkError::NotTracked => {
-                "ERR counter has no bucket history yet: reconcile it once without AT to start one"
+                "ERR counter keeps no bucket history: run CTR.RECONCILE key START once, then reconcile AT a watermark"
             }
         }
     }
@@ -117,6 +118,36 @@ impl History {
             total_abs_drift: 0,
             reconciles: 0,
         }
+    }
+
+    /// The history `CTR.RECONCILE key START` gives a counter that kept none: everything the
+    /// counter holds counts as at or before the first bucket boundary at or after `now`, so
+    /// that boundary is the earliest watermark it accepts, and the first reconcile at it is
+    /// exact.
+    pub fn started_at(now: i64, width: i64, retention: i64) -> Self {
+        let width = width.max(1);
+        History {
+            retained_since: bucket_of(now, width),
+            ..History::starting_at(now, width, retention)
+        }
+    }
+
+    /// The history of a counter created at `now` with `ctr.track-history yes`: it held nothing
+    /// before, so every retained watermark is exact, also one before it existed.
+    pub fn created_at(now: i64, width: i64, retention: i64) -> Self {
+        let width = width.max(1);
+        let retention = retention.max(1);
+        History {
+            retained_since: bucket_of(now.saturating_sub(retention), width),
+            ..History::starting_at(now, width, retention)
+        }
+    }
+
+    /// The earliest watermark a reconcile may use now (it must also be a multiple of the
+    /// width and not in the future).
+    pub fn earliest_watermark(&self) -> i64 {
+        self.watermark
+            .map_or(self.retained_since, |w| w.max(self.retained_since))
     }
 
     /// Checks a decoded history: positive width and retention, aligned bounds, bucket ends
@@ -156,6 +187,11 @@ impl History {
                 .map(|(_, s)| *s),
         )
         .ok_or(CounterError::Overflow)
+    }
+
+    /// What a counter holding `value` holds for events at or before `w` (exact: in i128).
+    pub fn held_until(&self, value: i64, w: i64) -> Result<i128, CounterError> {
+        Ok(i128::from(value) - i128::from(self.sum_after(w)?))
     }
 
     /// True when an add stamped `event` falls at or before the reconciled watermark.
@@ -246,10 +282,7 @@ impl History {
         w: i64,
     ) -> Result<(Repair, History), CounterError> {
         let after = self.sum_after(w)?;
-        let held_before = value.checked_sub(after).ok_or(CounterError::Overflow)?;
-        let drift = held_before
-            .checked_sub(truth)
-            .ok_or(CounterError::Overflow)?;
+        let drift = self.held_until(value, w)? - i128::from(truth);
         let new_value = truth.checked_add(after).ok_or(CounterError::Overflow)?;
         let mut next = self.clone();
         if self.watermark == Some(w) && drift == 0 {
@@ -284,7 +317,7 @@ impl History {
         truth: i64,
         now: i64,
     ) -> Result<(Repair, History), CounterError> {
-        let drift = value.checked_sub(truth).ok_or(CounterError::Overflow)?;
+        let drift = i128::from(value) - i128::from(truth);
         let mut next = History::starting_at(now, self.width, self.retention);
         next.retained_since = next.retained_since.max(self.retained_since);
         next.watermark = self.watermark;
@@ -302,9 +335,13 @@ impl History {
         ))
     }
 
-    fn record_drift(&mut self, drift: i64) {
-        self.last_drift = drift;
-        self.total_abs_drift = self.total_abs_drift.saturating_add(drift.unsigned_abs());
+    /// Records a reconcile's drift. The stored last drift saturates at the i64 range (a drift
+    /// beyond it needs values at both ends of the range); |drift| always fits a u64.
+    fn record_drift(&mut self, drift: i128) {
+        self.last_drift =
+            i64::try_from(drift).unwrap_or(if drift < 0 { i64::MIN } else { i64::MAX });
+        let size = u64::try_from(drift.unsigned_abs()).unwrap_or(u64::MAX);
+        self.total_abs_drift = self.total_abs_drift.saturating_add(size);
         self.reconciles = self.reconciles.saturating_add(1);
     }
 

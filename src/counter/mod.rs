@@ -20,7 +20,7 @@ pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
 pub use floor::Floor;
 pub use history::{History, Repair};
-pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, TokenStamp};
+pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
 pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};

@@ -55,6 +55,17 @@ pub struct ReconcileOp {
     pub retention: i64,
 }
 
+/// Start keeping time buckets (`CTR.RECONCILE key START`, or a write under
+/// `ctr.track-history yes`). `created`: the counter was created by this write, so it held
+/// nothing before and every retained watermark is exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartOp {
+    pub now: i64,
+    pub width: i64,
+    pub retention: i64,
+    pub created: bool,
+}
+
 /// A working copy of the shard layout for one operation.
 struct Layout {
     values: Vec<i64>,
@@ -76,6 +87,26 @@ impl Layout {
         if let Some(budgets) = &mut self.budgets {
             let b = &mut budgets[shard];
             *b = b.checked_add(delta).ok_or(CounterError::Overflow)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the shards sum to `total` (an unfloored counter), moving the difference to shard 0;
+    /// when that shard cannot hold it (the difference spans more than the i64 range), shard 0
+    /// takes the whole total and the others are zeroed: the sum is what matters.
+    fn set_total(&mut self, total: i64) -> Result<(), CounterError> {
+        if self.budgets.is_some() {
+            return Err(CounterError::InvalidOperation(
+                "budgets on an unfloored counter",
+            ));
+        }
+        let rest: i128 = self.values.iter().skip(1).map(|v| i128::from(*v)).sum();
+        match i64::try_from(i128::from(total) - rest) {
+            Ok(first) => self.values[0] = first,
+            Err(_) => {
+                self.values.iter_mut().for_each(|v| *v = 0);
+                self.values[0] = total;
+            }
         }
         Ok(())
     }
@@ -334,9 +365,34 @@ impl Counter {
         Ok(())
     }
 
-    /// Repairs the counter from its source of truth and returns what it did. The first reconcile
-    /// of a counter (which must come without a watermark) starts its bucket history.
+    /// The repair of a reconcile that would change nothing (a retry of the last watermark's
+    /// repair, or an overwrite of a counter that keeps a history and already holds the truth),
+    /// or None. Lets a command answer such a retry without touching the key.
+    pub fn unchanged_by(&self, op: &ReconcileOp) -> Option<Repair> {
+        let h = self.history()?;
+        let unchanged = match op.watermark {
+            Some(w) => {
+                h.watermark == Some(w)
+                    && h.check_watermark(w, op.now).is_ok()
+                    && h.held_until(self.value, w).ok() == Some(i128::from(op.truth))
+            }
+            None => self.value == op.truth,
+        };
+        unchanged.then_some(Repair {
+            value: self.value,
+            drift: 0,
+            changed: false,
+        })
+    }
+
+    /// Repairs the counter from its source of truth and returns what it did. A reconcile at a
+    /// watermark needs a history (`CTR.RECONCILE key START`, or `ctr.track-history yes`); one
+    /// without starts (or restarts) it, unless the counter already holds the truth and keeps a
+    /// history, which makes it a no-op.
     pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
+        if let Some(unchanged) = self.unchanged_by(op) {
+            return Ok(unchanged);
+        }
         let history = match self.history() {
             Some(h) => History {
                 retention: op.retention.max(1),
@@ -359,28 +415,78 @@ impl Counter {
         if !repair.changed {
             return Ok(repair);
         }
-        let delta = repair
-            .value
-            .checked_sub(self.value)
-            .ok_or(CounterError::Overflow)?;
         let mut layout = self.layout(self.shard_count())?;
         match self.floor() {
             Some(f) if repair.value < f.floor => return Err(CounterError::BelowFloor),
-            Some(_) if delta < 0 => {
-                let need = delta.checked_neg().ok_or(CounterError::Overflow)?;
-                if !layout.debit_budgets(0, need)? {
-                    return Err(CounterError::BelowFloor);
+            Some(_) => {
+                self.check_headroom(repair.value)?;
+                // Both headrooms fit an i64, so the difference of the values does too.
+                let delta = repair
+                    .value
+                    .checked_sub(self.value)
+                    .ok_or(CounterError::Overflow)?;
+                if delta < 0 {
+                    let need = delta.checked_neg().ok_or(CounterError::Overflow)?;
+                    if !layout.debit_budgets(0, need)? {
+                        return Err(CounterError::BelowFloor);
+                    }
+                } else {
+                    layout.credit(0, delta)?;
                 }
             }
-            _ => {
-                self.check_headroom(repair.value)?;
-                layout.credit(0, delta)?;
-            }
+            None => layout.set_total(repair.value)?,
         }
         self.commit(repair.value, layout);
         next.fold(op.now);
         self.ext_mut().history = Some(next);
         Ok(repair)
+    }
+
+    /// `CTR.RECONCILE key START` (and the start of `ctr.track-history yes`): the counter keeps
+    /// buckets from now on, its value unchanged. Returns the earliest watermark it accepts and
+    /// whether anything changed (a counter that already keeps a history is left as it is).
+    pub fn apply_start(&mut self, op: &StartOp) -> (i64, bool) {
+        if let Some(h) = self.history() {
+            return (h.earliest_watermark(), false);
+        }
+        let history = if op.created {
+            History::created_at(op.now, op.width, op.retention)
+        } else {
+            History::started_at(op.now, op.width, op.retention)
+        };
+        let earliest = history.earliest_watermark();
+        self.ext_mut().history = Some(history);
+        (earliest, true)
+    }
+
+    /// Forgets a history started by the write that is being undone (see `apply_start`).
+    pub fn drop_history(&mut self) {
+        if let Some(e) = &mut self.ext {
+            e.history = None;
+        }
+        self.trim_ext();
+    }
+
+    /// True when every token and ledger entry the counter holds has expired at `now` (and it
+    /// holds some): what the idle sweep looks for. O(entries held).
+    pub fn has_only_expired_tokens(&self, now: i64) -> bool {
+        let latest = [self.tokens().latest_expiry(), self.ledger().latest_expiry()]
+            .into_iter()
+            .flatten()
+            .max();
+        latest.is_some_and(|latest| latest <= now)
+    }
+
+    /// The idle sweep: drops the tokens and ledger entries expired at `now`, as a write at `now`
+    /// would (same schedule, so replicas replaying it hold the same entries). Returns how many
+    /// were dropped.
+    pub fn apply_sweep(&mut self, now: i64) -> usize {
+        let dropped = match &mut self.ext {
+            Some(e) => e.tokens.sweep(now) + e.ledger.sweep(now),
+            None => 0,
+        };
+        self.trim_ext();
+        dropped
     }
 
     /// Every recorded write sweeps a few expired tokens from both windows.

@@ -424,3 +424,135 @@ fn a_boxed_counter_stays_small() {
     c.set_floor(None).unwrap();
     assert!(c.is_plain(), "removing the floor frees the box");
 }
+
+fn reconcile_op(now: i64, truth: i64, watermark: Option<i64>) -> ReconcileOp {
+    ReconcileOp {
+        now,
+        truth,
+        watermark,
+        width: 1_000,
+        retention: 60_000,
+    }
+}
+
+fn add_event(c: &mut Counter, now: i64, event: i64, delta: i64) {
+    c.apply_add(&AddOp {
+        now,
+        event,
+        delta,
+        shard: 0,
+        shards: c.shard_count(),
+        token: None,
+    })
+    .unwrap();
+}
+
+fn start_op(now: i64, created: bool) -> StartOp {
+    StartOp {
+        now,
+        width: 1_000,
+        retention: 60_000,
+        created,
+    }
+}
+
+#[test]
+fn start_makes_the_first_reconcile_exact_and_keeps_racing_adds() {
+    // A counter that counted for a while without history, and ran 3 high.
+    let mut c = Counter::default();
+    add_event(&mut c, 100_000, 100_000, 103);
+    let watermark_error = CounterError::Watermark(history::WatermarkError::NotTracked);
+    assert_eq!(
+        c.apply_reconcile(&reconcile_op(100_000, 100, Some(100_000))),
+        Err(watermark_error)
+    );
+    assert_eq!(c.value(), 103, "a refused reconcile changes nothing");
+    // START at 100_500: the earliest watermark is the next boundary, the value unchanged.
+    assert_eq!(c.apply_start(&start_op(100_500, false)), (101_000, true));
+    assert_eq!(c.value(), 103);
+    assert_eq!(
+        c.apply_start(&start_op(100_900, false)),
+        (101_000, false),
+        "START again is a no-op with the same reply"
+    );
+    // Adds racing the job: 2 before the first watermark, 20 after it.
+    add_event(&mut c, 100_600, 100_600, 2);
+    add_event(&mut c, 101_500, 101_500, 20);
+    let before = c.apply_reconcile(&reconcile_op(102_000, 102, Some(100_000)));
+    assert!(before.is_err(), "before the first accepted watermark");
+    let repair = c
+        .apply_reconcile(&reconcile_op(102_000, 102, Some(101_000)))
+        .unwrap();
+    assert_eq!((repair.value, repair.drift), (122, 3));
+}
+
+#[test]
+fn a_counter_tracked_from_creation_accepts_watermarks_before_it_existed() {
+    let mut c = Counter::default();
+    let (earliest, changed) = c.apply_start(&start_op(100_000, true));
+    assert!(changed);
+    assert_eq!(earliest, 40_000, "everything retained: now - retention");
+    // Back-dated events, one of them before the watermark.
+    add_event(&mut c, 100_000, 50_500, 4);
+    add_event(&mut c, 100_000, 70_500, 6);
+    let repair = c
+        .apply_reconcile(&reconcile_op(100_000, 5, Some(60_000)))
+        .unwrap();
+    assert_eq!((repair.value, repair.drift), (11, -1));
+}
+
+#[test]
+fn drift_beyond_the_i64_range_is_exact() {
+    let mut c = Counter::from_shards(vec![i64::MAX - 5, 5]).unwrap();
+    let repair = c
+        .apply_reconcile(&reconcile_op(1_000, i64::MIN, None))
+        .unwrap();
+    assert_eq!(repair.value, i64::MIN);
+    assert_eq!(repair.drift, i128::from(i64::MAX) - i128::from(i64::MIN));
+    assert_eq!(c.value(), i64::MIN);
+    let h = c.history().unwrap();
+    assert_eq!((h.last_drift, h.total_abs_drift), (i64::MAX, u64::MAX));
+    // Back up to the other end.
+    let repair = c
+        .apply_reconcile(&reconcile_op(2_000, i64::MAX, None))
+        .unwrap();
+    assert_eq!(repair.drift, i128::from(i64::MIN) - i128::from(i64::MAX));
+    assert_eq!(c.value(), i64::MAX);
+}
+
+#[test]
+fn an_overwrite_that_finds_the_truth_on_a_tracked_counter_changes_nothing() {
+    let mut c = Counter::plain(5);
+    let first = c.apply_reconcile(&reconcile_op(1_000, 5, None)).unwrap();
+    assert!(first.changed, "it starts the history");
+    let snapshot = c.clone();
+    let again = c.apply_reconcile(&reconcile_op(9_000, 5, None)).unwrap();
+    assert!(!again.changed);
+    assert_eq!(c, snapshot);
+}
+
+#[test]
+fn the_idle_sweep_drops_everything_once_it_has_all_expired() {
+    let mut c = Counter::default();
+    for fp in 0..20u64 {
+        c.apply_add(&AddOp {
+            now: 1_000,
+            event: 1_000,
+            delta: 1,
+            shard: 0,
+            shards: 1,
+            token: Some(TokenStamp {
+                fp,
+                expires_at: 5_000 + fp as i64,
+            }),
+        })
+        .unwrap();
+    }
+    assert!(!c.has_only_expired_tokens(5_010), "one is still live");
+    assert!(c.has_only_expired_tokens(5_019));
+    assert_eq!(c.apply_sweep(5_019), 20);
+    assert_eq!(c.token_count(), 0);
+    assert!(c.is_plain(), "back to a plain (inline) counter");
+    assert_eq!(c.value(), 20);
+    assert!(!Counter::plain(3).has_only_expired_tokens(i64::MAX));
+}

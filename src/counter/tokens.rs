@@ -275,6 +275,13 @@ impl<E: TokenEntry> TokenWindow<E> {
         before - self.slots.len()
     }
 
+    /// The latest expiry held (None when empty): once it has passed, a sweep drops every
+    /// entry. O(entries), without allocating.
+    pub fn latest_expiry(&self) -> Option<i64> {
+        let latest = self.slots.iter().map(|slot| slot.expiry).max()?;
+        Some(self.base.saturating_add(i64::from(latest)))
+    }
+
     /// Every held entry in fingerprint order (the canonical order of the encoding).
     pub fn entries(&self) -> Vec<(u64, E)> {
         let mut all: Vec<(u64, E)> = self

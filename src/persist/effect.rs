@@ -5,11 +5,13 @@
 //! Layout, format 1:
 //! ```text
 //! u8 format (= 1)
-//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE
+//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE, 5 START, 6 SWEEP
 //! ivarint now
 //! ADD:       ivarint delta, uvarint shard, uvarint shards
 //! DECR:      ivarint amount, uvarint shard, uvarint shards
 //! RECONCILE: ivarint truth, ivarint bucket width, ivarint retention
+//! START:     ivarint bucket width, ivarint retention, u8 created (0 or 1)
+//! SWEEP:     nothing more (drop the tokens and ledger entries expired at `now`)
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -17,17 +19,20 @@
 //! event:     ivarint unix ms (absent: the event time is `now`)
 //! watermark: ivarint unix ms
 //! ```
-//! Kinds 3-4 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
-//! before.
+//! Kinds 3-6 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
+//! before. START takes only the expire-at flag (the TTL of the write that created the key with
+//! it), SWEEP none.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{AddOp, ClearOp, DecrOp, ReconcileOp, TokenStamp, MAX_SHARDS};
+use crate::counter::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS};
 
 const FORMAT_V1: u8 = 1;
 const KIND_ADD: u8 = 1;
 const KIND_CLEAR: u8 = 2;
 const KIND_DECR: u8 = 3;
 const KIND_RECONCILE: u8 = 4;
+const KIND_START: u8 = 5;
+const KIND_SWEEP: u8 = 6;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 const FLAG_EVENT: u8 = 4;
@@ -40,6 +45,12 @@ pub enum CounterOp {
     Clear(ClearOp),
     Decr(DecrOp),
     Reconcile(ReconcileOp),
+    /// Start keeping buckets.
+    Start(StartOp),
+    /// The idle sweep: drop what expired at this time.
+    Sweep {
+        now: i64,
+    },
 }
 
 impl CounterOp {
@@ -48,7 +59,7 @@ impl CounterOp {
         match self {
             CounterOp::Add(op) => Some(op.shards),
             CounterOp::Decr(op) => Some(op.shards),
-            CounterOp::Clear(_) | CounterOp::Reconcile(_) => None,
+            _ => None,
         }
     }
 
@@ -57,7 +68,7 @@ impl CounterOp {
             CounterOp::Add(op) => op.token,
             CounterOp::Clear(op) => op.token,
             CounterOp::Decr(op) => op.token,
-            CounterOp::Reconcile(_) => None,
+            _ => None,
         }
     }
 
@@ -66,7 +77,7 @@ impl CounterOp {
         let (now, event) = match self {
             CounterOp::Add(op) => (op.now, op.event),
             CounterOp::Decr(op) => (op.now, op.event),
-            CounterOp::Clear(_) | CounterOp::Reconcile(_) => return None,
+            _ => return None,
         };
         (event != now).then_some(event)
     }
@@ -110,6 +121,15 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
             w.u8(KIND_RECONCILE).ivarint(op.now).ivarint(op.truth);
             w.ivarint(op.width).ivarint(op.retention);
         }
+        CounterOp::Start(op) => {
+            w.u8(KIND_START).ivarint(op.now);
+            w.ivarint(op.width)
+                .ivarint(op.retention)
+                .u8(u8::from(op.created));
+        }
+        CounterOp::Sweep { now } => {
+            w.u8(KIND_SWEEP).ivarint(*now);
+        }
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -140,14 +160,31 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
         KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
         KIND_CLEAR => (0, 0, 0),
         KIND_RECONCILE => (r.ivarint()?, 0, 0),
+        KIND_START | KIND_SWEEP => (0, 0, 0),
         other => return decode_error(format!("unknown effect kind {other}")),
     };
-    let bucket_configs = if kind == KIND_RECONCILE {
+    let bucket_configs = if kind == KIND_RECONCILE || kind == KIND_START {
         Some((positive(&mut r)?, positive(&mut r)?))
     } else {
         None
     };
+    let created = match kind {
+        KIND_START => match r.u8()? {
+            0 => false,
+            1 => true,
+            other => return decode_error(format!("unknown START flag {other}")),
+        },
+        _ => false,
+    };
     let flags = r.u8()?;
+    let allowed = match kind {
+        KIND_START => FLAG_EXPIRE_AT,
+        KIND_SWEEP => 0,
+        _ => KNOWN_FLAGS,
+    };
+    if flags & !allowed != 0 {
+        return decode_error("effect flag does not apply to its kind");
+    }
     if flags & !KNOWN_FLAGS != 0 {
         return decode_error("unknown effect flags");
     }
@@ -204,6 +241,16 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
                 retention,
             })
         }
+        KIND_START => {
+            let (width, retention) = bucket_configs.unwrap_or((1, 1));
+            CounterOp::Start(StartOp {
+                now,
+                width,
+                retention,
+                created,
+            })
+        }
+        KIND_SWEEP => CounterOp::Sweep { now },
         _ => CounterOp::Clear(ClearOp { now, token }),
     };
     Ok(Effect { op, expire_at })
@@ -291,6 +338,28 @@ mod tests {
                 }),
                 expire_at: None,
             },
+            Effect {
+                op: CounterOp::Start(StartOp {
+                    now: 1_700_000_000_123,
+                    width: 60_000,
+                    retention: 3_600_000,
+                    created: true,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Start(StartOp {
+                    now: -5,
+                    width: 1,
+                    retention: 1,
+                    created: false,
+                }),
+                expire_at: Some(77),
+            },
+            Effect {
+                op: CounterOp::Sweep { now: i64::MAX },
+                expire_at: None,
+            },
         ]
     }
 
@@ -325,6 +394,16 @@ mod tests {
         let mut b = encode(&samples()[2]);
         let flags_at = b.len() - 1 - 8 - 10; // flags, then fp (8) and expiry (10-byte varint)
         b[flags_at] |= 0x80;
+        assert!(decode(&b).is_err());
+        // START takes only an expiry, SWEEP nothing; START's created flag is 0 or 1.
+        for (sample, flag) in [(6, FLAG_TOKEN), (8, FLAG_TOKEN), (8, FLAG_EXPIRE_AT)] {
+            let mut b = encode(&samples()[sample]);
+            *b.last_mut().unwrap() = flag;
+            assert!(decode(&b).is_err(), "sample {sample} flag {flag}");
+        }
+        let mut b = encode(&samples()[6]);
+        let created_at = b.len() - 2;
+        b[created_at] = 2;
         assert!(decode(&b).is_err());
     }
 }

@@ -94,7 +94,7 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("token event time is too far in the future", TooFarInFuture),
     ("event time is too far in the future", TooFarInFuture),
     ("event time is at or before the counter's reconciled watermark", LateAdd),
-    ("counter has no bucket history", HistoryMissing),
+    ("counter keeps no bucket history", HistoryMissing),
     ("watermark ", BadWatermark),
     ("token must be 1 to 256 bytes", InvalidToken),
     ("amount must be positive", InvalidAmount),
@@ -103,6 +103,7 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("invalid CTR state", InvalidState),
     ("too many replica ids", TooManyReplicas),
     ("syntax error", CtrSyntaxError),
+    ("FROM SET takes no AT", CtrSyntaxError),
     ("value is not an integer or out of range", NotAnInteger),
     ("WRONGTYPE", WrongType),
 )

@@ -63,7 +63,10 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
         "event time is at or before the counter's reconciled watermark",
         ModuleError::LateAdd,
     ),
-    ("counter has no bucket history", ModuleError::HistoryMissing),
+    (
+        "counter keeps no bucket history",
+        ModuleError::HistoryMissing,
+    ),
     ("watermark ", ModuleError::BadWatermark),
     ("token must be 1 to 256 bytes", ModuleError::InvalidToken),
     ("amount must be positive", ModuleError::InvalidAmount),
@@ -72,6 +75,7 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
     ("invalid CTR state", ModuleError::InvalidState),
     ("too many replica ids", ModuleError::TooManyReplicas),
     ("syntax error", ModuleError::Syntax),
+    ("FROM SET takes no AT", ModuleError::Syntax),
     (
         "value is not an integer or out of range",
         ModuleError::NotAnInteger,
