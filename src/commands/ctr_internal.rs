@@ -28,6 +28,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     if let (Some(at), true) = (effect.expire_at, created) {
         key.set_abs_expire(at);
     }
+    drop(key); // closed before the keyspace event fires
     ctx.replicate_verbatim();
     let event = match effect.op {
         CounterOp::Add(_) => c"ctr.add",
@@ -35,7 +36,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Clear(_) => c"ctr.clear",
         CounterOp::Reconcile(_) => c"ctr.reconcile",
     };
-    ctx.notify(event, key_name);
+    ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))
 }
 
@@ -51,7 +52,8 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
         *c = counter;
         Ok(())
     })?;
+    drop(key);
     ctx.replicate_verbatim();
-    ctx.notify(c"ctr.setstate", args.raw(1));
+    ctx.key_changed(c"ctr.setstate", args.raw(1));
     Ok(Reply::Ok)
 }
