@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::cluster::Cluster;
-use common::Server;
+use common::{note, python_with_redis_py, Server};
 
 #[test]
 fn reconcile_stream_example_repairs_the_counter() {
@@ -27,22 +27,6 @@ fn reconcile_stream_example_repairs_the_counter() {
         stdout.contains("after repair: value 20, drift -1"),
         "{stdout}"
     );
-}
-
-/// A note that shows even though the test harness captures output (a direct write to stderr).
-fn note(text: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "note: {text}");
-}
-
-/// Python with redis-py: $CTR_PYTHON (the Makefile's target/venv), else python3.
-fn python_with_redis_py() -> Option<String> {
-    let python = std::env::var("CTR_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    ok.then_some(python)
 }
 
 fn run_example(mut command: Command, server: &Server, cluster: &Cluster) -> String {

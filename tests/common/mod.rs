@@ -487,3 +487,19 @@ pub fn ivarint(v: i64) -> Vec<u8> {
 fn crc64_matches_redis_reference() {
     assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
 }
+
+/// A note that shows even though the test harness captures output (a direct write to stderr).
+pub fn note(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {text}");
+}
+
+/// Python with redis-py: $CTR_PYTHON (the Makefile's target/venv), else python3.
+pub fn python_with_redis_py() -> Option<String> {
+    let python = std::env::var("CTR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    ok.then_some(python)
+}
