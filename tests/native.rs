@@ -377,6 +377,6 @@ fn errors_say_what_is_wrong() {
     c.q("PNC.ADD src 4");
     let mut state = c.q("PNC.STATE src").bytes();
     state.push(b'\n');
-    assert!(merge(&mut c, &state).contains("ends with a newline"));
+    assert!(merge(&mut c, &state).contains("strip the newline"));
     assert_eq!(c.q("EXISTS m"), Value::Int(0));
 }

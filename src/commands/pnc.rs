@@ -34,14 +34,13 @@ fn invalid_state(reason: &str, blob: &[u8]) -> CommandError {
     CommandError(format!("ERR invalid PNC state: {reason}{}", blob_hint(blob)).into())
 }
 
-/// What a refused blob most likely went through on its way here.
+/// What a refused blob most likely went through on its way here (a trailing newline after a
+/// real state is named by the decoder itself).
 fn blob_hint(blob: &[u8]) -> &'static str {
-    match blob.trim_ascii() {
-        [] => " (an empty blob: PNC.STATE of a missing key is nil, and there is nothing to merge)",
-        _ if blob.ends_with(b"\n") => {
-            " (the blob ends with a newline: pass PNC.STATE's reply byte for byte, as a shell's echo or a text file adds one)"
-        }
-        _ => "",
+    if blob.trim_ascii().is_empty() {
+        " (PNC.STATE of a missing key is nil, which a shell passes on as an empty line: there is nothing to merge)"
+    } else {
+        ""
     }
 }
 
