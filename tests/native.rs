@@ -284,9 +284,16 @@ fn a_token_names_one_write_and_a_reuse_with_other_arguments_is_refused() {
 
 #[test]
 fn a_refused_tokened_add_is_refused_again_after_a_restock_everywhere() {
-    let master = Server::start_with(&["--appendonly", "yes"], &[]);
+    let master = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
     let replica = master.start_replica();
     let mut c = master.conn();
+    // Value 0 with only a ledger, but a key of the user's (no TTL), and a key that only
+    // remembers a refusal (its own TTL): the AOF rewrite keeps both TTLs as they are.
+    c.q("CTR.ADD zeroed 2 TOKEN z");
+    c.q("CTR.CLEAR zeroed");
+    c.q("CTR.DECRFLOOR typo 5 TOKEN t");
+    let typo_ttl = c.q("PTTL typo").int();
+    assert!(typo_ttl > 0);
     c.q("CTR.ADD stock 3");
     c.q("CTR.FLOOR stock 0");
     assert_eq!(c.q("CTR.ADD stock -5 TOKEN r1"), Value::Nil);
@@ -312,6 +319,8 @@ fn a_refused_tokened_add_is_refused_again_after_a_restock_everywhere() {
             "{key}"
         );
     }
+    assert_eq!(c.q("PTTL zeroed"), Value::Int(-1));
+    assert!((1..=typo_ttl).contains(&c.q("PTTL typo").int()));
     c.q("DEBUG RELOAD");
     assert_eq!(c.q("CTR.ADD stock -5 TOKEN r1"), Value::Nil);
     assert_eq!(c.q("CTR.ADD stock -6 TOKEN r1").error(), TOKEN_REUSED);

@@ -48,10 +48,17 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     let counter = ctr_format::decode(args.bytes(2))
         .map_err(|e| CommandError(format!("ERR invalid CTR state: {e}").into()))?;
     let key = Key::open(ctx, args.raw(1), true);
+    // A replaced value keeps the key's TTL as it was (the AOF rewrite sends its own PEXPIREAT):
+    // none of the TTL a write gives a key that only remembers refusals.
+    let ttl = key.abs_expire();
     update_counter(&key, |c, _| {
         *c = counter;
         Ok(())
     })?;
+    match ttl {
+        Some(at) => key.set_abs_expire(at),
+        None => key.persist(),
+    };
     drop(key);
     ctx.replicate_verbatim();
     ctx.key_changed(c"ctr.setstate", args.raw(1));
