@@ -389,3 +389,18 @@ fn errors_say_what_is_wrong() {
     assert!(merge(&mut c, &state).contains("strip the newline"));
     assert_eq!(c.q("EXISTS m"), Value::Int(0));
 }
+
+/// An inline counter owns no memory: `UNLINK` frees it on the spot, not on the lazy-free
+/// thread (a free effort of 0 would mean "unlimited" to the server).
+#[test]
+fn unlinking_an_inline_counter_needs_no_background_job() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for i in 0..50 {
+        c.cmd(&["CTR.ADD", &format!("cold:{i}"), "7"]);
+        c.cmd(&["UNLINK", &format!("cold:{i}")]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(server.info_field("memory", "lazyfreed_objects"), "0");
+    assert_eq!(c.q("DBSIZE"), Value::Int(0));
+}

@@ -588,6 +588,17 @@ mod tests {
         }
     }
 
+    /// The per-token memory target holds: an add token is 12 bytes, a ledger entry (with its
+    /// intent) 24, as before intents.
+    #[test]
+    fn slots_stay_small() {
+        assert_eq!(std::mem::size_of::<Slot<()>>(), 12);
+        assert_eq!(
+            std::mem::size_of::<Slot<<LedgerEntry as TokenEntry>::Payload>>(),
+            24
+        );
+    }
+
     #[test]
     fn falling_expiries_rebase_rarely() {
         let mut w: TokenWindow = TokenWindow::default();

@@ -695,7 +695,9 @@ mod tests {
         }
         w.u8(TAG_LEDGER).ivarint(0).uvarint(n);
         for i in 0..n {
-            w.fixed_u64((i << 40) | 1).ivarint(90_000_000 - 7 * i as i64).u8(0);
+            w.fixed_u64((i << 40) | 1)
+                .ivarint(90_000_000 - 7 * i as i64)
+                .u8(0);
         }
         w.u8(TAG_INTENTS).uvarint(n);
         for _ in 0..n {
