@@ -204,6 +204,8 @@ fn keep_expiring_with_entries(key: &Key, until_before: Option<i64>, after: Count
             key.set_abs_expire(at);
         }
         Some(_) => {}
+        // Its entries all swept at the very ms of its expiry: nothing left to keep it for.
+        None if matches!(after, CounterRef::Inline(0)) => {}
         None => {
             key.persist();
         }

@@ -507,3 +507,15 @@ fn a_boxed_counter_stays_small() {
     c.set_floor(None).unwrap();
     assert!(c.is_plain(), "removing the floor frees the box");
 }
+
+#[test]
+fn a_counter_holding_only_remembered_writes_says_until_when() {
+    let mut c = Counter::default();
+    assert_eq!(decr(&mut c, 0, 5, Some(1)), None);
+    assert_eq!(c.value(), 0);
+    let first = c.remembered_only_until().expect("only a refusal");
+    assert_eq!(decr(&mut c, 0, 5, Some(2)), None);
+    assert!(c.remembered_only_until() >= Some(first));
+    add(&mut c, 3).unwrap();
+    assert_eq!(c.remembered_only_until(), None, "it holds a value now");
+}
