@@ -166,7 +166,8 @@ fn ttl_on_create_sends_the_generic_expire_event() {
     let mut c = server.conn();
     c.q("CTR.ADD fixed 1 EX 10");
     c.q("SET native 1 EX 10");
-    for key in ["fixed", "native"] {
+    c.q("CTR.DECRFLOOR refused 1 TOKEN t");
+    for key in ["fixed", "native", "refused"] {
         let msg = sub.read().unwrap().array();
         assert_eq!(msg[2].text(), key);
     }

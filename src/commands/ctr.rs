@@ -9,7 +9,8 @@
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
 use super::ctr_store::{
-    is_missing, open_for_write, read_value, update_counter, with_counter, Before, Write,
+    created_with_ttl, is_missing, open_for_write, read_value, update_counter, with_counter, Before,
+    Write,
 };
 use super::decide;
 use super::parse::integer;
@@ -82,13 +83,14 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if let Some(at) = expire_at {
         key.set_abs_expire(at);
     }
+    let expires = created_with_ttl(&key, before);
     drop(key);
     let effect = Effect {
         op: CounterOp::Add(op),
         expire_at,
     };
     w.replicate(args.len() == 3, before, &effect, c"ctr.add")?;
-    if expire_at.is_some() {
+    if expires {
         ctx.expire_set(w.key_name);
     }
     match result {
@@ -125,6 +127,7 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Ok(Ok((c.apply_clear(&op)?, before)))
     })?;
+    let expires = matches!(outcome, Ok((_, before)) if created_with_ttl(&key, before));
     drop(key);
     match outcome {
         Err(replay) => {
@@ -137,6 +140,9 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
                 expire_at: None,
             };
             w.finish(&effect, before, c"ctr.clear")?;
+            if expires {
+                ctx.expire_set(w.key_name);
+            }
             metrics::CLEARS.incr();
             Ok(Reply::Integer(value_before))
         }

@@ -1,7 +1,9 @@
 //! The strong tier: CTR.FLOOR and CTR.DECRFLOOR.
 
 use super::ctr_args::{parse_decrement, parse_floor};
-use super::ctr_store::{is_missing, open_for_write, update_counter, Before, Write};
+use super::ctr_store::{
+    created_with_ttl, is_missing, open_for_write, update_counter, Before, Write,
+};
 use crate::counter::{DecrOp, WriteKind};
 use crate::ffi::{Args, CommandResult, Ctx, Reply};
 use crate::metrics;
@@ -80,12 +82,16 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
+            let expires = created_with_ttl(&key, before);
             drop(key);
             let effect = Effect {
                 op: CounterOp::Decr(op),
                 expire_at: None,
             };
             w.replicate(args.len() == 3, before, &effect, c"ctr.decrfloor")?;
+            if expires {
+                ctx.expire_set(w.key_name);
+            }
             match result {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => metrics::DECREMENTS_REFUSED.incr(),

@@ -78,6 +78,12 @@ pub fn open_for_write(ctx: Ctx, key: RawString) -> Result<Key, CommandError> {
     }
 }
 
+/// True when the write made the key anew with a time to live (`EX`/`PX`, or the TTL of a key
+/// that only remembers refusals): it sends the generic `expire` event, as `SET ... EX` does.
+pub fn created_with_ttl(key: &Key, before: Before) -> bool {
+    before.created && key.abs_expire().is_some()
+}
+
 /// True when the key holds nothing.
 pub fn is_missing(key: &Key) -> bool {
     matches!(key.content(ctr_type()), KeyContent::Empty)
