@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a bounded time: `make fuzz` (FUZZ_SECONDS per target, default 60;
-# FUZZ_TIMEOUT seconds per input, default 2, and FUZZ_MAX_LEN bytes per input, default 256 KiB:
+# FUZZ_TIMEOUT seconds per input, default 5, and FUZZ_MAX_LEN bytes per input, default 512 KiB:
 # inputs large enough that a quadratic decoder takes seconds, so a slow input fails the run
 # like a crash, as a timeout-* artifact;
 # FUZZ_TARGETS to pick some; FUZZ_SANITIZER=address to run under AddressSanitizer, about 8x
@@ -15,8 +15,8 @@ CARGO=${CARGO:-cargo}
 seconds=${FUZZ_SECONDS:-60}
 targets=${FUZZ_TARGETS:-"ctr_state ctr_apply effect pnc_state ctr_args pnc_args"}
 sanitizer=${FUZZ_SANITIZER:-none}
-timeout=${FUZZ_TIMEOUT:-2}
-max_len=${FUZZ_MAX_LEN:-262144}
+timeout=${FUZZ_TIMEOUT:-5}
+max_len=${FUZZ_MAX_LEN:-524288}
 dir=tests/fuzz
 export RUSTC_BOOTSTRAP=1
 
