@@ -19,7 +19,7 @@
 use crate::commands::ctr_args::{
     parse_add, parse_clear, parse_decrement, parse_floor, parse_reconcile, AddArgs, ClearArgs,
     DecrArgs, ReconcileArgs, TruthSource, AMOUNT_NOT_POSITIVE, BAD_EXPIRE, BAD_TOKEN,
-    MAX_TOKEN_BYTES,
+    MAX_TOKEN_BYTES, NEGATIVE_AT,
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
@@ -397,6 +397,7 @@ const KNOWN_ERRORS: &[CommandError] = &[
     BAD_TOKEN,
     BAD_EXPIRE,
     AMOUNT_NOT_POSITIVE,
+    NEGATIVE_AT,
 ];
 
 fn known_error(e: &CommandError) {
