@@ -57,6 +57,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ReplicateVerbatim,
         RedisModule_Replicate,
         RedisModule_NotifyKeyspaceEvent,
+        RedisModule_SignalModifiedKey,
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
         RedisModule_ReplyWithArray,
@@ -72,6 +73,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_Milliseconds,
         RedisModule_GetContextFlags,
         RedisModule_SetAbsExpire,
+        RedisModule_GetAbsExpire,
+        RedisModule_SetExpire,
         RedisModule_SaveStringBuffer,
         RedisModule_LoadStringBuffer,
         RedisModule_DigestAddStringBuffer,
@@ -376,16 +379,25 @@ impl Ctx {
         }
     }
 
-    /// Emits a module keyspace event (class `d`, included in `A`).
-    pub fn notify(&self, event: &CStr, key: RawString) {
+    /// Tells the server that a write changed the key: `WATCH` on it aborts (the module turns
+    /// off the implicit signal on every key opened for writing, so a write that changes nothing
+    /// leaves watchers alone), and a module keyspace event (class `d`, included in `A`) goes out.
+    /// Call it after the key is closed: another module's event handler may touch the key.
+    pub fn key_changed(&self, event: &CStr, key: RawString) {
+        // SAFETY: ctx and key are live.
+        unsafe { rm!(RedisModule_SignalModifiedKey)(self.ptr, key) };
+        self.notify(raw::REDISMODULE_NOTIFY_MODULE, event, key);
+    }
+
+    /// The generic (`g`) `expire` event, as `SET ... EX` sends it, for a TTL set on create.
+    pub fn expire_set(&self, key: RawString) {
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", key);
+    }
+
+    fn notify(&self, class: c_int, event: &CStr, key: RawString) {
         // SAFETY: ctx and key are live; event is NUL-terminated.
         unsafe {
-            rm!(RedisModule_NotifyKeyspaceEvent)(
-                self.ptr,
-                raw::REDISMODULE_NOTIFY_MODULE,
-                event.as_ptr(),
-                key,
-            );
+            rm!(RedisModule_NotifyKeyspaceEvent)(self.ptr, class, event.as_ptr(), key);
         }
     }
 }
@@ -495,6 +507,27 @@ impl Key {
     pub fn set_abs_expire(&self, at_ms: i64) -> bool {
         // SAFETY: kp is open for writing.
         unsafe { rm!(RedisModule_SetAbsExpire)(self.kp, at_ms) == raw::REDISMODULE_OK as c_int }
+    }
+}
+
+impl Key {
+    /// The key's absolute expiry (unix ms), None without one.
+    pub fn abs_expire(&self) -> Option<i64> {
+        if self.kp.is_null() {
+            return None;
+        }
+        // SAFETY: kp is an open key.
+        let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.kp) };
+        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+    }
+
+    /// Removes the key's time to live (on a key opened for writing that holds a value).
+    pub fn persist(&self) -> bool {
+        // SAFETY: kp is open for writing.
+        unsafe {
+            rm!(RedisModule_SetExpire)(self.kp, raw::REDISMODULE_NO_EXPIRE as i64)
+                == raw::REDISMODULE_OK as c_int
+        }
     }
 }
 

@@ -38,9 +38,13 @@ mod module {
         if !missing.is_empty() {
             return Err(format!("this server lacks {}", missing.join(", ")));
         }
-        // Without this, a truncated or corrupt RESTORE payload aborts the server instead of
-        // failing the command.
-        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        // HANDLE_IO_ERRORS: without it, a truncated or corrupt RESTORE payload aborts the server
+        // instead of failing the command. NO_IMPLICIT_SIGNAL_MODIFIED: a key opened for writing
+        // is not reported modified on close; each write that changes something says so itself
+        // (`Ctx::key_changed`), so a duplicate or refused write leaves `WATCH` holding.
+        ctx.set_module_options(
+            raw::ModuleOptions::HANDLE_IO_ERRORS | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
+        );
         crate::config::register(ctx, args)?;
         let hide_internal =
             !crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed);

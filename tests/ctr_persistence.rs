@@ -283,7 +283,7 @@ fn forged_restore_payloads_are_refused_and_the_server_keeps_serving() {
         }),
         (
             "unknown section",
-            frame.with_blob(&blob(&[&value_section(1), &[7, 0]])),
+            frame.with_blob(&blob(&[&value_section(1), &[200, 0]])),
         ),
         ("missing value", frame.with_blob(&blob(&[]))),
         (

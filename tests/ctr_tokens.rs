@@ -240,8 +240,12 @@ fn option_errors_change_nothing() {
 }
 
 fn tokens_are_still_recognised(c: &mut Conn) {
-    assert_eq!(c.q("CTR.ADD k 100 TOKEN t1"), Value::Int(3));
-    assert_eq!(c.q("CTR.ADD k 100 TOKEN t2"), Value::Int(3));
+    assert_eq!(c.q("CTR.ADD k 1 TOKEN t1"), Value::Int(3));
+    assert_eq!(c.q("CTR.ADD k 2 TOKEN t2"), Value::Int(3));
+    assert!(
+        c.q("CTR.ADD k 100 TOKEN t2").is_error(),
+        "the token still names its own write"
+    );
     assert_eq!(
         c.q("CTR.ADD k 1 TOKEN t3"),
         Value::Int(4),

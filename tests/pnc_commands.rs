@@ -171,7 +171,7 @@ fn merge_refuses_bad_or_out_of_range_states_and_changes_nothing() {
     c.q("PNC.ADD k 7");
     let before = state(&mut c, "k");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("empty", vec![], "ERR invalid PNC state: empty"),
+        ("empty", vec![], "ERR invalid PNC state: empty (PNC.STATE of a missing key is nil, which a shell passes on as an empty line: there is nothing to merge)"),
         (
             "future version",
             vec![2, 0],

@@ -7,20 +7,22 @@
 //! promotion) replicates as one `CTR.APPLY key <effect>` carrying the master's time and
 //! decisions.
 
-use super::ctr_args::{parse_add, parse_clear, AddArgs};
-use super::ctr_store::{with_counter, Before, Write};
+use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
+use super::ctr_store::{created_with_ttl, is_missing, open_for_write, with_counter, Before, Write};
 use super::decide;
 use super::parse::integer;
-use crate::counter::{AddOp, ClearOp, Counter, CounterRef};
-use crate::ffi::{Args, CommandResult, Ctx, Key, Reply};
+use crate::counter::{AddOp, ClearOp, Counter, CounterRef, WriteKind};
+use crate::ffi::{Args, CommandResult, Ctx, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
 enum Added {
-    Applied(AddOp, Before, i64),
-    /// A negative add that would cross the floor: nothing changed.
+    /// Applied, or refused by the floor with the refusal remembered under its token.
+    Recorded(AddOp, Before, Option<i64>),
+    /// A negative add without a token that would cross the floor: nothing changed.
     Refused,
-    Duplicate(i64),
+    /// A retry: what the first attempt replies now.
+    Replayed(Option<i64>),
 }
 
 /// CTR.ADD key delta [TOKEN token] [AT ms] [EX seconds | PX milliseconds]
@@ -28,6 +30,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.add"));
     }
+    let key = open_for_write(ctx, args.raw(1))?;
     let parsed = if args.len() == 3 {
         AddArgs {
             delta: integer(args.bytes(2))?,
@@ -36,12 +39,16 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     } else {
         args.with_words(2, parse_add)?
     };
+    // As `SET ... EX/PX`: a deadline past the end of time is refused, whether or not it is used.
+    let deadline = match parsed.ttl_ms {
+        Some(ttl) => Some(ctx.precise_now_ms().checked_add(ttl).ok_or(BAD_EXPIRE)?),
+        None => None,
+    };
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
-    let key = Key::open(ctx, w.key_name, true);
     let added = w.update(&key, |c, before| {
-        if w.is_retry(c) {
+        if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
-            return Ok(Added::Duplicate(c.value()));
+            return Ok(Added::Replayed(replay));
         }
         let shards = w.shards(c, before);
         let op = AddOp {
@@ -52,40 +59,48 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             shards,
             token: w.token,
         };
-        Ok(match c.apply_add(&op)? {
-            Some(value) => Added::Applied(op, before, value),
-            None => Added::Refused,
-        })
+        let result = c.apply_add(&op)?;
+        if result.is_none() && op.token.is_none() {
+            return Ok(Added::Refused);
+        }
+        Ok(Added::Recorded(op, before, result))
     })?;
-    let (op, before, value) = match added {
-        Added::Duplicate(current) => {
+    let (op, before, result) = match added {
+        Added::Replayed(replay) => {
             metrics::DUPLICATES_IGNORED.incr();
-            return Ok(Reply::Integer(current));
+            return Ok(replay.map_or(Reply::Null, Reply::Integer));
         }
         Added::Refused => {
             metrics::ADDS_REFUSED_BY_FLOOR.incr();
             return Ok(Reply::Null);
         }
-        Added::Applied(op, before, value) => (op, before, value),
+        Added::Recorded(op, before, result) => (op, before, result),
     };
-    let expire_at = match parsed.ttl_ms {
-        Some(ttl) if before.created => Some(ctx.precise_now_ms().saturating_add(ttl)),
-        _ => None,
-    };
+    let expire_at = deadline.filter(|_| before.created);
     if let Some(at) = expire_at {
         key.set_abs_expire(at);
     }
+    let expires = created_with_ttl(&key, before);
+    drop(key);
     let effect = Effect {
         op: CounterOp::Add(op),
         expire_at,
     };
     w.replicate(args.len() == 3, before, &effect, c"ctr.add")?;
-    if expire_at.is_some() {
-        ctx.notify(c"expire", w.key_name);
+    if expires {
+        ctx.expire_set(w.key_name);
     }
-    metrics::ADDS.incr_from_command();
-    super::ctr_spread::after_add(ctx, w.key_name);
-    Ok(Reply::Integer(value))
+    match result {
+        Some(value) => {
+            metrics::ADDS.incr_from_command();
+            super::ctr_spread::after_add(ctx, w.key_name);
+            Ok(Reply::Integer(value))
+        }
+        None => {
+            metrics::ADDS_REFUSED_BY_FLOOR.incr();
+            Ok(Reply::Null)
+        }
+    }
 }
 
 /// CTR.CLEAR key [TOKEN token]
@@ -93,27 +108,29 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 2 {
         return Err(super::wrong_arity("ctr.clear"));
     }
+    let key = open_for_write(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_clear)?;
     let w = Write::new(ctx, args, parsed.token, None)?;
-    if w.token.is_none() && with_counter(ctx, w.key_name, |c| c.is_none())? {
+    if w.token.is_none() && is_missing(&key) {
         return Ok(Reply::Integer(0)); // nothing to clear, nothing to remember
     }
-    let key = Key::open(ctx, w.key_name, true);
     let op = ClearOp {
         now: w.now,
         token: w.token,
     };
     let outcome = w.update(&key, |c, before| {
-        if w.is_retry(c) {
+        if let Some(replay) = w.retry_of(c, WriteKind::Clear)? {
             c.note_duplicate();
-            return Ok(Err(c.value()));
+            return Ok(Err(replay));
         }
         Ok(Ok((c.apply_clear(&op)?, before)))
     })?;
+    let expires = matches!(outcome, Ok((_, before)) if created_with_ttl(&key, before));
+    drop(key);
     match outcome {
-        Err(current) => {
+        Err(replay) => {
             metrics::DUPLICATES_IGNORED.incr();
-            Ok(Reply::Integer(current))
+            Ok(replay.map_or(Reply::Null, Reply::Integer))
         }
         Ok((value_before, before)) => {
             let effect = Effect {
@@ -121,6 +138,9 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
                 expire_at: None,
             };
             w.finish(&effect, before, c"ctr.clear")?;
+            if expires {
+                ctx.expire_set(w.key_name);
+            }
             metrics::CLEARS.incr();
             Ok(Reply::Integer(value_before))
         }
@@ -169,6 +189,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
         };
         let floor = counter.floor();
         let history = counter.history();
+        let (tokens, ledger) = counter.token_counts();
         Reply::Map(vec![
             ("value", Reply::Integer(counter.value())),
             (
@@ -182,8 +203,8 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
                 floor.map_or(Reply::Null, |f| integers(&f.budgets)),
             ),
             ("add_rate", Reply::Integer(i64::from(rate))),
-            ("tokens", Reply::Integer(counter.tokens().len() as i64)),
-            ("ledger", Reply::Integer(counter.ledger().len() as i64)),
+            ("tokens", Reply::Integer(tokens as i64)),
+            ("ledger", Reply::Integer(ledger as i64)),
             (
                 "duplicates_ignored",
                 Reply::Integer(counter.duplicates() as i64),

@@ -8,6 +8,15 @@ pub const MAX_TOKEN_BYTES: usize = 256;
 pub const BAD_TOKEN: CommandError = CommandError::fixed("ERR token must be 1 to 256 bytes");
 pub const BAD_EXPIRE: CommandError =
     CommandError::fixed("ERR invalid expire time in 'ctr.add' command");
+pub const NEGATIVE_AT: CommandError =
+    CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
+
+/// An `AT` event time: an integer, not negative.
+fn event_time(value: &[u8]) -> Result<i64, CommandError> {
+    Some(integer(value)?)
+        .filter(|at| *at >= 0)
+        .ok_or(NEGATIVE_AT)
+}
 
 /// `CTR.ADD key delta [TOKEN token] [AT ms] [EX seconds | PX milliseconds]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,7 +103,7 @@ pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
     options(rest, |name, value| {
         match name {
             "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(integer(value)?),
+            "AT" => parsed.at = Some(event_time(value)?),
             "EX" | "PX" => {
                 if parsed.ttl_ms.is_some() {
                     return Ok(false); // EX and PX together
@@ -127,7 +136,7 @@ pub fn parse_decrement<'a>(args: &[&'a [u8]]) -> Result<DecrArgs<'a>, CommandErr
     options(rest, |name, value| {
         match name {
             "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(integer(value)?),
+            "AT" => parsed.at = Some(event_time(value)?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -226,6 +235,9 @@ mod tests {
         }
         assert_eq!(add("x"), Err(NOT_AN_INTEGER));
         assert_eq!(add("1 AT soon"), Err(NOT_AN_INTEGER));
+        assert_eq!(add("1 AT -5"), Err(NEGATIVE_AT));
+        assert_eq!(add("1 AT 0").unwrap().at, Some(0));
+        assert_eq!(parse_decrement(&[b"1", b"AT", b"-1"]), Err(NEGATIVE_AT));
         assert_eq!(add("1 EX 0"), Err(BAD_EXPIRE));
         assert_eq!(add("1 PX -5"), Err(BAD_EXPIRE));
         assert_eq!(add("1 EX 9223372036854775807"), Err(BAD_EXPIRE));

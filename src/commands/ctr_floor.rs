@@ -1,9 +1,11 @@
 //! The strong tier: CTR.FLOOR and CTR.DECRFLOOR.
 
 use super::ctr_args::{parse_decrement, parse_floor};
-use super::ctr_store::{update_counter, with_counter, Before, Write};
-use crate::counter::DecrOp;
-use crate::ffi::{Args, CommandResult, Ctx, Key, Reply};
+use super::ctr_store::{
+    created_with_ttl, is_missing, open_for_write, update_counter, Before, Write,
+};
+use crate::counter::{DecrOp, WriteKind};
+use crate::ffi::{Args, CommandResult, Ctx, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
@@ -12,15 +14,18 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(super::wrong_arity("ctr.floor"));
     }
-    let floor = parse_floor(args.bytes(2))?;
     let key_name = args.raw(1);
-    if floor.is_none() && with_counter(ctx, key_name, |c| c.is_none())? {
+    let key = open_for_write(ctx, key_name)?;
+    let floor = parse_floor(args.bytes(2))?;
+    if floor.is_none() && is_missing(&key) {
         return Ok(Reply::Ok); // no counter, no floor to remove
     }
-    let key = Key::open(ctx, key_name, true);
-    update_counter(&key, |c, _| Ok(c.set_floor(floor)?))?;
-    ctx.replicate_verbatim();
-    ctx.notify(c"ctr.floor", key_name);
+    let changed = update_counter(&key, |c, before| Ok(c.set_floor(floor)? || before.created))?;
+    drop(key);
+    if changed {
+        ctx.replicate_verbatim();
+        ctx.key_changed(c"ctr.floor", key_name);
+    }
     Ok(Reply::Ok)
 }
 
@@ -29,7 +34,7 @@ enum Decremented {
     Recorded(DecrOp, Before, Option<i64>),
     /// Refused with nothing to remember: nothing changed.
     Refused,
-    /// A retry: the first outcome (or the current value for a token first used by an add).
+    /// A retry: the first outcome.
     Replayed(Option<i64>),
 }
 
@@ -38,19 +43,18 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.decrfloor"));
     }
+    let key = open_for_write(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_decrement)?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
-    if w.token.is_none() && with_counter(ctx, w.key_name, |c| c.is_none())? {
+    if w.token.is_none() && is_missing(&key) {
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();
         return Ok(Reply::Null);
     }
-    let key = Key::open(ctx, w.key_name, true);
     let outcome = w.update(&key, |c, before| {
-        if w.is_retry(c) {
+        if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
             c.note_duplicate();
-            let first = w.token.and_then(|t| c.ledger_outcome(t.fp, w.now));
-            return Ok(Decremented::Replayed(first.unwrap_or(Some(c.value()))));
+            return Ok(Decremented::Replayed(first));
         }
         let shards = w.shards(c, before);
         let op = DecrOp {
@@ -78,11 +82,16 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
+            let expires = created_with_ttl(&key, before);
+            drop(key);
             let effect = Effect {
                 op: CounterOp::Decr(op),
                 expire_at: None,
             };
             w.replicate(args.len() == 3, before, &effect, c"ctr.decrfloor")?;
+            if expires {
+                ctx.expire_set(w.key_name);
+            }
             match result {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => metrics::DECREMENTS_REFUSED.incr(),

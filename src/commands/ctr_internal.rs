@@ -33,6 +33,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     if let (Some(at), true) = (effect.expire_at, created) {
         key.set_abs_expire(at);
     }
+    drop(key); // closed before the keyspace event fires
     ctx.replicate_verbatim();
     let event = match effect.op {
         CounterOp::Add(_) => c"ctr.add",
@@ -41,7 +42,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
         CounterOp::Sweep { .. } => c"ctr.sweep",
     };
-    ctx.notify(event, key_name);
+    ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))
 }
 
@@ -65,11 +66,19 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     let counter = ctr_format::decode(args.bytes(2))
         .map_err(|e| CommandError(format!("ERR invalid CTR state: {e}").into()))?;
     let key = Key::open(ctx, args.raw(1), true);
+    // A replaced value keeps the key's TTL as it was (the AOF rewrite sends its own PEXPIREAT):
+    // none of the TTL a write gives a key that only remembers refusals.
+    let ttl = key.abs_expire();
     update_counter(&key, |c, _| {
         *c = counter;
         Ok(())
     })?;
+    match ttl {
+        Some(at) => key.set_abs_expire(at),
+        None => key.persist(),
+    };
+    drop(key);
     ctx.replicate_verbatim();
-    ctx.notify(c"ctr.setstate", args.raw(1));
+    ctx.key_changed(c"ctr.setstate", args.raw(1));
     Ok(Reply::Ok)
 }

@@ -242,6 +242,7 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let key = Key::open(ctx, w.key_name, true);
     let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
+    drop(key); // closed before the keyspace event fires
     if repair.changed {
         let effect = Effect {
             op: CounterOp::Reconcile(op),

@@ -102,7 +102,7 @@ fn grow(
     if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
         return Err(CommandError::fixed("ERR could not replicate the write"));
     }
-    ctx.notify(c"ctr.spread", key_name);
+    ctx.key_changed(c"ctr.spread", key_name);
     metrics::SPREADS.incr();
     forget_cached(home);
     Ok(current.iter().chain(&added).cloned().collect())

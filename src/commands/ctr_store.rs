@@ -8,7 +8,7 @@ use super::decide;
 use crate::config::Settings;
 use crate::counter::{
     siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
-    StartOp, TokenStamp, TokenTimeError,
+    StartOp, TokenStamp, TokenTimeError, TokenUse, WriteKind,
 };
 use crate::ffi::{Args, CommandError, Ctx, Key, KeyContent, RawString, WRONG_TYPE};
 use crate::metrics;
@@ -49,17 +49,44 @@ impl From<TokenTimeError> for CommandError {
     }
 }
 
+pub const TOKEN_REUSED: CommandError = CommandError::fixed(
+    "ERR token already used on this key for another write (another command or amount)",
+);
+
 const FUTURE_EVENT: CommandError =
     CommandError::fixed("ERR event time is too far in the future (ctr.token-max-future-ms)");
 
 /// What the key held before a write.
 #[derive(Debug, Clone, Copy)]
 pub struct Before {
+    /// The key was missing, or held only remembered writes that expire with it: the write
+    /// makes it anew (a TTL option applies).
     pub created: bool,
     pub inline: bool,
     pub shards: usize,
     /// No tokens, ledger or buckets: a write's outcome does not depend on the clock.
     pub timeless: bool,
+}
+
+/// Opens `key` for a write, refusing a key of another type before anything else is checked
+/// (WRONGTYPE comes before any complaint about the arguments).
+pub fn open_for_write(ctx: Ctx, key: RawString) -> Result<Key, CommandError> {
+    let k = Key::open(ctx, key, true);
+    match k.content(ctr_type()) {
+        KeyContent::Other => Err(WRONG_TYPE),
+        _ => Ok(k),
+    }
+}
+
+/// True when the write made the key anew with a time to live (`EX`/`PX`, or the TTL of a key
+/// that only remembers refusals): it sends the generic `expire` event, as `SET ... EX` does.
+pub fn created_with_ttl(key: &Key, before: Before) -> bool {
+    before.created && key.abs_expire().is_some()
+}
+
+/// True when the key holds nothing.
+pub fn is_missing(key: &Key) -> bool {
+    matches!(key.content(ctr_type()), KeyContent::Empty)
 }
 
 /// A view of the counter at `key` (None when missing), or WRONGTYPE.
@@ -95,11 +122,15 @@ pub fn update_counter<R>(
             };
             let result = f(&mut counter, before)?;
             let tokens = counter.token_count();
+            let remembered_until = counter.remembered_only_until();
             let raw = CounterCell::new(counter).into_raw();
             if !key.set_value(ctr_type(), raw) {
                 // SAFETY: the keyspace refused the value; we still own it.
                 drop(unsafe { CounterCell::from_raw(raw) });
                 return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+            if let Some(at) = remembered_until {
+                key.set_abs_expire(at);
             }
             metrics::TOKENS_HELD.add(tokens as u64);
             Ok(result)
@@ -108,8 +139,15 @@ pub fn update_counter<R>(
             // SAFETY: the key is open for writing and holds a live counter we access alone.
             let view = unsafe { CounterCell::borrow(raw) };
             let tokens_before = view.token_count();
+            let remembered_until = match view {
+                CounterRef::Boxed(c) => c.remembered_only_until(),
+                CounterRef::Inline(_) => None,
+            };
+            // The key expires with what it remembers only when it got that TTL from us.
+            let expires_with_entries =
+                remembered_until.is_some() && key.abs_expire() == remembered_until;
             let before = Before {
-                created: false,
+                created: expires_with_entries,
                 inline: view.is_inline(),
                 shards: view.shard_count(),
                 timeless: match view {
@@ -138,7 +176,11 @@ pub fn update_counter<R>(
                 }
             };
             // SAFETY: `live` is the key's current value.
-            let tokens_after = unsafe { CounterCell::borrow(live) }.token_count();
+            let after = unsafe { CounterCell::borrow(live) };
+            if expires_with_entries {
+                keep_expiring_with_entries(key, remembered_until, after);
+            }
+            let tokens_after = after.token_count();
             // Only touch the shared gauge when it changes (a locked instruction otherwise).
             if tokens_after > tokens_before {
                 metrics::TOKENS_HELD.add((tokens_after - tokens_before) as u64);
@@ -148,6 +190,27 @@ pub fn update_counter<R>(
             result
         }
         KeyContent::Other => Err(WRONG_TYPE),
+    }
+}
+
+/// A key that expires with its remembered writes keeps doing so while that is all it holds
+/// (its TTL follows the latest entry), and becomes persistent once a write gives it more. The
+/// TTL is a function of the state, so replicas and the AOF, running the same write, agree.
+fn keep_expiring_with_entries(key: &Key, until_before: Option<i64>, after: CounterRef) {
+    let until_after = match after {
+        CounterRef::Boxed(c) => c.remembered_only_until(),
+        CounterRef::Inline(_) => None,
+    };
+    match until_after {
+        Some(at) if until_after != until_before => {
+            key.set_abs_expire(at);
+        }
+        Some(_) => {}
+        // Its entries all swept at the very ms of its expiry: nothing left to keep it for.
+        None if matches!(after, CounterRef::Inline(0)) => {}
+        None => {
+            key.persist();
+        }
     }
 }
 
@@ -264,9 +327,24 @@ impl<'a> Write<'a> {
         }
     }
 
-    /// True when this write's token was already applied to `c` and is still remembered.
-    pub fn is_retry(&self, c: &Counter) -> bool {
-        self.token.is_some_and(|t| c.has_token(t.fp, self.now))
+    /// When this write's token is remembered on `c`: `Some(reply)` for a retry of the same
+    /// write (nothing changes), an error when the token named another write. None: a new write.
+    pub fn retry_of(
+        &self,
+        c: &Counter,
+        write: WriteKind,
+    ) -> Result<Option<Option<i64>>, CommandError> {
+        let Some(t) = self.token else {
+            return Ok(None);
+        };
+        match c.token_use(t.fp, write, self.now) {
+            TokenUse::New => Ok(None),
+            TokenUse::Retry(reply) => Ok(Some(reply)),
+            TokenUse::Conflict => {
+                metrics::TOKENS_REFUSED.incr();
+                Err(TOKEN_REUSED)
+            }
+        }
     }
 
     /// The shard count this write should leave, decided from the write rate. A command replayed
@@ -347,6 +425,6 @@ impl<'a> Write<'a> {
         } else if shards_after < before.shards {
             metrics::DEMOTIONS.incr();
         }
-        self.ctx.notify(event, self.key_name);
+        self.ctx.key_changed(event, self.key_name);
     }
 }

@@ -194,7 +194,7 @@ pub static COMMANDS: &[CommandDef] = &[
         keyword_keys: &[],
         arity: 2,
         summary: c"Describes a counter: value, shards, add rate, tokens remembered, duplicates ignored.",
-        complexity: c"O(N) where N is the number of shards",
+        complexity: c"O(N + L) where N is the number of shards and L the ledger entries (counted by kind)",
         since: c"0.2.0",
     },
     CommandDef {

@@ -29,9 +29,19 @@ impl From<PncError> for CommandError {
     }
 }
 
-fn invalid_state(reason: &str) -> CommandError {
+fn invalid_state(reason: &str, blob: &[u8]) -> CommandError {
     PNC_REFUSED_BLOBS.incr();
-    CommandError(format!("ERR invalid PNC state: {reason}").into())
+    CommandError(format!("ERR invalid PNC state: {reason}{}", blob_hint(blob)).into())
+}
+
+/// What a refused blob most likely went through on its way here (a trailing newline after a
+/// real state is named by the decoder itself).
+fn blob_hint(blob: &[u8]) -> &'static str {
+    if blob.trim_ascii().is_empty() {
+        " (PNC.STATE of a missing key is nil, which a shell passes on as an empty line: there is nothing to merge)"
+    } else {
+        ""
+    }
 }
 
 fn check_arity(args: &Args, n: usize, name: &str) -> Result<(), CommandError> {
@@ -135,10 +145,11 @@ fn replicate_apply(ctx: Ctx, key: RawString, home: &Home, delta: i64) {
 /// PNC.ADD key delta
 pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 3, "pnc.add")?;
-    let delta = integer(args.bytes(2))?;
     require_primary(ctx, "PNC.ADD")?;
     let home = identity().local_home(random_bytes);
+    let mut delta = 0;
     let outcome = write(ctx, args.raw(1), |c, existed| {
+        delta = integer(args.bytes(2))?;
         let value = c.add(&home.id, delta)?;
         let changed = !existed || delta != 0;
         if changed {
@@ -151,7 +162,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     })?;
     if outcome.changed {
         replicate_apply(ctx, args.raw(1), &home, delta);
-        ctx.notify(c"pnc.add", args.raw(1));
+        ctx.key_changed(c"pnc.add", args.raw(1));
     }
     Ok(Reply::Integer(outcome.result))
 }
@@ -175,8 +186,9 @@ pub fn state(ctx: Ctx, args: &Args) -> CommandResult {
 pub fn merge(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 3, "pnc.merge")?;
     let blob = args.bytes(2);
-    let incoming = pnc_format::decode_state(blob).map_err(|e| invalid_state(&e.0))?;
     let outcome = write(ctx, args.raw(1), |c, existed| {
+        // Decoded once the key is known to be a PN-counter: WRONGTYPE comes first.
+        let incoming = pnc_format::decode_state(blob).map_err(|e| invalid_state(&e.0, blob))?;
         let merged = c.merged(&incoming).map_err(|e| {
             PNC_REFUSED_BLOBS.incr();
             CommandError::from(e)
@@ -194,7 +206,7 @@ pub fn merge(ctx: Ctx, args: &Args) -> CommandResult {
     PNC_MERGED_BYTES.add(blob.len() as u64);
     if outcome.changed {
         ctx.replicate_verbatim();
-        ctx.notify(c"pnc.merge", args.raw(1));
+        ctx.key_changed(c"pnc.merge", args.raw(1));
     }
     Ok(Reply::Integer(outcome.result))
 }
@@ -224,7 +236,7 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     if outcome.changed {
         // observed_reset succeeded, so the negation fits.
         replicate_apply(ctx, args.raw(1), &home, outcome.result.wrapping_neg());
-        ctx.notify(c"pnc.clear", args.raw(1));
+        ctx.key_changed(c"pnc.clear", args.raw(1));
     }
     Ok(Reply::Integer(outcome.result))
 }
@@ -288,14 +300,15 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     })?;
     identity().observe(&home);
     ctx.replicate_verbatim();
-    ctx.notify(c"pnc.apply", args.raw(1));
+    ctx.key_changed(c"pnc.apply", args.raw(1));
     Ok(Reply::Integer(outcome.result))
 }
 
 /// PNC.SETSTATE key stored-state (internal: what the AOF rewrite emits).
 pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 3, "pnc.setstate")?;
-    let decoded = pnc_format::decode_stored(args.bytes(2)).map_err(|e| invalid_state(&e.0))?;
+    let decoded =
+        pnc_format::decode_stored(args.bytes(2)).map_err(|e| invalid_state(&e.0, args.bytes(2)))?;
     let home = decoded.home().cloned();
     write(ctx, args.raw(1), |c, _| {
         *c = decoded;
@@ -308,7 +321,7 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
         identity().observe(&home);
     }
     ctx.replicate_verbatim();
-    ctx.notify(c"pnc.setstate", args.raw(1));
+    ctx.key_changed(c"pnc.setstate", args.raw(1));
     Ok(Reply::Ok)
 }
 

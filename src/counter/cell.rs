@@ -9,6 +9,9 @@ use std::ffi::c_void;
 
 use super::Counter;
 
+// The inline encoding keeps an i64 in a pointer: it needs a 64-bit usize.
+const _: () = assert!(usize::BITS == 64, "inline counters need a 64-bit target");
+
 /// Inline values must survive the one-bit shift of the tag.
 const INLINE_MIN: i64 = i64::MIN >> 1;
 const INLINE_MAX: i64 = i64::MAX >> 1;

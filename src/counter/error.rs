@@ -15,6 +15,8 @@ pub enum CounterError {
     Watermark(crate::counter::history::WatermarkError),
     /// A replicated or restored operation that no master would produce.
     InvalidOperation(&'static str),
+    /// A reset to 0 on a counter whose floor is above 0.
+    ClearAboveFloor,
 }
 
 impl CounterError {
@@ -27,6 +29,10 @@ impl CounterError {
             }
             CounterError::Watermark(w) => w.message().to_string(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
+            CounterError::ClearAboveFloor => {
+                "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"
+                    .to_string()
+            }
         }
     }
 }

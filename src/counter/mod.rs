@@ -23,7 +23,20 @@ pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
-pub use tokens::{token_expiry, LedgerEntry, TokenTimeError, TokenWindow};
+pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
+
+/// What a tokened write finds among the remembered tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenUse {
+    New,
+    /// A retry of the same write: it changes nothing and replies this.
+    Retry(Option<i64>),
+    /// The token named another write on this key.
+    Conflict,
+}
+
+/// The write whose tokens sit in the small add-token window.
+const UNIT_ADD: WriteKind = WriteKind::Add(1);
 
 /// Largest number of sub-shards a counter may hold (also the decoder's bound).
 pub const MAX_SHARDS: usize = 1024;
@@ -49,9 +62,10 @@ pub struct Counter {
 struct Extras {
     /// The floor and the per-shard budgets of its headroom, when a floor is set.
     floor: Option<Floor>,
-    /// Tokens of CTR.ADD / CTR.CLEAR.
+    /// Tokens of `CTR.ADD key 1 TOKEN t`, the common form (12 bytes each).
     tokens: TokenWindow,
-    /// Tokens of CTR.DECRFLOOR with their first outcome.
+    /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
+    /// outcome and its intent (24 bytes each).
     ledger: TokenWindow<LedgerEntry>,
     /// Time buckets and reconcile state, once the counter has been reconciled.
     history: Option<History>,
@@ -226,9 +240,33 @@ impl Counter {
         }
     }
 
+    /// Tokens held for adds and clears, and ledger entries of decrements (what `CTR.INFO`
+    /// reports as `tokens` and `ledger`).
+    pub fn token_counts(&self) -> (usize, usize) {
+        let decrements = self.ledger().count_where(|e| e.intent.is_decrement());
+        (self.token_count() - decrements, decrements)
+    }
+
     /// Tokens held by both windows.
     pub fn token_count(&self) -> usize {
         self.tokens().len() + self.ledger().len()
+    }
+
+    /// When the counter is 0 and holds nothing but remembered writes in its ledger (a key made
+    /// by a refused `CTR.DECRFLOOR ... TOKEN t` on a missing key, say): the time the last of
+    /// them expires, after which the key would be no different from a missing one.
+    pub fn remembered_only_until(&self) -> Option<i64> {
+        let e = self.ext.as_ref()?;
+        let bare = self.value == 0
+            && self.shards.is_empty()
+            && e.floor.is_none()
+            && e.tokens.is_empty()
+            && e.history.is_none();
+        if bare {
+            e.ledger.latest_expiry()
+        } else {
+            None
+        }
     }
 
     /// True when the counter carries nothing but its value, so it can be stored inline.
@@ -236,15 +274,42 @@ impl Counter {
         self.shards.is_empty() && self.ext.is_none()
     }
 
-    /// True when `fp` was applied by any write and is still remembered at `now`: a token names
-    /// one write on a key, whichever command made it.
-    pub fn has_token(&self, fp: u64, now: i64) -> bool {
-        self.tokens().contains_live(fp, now) || self.ledger().contains_live(fp, now)
+    /// What a tokened write finds: nothing (a new write), its own earlier attempt (a retry,
+    /// with what it replies now), or another write under the same token (refused). A token
+    /// names one write on a key, whichever command made it.
+    pub fn token_use(&self, fp: u64, write: WriteKind, now: i64) -> TokenUse {
+        if self.tokens().contains_live(fp, now) {
+            return if write == UNIT_ADD {
+                TokenUse::Retry(Some(self.value))
+            } else {
+                TokenUse::Conflict
+            };
+        }
+        match self.ledger().get_live(fp, now) {
+            None => TokenUse::New,
+            Some(e) if !e.intent.matches(write) => TokenUse::Conflict,
+            // A decrement replays its first outcome; a refused add replays its refusal; any
+            // other write replies the current value.
+            Some(e) if e.intent.is_decrement() => TokenUse::Retry(e.outcome),
+            Some(e) if e.outcome.is_none() => TokenUse::Retry(None),
+            Some(_) => TokenUse::Retry(Some(self.value)),
+        }
     }
 
-    /// The recorded first outcome of a CTR.DECRFLOOR token still remembered at `now`.
-    pub fn ledger_outcome(&self, fp: u64, now: i64) -> Option<Option<i64>> {
-        self.ledger().get_live(fp, now).map(|e| e.outcome)
+    /// Remembers a tokened write: the common `CTR.ADD key 1` in the add-token window, any other
+    /// in the ledger with its outcome and intent.
+    fn remember(&mut self, fp: u64, expires_at: i64, write: WriteKind, outcome: Option<i64>) {
+        let ext = self.ext_mut();
+        if write == UNIT_ADD {
+            ext.tokens.insert(fp, expires_at);
+        } else {
+            let entry = LedgerEntry {
+                expires_at,
+                outcome,
+                intent: Intent::of(write),
+            };
+            ext.ledger.insert(fp, entry);
+        }
     }
 
     /// Counts a retry that was recognised and ignored.

@@ -3,7 +3,7 @@
 
 use super::floor::{debit, resize, split_evenly};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
-use super::tokens::LedgerEntry;
+use super::tokens::WriteKind;
 use super::{Counter, CounterError, Floor, MAX_SHARDS};
 
 /// A token applied by a write: its fingerprint and when it stops being remembered.
@@ -172,8 +172,24 @@ impl Counter {
     }
 
     /// Applies an add: `Ok(Some(value))`, or `Ok(None)` when a negative add on a floored counter
-    /// would cross the floor (nothing changes, the token is not remembered).
+    /// would cross the floor (nothing changes but, with a token, the refusal is remembered so
+    /// that a retry is refused again).
     pub fn apply_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
+        let outcome = self.try_add(op)?;
+        if outcome.is_none() && op.token.is_none() {
+            return Ok(None);
+        }
+        if outcome.is_none() {
+            self.record_write(op.now);
+        }
+        if let Some(t) = op.token {
+            self.remember(t.fp, t.expires_at, WriteKind::Add(op.delta), outcome);
+        }
+        Ok(outcome)
+    }
+
+    /// The add itself; the token is the caller's.
+    fn try_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
         check_shards(op.shard, op.shards)?;
         let value = self
             .value
@@ -210,9 +226,6 @@ impl Counter {
         }
         self.record_bucket(bucket, op.now);
         self.record_write(op.now);
-        if let Some(t) = op.token {
-            self.ext_mut().tokens.insert(t.fp, t.expires_at);
-        }
         Ok(Some(value))
     }
 
@@ -258,11 +271,7 @@ impl Counter {
         }
         self.record_write(op.now);
         if let Some(t) = op.token {
-            let entry = LedgerEntry {
-                expires_at: t.expires_at,
-                outcome: granted,
-            };
-            self.ext_mut().ledger.insert(t.fp, entry);
+            self.remember(t.fp, t.expires_at, WriteKind::Decr(op.amount), granted);
         }
         Ok(granted)
     }
@@ -314,7 +323,7 @@ impl Counter {
     /// Applies a reset to 0 and returns the value before it. Refused when the floor is above 0.
     pub fn apply_clear(&mut self, op: &ClearOp) -> Result<i64, CounterError> {
         let budgets = match self.floor() {
-            Some(f) if f.floor > 0 => return Err(CounterError::BelowFloor),
+            Some(f) if f.floor > 0 => return Err(CounterError::ClearAboveFloor),
             Some(f) => {
                 let headroom = f.floor.checked_neg().ok_or(CounterError::Overflow)?;
                 Some(split_evenly(headroom, self.shard_count()))
@@ -334,14 +343,15 @@ impl Counter {
         }
         self.record_write(op.now);
         if let Some(t) = op.token {
-            self.ext_mut().tokens.insert(t.fp, t.expires_at);
+            self.remember(t.fp, t.expires_at, WriteKind::Clear, Some(before));
         }
         Ok(before)
     }
 
     /// Sets (or with None removes) the floor; the headroom is spread evenly over the shards'
-    /// budgets. Refused when the value is already below the floor.
-    pub fn set_floor(&mut self, floor: Option<i64>) -> Result<(), CounterError> {
+    /// budgets. Refused when the value is already below the floor. Returns false when nothing
+    /// changed (the same floor with the same budgets, or no floor to remove).
+    pub fn set_floor(&mut self, floor: Option<i64>) -> Result<bool, CounterError> {
         let floor = match floor {
             None => None,
             Some(f) if self.value < f => return Err(CounterError::BelowFloor),
@@ -353,6 +363,9 @@ impl Counter {
                 })
             }
         };
+        if self.floor() == floor.as_ref() {
+            return Ok(false);
+        }
         match floor {
             Some(_) => self.ext_mut().floor = floor,
             None => {
@@ -362,7 +375,7 @@ impl Counter {
                 self.trim_ext();
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The repair of a reconcile that would change nothing (a retry of the last watermark's

@@ -106,8 +106,11 @@ fn tokens_are_remembered_until_expiry_and_swept_deterministically() {
         token: Some(TokenStamp { fp, expires_at }),
     };
     c.apply_add(&op(0, 11, 100)).unwrap();
-    assert!(c.has_token(11, 99));
-    assert!(!c.has_token(11, 100));
+    assert_eq!(
+        c.token_use(11, WriteKind::Add(1), 99),
+        TokenUse::Retry(Some(1))
+    );
+    assert_eq!(c.token_use(11, WriteKind::Add(1), 100), TokenUse::New);
     assert!(!c.is_plain());
     // Writes after the expiry sweep the token away.
     for now in 101..110 {
@@ -266,16 +269,96 @@ fn the_ledger_replays_the_first_outcome_even_after_a_restock() {
     let mut c = Counter::plain(1);
     c.set_floor(Some(0)).unwrap();
     assert_eq!(decr(&mut c, 0, 5, Some(42)), None);
+    let retry = |c: &Counter, fp| c.token_use(fp, WriteKind::Decr(5), 1_000);
     assert_eq!(
-        c.ledger_outcome(42, 1_000),
-        Some(None),
+        retry(&c, 42),
+        TokenUse::Retry(None),
         "the refusal is recorded"
     );
     add(&mut c, 10).unwrap();
-    assert_eq!(c.ledger_outcome(42, 1_000), Some(None));
+    assert_eq!(retry(&c, 42), TokenUse::Retry(None));
     assert_eq!(decr(&mut c, 0, 5, Some(43)), Some(6));
-    assert_eq!(c.ledger_outcome(43, 1_000), Some(Some(6)));
-    assert!(c.has_token(43, 1_000));
+    assert_eq!(retry(&c, 43), TokenUse::Retry(Some(6)));
+}
+
+#[test]
+fn a_token_names_one_write_and_refuses_any_other() {
+    let mut c = Counter::plain(100);
+    c.set_floor(Some(0)).unwrap();
+    let stamp = |fp| {
+        Some(TokenStamp {
+            fp,
+            expires_at: 1_000,
+        })
+    };
+    assert_eq!(decr(&mut c, 0, 2, Some(7)), Some(98));
+    assert_eq!(
+        c.token_use(7, WriteKind::Decr(2), 0),
+        TokenUse::Retry(Some(98))
+    );
+    for other in [
+        WriteKind::Decr(50),
+        WriteKind::Add(-2),
+        WriteKind::Add(1),
+        WriteKind::Clear,
+    ] {
+        assert_eq!(c.token_use(7, other, 0), TokenUse::Conflict, "{other:?}");
+    }
+    // Adds: delta 1 in the add-token window, any other delta in the ledger.
+    for (fp, delta) in [(8u64, 1i64), (9, 5)] {
+        let op = AddOp {
+            now: 0,
+            event: 0,
+            delta,
+            shard: 0,
+            shards: 1,
+            token: stamp(fp),
+        };
+        c.apply_add(&op).unwrap();
+        assert_eq!(
+            c.token_use(fp, WriteKind::Add(delta), 0),
+            TokenUse::Retry(Some(c.value()))
+        );
+        assert_eq!(
+            c.token_use(fp, WriteKind::Add(delta + 1), 0),
+            TokenUse::Conflict
+        );
+        assert_eq!(
+            c.token_use(fp, WriteKind::Decr(delta), 0),
+            TokenUse::Conflict
+        );
+    }
+    assert_eq!(c.tokens().len(), 1);
+    assert_eq!(c.token_counts(), (2, 1));
+}
+
+#[test]
+fn a_refused_tokened_add_is_refused_again_even_after_a_restock() {
+    let mut c = Counter::plain(3);
+    c.set_floor(Some(0)).unwrap();
+    let op = |delta| AddOp {
+        now: 0,
+        event: 0,
+        delta,
+        shard: 0,
+        shards: 1,
+        token: Some(TokenStamp {
+            fp: 5,
+            expires_at: 5_000,
+        }),
+    };
+    assert_eq!(c.apply_add(&op(-10)).unwrap(), None);
+    assert_eq!(c.value(), 3);
+    add(&mut c, 100).unwrap();
+    assert_eq!(
+        c.token_use(5, WriteKind::Add(-10), 0),
+        TokenUse::Retry(None)
+    );
+    assert_eq!(
+        c.token_use(5, WriteKind::Add(-10), 5_000),
+        TokenUse::New,
+        "window over"
+    );
 }
 
 #[test]
@@ -316,7 +399,7 @@ fn floors_refuse_what_would_break_them() {
             now: 0,
             token: None
         }),
-        Err(CounterError::BelowFloor)
+        Err(CounterError::ClearAboveFloor)
     );
     c.set_floor(Some(-4)).unwrap();
     assert_eq!(
@@ -555,4 +638,16 @@ fn the_idle_sweep_drops_everything_once_it_has_all_expired() {
     assert!(c.is_plain(), "back to a plain (inline) counter");
     assert_eq!(c.value(), 20);
     assert!(!Counter::plain(3).has_only_expired_tokens(i64::MAX));
+}
+
+#[test]
+fn a_counter_holding_only_remembered_writes_says_until_when() {
+    let mut c = Counter::default();
+    assert_eq!(decr(&mut c, 0, 5, Some(1)), None);
+    assert_eq!(c.value(), 0);
+    let first = c.remembered_only_until().expect("only a refusal");
+    assert_eq!(decr(&mut c, 0, 5, Some(2)), None);
+    assert!(c.remembered_only_until() >= Some(first));
+    add(&mut c, 3).unwrap();
+    assert_eq!(c.remembered_only_until(), None, "it holds a value now");
 }

@@ -19,13 +19,27 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 /// How many sweeps a full window is split into.
 pub const SWEEPS_PER_WINDOW: i64 = 16;
 
-/// Fingerprints are SipHash outputs: use them as their own hash.
+/// Fingerprints are SipHash outputs, but a decoded payload (RESTORE, CTR.SETSTATE) chooses
+/// them freely: fingerprints that share their low bits would all probe one group of the table,
+/// making a load quadratic. So they are mixed with a per-process random seed (a folded
+/// multiply) before use. The table's layout never matters to the state (the encoding sorts).
 #[derive(Default, Clone, Copy)]
 pub struct FingerprintHasher(u64);
 
+fn table_seed() -> u64 {
+    use std::sync::OnceLock;
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x6374_725f_7365_6564u64)
+    })
+}
+
 impl Hasher for FingerprintHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // A 64 x 64-bit product: it always fits in 128 bits.
+        let m = u128::from(self.0 ^ table_seed()) * u128::from(0x9e37_79b9_7f4a_7c15u64);
+        (m as u64) ^ ((m >> 64) as u64)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -110,29 +124,103 @@ impl TokenEntry for i64 {
     }
 }
 
-/// A CTR.DECRFLOOR ledger entry: the first outcome of the token (the new value, or None when
-/// the decrement was refused), replayed to every retry.
+/// A write named by a token, as far as a retry must match it: its command and its amount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    Add(i64),
+    Decr(i64),
+    Clear,
+}
+
+/// What a remembered write was, in 31 bits: its command (2 bits) and a 29-bit fingerprint of
+/// its amount (0: any amount). A token reused for a write that does not match is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intent(u32);
+
+const INTENT_KIND_SHIFT: u32 = 29;
+const INTENT_AMOUNT_MASK: u32 = (1 << INTENT_KIND_SHIFT) - 1;
+const KIND_DECR: u32 = 0;
+const KIND_ADD: u32 = 1;
+const KIND_CLEAR: u32 = 2;
+/// An add or clear token from an encoding that predates intents: matches any add or clear.
+const KIND_ADD_OR_CLEAR: u32 = 3;
+
+impl Intent {
+    /// The intent of a write.
+    pub fn of(write: WriteKind) -> Self {
+        let (kind, amount) = match write {
+            WriteKind::Decr(a) => (KIND_DECR, Some(a)),
+            WriteKind::Add(d) => (KIND_ADD, Some(d)),
+            WriteKind::Clear => (KIND_CLEAR, None),
+        };
+        // Never 0 (which means "any amount").
+        let print = amount.map_or(1, |a| {
+            let h = super::siphash::token_fingerprint(&a.to_le_bytes());
+            (h % u64::from(INTENT_AMOUNT_MASK)) as u32 + 1
+        });
+        Intent((kind << INTENT_KIND_SHIFT) | print)
+    }
+
+    /// A ledger entry decoded from an encoding without intents: a decrement of any amount.
+    pub const LEGACY_DECREMENT: Intent = Intent(KIND_DECR << INTENT_KIND_SHIFT);
+    /// An add token decoded from an encoding without intents: any add or clear.
+    pub const LEGACY_ADD_OR_CLEAR: Intent = Intent(KIND_ADD_OR_CLEAR << INTENT_KIND_SHIFT);
+
+    /// True when `write` is the write this intent remembers.
+    pub fn matches(self, write: WriteKind) -> bool {
+        let kind = self.0 >> INTENT_KIND_SHIFT;
+        let wanted = Intent::of(write);
+        if kind == KIND_ADD_OR_CLEAR {
+            return matches!(write, WriteKind::Add(_) | WriteKind::Clear);
+        }
+        kind == wanted.0 >> INTENT_KIND_SHIFT
+            && (self.0 & INTENT_AMOUNT_MASK == 0 || self == wanted)
+    }
+
+    /// True for a decrement's intent (a retry replays its recorded outcome).
+    pub fn is_decrement(self) -> bool {
+        self.0 >> INTENT_KIND_SHIFT == KIND_DECR
+    }
+
+    /// The 31 bits as stored and encoded.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// An intent from its 31 stored bits (None when wider).
+    pub fn from_bits(bits: u32) -> Option<Self> {
+        (bits < 1 << 31).then_some(Intent(bits))
+    }
+}
+
+/// A ledger entry: a tokened write other than the common `CTR.ADD key 1 TOKEN t` (those sit in
+/// the smaller add-token window), with its first outcome (the new value, or None when it was
+/// refused) and its intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LedgerEntry {
     pub expires_at: i64,
     pub outcome: Option<i64>,
+    pub intent: Intent,
 }
 
 impl TokenEntry for LedgerEntry {
-    /// The outcome as two halves and a granted flag.
-    type Payload = ([u32; 2], bool);
+    /// The outcome as two halves, and the intent with the granted flag in bit 31 (12 bytes: a
+    /// 24-byte slot, like the ledger before intents).
+    type Payload = ([u32; 2], u32);
     fn expires_at(&self) -> i64 {
         self.expires_at
     }
     fn payload(&self) -> Self::Payload {
         let v = self.outcome.unwrap_or(0) as u64;
-        ([v as u32, (v >> 32) as u32], self.outcome.is_some())
+        let granted = u32::from(self.outcome.is_some()) << 31;
+        ([v as u32, (v >> 32) as u32], granted | self.intent.0)
     }
-    fn from_stored(expires_at: i64, (halves, granted): Self::Payload) -> Self {
+    fn from_stored(expires_at: i64, (halves, meta): Self::Payload) -> Self {
         let v = (u64::from(halves[0]) | (u64::from(halves[1]) << 32)) as i64;
         LedgerEntry {
             expires_at,
-            outcome: granted.then_some(v),
+            outcome: (meta >> 31 == 1).then_some(v),
+            intent: Intent(meta & !(1 << 31)),
         }
     }
 }
@@ -151,6 +239,8 @@ pub struct TokenWindow<E: TokenEntry = i64> {
     base: i64,
     /// When the next write sweeps the expired entries (ms).
     next_sweep: i64,
+    /// The latest expiry held (derived from the entries, so not part of the state).
+    latest: i64,
 }
 
 /// Equality of what the window remembers (the base is a storage detail).
@@ -174,6 +264,7 @@ impl<E: TokenEntry> TokenWindow<E> {
             slots: HashSet::with_hasher(BuildHasherDefault::new()),
             base: 0,
             next_sweep: 0,
+            latest: i64::MIN,
         }
     }
 
@@ -216,9 +307,15 @@ impl<E: TokenEntry> TokenWindow<E> {
         if !(self.base..=self.base.saturating_add(SPAN)).contains(&expires_at) {
             self.rebase(expires_at);
         }
-        // After a rebase every expiry fits, unless this one lies beyond the span of all the
-        // others (a window far longer than any config allows): clamp it into range.
-        let offset = expires_at.saturating_sub(self.base).clamp(0, SPAN);
+        self.put(fp, entry);
+    }
+
+    /// Stores an entry relative to the current base. After a rebase every expiry fits, unless
+    /// this one lies beyond the span of all the others (a window far longer than any config
+    /// allows, or a forged payload): it is clamped into range.
+    fn put(&mut self, fp: u64, entry: E) {
+        let offset = entry.expires_at().saturating_sub(self.base).clamp(0, SPAN);
+        self.latest = self.latest.max(self.base + offset);
         self.slots.replace(Slot {
             fp: Fp::new(fp),
             expiry: offset as u32,
@@ -226,24 +323,23 @@ impl<E: TokenEntry> TokenWindow<E> {
         });
     }
 
-    /// Re-expresses every expiry relative to a base that also fits `expires_at`.
+    /// Re-expresses every expiry relative to a base that also fits `expires_at`. The new base
+    /// leaves half the unused span below the lowest expiry, so writes whose expiries keep
+    /// falling (event times stepping back) rebase a logarithmic number of times, not per write.
     fn rebase(&mut self, expires_at: i64) {
         let entries = self.entries();
-        let lowest = entries
+        let times = entries
             .iter()
             .map(|(_, e)| e.expires_at())
-            .chain([expires_at])
-            .min()
-            .unwrap_or(expires_at);
+            .chain([expires_at]);
+        let (lowest, highest) = times.fold((expires_at, expires_at), |(lo, hi), t| {
+            (lo.min(t), hi.max(t))
+        });
+        let slack = (SPAN - highest.saturating_sub(lowest).min(SPAN)) / 2;
         self.slots.clear();
-        self.base = lowest;
+        self.base = lowest.saturating_sub(slack);
         for (fp, e) in entries {
-            let offset = e.expires_at().saturating_sub(lowest).clamp(0, SPAN);
-            self.slots.insert(Slot {
-                fp: Fp::new(fp),
-                expiry: offset as u32,
-                payload: e.payload(),
-            });
+            self.put(fp, e);
         }
     }
 
@@ -262,6 +358,7 @@ impl<E: TokenEntry> TokenWindow<E> {
             .iter()
             .map(|slot| base + i64::from(slot.expiry))
             .max();
+        self.latest = latest.unwrap_or(i64::MIN);
         self.next_sweep = match latest {
             Some(latest) => {
                 let step = (latest.saturating_sub(now) / SWEEPS_PER_WINDOW).max(1);
@@ -275,11 +372,12 @@ impl<E: TokenEntry> TokenWindow<E> {
         before - self.slots.len()
     }
 
-    /// The latest expiry held (None when empty): once it has passed, a sweep drops every
-    /// entry. O(entries), without allocating.
-    pub fn latest_expiry(&self) -> Option<i64> {
-        let latest = self.slots.iter().map(|slot| slot.expiry).max()?;
-        Some(self.base.saturating_add(i64::from(latest)))
+    /// How many held entries satisfy `pred`.
+    pub fn count_where(&self, pred: impl Fn(&E) -> bool) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| pred(&self.entry_of(s)))
+            .count()
     }
 
     /// Every held entry in fingerprint order (the canonical order of the encoding).
@@ -293,16 +391,26 @@ impl<E: TokenEntry> TokenWindow<E> {
         all
     }
 
+    /// The latest expiry of the entries held (None when empty).
+    pub fn latest_expiry(&self) -> Option<i64> {
+        (!self.slots.is_empty()).then_some(self.latest)
+    }
+
     /// When the next sweep runs (part of the encoded state).
     pub fn next_sweep(&self) -> i64 {
         self.next_sweep
     }
 
-    /// Rebuilds a window from decoded parts.
-    pub fn from_parts(entries: impl IntoIterator<Item = (u64, E)>, next_sweep: i64) -> Self {
+    /// Rebuilds a window from decoded parts, in linear time whatever their order: the base is
+    /// the lowest expiry, found first, so no insert has to rebase the table.
+    pub fn from_parts(entries: Vec<(u64, E)>, next_sweep: i64) -> Self {
         let mut window = Self::from_empty();
+        if let Some(lowest) = entries.iter().map(|(_, e)| e.expires_at()).min() {
+            window.base = lowest;
+            window.slots.reserve(entries.len());
+        }
         for (fp, e) in entries {
-            window.insert(fp, e);
+            window.put(fp, e);
         }
         window.next_sweep = next_sweep;
         window
@@ -434,6 +542,7 @@ mod tests {
             LedgerEntry {
                 expires_at: 10,
                 outcome: None,
+                intent: Intent::of(WriteKind::Decr(3)),
             },
         );
         w.insert(
@@ -441,10 +550,76 @@ mod tests {
             LedgerEntry {
                 expires_at: 10,
                 outcome: Some(-4),
+                intent: Intent::LEGACY_DECREMENT,
             },
         );
         assert_eq!(w.get_live(1, 5).map(|e| e.outcome), Some(None));
         assert_eq!(w.get_live(2, 5).map(|e| e.outcome), Some(Some(-4)));
         assert_eq!(w.get_live(2, 10), None);
+        let first = w.get_live(1, 5).unwrap().intent;
+        assert!(first.matches(WriteKind::Decr(3)) && !first.matches(WriteKind::Decr(4)));
+        let legacy = w.get_live(2, 5).unwrap().intent;
+        assert!(legacy.matches(WriteKind::Decr(9)) && !legacy.matches(WriteKind::Add(9)));
+        assert!(Intent::LEGACY_ADD_OR_CLEAR.matches(WriteKind::Clear));
+    }
+
+    /// Loading is linear whatever the order of the entries: expiries falling while
+    /// fingerprints rise (which once rebuilt the table per entry), and fingerprints that share
+    /// their low bits (which would all probe one group of an unmixed table).
+    #[test]
+    fn loading_is_linear_in_adversarial_orders() {
+        let n = 200_000u64;
+        type Order = (&'static str, fn(u64) -> (u64, i64));
+        let orders: [Order; 3] = [
+            ("falling expiries", |i| (i, 10_000_000 - i as i64)),
+            ("shared low bits", |i| (i << 32, 5_000 + i as i64)),
+            ("both", |i| ((i << 40) | 7, 9_000_000 - i as i64 * 3)),
+        ];
+        for (name, entry) in orders {
+            let entries: Vec<(u64, i64)> = (0..n).map(entry).collect();
+            let start = std::time::Instant::now();
+            let w: TokenWindow = TokenWindow::from_parts(entries, 0);
+            assert_eq!(w.len(), n as usize);
+            // Linear: a few tens of ms; quadratic would take minutes.
+            assert!(
+                start.elapsed().as_secs() < 5,
+                "{name}: {:?}",
+                start.elapsed()
+            );
+        }
+    }
+
+    /// Hashing never overflows (the fuzz build checks arithmetic), whatever the fingerprint.
+    #[test]
+    fn hashing_any_fingerprint_is_defined() {
+        use std::hash::Hasher;
+        for fp in [0, 1, u64::MAX, u64::MAX / 3, 1 << 63] {
+            let mut h = FingerprintHasher::default();
+            h.write_u64(fp);
+            let _ = h.finish();
+        }
+    }
+
+    /// The per-token memory target holds: an add token is 12 bytes, a ledger entry (with its
+    /// intent) 24, as before intents.
+    #[test]
+    fn slots_stay_small() {
+        assert_eq!(std::mem::size_of::<Slot<()>>(), 12);
+        assert_eq!(
+            std::mem::size_of::<Slot<<LedgerEntry as TokenEntry>::Payload>>(),
+            24
+        );
+    }
+
+    #[test]
+    fn falling_expiries_rebase_rarely() {
+        let mut w: TokenWindow = TokenWindow::default();
+        let start = std::time::Instant::now();
+        for i in 0..100_000u64 {
+            w.insert(i, 1_000_000_000 - i as i64 * 7);
+        }
+        assert_eq!(w.len(), 100_000);
+        assert!(start.elapsed().as_secs() < 5, "{:?}", start.elapsed());
+        assert!(w.contains_live(99_999, 1_000_000_000 - 99_999 * 7 - 1));
     }
 }

@@ -103,11 +103,13 @@ unsafe extern "C" fn free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
-    // The box, the shard vector, and the token tables (freed in a few large blocks).
+    // The box, the shard vector, and the token tables (freed in a few large blocks). An inline
+    // counter owns nothing: 1, since 0 would mean "unlimited" and send it to the lazy-free
+    // thread.
     // SAFETY: Redis passes a live value of this type.
     match unsafe { borrow(value) } {
-        CounterRef::Inline(_) => 0,
-        CounterRef::Boxed(c) => 2 + c.tokens().len() / 8,
+        CounterRef::Inline(_) => 1,
+        CounterRef::Boxed(c) => 2 + c.token_count() / 8,
     }
 }
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a bounded time: `make fuzz` (FUZZ_SECONDS per target, default 60;
+# FUZZ_TIMEOUT seconds per input, default 5, and FUZZ_MAX_LEN bytes per input, default 512 KiB:
+# inputs large enough that a quadratic decoder takes seconds, so a slow input fails the run
+# like a crash, as a timeout-* artifact;
 # FUZZ_TARGETS to pick some; FUZZ_SANITIZER=address to run under AddressSanitizer, about 8x
 # fewer executions: the code under test is safe Rust but for the tagged-pointer cell). Seeds each corpus with real encodings first. Prints the executions
 # per target and fails when any target found a crash (kept in tests/fuzz/artifacts/<target>/).
@@ -12,6 +15,8 @@ CARGO=${CARGO:-cargo}
 seconds=${FUZZ_SECONDS:-60}
 targets=${FUZZ_TARGETS:-"ctr_state ctr_apply effect pnc_state ctr_args pnc_args"}
 sanitizer=${FUZZ_SANITIZER:-none}
+timeout=${FUZZ_TIMEOUT:-5}
+max_len=${FUZZ_MAX_LEN:-524288}
 dir=tests/fuzz
 export RUSTC_BOOTSTRAP=1
 
@@ -30,7 +35,8 @@ for t in $targets; do
   echo "fuzzing $t for ${seconds}s, sanitizer $sanitizer (log: $log)"
   status=0
   "$CARGO" fuzz run --fuzz-dir "$dir" -s "$sanitizer" "$t" "$dir/corpus/$t" -- \
-    -max_total_time="$seconds" -timeout=10 -print_final_stats=1 ${extra[@]+"${extra[@]}"} \
+    -max_total_time="$seconds" -timeout="$timeout" -max_len="$max_len" -report_slow_units=1 \
+    -print_final_stats=1 ${extra[@]+"${extra[@]}"} \
     >"$log" 2>&1 || status=$?
   runs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
@@ -46,7 +52,7 @@ done
 echo
 printf '%s\n' "${summary[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "crashes in: ${failed[*]} (minimize with: RUSTC_BOOTSTRAP=1 cargo fuzz tmin --fuzz-dir $dir <target> <artifact>;"
+  echo "crashes or slow inputs (timeouts) in: ${failed[*]} (minimize with: RUSTC_BOOTSTRAP=1 cargo fuzz tmin --fuzz-dir $dir <target> <artifact>;"
   echo "keep the input in $dir/regressions/<target>/ with the fix)"
   exit 1
 fi

@@ -44,6 +44,11 @@ class HistoryMissing(CtrError):
     """``CTR.RECONCILE ... AT`` on a counter that keeps no bucket history yet."""
 
 
+class TokenReused(CtrError):
+    """A token already named another write on this key (another command or amount): a
+    client bug that a retry would hide, refused instead."""
+
+
 class BadWatermark(CtrError):
     """A reconcile watermark the counter cannot use (not a bucket multiple, too old, older than
     the last one, or in the future)."""
@@ -95,6 +100,7 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("event time is too far in the future", TooFarInFuture),
     ("event time is at or before the counter's reconciled watermark", LateAdd),
     ("counter keeps no bucket history", HistoryMissing),
+    ("token already used on this key for another write", TokenReused),
     ("watermark ", BadWatermark),
     ("token must be 1 to 256 bytes", InvalidToken),
     ("amount must be positive", InvalidAmount),

@@ -21,6 +21,8 @@ pub enum ModuleError {
     LateAdd,
     /// `CTR.RECONCILE ... AT` on a counter that keeps no bucket history yet.
     HistoryMissing,
+    /// A token that already named another write on this key (another command or amount).
+    TokenReused,
     /// A reconcile watermark the counter cannot use.
     BadWatermark,
     /// A token outside 1 to 256 bytes.
@@ -66,6 +68,10 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
     (
         "counter keeps no bucket history",
         ModuleError::HistoryMissing,
+    ),
+    (
+        "token already used on this key for another write",
+        ModuleError::TokenReused,
     ),
     ("watermark ", ModuleError::BadWatermark),
     ("token must be 1 to 256 bytes", ModuleError::InvalidToken),

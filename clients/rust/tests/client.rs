@@ -173,6 +173,12 @@ fn the_module_errors_have_their_kinds() {
     );
     let set_at = c.ctr_reconcile_from("k", Source::Set, "s", Some(0));
     assert_eq!(module_error(set_at), ModuleError::Syntax);
+    let order = AddOptions::new().token("order-1");
+    c.ctr_add_with("reused", 2, &order).unwrap();
+    assert_eq!(
+        module_error(c.ctr_add_with("reused", 3, &order)),
+        ModuleError::TokenReused
+    );
     redis::cmd("SET").arg(&["str", "x"]).exec(c).unwrap();
     assert_eq!(module_error(c.ctr_get("str")), ModuleError::WrongType);
     assert_eq!(

@@ -1,0 +1,361 @@
+//! The docs run as written. Every fenced block of README.md and docs/*.md that is a redis-cli
+//! transcript (a ```text block with `127.0.0.1:6379>` or `redis>` prompts) or a client snippet
+//! (```python, ```rust) is run against a fresh server (one per file, blocks in order, so a
+//! file's examples may build on each other) and its output compared with what the doc shows.
+//!
+//! A block that cannot run here is marked, on the line just before its fence, with
+//! `<!-- doc-test: skip: <reason> -->`; the reason is required (e.g. "needs a cluster").
+//! Python snippets check each line that ends with `# -> <python literal>`; the port 6379 in a
+//! snippet is replaced by the test server's. Other blocks (```sh build and ops steps, formats)
+//! are not examples of the commands and are not run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{note, python_with_redis_py, Conn, Server, Value};
+
+const SKIP_MARK: &str = "<!-- doc-test: skip:";
+
+struct Block {
+    file: String,
+    line: usize,
+    lang: String,
+    body: Vec<String>,
+    skip: Option<String>,
+}
+
+fn doc_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    files.sort();
+    files.insert(0, root.join("README.md"));
+    files
+}
+
+fn blocks(path: &Path) -> Vec<Block> {
+    let text = std::fs::read_to_string(path).expect("read a doc");
+    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(lang) = lines[i].strip_prefix("```") else {
+            i += 1;
+            continue;
+        };
+        let skip = i
+            .checked_sub(1)
+            .and_then(|p| lines[p].trim().strip_prefix(SKIP_MARK))
+            .map(|r| r.trim_end_matches("-->").trim().to_string());
+        let start = i;
+        i += 1;
+        let mut body = Vec::new();
+        while i < lines.len() && !lines[i].starts_with("```") {
+            body.push(lines[i].to_string());
+            i += 1;
+        }
+        i += 1;
+        out.push(Block {
+            file: file.clone(),
+            line: start + 1,
+            lang: lang.trim().to_string(),
+            body,
+            skip,
+        });
+    }
+    out
+}
+
+/// The command of a transcript line (`127.0.0.1:6379> CMD ...` or `redis> CMD ...`).
+fn prompt_command(line: &str) -> Option<&str> {
+    let (prompt, rest) = line.split_once("> ")?;
+    let is_prompt = prompt == "redis"
+        || prompt
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    is_prompt.then_some(rest)
+}
+
+fn is_transcript(b: &Block) -> bool {
+    b.lang == "text" && b.body.iter().any(|l| prompt_command(l).is_some())
+}
+
+/// Splits a command line as redis-cli does: spaces, "double quotes" with \xHH, \n, \", \\
+/// escapes, and 'single quotes'.
+fn split_args(line: &str) -> Vec<Vec<u8>> {
+    let bytes = line.as_bytes();
+    let mut args = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        while i < bytes.len() && bytes[i] == b' ' {
+            i += 1;
+        }
+        if i == bytes.len() {
+            break;
+        }
+        let mut arg = Vec::new();
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                        match bytes[i] {
+                            b'x' => {
+                                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                                arg.push(u8::from_str_radix(hex, 16).unwrap());
+                                i += 2;
+                            }
+                            b'n' => arg.push(b'\n'),
+                            b'r' => arg.push(b'\r'),
+                            b't' => arg.push(b'\t'),
+                            other => arg.push(other),
+                        }
+                    } else {
+                        arg.push(bytes[i]);
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'\'' => {
+                i += 1;
+                while bytes[i] != b'\'' {
+                    arg.push(bytes[i]);
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {
+                while i < bytes.len() && bytes[i] != b' ' {
+                    arg.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        args.push(arg);
+    }
+    args
+}
+
+/// A bulk string as redis-cli shows it (sdscatrepr).
+fn quoted(bytes: &[u8]) -> String {
+    let mut s = String::from("\"");
+    for &b in bytes {
+        match b {
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            0x07 => s.push_str("\\a"),
+            0x08 => s.push_str("\\b"),
+            b if b.is_ascii_graphic() || b == b' ' => s.push(b as char),
+            b => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// A reply as redis-cli prints it on a terminal (RESP2), one string per line.
+fn render(v: &Value, prefix: &str) -> String {
+    match v {
+        Value::Int(n) => format!("(integer) {n}\n"),
+        Value::Bulk(b) => format!("{}\n", quoted(b)),
+        Value::Simple(s) => format!("{s}\n"),
+        Value::Error(e) => format!("(error) {e}\n"),
+        Value::Nil => "(nil)\n".to_string(),
+        Value::Array(items) if items.is_empty() => "(empty array)\n".to_string(),
+        Value::Array(items) => {
+            let width = items.len().to_string().len();
+            let inner = format!("{prefix}{}", " ".repeat(width + 2));
+            let mut out = String::new();
+            for (i, item) in items.iter().enumerate() {
+                let lead = if i == 0 { "" } else { prefix };
+                out.push_str(&format!("{lead}{:>width$}) ", i + 1));
+                out.push_str(&render(item, &inner));
+            }
+            out
+        }
+        other => format!("{other:?}\n"),
+    }
+}
+
+/// Runs a transcript: every prompt line's command, its printed reply compared with the lines
+/// that follow it. Returns the differences.
+fn run_transcript(c: &mut Conn, b: &Block) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut i = 0;
+    while i < b.body.len() {
+        let Some(command) = prompt_command(&b.body[i]) else {
+            // Lines before the first prompt: the shell command that started redis-cli.
+            assert!(
+                b.body[i].starts_with("$ "),
+                "{}:{}: a line outside any command's output: {:?}",
+                b.file,
+                b.line + 1 + i,
+                b.body[i]
+            );
+            i += 1;
+            continue;
+        };
+        let at = b.line + 1 + i;
+        let mut expected = String::new();
+        i += 1;
+        while i < b.body.len() && prompt_command(&b.body[i]).is_none() {
+            expected.push_str(&b.body[i]);
+            expected.push('\n');
+            i += 1;
+        }
+        let args = split_args(command);
+        if let Some(time) = fixed_event_time(&args) {
+            failures.push(format!(
+                "{}:{at}: {command}: a fixed event time ({time}) is refused once it is older \
+                 than the window: a transcript must not depend on today's date",
+                b.file
+            ));
+            continue;
+        }
+        let reply = c.cmd(&args);
+        let got = render(&reply, "");
+        if got != expected {
+            failures.push(format!(
+                "{}:{at}: {command}\n  doc says:\n{expected}  server says:\n{got}",
+                b.file
+            ));
+        }
+    }
+    failures
+}
+
+/// An `AT` argument that is a unix time in ms of this century: the example would work only
+/// around the day it was written.
+fn fixed_event_time(args: &[Vec<u8>]) -> Option<i64> {
+    args.windows(2)
+        .filter(|w| w[0].eq_ignore_ascii_case(b"AT"))
+        .filter_map(|w| std::str::from_utf8(&w[1]).ok()?.parse::<i64>().ok())
+        .find(|t| *t >= 1_000_000_000_000)
+}
+
+/// Runs a python snippet; each `expr  # -> literal` line becomes an assertion.
+fn run_python(python: &str, server: &Server, b: &Block) -> Vec<String> {
+    let mut script = String::from("import sys\n");
+    for line in &b.body {
+        let line = line.replace("6379", &server.port.to_string());
+        match line.split_once("# -> ") {
+            Some((expr, want)) => script.push_str(&format!(
+                "__got = ({})\nif __got != ({want}):\n    sys.exit({:?} + ': got ' + repr(__got))\n",
+                expr.trim(),
+                expr.trim()
+            )),
+            None => {
+                script.push_str(&line);
+                script.push('\n');
+            }
+        }
+    }
+    // The repository's own client package, as `pip install ./clients/python` would give it.
+    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python");
+    let out = Command::new(python)
+        .args(["-c", &script])
+        .env("PYTHONPATH", package)
+        .output()
+        .expect("run python");
+    if out.status.success() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{}:{}: python snippet failed:\n{}{}",
+            b.file,
+            b.line,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )]
+    }
+}
+
+#[test]
+fn every_transcript_and_client_snippet_in_the_docs_runs_as_written() {
+    let python = python_with_redis_py();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for path in doc_files() {
+        let runnable: Vec<Block> = blocks(&path)
+            .into_iter()
+            .filter(|b| is_transcript(b) || b.lang == "python" || b.lang == "rust")
+            .collect();
+        let mut server: Option<Server> = None;
+        for b in runnable {
+            if let Some(reason) = &b.skip {
+                assert!(
+                    reason.len() >= 8,
+                    "{}:{}: a skipped block needs a written reason",
+                    b.file,
+                    b.line
+                );
+                continue;
+            }
+            let server = server.get_or_insert_with(Server::start);
+            ran += 1;
+            if is_transcript(&b) {
+                failures.extend(run_transcript(&mut server.conn(), &b));
+            } else if b.lang == "python" {
+                match &python {
+                    Some(py) => failures.extend(run_python(py, server, &b)),
+                    None => note(&format!(
+                        "{}:{}: python snippet not run: no Python with redis-py",
+                        b.file, b.line
+                    )),
+                }
+            } else {
+                failures.push(format!(
+                    "{}:{}: a {} snippet has no runner here: mark it with a skip reason",
+                    b.file, b.line, b.lang
+                ));
+            }
+        }
+    }
+    assert!(ran >= 5, "only {ran} blocks found");
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn the_runner_reads_redis_cli_syntax_and_prints_like_it() {
+    assert_eq!(
+        split_args(r#"PNC.MERGE k "\x01a b\"" 'x y' z"#),
+        vec![
+            b"PNC.MERGE".to_vec(),
+            b"k".to_vec(),
+            b"\x01a b\"".to_vec(),
+            b"x y".to_vec(),
+            b"z".to_vec()
+        ]
+    );
+    let nested = Value::Array(vec![
+        Value::Int(1),
+        Value::Array(vec![Value::Bulk(b"a\x00".to_vec()), Value::Nil]),
+    ]);
+    assert_eq!(
+        render(&nested, ""),
+        "1) (integer) 1\n2) 1) \"a\\x00\"\n   2) (nil)\n"
+    );
+    assert_eq!(
+        prompt_command("127.0.0.1:6379> CTR.GET k"),
+        Some("CTR.GET k")
+    );
+    assert_eq!(prompt_command("redis> PING"), Some("PING"));
+    assert_eq!(prompt_command("1) (integer) 3"), None);
+    let at = |line: &str| fixed_event_time(&split_args(line));
+    assert_eq!(
+        at("CTR.RECONCILE v 100 AT 1764412800000"),
+        Some(1_764_412_800_000)
+    );
+    assert_eq!(at("CTR.RECONCILE v 100 AT 60000"), None);
+}
