@@ -42,7 +42,9 @@ def holder_for_token(holders: Sequence[KeyT], token: KeyT) -> KeyT:
 def holders_of(info: Optional[CounterInfo], key: KeyT) -> Holders:
     """The holder names in a ``CTR.INFO`` reply; ``(key,)`` for a missing or unspread key."""
     names = None if info is None else info.get("holders")
-    if not names:
+    if not names or not _is_text(key):
+        # Replies are decoded as UTF-8 text: the holder names of a key that is not could not
+        # be spelled back, so its adds stay on the home key (always right).
         return (key,)
     # The home keeps the caller's own spelling (bytes or str); the others are the server's.
     return (key, *names[1:])
@@ -98,6 +100,16 @@ class HolderCache:
             chosen = holder_for_token(holders, token)
             _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
             return chosen
+
+
+def _is_text(key: KeyT) -> bool:
+    if isinstance(key, str):
+        return True
+    try:
+        key.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _now_ms() -> float:

@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 
 from redis_ctr import (
+    AsyncCoalescingWriter,
     CannotShrink,
     CoalescingWriter,
     Ctr,
@@ -19,7 +20,7 @@ from redis_ctr import (
     HolderError,
     SpreadRefused,
 )
-from redis_ctr._spread import holder_for_token, token_hash
+from redis_ctr._spread import holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCtr
 
 from .proxy import ReplyDroppingProxy
@@ -64,6 +65,8 @@ class SpreadTest(unittest.TestCase):
     def test_the_token_hash_is_crc16_xmodem_as_in_the_rust_library(self) -> None:
         self.assertEqual(token_hash("123456789"), 0x31C3)
         self.assertEqual(holder_for_token(["h", "a", "b"], b"123456789"), ["h", "a", "b"][0x31C3 % 3])
+        # A key that is not UTF-8 cannot be spelled back from decoded names: it stays home.
+        self.assertEqual(holders_of({"holders": ["\ufffd", "{ctr.1.0}\ufffd"]}, b"\xff"), (b"\xff",))
 
     def test_adds_spread_and_tokens_stay_on_their_holder(self) -> None:
         check_spread_writes(self, client(), fresh("spread"))
@@ -137,6 +140,12 @@ class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
         assert info is not None
         self.assertEqual(info["holders"], holders)
         self.assertTrue(all(v > 0 for v in info["holder_values"]))
+        async with AsyncCoalescingWriter(r) as writer:
+            for n in range(200):
+                await writer.add(key)
+                if n % 20 == 19:
+                    await writer.flush()
+        self.assertEqual(await ctr.get(key), 295)
         self.assertEqual((await ctr.reconcile_start(fresh("async-start"))) % BUCKET_MS, 0)
         await r.aclose()
 
