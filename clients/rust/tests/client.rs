@@ -395,6 +395,34 @@ fn spread_counters_reconcile_start_and_their_errors() {
         assert_eq!(con.ctr_reconcile_start("started").await.unwrap(), earliest);
     });
 
+    // An auto-spread: a router writing the key learns the holders within its refresh bound and
+    // writes every one of them; the total keeps every add.
+    for (name, value) in [("ctr.spread-threshold", "200"), ("ctr.spread-holders", "4")] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .exec(c)
+            .unwrap();
+    }
+    let router = SpreadRouter::new(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    while c
+        .ctr_info("auto")
+        .unwrap()
+        .and_then(|i| i.holder_values)
+        .is_none_or(|v| v.contains(&0))
+    {
+        assert!(started.elapsed() < Duration::from_secs(20), "never spread");
+        for _ in 0..100 {
+            router.add(c, "auto", 1, &AddOptions::new()).unwrap();
+        }
+        sent += 100;
+    }
+    assert_eq!(router.holders(c, b"auto").unwrap().len(), 4);
+    assert_eq!(c.ctr_get("auto").unwrap(), sent);
+
     redis::cmd("SET")
         .arg(&holders[3])
         .arg("not a counter")
