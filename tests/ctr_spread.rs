@@ -200,18 +200,17 @@ fn a_counter_adding_above_the_threshold_spreads_itself() {
     assert_eq!(field_opt(&c.q("CTR.INFO slow"), "holders"), None);
 }
 
-/// The documented token rule: a tokened add goes to `holders[h(token) mod N]` with a fixed hash
-/// (here FNV-1a), and its retries to the same holder, so each token counts once in the total.
+/// The documented token rule: a tokened add goes to `holders[crc16(token) mod N]` (CRC16/XMODEM,
+/// the cluster's key-slot checksum, over the whole token), and its retries to the same holder,
+/// so each token counts once in the total.
 #[test]
 fn tokened_adds_routed_by_the_token_rule_count_once() {
     let server = Server::start();
     let mut c = server.conn();
     let holders = names(&c.q("CTR.SPREAD orders 5"));
     let holder_for = |token: &str| {
-        let h = token.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
-        holders[(h % holders.len() as u64) as usize].clone()
+        let h = common::cluster::crc16(token.as_bytes());
+        holders[usize::from(h) % holders.len()].clone()
     };
     let mut used = std::collections::HashSet::new();
     for i in 0..100 {

@@ -73,6 +73,12 @@ fn client_examples_run_against_a_server_and_a_cluster() {
             );
             assert!(out.contains("| hits 1000 in 1 command(s)"), "{out}");
             assert!(out.contains("cluster: 100 counters on 3 masters"), "{out}");
+            assert!(
+                out.contains(
+                    "spread counter over 6 holders on 3 masters, written by 4 processes: 1400"
+                ),
+                "{out}"
+            );
         }
         None => note(
             "redis-py example skipped: no Python with the redis package \
@@ -105,6 +111,10 @@ fn client_examples_run_against_a_server_and_a_cluster() {
     );
     assert!(
         out.contains("cluster: 100 counters summed to 4950"),
+        "{out}"
+    );
+    assert!(
+        out.contains("spread counter over 6 holders, written by 4 threads: 1400"),
         "{out}"
     );
 }

@@ -12,6 +12,7 @@ Usage:
   REDIS_PORT=6379 python3 redis_py.py                             # one server (make run)
   REDIS_PORT=6379 REDIS_CLUSTER_PORT=7000 python3 redis_py.py     # and a cluster (make cluster)
 """
+import multiprocessing
 import os
 
 import redis
@@ -94,6 +95,39 @@ def cluster(port):
         refusal = str(e)
     print(f"cluster: 100 counters on {len(nodes)} masters | reconciled {value} (drift {drift})"
           f" | across slots: {refusal}")
+    spread_counter(port)
+
+
+def write_views(port, adds):
+    """One writer process: plain adds; the library spreads them over the holders."""
+    ctr = redis_ctr.Ctr(RedisCluster(host="127.0.0.1", port=port))
+    for _ in range(adds):
+        ctr.add("site:views", 1)
+    # A tokened add goes to the token's holder; its retry reaches the same one: counted once.
+    for _ in range(2):
+        ctr.add("site:views", 100, token=f"batch-{os.getpid()}")
+
+
+def spread_counter(port):
+    """A hot counter spread over holders on every master, written from 4 processes with
+    add, read with get (the home key replies the total)."""
+    rc = RedisCluster(host="127.0.0.1", port=port)
+    ctr = redis_ctr.Ctr(rc)
+    for holder in (ctr.info("site:views") or {}).get("holders", ["site:views"])[::-1]:
+        rc.delete(holder)  # a fresh start when run again (the home last)
+    holders = ctr.spread("site:views", 6)
+    writers = [multiprocessing.Process(target=write_views, args=(port, 250)) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+        assert w.exitcode == 0
+    info = ctr.info("site:views")
+    assert ctr.get("site:views") == info["value"] == 4 * 250 + 4 * 100
+    assert all(v > 0 for v in info["holder_values"])
+    masters = {rc.get_node_from_key(h).port for h in holders}
+    print(f"cluster: spread counter over {len(holders)} holders on {len(masters)} masters,"
+          f" written by 4 processes: {ctr.get('site:views')} (per holder {info['holder_values']})")
 
 
 if __name__ == "__main__":

@@ -170,6 +170,18 @@ def reconcile_from(
     return Call(args, _reconciled)
 
 
+def reconcile_start(key: KeyT) -> Call[int]:
+    return Call(("CTR.RECONCILE", key, "START"), _int)
+
+
+def _names(raw: Any) -> List[str]:
+    return [_text(name) for name in raw]
+
+
+def spread(key: KeyT, holders: int) -> Call[List[str]]:
+    return Call(("CTR.SPREAD", key, holders), _names)
+
+
 def info(key: KeyT) -> Call[Optional[CounterInfo]]:
     return Call(("CTR.INFO", key), _counter_info)
 

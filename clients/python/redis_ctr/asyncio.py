@@ -10,6 +10,8 @@ from redis.exceptions import ResponseError
 
 from . import _calls
 from ._calls import Call, KeyT, Reconciled, Source
+from ._spread import Holders
+from .client import DEFAULT_REFRESH_MS, holder_cache
 from .errors import classify
 from .types import CounterInfo, PncInfo
 
@@ -32,10 +34,27 @@ async def run(client: AsyncClient, call: Call[T]) -> T:
 
 
 class AsyncCtr:
-    """``CTR.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Ctr`)."""
+    """``CTR.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Ctr`, spread
+    counters included)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(
+        self, client: AsyncClient, *, spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS
+    ) -> None:
         self.client = client
+        self._holders = holder_cache(spread_refresh_ms)
+
+    async def holders(self, key: KeyT) -> Holders:
+        """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`)."""
+        cache = self._holders
+        if cache is None:
+            return (key,)
+        known = cache.fresh(key)
+        if known is not None:
+            return known
+        try:
+            return cache.learned(key, await run(self.client, _calls.info(key)))
+        except ResponseError:
+            return cache.learned(key, None, failed=True)
 
     async def add(
         self,
@@ -47,8 +66,11 @@ class AsyncCtr:
         ex: Optional[int] = None,
         px: Optional[int] = None,
     ) -> Optional[int]:
-        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`)."""
-        return await run(self.client, _calls.add(key, delta, token, at, ex, px))
+        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders)."""
+        target = key
+        if self._holders is not None and ex is None and px is None:
+            target = self._holders.target(key, await self.holders(key), token)
+        return await run(self.client, _calls.add(target, delta, token, at, ex, px))
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""
@@ -81,6 +103,17 @@ class AsyncCtr:
     ) -> Reconciled:
         """``CTR.RECONCILE key FROM kind source [AT at]``."""
         return await run(self.client, _calls.reconcile_from(key, kind, source, at))
+
+    async def reconcile_start(self, key: KeyT) -> int:
+        """``CTR.RECONCILE key START``: the earliest watermark a reconcile ``AT`` accepts."""
+        return await run(self.client, _calls.reconcile_start(key))
+
+    async def spread(self, key: KeyT, holders: int) -> List[str]:
+        """``CTR.SPREAD key holders``: every holder's name, the home first."""
+        names = await run(self.client, _calls.spread(key, holders))
+        if self._holders is not None:
+            self._holders.learned(key, {"holders": names})
+        return names
 
     async def info(self, key: KeyT) -> Optional[CounterInfo]:
         """``CTR.INFO`` as a dict, or None when the key is missing."""

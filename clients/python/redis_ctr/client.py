@@ -8,6 +8,7 @@ from redis.exceptions import ResponseError
 
 from . import _calls
 from ._calls import Call, KeyT, Reconciled, Source
+from ._spread import HolderCache, Holders
 from .errors import classify
 from .types import CounterInfo, PncInfo
 
@@ -29,6 +30,14 @@ def run(client: SyncClient, call: Call[T]) -> T:
     return call.parse(raw)
 
 
+DEFAULT_REFRESH_MS = 1000
+
+
+def holder_cache(spread_refresh_ms: Optional[int]) -> Optional[HolderCache]:
+    """The cache of a spread-aware client; None for a client that writes the key given."""
+    return None if spread_refresh_ms is None else HolderCache(spread_refresh_ms)
+
+
 class Ctr:
     """``CTR.*`` commands on a redis-py client.
 
@@ -39,10 +48,35 @@ class Ctr:
     The client's protocol (2 or 3) and ``decode_responses`` do not change what the methods
     return. With a ``RedisCluster`` every command goes to the master of its key's slot; keys a
     command uses together (``mget``, ``reconcile_from``) must share a ``{hash tag}``.
+
+    Spread counters: :meth:`add` sends an add of a spread counter to one of its holders (a
+    random one; with a token, the token's holder), learned from ``CTR.INFO`` and trusted for
+    ``spread_refresh_ms`` (default 1000; the first add after that reads ``CTR.INFO`` again, so
+    a counter spread since, e.g. an auto-spread, is written over its holders within that
+    time). Reads (:meth:`get`, :meth:`mget`, :meth:`info`) go to the home key, which replies
+    the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.INFO``).
     """
 
-    def __init__(self, client: SyncClient) -> None:
+    def __init__(
+        self, client: SyncClient, *, spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS
+    ) -> None:
         self.client = client
+        self._holders = holder_cache(spread_refresh_ms)
+
+    def holders(self, key: KeyT) -> Holders:
+        """The holders the adds of ``key`` go to (the home key first; ``(key,)`` when it is not
+        spread), from the cache or, when that is older than ``spread_refresh_ms``, from
+        ``CTR.INFO``."""
+        cache = self._holders
+        if cache is None:
+            return (key,)
+        known = cache.fresh(key)
+        if known is not None:
+            return known
+        try:
+            return cache.learned(key, run(self.client, _calls.info(key)))
+        except ResponseError:
+            return cache.learned(key, None, failed=True)
 
     def add(
         self,
@@ -59,8 +93,16 @@ class Ctr:
         ``token`` makes a retry count once (inside ``ctr.token-window-ms``); ``at`` is the
         event's time (unix ms); ``ex``/``px`` set a TTL only when this call creates the key.
         Returns None when a negative delta is refused by the counter's floor (nothing changed).
+
+        On a spread counter the add goes to one holder (see the class) and the reply is that
+        holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
+        add through this client reaches the holder its first send went to.
         """
-        return run(self.client, _calls.add(key, delta, token, at, ex, px))
+        target = key
+        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
+        if self._holders is not None and ex is None and px is None:
+            target = self._holders.target(key, self.holders(key), token)
+        return run(self.client, _calls.add(target, delta, token, at, ex, px))
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""
@@ -100,8 +142,24 @@ class Ctr:
         server from ``source`` (in the counter's hash slot)."""
         return run(self.client, _calls.reconcile_from(key, kind, source, at))
 
+    def reconcile_start(self, key: KeyT) -> int:
+        """``CTR.RECONCILE key START``: the counter keeps time buckets from now on (created at
+        0 when missing); returns the earliest watermark a reconcile ``AT`` accepts."""
+        return run(self.client, _calls.reconcile_start(key))
+
+    def spread(self, key: KeyT, holders: int) -> List[str]:
+        """``CTR.SPREAD key holders``: makes ``key`` the home of a spread counter of ``holders``
+        holders (it can only grow) and returns every holder's name, the home first. This
+        client's adds go over them from the next one on."""
+        names = run(self.client, _calls.spread(key, holders))
+        if self._holders is not None:
+            self._holders.learned(key, {"holders": names})
+        return names
+
     def info(self, key: KeyT) -> Optional[CounterInfo]:
-        """``CTR.INFO`` as a dict (str keys), or None when the key is missing."""
+        """``CTR.INFO`` as a dict (str keys), or None when the key is missing. On a spread
+        counter: ``value`` is the total, ``holders`` the names, ``holder_values`` and
+        ``holder_ages_ms`` each holder's value and its age."""
         return run(self.client, _calls.info(key))
 
 

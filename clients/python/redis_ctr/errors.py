@@ -10,7 +10,7 @@ The mapping is by the stable start of each error text, as the module replies it 
 
 from __future__ import annotations
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, TryAgainError
 
 
 class CtrError(ResponseError):
@@ -90,6 +90,39 @@ class WrongType(CtrError):
     """The key holds another type (``WRONGTYPE``)."""
 
 
+class SpreadUnavailable(CtrError):
+    """The total of a spread counter could not be gathered: a master serving some holders did
+    not answer within ``ctr.gather-timeout-ms``. Nothing is wrong with the data; retry later."""
+
+
+class HolderMoving(CtrError, TryAgainError):
+    """``TRYAGAIN``: a holder of the spread counter read is being resharded between masters.
+    Also a ``TryAgainError``, which cluster clients retry by themselves."""
+
+
+class HolderError(CtrError):
+    """A holder of the spread counter read replied an error (e.g. someone ``SET`` its key):
+    its text follows the holder's name."""
+
+
+class GatherInTransaction(CtrError):
+    """A spread counter's total read inside MULTI/EXEC or a script, in a cluster, when other
+    masters' values are needed and not cached (``ctr.gather-cache-ms``): read it outside."""
+
+
+class CannotShrink(CtrError):
+    """``CTR.SPREAD`` with fewer holders than the counter has (folding is not built)."""
+
+
+class FlooredSpread(CtrError):
+    """``CTR.SPREAD`` of a floored counter (floored spread counters are not built)."""
+
+
+class SpreadRefused(CtrError):
+    """``CTR.SPREAD`` that cannot be done: a holder count outside 1 to 1024, a key name too long
+    to spread, or no free slot for a holder on some master."""
+
+
 # (start of the error text, class), tried in order. The text is what redis-py leaves after it
 # strips a leading "ERR "; WRONGTYPE keeps its code.
 _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
@@ -110,6 +143,16 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("too many replica ids", TooManyReplicas),
     ("syntax error", CtrSyntaxError),
     ("FROM SET takes no AT", CtrSyntaxError),
+    ("spread counter total unavailable", SpreadUnavailable),
+    ("spread counter read lost its result", SpreadUnavailable),
+    ("TRYAGAIN spread counter holder", HolderMoving),
+    ("spread counter holder '", HolderError),
+    ("spread counter total needs a gather", GatherInTransaction),
+    ("a spread counter cannot shrink yet", CannotShrink),
+    ("a floored counter cannot be spread yet", FlooredSpread),
+    ("holders must be between", SpreadRefused),
+    ("key name too long to spread", SpreadRefused),
+    ("no free slot found for a holder", SpreadRefused),
     ("value is not an integer or out of range", NotAnInteger),
     ("WRONGTYPE", WrongType),
 )
@@ -134,5 +177,9 @@ def classify(error: ResponseError) -> ResponseError:
     else ``error`` itself."""
     if isinstance(error, CtrError):
         return error
-    cls = error_class(str(error))
+    text = str(error)
+    if isinstance(error, TryAgainError):
+        # redis-py strips the TRYAGAIN code from the text.
+        text = "TRYAGAIN " + text
+    cls = error_class(text)
     return cls(*error.args) if cls is not None else error

@@ -8,8 +8,9 @@ from typing import List, Optional, TypedDict
 class CounterInfo(TypedDict, total=False):
     """``CTR.INFO``: one entry per field the server replies (str keys, str text values).
 
-    Fields a newer module adds (e.g. ``holders`` of a spread counter) are kept as the server
-    sends them; they are not listed here until this library knows them."""
+    ``holders``, ``holder_values`` and ``holder_ages_ms`` are present on the home key of a
+    spread counter only (``value`` is then the total). Fields a newer module adds are kept as
+    the server sends them."""
 
     value: int
     floor: Optional[int]
@@ -26,6 +27,9 @@ class CounterInfo(TypedDict, total=False):
     total_abs_drift: int
     reconciles: int
     encoding: str
+    holders: List[str]
+    holder_values: List[int]
+    holder_ages_ms: List[int]
 
 
 class PncReplica(TypedDict):

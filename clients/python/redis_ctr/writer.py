@@ -21,16 +21,17 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Deque, Dict, Generic, Optional, TypeVar
 
 from redis.exceptions import ConnectionError, TimeoutError
 
 from . import _calls
 from ._calls import KeyT
-from .asyncio import AsyncClient
+from ._spread import Holders, holder_for_token
+from .asyncio import AsyncClient, AsyncCtr
 from .asyncio import run as run_async
-from .client import SyncClient, run
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, run
 from .errors import CtrError
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,16 @@ class _Sum:
     delta: int
     token: str
     at: int
+    target: Optional[KeyT] = None
+    """The holder the sum is sent to, chosen at its first send and kept for its retries."""
+
+    def routed(self, holders: Holders) -> _Sum:
+        """The sum with its target: the token's holder (the home key when not spread)."""
+        return replace(self, target=holder_for_token(holders, self.token))
+
+    def call(self) -> _calls.Call[Optional[int]]:
+        target = self.key if self.target is None else self.target
+        return _calls.add(target, self.delta, token=self.token, at=self.at)
 
 
 class _Sums:
@@ -157,6 +168,7 @@ class _Writer(Generic[ClientT]):
         writer_id: Optional[str] = None,
         retries: int = 5,
         retry_backoff_ms: int = 20,
+        spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
     ) -> None:
         if flush_interval_ms <= 0 or flush_every <= 0 or max_keys <= 0 or retries < 0:
             raise ValueError("flush_interval_ms, flush_every and max_keys must be positive")
@@ -164,6 +176,7 @@ class _Writer(Generic[ClientT]):
         self.flush_interval_ms = flush_interval_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
+        self.spread_refresh_ms = spread_refresh_ms
         self._sums = _Sums(max_keys, flush_every, writer_id or uuid.uuid4().hex[:16])
         self._closed = False
         self._setup()
@@ -205,9 +218,15 @@ class CoalescingWriter(_Writer[SyncClient]):
     ``writer_id`` (a random one by default) prefixes every token: two writers alive at the
     same time must never share one. :meth:`close` (also called at interpreter exit, and by
     ``with``) flushes what is left. Works with ``redis.Redis`` and ``RedisCluster``.
+
+    Spread counters: each sum goes to the holder its token picks (the documented token rule,
+    holders learned as :class:`~redis_ctr.Ctr` does, refreshed every ``spread_refresh_ms``),
+    chosen at its first send and kept for its retries, so a retried sum reaches the holder
+    that may already have counted it. ``spread_refresh_ms=None`` sends every sum to its key.
     """
 
     def _setup(self) -> None:
+        self._ctr = Ctr(self.client, spread_refresh_ms=self.spread_refresh_ms)
         self._lock = threading.Lock()  # guards the pending sums
         self._flush_lock = threading.Lock()  # one flush at a time; guards the unsettled sums
         self._wake = threading.Event()
@@ -251,12 +270,13 @@ class CoalescingWriter(_Writer[SyncClient]):
     def _send_unsettled(self) -> None:
         sums = self._sums
         while sums.unsettled:
-            s = sums.unsettled[0]
-            call = _calls.add(s.key, s.delta, token=s.token, at=s.at)
             for attempt in range(self.retries + 1):
-                sums.stats.commands += 1
                 try:
-                    sums.settled(run(self.client, call))
+                    s = sums.unsettled[0]
+                    if s.target is None:
+                        s = sums.unsettled[0] = s.routed(self._ctr.holders(s.key))
+                    sums.stats.commands += 1
+                    sums.settled(run(self.client, s.call()))
                     break
                 except CtrError as e:
                     sums.rejected(e)
@@ -316,6 +336,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
     """
 
     def _setup(self) -> None:
+        self._ctr = AsyncCtr(self.client, spread_refresh_ms=self.spread_refresh_ms)
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task[None]] = None
@@ -347,12 +368,13 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
     async def _send_unsettled(self) -> None:
         sums = self._sums
         while sums.unsettled:
-            s = sums.unsettled[0]
-            call = _calls.add(s.key, s.delta, token=s.token, at=s.at)
             for attempt in range(self.retries + 1):
-                sums.stats.commands += 1
                 try:
-                    sums.settled(await run_async(self.client, call))
+                    s = sums.unsettled[0]
+                    if s.target is None:
+                        s = sums.unsettled[0] = s.routed(await self._ctr.holders(s.key))
+                    sums.stats.commands += 1
+                    sums.settled(await run_async(self.client, s.call()))
                     break
                 except CtrError as e:
                     sums.rejected(e)

@@ -11,6 +11,7 @@ from redis_ctr import CoalescingWriter, Ctr, Pnc
 
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
+from .test_spread import check_spread_writes
 
 
 @unittest.skipUnless(CLUSTER_PORT, "no cluster")
@@ -49,6 +50,18 @@ class ClusterTest(unittest.TestCase):
                 writer.add(keys[n % 6])
         self.assertEqual([Ctr(self.rc).get(k) for k in keys], [500] * 6)
         self.assertLess(writer.stats.commands, 300)
+
+    def test_a_spread_counter_on_the_cluster(self) -> None:
+        key = fresh("spread")
+        check_spread_writes(self, self.rc, key)
+        holders = Ctr(self.rc).holders(key)
+        self.assertEqual(len({self.rc.get_node_from_key(h).port for h in holders}), 3)
+        with CoalescingWriter(self.rc) as writer:
+            for n in range(1000):
+                writer.add(key)
+                if n % 20 == 19:
+                    writer.flush()
+        self.assertEqual(Ctr(self.rc).get(key), 1600)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,17 @@ pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
     call(cmd, reply::reconciled)
 }
 
+pub(crate) fn reconcile_start<K: ToRedisArgs>(key: K) -> Call<i64> {
+    call(
+        keyed("CTR.RECONCILE", key).arg("START").clone(),
+        reply::plain,
+    )
+}
+
+pub(crate) fn spread<K: ToRedisArgs>(key: K, holders: u32) -> Call<Vec<String>> {
+    call(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
+}
+
 pub(crate) fn info<K: ToRedisArgs>(key: K) -> Call<Option<CounterInfo>> {
     call(keyed("CTR.INFO", key), reply::counter_info)
 }

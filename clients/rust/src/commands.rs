@@ -14,7 +14,7 @@ pub(crate) fn run<C: ConnectionLike, T>(con: &mut C, call: Call<T>) -> Result<T,
 }
 
 #[cfg(feature = "aio")]
-async fn run_async<C: redis::aio::ConnectionLike + Send, T>(
+pub(crate) async fn run_async<C: redis::aio::ConnectionLike + Send, T>(
     con: &mut C,
     call: Call<T>,
 ) -> Result<T, CtrError> {
@@ -111,7 +111,17 @@ commands! {
         at: Option<i64>
     ) -> Reconciled = calls::reconcile_from;
 
-    /// `CTR.INFO key`: None when the key is missing.
+    /// `CTR.RECONCILE key START`: the counter keeps time buckets from now on (created at 0 when
+    /// missing); the earliest watermark a reconcile `AT` accepts.
+    fn ctr_reconcile_start<K: ToRedisArgs>(key: K) -> i64 = calls::reconcile_start;
+
+    /// `CTR.SPREAD key holders`: makes `key` the home of a spread counter of `holders` holders
+    /// (it can only grow); every holder's name, the home first. Write it with a
+    /// [`SpreadRouter`](crate::SpreadRouter) (its `spread` also tells the router at once).
+    fn ctr_spread<K: ToRedisArgs>(key: K, holders: u32) -> Vec<String> = calls::spread;
+
+    /// `CTR.INFO key`: None when the key is missing. On the home key of a spread counter,
+    /// `value` is the total and `holders`, `holder_values`, `holder_ages_ms` are set.
     fn ctr_info<K: ToRedisArgs>(key: K) -> Option<CounterInfo> = calls::info;
 
     /// `PNC.ADD key delta`: adds to this deployment's slot; the new value.

@@ -43,6 +43,24 @@ pub enum ModuleError {
     NotAnInteger,
     /// The key holds another type.
     WrongType,
+    /// A spread counter's total could not be gathered: a master serving some holders did not
+    /// answer within `ctr.gather-timeout-ms`. Retry later.
+    SpreadUnavailable,
+    /// `TRYAGAIN`: a holder of the spread counter read is being resharded (cluster clients
+    /// retry it by themselves first).
+    HolderMoving,
+    /// A holder of the spread counter read replied an error (its text follows its name).
+    HolderError,
+    /// A spread counter's total read inside MULTI/EXEC or a script, in a cluster, when other
+    /// masters' values are needed and not cached (`ctr.gather-cache-ms`).
+    GatherInTransaction,
+    /// `CTR.SPREAD` with fewer holders than the counter has (folding is not built).
+    CannotShrink,
+    /// `CTR.SPREAD` of a floored counter (floored spread counters are not built).
+    FlooredSpread,
+    /// `CTR.SPREAD` that cannot be done: a holder count outside 1 to 1024, a key name too long
+    /// to spread, no free slot for a holder on some master.
+    SpreadRefused,
 }
 
 /// (start of the error text without its `ERR ` code, kind), tried in order.
@@ -82,6 +100,34 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
     ("too many replica ids", ModuleError::TooManyReplicas),
     ("syntax error", ModuleError::Syntax),
     ("FROM SET takes no AT", ModuleError::Syntax),
+    (
+        "spread counter total unavailable",
+        ModuleError::SpreadUnavailable,
+    ),
+    (
+        "spread counter read lost its result",
+        ModuleError::SpreadUnavailable,
+    ),
+    ("TRYAGAIN spread counter holder", ModuleError::HolderMoving),
+    ("spread counter holder '", ModuleError::HolderError),
+    (
+        "spread counter total needs a gather",
+        ModuleError::GatherInTransaction,
+    ),
+    (
+        "a spread counter cannot shrink yet",
+        ModuleError::CannotShrink,
+    ),
+    (
+        "a floored counter cannot be spread yet",
+        ModuleError::FlooredSpread,
+    ),
+    ("holders must be between", ModuleError::SpreadRefused),
+    ("key name too long to spread", ModuleError::SpreadRefused),
+    (
+        "no free slot found for a holder",
+        ModuleError::SpreadRefused,
+    ),
     (
         "value is not an integer or out of range",
         ModuleError::NotAnInteger,

@@ -21,6 +21,7 @@ mod calls;
 mod commands;
 mod error;
 mod reply;
+pub mod spread;
 mod types;
 pub mod writer;
 
@@ -28,5 +29,6 @@ pub mod writer;
 pub use commands::AsyncCtrCommands;
 pub use commands::CtrCommands;
 pub use error::{CtrError, ModuleError};
+pub use spread::SpreadRouter;
 pub use types::{AddOptions, CounterInfo, PncInfo, PncReplica, Reconciled, Source};
 pub use writer::{CoalescingWriter, Connector, WriterConfig, WriterError, WriterStats};

@@ -72,6 +72,9 @@ pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
         total_abs_drift: take(&mut map, "total_abs_drift")?,
         reconciles: take(&mut map, "reconciles")?,
         encoding: take(&mut map, "encoding")?,
+        holders: take(&mut map, "holders")?,
+        holder_values: take(&mut map, "holder_values")?,
+        holder_ages_ms: take(&mut map, "holder_ages_ms")?,
         other: HashMap::new(),
     };
     info.other = map;

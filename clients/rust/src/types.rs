@@ -104,8 +104,14 @@ pub struct CounterInfo {
     pub reconciles: i64,
     /// `inline` or `boxed`.
     pub encoding: String,
-    /// Fields a newer module replies that this crate does not know yet (e.g. the `holders` of
-    /// a spread counter), as the server sent them.
+    /// The holders' names of a spread counter's home key, the home first (None otherwise).
+    pub holders: Option<Vec<String>>,
+    /// Each holder's value, in the order of `holders` (they sum to `value`).
+    pub holder_values: Option<Vec<i64>>,
+    /// How old each holder's value is, in ms (0: read for this command; else from the cache).
+    pub holder_ages_ms: Option<Vec<i64>>,
+    /// Fields a newer module replies that this crate does not know yet, as the server sent
+    /// them.
     pub other: HashMap<String, Value>,
 }
 

@@ -12,6 +12,11 @@
 //! refused as too old, not counted). `std::process::exit` and a panic that aborts skip `Drop`:
 //! call [`CoalescingWriter::close`] before them.
 //!
+//! Spread counters: each sum goes to the holder its token picks (the documented token rule,
+//! holders learned by a [`SpreadRouter`], refreshed every [`WriterConfig::spread_refresh`]),
+//! chosen at its first send and kept for its retries, so a retried sum reaches the holder that
+//! may already have counted it.
+//!
 //! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
 //! many sums sent and not yet acknowledged). An add of a new key when that many are pending
 //! flushes first, in the caller's thread, and fails with [`WriterError::Full`] when that flush
@@ -27,6 +32,7 @@ use redis::{ConnectionLike, RedisResult};
 use crate::calls;
 use crate::commands::run;
 use crate::error::CtrError;
+use crate::spread::{holder_for_token, SpreadRouter};
 use crate::types::AddOptions;
 
 /// How the writer makes connections (again, after one fails).
@@ -73,6 +79,9 @@ pub struct WriterConfig {
     pub retry_backoff: Duration,
     /// Connect, read and write timeout of the writer's connection.
     pub timeout: Duration,
+    /// How long a spread counter's holders are trusted before `CTR.INFO` is read again; None
+    /// sends every sum to its key as given (no `CTR.INFO`).
+    pub spread_refresh: Option<Duration>,
 }
 
 impl Default for WriterConfig {
@@ -85,6 +94,7 @@ impl Default for WriterConfig {
             retries: 5,
             retry_backoff: Duration::from_millis(20),
             timeout: Duration::from_secs(5),
+            spread_refresh: Some(SpreadRouter::DEFAULT_REFRESH),
         }
     }
 }
@@ -148,6 +158,8 @@ struct Sum {
     key: Vec<u8>,
     delta: i64,
     options: AddOptions,
+    /// The holder it is sent to: chosen at its first send, kept for its retries.
+    target: Option<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -162,6 +174,7 @@ struct Pending {
 struct Flusher<C: Connector> {
     connector: C,
     connection: Option<C::Connection>,
+    router: Option<SpreadRouter>,
     unacked: VecDeque<Sum>,
     sequence: u64,
     stats: WriterStats,
@@ -194,6 +207,7 @@ impl<C: Connector> CoalescingWriter<C> {
     pub fn new(connector: C, mut config: WriterConfig) -> CoalescingWriter<C> {
         config.flush_every = config.flush_every.max(1);
         config.max_keys = config.max_keys.max(1);
+        let router = config.spread_refresh.map(SpreadRouter::new);
         let shared = Arc::new(Shared {
             config,
             pending: Mutex::new(Pending::default()),
@@ -201,6 +215,7 @@ impl<C: Connector> CoalescingWriter<C> {
             flusher: Mutex::new(Flusher {
                 connector,
                 connection: None,
+                router,
                 unacked: VecDeque::new(),
                 sequence: 0,
                 stats: WriterStats::default(),
@@ -337,14 +352,15 @@ impl<C: Connector> Shared<C> {
                 key,
                 delta,
                 options,
+                target: None,
             });
         }
         self.send_unacked(&mut flusher)
     }
 
     fn send_unacked(&self, flusher: &mut Flusher<C>) -> Result<(), CtrError> {
-        while let Some(sum) = flusher.unacked.pop_front() {
-            if let Err(e) = self.send(flusher, &sum) {
+        while let Some(mut sum) = flusher.unacked.pop_front() {
+            if let Err(e) = self.send(flusher, &mut sum) {
                 flusher.unacked.push_front(sum);
                 return Err(e);
             }
@@ -354,7 +370,7 @@ impl<C: Connector> Shared<C> {
 
     /// Ok once the server has decided on the sum (applied, refused by a floor, or rejected
     /// with one of the module's errors); the last error when it stays out of reach.
-    fn send(&self, flusher: &mut Flusher<C>, sum: &Sum) -> Result<(), CtrError> {
+    fn send(&self, flusher: &mut Flusher<C>, sum: &mut Sum) -> Result<(), CtrError> {
         let mut retries = 0;
         loop {
             flusher.stats.commands += 1;
@@ -381,15 +397,25 @@ impl<C: Connector> Shared<C> {
 }
 
 impl<C: Connector> Flusher<C> {
-    fn send_once(&mut self, sum: &Sum, timeout: Duration) -> Result<Option<i64>, CtrError> {
+    fn send_once(&mut self, sum: &mut Sum, timeout: Duration) -> Result<Option<i64>, CtrError> {
         let connection = match self.connection.take() {
             Some(connection) => connection,
             None => self.connector.connect(timeout)?,
         };
         let connection = self.connection.insert(connection);
+        let target = match (&sum.target, &self.router) {
+            (Some(target), _) => target,
+            (None, None) => &sum.key,
+            (None, Some(router)) => {
+                let holders = router.holders(connection, &sum.key)?;
+                let token = sum.options.token.as_deref().unwrap_or_default();
+                sum.target
+                    .insert(holder_for_token(&holders, token).to_vec())
+            }
+        };
         run(
             connection,
-            calls::add_with(sum.key.as_slice(), sum.delta, &sum.options),
+            calls::add_with(target.as_slice(), sum.delta, &sum.options),
         )
     }
 }

@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cluster::Cluster;
 use common::Server;
+use redis_ctr_client::spread::holder_for_token;
 use redis_ctr_client::{
     AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
-    ModuleError, PncInfo, Reconciled, Source, WriterConfig, WriterError,
+    ModuleError, PncInfo, Reconciled, Source, SpreadRouter, WriterConfig, WriterError,
 };
 
 const BUCKET_MS: i64 = 100;
@@ -303,6 +304,137 @@ fn cluster_sync_async_and_writer() {
         assert_eq!(direct.ctr_get(key).unwrap(), 100, "{key}");
     }
     assert_eq!(stats.adds, 3000);
+
+    // A spread counter: holders on every master, written over all of them, the total exact.
+    let holders = check_spread_writes(&mut con, "hot");
+    let masters: std::collections::HashSet<usize> = holders
+        .iter()
+        .map(|h| cluster.owner(common::cluster::key_slot(h.as_bytes())))
+        .collect();
+    assert_eq!(masters.len(), 3);
+}
+
+fn holder_values<C: CtrCommands>(con: &mut C, key: &str) -> Vec<i64> {
+    let info = con.ctr_info(key).unwrap().unwrap();
+    info.holder_values.unwrap()
+}
+
+/// On a fresh key: spread to 4; untokened adds reach every holder; tokened adds, each sent
+/// twice by two routers (a retry, another process), go to the token's holder and count once;
+/// the total read on the home key is exact. The holders' names.
+fn check_spread_writes<C: CtrCommands>(con: &mut C, key: &str) -> Vec<String> {
+    let router = SpreadRouter::default();
+    let holders = router.spread(con, key, 4).unwrap();
+    for _ in 0..200 {
+        router.add(con, key, 1, &AddOptions::new()).unwrap();
+    }
+    assert!(holder_values(con, key).iter().all(|&v| v > 0));
+    let tokens: Vec<String> = (0..40).map(|i| format!("order-{i}")).collect();
+    for token in &tokens {
+        let options = AddOptions::new().token(token);
+        let first = router.add(con, key, 10, &options).unwrap();
+        assert_eq!(router.add(con, key, 10, &options).unwrap(), first);
+        let other = SpreadRouter::default();
+        assert_eq!(other.add(con, key, 10, &options).unwrap(), first);
+    }
+    assert_eq!(con.ctr_get(key).unwrap(), 200 + 400);
+    let names: Vec<Vec<u8>> = holders.iter().map(|h| h.clone().into_bytes()).collect();
+    for holder in &holders {
+        let expected = tokens
+            .iter()
+            .filter(|t| holder_for_token(&names, t.as_bytes()) == holder.as_bytes())
+            .count() as i64;
+        let info = con.ctr_info(holder).unwrap();
+        assert_eq!(info.map_or(0, |i| i.tokens), expected, "{holder}");
+    }
+    holders
+}
+
+#[test]
+fn spread_counters_reconcile_start_and_their_errors() {
+    let server = Server::start_with(&[], &["bucket-ms", &BUCKET_MS.to_string()]);
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let holders = check_spread_writes(&mut con, "views");
+    let c = &mut con;
+    assert_eq!(c.ctr_spread("views", 4).unwrap(), holders);
+    assert_eq!(
+        module_error(c.ctr_spread("views", 2)),
+        ModuleError::CannotShrink
+    );
+    assert_eq!(
+        module_error(c.ctr_spread("views", 0)),
+        ModuleError::SpreadRefused
+    );
+    c.ctr_floor("floored", Some(0)).unwrap();
+    assert_eq!(
+        module_error(c.ctr_spread("floored", 2)),
+        ModuleError::FlooredSpread
+    );
+    let earliest = c.ctr_reconcile_start("started").unwrap();
+    assert_eq!(earliest % BUCKET_MS, 0);
+    assert!(earliest >= now_ms() - BUCKET_MS);
+
+    // A spread learned within the refresh bound; a token sent before it keeps its holder.
+    let router = SpreadRouter::new(Duration::from_millis(100));
+    let token = AddOptions::new().token("before");
+    router.add(c, "late", 1, &token).unwrap();
+    c.ctr_spread("late", 3).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    for _ in 0..61 {
+        router.add(c, "late", 1, &AddOptions::new()).unwrap();
+    }
+    assert!(holder_values(c, "late")[1..].iter().all(|&v| v > 0));
+    router.add(c, "late", 1, &token).unwrap();
+    assert_eq!(c.ctr_get("late").unwrap(), 62);
+
+    block_on(async {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let router = SpreadRouter::default();
+        for _ in 0..90 {
+            router
+                .add_async(&mut con, "views", 1, &AddOptions::new())
+                .await
+                .unwrap();
+        }
+        assert_eq!(con.ctr_get("views").await.unwrap(), 690);
+        assert_eq!(con.ctr_reconcile_start("started").await.unwrap(), earliest);
+    });
+
+    // An auto-spread: a router writing the key learns the holders within its refresh bound and
+    // writes every one of them; the total keeps every add.
+    for (name, value) in [("ctr.spread-threshold", "200"), ("ctr.spread-holders", "4")] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .exec(c)
+            .unwrap();
+    }
+    let router = SpreadRouter::new(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    while c
+        .ctr_info("auto")
+        .unwrap()
+        .and_then(|i| i.holder_values)
+        .is_none_or(|v| v.contains(&0))
+    {
+        assert!(started.elapsed() < Duration::from_secs(20), "never spread");
+        for _ in 0..100 {
+            router.add(c, "auto", 1, &AddOptions::new()).unwrap();
+        }
+        sent += 100;
+    }
+    assert_eq!(router.holders(c, b"auto").unwrap().len(), 4);
+    assert_eq!(c.ctr_get("auto").unwrap(), sent);
+
+    redis::cmd("SET")
+        .arg(&holders[3])
+        .arg("not a counter")
+        .exec(c)
+        .unwrap();
+    assert_eq!(module_error(c.ctr_get("views")), ModuleError::HolderError);
 }
 
 /// A proxy that forwards to `upstream` and, for the first `drops` requests containing
@@ -385,6 +517,8 @@ fn ctr_stat(server: &Server, field: &str) -> i64 {
 #[test]
 fn writer_counts_each_sum_once_when_replies_are_lost() {
     let server = Server::start();
+    let mut direct = redis::Client::open(url(server.port, false)).unwrap();
+    direct.ctr_spread("hot", 4).unwrap();
     let proxy = ReplyDroppingProxy::start(server.port, b"CTR.ADD", 3);
     let config = WriterConfig {
         flush_every: 100,
@@ -393,14 +527,22 @@ fn writer_counts_each_sum_once_when_replies_are_lost() {
     };
     let writer =
         CoalescingWriter::new(redis::Client::open(url(proxy.port, false)).unwrap(), config);
-    for _ in 0..1000 {
+    for n in 0..1000 {
         writer.add("lost", 1).unwrap();
+        writer.add("hot", 1).unwrap();
+        if n % 10 == 9 {
+            writer.flush().unwrap(); // 100 sums of "hot", whatever the flush thread's pace
+        }
     }
     writer.flush().unwrap();
     let stats = writer.stats();
     writer.close().unwrap();
     let mut con = server.conn();
     assert_eq!(con.q("CTR.GET lost"), common::Value::Int(1000));
+    // The spread counter's sums (100, on their tokens' holders): every holder got some, and
+    // the total counts each once.
+    assert_eq!(direct.ctr_get("hot").unwrap(), 1000);
+    assert!(holder_values(&mut direct, "hot").iter().all(|&v| v > 0));
     assert_eq!(proxy.dropped.load(Ordering::SeqCst), 3);
     assert_eq!(stats.retries, 3);
     assert_eq!(ctr_stat(&server, "ctr_duplicates_ignored"), 3);

@@ -7,7 +7,7 @@
 //! Usage: `REDIS_PORT=6379 [REDIS_CLUSTER_PORT=7000] cargo run --release`
 
 use redis_ctr_client::{
-    AddOptions, CoalescingWriter, CtrCommands, CtrError, ModuleError, WriterConfig,
+    AddOptions, CoalescingWriter, CtrCommands, CtrError, ModuleError, SpreadRouter, WriterConfig,
 };
 
 fn env_port(name: &str) -> Option<u16> {
@@ -83,6 +83,52 @@ fn cluster(port: u16) -> Result<(), Box<dyn std::error::Error>> {
     };
     assert_eq!(refusal, "CROSSSLOT");
     println!("cluster: 100 counters summed to {sum} | MGET {pair:?} | across slots: {refusal}");
+    spread_counter(&client)
+}
+
+/// A hot counter spread over holders on every master, written from 4 threads (each as a
+/// separate process would: its own connection and router) with `add`, read with `ctr_get`.
+fn spread_counter(
+    client: &redis::cluster::ClusterClient,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut con = client.get_connection()?;
+    let old = con.ctr_info("rs:site:views")?.and_then(|info| info.holders);
+    for holder in old.unwrap_or_default().iter().rev() {
+        redis::cmd("DEL").arg(holder).exec(&mut con)?; // a fresh start when run again
+    }
+    redis::cmd("DEL").arg("rs:site:views").exec(&mut con)?;
+    let holders = SpreadRouter::default().spread(&mut con, "rs:site:views", 6)?;
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..4)
+            .map(|writer| {
+                scope.spawn(move || -> Result<(), CtrError> {
+                    let mut con = client.get_connection()?;
+                    let router = SpreadRouter::default();
+                    for _ in 0..250 {
+                        router.add(&mut con, "rs:site:views", 1, &AddOptions::new())?;
+                    }
+                    // A tokened add goes to the token's holder; its retry reaches the same one.
+                    let batch = AddOptions::new().token(format!("batch-{writer}"));
+                    for _ in 0..2 {
+                        router.add(&mut con, "rs:site:views", 100, &batch)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("writer thread"))
+    })?;
+    let total = con.ctr_get("rs:site:views")?;
+    assert_eq!(total, 4 * 250 + 4 * 100);
+    let info = con.ctr_info("rs:site:views")?.ok_or("no counter")?;
+    let per_holder = info.holder_values.unwrap_or_default();
+    assert!(per_holder.iter().all(|&v| v > 0));
+    println!(
+        "cluster: spread counter over {} holders, written by 4 threads: {total} (per holder {per_holder:?})",
+        holders.len()
+    );
     Ok(())
 }
 

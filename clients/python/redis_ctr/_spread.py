@@ -1,0 +1,122 @@
+"""Spread-aware writes, the part without I/O: which holder an add goes to.
+
+A spread counter's holders (``CTR.INFO`` field ``holders``, the home key first) are cached per
+key for ``refresh_ms``; the first write to a key after that re-reads them, so a counter spread
+since (by ``CTR.SPREAD`` or an auto-spread) is written over its holders at most ``refresh_ms``
+after its first write past the spread. Until then its adds go where they went before (the home
+key, or the holders known), which is always right.
+
+- An untokened add goes to a holder picked at random.
+- A tokened add goes to ``holders[crc16(token) % len(holders)]`` (CRC16/XMODEM of the token's
+  bytes, the hash Redis Cluster hashes keys with), the documented token rule; the Rust library
+  picks the same holder for the same token and holder list. The holder a token was first sent
+  to is remembered (the last ``max_tokens`` tokens), so a retry through the same client reaches
+  that holder even when the holder list grew in between.
+"""
+
+from __future__ import annotations
+
+import binascii
+import random
+import threading
+import time
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from ._calls import KeyT
+from .types import CounterInfo
+
+Holders = Tuple[KeyT, ...]
+
+
+def token_hash(token: KeyT) -> int:
+    """CRC16/XMODEM of the token's bytes (str tokens as UTF-8)."""
+    data = token.encode() if isinstance(token, str) else token
+    return binascii.crc_hqx(data, 0)
+
+
+def holder_for_token(holders: Sequence[KeyT], token: KeyT) -> KeyT:
+    """The documented token rule: ``holders[h(token) mod N]``."""
+    return holders[token_hash(token) % len(holders)]
+
+
+def holders_of(info: Optional[CounterInfo], key: KeyT) -> Holders:
+    """The holder names in a ``CTR.INFO`` reply; ``(key,)`` for a missing or unspread key."""
+    names = None if info is None else info.get("holders")
+    if not names or not _is_text(key):
+        # Replies are decoded as UTF-8 text: the holder names of a key that is not could not
+        # be spelled back, so its adds stay on the home key (always right).
+        return (key,)
+    # The home keeps the caller's own spelling (bytes or str); the others are the server's.
+    return (key, *names[1:])
+
+
+class HolderCache:
+    """Holder lists per key, each trusted for ``refresh_ms``; at most ``max_keys`` keys and
+    ``max_tokens`` remembered tokens (the oldest entries leave first). Thread-safe."""
+
+    def __init__(self, refresh_ms: int, max_keys: int = 10_000, max_tokens: int = 10_000) -> None:
+        if refresh_ms <= 0 or max_keys <= 0 or max_tokens <= 0:
+            raise ValueError("refresh_ms, max_keys and max_tokens must be positive")
+        self.refresh_ms = refresh_ms
+        self.max_keys = max_keys
+        self.max_tokens = max_tokens
+        self._lock = threading.Lock()
+        self._holders: Dict[KeyT, Tuple[float, Holders]] = {}
+        self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
+
+    def fresh(self, key: KeyT) -> Optional[Holders]:
+        """The cached holders of ``key`` when read less than ``refresh_ms`` ago, else None
+        (then the caller reads ``CTR.INFO`` and calls :meth:`learned`)."""
+        with self._lock:
+            entry = self._holders.get(key)
+        if entry is None or _now_ms() - entry[0] >= self.refresh_ms:
+            return None
+        return entry[1]
+
+    def learned(self, key: KeyT, info: Optional[CounterInfo], failed: bool = False) -> Holders:
+        """Stores what ``CTR.INFO key`` replied. When it ``failed`` (a gather that could not
+        finish, a wrong type), the holders known before are kept for another ``refresh_ms``
+        (the home key when none): the add itself reports a real error."""
+        with self._lock:
+            entry = self._holders.pop(key, None)
+            if failed:
+                holders: Holders = (key,) if entry is None else entry[1]
+            else:
+                holders = holders_of(info, key)
+            _bounded_put(self._holders, key, (_now_ms(), holders), self.max_keys)
+            return holders
+
+    def target(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> KeyT:
+        """The key an add goes to: a random holder, or the token's holder (the one it was
+        first sent to, when remembered)."""
+        if token is None:
+            return holders[0] if len(holders) == 1 else random.choice(holders)
+        with self._lock:
+            remembered = self._tokens.get((key, token))
+            if remembered is not None:
+                return remembered
+            # Remembered even for an unspread key: a retry after the key spreads must still
+            # reach the home key its first send went to.
+            chosen = holder_for_token(holders, token)
+            _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
+            return chosen
+
+
+def _is_text(key: KeyT) -> bool:
+    if isinstance(key, str):
+        return True
+    try:
+        key.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def _bounded_put(entries: Dict[Any, Any], key: Any, value: Any, cap: int) -> None:
+    while len(entries) >= cap:
+        del entries[next(iter(entries))]
+    entries[key] = value

@@ -1,0 +1,154 @@
+"""Spread counters from the library: adds over every holder, tokened adds on their holder and
+counted once, the writer's sums counted once under lost replies, a spread learned after the
+refresh bound, the exact total, the spread errors, ``CTR.RECONCILE key START``."""
+
+from __future__ import annotations
+
+import time
+import unittest
+from typing import Any, Dict, List
+
+import redis
+import redis.asyncio
+
+from redis_ctr import (
+    AsyncCoalescingWriter,
+    CannotShrink,
+    CoalescingWriter,
+    Ctr,
+    FlooredSpread,
+    HolderError,
+    SpreadRefused,
+)
+from redis_ctr._spread import holder_for_token, holders_of, token_hash
+from redis_ctr.asyncio import AsyncCtr
+
+from .proxy import ReplyDroppingProxy
+from .servers import BUCKET_MS, PORT, fresh, info_stat
+from .test_writer import client
+
+
+def holder_values(ctr: Ctr, key: str) -> List[int]:
+    info = ctr.info(key)
+    assert info is not None
+    return info["holder_values"]
+
+
+def tokens_per_holder(r: Any, holders: List[str]) -> Dict[str, int]:
+    """How many tokens each holder remembers (each holder is an ordinary counter)."""
+    plain = Ctr(r, spread_refresh_ms=None)
+    return {h: (plain.info(h) or {"tokens": 0})["tokens"] for h in holders}
+
+
+def check_spread_writes(test: unittest.TestCase, r: Any, key: str) -> None:
+    """Untokened adds reach every holder; tokened adds, each sent twice (by two clients), go
+    to the token's holder and count once; the total read on the home key is exact."""
+    ctr = Ctr(r)
+    holders = ctr.spread(key, 4)
+    test.assertEqual(len(holders), 4)
+    for _ in range(200):
+        ctr.add(key, 1)
+    test.assertTrue(all(v > 0 for v in holder_values(ctr, key)), holder_values(ctr, key))
+    tokens = [f"order-{i}" for i in range(40)]
+    for token in tokens:
+        first = ctr.add(key, 10, token=token)
+        self_retry = ctr.add(key, 10, token=token)
+        other_process = Ctr(r).add(key, 10, token=token)
+        test.assertEqual(first, self_retry)
+        test.assertEqual(first, other_process)
+    test.assertEqual(ctr.get(key), 200 + 400)
+    expected = {h: sum(1 for t in tokens if holder_for_token(holders, t) == h) for h in holders}
+    test.assertEqual(tokens_per_holder(r, holders), expected)
+
+
+class SpreadTest(unittest.TestCase):
+    def test_the_token_hash_is_crc16_xmodem_as_in_the_rust_library(self) -> None:
+        self.assertEqual(token_hash("123456789"), 0x31C3)
+        self.assertEqual(holder_for_token(["h", "a", "b"], b"123456789"), ["h", "a", "b"][0x31C3 % 3])
+        # A key that is not UTF-8 cannot be spelled back from decoded names: it stays home.
+        self.assertEqual(holders_of({"holders": ["\ufffd", "{ctr.1.0}\ufffd"]}, b"\xff"), (b"\xff",))
+
+    def test_adds_spread_and_tokens_stay_on_their_holder(self) -> None:
+        check_spread_writes(self, client(), fresh("spread"))
+
+    def test_a_spread_is_learned_within_the_refresh_bound(self) -> None:
+        key, r = fresh("learn"), client()
+        ctr = Ctr(r, spread_refresh_ms=100)
+        ctr.add(key, 1, token="before")  # unspread: to the home key, remembered there
+        holders = Ctr(r).spread(key, 3)  # another client spreads it
+        time.sleep(0.15)
+        for _ in range(61):
+            ctr.add(key, 1)
+        self.assertTrue(all(v > 0 for v in holder_values(ctr, key)[1:]))
+        self.assertEqual(ctr.holders(key), (key, *holders[1:]))
+        # A retry of the token sent before the spread goes where its first send went.
+        ctr.add(key, 1, token="before")
+        self.assertEqual(ctr.get(key), 62)
+
+    def test_writer_sums_on_a_spread_counter_count_once_under_lost_replies(self) -> None:
+        key, r = fresh("spread-writer"), client()
+        Ctr(r).spread(key, 4)
+        before = info_stat(r, "ctr_duplicates_ignored")
+        proxy = ReplyDroppingProxy(PORT, b"CTR.ADD", drops=3)
+        try:
+            with CoalescingWriter(client(proxy.port), flush_interval_ms=60_000) as writer:
+                for n in range(1000):
+                    writer.add(key)
+                    if n % 20 == 19:
+                        writer.flush()  # 50 sums, whatever the flush thread's pace
+        finally:
+            proxy.close()
+        self.assertEqual(Ctr(r).get(key), 1000)
+        self.assertEqual((proxy.dropped, writer.stats.retries), (3, 3))
+        self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 3)
+        # 50 sums, each on its token's holder: every holder got some.
+        self.assertTrue(all(v > 0 for v in holder_values(Ctr(r), key)))
+
+    def test_spread_errors_and_reconcile_start(self) -> None:
+        key, r = fresh("spread-errors"), client()
+        ctr = Ctr(r)
+        holders = ctr.spread(key, 3)
+        self.assertEqual(ctr.spread(key, 3), holders)
+        with self.assertRaises(CannotShrink):
+            ctr.spread(key, 2)
+        with self.assertRaises(SpreadRefused):
+            ctr.spread(key, 0)
+        floored = fresh("floored")
+        ctr.floor(floored, 0)
+        with self.assertRaises(FlooredSpread):
+            ctr.spread(floored, 2)
+        r.set(holders[2], "not a counter")
+        with self.assertRaises(HolderError):
+            ctr.get(key)
+        earliest = ctr.reconcile_start(fresh("start"))
+        self.assertEqual(earliest % BUCKET_MS, 0)
+        self.assertGreaterEqual(earliest, int(time.time() * 1000) - BUCKET_MS)
+
+
+class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
+    async def test_async_adds_spread_and_reconcile_start(self) -> None:
+        key = fresh("async-spread")
+        r = redis.asyncio.Redis(port=PORT, protocol=3)
+        ctr = AsyncCtr(r)
+        holders = await ctr.spread(key, 3)
+        for _ in range(90):
+            await ctr.add(key, 1)
+        first = await ctr.add(key, 5, token="t")
+        self.assertEqual(await AsyncCtr(r).add(key, 5, token="t"), first)
+        self.assertEqual(await ctr.get(key), 95)
+        info = await ctr.info(key)
+        assert info is not None
+        self.assertEqual(info["holders"], holders)
+        self.assertTrue(all(v > 0 for v in info["holder_values"]))
+        async with AsyncCoalescingWriter(r) as writer:
+            for n in range(200):
+                await writer.add(key)
+                if n % 20 == 19:
+                    await writer.flush()
+        self.assertEqual(await ctr.get(key), 295)
+        self.assertEqual((await ctr.reconcile_start(fresh("async-start"))) % BUCKET_MS, 0)
+        await r.aclose()
+
+
+if __name__ == "__main__":
+    unittest.main()

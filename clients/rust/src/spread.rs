@@ -1,0 +1,302 @@
+//! Spread-aware writes: [`SpreadRouter`] sends an add of a spread counter to one of its
+//! holders, learned from `CTR.INFO` (field `holders`, the home key first).
+//!
+//! - The holders of a key are trusted for [`SpreadRouter::refresh`] (default 1 s); the first
+//!   write after that reads `CTR.INFO` again, so a counter spread since (by `CTR.SPREAD` or an
+//!   auto-spread) is written over its holders at most that long after its first write past the
+//!   spread. Until then its adds go where they went before (the home key, or the holders
+//!   known), which is always right. A `CTR.INFO` that fails with a server error (a gather that
+//!   could not finish) keeps the holders known for another period.
+//! - An untokened add goes to a holder picked at random; a tokened add to
+//!   `holders[crc16(token) % holders.len()]` (CRC16/XMODEM of the token's bytes, the hash
+//!   Redis Cluster hashes keys with): the documented token rule, the same holder the Python
+//!   library picks. The holder a token was first sent to is remembered (the last
+//!   [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router reaches it even when the
+//!   holder list grew in between.
+//! - An add that sets a TTL (`EX`/`PX`) goes to the home key: a TTL set on a holder would
+//!   expire that holder alone.
+//! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::ConnectionLike;
+
+use crate::calls;
+use crate::commands::run;
+use crate::error::CtrError;
+use crate::types::{AddOptions, CounterInfo};
+
+/// A counter's holders, the home key first (just the home key when it is not spread).
+pub type Holders = Arc<[Vec<u8>]>;
+
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+pub fn token_hash(token: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in token {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The documented token rule: `holders[h(token) mod N]`.
+pub fn holder_for_token<'a>(holders: &'a [Vec<u8>], token: &[u8]) -> &'a [u8] {
+    &holders[usize::from(token_hash(token)) % holders.len()]
+}
+
+/// Entries in insertion order; the oldest leave first once `cap` are held.
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new(cap: usize) -> Bounded<K, V> {
+        Bounded {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if self.map.insert(key.clone(), value).is_some() {
+            return;
+        }
+        self.order.push_back(key);
+        while self.order.len() > self.cap {
+            if let Some(oldest) = self.order.pop_front() {
+                self.map.remove(&oldest);
+            }
+        }
+    }
+}
+
+struct Cache {
+    holders: Bounded<Vec<u8>, (Instant, Holders)>,
+    tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
+    picks: u64,
+}
+
+/// Routes the adds of spread counters to their holders (see the [module](self) docs). One
+/// router is shared by every thread of a process (it locks briefly, never across I/O).
+pub struct SpreadRouter {
+    refresh: Duration,
+    cache: Mutex<Cache>,
+    random: std::collections::hash_map::RandomState,
+}
+
+impl Default for SpreadRouter {
+    fn default() -> SpreadRouter {
+        SpreadRouter::new(SpreadRouter::DEFAULT_REFRESH)
+    }
+}
+
+impl SpreadRouter {
+    /// How long a key's holders are trusted by default.
+    pub const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
+    /// Keys whose holders are cached, at most.
+    pub const MAX_KEYS: usize = 10_000;
+    /// Tokens whose holder is remembered, at most.
+    pub const MAX_TOKENS: usize = 10_000;
+
+    /// A router that trusts a key's holders for `refresh`.
+    pub fn new(refresh: Duration) -> SpreadRouter {
+        SpreadRouter {
+            refresh,
+            cache: Mutex::new(Cache {
+                holders: Bounded::new(SpreadRouter::MAX_KEYS),
+                tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
+                picks: 0,
+            }),
+            random: Default::default(),
+        }
+    }
+
+    /// How long a key's holders are trusted.
+    pub fn refresh(&self) -> Duration {
+        self.refresh
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached holders of `key` when read less than `refresh` ago.
+    fn fresh(&self, key: &[u8]) -> Option<Holders> {
+        let cache = self.cache();
+        let (read, holders) = cache.holders.map.get(key)?;
+        (read.elapsed() < self.refresh).then(|| Arc::clone(holders))
+    }
+
+    /// Stores what `CTR.INFO key` replied; on a server error keeps the holders known before
+    /// (the home key when none) for another period. A connection error is returned.
+    fn learned(
+        &self,
+        key: &[u8],
+        info: Result<Option<CounterInfo>, CtrError>,
+    ) -> Result<Holders, CtrError> {
+        let mut cache = self.cache();
+        let holders = match info {
+            Ok(info) => holders_of(key, info.and_then(|i| i.holders)),
+            Err(e) if e.is_connection_error() => return Err(e),
+            Err(_) => match cache.holders.map.get(key) {
+                Some((_, known)) => Arc::clone(known),
+                None => holders_of(key, None),
+            },
+        };
+        cache
+            .holders
+            .insert(key.to_vec(), (Instant::now(), Arc::clone(&holders)));
+        Ok(holders)
+    }
+
+    /// Records the holders `CTR.SPREAD` replied.
+    pub(crate) fn spread_to(&self, key: &[u8], names: &[String]) {
+        let holders = holders_of(key, Some(names.to_vec()));
+        self.cache()
+            .holders
+            .insert(key.to_vec(), (Instant::now(), holders));
+    }
+
+    /// The key an add goes to: the token's holder (the one it was first sent to, when
+    /// remembered), or a holder picked at random.
+    fn target(&self, key: &[u8], holders: &[Vec<u8>], token: Option<&[u8]>) -> Vec<u8> {
+        let mut cache = self.cache();
+        let Some(token) = token else {
+            cache.picks += 1;
+            let mut h = self.random.build_hasher();
+            h.write_u64(cache.picks);
+            return holders[(h.finish() % holders.len() as u64) as usize].clone();
+        };
+        let remembered = (key.to_vec(), token.to_vec());
+        if let Some(target) = cache.tokens.map.get(&remembered) {
+            return target.clone();
+        }
+        // Remembered even for an unspread key: a retry after the key spreads must still reach
+        // the home key its first send went to.
+        let target = holder_for_token(holders, token).to_vec();
+        cache.tokens.insert(remembered, target.clone());
+        target
+    }
+
+    /// The holders the adds of `key` go to, from the cache or `CTR.INFO`.
+    pub fn holders<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<Holders, CtrError> {
+        match self.fresh(key) {
+            Some(holders) => Ok(holders),
+            None => self.learned(key, run(con, calls::info(key))),
+        }
+    }
+
+    /// `CTR.ADD` routed to a holder: the reply is that holder's value (read the total with
+    /// `ctr_get` on the home key).
+    pub fn add<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        delta: i64,
+        options: &AddOptions,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let target = match options.expire {
+            Some(_) => key.to_vec(),
+            None => {
+                let holders = self.holders(con, key)?;
+                self.target(key, &holders, options.token.as_deref())
+            }
+        };
+        run(con, calls::add_with(target.as_slice(), delta, options))
+    }
+
+    /// `CTR.SPREAD key holders`, and this router's adds of `key` go over them from now on.
+    pub fn spread<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        holders: u32,
+    ) -> Result<Vec<String>, CtrError> {
+        let names = run(con, calls::spread(key.as_ref(), holders))?;
+        self.spread_to(key.as_ref(), &names);
+        Ok(names)
+    }
+
+    /// The async twin of [`SpreadRouter::holders`].
+    #[cfg(feature = "aio")]
+    pub async fn holders_async<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Holders, CtrError> {
+        if let Some(holders) = self.fresh(key) {
+            return Ok(holders);
+        }
+        let info = crate::commands::run_async(con, calls::info(key)).await;
+        self.learned(key, info)
+    }
+
+    /// The async twin of [`SpreadRouter::add`].
+    #[cfg(feature = "aio")]
+    pub async fn add_async<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        delta: i64,
+        options: &AddOptions,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let target = match options.expire {
+            Some(_) => key.to_vec(),
+            None => {
+                let holders = self.holders_async(con, key).await?;
+                self.target(key, &holders, options.token.as_deref())
+            }
+        };
+        crate::commands::run_async(con, calls::add_with(target.as_slice(), delta, options)).await
+    }
+}
+
+/// The holders named by `CTR.INFO`, the home keeping the caller's spelling; `[key]` when none.
+fn holders_of(key: &[u8], names: Option<Vec<String>>) -> Holders {
+    let others = names.unwrap_or_default().into_iter().skip(1);
+    std::iter::once(key.to_vec())
+        .chain(others.map(String::into_bytes))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_hash_is_crc16_xmodem_like_python_binascii_crc_hqx() {
+        assert_eq!(token_hash(b"123456789"), 0x31c3);
+        assert_eq!(token_hash(b""), 0);
+    }
+
+    #[test]
+    fn a_token_keeps_its_first_holder_and_the_caches_are_bounded() {
+        let router = SpreadRouter::new(Duration::from_secs(60));
+        let home: Holders = holders_of(b"k", None);
+        assert_eq!(router.target(b"k", &home, Some(b"t")), b"k");
+        let spread = holders_of(b"k", Some(vec!["k".into(), "a".into(), "b".into()]));
+        assert_eq!(router.target(b"k", &spread, Some(b"t")), b"k");
+        let fresh_token = router.target(b"k", &spread, Some(b"u"));
+        assert_eq!(fresh_token, holder_for_token(&spread, b"u"));
+        let mut bounded = Bounded::new(2);
+        for i in 0..5 {
+            bounded.insert(i, i);
+        }
+        assert_eq!((bounded.map.len(), bounded.order.len()), (2, 2));
+        assert!(bounded.map.contains_key(&4) && !bounded.map.contains_key(&2));
+    }
+}
