@@ -83,7 +83,8 @@ bench_run() {
 # The dump callgrind_control just wrote (the newest numbered file).
 latest_dump() { ls -t "$tmp"/callgrind.out."$server_pid".* 2>/dev/null | head -n 1; }
 
-# Per function, self instructions per call (paths shortened), from a dump: "count<TAB>name<TAB>object".
+# Per function, self instructions per call (paths shortened), from a dump:
+# "count<TAB>name<TAB>object<TAB>whose code".
 self_costs() {
   callgrind_annotate --auto=no --inclusive=no --threshold=100 "$1" 2>/dev/null |
     awk -v n="$2" '
@@ -94,25 +95,18 @@ self_costs() {
         if (v == total) next
         obj = ""; if (match($0, /\[[^]]*\]$/)) obj = substr($0, RSTART + 1, RLENGTH - 2)
         name = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", name); sub(/ \[.*$/, "", name)
-        # file:function -> the function (for the module's code: the file its inlined code came
+        # Whose code: the module, Redis module API, the allocator, or the rest of the server.
+        if (name ~ /redis_ctr|redis_module/ || obj ~ /libredis_ctr/) cat = "module code"
+        else if (obj ~ /jemalloc/ || name ~ /:(zmalloc|zfree|zrealloc|ztrymalloc|zcalloc)/) cat = "allocator"
+        else if (name ~ /:(RM_|module|RedisModule)/) cat = "module API"
+        else cat = "server"
+        # file:function -> the function (for module code: the file its inlined code came
         # from, without directories, then the function without the crate name).
         if (name ~ /redis_ctr|redis_module/) { sub(/^[^:]*\//, "", name); gsub(/redis_ctr::/, "", name) }
         else sub(/^[^:]*:/, "", name)
         sub(/^.*\//, "", obj)
-        printf "%.1f\t%s\t%s\n", v / n, name, obj
+        printf "%.1f\t%s\t%s\t%s\n", v / n, name, obj, cat
       }'
-}
-
-# Where a function's self cost belongs: the module's own code, Redis's module API, the
-# allocator, or the rest of the server (and libc).
-category() {
-  awk -F'\t' '{
-    if ($2 ~ /redis_ctr|redis_module/ || $3 ~ /libredis_ctr/) c = "module code"
-    else if ($3 ~ /jemalloc/ || $2 ~ /^(zmalloc|zfree|zrealloc|ztrymalloc|zcalloc)/) c = "allocator"
-    else if ($2 ~ /^(RM_|module|RedisModule)/) c = "module API"
-    else c = "server"
-    print $1 "\t" c
-  }'
 }
 
 start_callgrind_server
@@ -131,9 +125,9 @@ for cmd in "${COMMANDS[@]}"; do
   self_costs "$dump" "$COUNT" >"$tmp/self$i"
   in_call=$(callgrind_annotate --auto=no --inclusive=yes --threshold=100 "$dump" 2>/dev/null |
     awk -v n="$COUNT" '$0 ~ /\?\?\?:call \[/ { v = $1; gsub(/,/, "", v); printf "%.0f", v / n }')
-  summary+=("$(category <"$tmp/self$i" | awk -F'\t' -v cmd="$cmd" -v call="${in_call:-?}" '
-    { t += $1; c[$2] += $1 }
-    END { printf "| `%s` | %.0f | %s | %.0f | %.0f | %.0f | %.0f |", cmd, t, call, c["module code"], c["module API"], c["allocator"], c["server"] }')")
+  summary+=("$(awk -F'\t' -v cmd="$cmd" -v call="${in_call:-?}" '
+    { t += $1; c[$4] += $1 }
+    END { printf "| `%s` | %.0f | %s | %.0f | %.0f | %.0f | %.0f |", cmd, t, call, c["module code"], c["module API"], c["allocator"], c["server"] }' "$tmp/self$i")")
 done
 stop_server
 
