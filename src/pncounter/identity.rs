@@ -176,7 +176,9 @@ mod tests {
     fn configured_id_is_used_from_the_first_write() {
         let mut i = started(Some("a"));
         assert_eq!(i.current(), None);
-        let home = i.local_home(|| unreachable!("no randomness needed")).clone();
+        let home = i
+            .local_home(|| unreachable!("no randomness needed"))
+            .clone();
         assert_eq!(
             home,
             Home {
