@@ -9,13 +9,16 @@
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
 use super::ctr_store::{
-    is_missing, open_for_write, read_value, update_counter, with_counter, Before, Write,
+    is_missing, open_for_write, open_for_write_as, read_value, update_counter, with_counter,
+    Before, Write,
 };
 use super::decide;
 use super::parse::integer;
-use crate::counter::{AddOp, ClearOp, Counter, CounterRef, WriteKind};
-use crate::ffi::{Args, CommandResult, Ctx, Reply};
+use crate::config::Settings;
+use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
+use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
 
 enum Added {
@@ -32,7 +35,21 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.add"));
     }
-    let key = open_for_write(ctx, args.raw(1))?;
+    let (key, content) = open_for_write_as(ctx, args.raw(1))?;
+    let mut inline_hot = None;
+    if args.len() == 3 {
+        match add_to_cold_counter(ctx, &key, content, args)? {
+            ColdAdd::Done(value) => {
+                drop(key);
+                ctx.replicate_verbatim();
+                ctx.key_changed(c"ctr.add", args.raw(1));
+                metrics::ADDS.incr_from_command();
+                return Ok(Reply::Integer(value));
+            }
+            ColdAdd::TurnedHot => inline_hot = Some(true),
+            ColdAdd::NotCold => {}
+        }
+    }
     let parsed = if args.len() == 3 {
         AddArgs {
             delta: integer(args.bytes(2))?,
@@ -46,7 +63,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         Some(ttl) => Some(ctx.precise_now_ms().checked_add(ttl).ok_or(BAD_EXPIRE)?),
         None => None,
     };
-    let w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    w.inline_hot = inline_hot;
     let added = update_counter(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
@@ -101,6 +119,67 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(Reply::Null)
         }
     }
+}
+
+/// What the cold add's fast path did.
+enum ColdAdd {
+    /// Added and stored; the key is still a cold counter. Replication (as sent: the add is
+    /// deterministic), the event and the count are the caller's, once the key is closed.
+    Done(i64),
+    /// The hot-key table says the counter turns hot now: the general path promotes it.
+    TurnedHot,
+    /// Not a cold counter, or the result needs a box: the general path runs (nothing changed).
+    NotCold,
+}
+
+/// `CTR.ADD key delta` on a cold counter (missing, or inline: one shard, no options) that stays
+/// one: the add on the tagged value itself, without building a `Counter`. What the general path
+/// would do, minus its generality: the hot-key table counts the add, the new value replaces the
+/// old one in the key, and a value that no longer fits inline goes to the general path.
+fn add_to_cold_counter(
+    ctx: Ctx,
+    key: &Key,
+    content: KeyContent,
+    args: &Args,
+) -> Result<ColdAdd, CommandError> {
+    let stored = match content {
+        KeyContent::Empty => None,
+        KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
+            Some(value) => Some((raw, value)),
+            None => return Ok(ColdAdd::NotCold),
+        },
+        KeyContent::Other => return Err(WRONG_TYPE),
+    };
+    let delta = integer(args.bytes(2))?;
+    let settings = Settings::current();
+    let hot =
+        decide::inline_counter_is_hot(args.bytes(1), ctx.now_ms(), settings.promote_threshold);
+    if hot && settings.max_shards >= 2 {
+        return Ok(ColdAdd::TurnedHot);
+    }
+    let value = stored
+        .map_or(0, |(_, value)| value)
+        .checked_add(delta)
+        .ok_or(CommandError::from(CounterError::Overflow))?;
+    let Some(cell) = CounterCell::inline(value) else {
+        return Ok(ColdAdd::NotCold);
+    };
+    match stored {
+        None => {
+            // An inline cell owns no memory: nothing to take back if the keyspace refuses it.
+            if !key.set_value(ctr_type(), cell.into_raw()) {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some((raw, _)) if raw != cell.as_raw() => {
+            // The old value is inline too: nothing to free.
+            if key.replace_value(ctr_type(), cell.into_raw()).is_none() {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some(_) => {}
+    }
+    Ok(ColdAdd::Done(value))
 }
 
 /// CTR.CLEAR key [TOKEN token]

@@ -71,10 +71,15 @@ pub struct Before {
 /// Opens `key` for a write, refusing a key of another type before anything else is checked
 /// (WRONGTYPE comes before any complaint about the arguments).
 pub fn open_for_write(ctx: Ctx, key: RawString) -> Result<Key, CommandError> {
+    open_for_write_as(ctx, key).map(|(k, _)| k)
+}
+
+/// [`open_for_write`], also handing back what the key holds (asked once).
+pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), CommandError> {
     let k = Key::open(ctx, key, true);
     match k.content(ctr_type()) {
         KeyContent::Other => Err(WRONG_TYPE),
-        _ => Ok(k),
+        content => Ok((k, content)),
     }
 }
 
@@ -221,6 +226,9 @@ pub struct Write<'a> {
     pub event: i64,
     pub settings: Settings,
     pub token: Option<TokenStamp>,
+    /// The hot-key table's verdict on this inline counter when it was already asked (by the
+    /// cold add's fast path: asking twice would count the add twice and lose the verdict).
+    pub inline_hot: Option<bool>,
 }
 
 impl<'a> Write<'a> {
@@ -257,6 +265,7 @@ impl<'a> Write<'a> {
             event,
             settings,
             token,
+            inline_hot: None,
         })
     }
 
@@ -285,7 +294,9 @@ impl<'a> Write<'a> {
     pub fn shards(&self, c: &mut Counter, before: Before) -> usize {
         let s = &self.settings;
         let advised = if before.inline {
-            let hot = decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold);
+            let hot = self.inline_hot.unwrap_or_else(|| {
+                decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold)
+            });
             if hot && s.max_shards >= 2 {
                 2
             } else {
