@@ -51,24 +51,28 @@ done
 
 # The server under valgrind: lib.sh's start_server, with valgrind in front of redis-server.
 start_callgrind_server() {
-  local _ pid_seen
-  port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-  port_busy "$port" && die "port $port is busy, run again"
-  # shellcheck disable=SC2086
-  valgrind --tool=callgrind --toggle-collect=processCommand --dump-instr=no \
-    --callgrind-out-file="$tmp/callgrind.out.%p" \
-    "$(command -v redis-server)" --port "$port" --bind 127.0.0.1 --protected-mode yes \
-    --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-    --loadmodule "$MODULE" $MODULE_ARGS >"$tmp/valgrind.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 600); do
-    kill -0 "$server_pid" 2>/dev/null || break
-    pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
-    [ "$pid_seen" = "$server_pid" ] && return 0
-    sleep 0.1
+  local attempt _ pid_seen
+  for attempt in $(seq 10); do
+    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    port_busy "$port" && continue
+    # shellcheck disable=SC2086
+    valgrind --tool=callgrind --toggle-collect=processCommand --dump-instr=no \
+      --callgrind-out-file="$tmp/callgrind.out.%p" \
+      "$(command -v redis-server)" --port "$port" --bind 127.0.0.1 --protected-mode yes \
+      --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
+      --loadmodule "$MODULE" $MODULE_ARGS >"$tmp/valgrind.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 600); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      # Only talk to the server once it is certainly ours (another one may hold the port).
+      pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
+      [ "$pid_seen" = "$server_pid" ] && return 0
+      sleep 0.1
+    done
+    log "callgrind: redis-server did not start on port $port (attempt $attempt)"
+    stop_server
   done
-  cat "$tmp/valgrind.log" >&2 || true
-  die "redis-server did not start under valgrind"
+  die "could not start redis-server under valgrind"
 }
 
 bench_run() {

@@ -9,8 +9,8 @@
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
 use super::ctr_store::{
-    is_missing, open_for_write, open_for_write_as, read_value, update_counter, with_counter,
-    Before, Write,
+    inline_advice, is_missing, open_for_write, open_for_write_as, read_value, update_counter,
+    with_counter, Before, Write,
 };
 use super::decide;
 use super::parse::integer;
@@ -36,18 +36,18 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(super::wrong_arity("ctr.add"));
     }
     let (key, content) = open_for_write_as(ctx, args.raw(1))?;
-    let mut inline_hot = None;
+    let mut advised_shards = None;
     if args.len() == 3 {
-        match add_to_cold_counter(ctx, &key, content, args)? {
-            ColdAdd::Done(value) => {
+        match add_fast(ctx, &key, content, args)? {
+            FastAdd::Done(value) => {
                 drop(key);
                 ctx.replicate_verbatim();
                 ctx.key_changed(c"ctr.add", args.raw(1));
                 metrics::ADDS.incr_from_command();
                 return Ok(Reply::Integer(value));
             }
-            ColdAdd::TurnedHot => inline_hot = Some(true),
-            ColdAdd::NotCold => {}
+            FastAdd::Resize(shards) => advised_shards = Some(shards),
+            FastAdd::General => {}
         }
     }
     let parsed = if args.len() == 3 {
@@ -64,7 +64,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         None => None,
     };
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
-    w.inline_hot = inline_hot;
+    w.advised_shards = advised_shards;
     let added = update_counter(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
@@ -121,48 +121,56 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
 }
 
-/// What the cold add's fast path did.
-enum ColdAdd {
-    /// Added and stored; the key is still a cold counter. Replication (as sent: the add is
-    /// deterministic), the event and the count are the caller's, once the key is closed.
+/// What the bare add's fast path did.
+enum FastAdd {
+    /// Added and stored, with no change of shape (no resize, no move between inline and boxed).
+    /// Replication (as sent: the add is deterministic), the event and the count are the
+    /// caller's, once the key is closed.
     Done(i64),
-    /// The hot-key table says the counter turns hot now: the general path promotes it.
-    TurnedHot,
-    /// Not a cold counter, or the result needs a box: the general path runs (nothing changed).
-    NotCold,
+    /// The write rate asks for this shard count: the general path resizes (nothing changed).
+    Resize(usize),
+    /// Not a counter the fast path handles, or the result needs another representation: the
+    /// general path runs (nothing changed).
+    General,
 }
 
-/// `CTR.ADD key delta` on a cold counter (missing, or inline: one shard, no options) that stays
-/// one: the add on the tagged value itself, without building a `Counter`. What the general path
-/// would do, minus its generality: the hot-key table counts the add, the new value replaces the
-/// old one in the key, and a value that no longer fits inline goes to the general path.
-fn add_to_cold_counter(
+/// `CTR.ADD key delta` on a counter that is nothing but its value: a cold one (missing, or
+/// inline), or a hot one (sub-shards, no floor, tokens, ledger or buckets). What the general
+/// path does, minus its generality: the rate counts the write, then the add, in place (on the
+/// tagged value of a cold counter, or on the next shard of a hot one); any change of shape
+/// goes to the general path.
+fn add_fast(
     ctx: Ctx,
     key: &Key,
     content: KeyContent,
     args: &Args,
-) -> Result<ColdAdd, CommandError> {
+) -> Result<FastAdd, CommandError> {
     let stored = match content {
         KeyContent::Empty => None,
         KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
             Some(value) => Some((raw, value)),
-            None => return Ok(ColdAdd::NotCold),
+            // SAFETY: the key is open for writing and holds a live counter we access alone.
+            None => return add_to_shards(ctx, unsafe { CounterCell::boxed_mut(raw) }, args),
         },
         KeyContent::Other => return Err(WRONG_TYPE),
     };
     let delta = integer(args.bytes(2))?;
-    let settings = Settings::current();
-    let hot =
-        decide::inline_counter_is_hot(args.bytes(1), ctx.now_ms(), settings.promote_threshold);
-    if hot && settings.max_shards >= 2 {
-        return Ok(ColdAdd::TurnedHot);
+    let s = Settings::current();
+    let shards = inline_advice(
+        args.bytes(1),
+        ctx.now_ms(),
+        s.promote_threshold,
+        s.max_shards,
+    );
+    if shards != 1 {
+        return Ok(FastAdd::Resize(shards));
     }
     let value = stored
         .map_or(0, |(_, value)| value)
         .checked_add(delta)
         .ok_or(CommandError::from(CounterError::Overflow))?;
     let Some(cell) = CounterCell::inline(value) else {
-        return Ok(ColdAdd::NotCold);
+        return Ok(FastAdd::General);
     };
     match stored {
         None => {
@@ -179,7 +187,36 @@ fn add_to_cold_counter(
         }
         Some(_) => {}
     }
-    Ok(ColdAdd::Done(value))
+    Ok(FastAdd::Done(value))
+}
+
+/// The fast path on a boxed counter: only one that holds sub-shards and nothing else.
+fn add_to_shards(ctx: Ctx, c: &mut Counter, args: &Args) -> Result<FastAdd, CommandError> {
+    if !c.holds_only_shards() {
+        return Ok(FastAdd::General);
+    }
+    let delta = integer(args.bytes(2))?;
+    let s = Settings::current();
+    let now = ctx.now_ms();
+    let shards = c.shard_count();
+    let advised = c.advise_shards(now, s.promote_threshold, s.max_shards);
+    // A replayed command decides nothing: it keeps the count it finds.
+    if advised != shards && !ctx.is_replaying() {
+        return Ok(FastAdd::Resize(advised));
+    }
+    let op = AddOp {
+        now,
+        event: now,
+        delta,
+        shard: c.next_shard(shards),
+        shards,
+        token: None,
+    };
+    // Without a floor an add is never refused; it still may overflow.
+    match c.apply_add(&op)? {
+        Some(value) => Ok(FastAdd::Done(value)),
+        None => Err(CommandError::from(CounterError::BelowFloor)),
+    }
 }
 
 /// CTR.CLEAR key [TOKEN token]

@@ -215,6 +215,16 @@ fn keep_expiring_with_entries(key: &Key, until_before: Option<i64>, after: Count
     }
 }
 
+/// The shard count an inline counter should have after this write: 2 when the hot-key table
+/// says it turned hot (and sub-shards are allowed), else 1.
+pub fn inline_advice(key: &[u8], now: i64, threshold: i64, max_shards: usize) -> usize {
+    if decide::inline_counter_is_hot(key, now, threshold) && max_shards >= 2 {
+        2
+    } else {
+        1
+    }
+}
+
 /// One write command as the master runs it: its time, configs and token stamp, and the
 /// decisions it makes. A command replayed from our master or the AOF decides nothing.
 pub struct Write<'a> {
@@ -226,9 +236,9 @@ pub struct Write<'a> {
     pub event: i64,
     pub settings: Settings,
     pub token: Option<TokenStamp>,
-    /// The hot-key table's verdict on this inline counter when it was already asked (by the
-    /// cold add's fast path: asking twice would count the add twice and lose the verdict).
-    pub inline_hot: Option<bool>,
+    /// The shard count the write rate advised, when the add's fast path already asked (asking
+    /// twice would count the write twice and lose the advice).
+    pub advised_shards: Option<usize>,
 }
 
 impl<'a> Write<'a> {
@@ -265,7 +275,7 @@ impl<'a> Write<'a> {
             event,
             settings,
             token,
-            inline_hot: None,
+            advised_shards: None,
         })
     }
 
@@ -293,17 +303,12 @@ impl<'a> Write<'a> {
     /// from our master or the AOF decides nothing: it keeps the count it finds.
     pub fn shards(&self, c: &mut Counter, before: Before) -> usize {
         let s = &self.settings;
-        let advised = if before.inline {
-            let hot = self.inline_hot.unwrap_or_else(|| {
-                decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold)
-            });
-            if hot && s.max_shards >= 2 {
-                2
-            } else {
-                1
+        let advised = match self.advised_shards {
+            Some(advised) => advised,
+            None if before.inline => {
+                inline_advice(self.key_bytes, self.now, s.promote_threshold, s.max_shards)
             }
-        } else {
-            c.advise_shards(self.now, s.promote_threshold, s.max_shards)
+            None => c.advise_shards(self.now, s.promote_threshold, s.max_shards),
         };
         if advised != before.shards && self.ctx.is_replaying() {
             return before.shards;

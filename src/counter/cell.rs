@@ -118,6 +118,17 @@ impl CounterCell {
         is_inline(raw).then_some((raw as usize as i64) >> 1)
     }
 
+    /// The boxed counter stored at `raw`, for a change that keeps it boxed.
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw`, hold a boxed counter (not inline), and be exclusively
+    /// accessible for `'a`.
+    pub unsafe fn boxed_mut<'a>(raw: *mut c_void) -> &'a mut Counter {
+        debug_assert!(!is_inline(raw));
+        // SAFETY: per the caller's contract.
+        unsafe { &mut *raw.cast::<Counter>() }
+    }
+
     /// The stored form, still owned by this cell.
     pub fn as_raw(&self) -> *mut c_void {
         self.raw
