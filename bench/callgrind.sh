@@ -91,7 +91,7 @@ latest_dump() { ls -t "$tmp"/callgrind.out."$server_pid".* 2>/dev/null | head -n
 # "count<TAB>name<TAB>object<TAB>whose code".
 self_costs() {
   callgrind_annotate --auto=no --inclusive=no --threshold=100 "$1" 2>/dev/null |
-    awk -v n="$2" '
+    awk -v n="$2" -v module="$(basename "$MODULE")" '
       /PROGRAM TOTALS/ { v = $1; gsub(/,/, "", v); total = v; next }
       /^ *[0-9,]+ +\(/ {
         v = $1; gsub(/,/, "", v)
@@ -100,7 +100,7 @@ self_costs() {
         obj = ""; if (match($0, /\[[^]]*\]$/)) obj = substr($0, RSTART + 1, RLENGTH - 2)
         name = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", name); sub(/ \[.*$/, "", name)
         # Whose code: the module, Redis module API, the allocator, or the rest of the server.
-        if (name ~ /redis_ctr|redis_module/ || obj ~ /libredis_ctr/) cat = "module code"
+        if (name ~ /redis_ctr|redis_module/ || obj == module || obj ~ ("/" module "$")) cat = "module code"
         else if (obj ~ /jemalloc/ || name ~ /:(zmalloc|zfree|zrealloc|ztrymalloc|zcalloc)/) cat = "allocator"
         else if (name ~ /:(RM_|module|RedisModule)/) cat = "module API"
         else cat = "server"
