@@ -204,19 +204,7 @@ fn add_to_shards(ctx: Ctx, c: &mut Counter, args: &Args) -> Result<FastAdd, Comm
     if advised != shards && !ctx.is_replaying() {
         return Ok(FastAdd::Resize(advised));
     }
-    let op = AddOp {
-        now,
-        event: now,
-        delta,
-        shard: c.next_shard(shards),
-        shards,
-        token: None,
-    };
-    // Without a floor an add is never refused; it still may overflow.
-    match c.apply_add(&op)? {
-        Some(value) => Ok(FastAdd::Done(value)),
-        None => Err(CommandError::from(CounterError::BelowFloor)),
-    }
+    Ok(FastAdd::Done(c.add_to_shard(c.next_shard(shards), delta)?))
 }
 
 /// CTR.CLEAR key [TOKEN token]
