@@ -1,26 +1,22 @@
 #!/usr/bin/env bash
 # PN-Counter benchmarks (results are recorded in docs/PNC.md, "Benchmark"):
-#   1. PNC.ADD vs INCRBY: redis-benchmark -P 16 -c 50, REPS interleaved repetitions, median
-#      ops/s, plus usec_per_call from INFO commandstats over all repetitions;
-#   2. PNC.MERGE ops/s and blob size for states of 3, 16 and 64 replica ids, merging into keys
+#   1. PNC.MERGE ops/s and blob size for states of 3, 16 and 64 replica ids, merging into keys
 #      that already hold the state (a periodic sync's steady state) and into fresh keys;
-#   3. memory per key (used_memory delta over KEYS keys) for PN-counters with 1 and 3 replica
+#   2. memory per key (used_memory delta over KEYS keys) for PN-counters with 1 and 3 replica
 #      ids, next to INCRBY strings and CTR counters.
+# PNC.ADD against INCRBY and CTR.ADD is a group of bench/run.sh (`pnc hot P16`, `pnc rand P16`).
 #
 # Usage (from the repository root, after `cargo build --release`):
 #   bash bench/pnc.sh
-# Environment: CTR_MODULE (module path), PORT (default: a free one), REQUESTS (default
-# 1000000 per ADD/INCRBY run), MERGE_REQUESTS (default 300000), FRESH_REQUESTS (default
-# 50000), REPS (default 3), KEYS (default 100000).
+# Environment: CTR_MODULE (module path), PORT (default: a free one), MERGE_REQUESTS (default
+# 300000), FRESH_REQUESTS (default 50000), KEYS (default 100000).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
 
 MODULE=${CTR_MODULE:-$PWD/target/release/libredis_ctr.so}
-REQUESTS=${REQUESTS:-1000000}
 MERGE_REQUESTS=${MERGE_REQUESTS:-300000}
 FRESH_REQUESTS=${FRESH_REQUESTS:-50000}
-REPS=${REPS:-3}
 KEYS=${KEYS:-100000}
 [ -f "$MODULE" ] || { echo "module not found at $MODULE (run cargo build --release)" >&2; exit 1; }
 
@@ -46,7 +42,6 @@ ops() {
   redis-benchmark -p "$PORT" -n "$n" -c 50 -P 16 -r 100000 --csv "$@" |
     awk -F'"' 'NR == 2 { printf "%d\n", $4 }'
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 usec_per_call() {
   cli info commandstats | tr -d '\r' |
     awk -F'[:,=]' -v c="cmdstat_$1" '$1 == c { for (i = 2; i < NF; i++) if ($i == "usec_per_call") print $(i + 1) }'
@@ -54,22 +49,6 @@ usec_per_call() {
 
 echo "# redis-ctr PN-Counter benchmark"
 echo "server: $("${REDIS_SERVER:-redis-server}" --version | cut -d' ' -f1-3), $(nproc) cores, client and server on one host"
-echo
-
-echo "## PNC.ADD vs INCRBY (-n $REQUESTS -c 50 -P 16 -r 100000, $REPS interleaved runs)"
-cli flushall >/dev/null
-cli config resetstat >/dev/null
-pnc_runs=() incr_runs=()
-for rep in $(seq "$REPS"); do
-  pnc_runs+=("$(ops "$REQUESTS" PNC.ADD pnc:__rand_int__ 1)")
-  incr_runs+=("$(ops "$REQUESTS" INCRBY str:__rand_int__ 1)")
-  echo "run $rep: PNC.ADD ${pnc_runs[-1]} ops/s, INCRBY ${incr_runs[-1]} ops/s"
-done
-pnc_median=$(printf '%s\n' "${pnc_runs[@]}" | median)
-incr_median=$(printf '%s\n' "${incr_runs[@]}" | median)
-echo "median: PNC.ADD $pnc_median ops/s, INCRBY $incr_median ops/s" \
-  "($(awk -v a="$pnc_median" -v b="$incr_median" 'BEGIN { printf "%.0f", 100 * a / b }')% of INCRBY)"
-echo "usec_per_call: PNC.ADD $(usec_per_call pnc.add), INCRBY $(usec_per_call incrby)"
 echo
 
 # A state blob of N replica ids "replica-000".. with P in 100..199 and N = 50: every varint is

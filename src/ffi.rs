@@ -225,9 +225,7 @@ impl Ctx {
         // SAFETY: ctx is the live context of the running command.
         unsafe {
             match reply {
-                Reply::Integer(v) => {
-                    rm!(RedisModule_ReplyWithLongLong)(ctx, *v);
-                }
+                Reply::Integer(v) => self.reply_integer(*v),
                 Reply::Null => {
                     rm!(RedisModule_ReplyWithNull)(ctx);
                 }
@@ -255,6 +253,13 @@ impl Ctx {
                     }
                 }
             }
+        }
+    }
+
+    pub fn reply_integer(&self, v: i64) {
+        // SAFETY: ctx is the live context of the running command.
+        unsafe {
+            rm!(RedisModule_ReplyWithLongLong)(self.ptr, v);
         }
     }
 
@@ -403,6 +408,7 @@ impl Ctx {
 }
 
 /// What an opened key holds, for a given module type.
+#[derive(Clone, Copy)]
 pub enum KeyContent {
     Empty,
     /// A value of the requested module type (its raw value pointer).

@@ -497,7 +497,18 @@ fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
     c.q("CTR.ADD old 10");
     assert_eq!(c.q("CTR.INFO old").field("encoding").text(), "inline");
     c.q("CONFIG SET ctr.track-history yes");
+    // A bare add (the command's fast path otherwise) starts the history, on an existing counter
+    // and on a new one.
     c.q("CTR.ADD old 1");
+    c.q("CTR.ADD new 1");
+    for key in ["old", "new"] {
+        let info = c.cmd(&["CTR.INFO", key]);
+        assert_ne!(
+            info.field("encoding").text(),
+            "inline",
+            "{key} keeps a history"
+        );
+    }
     let earliest = c.q("CTR.RECONCILE old START").int();
     assert!(earliest >= b, "{earliest} {b}");
     assert!(reconcile(&mut c, "old", 5, b - 20_000).is_error());
@@ -509,7 +520,7 @@ fn with_track_history_back_dated_events_are_repaired_before_the_first_write() {
     assert_eq!(c.q("CTR.INFO tok").field("bucket_count"), Value::Int(0));
     assert!(reconcile(&mut c, "tok", 1, b).error().contains("START"));
     server.wait_replicas(1);
-    for key in ["old", "tok"] {
+    for key in ["old", "new", "tok"] {
         assert_eq!(
             r.cmd(&["DEBUG", "DIGEST-VALUE", key]),
             c.cmd(&["DEBUG", "DIGEST-VALUE", key])

@@ -126,22 +126,19 @@ fn aof_rewrite_without_preamble_then_restart() {
     merge(&mut c, "multi", &state_blob(&[("b", 40, 1)]));
     keys.push("after".into());
     let before = snapshot(&mut c, &keys);
-    let dir = server.dir.join("appendonlydir");
-    let read = |suffix: &str| {
-        std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(suffix))
-            .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned())
-            .collect::<String>()
-    };
     assert!(
-        read(".base.aof").contains("PNC.SETSTATE"),
+        aof_text(&server, ".base.aof").contains("PNC.SETSTATE"),
         "the rewrite used the restore command"
     );
-    let incr = read(".incr.aof");
-    assert!(incr.contains("PNC.APPLY"), "adds replicate as their effect");
-    assert!(!incr.contains("PNC.ADD"), "never as the command itself");
+    let incr = aof_text(&server, ".incr.aof");
+    assert!(
+        incr.contains("PNC.APPLY"),
+        "the add that stamps a new key replicates as its effect"
+    );
+    assert!(
+        incr.contains("PNC.ADD"),
+        "an add to a key already stamped with the id in use replicates as sent"
+    );
     server.restart();
     let mut c = server.conn();
     assert_eq!(snapshot(&mut c, &keys), before);
@@ -189,6 +186,124 @@ fn replicas_hold_the_same_counters() {
         "a",
         "a replica follows its master's id"
     );
+}
+
+/// The AOF files of a server whose names end with `suffix`, concatenated.
+fn aof_files(server: &Server, suffix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(server.dir.join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect()
+}
+
+fn aof_text(server: &Server, suffix: &str) -> String {
+    aof_files(server, suffix)
+        .iter()
+        .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned())
+        .collect()
+}
+
+fn key_state(c: &mut Conn, key: &str) -> (Value, Value, Value) {
+    (
+        c.cmd(&["PNC.STATE", key]),
+        c.cmd(&["PNC.INFO", key]).field("home"),
+        c.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+    )
+}
+
+#[test]
+fn replayed_adds_follow_the_home_record_across_a_failover_that_moves_the_id() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut a = with_id(&aof, "us");
+    let mut b = with_id(&aof, "us");
+    b.conn()
+        .cmd(&["REPLICAOF", "127.0.0.1", &a.port.to_string()]);
+    b.wait_link_up();
+    let mut ca = a.conn();
+    // The first add stamps the key (PNC.APPLY), the next ones replicate as sent.
+    for i in 0..10 {
+        ca.cmd(&["PNC.ADD", "k", &(i * 7 - 30).to_string()]);
+    }
+    ca.q("PNC.ADD other 4");
+    a.wait_replicas(1);
+    let mut cb = b.conn();
+    assert_eq!(key_state(&mut cb, "k"), key_state(&mut ca, "k"));
+
+    // Failover: b becomes the primary, on a fresh id; a follows it.
+    assert_eq!(cb.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
+    let promoted = replica_id(&mut cb).text();
+    assert!(promoted.starts_with("us."), "{promoted}");
+    ca.cmd(&["REPLICAOF", "127.0.0.1", &b.port.to_string()]);
+    a.wait_link_up();
+    // The first add of the new primary restamps the key; the next ones replicate as sent again
+    // and must land in the new slot on the replica, not in the home slot it had before.
+    for i in 0..10 {
+        cb.cmd(&["PNC.ADD", "k", &(i * 11 - 20).to_string()]);
+    }
+    cb.q("PNC.ADD fresh 2");
+    b.wait_replicas(1);
+    let slots = cb.q("PNC.INFO k").field("replicas").array();
+    assert_eq!(slots.len(), 2, "the old id and the new one");
+    assert_eq!(cb.q("PNC.INFO k").field("home").text(), promoted);
+    let keys = ["k", "other", "fresh"];
+    let on_b: Vec<_> = keys.iter().map(|k| key_state(&mut cb, k)).collect();
+    let on_a: Vec<_> = keys.iter().map(|k| key_state(&mut ca, k)).collect();
+    assert_eq!(on_a, on_b, "the replica holds the new primary's state");
+    assert_eq!(ca.q("DEBUG DIGEST"), cb.q("DEBUG DIGEST"));
+
+    // Both AOF files hold the verbatim form, and both replay to the same state.
+    for server in [&a, &b] {
+        let text = aof_text(server, ".aof");
+        assert!(text.contains("PNC.ADD") && text.contains("PNC.APPLY"));
+    }
+    drop((ca, cb));
+    a.restart();
+    b.restart();
+    let (mut ca, mut cb) = (a.conn(), b.conn());
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(key_state(&mut ca, k), on_b[i], "{k} after a's AOF replay");
+        assert_eq!(key_state(&mut cb, k), on_b[i], "{k} after b's AOF replay");
+    }
+    assert_eq!(replica_id(&mut cb).text(), promoted);
+}
+
+/// A RESP command as the AOF holds it.
+fn resp(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+    }
+    out
+}
+
+#[test]
+fn an_aof_of_the_older_effect_form_replays_and_a_replayed_add_needs_a_home_record() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut server = with_id(&aof, "a");
+    let mut c = server.conn();
+    merge(&mut c, "merged", &state_blob(&[("z", 3, 0)]));
+    drop(c);
+    let incr = aof_files(&server, ".incr.aof").remove(0);
+    let mut text = std::fs::read(&incr).unwrap();
+    // What modules before the verbatim form wrote for every add: one PNC.APPLY each.
+    for delta in ["5", "-2", "9"] {
+        text.extend(resp(&["PNC.APPLY", "old", "a", "1", delta]));
+    }
+    // A verbatim add for a key without a home record: a stream that disagrees with the data.
+    // The replay must not guess a slot.
+    text.extend(resp(&["PNC.ADD", "merged", "5"]));
+    std::fs::write(&incr, text).unwrap();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(c.q("PNC.STATE old").bytes(), state_blob(&[("a", 14, 2)]));
+    assert_eq!(c.q("PNC.INFO old").field("home").text(), "a");
+    assert_eq!(c.q("PNC.GET merged"), Value::Int(3));
+    assert_eq!(c.q("PNC.INFO merged").field("home"), Value::Nil);
+    // The next local add finds the old key stamped with the id in use: verbatim from then on.
+    assert_eq!(c.q("PNC.ADD old 1"), Value::Int(13));
+    assert!(aof_text(&server, ".incr.aof")
+        .ends_with(&String::from_utf8(resp(&["PNC.ADD", "old", "1"])).unwrap()));
 }
 
 #[test]

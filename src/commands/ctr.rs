@@ -8,12 +8,17 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
-use super::ctr_store::{created_with_ttl, is_missing, open_for_write, with_counter, Before, Write};
+use super::ctr_store::{
+    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, with_counter,
+    Before, Write,
+};
 use super::decide;
 use super::parse::integer;
-use crate::counter::{AddOp, ClearOp, Counter, CounterRef, WriteKind};
-use crate::ffi::{Args, CommandResult, Ctx, Reply};
+use crate::config::Settings;
+use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
+use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
 
 enum Added {
@@ -30,7 +35,23 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.add"));
     }
-    let key = open_for_write(ctx, args.raw(1))?;
+    let (key, content) = open_for_write_as(ctx, args.raw(1))?;
+    let mut advised_shards = None;
+    // With ctr.track-history yes a bare add may start a history: the general path decides.
+    if args.len() == 3 && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed) {
+        match add_fast(ctx, &key, content, args)? {
+            FastAdd::Done(value) => {
+                drop(key);
+                ctx.replicate_verbatim();
+                ctx.key_changed(c"ctr.add", args.raw(1));
+                metrics::ADDS.incr_from_command();
+                super::ctr_spread::after_add(ctx, args.raw(1));
+                return Ok(Reply::Integer(value));
+            }
+            FastAdd::Resize(shards) => advised_shards = Some(shards),
+            FastAdd::General => {}
+        }
+    }
     let parsed = if args.len() == 3 {
         AddArgs {
             delta: integer(args.bytes(2))?,
@@ -44,7 +65,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         Some(ttl) => Some(ctx.precise_now_ms().checked_add(ttl).ok_or(BAD_EXPIRE)?),
         None => None,
     };
-    let w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    w.advised_shards = advised_shards;
     let added = w.update(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
@@ -101,6 +123,92 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(Reply::Null)
         }
     }
+}
+
+/// What the bare add's fast path did.
+enum FastAdd {
+    /// Added and stored, with no change of shape (no resize, no move between inline and boxed).
+    /// Replication (as sent: the add is deterministic), the event and the count are the
+    /// caller's, once the key is closed.
+    Done(i64),
+    /// The write rate asks for this shard count: the general path resizes (nothing changed).
+    Resize(usize),
+    /// Not a counter the fast path handles, or the result needs another representation: the
+    /// general path runs (nothing changed).
+    General,
+}
+
+/// `CTR.ADD key delta` on a counter that is nothing but its value: a cold one (missing, or
+/// inline), or a hot one (sub-shards, no floor, tokens, ledger or buckets). What the general
+/// path does, minus its generality: the rate counts the write, then the add, in place (on the
+/// tagged value of a cold counter, or on the next shard of a hot one); any change of shape
+/// goes to the general path.
+fn add_fast(
+    ctx: Ctx,
+    key: &Key,
+    content: KeyContent,
+    args: &Args,
+) -> Result<FastAdd, CommandError> {
+    let stored = match content {
+        KeyContent::Empty => None,
+        KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
+            Some(value) => Some((raw, value)),
+            // SAFETY: the key is open for writing and holds a live counter we access alone.
+            None => return add_to_shards(ctx, unsafe { CounterCell::boxed_mut(raw) }, args),
+        },
+        KeyContent::Other => return Err(WRONG_TYPE),
+    };
+    let delta = integer(args.bytes(2))?;
+    let s = Settings::current();
+    let shards = inline_advice(
+        args.bytes(1),
+        ctx.now_ms(),
+        s.promote_threshold,
+        s.max_shards,
+    );
+    if shards != 1 {
+        return Ok(FastAdd::Resize(shards));
+    }
+    let value = stored
+        .map_or(0, |(_, value)| value)
+        .checked_add(delta)
+        .ok_or(CommandError::from(CounterError::Overflow))?;
+    let Some(cell) = CounterCell::inline(value) else {
+        return Ok(FastAdd::General);
+    };
+    match stored {
+        None => {
+            // An inline cell owns no memory: nothing to take back if the keyspace refuses it.
+            if !key.set_value(ctr_type(), cell.into_raw()) {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some((raw, _)) if raw != cell.as_raw() => {
+            // The old value is inline too: nothing to free.
+            if key.replace_value(ctr_type(), cell.into_raw()).is_none() {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some(_) => {}
+    }
+    Ok(FastAdd::Done(value))
+}
+
+/// The fast path on a boxed counter: only one that holds sub-shards and nothing else.
+fn add_to_shards(ctx: Ctx, c: &mut Counter, args: &Args) -> Result<FastAdd, CommandError> {
+    if !c.holds_only_shards() {
+        return Ok(FastAdd::General);
+    }
+    let delta = integer(args.bytes(2))?;
+    let s = Settings::current();
+    let now = ctx.now_ms();
+    let shards = c.shard_count();
+    let advised = c.advise_shards(now, s.promote_threshold, s.max_shards);
+    // A replayed command decides nothing: it keeps the count it finds.
+    if advised != shards && !ctx.is_replaying() {
+        return Ok(FastAdd::Resize(advised));
+    }
+    Ok(FastAdd::Done(c.add_to_shard(c.next_shard(shards), delta)?))
 }
 
 /// CTR.CLEAR key [TOKEN token]

@@ -71,10 +71,15 @@ pub struct Before {
 /// Opens `key` for a write, refusing a key of another type before anything else is checked
 /// (WRONGTYPE comes before any complaint about the arguments).
 pub fn open_for_write(ctx: Ctx, key: RawString) -> Result<Key, CommandError> {
+    open_for_write_as(ctx, key).map(|(k, _)| k)
+}
+
+/// [`open_for_write`], also handing back what the key holds (asked once).
+pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), CommandError> {
     let k = Key::open(ctx, key, true);
     match k.content(ctr_type()) {
         KeyContent::Other => Err(WRONG_TYPE),
-        _ => Ok(k),
+        content => Ok((k, content)),
     }
 }
 
@@ -214,6 +219,16 @@ fn keep_expiring_with_entries(key: &Key, until_before: Option<i64>, after: Count
     }
 }
 
+/// The shard count an inline counter should have after this write: 2 when the hot-key table
+/// says it turned hot (and sub-shards are allowed), else 1.
+pub fn inline_advice(key: &[u8], now: i64, threshold: i64, max_shards: usize) -> usize {
+    if decide::inline_counter_is_hot(key, now, threshold) && max_shards >= 2 {
+        2
+    } else {
+        1
+    }
+}
+
 /// One write command as the master runs it: its time, configs and token stamp, and the
 /// decisions it makes. A command replayed from our master or the AOF decides nothing.
 pub struct Write<'a> {
@@ -227,6 +242,9 @@ pub struct Write<'a> {
     pub token: Option<TokenStamp>,
     /// The bucket history this write started (`ctr.track-history yes`), replicated ahead of it.
     started: std::cell::Cell<Option<StartOp>>,
+    /// The shard count the write rate advised, when the add's fast path already asked (asking
+    /// twice would count the write twice and lose the advice).
+    pub advised_shards: Option<usize>,
 }
 
 impl<'a> Write<'a> {
@@ -264,6 +282,7 @@ impl<'a> Write<'a> {
             settings,
             token,
             started: std::cell::Cell::new(None),
+            advised_shards: None,
         })
     }
 
@@ -351,15 +370,12 @@ impl<'a> Write<'a> {
     /// from our master or the AOF decides nothing: it keeps the count it finds.
     pub fn shards(&self, c: &mut Counter, before: Before) -> usize {
         let s = &self.settings;
-        let advised = if before.inline {
-            let hot = decide::inline_counter_is_hot(self.key_bytes, self.now, s.promote_threshold);
-            if hot && s.max_shards >= 2 {
-                2
-            } else {
-                1
+        let advised = match self.advised_shards {
+            Some(advised) => advised,
+            None if before.inline => {
+                inline_advice(self.key_bytes, self.now, s.promote_threshold, s.max_shards)
             }
-        } else {
-            c.advise_shards(self.now, s.promote_threshold, s.max_shards)
+            None => c.advise_shards(self.now, s.promote_threshold, s.max_shards),
         };
         if advised != before.shards && self.ctx.is_replaying() {
             return before.shards;

@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::raw;
 
-use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, RawString};
+use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, RawString, Reply};
 
 pub type Handler = fn(Ctx, &Args) -> CommandResult;
 
@@ -392,6 +392,8 @@ pub fn dispatch(
     }
     let ctx = Ctx { ptr: ctx };
     match catch_unwind(AssertUnwindSafe(|| handler(ctx, &args))) {
+        // The common reply, sent without walking (or dropping) a reply tree.
+        Ok(Ok(Reply::Integer(v))) => ctx.reply_integer(v),
         Ok(Ok(reply)) => ctx.reply(&reply),
         Ok(Err(err)) => ctx.reply_error(&err),
         Err(_) => ctx.reply_error(&CommandError::fixed(

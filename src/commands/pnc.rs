@@ -3,10 +3,12 @@
 //! failovers (the id logic itself is `crate::pncounter::identity`).
 //!
 //! Replication: PNC.ADD and PNC.CLEAR depend on this deployment's replica id (a master
-//! decision, possibly random), so they replicate their effect as one deterministic
-//! `PNC.APPLY key id generation delta`. PNC.MERGE, PNC.APPLY and PNC.SETSTATE are
-//! deterministic given their arguments and the stored state, so they replicate verbatim. No
-//! command mixes the two, and a command that changes nothing replicates nothing.
+//! decision, possibly random). A write that stamps a key with the id in use replicates its
+//! effect as one deterministic `PNC.APPLY key id generation delta`; a PNC.ADD to a key already
+//! stamped with it replicates as sent, and its replay adds to the key's home slot (the stamp
+//! is replicated state). PNC.MERGE, PNC.APPLY and PNC.SETSTATE are deterministic given their
+//! arguments and the stored state, so they replicate verbatim. A command that changes nothing
+//! replicates nothing.
 
 use std::ffi::CStr;
 
@@ -104,22 +106,37 @@ fn write<R>(
     }
 }
 
-/// PNC.ADD and PNC.CLEAR write this deployment's own slot; a replica has none (its master's
-/// writes arrive as PNC.APPLY). Only writable replicas ever get this far.
-fn require_primary(ctx: Ctx, name: &str) -> Result<(), CommandError> {
+/// How PNC.ADD and PNC.CLEAR run: as a local write to this deployment's own slot, or as the
+/// replay of a write its master (or the AOF) already decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Local,
+    /// Sent by our master or replayed from the AOF.
+    Replayed,
+}
+
+/// Where a local write runs. A replica has no slot of its own (its master's writes arrive as
+/// PNC.APPLY or as the replayed command): only writable replicas ever get as far as refusing.
+fn origin(ctx: Ctx, name: &str) -> Result<Origin, CommandError> {
     let flags = ctx.flags();
     let from_master_or_load = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
         | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if flags & redis_module::raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
-        && flags & from_master_or_load == 0
-    {
-        return Err(CommandError(
+    if flags & from_master_or_load != 0 {
+        Ok(Origin::Replayed)
+    } else if flags & redis_module::raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
+        Err(CommandError(
             format!("ERR {name} must run on a primary: a replica has no replica id of its own")
                 .into(),
-        ));
+        ))
+    } else {
+        Ok(Origin::Local)
     }
-    Ok(())
 }
+
+/// A replayed PNC.ADD names no slot: it is the master's add to the counter's home slot.
+const NO_HOME_TO_REPLAY: CommandError = CommandError::fixed(
+    "ERR PNC.ADD replayed on a PN-counter without a home record (the replicated stream and the data disagree)",
+);
 
 /// Formats an integer in decimal into `buf` (no heap allocation on the hot path).
 fn decimal(v: i128, buf: &mut [u8; 40]) -> &[u8] {
@@ -142,26 +159,78 @@ fn replicate_apply(ctx: Ctx, key: RawString, home: &Home, delta: i64) {
     }
 }
 
+/// How a write reaches replicas and the AOF.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The command as sent: the counter's home record already names the slot it wrote, so
+    /// every copy of the counter computes the same write from its own state.
+    Verbatim,
+    /// `PNC.APPLY key id generation delta`: the write (re)stamped the home record.
+    Effect,
+}
+
 /// PNC.ADD key delta
+///
+/// A local add to a counter this deployment last wrote under the id in use (its home record is
+/// the current one) replicates as sent: a replica or the AOF replaying it adds to the
+/// counter's home slot, which is the same slot since the home record is part of the replicated
+/// state. Any other local add (a new key, a key last written under another id, after a failover
+/// or a change of `ctr.replica-id`) stamps the key and replicates as `PNC.APPLY`.
 pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 3, "pnc.add")?;
-    require_primary(ctx, "PNC.ADD")?;
-    let home = identity().local_home(random_bytes);
+    if origin(ctx, "PNC.ADD")? == Origin::Replayed {
+        return replay_add(ctx, args);
+    }
+    let mut ident = identity();
+    let current = ident.local_home(random_bytes);
     let mut delta = 0;
     let outcome = write(ctx, args.raw(1), |c, existed| {
         delta = integer(args.bytes(2))?;
-        let value = c.add(&home.id, delta)?;
+        if c.home() == Some(current) {
+            // The home record is set, so this always adds.
+            let value = c.add_at_home(delta).ok_or(NO_HOME_TO_REPLAY)??;
+            return Ok(Outcome {
+                result: (value, Form::Verbatim),
+                changed: delta != 0,
+            });
+        }
+        let value = c.add(&current.id, delta)?;
         let changed = !existed || delta != 0;
         if changed {
-            c.set_home(Some(home.clone()));
+            c.set_home(Some(current.clone()));
         }
         Ok(Outcome {
-            result: value,
+            result: (value, Form::Effect),
             changed,
         })
     })?;
+    let (value, form) = outcome.result;
+    // Only the effect needs the home, after the lock is released (a keyspace event handler may
+    // run a PNC command).
+    let stamped = (outcome.changed && form == Form::Effect).then(|| current.clone());
+    drop(ident);
     if outcome.changed {
-        replicate_apply(ctx, args.raw(1), &home, delta);
+        match stamped {
+            Some(home) => replicate_apply(ctx, args.raw(1), &home, delta),
+            None => ctx.replicate_verbatim(),
+        }
+        ctx.key_changed(c"pnc.add", args.raw(1));
+    }
+    Ok(Reply::Integer(value))
+}
+
+/// PNC.ADD from our master or the AOF: the add to the counter's home slot that the master made.
+fn replay_add(ctx: Ctx, args: &Args) -> CommandResult {
+    let outcome = write(ctx, args.raw(1), |c, _| {
+        let delta = integer(args.bytes(2))?;
+        let value = c.add_at_home(delta).ok_or(NO_HOME_TO_REPLAY)??;
+        Ok(Outcome {
+            result: value,
+            changed: delta != 0,
+        })
+    })?;
+    if outcome.changed {
+        ctx.replicate_verbatim();
         ctx.key_changed(c"pnc.add", args.raw(1));
     }
     Ok(Reply::Integer(outcome.result))
@@ -214,8 +283,9 @@ pub fn merge(ctx: Ctx, args: &Args) -> CommandResult {
 /// PNC.CLEAR key
 pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 2, "pnc.clear")?;
-    require_primary(ctx, "PNC.CLEAR")?;
-    let home = identity().local_home(random_bytes);
+    // Replayed or not, a clear carries its effect: PNC.CLEAR itself is never replicated.
+    origin(ctx, "PNC.CLEAR")?;
+    let home = identity().local_home(random_bytes).clone();
     let outcome = write(ctx, args.raw(1), |c, existed| {
         if !existed {
             return Ok(Outcome {

@@ -95,16 +95,43 @@ fn fits_inline(value: i64) -> bool {
 impl CounterCell {
     /// Stores `counter` inline when it is plain and small enough, boxed otherwise.
     pub fn new(counter: Counter) -> Self {
-        if counter.is_plain() && fits_inline(counter.value()) {
-            let tagged = ((counter.value() << 1) | 1) as usize;
-            CounterCell {
-                raw: std::ptr::without_provenance_mut(tagged),
-            }
-        } else {
-            CounterCell {
-                raw: Box::into_raw(Box::new(counter)).cast(),
+        if counter.is_plain() {
+            if let Some(cell) = CounterCell::inline(counter.value()) {
+                return cell;
             }
         }
+        CounterCell {
+            raw: Box::into_raw(Box::new(counter)).cast(),
+        }
+    }
+
+    /// A plain single-shard counter holding `value`, inline; None when the value needs a box.
+    /// (The cold add's fast path: no `Counter` is built.)
+    pub fn inline(value: i64) -> Option<Self> {
+        fits_inline(value).then(|| CounterCell {
+            raw: std::ptr::without_provenance_mut(((value << 1) | 1) as usize),
+        })
+    }
+
+    /// The value of the counter stored at `raw` when it is inline; None when it is boxed.
+    pub fn inline_value(raw: *mut c_void) -> Option<i64> {
+        is_inline(raw).then_some((raw as usize as i64) >> 1)
+    }
+
+    /// The boxed counter stored at `raw`, for a change that keeps it boxed.
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw`, hold a boxed counter (not inline), and be exclusively
+    /// accessible for `'a`.
+    pub unsafe fn boxed_mut<'a>(raw: *mut c_void) -> &'a mut Counter {
+        debug_assert!(!is_inline(raw));
+        // SAFETY: per the caller's contract.
+        unsafe { &mut *raw.cast::<Counter>() }
+    }
+
+    /// The stored form, still owned by this cell.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.raw
     }
 
     /// Hands ownership to the caller (the keyspace).
@@ -133,8 +160,8 @@ impl CounterCell {
     /// # Safety
     /// `raw` must come from `into_raw` and stay alive and unmodified for `'a`.
     pub unsafe fn borrow<'a>(raw: *mut c_void) -> CounterRef<'a> {
-        if is_inline(raw) {
-            CounterRef::Inline((raw as usize as i64) >> 1)
+        if let Some(value) = Self::inline_value(raw) {
+            CounterRef::Inline(value)
         } else {
             // SAFETY: a non-inline pointer is a live Box<Counter> per the caller's contract.
             CounterRef::Boxed(unsafe { &*raw.cast::<Counter>() })
@@ -225,6 +252,23 @@ mod tests {
             let cell = CounterCell::new(Counter::plain(v));
             assert_eq!(cell.heap_bytes(), 0, "{v}");
             assert_eq!(unsafe { CounterCell::borrow(cell.raw) }.value(), v);
+        }
+    }
+
+    #[test]
+    fn inline_cells_are_exactly_the_inline_counters() {
+        for v in [0, 1, -1, INLINE_MIN, INLINE_MAX, 123_456_789] {
+            let cell = CounterCell::inline(v).expect("fits");
+            assert_eq!(
+                cell.as_raw(),
+                CounterCell::new(Counter::plain(v)).into_raw()
+            );
+            assert_eq!(CounterCell::inline_value(cell.into_raw()), Some(v));
+        }
+        for v in [i64::MIN, i64::MAX, INLINE_MIN - 1, INLINE_MAX + 1] {
+            assert!(CounterCell::inline(v).is_none(), "{v}");
+            let boxed = CounterCell::new(Counter::plain(v));
+            assert_eq!(CounterCell::inline_value(boxed.as_raw()), None);
         }
     }
 

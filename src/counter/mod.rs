@@ -269,6 +269,12 @@ impl Counter {
         }
     }
 
+    /// True when the counter carries sub-shards and nothing else (no floor, tokens, ledger or
+    /// buckets): a bare add on it stays in place, whatever its value.
+    pub fn holds_only_shards(&self) -> bool {
+        !self.shards.is_empty() && self.ext.is_none()
+    }
+
     /// True when the counter carries nothing but its value, so it can be stored inline.
     pub fn is_plain(&self) -> bool {
         self.shards.is_empty() && self.ext.is_none()

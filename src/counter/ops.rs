@@ -503,11 +503,81 @@ impl Counter {
     }
 
     /// Every recorded write sweeps a few expired tokens from both windows.
+    /// The bare add on a counter that holds only sub-shards ([`Counter::holds_only_shards`]):
+    /// `delta` to the value and to shard `shard`, in place. What [`Counter::apply_add`] does for
+    /// such a counter (no floor to respect, no bucket or token to record), without the
+    /// generality. Changes nothing when it fails.
+    pub fn add_to_shard(&mut self, shard: usize, delta: i64) -> Result<i64, CounterError> {
+        if !self.holds_only_shards() {
+            return Err(CounterError::InvalidOperation(
+                "not a counter of sub-shards alone",
+            ));
+        }
+        let value = self
+            .value
+            .checked_add(delta)
+            .ok_or(CounterError::Overflow)?;
+        let slot = self
+            .shards
+            .get_mut(shard)
+            .ok_or(CounterError::InvalidOperation("shard out of range"))?;
+        *slot = slot.checked_add(delta).ok_or(CounterError::Overflow)?;
+        self.value = value;
+        Ok(value)
+    }
+
     fn record_write(&mut self, now: i64) {
         if let Some(e) = &mut self.ext {
             e.tokens.sweep(now);
             e.ledger.sweep(now);
         }
         self.trim_ext();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_to_shard_is_apply_add_on_a_counter_of_sub_shards_alone() {
+        let shards = vec![5, -3, i64::MAX - 10, 0];
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut fast = Counter::from_shards(shards.clone()).unwrap();
+            let delta = match rng % 4 {
+                0 => 20,
+                1 => i64::MIN,
+                _ => (rng >> 8) as i64 % 1_000_000,
+            };
+            let shard = (rng >> 40) as usize % 5; // one past the end now and then
+            let mut general = fast.clone();
+            let want = general
+                .apply_add(&AddOp {
+                    now: 0,
+                    event: 0,
+                    delta,
+                    shard,
+                    shards: 4,
+                    token: None,
+                })
+                .map(|v| v.expect("no floor: never refused"));
+            let got = fast.add_to_shard(shard, delta);
+            assert_eq!(got.is_ok(), want.is_ok(), "{shard} {delta}");
+            assert_eq!(got.ok(), want.ok());
+            assert_eq!(fast, general);
+            assert_eq!(fast.shard_values(), general.shard_values());
+        }
+        let mut floored = Counter::from_shards(vec![1, 2]).unwrap();
+        floored.set_floor(Some(0)).unwrap();
+        let before = floored.clone();
+        assert!(
+            floored.add_to_shard(0, 1).is_err(),
+            "a floor needs the general path"
+        );
+        assert_eq!(floored, before);
     }
 }

@@ -23,10 +23,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::ReplicaId;
 
 /// An id in use by a deployment and its generation: later ids have higher generations.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Eq)]
 pub struct Home {
     pub id: ReplicaId,
     pub gen: u64,
+}
+
+/// The generation first: it is the cheap comparison, and it tells most different homes apart.
+impl PartialEq for Home {
+    fn eq(&self, other: &Self) -> bool {
+        self.gen == other.gen && self.id == other.id
+    }
 }
 
 #[derive(Debug, Default)]
@@ -107,15 +114,18 @@ impl Identity {
 
     /// The home a local write stamps: the id in use, made on first need (the configured id, or
     /// a random one) when there is none.
-    pub fn local_home(&mut self, random: impl FnOnce() -> [u8; 8]) -> Home {
-        if let Some(home) = &self.current {
-            return home.clone();
-        }
-        let id = match &self.configured {
-            Some(id) => id.clone(),
-            None => ReplicaId::random(random()),
+    pub fn local_home(&mut self, random: impl FnOnce() -> [u8; 8]) -> &Home {
+        let home = match self.current.take() {
+            Some(home) => home,
+            None => {
+                let id = match &self.configured {
+                    Some(id) => id.clone(),
+                    None => ReplicaId::random(random()),
+                };
+                self.next_home(id)
+            }
         };
-        self.move_to(id)
+        self.current.insert(home)
     }
 
     /// This deployment became a primary: its previous id's latest state may be lost with the
@@ -134,11 +144,16 @@ impl Identity {
     }
 
     fn move_to(&mut self, id: ReplicaId) -> Home {
-        let gen = self.max_gen.saturating_add(1);
-        self.max_gen = gen;
-        let home = Home { id, gen };
+        let home = self.next_home(id);
         self.current = Some(home.clone());
         home
+    }
+
+    /// `id` with a generation above every one seen.
+    fn next_home(&mut self, id: ReplicaId) -> Home {
+        let gen = self.max_gen.saturating_add(1);
+        self.max_gen = gen;
+        Home { id, gen }
     }
 }
 
@@ -161,7 +176,9 @@ mod tests {
     fn configured_id_is_used_from_the_first_write() {
         let mut i = started(Some("a"));
         assert_eq!(i.current(), None);
-        let home = i.local_home(|| unreachable!("no randomness needed"));
+        let home = i
+            .local_home(|| unreachable!("no randomness needed"))
+            .clone();
         assert_eq!(
             home,
             Home {
@@ -169,15 +186,15 @@ mod tests {
                 gen: 1
             }
         );
-        assert_eq!(i.local_home(|| [9; 8]), home, "stable");
+        assert_eq!(i.local_home(|| [9; 8]), &home, "stable");
     }
 
     #[test]
     fn random_id_is_made_once() {
         let mut i = started(None);
-        let home = i.local_home(|| [1; 8]);
+        let home = i.local_home(|| [1; 8]).clone();
         assert_eq!(home.id.as_str(), "r-0101010101010101");
-        assert_eq!(i.local_home(|| [2; 8]), home);
+        assert_eq!(i.local_home(|| [2; 8]), &home);
     }
 
     #[test]
@@ -219,7 +236,7 @@ mod tests {
         assert_eq!(i.current(), None);
         assert_eq!(
             i.local_home(|| [0; 8]),
-            Home {
+            &Home {
                 id: id("c"),
                 gen: 5
             }
@@ -246,7 +263,7 @@ mod tests {
         assert_eq!(restarted.current(), Some(&next));
 
         let mut i = started(None);
-        let first = i.local_home(|| [1; 8]);
+        let first = i.local_home(|| [1; 8]).clone();
         let second = i.promote([2; 8]);
         assert_ne!(first.id, second.id);
         assert!(second.gen > first.gen);
@@ -270,10 +287,10 @@ mod tests {
     #[test]
     fn run_time_config_changes_move_the_id() {
         let mut i = started(Some("a"));
-        let a = i.local_home(|| [0; 8]);
+        let a = i.local_home(|| [0; 8]).clone();
         assert!(!i.configure(Some(id("a")), [0; 8]), "same value: no change");
         assert!(i.configure(Some(id("b")), [0; 8]));
-        let b = i.local_home(|| [0; 8]);
+        let b = i.local_home(|| [0; 8]).clone();
         assert_eq!(b.id, id("b"));
         assert!(b.gen > a.gen);
         assert!(i.configure(None, [5; 8]));

@@ -62,11 +62,32 @@ pub struct Entry {
 
 /// A PN-Counter: entries sorted by id (unique), the cached value, and the home record (which of
 /// this deployment's ids last wrote it locally; not part of the CRDT state, never merged).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// The entries are a boxed slice, kept exactly as long as it needs to be (new replica ids are
+/// rare), so that the struct keeps its 64 bytes with the home slot index beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PnCounter {
-    entries: Vec<Entry>,
+    entries: Box<[Entry]>,
     value: i64,
     home: Option<Home>,
+    /// Index of the home record's entry, [`NO_SLOT`] when there is no home record or it has no
+    /// entry yet: local adds find their slot without a search. Derived from `entries` and
+    /// `home`, recomputed whenever either changes shape.
+    home_slot: u32,
+}
+
+/// `home_slot` when the home record has no entry.
+const NO_SLOT: u32 = u32::MAX;
+
+impl Default for PnCounter {
+    fn default() -> Self {
+        PnCounter {
+            entries: Box::default(),
+            value: 0,
+            home: None,
+            home_slot: NO_SLOT,
+        }
+    }
 }
 
 /// `sum(P) - sum(N)` when it fits in an i64. With at most [`MAX_REPLICAS`] totals of at most
@@ -103,11 +124,14 @@ impl PnCounter {
             return Err(StateError::SlotOutOfRange);
         }
         let value = value_of(&entries).ok_or(StateError::ValueOutOfRange)?;
-        Ok(PnCounter {
-            entries,
+        let mut counter = PnCounter {
+            entries: entries.into_boxed_slice(),
             value,
             home,
-        })
+            home_slot: NO_SLOT,
+        };
+        counter.locate_home();
+        Ok(counter)
     }
 
     pub fn value(&self) -> i64 {
@@ -124,6 +148,17 @@ impl PnCounter {
 
     pub fn set_home(&mut self, home: Option<Home>) {
         self.home = home;
+        self.locate_home();
+    }
+
+    /// Recomputes `home_slot` (after the entries or the home record changed shape).
+    fn locate_home(&mut self) {
+        self.home_slot = self
+            .home
+            .as_ref()
+            .and_then(|h| self.entries.binary_search_by(|e| e.id.cmp(&h.id)).ok())
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(NO_SLOT);
     }
 
     /// True when both hold the same CRDT state (the home record is not part of it).
@@ -142,48 +177,74 @@ impl PnCounter {
     /// Adds `delta` to the slot of `id` (P when positive, N by its magnitude when negative) and
     /// returns the new value. Changes nothing when it fails. A zero delta changes nothing.
     pub fn add(&mut self, id: &ReplicaId, delta: i64) -> Result<i64, PncError> {
-        let value = self.value.checked_add(delta).ok_or(PncError::Overflow)?;
-        if delta == 0 {
-            return Ok(self.value);
-        }
-        let magnitude = delta.unsigned_abs();
-        let bump = |total: u64| {
-            total
-                .checked_add(magnitude)
-                .filter(|t| *t <= SLOT_MAX)
-                .ok_or(PncError::Overflow)
-        };
         match self.entries.binary_search_by(|e| e.id.cmp(id)) {
-            Ok(i) => {
-                let entry = &mut self.entries[i];
-                if delta > 0 {
-                    entry.p = bump(entry.p)?;
-                } else {
-                    entry.n = bump(entry.n)?;
-                }
+            Ok(i) => self.add_at(i, delta),
+            Err(i) => self.insert_with(i, id, delta),
+        }
+    }
+
+    /// Adds `delta` to the slot of the home record's id, found without a search: what a local
+    /// write does on a counter it wrote last, and what its replicas and the AOF do when they
+    /// replay that write. None when the counter has no home record.
+    pub fn add_at_home(&mut self, delta: i64) -> Option<Result<i64, PncError>> {
+        let home = self.home.as_ref()?;
+        match self.entries.get(self.home_slot as usize) {
+            Some(_) => Some(self.add_at(self.home_slot as usize, delta)),
+            // A home record without an entry yet (its first write added 0): rare, so the id
+            // may be copied.
+            None => {
+                let id = home.id.clone();
+                Some(self.add(&id, delta))
             }
-            Err(i) => {
-                if self.entries.len() >= MAX_REPLICAS {
-                    return Err(PncError::TooManyReplicas);
-                }
-                // New replica ids are rare: keep the vector exactly as long as it needs to be.
-                self.entries.reserve_exact(1);
-                let (p, n) = if delta > 0 {
-                    (bump(0)?, 0)
-                } else {
-                    (0, bump(0)?)
-                };
-                self.entries.insert(
-                    i,
-                    Entry {
-                        id: id.clone(),
-                        p,
-                        n,
-                    },
-                );
-            }
+        }
+    }
+
+    /// The new value after adding `delta`, or the overflow.
+    fn value_after(&self, delta: i64) -> Result<i64, PncError> {
+        self.value.checked_add(delta).ok_or(PncError::Overflow)
+    }
+
+    /// Adds `delta` to the existing entry `i`.
+    fn add_at(&mut self, i: usize, delta: i64) -> Result<i64, PncError> {
+        let value = self.value_after(delta)?;
+        let entry = &mut self.entries[i];
+        if delta > 0 {
+            entry.p = bump(entry.p, delta)?;
+        } else if delta < 0 {
+            entry.n = bump(entry.n, delta)?;
         }
         self.value = value;
+        Ok(value)
+    }
+
+    /// Adds `delta` to a new entry for `id`, inserted at `i` (none for a zero delta).
+    fn insert_with(&mut self, i: usize, id: &ReplicaId, delta: i64) -> Result<i64, PncError> {
+        let value = self.value_after(delta)?;
+        if delta == 0 {
+            return Ok(value);
+        }
+        if self.entries.len() >= MAX_REPLICAS {
+            return Err(PncError::TooManyReplicas);
+        }
+        let (p, n) = if delta > 0 {
+            (bump(0, delta)?, 0)
+        } else {
+            (0, bump(0, delta)?)
+        };
+        // New replica ids are rare: the slice grows by exactly one entry.
+        let mut entries = std::mem::take(&mut self.entries).into_vec();
+        entries.reserve_exact(1);
+        entries.insert(
+            i,
+            Entry {
+                id: id.clone(),
+                p,
+                n,
+            },
+        );
+        self.entries = entries.into_boxed_slice();
+        self.value = value;
+        self.locate_home();
         Ok(value)
     }
 
@@ -241,16 +302,19 @@ impl PnCounter {
             out.push(next);
         }
         let value = value_of(&out).ok_or(PncError::Overflow)?;
-        Ok(PnCounter {
-            entries: out,
+        let mut merged = PnCounter {
+            entries: out.into_boxed_slice(),
             value,
             home: self.home.clone(),
-        })
+            home_slot: NO_SLOT,
+        };
+        merged.locate_home();
+        Ok(merged)
     }
 
     /// Heap bytes owned beyond the struct itself.
     pub fn heap_bytes(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Entry>()
+        std::mem::size_of_val::<[Entry]>(&self.entries)
             + self
                 .entries
                 .iter()
@@ -264,7 +328,7 @@ impl PnCounter {
     pub fn allocated_bytes(&self) -> usize {
         use crate::memsize::{usable_size, vec_bytes};
         usable_size(std::mem::size_of::<PnCounter>())
-            + vec_bytes::<Entry>(self.entries.capacity())
+            + vec_bytes::<Entry>(self.entries.len())
             + self
                 .entries
                 .iter()
@@ -282,8 +346,16 @@ impl PnCounter {
             .chain(self.home.as_ref().map(|h| &h.id))
             .filter(|id| id.heap_bytes() > 0)
             .count();
-        usize::from(self.entries.capacity() > 0) + long_ids
+        usize::from(!self.entries.is_empty()) + long_ids
     }
+}
+
+/// `total` plus the magnitude of `delta`, within [`SLOT_MAX`].
+fn bump(total: u64, delta: i64) -> Result<u64, PncError> {
+    total
+        .checked_add(delta.unsigned_abs())
+        .filter(|t| *t <= SLOT_MAX)
+        .ok_or(PncError::Overflow)
 }
 
 /// How many distinct ids two sorted entry lists hold together.

@@ -295,3 +295,63 @@ fn heap_accounting_grows_with_entries() {
         "merged entries are exact too"
     );
 }
+
+#[test]
+fn add_at_home_writes_the_home_slot_found_without_a_search() {
+    let ids: Vec<ReplicaId> = ["b", "d", "f", "h"].iter().map(|s| id(s)).collect();
+    let mut rng = Rng::new(0x40_4e);
+    for _ in 0..2000 {
+        // A random history that inserts ids before and after the home slot, merges, and moves
+        // the home: the fast path must always agree with an add to the home record's id.
+        let mut c = random_state(&mut rng, &ids);
+        let home_id = ids[rng.below(ids.len() as u64) as usize].clone();
+        c.set_home(Some(Home {
+            id: home_id.clone(),
+            gen: 1,
+        }));
+        for _ in 0..6 {
+            match rng.below(4) {
+                0 => {
+                    let other = id(["a", "c", "e", "g", "i"][rng.below(5) as usize]);
+                    c.add(&other, rng.delta()).unwrap();
+                }
+                1 => c = merge(&c, &random_state(&mut rng, &ids)),
+                _ => {
+                    let delta = rng.delta();
+                    let mut expected = c.clone();
+                    let want = expected.add(&home_id, delta);
+                    assert_eq!(c.add_at_home(delta), Some(want));
+                    assert_eq!(c, expected);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn add_at_home_needs_a_home_and_creates_its_slot() {
+    let mut c = PnCounter::new();
+    assert_eq!(c.add_at_home(5), None, "no home record: nothing to write");
+    assert_eq!(c, PnCounter::new());
+    c.set_home(Some(Home {
+        id: id("m"),
+        gen: 2,
+    }));
+    assert_eq!(c.add_at_home(0), Some(Ok(0)), "a zero add makes no slot");
+    assert!(c.entries().is_empty());
+    assert_eq!(c.add_at_home(-4), Some(Ok(-4)));
+    assert_eq!(
+        c.add(&id("a"), 1),
+        Ok(-3),
+        "an id inserted before the home slot"
+    );
+    assert_eq!(c.add_at_home(7), Some(Ok(4)));
+    assert_eq!(c.entries(), &[entry("a", 1, 0), entry("m", 7, 4)]);
+    assert_eq!(c.add_at_home(i64::MIN), Some(Err(PncError::Overflow)));
+    assert_eq!(c.entries(), &[entry("a", 1, 0), entry("m", 7, 4)]);
+}
+
+#[test]
+fn a_counter_keeps_its_64_bytes() {
+    assert_eq!(std::mem::size_of::<PnCounter>(), 64);
+}
