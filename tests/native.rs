@@ -236,6 +236,11 @@ fn wrongtype_comes_before_any_complaint_about_the_arguments() {
         "PNC.MERGE ctr x",
         "PNC.MERGE s \n",
         "PNC.CLEAR ctr",
+        "CTR.RECONCILE s x",
+        "CTR.RECONCILE s 1 AT",
+        "CTR.RECONCILE s FROM LIST l",
+        "CTR.RECONCILE s FROM SET l AT 60000",
+        "CTR.RECONCILE pnc 1",
     ];
     for line in bad_args {
         let words: Vec<&str> = if line.starts_with("PNC.MERGE s") {

@@ -187,6 +187,8 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() == 3 && args.bytes(2).eq_ignore_ascii_case(b"START") {
         return start(ctx, args);
     }
+    // The counter's type before any complaint about the arguments, as for every CTR write.
+    tracked_history(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_reconcile)?;
     let mut w = Write::new(ctx, args, None, None)?;
     // Watermarks are compared with the clock at full resolution: a job that computes a
