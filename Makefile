@@ -24,8 +24,9 @@ all: build
 deps:
 	@bash .ci/install-deps
 
+# The module (and pnc-sync) alone; the client crates are built by the tests.
 build: deps
-	$(CARGO) build --release
+	$(CARGO) build --release -p redis-ctr
 
 # The module as the tests build it: with every target, dependencies get the features the
 # dev-dependencies unify in, so `cargo test` then finds everything fresh (a plain `build` before
