@@ -220,6 +220,7 @@ fn replayed_adds_follow_the_home_record_across_a_failover_that_moves_the_id() {
     b.conn()
         .cmd(&["REPLICAOF", "127.0.0.1", &a.port.to_string()]);
     b.wait_link_up();
+    b.wait_persistence_idle();
     let mut ca = a.conn();
     // The first add stamps the key (PNC.APPLY), the next ones replicate as sent.
     for i in 0..10 {
@@ -236,6 +237,9 @@ fn replayed_adds_follow_the_home_record_across_a_failover_that_moves_the_id() {
     assert!(promoted.starts_with("us."), "{promoted}");
     ca.cmd(&["REPLICAOF", "127.0.0.1", &b.port.to_string()]);
     a.wait_link_up();
+    // After its full sync the replica rewrites its AOF; writes that reach it before the rewrite
+    // starts land only in the new base (an RDB preamble), not as commands: wait for it.
+    a.wait_persistence_idle();
     // The first add of the new primary restamps the key; the next ones replicate as sent again
     // and must land in the new slot on the replica, not in the home slot it had before.
     for i in 0..10 {
