@@ -49,31 +49,11 @@ done
 [[ $COUNT =~ ^[1-9][0-9]*$ ]] || die "CALLGRIND_COUNT must be a positive integer"
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "CALLGRIND_WARMUP must be an integer"
 
-# The server under valgrind: lib.sh's start_server, with valgrind in front of redis-server.
-start_callgrind_server() {
-  local attempt _ pid_seen
-  for attempt in $(seq 10); do
-    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-    port_busy "$port" && continue
-    # shellcheck disable=SC2086
-    valgrind --tool=callgrind --toggle-collect=processCommand --dump-instr=no \
-      --callgrind-out-file="$tmp/callgrind.out.%p" \
-      "$(command -v redis-server)" --port "$port" --bind 127.0.0.1 --protected-mode yes \
-      --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-      --loadmodule "$MODULE" $MODULE_ARGS >"$tmp/valgrind.log" 2>&1 &
-    server_pid=$!
-    for _ in $(seq 600); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      # Only talk to the server once it is certainly ours (another one may hold the port).
-      pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
-      [ "$pid_seen" = "$server_pid" ] && return 0
-      sleep 0.1
-    done
-    log "callgrind: redis-server did not start on port $port (attempt $attempt)"
-    stop_server
-  done
-  die "could not start redis-server under valgrind"
-}
+# The server under valgrind: lib.sh's start_server, with valgrind in front of redis-server
+# (collecting only inside processCommand) and time to start under it.
+SERVER_PREFIX="valgrind --tool=callgrind --toggle-collect=processCommand --dump-instr=no \
+  --callgrind-out-file=$tmp/callgrind.out.%p"
+START_WAIT_TENTHS=600
 
 bench_run() {
   local n=$1 cmd=$2
@@ -113,7 +93,7 @@ self_costs() {
       }'
 }
 
-start_callgrind_server
+start_server
 log "callgrind: redis-server on 127.0.0.1:$port (pid $server_pid), $COUNT requests per command, options: $OPTS"
 summary=()
 i=0

@@ -51,16 +51,22 @@ rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 # True when something accepts connections on 127.0.0.1:$1.
 port_busy() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# SERVER_PREFIX: words run in front of the server (bench/callgrind.sh puts valgrind there; its
+# output goes to $tmp/server.out); START_WAIT_TENTHS: how long one start may take, in tenths of
+# a second (default 50).
 start_server() {
   local attempt _ pid_seen
+  local server
+  server=$(command -v "${REDIS_SERVER:-redis-server}") || die "no server ${REDIS_SERVER:-redis-server}"
   for attempt in $(seq 10); do
     port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
     port_busy "$port" && continue
-    "${REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --protected-mode yes \
+    # shellcheck disable=SC2086
+    ${SERVER_PREFIX:-} "$server" --port "$port" --bind 127.0.0.1 --protected-mode yes \
       --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-      --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} >/dev/null 2>&1 &
+      --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} >"$tmp/server.out" 2>&1 &
     server_pid=$!
-    for _ in $(seq 100); do
+    for _ in $(seq $((${START_WAIT_TENTHS:-50} * 2))); do
       kill -0 "$server_pid" 2>/dev/null || break
       # Only talk to the server once it is certainly ours (another one may hold the port).
       pid_seen=$(rcli INFO server 2>/dev/null | awk -F: '/^process_id:/ { print $2 + 0 }') || true
