@@ -8,6 +8,7 @@ pub mod ctr_format;
 pub mod ctr_type;
 pub mod effect;
 pub mod gather_msg;
+pub mod transfer_msg;
 pub mod pnc_format;
 pub mod pnc_type;
 
