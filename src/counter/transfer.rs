@@ -187,6 +187,14 @@ impl Counter {
         self.trim_ext();
     }
 
+    /// Drops every transfer state (what a copy of the counter under another name starts from).
+    pub fn forget_transfers(&mut self) {
+        if let Some(e) = &mut self.ext {
+            e.transfers = None;
+        }
+        self.trim_ext();
+    }
+
     /// True when the counter was folded into its home and refuses writes.
     pub fn is_sealed(&self) -> bool {
         self.transfers().is_some_and(|t| t.sealed_into.is_some())

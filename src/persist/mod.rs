@@ -8,9 +8,9 @@ pub mod ctr_format;
 pub mod ctr_type;
 pub mod effect;
 pub mod gather_msg;
-pub mod transfer_msg;
 pub mod pnc_format;
 pub mod pnc_type;
+pub mod transfer_msg;
 
 use redis_module::raw;
 

@@ -73,7 +73,10 @@ pub fn decode_credit(buf: &[u8]) -> Result<Credit, DecodeError> {
 
 pub fn encode_ack(m: &Ack) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(VERSION).bytes(&m.giver).bytes(&m.receiver).uvarint(m.seq);
+    w.u8(VERSION)
+        .bytes(&m.giver)
+        .bytes(&m.receiver)
+        .uvarint(m.seq);
     w.finish()
 }
 
@@ -175,7 +178,9 @@ mod tests {
         version[0] = 2;
         assert!(decode_seal(&version).is_err());
         let mut long = Writer::new();
-        long.u8(VERSION).bytes(&vec![b'k'; MAX_NAME + 1]).bytes(b"x");
+        long.u8(VERSION)
+            .bytes(&vec![b'k'; MAX_NAME + 1])
+            .bytes(b"x");
         assert!(decode_seal(&long.finish()).is_err());
     }
 }
