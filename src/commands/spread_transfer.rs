@@ -384,10 +384,10 @@ fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
 }
 
 /// One pass over the registry: sends what is due; forgets keys with nothing left to send.
+/// A replica only drops the keys its master has finished with (it resumes the others once
+/// promoted).
 fn tick(ctx: Ctx) {
-    if !is_master(ctx) {
-        return;
-    }
+    let master = is_master(ctx);
     let now = ctx.now_ms();
     let due: Vec<(c_int, Vec<u8>, u32)> = REGISTRY.with(|r| {
         r.borrow()
@@ -400,6 +400,12 @@ fn tick(ctx: Ctx) {
         // SAFETY: ctx is the timer's live context.
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
             forget(db, &name);
+            continue;
+        }
+        if !master {
+            if !has_pending(ctx, &name) {
+                forget(db, &name);
+            }
             continue;
         }
         let resend = attempts > 0;
@@ -418,6 +424,15 @@ fn tick(ctx: Ctx) {
     }
     // SAFETY: as above; database 0 always exists.
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+}
+
+fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
+    let name = Name::new(ctx, name);
+    with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().is_some_and(|t| t.has_pending()),
+        _ => false,
+    })
+    .unwrap_or(false)
 }
 
 fn forget(db: c_int, name: &[u8]) {
