@@ -7,7 +7,8 @@
 //!   `dv = 0, df = -n` (the giver's floor rises by n, the receiver's falls by n). Refused while
 //!   a transfer from that giver to that receiver is unacknowledged ([`TransferError::Busy`]).
 //! - [`begin_fold`]`(ctx, home_key, target)`, on the home's master: shrinks a spread counter
-//!   (see `ctr_spread`); the removed holders are sealed and folded back in the background.
+//!   (see `ctr_spread`); the removed holders are sealed and folded back, in the background in
+//!   a cluster, within the command on one server.
 //! - [`refuse_sealed`]: what every user write checks first.
 //!
 //! Delivery. Every step is one ordinary write on the key's master, replicated as the
@@ -26,8 +27,8 @@
 //!
 //! Messages go to the master serving the receiver's slot over the cluster bus (types
 //! 0xC9-0xCB); when that is this server (and always outside a cluster) the handler runs
-//! directly, from the timer: never inside a command, where Valkey would look another slot's
-//! key up in the command's slot.
+//! directly. In a cluster that is always from the timer, never inside a command, where Valkey
+//! would look another slot's key up in the command's slot.
 //!
 //! Durability: the credit and the ack are separate writes; the ack is sent only after the
 //! credit is applied. With `appendfsync always` the AOF holding the credit is fsynced in
@@ -156,7 +157,13 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
         Ok((gone, kept))
     })?;
     metrics::FOLDS.add(gone.len() as u64);
-    tick_soon(ctx);
+    if cluster::in_cluster(ctx) {
+        tick_soon(ctx);
+    } else {
+        // One server: every step is local, so the fold completes within the command (no
+        // Valkey slot trap outside a cluster), and the reply already finds it done.
+        send_seals(ctx, string_bytes(home));
+    }
     Ok(kept)
 }
 

@@ -13,7 +13,7 @@ import redis.asyncio
 
 from redis_ctr import (
     AsyncCoalescingWriter,
-    CannotShrink,
+    HolderFolded,
     CoalescingWriter,
     Ctr,
     FlooredSpread,
@@ -109,8 +109,11 @@ class SpreadTest(unittest.TestCase):
         ctr = Ctr(r)
         holders = ctr.spread(key, 3)
         self.assertEqual(ctr.spread(key, 3), holders)
-        with self.assertRaises(CannotShrink):
-            ctr.spread(key, 2)
+        ctr.add(holders[2], 5)
+        self.assertEqual(ctr.spread(key, 2), holders[:2])
+        self.assertEqual(ctr.get(key), 5, "folded back into the home")
+        with self.assertRaises(HolderFolded):
+            ctr.add(holders[2], 1)
         with self.assertRaises(SpreadRefused):
             ctr.spread(key, 0)
         floored = fresh("floored")

@@ -358,9 +358,16 @@ fn spread_counters_reconcile_start_and_their_errors() {
     let holders = check_spread_writes(&mut con, "views");
     let c = &mut con;
     assert_eq!(c.ctr_spread("views", 4).unwrap(), holders);
+    let total = c.ctr_get("views").unwrap();
+    assert_eq!(c.ctr_spread("views", 2).unwrap(), holders[..2]);
     assert_eq!(
-        module_error(c.ctr_spread("views", 2)),
-        ModuleError::CannotShrink
+        c.ctr_get("views").unwrap(),
+        total,
+        "folded back into the home"
+    );
+    assert_eq!(
+        module_error(c.ctr_add(&holders[3], 1)),
+        ModuleError::HolderFolded
     );
     assert_eq!(
         module_error(c.ctr_spread("views", 0)),
@@ -430,7 +437,7 @@ fn spread_counters_reconcile_start_and_their_errors() {
     assert_eq!(c.ctr_get("auto").unwrap(), sent);
 
     redis::cmd("SET")
-        .arg(&holders[3])
+        .arg(&holders[1])
         .arg("not a counter")
         .exec(c)
         .unwrap();
