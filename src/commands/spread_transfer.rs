@@ -225,9 +225,14 @@ fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
     cluster::topology(ctx, false)?.remote_owner(key_slot(name))
 }
 
-/// A counter key this server serves and may write (a master, the slot here).
+/// A counter key this server serves and may write: a master, the slot here and, in a cluster,
+/// not migrating away (asked through the server's routing check, which `RM_OpenKey` skips: a
+/// holder already moved to the importing node must not be sealed here as a missing key at 0,
+/// nor a credit stranded in a slot this node is giving up).
 fn serves(ctx: Ctx, name: &[u8]) -> bool {
-    is_master(ctx) && matches!(route(ctx, name), Ok(None))
+    is_master(ctx)
+        && matches!(route(ctx, name), Ok(None))
+        && (!cluster::in_cluster(ctx) || cluster::routed_here(ctx.ptr, name))
 }
 
 /// Sends one message toward the master of `to_key`, or handles it here when that is us.

@@ -120,7 +120,7 @@ class SpreadTest(unittest.TestCase):
         ctr.floor(floored, 0)
         with self.assertRaises(FlooredSpread):
             ctr.spread(floored, 2)
-        r.set(holders[2], "not a counter")
+        r.set(holders[1], "not a counter")
         with self.assertRaises(HolderError):
             ctr.get(key)
         earliest = ctr.reconcile_start(fresh("start"))
