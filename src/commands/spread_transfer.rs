@@ -110,16 +110,6 @@ pub fn selected_db(ctx: Ctx) -> c_int {
     unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
 }
 
-/// [`track`] for the key a command just wrote.
-pub fn track_key(ctx: Ctx, key: RawString) {
-    let db = selected_db(ctx);
-    let _ = with_counter(ctx, key, |c| {
-        if let Some(CounterRef::Boxed(b)) = c {
-            track(db, string_bytes(key), b);
-        }
-    });
-}
-
 /// The transfer API: see the module docs. Runs on the giver's master.
 pub fn start(
     ctx: Ctx,
@@ -149,7 +139,8 @@ fn transfer_error(e: TransferError) -> CommandError {
 }
 
 /// Shrinks the spread counter at `home` to `target` holders (1..current): the holders past it
-/// leave the holder list and are folded back in the background. Returns the holders kept.
+/// leave the holder list and are folded back (in the background in a cluster). Returns the
+/// holders kept.
 pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8>>, CommandError> {
     let (gone, kept) = write_state(ctx, home, |c| {
         let gone = c.begin_shrink(target)?;
