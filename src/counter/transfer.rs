@@ -203,8 +203,10 @@ impl Counter {
     /// What a gather counts for this counter as a holder: its value plus the value units it
     /// has sent and not had acknowledged. None on overflow.
     pub fn units_in_hand(&self) -> Option<i64> {
-        let in_flight = self.transfers().into_iter().flat_map(|t| &t.outbox);
-        exact_sum(std::iter::once(self.value).chain(in_flight.map(|o| o.dv)))
+        match self.transfers() {
+            None => Some(self.value),
+            Some(t) => exact_sum(std::iter::once(self.value).chain(t.outbox.iter().map(|o| o.dv))),
+        }
     }
 
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly
