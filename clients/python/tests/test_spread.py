@@ -114,6 +114,17 @@ class SpreadTest(unittest.TestCase):
         self.assertEqual(ctr.get(key), 5, "folded back into the home")
         with self.assertRaises(HolderFolded):
             ctr.add(holders[2], 1)
+        # A client that still holds the old list: its untokened adds that meet the folded
+        # holder re-read the holders and land on a current one.
+        shrunk = fresh("shrunk")
+        ctr.spread(shrunk, 3)
+        stale = Ctr(r)
+        self.assertEqual(len(stale.holders(shrunk)), 3)
+        Ctr(r).spread(shrunk, 1)
+        for _ in range(30):
+            stale.add(shrunk, 1)
+        self.assertEqual(ctr.get(shrunk), 30)
+        self.assertEqual(stale.holders(shrunk), (shrunk,), "re-read after a folded holder")
         with self.assertRaises(SpreadRefused):
             ctr.spread(key, 0)
         floored = fresh("floored")

@@ -369,6 +369,17 @@ fn spread_counters_reconcile_start_and_their_errors() {
         module_error(c.ctr_add(&holders[3], 1)),
         ModuleError::HolderFolded
     );
+    // A router that still holds the old list: untokened adds that meet a folded holder
+    // re-read the holders and land on a current one.
+    let stale = SpreadRouter::default();
+    c.ctr_spread("shrunk", 3).unwrap();
+    assert_eq!(stale.holders(c, b"shrunk").unwrap().len(), 3);
+    c.ctr_spread("shrunk", 1).unwrap();
+    for _ in 0..30 {
+        stale.add(c, "shrunk", 1, &AddOptions::new()).unwrap();
+    }
+    assert_eq!(c.ctr_get("shrunk").unwrap(), 30);
+    assert_eq!(stale.holders(c, b"shrunk").unwrap().len(), 1);
     assert_eq!(
         module_error(c.ctr_spread("views", 0)),
         ModuleError::SpreadRefused
