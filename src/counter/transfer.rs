@@ -13,6 +13,11 @@
 //! 3. [`Counter::apply_ack`] on the giver's master: the outbox entry goes. Until then the
 //!    giver resends the credit.
 //!
+//! A gather counts value units in flight at the giver ([`Counter::units_in_hand`]) until the
+//! ack. That is exact for folds (the home counts a leaving holder only until its credit); a
+//! transfer of value units (dv != 0) between two holders of one total would count them twice
+//! between credit and ack, so other transfers move floor units only (dv = 0).
+//!
 //! Seqs are `max(last + 1, now_ms * 1024)`: they grow across a giver's lives, so a giver key
 //! deleted and made again still sends seqs above what its receivers already applied.
 //!
