@@ -105,6 +105,9 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ScanCursorRestart,
         RedisModule_SelectDb,
         RedisModule_CreateTimer,
+        RedisModule_GetSelectedDb,
+        RedisModule_GetKeyNameFromIO,
+        RedisModule_GetDbIdFromIO,
     )
 }
 
