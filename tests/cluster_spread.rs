@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{Conn, Value};
+use common::{Conn, Server, Value};
 
 fn ok() -> Value {
     Value::Simple("OK".into())
@@ -523,4 +523,67 @@ fn a_fold_survives_the_death_of_a_holders_master_and_of_the_homes_master() {
             .is_ok_and(|n| n >= 6),
         "the promoted replica applied the credits"
     );
+}
+
+/// Transfer messages wait for the replicas of the master that sends them, so a failover to a
+/// replica can neither lose a credit the giver was told about nor meet a credit of a debit the
+/// new master never made. A frozen replica (DEBUG SLEEP: it stops acknowledging) holds back
+/// what its master sends: first a holder's master keeps its sealed holders' credits, then the
+/// home keeps the acks of the credits it applied; once they catch up, every fold completes.
+#[test]
+fn transfer_messages_wait_until_the_senders_replicas_hold_the_write() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{gated}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let owner_of = owners(&cluster, &holders[1..]);
+    let giver = (0..3)
+        .find(|&n| n != home_node && owner_of.contains(&n))
+        .unwrap();
+    let on_giver = owner_of.iter().filter(|&&n| n == giver).count();
+    let home_replica = cluster.start_replica_of(home_node);
+    let giver_replica = cluster.start_replica_of(giver);
+    let expected = write_randomly(&cluster, &holders, 1, 30);
+    cluster.nodes[home_node].wait_replicas(1);
+    cluster.nodes[giver].wait_replicas(1);
+    let acked_by_giver = || -> u64 {
+        cluster.nodes[giver]
+            .info_field("ctr", "ctr_transfers_acked")
+            .parse()
+            .unwrap()
+    };
+    let freeze = |replica: &Server, secs: u32| {
+        let mut conn = replica.conn();
+        std::thread::spawn(move || conn.cmd(&["DEBUG", "SLEEP", &secs.to_string()]))
+    };
+
+    // The giver's replica is frozen: its holders are sealed, their credits held back.
+    let giver_sleeps = freeze(&giver_replica, 8);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+    eventually(6, || {
+        (still_leaving(&mut client, home) == on_giver).then_some(())
+    });
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+
+    // Now the home's replica freezes too: once the giver's replica wakes, its credits reach the
+    // home and are applied, but the home acknowledges none of them yet.
+    let home_sleeps = freeze(&home_replica, 10);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = acked_by_giver();
+    assert_eq!(giver_sleeps.join().unwrap(), ok());
+    eventually(5, || (still_leaving(&mut client, home) == 0).then_some(()));
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    assert_eq!(
+        acked_by_giver(),
+        before,
+        "no ack while the home's replica lacks the credits"
+    );
+
+    assert_eq!(home_sleeps.join().unwrap(), ok());
+    eventually(15, || {
+        (acked_by_giver() == before + on_giver as u64).then_some(())
+    });
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
 }

@@ -14,6 +14,7 @@ mod ctr_store;
 mod decide;
 pub mod parse;
 pub mod pnc;
+mod replication_gate;
 mod spread_cluster;
 pub mod spread_transfer;
 pub mod sweep;

@@ -33,9 +33,13 @@
 //! Durability: the credit and the ack are separate writes; the ack is sent only after the
 //! credit is applied. With `appendfsync always` the AOF holding the credit is fsynced in
 //! beforeSleep, before the bus link writes the ack, so a restarted receiver never lost an
-//! acknowledged credit. Replication is asynchronous: a receiver's master that dies after
-//! acknowledging, before its replica got the credit, loses those units at the failover (the
-//! giver has dropped its outbox entry). Run `WAIT`-free deployments knowing that window.
+//! acknowledged credit. Across a failover, every message that another master acts on waits
+//! until this master's online replicas hold the write it announces ([`replication_gate`]): a
+//! giver sends a seal or a credit only once its replicas hold the debit (or the home's leaving
+//! list), and a receiver acknowledges only once its replicas hold the credit. So a promoted
+//! replica has every write the other side was told about: no credit acknowledged and then
+//! lost, no credit of a debit the new master never made. The price is the replicas'
+//! acknowledgement period (about a second) per step on masters that have replicas.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -45,6 +49,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::raw;
 
 use super::ctr_store::{update_counter, with_counter};
+use super::replication_gate::{self, Gate, Replication};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::key_slot;
@@ -72,15 +77,28 @@ pub const SEALED: CommandError = CommandError::fixed(
     "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.INFO home) and write the home or a current holder",
 );
 
-/// When a key was last sent for, and how many sends went unanswered.
+/// When a key was last sent for, how many sends went unanswered, and the replication its
+/// last write must reach before anything about it is sent.
 struct Due {
     next_ms: i64,
     attempts: u32,
+    gate: Gate,
 }
+
+/// An acknowledgement waiting for the replicas to hold its credit.
+struct PendingAck {
+    to: NodeId,
+    ack: Ack,
+    gate: Gate,
+}
+
+/// Acknowledgements waiting at most (a giver whose ack was dropped sends its credit again).
+const MAX_PENDING_ACKS: usize = 4096;
 
 thread_local! {
     /// (db, key name) of every key with something to send.
     static REGISTRY: RefCell<HashMap<(c_int, Vec<u8>), Due>> = RefCell::new(HashMap::new());
+    static PENDING_ACKS: RefCell<Vec<PendingAck>> = const { RefCell::new(Vec::new()) };
     static TICK_SOON: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -96,10 +114,15 @@ pub fn refuse_sealed(c: CounterRef) -> Result<(), CommandError> {
 pub fn track(db: c_int, name: &[u8], c: &Counter) {
     if c.transfers().is_some_and(|t| t.has_pending()) {
         REGISTRY.with(|r| {
-            r.borrow_mut().entry((db, name.to_vec())).or_insert(Due {
-                next_ms: 0,
-                attempts: 0,
-            });
+            // A new write: what is sent about it waits for the replicas to hold it.
+            r.borrow_mut()
+                .entry((db, name.to_vec()))
+                .and_modify(|d| d.gate = Gate::default())
+                .or_insert(Due {
+                    next_ms: 0,
+                    attempts: 0,
+                    gate: Gate::default(),
+                });
         });
         TICK_SOON.with(|t| t.set(true));
     }
@@ -263,8 +286,12 @@ fn on_seal(ctx: Ctx, m: Seal) {
         Ok(None) => {}
         Err(e) => ctx.log_warning(&format!("ctr: could not seal a holder: {}", e.0)),
     }
-    // Sealed now or earlier: its credit goes at once (a repeat is harmless).
-    send_credits(ctx, &m.holder, false);
+    // Sealed now or earlier: its credit goes (a repeat is harmless). Within one server's
+    // command, at once (every step is in that command's replication); in a cluster, from the
+    // registry's timer once the replicas hold the seal.
+    if !cluster::in_cluster(ctx) {
+        send_credits(ctx, &m.holder, false);
+    }
 }
 
 /// On the receiver's master: applies a credit once, then acknowledges it (also a repeat).
@@ -304,9 +331,43 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     };
     match from {
         None => on_ack(ctx, ack),
-        Some(node) => {
-            cluster::send(ctx.ptr, &node, MSG_ACK, &msg::encode_ack(&ack));
+        Some(node) => queue_ack(node, ack),
+    }
+}
+
+/// Queues an acknowledgement for the timer, which sends it once the replicas hold the credit.
+fn queue_ack(to: NodeId, ack: Ack) {
+    PENDING_ACKS.with(|p| {
+        let mut pending = p.borrow_mut();
+        let queued = pending.iter().any(|q| q.to == to && q.ack == ack);
+        if !queued && pending.len() < MAX_PENDING_ACKS {
+            pending.push(PendingAck {
+                to,
+                ack,
+                gate: Gate::default(),
+            });
         }
+    });
+    TICK_SOON.with(|t| t.set(true));
+}
+
+/// Sends the acknowledgements whose credits the replicas hold.
+fn send_acks(ctx: Ctx, now: &Replication) {
+    let ready: Vec<PendingAck> = PENDING_ACKS.with(|p| {
+        let mut pending = p.borrow_mut();
+        let mut ready = Vec::new();
+        let mut i = 0;
+        while i < pending.len() {
+            if pending[i].gate.open(now) {
+                ready.push(pending.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        ready
+    });
+    for a in ready {
+        cluster::send(ctx.ptr, &a.to, MSG_ACK, &msg::encode_ack(&a.ack));
     }
 }
 
@@ -392,6 +453,16 @@ fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
 fn tick(ctx: Ctx) {
     let master = is_master(ctx);
     let now = ctx.now_ms();
+    // Read once per tick, after every write of earlier callbacks was propagated.
+    let replication = if master {
+        replication_gate::read(ctx)
+    } else {
+        PENDING_ACKS.with(|p| p.borrow_mut().clear());
+        None
+    };
+    if let Some(r) = &replication {
+        send_acks(ctx, r);
+    }
     let due: Vec<(c_int, Vec<u8>, u32)> = REGISTRY.with(|r| {
         r.borrow()
             .iter()
@@ -410,6 +481,16 @@ fn tick(ctx: Ctx) {
                 forget(db, &name);
             }
             continue;
+        }
+        let replicas_hold_it = replication.as_ref().is_some_and(|now| {
+            REGISTRY.with(|r| {
+                r.borrow_mut()
+                    .get_mut(&(db, name.clone()))
+                    .is_some_and(|d| d.gate.open(now))
+            })
+        });
+        if !replicas_hold_it {
+            continue; // asked again next tick
         }
         let resend = attempts > 0;
         let sent = send_seals(ctx, &name) + send_credits(ctx, &name, resend);

@@ -1,0 +1,157 @@
+//! Sends that wait for the replicas: a transfer step (a giver's debit, a receiver's credit) is
+//! announced to the other master only once every online replica of this master holds it, so a
+//! failover to any of them can neither lose an acknowledged credit nor resend a debit the new
+//! master never made. A write's place in the replication stream is `master_repl_offset` as read
+//! after it was propagated (from a timer, never inside the callback that wrote it); a replica
+//! holds it once its acknowledged offset (`INFO replication`, `slaveN:...,offset=`) reaches
+//! that. Replicas acknowledge about once a second, which bounds the wait when they are healthy.
+//! A master without online replicas has nothing to wait for.
+
+use std::ffi::c_char;
+
+use crate::ffi::{rm, Ctx};
+
+/// Where this master's replication stream is, and how far its slowest online replica has
+/// acknowledged it (None without online replicas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    pub master_offset: i64,
+    pub slowest_replica: Option<i64>,
+}
+
+impl Replication {
+    /// True when every online replica holds what was written up to `offset`.
+    pub fn holds(&self, offset: i64) -> bool {
+        self.slowest_replica.is_none_or(|acked| acked >= offset)
+    }
+}
+
+/// Parses the text of `INFO replication`. None when `master_repl_offset` is missing.
+pub fn parse_info(text: &str) -> Option<Replication> {
+    let mut master_offset = None;
+    let mut slowest_replica: Option<i64> = None;
+    for line in text.lines() {
+        let Some((field, value)) = line.trim_end().split_once(':') else {
+            continue;
+        };
+        if field == "master_repl_offset" {
+            master_offset = value.parse().ok();
+        } else if field.starts_with("slave") && field[5..].bytes().all(|b| b.is_ascii_digit()) {
+            let mut online = false;
+            let mut offset = None;
+            for part in value.split(',') {
+                match part.split_once('=') {
+                    Some(("state", state)) => online = state == "online",
+                    Some(("offset", o)) => offset = o.parse::<i64>().ok(),
+                    _ => {}
+                }
+            }
+            if online {
+                // An online replica whose offset cannot be read holds nothing we can prove.
+                let acked = offset.unwrap_or(-1);
+                slowest_replica = Some(slowest_replica.map_or(acked, |s| s.min(acked)));
+            }
+        }
+    }
+    Some(Replication {
+        master_offset: master_offset?,
+        slowest_replica,
+    })
+}
+
+/// This master's replication state, read with `INFO replication`. None when it cannot be read
+/// (then nothing is sent: the next tick asks again).
+pub fn read(ctx: Ctx) -> Option<Replication> {
+    // SAFETY: ctx is live; "c" takes a NUL-terminated string.
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx.ptr,
+            c"INFO".as_ptr(),
+            c"c".as_ptr(),
+            c"replication".as_ptr().cast::<c_char>(),
+        )
+    };
+    if reply.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    // SAFETY: a live reply; the pointer covers len bytes until the reply is freed below.
+    let parsed = unsafe {
+        let p = rm!(RedisModule_CallReplyStringPtr)(reply, &mut len);
+        if p.is_null() {
+            None
+        } else {
+            let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            parse_info(&String::from_utf8_lossy(bytes))
+        }
+    };
+    // SAFETY: returned by RM_Call above, freed once.
+    unsafe { rm!(RedisModule_FreeCallReply)(reply) };
+    parsed
+}
+
+/// A send that waits until the replicas hold the write before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gate {
+    /// The offset the replicas must reach, fixed at the first tick after the write.
+    offset: Option<i64>,
+}
+
+impl Gate {
+    /// True when the send may go now; the first call fixes the offset to wait for.
+    pub fn open(&mut self, now: &Replication) -> bool {
+        let offset = *self.offset.get_or_insert(now.master_offset);
+        now.holds(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+        slave0:ip=127.0.0.1,port=7003,state=online,offset=1500,lag=0\r\n\
+        slave1:ip=127.0.0.1,port=7004,state=online,offset=1200,lag=1\r\n\
+        master_failover_state:no-failover\r\nmaster_repl_offset:1600\r\n";
+
+    #[test]
+    fn the_slowest_online_replica_decides() {
+        let r = parse_info(INFO).unwrap();
+        assert_eq!(r.master_offset, 1600);
+        assert_eq!(r.slowest_replica, Some(1200));
+        assert!(r.holds(1200) && !r.holds(1201));
+    }
+
+    #[test]
+    fn replicas_still_syncing_are_not_waited_for_and_none_means_nothing_to_wait_for() {
+        let syncing = INFO.replace("port=7004,state=online", "port=7004,state=wait_bgsave");
+        assert_eq!(parse_info(&syncing).unwrap().slowest_replica, Some(1500));
+        let alone = "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:42\r\n";
+        let r = parse_info(alone).unwrap();
+        assert_eq!(r.slowest_replica, None);
+        assert!(r.holds(i64::MAX));
+        assert_eq!(parse_info("role:master\r\n"), None);
+    }
+
+    #[test]
+    fn a_gate_waits_for_the_offset_of_its_first_tick() {
+        let mut gate = Gate::default();
+        let early = Replication {
+            master_offset: 100,
+            slowest_replica: Some(90),
+        };
+        assert!(!gate.open(&early));
+        let later = Replication {
+            master_offset: 500,
+            slowest_replica: Some(100),
+        };
+        assert!(
+            gate.open(&later),
+            "the offset was fixed at the first tick, 100"
+        );
+        assert!(Gate::default().open(&Replication {
+            master_offset: 7,
+            slowest_replica: None
+        }));
+    }
+}
