@@ -37,6 +37,7 @@ from .errors import (
     TooManyReplicas,
     WrongType,
 )
+from ._spread import probe_order
 from .types import CounterInfo, PncInfo, PncReplica
 from .writer import AsyncCoalescingWriter, CoalescingWriter, WriterFull, WriterStats
 
@@ -76,4 +77,5 @@ __all__ = [
     "WriterFull",
     "WriterStats",
     "WrongType",
+    "probe_order",
 ]
