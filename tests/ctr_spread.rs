@@ -115,11 +115,6 @@ fn shrinking_floors_and_bad_input_are_refused_and_change_nothing() {
     assert!(c.q("CTR.SPREAD k").error().contains("wrong number"));
     assert!(c.q("CTR.SPREAD k 2 3").error().contains("wrong number"));
 
-    c.q("CTR.ADD stock 10");
-    c.q("CTR.FLOOR stock 0");
-    assert!(c.q("CTR.SPREAD stock 3").error().contains("floored"));
-    assert_eq!(info_field(&mut c, "stock", "value"), Value::Int(10));
-
     c.q("SET plain x");
     assert!(c.q("CTR.SPREAD plain 3").error().starts_with("WRONGTYPE"));
     // A holder that is not a counter fails the read instead of being skipped.

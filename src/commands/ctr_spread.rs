@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
+use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{update_counter, with_counter};
 use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
@@ -37,8 +38,6 @@ const MSG_GATHER_RESPONSE: u8 = 0xC8;
 const SHRINK_REFUSED: CommandError = CommandError::fixed(
     "ERR a spread counter cannot shrink yet: folding holders back is not built (holders can only grow)",
 );
-const FLOORED_REFUSED: CommandError =
-    CommandError::fixed("ERR a floored counter cannot be spread yet");
 const CANNOT_BLOCK: CommandError = CommandError::fixed(
     "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
 );
@@ -83,26 +82,32 @@ fn grow(
             "ERR key name too long to spread (at most 1024 bytes)",
         ));
     }
-    let added = if cluster::in_cluster(ctx) {
+    let in_cluster = cluster::in_cluster(ctx);
+    let is_floored = floored::floor_of(ctx, key_name)?.is_some();
+    if is_floored && in_cluster {
+        return Err(floored::ACROSS_MASTERS_REFUSED);
+    }
+    let added = if in_cluster {
         plan(home, current, target, &*cluster::topology(ctx, true)?)
     } else {
         plan(home, current, target, &Standalone)
     }?;
-    let key = Key::open(ctx, key_name, true);
-    let state = update_counter(&key, |c, _| {
-        if c.floor().is_some() {
-            return Err(FLOORED_REFUSED);
+    if is_floored {
+        floored::spread_floored(ctx, key_name, current, &added)?;
+    } else {
+        let key = Key::open(ctx, key_name, true);
+        let state = update_counter(&key, |c, _| {
+            c.set_spread(Spread::of(current.iter().chain(&added).cloned().collect()))?;
+            Ok(ctr_format::encode(c))
+        })?;
+        drop(key);
+        // The names depend on this master's view of the cluster: replicas and the AOF get the
+        // resulting state.
+        if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+            return Err(CommandError::fixed("ERR could not replicate the write"));
         }
-        let holders = current.iter().chain(&added).cloned().collect();
-        c.set_spread(Spread { holders })?;
-        Ok(ctr_format::encode(c))
-    })?;
-    // The names depend on this master's view of the cluster: replicas and the AOF get the
-    // resulting state.
-    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
-        return Err(CommandError::fixed("ERR could not replicate the write"));
+        ctx.key_changed(c"ctr.spread", key_name);
     }
-    ctx.key_changed(c"ctr.spread", key_name);
     metrics::SPREADS.incr();
     forget_cached(home);
     Ok(current.iter().chain(&added).cloned().collect())
@@ -181,8 +186,9 @@ impl Reading {
 enum Finish {
     Get,
     MGet,
-    /// The map of CTR.INFO, whose value becomes the total and which gains the holders.
-    Info(Vec<(&'static str, Reply)>),
+    /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
+    /// for a floored home read on one server, the floor fields).
+    Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
 }
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
@@ -227,7 +233,17 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     if r.holders.is_empty() {
         return Ok(Reply::Map(fields));
     }
-    gather(ctx, vec![r], Finish::Info(fields))
+    let spread_floor = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+        _ => None,
+    })?;
+    let view = match spread_floor {
+        Some(f) if !cluster::in_cluster(ctx) => {
+            Some(floored::floored_view(ctx, key, f, &r.holders)?)
+        }
+        _ => None,
+    };
+    gather(ctx, vec![r], Finish::Info(fields, view))
 }
 
 fn finish(readings: &[Reading], how: Finish) -> CommandResult {
@@ -239,9 +255,13 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
                 .map(|r| r.total().map(Reply::Integer))
                 .collect::<Result<_, _>>()?,
         )),
-        Finish::Info(mut fields) => {
+        Finish::Info(mut fields, view) => {
             let r = &readings[0];
             let total = r.total()?;
+            if let Some(view) = &view {
+                let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
+                floored::info_fields(&mut fields, total, &values, view)?;
+            }
             for (name, value) in fields.iter_mut() {
                 if *name == "value" {
                     *value = Reply::Integer(total);

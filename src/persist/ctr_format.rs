@@ -53,6 +53,8 @@ const TAG_LEDGER: u8 = 5;
 const TAG_HISTORY: u8 = 6;
 const TAG_INTENTS: u8 = 7;
 const TAG_SPREAD: u8 = 11;
+/// A floored spread counter's floor (section 12 is the transfers').
+const TAG_SPREAD_FLOOR: u8 = 13;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -98,6 +100,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
         w.u8(TAG_SPREAD).uvarint(s.holders.len() as u64);
         for name in &s.holders {
             w.bytes(name);
+        }
+        if let Some(floor) = s.floor {
+            w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
         }
     }
     w.u8(TAG_END);
@@ -157,7 +162,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut floor = None;
     let mut ledger = None;
     let mut history = None;
-    let mut spread = None;
+    let mut spread: Option<Spread> = None;
+    let mut spread_floor = None;
     let mut intents = None;
     let mut last_tag = 0u8;
     loop {
@@ -178,6 +184,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_HISTORY => history = Some(decode_history(r)?),
             TAG_INTENTS => intents = Some(decode_intents(r)?),
             TAG_SPREAD => spread = Some(decode_spread(r)?),
+            TAG_SPREAD_FLOOR => spread_floor = Some(r.ivarint()?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -189,6 +196,12 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     };
     if shards.is_empty() {
         shards.push(value);
+    }
+    if let Some(floor) = spread_floor {
+        match spread.as_mut() {
+            Some(s) => s.floor = Some(floor),
+            None => return decode_error("a spread floor without holders"),
+        }
     }
     let (tokens, ledger) = token_windows(tokens, ledger, intents)?;
     let parts = CounterParts {
@@ -358,7 +371,7 @@ fn decode_spread(r: &mut Reader) -> Result<Spread, DecodeError> {
         .map(|_| r.bytes(MAX_HOLDER_NAME).map(<[u8]>::to_vec))
         .collect::<Result<Vec<_>, _>>()?;
     // Count, name lengths and distinct slots are checked by Counter::from_parts.
-    Ok(Spread { holders })
+    Ok(Spread::of(holders))
 }
 
 fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
@@ -677,7 +690,7 @@ mod tests {
             &crate::counter::spread::Standalone,
         )
         .unwrap();
-        c.set_spread(Spread { holders }).unwrap();
+        c.set_spread(Spread::of(holders)).unwrap();
         c
     }
 
@@ -705,6 +718,26 @@ mod tests {
         assert!(with_names(&[b"{a}1", b"{a}2"]).is_err(), "shared slot");
         assert!(with_names(&[]).is_err(), "no holders");
         assert!(with_names(&[b""]).is_err(), "empty name");
+    }
+
+    #[test]
+    fn a_spread_floor_roundtrips_and_needs_holders() {
+        let mut c = spread_counter();
+        let holders = c.spread().unwrap().holders.clone();
+        c.set_spread(Spread {
+            holders,
+            floor: Some(-7),
+        })
+        .unwrap();
+        let full = encode(&c);
+        assert_eq!(decode(&full).unwrap(), c);
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+        w.u8(TAG_SPREAD_FLOOR).ivarint(0).u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "a floor without holders");
     }
 
     /// An encoding from before intents (no section 7) still loads: its add tokens match any

@@ -7,7 +7,7 @@ import unittest
 import redis
 from redis.cluster import RedisCluster
 
-from redis_ctr import CoalescingWriter, Ctr, Pnc
+from redis_ctr import CoalescingWriter, Ctr, FlooredSpread, Pnc
 
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
@@ -65,6 +65,10 @@ class ClusterTest(unittest.TestCase):
 
     def test_purchases_on_a_spread_counter_on_the_cluster(self) -> None:
         check_spread_purchases(self, self.rc, fresh("purchase"))
+        floored = fresh("floored")
+        Ctr(self.rc).floor(floored, 0)
+        with self.assertRaises(FlooredSpread):
+            Ctr(self.rc).spread(floored, 2)
 
 
 if __name__ == "__main__":

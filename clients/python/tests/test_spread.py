@@ -16,7 +16,6 @@ from redis_ctr import (
     CannotShrink,
     CoalescingWriter,
     Ctr,
-    FlooredSpread,
     HolderError,
     SpreadRefused,
     probe_order,
@@ -153,10 +152,14 @@ class SpreadTest(unittest.TestCase):
             ctr.spread(key, 2)
         with self.assertRaises(SpreadRefused):
             ctr.spread(key, 0)
+        # On one server a floored counter spreads (across cluster masters it is refused:
+        # test_cluster): its purchases follow the probe rule like any other.
         floored = fresh("floored")
-        ctr.floor(floored, 0)
-        with self.assertRaises(FlooredSpread):
-            ctr.spread(floored, 2)
+        ctr.add(floored, 7)
+        ctr.floor(floored, 3)
+        self.assertEqual(len(ctr.spread(floored, 2)), 2)
+        self.assertEqual([ctr.decrfloor(floored, 2, token=f"f{i}") for i in range(3)].count(None), 1)
+        self.assertEqual(ctr.get(floored), 3)
         r.set(holders[2], "not a counter")
         with self.assertRaises(HolderError):
             ctr.get(key)

@@ -56,7 +56,8 @@ pub enum ModuleError {
     GatherInTransaction,
     /// `CTR.SPREAD` with fewer holders than the counter has (folding is not built).
     CannotShrink,
-    /// `CTR.SPREAD` of a floored counter (floored spread counters are not built).
+    /// `CTR.SPREAD` of a floored counter across cluster masters (budget moves between masters
+    /// are not built yet; on one server it spreads).
     FlooredSpread,
     /// `CTR.SPREAD` that cannot be done: a holder count outside 1 to 1024, a key name too long
     /// to spread, no free slot for a holder on some master.

@@ -308,6 +308,11 @@ fn cluster_sync_async_and_writer() {
     // A spread counter: holders on every master, written over all of them, the total exact.
     let holders = check_spread_writes(&mut con, "hot");
     check_spread_purchases(&mut con, "stock");
+    con.ctr_floor("floored", Some(0)).unwrap();
+    assert_eq!(
+        module_error(con.ctr_spread("floored", 2)),
+        ModuleError::FlooredSpread
+    );
     let masters: std::collections::HashSet<usize> = holders
         .iter()
         .map(|h| cluster.owner(common::cluster::key_slot(h.as_bytes())))
@@ -396,11 +401,21 @@ fn spread_counters_reconcile_start_and_their_errors() {
         module_error(c.ctr_spread("views", 0)),
         ModuleError::SpreadRefused
     );
-    c.ctr_floor("floored", Some(0)).unwrap();
-    assert_eq!(
-        module_error(c.ctr_spread("floored", 2)),
-        ModuleError::FlooredSpread
-    );
+    // On one server a floored counter spreads (across masters it is refused: the cluster test).
+    c.ctr_add("floored", 7).unwrap();
+    c.ctr_floor("floored", Some(3)).unwrap();
+    assert_eq!(c.ctr_spread("floored", 2).unwrap().len(), 2);
+    let router = SpreadRouter::default();
+    let bought: Vec<Option<i64>> = (0..3)
+        .map(|i| {
+            let token = format!("f{i}");
+            router
+                .decrfloor(c, "floored", 2, Some(token.as_bytes()), None)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(bought.iter().filter(|b| b.is_none()).count(), 1);
+    assert_eq!(c.ctr_get("floored").unwrap(), 3);
     let earliest = c.ctr_reconcile_start("started").unwrap();
     assert_eq!(earliest % BUCKET_MS, 0);
     assert!(earliest >= now_ms() - BUCKET_MS);

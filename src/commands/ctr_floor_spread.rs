@@ -1,0 +1,233 @@
+//! Floored spread counters on one server: `CTR.SPREAD` of a floored counter, the demand each
+//! holder records (its refusals), and the floor fields of the home's `CTR.INFO`.
+//!
+//! Each holder is a floored counter of its own; spreading shares the home's headroom evenly:
+//! the home's floor goes up by what it gives and each holder's floor goes down by its share,
+//! values untouched (counter/rebalance.rs). On one server every holder is written in the same
+//! command, so nothing is ever in flight. Across cluster masters the shares are budget moves
+//! between masters (transfers), which are not built yet: such a spread is refused.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use super::ctr_store::{update_counter, with_counter};
+use crate::counter::rebalance::{apply_moves, initial_moves, DemandMeter};
+use crate::counter::{CounterRef, Spread};
+use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
+use crate::persist::ctr_format;
+
+pub const ACROSS_MASTERS_REFUSED: CommandError = CommandError::fixed(
+    "ERR a floored counter cannot be spread yet across cluster masters (budget moves between masters are not built)",
+);
+const HOLDER_BELOW_FLOOR: CommandError =
+    CommandError::fixed("ERR a holder key already holds a counter below its floor");
+
+/// A key name as a module string, freed on drop.
+struct Name {
+    ctx: Ctx,
+    raw: RawString,
+}
+
+impl Name {
+    fn new(ctx: Ctx, bytes: &[u8]) -> Name {
+        // SAFETY: ctx is live; the string is freed on drop.
+        let raw =
+            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, bytes.as_ptr().cast(), bytes.len()) };
+        Name { ctx, raw }
+    }
+}
+
+impl Drop for Name {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, no longer used (keys opened with it are closed by then).
+        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
+    }
+}
+
+/// (value, floor) of a counter: a missing key is 0 with no floor.
+fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
+    match c {
+        None => (0, None),
+        Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
+        Some(c) => (c.value(), None),
+    }
+}
+
+/// The home's floor when it is a floored counter (not yet or already spread).
+pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
+    with_counter(ctx, key, |c| value_and_floor(c).1)
+}
+
+/// Records the holders `added` (after `current`) of the floored counter at `home`, on one
+/// server: every new holder becomes a floored counter (floor 0 when it is missing); on the
+/// first spread the home's headroom is shared evenly over all holders. Everything is checked
+/// before anything is written; each written key is replicated as its resulting state.
+pub fn spread_floored(
+    ctx: Ctx,
+    home: RawString,
+    current: &[Vec<u8>],
+    added: &[Vec<u8>],
+) -> Result<(), CommandError> {
+    let (home_value, home_floor, spread_floor) = with_counter(ctx, home, |c| {
+        let (value, floor) = value_and_floor(c);
+        let spread_floor = match c {
+            Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+            _ => None,
+        };
+        (value, floor.unwrap_or(0), spread_floor)
+    })?;
+    let names: Vec<Name> = added.iter().map(|n| Name::new(ctx, n)).collect();
+    let mut values = vec![home_value];
+    let mut floors = vec![home_floor];
+    for name in &names {
+        let (value, floor) = with_counter(ctx, name.raw, value_and_floor)?;
+        let floor = floor.unwrap_or(0);
+        if value < floor {
+            return Err(HOLDER_BELOW_FLOOR);
+        }
+        values.push(value);
+        floors.push(floor);
+    }
+    // The first spread shares the home's headroom; a growth adds holders with what they hold.
+    let moves = if current.is_empty() {
+        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
+    } else {
+        Vec::new()
+    };
+    let after = apply_moves(&floors, &values, &moves)
+        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
+    for (name, &floor) in names.iter().zip(&after[1..]) {
+        write_floor(ctx, name.raw, floor, None)?;
+    }
+    let spread = Spread {
+        holders: current.iter().chain(added).cloned().collect(),
+        floor: Some(spread_floor.unwrap_or(home_floor)),
+    };
+    write_floor(ctx, home, after[0], Some(spread))
+}
+
+/// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
+/// resulting state.
+fn write_floor(
+    ctx: Ctx,
+    key_name: RawString,
+    floor: i64,
+    spread: Option<Spread>,
+) -> Result<(), CommandError> {
+    let key = Key::open(ctx, key_name, true);
+    let state = update_counter(&key, |c, _| {
+        c.set_floor(Some(floor))?;
+        if let Some(spread) = spread {
+            c.set_spread(spread)?;
+        }
+        Ok(ctr_format::encode(c))
+    })?;
+    drop(key);
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.key_changed(c"ctr.spread", key_name);
+    Ok(())
+}
+
+/// Keys whose demand is remembered, at most; past it the table starts over (soft state).
+const DEMAND_LIMIT: usize = 100_000;
+
+thread_local! {
+    static DEMAND: RefCell<HashMap<Vec<u8>, DemandMeter>> = RefCell::new(HashMap::new());
+}
+
+/// A purchase refused afresh by the counter at `key` on this master (not a replay, not on a
+/// replica): the demand the rebalancer moves budget toward.
+pub fn record_refusal(key: &[u8], amount: i64) {
+    DEMAND.with(|d| {
+        let mut table = d.borrow_mut();
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(key) {
+            table.clear();
+        }
+        table
+            .entry(key.to_vec())
+            .or_default()
+            .record_refusal(amount);
+    });
+}
+
+/// The demand recorded for `key` since this process started.
+pub fn demand_of(key: &[u8]) -> DemandMeter {
+    DEMAND.with(|d| d.borrow().get(key).copied().unwrap_or_default())
+}
+
+/// What the home of a floored spread counter adds to its `CTR.INFO`, read on one server.
+pub struct FlooredView {
+    /// The counter's floor F.
+    pub floor: i64,
+    /// Each holder's own floor, the home first.
+    pub holder_floors: Vec<i64>,
+    /// Each holder's refused units since its master started (soft state), the home first.
+    pub holder_refused: Vec<u64>,
+}
+
+/// The floored view of a home with these holders, reading every holder on this server.
+pub fn floored_view(
+    ctx: Ctx,
+    home: RawString,
+    spread_floor: i64,
+    holders: &[Vec<u8>],
+) -> Result<FlooredView, CommandError> {
+    let names =
+        std::iter::once(crate::ffi::string_bytes(home).to_vec()).chain(holders.iter().cloned());
+    let mut view = FlooredView {
+        floor: spread_floor,
+        holder_floors: Vec::with_capacity(holders.len() + 1),
+        holder_refused: Vec::with_capacity(holders.len() + 1),
+    };
+    for name in names {
+        let key = Name::new(ctx, &name);
+        let (_, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        view.holder_floors.push(floor.unwrap_or(0));
+        view.holder_refused.push(demand_of(&name).refused_units);
+    }
+    Ok(view)
+}
+
+/// The fields a floored home's `CTR.INFO` shows, from the gathered `values` (the home first):
+/// `floor` becomes F, and `headroom`, `holder_floors`, `holder_budgets`, `units_in_flight`
+/// (headroom not in any holder's budget: budget moves under way) and `holder_refused_units`
+/// are added.
+pub fn info_fields(
+    fields: &mut Vec<(&'static str, Reply)>,
+    total: i64,
+    values: &[i64],
+    view: &FlooredView,
+) -> Result<(), CommandError> {
+    let overflow = || CommandError::fixed("ERR counter overflow");
+    let headroom = total.checked_sub(view.floor).ok_or_else(overflow)?;
+    let budgets = values
+        .iter()
+        .zip(&view.holder_floors)
+        .map(|(v, f)| v.checked_sub(*f).ok_or_else(overflow))
+        .collect::<Result<Vec<i64>, _>>()?;
+    let in_budgets = crate::counter::exact_sum(budgets.iter().copied()).ok_or_else(overflow)?;
+    for (name, value) in fields.iter_mut() {
+        if *name == "floor" {
+            *value = Reply::Integer(view.floor);
+        }
+    }
+    let integers = |v: &[i64]| Reply::Array(v.iter().copied().map(Reply::Integer).collect());
+    fields.push(("headroom", Reply::Integer(headroom)));
+    fields.push(("holder_floors", integers(&view.holder_floors)));
+    fields.push(("holder_budgets", integers(&budgets)));
+    fields.push((
+        "units_in_flight",
+        Reply::Integer(headroom.saturating_sub(in_budgets)),
+    ));
+    let refused = view
+        .holder_refused
+        .iter()
+        .map(|&u| i64::try_from(u).unwrap_or(i64::MAX));
+    fields.push((
+        "holder_refused_units",
+        integers(&refused.collect::<Vec<_>>()),
+    ));
+    Ok(())
+}

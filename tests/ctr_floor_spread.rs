@@ -1,0 +1,163 @@
+//! Floored spread counters on one server: spreading shares the headroom over the holders'
+//! floors, purchases by the probe rule (the Rust client's) from concurrent buyers never take
+//! the total below the floor, retries replay their first answer, restocks add budget where
+//! they land, and the home's CTR.INFO shows floor, headroom, budgets and demand. Persistence
+//! of the spread floor is in ctr_persistence.rs.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+
+use common::{Conn, Server, Value};
+use redis_ctr_client::SpreadRouter;
+
+fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
+    let info = c.cmd(&["CTR.INFO", key]).array();
+    let at = info
+        .iter()
+        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))
+        .unwrap_or_else(|| panic!("no {field} in {info:?}"));
+    info[at + 1].clone()
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.array().iter().map(Value::int).collect()
+}
+
+#[test]
+fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 1000");
+    c.q("CTR.FLOOR stock 100");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD stock 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(holders.len(), 4);
+    let field = |c: &mut Conn, name: &str| info_field(c, "stock", name);
+    assert_eq!(field(&mut c, "value"), Value::Int(1000));
+    assert_eq!(field(&mut c, "floor"), Value::Int(100));
+    assert_eq!(field(&mut c, "headroom"), Value::Int(900));
+    assert_eq!(
+        ints(&field(&mut c, "holder_floors")),
+        [775, -225, -225, -225]
+    );
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [225; 4]);
+    assert_eq!(field(&mut c, "units_in_flight"), Value::Int(0));
+
+    // Every holder keeps its own floor: a negative add cannot take it below.
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "-226"]), Value::Nil);
+    assert_eq!(
+        c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]),
+        Value::Int(-225)
+    );
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), Value::Nil);
+    // A restock adds budget where it lands.
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "5"]), Value::Int(-220));
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [225, 5, 225, 225]);
+    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
+    assert_eq!(field(&mut c, "value"), Value::Int(780));
+
+    // The counter's floor is set before it spreads; the same count changes nothing; growing
+    // adds holders with floor 0 and no budget.
+    let e = c.q("CTR.FLOOR stock 0").error();
+    assert!(e.contains("before it spreads"), "{e}");
+    assert_eq!(c.q("CTR.SPREAD stock 4").array().len(), 4);
+    assert_eq!(c.q("CTR.SPREAD stock 6").array().len(), 6);
+    assert_eq!(
+        ints(&field(&mut c, "holder_floors")),
+        [775, -225, -225, -225, 0, 0]
+    );
+    assert_eq!(field(&mut c, "headroom"), Value::Int(680));
+}
+
+#[test]
+fn a_holder_key_of_another_type_refuses_the_spread_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // The holder names depend only on the key (on one server): learn them, then start over.
+    let names: Vec<String> = c
+        .q("CTR.SPREAD s 3")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    c.q("DEL s");
+    c.q("CTR.ADD s 10");
+    c.q("CTR.FLOOR s 0");
+    c.cmd(&["SET", &names[2], "x"]);
+    assert!(c.q("CTR.SPREAD s 3").error().starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.cmd(&["EXISTS", &names[1]]),
+        Value::Int(0),
+        "nothing written"
+    );
+    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(0));
+    let info = c.q("CTR.INFO s").array();
+    assert!(
+        !info.contains(&Value::Bulk(b"holders".to_vec())),
+        "not spread"
+    );
+    c.cmd(&["DEL", &names[2]]);
+    assert_eq!(c.q("CTR.SPREAD s 3").array().len(), 3);
+    assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [4, 3, 3]);
+}
+
+/// 8 buyers, 100 purchases each of 1-3 units, each retried by another router (another
+/// process): every retry gets the first answer; the grants never exceed the headroom; the
+/// total is exactly the start minus the grants and never below the floor.
+#[test]
+fn concurrent_buyers_never_take_the_total_below_the_floor() {
+    let server = Arc::new(Server::start());
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 600");
+    c.q("CTR.FLOOR sale 100");
+    c.q("CTR.SPREAD sale 4");
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let buyers: Vec<_> = (0..8u64)
+        .map(|b| {
+            let url = url.clone();
+            thread::spawn(move || {
+                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let router = SpreadRouter::default();
+                let mut seed = b * 7919 + 1;
+                let mut granted = 0i64;
+                for i in 0..100 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let amount = 1 + (seed >> 33) as i64 % 3;
+                    let token = format!("buyer{b}-{i}");
+                    let first = router
+                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
+                        .unwrap();
+                    let retry = SpreadRouter::default()
+                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
+                        .unwrap();
+                    assert_eq!(retry, first, "{token}");
+                    granted += first.map_or(0, |_| amount);
+                }
+                granted
+            })
+        })
+        .collect();
+    let granted: i64 = buyers.into_iter().map(|b| b.join().unwrap()).sum();
+    assert!(granted <= 500, "granted {granted} of 500");
+    assert!(
+        granted >= 500 - 4 * 2,
+        "at most 2 units left per holder: {granted}"
+    );
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(600 - granted));
+    let budgets = ints(&info_field(&mut c, "sale", "holder_budgets"));
+    assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
+    assert_eq!(budgets.iter().sum::<i64>(), 500 - granted);
+    let refused = ints(&info_field(&mut c, "sale", "holder_refused_units"));
+    assert!(
+        refused.iter().all(|&r| r > 0),
+        "sold out everywhere: {refused:?}"
+    );
+}
