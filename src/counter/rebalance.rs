@@ -320,8 +320,10 @@ mod tests {
         restarted.record_refusal(4);
         let d = restarted.since(&kept);
         assert_eq!((d.refused_units, d.refusals), (4, 1), "all of it is new");
-        let mut huge = DemandMeter::default();
-        huge.refused_units = u64::MAX;
+        let mut huge = DemandMeter {
+            refused_units: u64::MAX,
+            ..DemandMeter::default()
+        };
         huge.record_refusal(i64::MAX);
         assert_eq!(huge.refused_units, u64::MAX, "saturates");
     }
