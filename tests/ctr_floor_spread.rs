@@ -25,6 +25,15 @@ fn ints(v: &Value) -> Vec<i64> {
     v.array().iter().map(Value::int).collect()
 }
 
+/// Waits (at most 10 s) until `done` holds: the rebalance runs from a timer.
+fn wait_for(c: &mut Conn, what: &str, mut done: impl FnMut(&mut Conn) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(c) {
+        assert!(start.elapsed().as_secs() < 10, "{what}: not reached");
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     let server = Server::start();
@@ -56,11 +65,17 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
         Value::Int(-225)
     );
     assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), Value::Nil);
+    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
+    // The refusal is demand: a rebalance moves budget there from the largest spare (the
+    // home, first of equals), its floor up one, holder 1's down one.
+    wait_for(&mut c, "the move", |c| {
+        ints(&info_field(c, "stock", "holder_budgets")) == [224, 1, 225, 225]
+    });
     // A restock adds budget where it lands.
     assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "5"]), Value::Int(-220));
-    assert_eq!(ints(&field(&mut c, "holder_budgets")), [225, 5, 225, 225]);
-    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [224, 6, 225, 225]);
     assert_eq!(field(&mut c, "value"), Value::Int(780));
+    assert_eq!(field(&mut c, "headroom"), Value::Int(680));
 
     // The counter's floor is set before it spreads; the same count changes nothing; growing
     // adds holders with floor 0 and no budget.
@@ -70,7 +85,7 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     assert_eq!(c.q("CTR.SPREAD stock 6").array().len(), 6);
     assert_eq!(
         ints(&field(&mut c, "holder_floors")),
-        [775, -225, -225, -225, 0, 0]
+        [776, -226, -225, -225, 0, 0]
     );
     assert_eq!(field(&mut c, "headroom"), Value::Int(680));
 }
@@ -160,4 +175,42 @@ fn concurrent_buyers_never_take_the_total_below_the_floor() {
         refused.iter().all(|&r| r > 0),
         "sold out everywhere: {refused:?}"
     );
+}
+
+/// A buyer that only ever asks holder 1 (as a client that knows one holder would): each of its
+/// refusals is demand there, and the rebalancer moves budget to it from the holders that
+/// refuse nothing, until almost everything is sold through holder 1.
+#[test]
+fn budget_follows_demand() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD hot 400");
+    c.q("CTR.FLOOR hot 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD hot 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    let (mut granted, mut refused) = (0, 0);
+    let start = std::time::Instant::now();
+    while granted < 397 {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "granted {granted}, refused {refused}"
+        );
+        match c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]) {
+            Value::Int(_) => granted += 1,
+            _ => {
+                refused += 1;
+                thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+    // Each giver keeps at least 1 unit it cannot halve.
+    assert_eq!(c.q("CTR.GET hot"), Value::Int(400 - granted));
+    let budgets = ints(&info_field(&mut c, "hot", "holder_budgets"));
+    assert_eq!(budgets.iter().sum::<i64>(), 400 - granted);
+    assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
+    assert_eq!(info_field(&mut c, "hot", "units_in_flight"), Value::Int(0));
 }

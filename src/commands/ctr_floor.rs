@@ -58,7 +58,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if w.token.is_none() && is_missing(&key) {
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();
-        super::ctr_floor_spread::record_refusal(args.bytes(1), parsed.amount);
+        super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
         return Ok(Reply::Null);
     }
     let outcome = w.update(&key, |c, before| {
@@ -89,7 +89,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             metrics::DECREMENTS_REFUSED.incr();
-            super::ctr_floor_spread::record_refusal(args.bytes(1), parsed.amount);
+            super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -107,7 +107,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
                     metrics::DECREMENTS_REFUSED.incr();
-                    super::ctr_floor_spread::record_refusal(args.bytes(1), parsed.amount);
+                    super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
                 }
             }
             Ok(reply(result))

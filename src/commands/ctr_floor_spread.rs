@@ -11,7 +11,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::ctr_store::{update_counter, with_counter};
-use crate::counter::rebalance::{apply_moves, initial_moves, DemandMeter};
+use std::ffi::{c_int, c_void};
+
+use redis_module::raw;
+
+use crate::counter::rebalance::{
+    apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
+};
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
@@ -134,27 +140,164 @@ fn write_floor(
 const DEMAND_LIMIT: usize = 100_000;
 
 thread_local! {
-    static DEMAND: RefCell<HashMap<Vec<u8>, DemandMeter>> = RefCell::new(HashMap::new());
+    static DEMAND: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
 }
 
-/// A purchase refused afresh by the counter at `key` on this master (not a replay, not on a
-/// replica): the demand the rebalancer moves budget toward.
-pub fn record_refusal(key: &[u8], amount: i64) {
+/// A purchase refused afresh by the counter at `key` on this master (not a replay): the
+/// demand the rebalancer moves budget toward. On one server it also schedules a rebalance of
+/// the spread counter `key` belongs to.
+pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
+    let db = selected_db(ctx);
     DEMAND.with(|d| {
         let mut table = d.borrow_mut();
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(key) {
+        let entry = (db, key.to_vec());
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
             table.clear();
         }
-        table
-            .entry(key.to_vec())
-            .or_default()
-            .record_refusal(amount);
+        table.entry(entry).or_default().record_refusal(amount);
     });
+    if !super::spread_cluster::in_cluster(ctx) {
+        schedule_rebalance(ctx, (db, home_of(key).to_vec()));
+    }
 }
 
-/// The demand recorded for `key` since this process started.
-pub fn demand_of(key: &[u8]) -> DemandMeter {
-    DEMAND.with(|d| d.borrow().get(key).copied().unwrap_or_default())
+/// A key name in its database.
+type DbKey = (i32, Vec<u8>);
+
+fn selected_db(ctx: Ctx) -> i32 {
+    // SAFETY: ctx is live.
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
+}
+
+/// The home a holder name belongs to: holders are named `{ctr.<i>.<k>}<home>`; any other key
+/// is a home itself.
+fn home_of(key: &[u8]) -> &[u8] {
+    let tagged = key.starts_with(b"{ctr.");
+    match key.iter().position(|&b| b == b'}') {
+        Some(close) if tagged => &key[close + 1..],
+        _ => key,
+    }
+}
+
+/// How long after a refusal its home is rebalanced: refusals of the same burst are planned
+/// together, and a home is rebalanced at most once per period.
+const REBALANCE_DELAY_MS: i64 = 20;
+/// Budget moves planned per rebalance, at most.
+const MAX_MOVES: usize = 16;
+
+thread_local! {
+    /// Homes with refusals since their last rebalance, and whether the timer is armed.
+    static DUE: RefCell<(Vec<DbKey>, bool)> = const { RefCell::new((Vec::new(), false)) };
+    /// The demand of each holder as of its home's last rebalance.
+    static SEEN: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
+}
+
+fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+    let arm = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
+            homes.push(home);
+        }
+        !std::mem::replace(armed, true)
+    });
+    if arm {
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer)(
+                ctx.ptr,
+                REBALANCE_DELAY_MS,
+                Some(on_rebalance),
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+/// Timer: rebalances every home with refusals since the last run (on a master only).
+unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Ctx { ptr: ctx };
+    let homes = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        *armed = false;
+        std::mem::take(homes)
+    });
+    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+        return;
+    }
+    for (db, home) in homes {
+        // SAFETY: ctx is the timer's live context; database 0 is selected again below.
+        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
+            continue;
+        }
+        if let Err(e) = rebalance(ctx, db, &home) {
+            ctx.log_warning(&format!(
+                "ctr: a rebalance of a floored spread counter failed: {}",
+                e.0
+            ));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+}
+
+/// One rebalance of the floored spread counter at `home`, all on this server: reads every
+/// holder's budget and its demand since the last rebalance, plans the moves
+/// ([`plan_moves`]) and applies them at once.
+fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
+    let home_name = Name::new(ctx, home);
+    let holders = with_counter(ctx, home_name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b
+            .spread()
+            .filter(|s| s.floor.is_some())
+            .map(|s| s.holders.clone()),
+        _ => None,
+    })?;
+    let Some(holders) = holders else {
+        return Ok(()); // not (or no longer) a floored spread counter
+    };
+    let names: Vec<Vec<u8>> = std::iter::once(home.to_vec()).chain(holders).collect();
+    let keys: Vec<Name> = names.iter().map(|n| Name::new(ctx, n)).collect();
+    let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, key) in names.iter().zip(&keys) {
+        let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        let floor = floor.unwrap_or(0);
+        let meter = demand_of(db, name);
+        let entry = (db, name.clone());
+        let seen = SEEN.with(|s| {
+            let mut table = s.borrow_mut();
+            if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
+                table.clear();
+            }
+            table.insert(entry.clone(), meter)
+        });
+        reports.push(HolderReport {
+            budget: value.saturating_sub(floor),
+            demand: meter.since(&seen.unwrap_or_default()),
+        });
+        DEMAND.with(|d| d.borrow_mut().get_mut(&entry).map(DemandMeter::reported));
+        values.push(value);
+        floors.push(floor);
+    }
+    let moves = plan_moves(&reports, MAX_MOVES);
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let after = apply_moves(&floors, &values, &moves)
+        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
+    for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
+        if *before != floor {
+            write_floor(ctx, key.raw, floor, None)?;
+        }
+    }
+    Ok(())
+}
+
+/// The demand recorded for `key` in database `db` since this process started.
+fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
+    DEMAND.with(|d| {
+        let table = d.borrow();
+        table.get(&(db, key.to_vec())).copied().unwrap_or_default()
+    })
 }
 
 /// What the home of a floored spread counter adds to its `CTR.INFO`, read on one server.
@@ -181,11 +324,12 @@ pub fn floored_view(
         holder_floors: Vec::with_capacity(holders.len() + 1),
         holder_refused: Vec::with_capacity(holders.len() + 1),
     };
+    let db = selected_db(ctx);
     for name in names {
         let key = Name::new(ctx, &name);
         let (_, floor) = with_counter(ctx, key.raw, value_and_floor)?;
         view.holder_floors.push(floor.unwrap_or(0));
-        view.holder_refused.push(demand_of(&name).refused_units);
+        view.holder_refused.push(demand_of(db, &name).refused_units);
     }
     Ok(view)
 }
