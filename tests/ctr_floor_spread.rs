@@ -13,12 +13,7 @@ use common::{Conn, Server, Value};
 use redis_ctr_client::SpreadRouter;
 
 fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
-    let info = c.cmd(&["CTR.INFO", key]).array();
-    let at = info
-        .iter()
-        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))
-        .unwrap_or_else(|| panic!("no {field} in {info:?}"));
-    info[at + 1].clone()
+    c.cmd(&["CTR.INFO", key]).field(field)
 }
 
 fn ints(v: &Value) -> Vec<i64> {

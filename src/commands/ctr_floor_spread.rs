@@ -129,11 +129,7 @@ fn write_floor(
         Ok(ctr_format::encode(c))
     })?;
     drop(key);
-    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
-        return Err(CommandError::fixed("ERR could not replicate the write"));
-    }
-    ctx.key_changed(c"ctr.spread", key_name);
-    Ok(())
+    super::ctr_spread::publish_state(ctx, key_name, &state)
 }
 
 /// Keys whose demand is remembered, at most; past it the table starts over (soft state).

@@ -101,16 +101,26 @@ fn grow(
             Ok(ctr_format::encode(c))
         })?;
         drop(key);
-        // The names depend on this master's view of the cluster: replicas and the AOF get the
-        // resulting state.
-        if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
-            return Err(CommandError::fixed("ERR could not replicate the write"));
-        }
-        ctx.key_changed(c"ctr.spread", key_name);
+        publish_state(ctx, key_name, &state)?;
     }
     metrics::SPREADS.incr();
     forget_cached(home);
     Ok(current.iter().chain(&added).cloned().collect())
+}
+
+/// Replicates the resulting `state` of a spread (or budget) write of `key_name` and sends its
+/// event: the names depend on this master's view of the cluster, so replicas and the AOF get
+/// the state rather than the command.
+pub(super) fn publish_state(
+    ctx: Ctx,
+    key_name: RawString,
+    state: &[u8],
+) -> Result<(), CommandError> {
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.key_changed(c"ctr.spread", key_name);
+    Ok(())
 }
 
 /// After an add on the master: a counter whose last full second's add rate is above
