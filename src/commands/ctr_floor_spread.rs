@@ -12,9 +12,11 @@ use std::collections::HashMap;
 
 use super::ctr_store::{update_counter, with_counter};
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
+use crate::config;
 use crate::counter::rebalance::{
     apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
 };
@@ -175,9 +177,6 @@ fn home_of(key: &[u8]) -> &[u8] {
     }
 }
 
-/// How long after a refusal its home is rebalanced: refusals of the same burst are planned
-/// together, and a home is rebalanced at most once per period.
-const REBALANCE_DELAY_MS: i64 = 20;
 /// Budget moves planned per rebalance, at most.
 const MAX_MOVES: usize = 16;
 
@@ -188,7 +187,13 @@ thread_local! {
     static SEEN: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
 }
 
+/// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
+/// the same burst are planned together, and a home is rebalanced at most once per period.
 fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+    let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
+    if delay == 0 {
+        return;
+    }
     let arm = DUE.with(|d| {
         let (homes, armed) = &mut *d.borrow_mut();
         if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
@@ -199,12 +204,7 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
     if arm {
         // SAFETY: ctx is live; the timer carries no data.
         unsafe {
-            rm!(RedisModule_CreateTimer)(
-                ctx.ptr,
-                REBALANCE_DELAY_MS,
-                Some(on_rebalance),
-                std::ptr::null_mut(),
-            )
+            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
         };
     }
 }
@@ -333,34 +333,34 @@ pub fn floored_view(
 /// The fields a floored home's `CTR.INFO` shows, from the gathered `values` (the home first):
 /// `floor` becomes F, and `headroom`, `holder_floors`, `holder_budgets`, `units_in_flight`
 /// (headroom not in any holder's budget: budget moves under way) and `holder_refused_units`
-/// are added.
+/// are added. Figures beyond 64 bits (floors far below the values) show as the nearest limit.
 pub fn info_fields(
     fields: &mut Vec<(&'static str, Reply)>,
     total: i64,
     values: &[i64],
     view: &FlooredView,
-) -> Result<(), CommandError> {
-    let overflow = || CommandError::fixed("ERR counter overflow");
-    let headroom = total.checked_sub(view.floor).ok_or_else(overflow)?;
-    let budgets = values
+) {
+    let clamp = |v: i128| Reply::Integer(v.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
+    let headroom = i128::from(total) - i128::from(view.floor);
+    let budgets: Vec<i128> = values
         .iter()
         .zip(&view.holder_floors)
-        .map(|(v, f)| v.checked_sub(*f).ok_or_else(overflow))
-        .collect::<Result<Vec<i64>, _>>()?;
-    let in_budgets = crate::counter::exact_sum(budgets.iter().copied()).ok_or_else(overflow)?;
+        .map(|(v, f)| i128::from(*v) - i128::from(*f))
+        .collect();
     for (name, value) in fields.iter_mut() {
         if *name == "floor" {
             *value = Reply::Integer(view.floor);
         }
     }
     let integers = |v: &[i64]| Reply::Array(v.iter().copied().map(Reply::Integer).collect());
-    fields.push(("headroom", Reply::Integer(headroom)));
+    fields.push(("headroom", clamp(headroom)));
     fields.push(("holder_floors", integers(&view.holder_floors)));
-    fields.push(("holder_budgets", integers(&budgets)));
+    let in_budgets: i128 = budgets.iter().sum();
     fields.push((
-        "units_in_flight",
-        Reply::Integer(headroom.saturating_sub(in_budgets)),
+        "holder_budgets",
+        Reply::Array(budgets.into_iter().map(clamp).collect()),
     ));
+    fields.push(("units_in_flight", clamp(headroom - in_budgets)));
     let refused = view
         .holder_refused
         .iter()
@@ -369,5 +369,4 @@ pub fn info_fields(
         "holder_refused_units",
         integers(&refused.collect::<Vec<_>>()),
     ));
-    Ok(())
 }

@@ -270,7 +270,7 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
             let total = r.total()?;
             if let Some(view) = &view {
                 let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
-                floored::info_fields(&mut fields, total, &values, view)?;
+                floored::info_fields(&mut fields, total, &values, view);
             }
             for (name, value) in fields.iter_mut() {
                 if *name == "value" {

@@ -160,6 +160,10 @@ class SpreadTest(unittest.TestCase):
         self.assertEqual(len(ctr.spread(floored, 2)), 2)
         self.assertEqual([ctr.decrfloor(floored, 2, token=f"f{i}") for i in range(3)].count(None), 1)
         self.assertEqual(ctr.get(floored), 3)
+        info = ctr.info(floored)
+        assert info is not None
+        self.assertEqual((info["floor"], info["headroom"], info["units_in_flight"]), (3, 0, 0))
+        self.assertEqual(info["holder_budgets"], [0, 0])
         r.set(holders[2], "not a counter")
         with self.assertRaises(HolderError):
             ctr.get(key)

@@ -416,6 +416,10 @@ fn spread_counters_reconcile_start_and_their_errors() {
         .collect();
     assert_eq!(bought.iter().filter(|b| b.is_none()).count(), 1);
     assert_eq!(c.ctr_get("floored").unwrap(), 3);
+    let info = c.ctr_info("floored").unwrap().unwrap();
+    assert_eq!((info.floor, info.headroom), (Some(3), Some(0)));
+    assert_eq!(info.holder_budgets, Some(vec![0, 0]));
+    assert_eq!(info.units_in_flight, Some(0));
     let earliest = c.ctr_reconcile_start("started").unwrap();
     assert_eq!(earliest % BUCKET_MS, 0);
     assert!(earliest >= now_ms() - BUCKET_MS);
