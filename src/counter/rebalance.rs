@@ -40,7 +40,8 @@ pub fn initial_moves(headroom: i64, holders: usize) -> Vec<Move> {
 
 /// The floors after `moves`, applied all at once (one server, where nothing is in flight):
 /// each giver's floor up by its units, each receiver's down. An error, with nothing applied,
-/// when a giver would end below its new floor (`values`) or a floor would overflow.
+/// when a giver would end below its new floor (`values`), or a floor or a headroom would
+/// overflow.
 pub fn apply_moves(
     floors: &[i64],
     values: &[i64],
@@ -59,9 +60,12 @@ pub fn apply_moves(
             .checked_sub(m.units)
             .ok_or(CounterError::Overflow)?;
     }
-    let short = after.iter().zip(values).any(|(floor, value)| value < floor);
-    if short {
-        return Err(CounterError::InvalidOperation("a giver lacks the budget"));
+    for (floor, value) in after.iter().zip(values) {
+        if value < floor {
+            return Err(CounterError::InvalidOperation("a giver lacks the budget"));
+        }
+        // A floored counter holds its headroom in 64 bits.
+        value.checked_sub(*floor).ok_or(CounterError::Overflow)?;
     }
     Ok(after)
 }
@@ -297,6 +301,8 @@ mod tests {
         assert!(apply_moves(&[0, 0], &[5, 0], &[give(6)]).is_err());
         assert!(apply_moves(&[0, 0], &[5, 0], &[give(0)]).is_err());
         assert!(apply_moves(&[0, i64::MIN], &[5, 0], &[give(1)]).is_err());
+        let deep = apply_moves(&[0, -i64::MAX + 1], &[5, 5], &[give(1)]);
+        assert!(deep.is_err(), "holder 1's headroom would not fit");
         let to_nobody = Move {
             giver: 0,
             receiver: 9,
