@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::thread;
 
 use common::{Conn, Server, Value};
@@ -117,16 +116,18 @@ fn a_holder_key_of_another_type_refuses_the_spread_and_changes_nothing() {
     assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [4, 3, 3]);
 }
 
-/// 8 buyers, 100 purchases each of 1-3 units, each retried by another router (another
-/// process): every retry gets the first answer; the grants never exceed the headroom; the
-/// total is exactly the start minus the grants and never below the floor.
+/// 8 buyers, 100 purchases each of 1-3 units over 16 holders, each retried by another router
+/// (another process): every retry gets the first answer; the grants never exceed the
+/// headroom; the total is exactly the start minus the grants and never below the floor. A
+/// refusal while the headroom read right after it still covered the amount is a false
+/// refusal (the headroom only shrinks here): counted and reported.
 #[test]
 fn concurrent_buyers_never_take_the_total_below_the_floor() {
-    let server = Arc::new(Server::start());
+    let server = Server::start();
     let mut c = server.conn();
-    c.q("CTR.ADD sale 600");
+    c.q("CTR.ADD sale 1000");
     c.q("CTR.FLOOR sale 100");
-    c.q("CTR.SPREAD sale 4");
+    c.q("CTR.SPREAD sale 16");
     let url = format!("redis://127.0.0.1:{}/", server.port);
     let buyers: Vec<_> = (0..8u64)
         .map(|b| {
@@ -135,7 +136,7 @@ fn concurrent_buyers_never_take_the_total_below_the_floor() {
                 let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
                 let router = SpreadRouter::default();
                 let mut seed = b * 7919 + 1;
-                let mut granted = 0i64;
+                let (mut granted, mut refused, mut false_refusals) = (0i64, 0, 0);
                 for i in 0..100 {
                     seed = seed
                         .wrapping_mul(6364136223846793005)
@@ -145,30 +146,41 @@ fn concurrent_buyers_never_take_the_total_below_the_floor() {
                     let first = router
                         .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
                         .unwrap();
+                    if first.is_none() {
+                        refused += 1;
+                        let total: i64 = redis::cmd("CTR.GET").arg("sale").query(&mut con).unwrap();
+                        false_refusals += i64::from(total - 100 >= amount);
+                    }
                     let retry = SpreadRouter::default()
                         .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
                         .unwrap();
                     assert_eq!(retry, first, "{token}");
                     granted += first.map_or(0, |_| amount);
                 }
-                granted
+                (granted, refused, false_refusals)
             })
         })
         .collect();
-    let granted: i64 = buyers.into_iter().map(|b| b.join().unwrap()).sum();
-    assert!(granted <= 500, "granted {granted} of 500");
-    assert!(
-        granted >= 500 - 4 * 2,
-        "at most 2 units left per holder: {granted}"
+    let (mut granted, mut refused, mut false_refusals) = (0, 0, 0);
+    for buyer in buyers {
+        let (g, r, f) = buyer.join().unwrap();
+        (granted, refused, false_refusals) = (granted + g, refused + r, false_refusals + f);
+    }
+    eprintln!(
+        "floored spread, 16 holders, 800 purchases: {granted} units granted of 900, \
+         {refused} purchases refused, {false_refusals} of them while the headroom covered them"
     );
-    assert_eq!(c.q("CTR.GET sale"), Value::Int(600 - granted));
+    assert!(granted <= 900, "granted {granted} of 900");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(1000 - granted));
     let budgets = ints(&info_field(&mut c, "sale", "holder_budgets"));
     assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
-    assert_eq!(budgets.iter().sum::<i64>(), 500 - granted);
-    let refused = ints(&info_field(&mut c, "sale", "holder_refused_units"));
+    assert_eq!(budgets.iter().sum::<i64>(), 900 - granted);
+    // Every holder is visited before a refusal: only a purchase larger than what each holder
+    // held at its visit is refused falsely (fragmentation near the end of the stock).
+    assert!(false_refusals <= refused);
     assert!(
-        refused.iter().all(|&r| r > 0),
-        "sold out everywhere: {refused:?}"
+        900 - granted < 16 * 3,
+        "the stock is sold down to fragments"
     );
 }
 
