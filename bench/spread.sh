@@ -6,11 +6,16 @@
 #   2. write load of one hot counter: WRITES adds spread over 16 holders, each holder written by
 #      clients connected to the master serving it, against the same adds on one key: commands
 #      and server time per node from INFO commandstats;
-#   3. bytes per holder (MEMORY USAGE).
+#   3. hot reads of one 16-holder counter for HOT_SECONDS per row, on its home master and on a
+#      replica of it (clients sending READONLY), with and without ctr.gather-cache-ms:
+#      reads/s, latency, and what the reads cost the cluster (gathers, the home master's
+#      CTR.GET calls, gather answers the other masters sent);
+#   4. bytes per holder (MEMORY USAGE).
 #
-# Usage (from the repository root, after `cargo build --release`): bash bench/spread.sh
+# Usage (from the repository root, after `make build-tests`, which builds the module and the
+# client examples): bash bench/spread.sh
 # Environment: CTR_MODULE (module path), READS (default 20000 per read row), CLIENTS (default
-# 10, for the reads), WRITES (default 320000).
+# 10, for the reads), WRITES (default 320000), HOT_SECONDS (default 3).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -19,7 +24,10 @@ MODULE=${CTR_MODULE:-$PWD/target/release/libredis_ctr.so}
 READS=${READS:-20000}
 CLIENTS=${CLIENTS:-10}
 WRITES=${WRITES:-320000}
-[ -f "$MODULE" ] || { echo "module not found at $MODULE (run cargo build --release)" >&2; exit 1; }
+HOT_SECONDS=${HOT_SECONDS:-3}
+READ_BENCH=$PWD/target/release/examples/read_bench
+[ -f "$MODULE" ] || { echo "module not found at $MODULE (run make build-tests)" >&2; exit 1; }
+[ -x "$READ_BENCH" ] || { echo "$READ_BENCH missing (run make build-tests)" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
@@ -103,6 +111,49 @@ echo
 echo "| node | ctr.add calls | usec per call |"
 echo "|---|---|---|"
 node_stats
+echo
+
+# Hot reads. info_field PORT SECTION FIELD: one field of INFO; sum_field SECTION FIELD PORT...:
+# its sum over nodes; cpu_ms PORT...: the nodes' CPU time (user + system) so far, in ms.
+info_field() { cli "$1" INFO "$2" | tr -d '\r' | sed -n "s/^$3://p"; }
+sum_field() {
+  local p sum=0
+  for p in "${@:3}"; do sum=$((sum + $(info_field "$p" "$1" "$2"))); done
+  echo "$sum"
+}
+cpu_ms() {
+  local p
+  for p in "$@"; do cli "$p" INFO cpu; done | tr -d '\r' |
+    awk -F: '/^used_cpu_(user|sys):/ { ms += $2 * 1000 } END { printf "%d", ms }'
+}
+home=$(owner read16)
+others=()
+for p in "${ports[@]}"; do [ "$p" = "$home" ] || others+=("$p"); done
+replica_port=$((home + 1))
+while port_busy "$replica_port" || port_busy "$((replica_port + 10000))"; do replica_port=$((replica_port + 1)); done
+sh docker/cluster.sh replica "$replica_port" "$home" >/dev/null || { tail -n 20 "$CLUSTER_DIR/$replica_port/redis.log" >&2; die "no replica"; }
+# hot_row LABEL PORT CACHE_MS [readonly]: one row of reads of read16 through PORT.
+hot_row() {
+  local label=$1 at=$2 cache=$3 mode=${4:-} out s0 h0 o0 reads rps p50 p99 errors
+  cli "$home" CONFIG SET ctr.gather-cache-ms "$cache" >/dev/null
+  cli "$replica_port" CONFIG SET ctr.gather-cache-ms "$cache" >/dev/null
+  s0=$(sum_field ctr ctr_gather_requests_served "${others[@]}")
+  h0=$(cpu_ms "$home")
+  o0=$(cpu_ms "${others[@]}")
+  # shellcheck disable=SC2086
+  out=$("$READ_BENCH" "$at" read16 "$CLIENTS" "$HOT_SECONDS" $mode)
+  read -r reads rps p50 p99 errors <<<"$out"
+  echo "| $label | $reads | $rps | $p50 | $p99 | $errors | $(($(cpu_ms "$home") - h0)) | $(($(cpu_ms "${others[@]}") - o0)) | $(($(sum_field ctr ctr_gather_requests_served "${others[@]}") - s0)) |"
+}
+echo "## Hot reads of one counter (16 holders, $CLIENTS clients, $HOT_SECONDS s per row)"
+echo
+echo "| reads served by | reads | reads/s | p50 ms | p99 ms | failed reads | home master CPU ms | other masters CPU ms | gather requests answered by the other masters |"
+echo "|---|---|---|---|---|---|---|---|---|"
+hot_row "home master, no cache" "$home" 0
+hot_row "home master, gather-cache-ms 100" "$home" 100
+hot_row "replica of the home master (READONLY), no cache" "$replica_port" 0 readonly
+hot_row "replica of the home master (READONLY), gather-cache-ms 100" "$replica_port" 100 readonly
+cli "$home" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
 echo
 
 echo "## Bytes"

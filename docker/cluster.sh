@@ -9,6 +9,8 @@
 #   cluster.sh node PORT DIR [opts]   one cluster node in the foreground        (docker compose)
 #   cluster.sh create HOST:PORT...    join running nodes into a cluster of masters (no replicas)
 #                                     and wait until it is ok  (used by start, and docker compose)
+#   cluster.sh replica PORT MASTER    start a node on PORT (like start) and make it a replica of
+#                                     the local master on port MASTER; waits until it is in sync
 #
 # Every node runs docker/server.sh with the same cluster options, locally and in Docker.
 # Environment: CLUSTER_DIR (default data/cluster), REDIS_CLI (default redis-cli), and CTR_MODULE,
@@ -95,35 +97,65 @@ ours() {
     tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE -- ":$2 |--port $2 "
 }
 
-start() {
-  [ $# -gt 0 ] || set -- 7000 7001 7002
-  mkdir -p "$cluster_dir"
+# start_node PORT: one daemon node in $cluster_dir/PORT, unless ours already runs there.
+start_node() {
+  dir="$cluster_dir/$1"
+  mkdir -p "$dir"
+  if ours "$(cat "$dir/redis.pid" 2>/dev/null)" "$1"; then
+    echo "node $1 already running (pid $(cat "$dir/redis.pid"))"
+  else
+    rm -f "$dir/redis.pid"
+    # shellcheck disable=SC2086
+    sh "$here/server.sh" "$1" "$dir" $NODE_OPTS --bind 127.0.0.1 \
+      --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+  fi
+}
+
+# check_started PORT...: every node answers and is the server we started.
+check_started() {
   addrs=""
-  for port in "$@"; do
-    dir="$cluster_dir/$port"
-    mkdir -p "$dir"
-    if ours "$(cat "$dir/redis.pid" 2>/dev/null)" "$port"; then
-      echo "node $port already running (pid $(cat "$dir/redis.pid"))"
-    else
-      rm -f "$dir/redis.pid"
-      # shellcheck disable=SC2086
-      sh "$here/server.sh" "$port" "$dir" $NODE_OPTS --bind 127.0.0.1 \
-        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
-    fi
-    addrs="$addrs 127.0.0.1:$port"
-  done
+  for port in "$@"; do addrs="$addrs 127.0.0.1:$port"; done
   # shellcheck disable=SC2086
   wait_up $addrs
   for port in "$@"; do
     ours "$(cat "$cluster_dir/$port/redis.pid" 2>/dev/null)" "$port" ||
       die "node $port did not start (see $cluster_dir/$port/redis.log)"
   done
+}
+
+start() {
+  [ $# -gt 0 ] || set -- 7000 7001 7002
+  mkdir -p "$cluster_dir"
+  for port in "$@"; do start_node "$port"; done
+  check_started "$@"
   # shellcheck disable=SC2086
   create $addrs
   echo
   echo "redis-ctr cluster of $# masters is up; connect with: redis-cli -c -p $1"
   echo "nodes:$addrs (data and logs in $cluster_dir/PORT)"
   echo "stop it with: make cluster-stop (or docker/cluster.sh stop)"
+}
+
+replica() {
+  [ $# -eq 2 ] || die "usage: cluster.sh replica PORT MASTER_PORT"
+  start_node "$1"
+  check_started "$1"
+  master_id=$("$cli" -p "$2" CLUSTER MYID) || die "no node on port $2"
+  "$cli" -p "$1" CLUSTER MEET 127.0.0.1 "$2" >/dev/null
+  # REPLICATE needs the master known to the new node, which takes a gossip round or two.
+  i=0
+  until [ "$("$cli" -p "$1" CLUSTER REPLICATE "$master_id" 2>/dev/null)" = OK ]; do
+    i=$((i + 1))
+    [ "$i" -le 300 ] || die "node $1 could not replicate $2"
+    sleep 0.1
+  done
+  i=0
+  until "$cli" -p "$1" INFO replication 2>/dev/null | tr -d '\r' | grep -qx 'master_link_status:up'; do
+    i=$((i + 1))
+    [ "$i" -le 300 ] || die "replica $1 did not sync with $2"
+    sleep 0.1
+  done
+  echo "node $1 replicates $2"
 }
 
 stop() {
@@ -159,14 +191,14 @@ stop() {
 command=${1:-}
 [ $# -gt 0 ] && shift
 case "$command" in
-start | stop)
+start | stop | replica)
   mkdir -p "${CLUSTER_DIR:-data/cluster}"
   cluster_dir=$(cd "${CLUSTER_DIR:-data/cluster}" && pwd)
   "$command" "$@"
   ;;
 node | create) "$command" "$@" ;;
 *)
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
   ;;
 esac

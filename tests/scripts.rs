@@ -172,6 +172,20 @@ fn cluster_sh_starts_three_masters_and_stops_only_the_nodes_it_started() {
     assert!(text(&again).contains("already form a cluster"));
     assert_eq!(dir.pids(), pids);
 
+    // A replica of the first master (bench/spread.sh reads through one), stopped with the rest.
+    let replica_port = free_port().to_string();
+    let out = dir.run(&["replica", &replica_port, &ports[0]]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut replica = Conn::connect(replica_port.parse().unwrap()).unwrap();
+    let replication = replica.q("INFO replication").text();
+    assert!(replication.contains("role:slave"), "{replication}");
+    assert!(
+        replication.contains("master_link_status:up"),
+        "{replication}"
+    );
+    let pids = dir.pids();
+    assert_eq!(pids.len(), 4);
+
     // A stale pid file naming a live process that is not a node of ours: left alone.
     let mut bystander = Command::new("sleep").arg("60").spawn().unwrap();
     let stale = dir.0.join("1");
@@ -180,7 +194,7 @@ fn cluster_sh_starts_three_masters_and_stops_only_the_nodes_it_started() {
 
     let out = dir.run(&["stop"]);
     assert!(out.status.success(), "{}", text(&out));
-    for port in &ports {
+    for port in ports.iter().chain([&replica_port]) {
         assert!(text(&out).contains(&format!("node {port} stopped")));
     }
     assert!(pids.iter().all(|&p| !alive(p)), "every node exited");

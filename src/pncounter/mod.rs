@@ -11,6 +11,7 @@
 //! must fit in an `i64`. An add that would leave that range fails with
 //! [`PncError::Overflow`], a merge whose result would leave it is refused; both change nothing.
 
+mod entries;
 mod id;
 pub mod identity;
 
@@ -18,6 +19,8 @@ pub use id::{ConfiguredIdError, IdError, ReplicaId, MAX_CONFIGURED_ID_LEN, MAX_I
 pub use identity::{identity, Home, Identity};
 
 use std::fmt;
+
+use entries::Entries;
 
 /// Largest P or N total of one replica id.
 pub const SLOT_MAX: u64 = i64::MAX as u64;
@@ -63,11 +66,12 @@ pub struct Entry {
 /// A PN-Counter: entries sorted by id (unique), the cached value, and the home record (which of
 /// this deployment's ids last wrote it locally; not part of the CRDT state, never merged).
 ///
-/// The entries are a boxed slice, kept exactly as long as it needs to be (new replica ids are
-/// rare), so that the struct keeps its 64 bytes with the home slot index beside it.
+/// One entry (a counter only this deployment wrote) lives inside the struct, so a local add on a
+/// cold key reaches its slot without a second allocation; more live in an exactly sized boxed
+/// slice ([`Entries`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PnCounter {
-    entries: Box<[Entry]>,
+    entries: Entries,
     value: i64,
     home: Option<Home>,
     /// Index of the home record's entry, [`NO_SLOT`] when there is no home record or it has no
@@ -82,7 +86,7 @@ const NO_SLOT: u32 = u32::MAX;
 impl Default for PnCounter {
     fn default() -> Self {
         PnCounter {
-            entries: Box::default(),
+            entries: Entries::default(),
             value: 0,
             home: None,
             home_slot: NO_SLOT,
@@ -125,7 +129,7 @@ impl PnCounter {
         }
         let value = value_of(&entries).ok_or(StateError::ValueOutOfRange)?;
         let mut counter = PnCounter {
-            entries: entries.into_boxed_slice(),
+            entries: Entries::from_vec(entries),
             value,
             home,
             home_slot: NO_SLOT,
@@ -242,7 +246,7 @@ impl PnCounter {
                 n,
             },
         );
-        self.entries = entries.into_boxed_slice();
+        self.entries = Entries::from_vec(entries);
         self.value = value;
         self.locate_home();
         Ok(value)
@@ -262,7 +266,7 @@ impl PnCounter {
     /// Refused, with nothing built, when the result would hold too many ids or an out-of-range
     /// value.
     pub fn merged(&self, other: &PnCounter) -> Result<PnCounter, PncError> {
-        let (a, b) = (&self.entries, &other.entries);
+        let (a, b): (&[Entry], &[Entry]) = (&self.entries, &other.entries);
         let mut out = Vec::with_capacity(union_len(a, b));
         let (mut i, mut j) = (0, 0);
         while i < a.len() || j < b.len() {
@@ -303,7 +307,7 @@ impl PnCounter {
         }
         let value = value_of(&out).ok_or(PncError::Overflow)?;
         let mut merged = PnCounter {
-            entries: out.into_boxed_slice(),
+            entries: Entries::from_vec(out),
             value,
             home: self.home.clone(),
             home_slot: NO_SLOT,
@@ -314,7 +318,7 @@ impl PnCounter {
 
     /// Heap bytes owned beyond the struct itself.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of_val::<[Entry]>(&self.entries)
+        self.entries.boxed_len() * std::mem::size_of::<Entry>()
             + self
                 .entries
                 .iter()
@@ -328,7 +332,7 @@ impl PnCounter {
     pub fn allocated_bytes(&self) -> usize {
         use crate::memsize::{usable_size, vec_bytes};
         usable_size(std::mem::size_of::<PnCounter>())
-            + vec_bytes::<Entry>(self.entries.len())
+            + vec_bytes::<Entry>(self.entries.boxed_len())
             + self
                 .entries
                 .iter()
@@ -346,7 +350,7 @@ impl PnCounter {
             .chain(self.home.as_ref().map(|h| &h.id))
             .filter(|id| id.heap_bytes() > 0)
             .count();
-        usize::from(!self.entries.is_empty()) + long_ids
+        usize::from(self.entries.boxed_len() > 0) + long_ids
     }
 }
 
