@@ -106,6 +106,12 @@ pub fn parse_yes_no(value: &str) -> Option<bool> {
 pub const EXPOSE_INTERNAL_CONFIG: &str = "expose-internal-commands";
 pub static EXPOSE_INTERNAL: AtomicBool = AtomicBool::new(false);
 
+/// `ctr.debug-hold-credits` (load argument only, default no; for tests): with yes, this
+/// server never applies a transfer credit (nor acknowledges one), so a fold stops after its
+/// holders are sealed. Tests use it to kill a master in the middle of a fold.
+pub const DEBUG_HOLD_CREDITS_CONFIG: &str = "debug-hold-credits";
+pub static DEBUG_HOLD_CREDITS: AtomicBool = AtomicBool::new(false);
+
 /// `ctr.replica-id`: empty = automatic (a random id made on the first PN-counter write), else
 /// the id this deployment's PN-counter writes go to. Its value lives in
 /// [`crate::pncounter::identity`], which also decides what a change means.
@@ -269,6 +275,18 @@ pub fn register(
         EXPOSE_INTERNAL_CONFIG,
         &EXPOSE_INTERNAL,
         expose,
+        ConfigurationFlags::IMMUTABLE,
+        None,
+    );
+    let hold = get_string_default_config_value(args, DEBUG_HOLD_CREDITS_CONFIG, "no")
+        .map_err(|e| format!("load argument {DEBUG_HOLD_CREDITS_CONFIG}: {e}"))?;
+    let hold = parse_yes_no(hold)
+        .ok_or_else(|| format!("load argument {DEBUG_HOLD_CREDITS_CONFIG} must be yes or no"))?;
+    register_bool_configuration(
+        ctx,
+        DEBUG_HOLD_CREDITS_CONFIG,
+        &DEBUG_HOLD_CREDITS,
+        hold,
         ConfigurationFlags::IMMUTABLE,
         None,
     );

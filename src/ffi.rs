@@ -106,6 +106,9 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SelectDb,
         RedisModule_GetSelectedDb,
         RedisModule_CreateTimer,
+        RedisModule_GetSelectedDb,
+        RedisModule_GetKeyNameFromIO,
+        RedisModule_GetDbIdFromIO,
     )
 }
 

@@ -126,6 +126,17 @@ pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
     Counter::new(),
 ];
 
+/// Folds: holders a shrinking CTR.SPREAD sent back to their home. Transfers (see
+/// `counter::transfer`): started on this master (debits, seals included), credits applied
+/// here, outbox entries acknowledged here, credits sent again after no answer, and credits
+/// received again after they had been applied (acknowledged, changing nothing).
+pub static FOLDS: Counter = Counter::new();
+pub static TRANSFERS_STARTED: Counter = Counter::new();
+pub static TRANSFERS_CREDITED: Counter = Counter::new();
+pub static TRANSFERS_ACKED: Counter = Counter::new();
+pub static TRANSFERS_RESENT: Counter = Counter::new();
+pub static TRANSFERS_DUPLICATE_CREDITS: Counter = Counter::new();
+
 /// Records the latency of one successful gather.
 pub fn record_gather_latency(ms: i64) {
     let bucket = match ms {
@@ -178,6 +189,12 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),
         ("gather_latency_100_999ms", &GATHER_LATENCY_HISTOGRAM[3]),
         ("gather_latency_1000ms_plus", &GATHER_LATENCY_HISTOGRAM[4]),
+        ("folds", &FOLDS),
+        ("transfers_started", &TRANSFERS_STARTED),
+        ("transfers_credited", &TRANSFERS_CREDITED),
+        ("transfers_acked", &TRANSFERS_ACKED),
+        ("transfers_resent", &TRANSFERS_RESENT),
+        ("transfers_duplicate_credits", &TRANSFERS_DUPLICATE_CREDITS),
     ]
 }
 

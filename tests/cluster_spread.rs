@@ -3,7 +3,9 @@
 //! gathers, and reads during writes stay between the acknowledged and the sent total; a
 //! replica reads a total; auto-spread under a pipelined load; reads inside MULTI are refused unless the cache bound allows them; a holder whose
 //! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
-//! after the move; a killed master makes reads fail clearly within the gather timeout.
+//! after the move; a killed master makes reads fail clearly within the gather timeout; shrinking
+//! during writes keeps the total exact, also when a holder's master and then the home's master
+//! die in the middle of the fold.
 
 mod common;
 
@@ -352,4 +354,173 @@ fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
         _ => None,
     });
     assert_eq!(total, expected);
+}
+
+/// A field of a CTR.INFO reply (a flat array of names and values).
+fn info_field(info: &Value, field: &str) -> Option<Value> {
+    let items = info.array();
+    let at = items
+        .iter()
+        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))?;
+    Some(items[at + 1].clone())
+}
+
+/// The home's current holders, as a writer re-reads them after a sealed-holder error.
+fn current_holders(client: &mut ClusterClient, home: &str) -> Vec<String> {
+    let info = client.cmd(&["CTR.INFO", home]);
+    info_field(&info, "holders").map_or_else(|| vec![home.to_string()], |h| names(&h))
+}
+
+fn still_leaving(client: &mut ClusterClient, home: &str) -> usize {
+    let info = client.cmd(&["CTR.INFO", home]);
+    info_field(&info, "leaving").map_or(0, |l| l.array().len())
+}
+
+#[test]
+fn shrinking_during_writes_keeps_the_total_exact_and_reads_never_go_back() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "folding";
+    names(&client.cmd(&["CTR.SPREAD", home, "9"]));
+    let seed = cluster.nodes[0].port;
+    let (acked, stop) = (
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    // Writers add positive deltas to random holders of the list they know, re-reading it when
+    // a holder says it was folded back.
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(seed);
+                let mut holders = current_holders(&mut client, home);
+                let mut rng = Lcg(t + 7);
+                let mut refreshed = 0;
+                while !stop.load(SeqCst) {
+                    let holder = holders[rng.next(holders.len() as u64) as usize].clone();
+                    let delta = rng.next(9) as i64 + 1;
+                    match client.cmd(&["CTR.ADD", &holder, &delta.to_string()]) {
+                        Value::Int(_) => {
+                            acked.fetch_add(delta, SeqCst);
+                        }
+                        Value::Error(e) if e.contains("folded back") => {
+                            holders = current_holders(&mut client, home);
+                            refreshed += 1;
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                refreshed
+            })
+        })
+        .collect();
+    let reader = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut client = ClusterClient::connect(seed);
+            let mut reads = 0;
+            while !stop.load(SeqCst) {
+                let floor = acked.load(SeqCst);
+                let total = client.cmd(&["CTR.GET", home]).int();
+                assert!(
+                    total >= floor,
+                    "read {total} below the acknowledged {floor}"
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "3"])).len(), 3);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, SeqCst);
+    let refreshed: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(reader.join().unwrap() > 0);
+    assert!(refreshed > 0, "some writer met a folded holder");
+    eventually(20, || (still_leaving(&mut client, home) == 0).then_some(()));
+    let expected = acked.load(SeqCst);
+    for node in &cluster.nodes {
+        let mut c = ClusterClient::connect(node.port);
+        assert_eq!(c.cmd(&["CTR.GET", home]), Value::Int(expected));
+    }
+    assert_eq!(
+        info_field(&client.cmd(&["CTR.INFO", home]), "holders"),
+        None
+    );
+}
+
+/// Credits are held on the first masters (a load-time debug hook), so the fold stops after
+/// its holders are sealed. The master of some holders dies (its replica takes over and sends
+/// their credits again), then the home's master dies: its replica, which does not hold
+/// credits, applies them. The total is exact at every step and the fold completes.
+#[test]
+fn a_fold_survives_the_death_of_a_holders_master_and_of_the_homes_master() {
+    let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
+    let mut client = cluster.client();
+    let home = "{survivor}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    let victim_replica = cluster.start_replica_of(victim);
+    let home_replica = cluster.start_replica_of(home_node);
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "7"]));
+    let mut expected = write_randomly(&cluster, &holders, 2, 40);
+    let on_victim: Vec<String> = holders
+        .iter()
+        .filter(|h| cluster.owner(key_slot(h.as_bytes())) == victim)
+        .cloned()
+        .collect();
+    assert!(!on_victim.is_empty());
+
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+    // Sealed (writes refused), credit held: the total stays exact. Adds before the seal count.
+    eventually(20, || match client.cmd(&["CTR.ADD", &on_victim[0], "1"]) {
+        Value::Int(_) => {
+            expected += 1;
+            None
+        }
+        e => Some(e.error()),
+    });
+    let e = client.cmd(&["CTR.ADD", &on_victim[0], "1"]).error();
+    assert!(e.contains("folded back"), "{e}");
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
+    assert_eq!(still_leaving(&mut client, home), 6);
+
+    // The holder's master dies after the seal, before any ack.
+    cluster.nodes[victim].wait_replicas(1);
+    cluster.nodes[victim].kill();
+    let mut h = cluster.nodes[home_node].conn();
+    let total = eventually(40, || match h.cmd(&["CTR.GET", home]) {
+        Value::Int(v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(total, expected, "after the holder's master failed over");
+    let mut promoted = victim_replica.conn();
+    for holder in &on_victim {
+        let e = promoted.cmd(&["CTR.ADD", holder, "1"]).error();
+        assert!(e.contains("folded back"), "{e}");
+    }
+
+    // The home's master dies with every credit still held.
+    cluster.nodes[home_node].wait_replicas(1);
+    cluster.nodes[home_node].kill();
+    let mut r = home_replica.conn();
+    let leaving = |r: &mut Conn| {
+        let info = r.cmd(&["CTR.INFO", home]);
+        (!info.is_error()).then(|| info_field(&info, "leaving").map_or(0, |l| l.array().len()))
+    };
+    eventually(60, || (leaving(&mut r) == Some(0)).then_some(()));
+    assert_eq!(r.cmd(&["CTR.GET", home]), Value::Int(expected));
+    assert!(
+        home_replica
+            .info_field("ctr", "ctr_transfers_credited")
+            .parse::<u64>()
+            .is_ok_and(|n| n >= 6),
+        "the promoted replica applied the credits"
+    );
 }

@@ -69,7 +69,10 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     // A replaced value keeps the key's TTL as it was (the AOF rewrite sends its own PEXPIREAT):
     // none of the TTL a write gives a key that only remembers refusals.
     let ttl = key.abs_expire();
+    let db = super::spread_transfer::selected_db(ctx);
     update_counter(&key, |c, _| {
+        // A replica or a restarted server resumes the transfers this state has under way.
+        super::spread_transfer::track(db, args.bytes(1), &counter);
         *c = counter;
         Ok(())
     })?;

@@ -2,7 +2,7 @@
 
 use super::ctr_args::{parse_reconcile, TruthSource};
 use super::ctr_store::with_counter;
-use super::ctr_store::{update_counter, Write};
+use super::ctr_store::{refuse_unwritable, update_counter, Write};
 use crate::counter::history::bucket_of;
 use crate::counter::history::WatermarkError;
 use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair, StartOp};
@@ -159,6 +159,7 @@ fn start(ctx: Ctx, args: &Args) -> CommandResult {
     if let Some((_, earliest)) = tracked_history(ctx, w.key_name)? {
         return Ok(Reply::Integer(earliest));
     }
+    refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
     let (op, earliest, before) = update_counter(&key, |c, before| {
         let op = StartOp {
@@ -242,6 +243,7 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if let Some(repair) = unchanged {
         return Ok(reply(repair));
     }
+    refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
     let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
     drop(key); // closed before the keyspace event fires

@@ -23,7 +23,7 @@ use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::{
-    key_slot, plan_holders, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+    key_slot, plan_holders_avoiding, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::{exact_sum, CounterRef, Spread};
 use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
@@ -35,9 +35,6 @@ use crate::persist::gather_msg::{self, HolderAnswer};
 const MSG_GATHER_REQUEST: u8 = 0xC7;
 const MSG_GATHER_RESPONSE: u8 = 0xC8;
 
-const SHRINK_REFUSED: CommandError = CommandError::fixed(
-    "ERR a spread counter cannot shrink yet: folding holders back is not built (holders can only grow)",
-);
 const CANNOT_BLOCK: CommandError = CommandError::fixed(
     "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
 );
@@ -56,10 +53,15 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
             "ERR holders must be between 1 and 1024",
         ))?;
     let home = args.bytes(1);
+    super::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
     let current: Vec<Vec<u8>> =
         with_counter(ctx, args.raw(1), |c| holders_of(c).unwrap_or_default())?;
     if target < current.len() + 1 {
-        return Err(SHRINK_REFUSED);
+        // The reply comes at once; the removed holders fold back in the background (CTR.INFO
+        // lists them under `leaving` until then), and reads stay exact meanwhile.
+        let kept = super::spread_transfer::begin_fold(ctx, args.raw(1), target)?;
+        forget_cached(home);
+        return Ok(names_reply(home, kept.iter()));
     }
     if target > current.len() + 1 {
         let all = grow(ctx, args.raw(1), &current, target)?;
@@ -87,10 +89,24 @@ fn grow(
     if is_floored && in_cluster {
         return Err(floored::ACROSS_MASTERS_REFUSED);
     }
+    let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
+            let givers = t.inbox.iter().map(|(g, _)| g.clone());
+            givers.chain(t.leaving.iter().cloned()).collect()
+        }),
+        _ => Vec::new(),
+    })?;
+    let taken = |name: &[u8]| folded.iter().any(|f| f == name);
     let added = if in_cluster {
-        plan(home, current, target, &*cluster::topology(ctx, true)?)
+        plan(
+            home,
+            current,
+            target,
+            &*cluster::topology(ctx, true)?,
+            &taken,
+        )
     } else {
-        plan(home, current, target, &Standalone)
+        plan(home, current, target, &Standalone, &taken)
     }?;
     if is_floored {
         floored::spread_floored(ctx, key_name, current, &added)?;
@@ -156,8 +172,9 @@ fn plan(
     current: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
+    taken: &dyn Fn(&[u8]) -> bool,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
-    plan_holders(home, current, target, owners).map_err(|PlanError::NoSlot| {
+    plan_holders_avoiding(home, current, target, owners, taken).map_err(|PlanError::NoSlot| {
         CommandError::fixed("ERR no free slot found for a holder on some master")
     })
 }
@@ -169,6 +186,16 @@ fn holders_of(c: Option<CounterRef>) -> Option<Vec<Vec<u8>>> {
     }
 }
 
+/// The holders a read of the total asks: the current ones, then those still folding back.
+fn all_holders_of(c: Option<CounterRef>) -> (Vec<Vec<u8>>, usize) {
+    let mut holders = holders_of(c).unwrap_or_default();
+    let current = holders.len();
+    if let Some(CounterRef::Boxed(b)) = c {
+        holders.extend(b.leaving().iter().cloned());
+    }
+    (holders, current)
+}
+
 fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
     let mut names = vec![Reply::Bulk(home.to_vec())];
     names.extend(holders.map(|h| Reply::Bulk(h.clone())));
@@ -178,7 +205,9 @@ fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> R
 /// One key being read: its own value and, for a home, its other holders.
 struct Reading {
     home: Vec<u8>,
+    /// The current holders, then (from `current` on) those still folding back.
     holders: Vec<Vec<u8>>,
+    current: usize,
     /// Holder values, holder 0 (the key itself) first; None while unknown.
     values: Vec<Option<i64>>,
     /// How old each value is, in ms: 0 when read for this command, else its age in the cache.
@@ -202,19 +231,33 @@ enum Finish {
 }
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
-    with_counter(ctx, key, |c| Reading {
-        home: string_bytes(key).to_vec(),
-        holders: holders_of(c).unwrap_or_default(),
-        values: vec![Some(c.map_or(0, CounterRef::value))],
-        ages: vec![0],
+    with_counter(ctx, key, |c| {
+        let (holders, current) = all_holders_of(c);
+        Reading {
+            home: string_bytes(key).to_vec(),
+            holders,
+            current,
+            values: vec![Some(c.map_or(0, held))],
+            ages: vec![0],
+        }
     })
+}
+
+/// What a key counts for in a total: its value plus the value units it has sent and not had
+/// acknowledged (a sealed holder's whole value until its home has it). A sum that overflows
+/// (only a forged state holds one) counts the value alone.
+fn held(c: CounterRef) -> i64 {
+    match c {
+        CounterRef::Boxed(b) => b.units_in_hand().unwrap_or(b.value()),
+        other => other.value(),
+    }
 }
 
 /// CTR.GET key: the value, or a spread counter's total.
 pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
     let r = with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) if b.spread().is_some() => None,
-        other => Some(other.map_or(0, CounterRef::value)),
+        Some(CounterRef::Boxed(b)) if b.spread().is_some() || !b.leaving().is_empty() => None,
+        other => Some(other.map_or(0, held)),
     })?;
     match r {
         Some(value) => Ok(Reply::Integer(value)),
@@ -277,7 +320,10 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
                     *value = Reply::Integer(total);
                 }
             }
-            fields.push(("holders", names_reply(&r.home, r.holders.iter())));
+            let (current, leaving) = r.holders.split_at(r.current);
+            fields.push(("holders", names_reply(&r.home, current.iter())));
+            let leaving = leaving.iter().map(|n| Reply::Bulk(n.clone()));
+            fields.push(("leaving", Reply::Array(leaving.collect())));
             let values = r.values.iter().map(|v| Reply::Integer(v.unwrap_or(0)));
             fields.push(("holder_values", Reply::Array(values.collect())));
             let ages = r.ages.iter().copied().map(Reply::Integer);
@@ -518,6 +564,7 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError
                     .filter(|(at, values)| {
                         now.saturating_sub(*at) <= cache_ms
                             && values.len() == reading.holders.len() + 1
+                            && reading.current == reading.holders.len()
                     })
                     .map(|(at, values)| (now.saturating_sub(*at), values.clone()))
             })
@@ -611,10 +658,12 @@ fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandErr
     let Some(pending) = done else {
         return;
     };
+    let mut readings = pending.readings;
     let result = outcome.and_then(|()| {
         metrics::record_gather_latency(now.saturating_sub(pending.started_ms));
-        remember(&pending.readings, now);
-        finish(&pending.readings, pending.finish)
+        remember(&readings, now);
+        sum_time_view(Ctx { ptr: ctx }, &mut readings);
+        finish(&readings, pending.finish)
     });
     if result.is_err() {
         metrics::GATHER_FAILURES.incr();
@@ -622,6 +671,33 @@ fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandErr
     let boxed = Box::into_raw(Box::new(result)).cast::<c_void>();
     // SAFETY: bc is blocked and unblocked once: its entry was just removed from the table.
     unsafe { rm!(RedisModule_UnblockClient)(pending.bc, boxed) };
+}
+
+/// Takes each home's own state as it is now, when the total is summed (the holders were read
+/// earlier, one by one): its value, and which holders still count. A holder that is neither a
+/// current holder nor still leaving has been folded back since it answered: its units are in
+/// the home's value now, so its answer counts 0. A leaving holder still listed has not had its
+/// credit applied (the credit removes it from `leaving` in the same write that adds its units
+/// to the home), so its answer, which includes whatever it sent, is counted once. Both facts
+/// come from one read of the home on this thread, between two writes: every unit is counted
+/// exactly once at every step of a fold.
+fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
+    for r in readings.iter_mut().filter(|r| !r.holders.is_empty()) {
+        let home = super::spread_transfer::Name::new(ctx, &r.home);
+        let now = with_counter(ctx, home.raw, |c| {
+            let (names, _) = all_holders_of(c);
+            c.map(|c| (held(c), names))
+        });
+        let Ok(Some((value, names))) = now else {
+            continue; // the home moved away or changed type: keep what was read
+        };
+        r.values[0] = Some(value);
+        for (i, name) in r.holders.iter().enumerate() {
+            if !names.contains(name) {
+                r.values[i + 1] = Some(0);
+            }
+        }
+    }
 }
 
 /// Stores one master's answers in a pending gather. None when the sender was not asked (or

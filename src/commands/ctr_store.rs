@@ -79,8 +79,18 @@ pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
     let k = Key::open(ctx, key, true);
     match k.content(ctr_type()) {
         KeyContent::Other => Err(WRONG_TYPE),
+        KeyContent::Mine(raw) => {
+            // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+            super::spread_transfer::refuse_sealed(unsafe { CounterCell::borrow(raw) })?;
+            Ok((k, KeyContent::Mine(raw)))
+        }
         content => Ok((k, content)),
     }
+}
+
+/// A user write's check on a key it opens itself: WRONGTYPE, then a sealed holder's refusal.
+pub fn refuse_unwritable(ctx: Ctx, key: RawString) -> Result<(), CommandError> {
+    open_for_write_as(ctx, key).map(|_| ())
 }
 
 /// True when the write made the key anew with a time to live (`EX`/`PX`, or the TTL of a key

@@ -16,6 +16,7 @@ mod decide;
 pub mod parse;
 pub mod pnc;
 mod spread_cluster;
+pub mod spread_transfer;
 pub mod sweep;
 
 use std::ffi::{c_int, CStr};
@@ -484,6 +485,7 @@ pub fn register(
         crate::command_info::set(ctx, def)?;
     }
     ctr_spread::register(ctx);
+    spread_transfer::register(ctx);
     Ok(internal)
 }
 

@@ -99,6 +99,27 @@ pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
     }
 }
 
+/// True when the server's routing check lets this node run a command on `name` (its slot is
+/// served here and, when migrating, the key has not moved yet): `RM_Call` of `EXISTS`, which
+/// the server refuses (a null reply) for a key it would redirect.
+pub fn routed_here(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> bool {
+    // SAFETY: ctx is live; "b" takes (pointer, length).
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx,
+            c"EXISTS".as_ptr(),
+            c"b".as_ptr(),
+            name.as_ptr().cast::<c_char>(),
+            name.len(),
+        )
+    };
+    if reply.is_null() {
+        return false;
+    }
+    drop(CallReply(reply));
+    true
+}
+
 /// Which master serves each slot, and who this node is.
 pub struct Topology {
     fetched_ms: i64,

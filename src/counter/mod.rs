@@ -16,6 +16,7 @@ pub mod rebalance;
 pub mod siphash;
 pub mod spread;
 pub mod tokens;
+pub mod transfer;
 
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
@@ -25,6 +26,7 @@ pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
 pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
+pub use transfer::{Outgoing, TransferError, Transfers};
 
 /// What a tokened write finds among the remembered tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,8 @@ struct Extras {
     history: Option<History>,
     /// The other holders of a spread counter whose home this is.
     spread: Option<Spread>,
+    /// Transfers sent, applied, and folds under way (see [`transfer`]).
+    transfers: Option<Transfers>,
 }
 
 impl Extras {
@@ -81,6 +85,7 @@ impl Extras {
             && self.ledger.is_empty()
             && self.history.is_none()
             && self.spread.is_none()
+            && self.transfers.is_none()
     }
 }
 
@@ -96,6 +101,7 @@ pub struct CounterParts {
     pub ledger: TokenWindow<LedgerEntry>,
     pub history: Option<History>,
     pub spread: Option<Spread>,
+    pub transfers: Option<Transfers>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -133,6 +139,7 @@ impl Counter {
             ledger,
             history,
             spread,
+            transfers,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -147,6 +154,10 @@ impl Counter {
         if let Some(s) = &spread {
             s.validate()?;
         }
+        if let Some(t) = &transfers {
+            t.validate()?;
+        }
+        let transfers = transfers.filter(|t| !t.is_empty());
         let shards = if shards.len() == 1 {
             Vec::new()
         } else {
@@ -158,6 +169,7 @@ impl Counter {
             ledger,
             history,
             spread,
+            transfers,
         };
         Ok(Counter {
             value,
@@ -365,6 +377,7 @@ impl Counter {
             + self.ledger().heap_bytes()
             + self.history().map_or(0, |h| h.heap_bytes())
             + self.spread().map_or(0, Spread::heap_bytes)
+            + self.transfers().map_or(0, Transfers::heap_bytes)
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -391,6 +404,7 @@ impl Counter {
                         .map(|h| vec_bytes::<u8>(h.capacity()))
                         .sum::<usize>()
             })
+            + self.transfers().map_or(0, |t| usable_size(t.heap_bytes()))
     }
 }
 

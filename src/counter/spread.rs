@@ -146,6 +146,18 @@ pub fn plan_holders(
     target: usize,
     owners: &impl SlotOwners,
 ) -> Result<Vec<Vec<u8>>, PlanError> {
+    plan_holders_avoiding(home, existing, target, owners, &|_| false)
+}
+
+/// [`plan_holders`], never choosing a name `taken` refuses (a holder folded back earlier may
+/// still exist, sealed, under its old name).
+pub fn plan_holders_avoiding(
+    home: &[u8],
+    existing: &[Vec<u8>],
+    target: usize,
+    owners: &impl SlotOwners,
+    taken: &dyn Fn(&[u8]) -> bool,
+) -> Result<Vec<Vec<u8>>, PlanError> {
     let masters = owners.masters().max(1);
     let mut used: Vec<bool> = vec![false; SLOTS as usize];
     let mut per_master = vec![0usize; masters];
@@ -173,7 +185,7 @@ pub fn plan_holders(
             .map(|attempt| holder_name(home, index, attempt))
             .find(|name| {
                 let slot = key_slot(name);
-                !used[slot as usize] && owners.owner(slot) == Some(master)
+                !used[slot as usize] && owners.owner(slot) == Some(master) && !taken(name)
             })
             .ok_or(PlanError::NoSlot)?;
         used[key_slot(&name) as usize] = true;
@@ -244,6 +256,19 @@ mod tests {
         assert!(plan_holders(b"k", &first, 4, &Ranges(3))
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn regrowing_never_reuses_a_folded_name() {
+        let first = plan_holders(b"k", &[], 4, &Ranges(3)).unwrap();
+        let folded = first[1..].to_vec();
+        let again = plan_holders_avoiding(b"k", &first[..1], 4, &Ranges(3), &|n| {
+            folded.iter().any(|f| f == n)
+        })
+        .unwrap();
+        assert!(again.iter().all(|n| !folded.contains(n)));
+        let all: Vec<Vec<u8>> = first[..1].iter().chain(&again).cloned().collect();
+        assert_eq!(per_master(b"k", &all, &Ranges(3)), vec![2, 1, 1]);
     }
 
     #[test]

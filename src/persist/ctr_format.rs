@@ -25,6 +25,13 @@
 //!   (8-10 are reserved for other features)
 //!  11 SPREAD  uvarint n (1..MAX_HOLDERS-1), n x (uvarint len, bytes) holder names 1..n, each
 //!             in its own slot (the home key is holder 0)
+//!  12 TRANSFER uvarint last seq, u8 sealed (0/1) [+ (uvarint len, bytes) home],
+//!             uvarint n, n x (bytes receiver, uvarint seq (1..=last seq), ivarint dv,
+//!             ivarint df) outbox by strictly increasing receiver,
+//!             uvarint n, n x (bytes giver, uvarint seq >= 1) inbox by strictly increasing giver,
+//!             uvarint n, n x bytes leaving holder (distinct). Written when any part is
+//!             non-empty (see `crate::counter::transfer`).
+//!  (13 is reserved for floored spread counters)
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -37,6 +44,7 @@ use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
+use crate::counter::transfer::{Outgoing, Transfers, MAX_ENTRIES, MAX_NAME};
 use crate::counter::{
     Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
 };
@@ -53,7 +61,8 @@ const TAG_LEDGER: u8 = 5;
 const TAG_HISTORY: u8 = 6;
 const TAG_INTENTS: u8 = 7;
 const TAG_SPREAD: u8 = 11;
-/// A floored spread counter's floor (section 12 is the transfers').
+const TAG_TRANSFER: u8 = 12;
+/// A floored spread counter's floor.
 const TAG_SPREAD_FLOOR: u8 = 13;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
@@ -101,12 +110,79 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
         for name in &s.holders {
             w.bytes(name);
         }
-        if let Some(floor) = s.floor {
-            w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
-        }
+    }
+    if let Some(t) = counter.transfers() {
+        encode_transfers(&mut w, t);
+    }
+    if let Some(floor) = counter.spread().and_then(|s| s.floor) {
+        w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
     }
     w.u8(TAG_END);
     w.finish()
+}
+
+fn encode_transfers(w: &mut Writer, t: &Transfers) {
+    w.u8(TAG_TRANSFER).uvarint(t.last_seq);
+    match &t.sealed_into {
+        Some(home) => w.u8(1).bytes(home),
+        None => w.u8(0),
+    };
+    w.uvarint(t.outbox.len() as u64);
+    for o in &t.outbox {
+        w.bytes(&o.receiver)
+            .uvarint(o.seq)
+            .ivarint(o.dv)
+            .ivarint(o.df);
+    }
+    w.uvarint(t.inbox.len() as u64);
+    for (giver, seq) in &t.inbox {
+        w.bytes(giver).uvarint(*seq);
+    }
+    w.uvarint(t.leaving.len() as u64);
+    for name in &t.leaving {
+        w.bytes(name);
+    }
+}
+
+fn decode_transfers(r: &mut Reader) -> Result<Transfers, DecodeError> {
+    let last_seq = r.uvarint()?;
+    let sealed_into = match r.u8()? {
+        0 => None,
+        1 => Some(r.bytes(MAX_NAME)?.to_vec()),
+        other => return decode_error(format!("unknown sealed flag {other}")),
+    };
+    // Each outbox entry takes at least 5 bytes, each inbox entry 3, each name 2.
+    let n = r.count(MAX_ENTRIES, 5)?;
+    let outbox = (0..n)
+        .map(|_| {
+            Ok(Outgoing {
+                receiver: r.bytes(MAX_NAME)?.to_vec(),
+                seq: r.uvarint()?,
+                dv: r.ivarint()?,
+                df: r.ivarint()?,
+            })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let n = r.count(MAX_ENTRIES, 3)?;
+    let inbox = (0..n)
+        .map(|_| Ok((r.bytes(MAX_NAME)?.to_vec(), r.uvarint()?)))
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let n = r.count(MAX_HOLDERS, 2)?;
+    let leaving = (0..n)
+        .map(|_| r.bytes(MAX_NAME).map(<[u8]>::to_vec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let t = Transfers {
+        last_seq,
+        outbox,
+        inbox,
+        sealed_into,
+        leaving,
+    };
+    if t.is_empty() {
+        return decode_error("CTR transfer section with nothing in it");
+    }
+    // Order, uniqueness and seqs are checked by Counter::from_parts.
+    Ok(t)
 }
 
 fn encode_history(w: &mut Writer, h: &History) {
@@ -164,6 +240,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut history = None;
     let mut spread: Option<Spread> = None;
     let mut spread_floor = None;
+    let mut transfers = None;
     let mut intents = None;
     let mut last_tag = 0u8;
     loop {
@@ -184,6 +261,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_HISTORY => history = Some(decode_history(r)?),
             TAG_INTENTS => intents = Some(decode_intents(r)?),
             TAG_SPREAD => spread = Some(decode_spread(r)?),
+            TAG_TRANSFER => transfers = Some(decode_transfers(r)?),
             TAG_SPREAD_FLOOR => spread_floor = Some(r.ivarint()?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
@@ -211,6 +289,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         ledger,
         history,
         spread,
+        transfers,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -720,9 +799,83 @@ mod tests {
         assert!(with_names(&[b""]).is_err(), "empty name");
     }
 
-    #[test]
-    fn a_spread_floor_roundtrips_and_needs_holders() {
+    fn folding_home() -> Counter {
         let mut c = spread_counter();
+        c.begin_shrink(2).unwrap();
+        let mut holder = Counter::plain(3);
+        let out = holder.seal_into(b"{tag}home", 1_000).unwrap().unwrap();
+        let gone = c.leaving()[0].clone();
+        c.apply_credit(&gone, out.seq, out.dv, out.df).unwrap();
+        c.start_transfer(b"{x}budget", 2, 0, 1_001).unwrap();
+        c
+    }
+
+    #[test]
+    fn roundtrip_with_transfers_and_refusal_of_forged_ones() {
+        let c = folding_home();
+        assert_eq!(c.leaving().len(), 2);
+        let full = encode(&c);
+        assert_eq!(decode(&full).unwrap(), c);
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+        let mut sealed = Counter::plain(5);
+        sealed.seal_into(b"home", 7).unwrap();
+        assert_eq!(decode(&encode(&sealed)).unwrap(), sealed);
+        assert!(decode(&encode(&sealed)).unwrap().is_sealed());
+        // Acknowledged: the last seq stays (seqs never go back).
+        let mut giver = Counter::plain(5);
+        let out = giver.start_transfer(b"r", 1, 0, 7).unwrap();
+        giver.apply_ack(b"r", out.seq);
+        let back = decode(&encode(&giver)).unwrap();
+        assert_eq!(back.transfers().map(|t| t.last_seq), Some(out.seq));
+        let section = |body: &dyn Fn(&mut Writer)| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0).u8(TAG_TRANSFER);
+            body(&mut w);
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        let ok = |w: &mut Writer| {
+            w.uvarint(5).u8(0).uvarint(1);
+            w.bytes(b"r").uvarint(5).ivarint(1).ivarint(0);
+            w.uvarint(0).uvarint(0);
+        };
+        assert!(section(&ok).is_ok());
+        let seq_ahead = |w: &mut Writer| {
+            w.uvarint(4).u8(0).uvarint(1);
+            w.bytes(b"r").uvarint(5).ivarint(1).ivarint(0);
+            w.uvarint(0).uvarint(0);
+        };
+        assert!(section(&seq_ahead).is_err(), "seq beyond the last one");
+        let empty = |w: &mut Writer| {
+            w.uvarint(0).u8(0).uvarint(0).uvarint(0).uvarint(0);
+        };
+        assert!(section(&empty).is_err(), "empty section");
+        let bad_flag = |w: &mut Writer| {
+            w.uvarint(1).u8(2).uvarint(0).uvarint(0).uvarint(0);
+        };
+        assert!(section(&bad_flag).is_err());
+        let unordered_inbox = |w: &mut Writer| {
+            w.uvarint(0).u8(0).uvarint(0).uvarint(2);
+            w.bytes(b"b").uvarint(1).bytes(b"a").uvarint(1);
+            w.uvarint(0);
+        };
+        assert!(section(&unordered_inbox).is_err());
+        let huge = |w: &mut Writer| {
+            w.uvarint(0).u8(0).uvarint(1 << 40);
+        };
+        assert!(section(&huge).is_err());
+        // An encoding from before transfers (the spread test's) still decodes.
+        assert!(decode(&encode(&spread_counter()))
+            .unwrap()
+            .transfers()
+            .is_none());
+    }
+
+    #[test]
+    fn a_spread_floor_roundtrips_after_the_transfers_and_needs_holders() {
+        let mut c = folding_home();
         let holders = c.spread().unwrap().holders.clone();
         c.set_spread(Spread {
             holders,

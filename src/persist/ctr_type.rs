@@ -13,6 +13,7 @@ use super::{
 
 use super::ctr_format;
 use crate::counter::{CounterCell, CounterRef};
+use crate::ffi::rm;
 use crate::metrics;
 
 /// The type name stored in every RDB file: 9 characters, fixed forever.
@@ -67,6 +68,19 @@ fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCe
     let buffer = load_blob(rdb, encver, CTR_ENCVER)?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
+    if counter.transfers().is_some_and(|t| t.has_pending()) {
+        // SAFETY: rdb is the live IO handle of this load (RDB or RESTORE); the name is
+        // borrowed for this call only.
+        let (name, db) = unsafe {
+            (
+                rm!(RedisModule_GetKeyNameFromIO)(rdb),
+                rm!(RedisModule_GetDbIdFromIO)(rdb),
+            )
+        };
+        if !name.is_null() {
+            crate::commands::spread_transfer::track(db, crate::ffi::string_bytes(name), &counter);
+        }
+    }
     Ok(CounterCell::new(counter))
 }
 
@@ -119,7 +133,10 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
-    let counter = unsafe { borrow(value) }.to_counter();
+    let mut counter = unsafe { borrow(value) }.to_counter();
+    // Units in flight and folds under way belong to the original key alone: a copy carrying
+    // them would send the same units a second time under its own name.
+    counter.forget_transfers();
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
     CounterCell::new(counter).into_raw()
 }

@@ -10,6 +10,7 @@ pub mod effect;
 pub mod gather_msg;
 pub mod pnc_format;
 pub mod pnc_type;
+pub mod transfer_msg;
 
 use redis_module::raw;
 

@@ -12,6 +12,9 @@ key, or the holders known), which is always right.
   picks the same holder for the same token and holder list. The holder a token was first sent
   to is remembered (the last ``max_tokens`` tokens), so a retry through the same client reaches
   that holder even when the holder list grew in between.
+- An untokened add that meets a holder a shrink folded back (``HolderFolded``: nothing changed)
+  re-reads the holders and goes to one of them once more. A tokened add does not: its first
+  send may have landed before the fold, so it is not sent elsewhere (the error is raised).
 - A purchase (``decrfloor``) follows the documented probe rule: it visits the holders in the
   order :func:`probe_order` derives from its token and stops at the first grant; it may visit
   every holder. The holder list a purchase token first used is remembered, so a retry walks the
@@ -123,6 +126,12 @@ class HolderCache:
                 holders = holders_of(info, key)
             _bounded_put(self._holders, key, (_now_ms(), holders), self.max_keys)
             return holders
+
+    def forget(self, key: KeyT) -> None:
+        """Drops the cached holders of ``key`` (an add met a holder a shrink folded back): the
+        next add re-reads them."""
+        with self._lock:
+            self._holders.pop(key, None)
 
     def target(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> KeyT:
         """The key an add goes to: a random holder, or the token's holder (the one it was

@@ -12,7 +12,7 @@ from . import _calls
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import Holders
 from .client import DEFAULT_REFRESH_MS, holder_cache
-from .errors import classify
+from .errors import HolderFolded, classify
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -67,10 +67,18 @@ class AsyncCtr:
         px: Optional[int] = None,
     ) -> Optional[int]:
         """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders)."""
-        target = key
-        if self._holders is not None and ex is None and px is None:
-            target = self._holders.target(key, await self.holders(key), token)
-        return await run(self.client, _calls.add(target, delta, token, at, ex, px))
+        cache = self._holders
+        if cache is None or ex is not None or px is not None:
+            return await run(self.client, _calls.add(key, delta, token, at, ex, px))
+        try:
+            target = cache.target(key, await self.holders(key), token)
+            return await run(self.client, _calls.add(target, delta, token, at, ex, px))
+        except HolderFolded:
+            if token is not None:
+                raise
+            cache.forget(key)
+            target = cache.target(key, await self.holders(key), None)
+            return await run(self.client, _calls.add(target, delta, token, at, ex, px))
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""

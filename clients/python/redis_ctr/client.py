@@ -9,7 +9,7 @@ from redis.exceptions import ResponseError
 from . import _calls
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import HolderCache, Holders
-from .errors import classify
+from .errors import HolderFolded, classify
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -98,11 +98,19 @@ class Ctr:
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
         add through this client reaches the holder its first send went to.
         """
-        target = key
+        cache = self._holders
         # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
-        if self._holders is not None and ex is None and px is None:
-            target = self._holders.target(key, self.holders(key), token)
-        return run(self.client, _calls.add(target, delta, token, at, ex, px))
+        if cache is None or ex is not None or px is not None:
+            return run(self.client, _calls.add(key, delta, token, at, ex, px))
+        try:
+            target = cache.target(key, self.holders(key), token)
+            return run(self.client, _calls.add(target, delta, token, at, ex, px))
+        except HolderFolded:
+            if token is not None:
+                raise
+            cache.forget(key)  # see _spread: once more on a current holder
+            target = cache.target(key, self.holders(key), None)
+            return run(self.client, _calls.add(target, delta, token, at, ex, px))
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""
@@ -163,8 +171,8 @@ class Ctr:
 
     def spread(self, key: KeyT, holders: int) -> List[str]:
         """``CTR.SPREAD key holders``: makes ``key`` the home of a spread counter of ``holders``
-        holders (it can only grow) and returns every holder's name, the home first. This
-        client's adds go over them from the next one on."""
+        holders (fewer than it has folds the others back into the home) and returns every
+        holder's name, the home first. This client's adds go over them from the next one on."""
         names = run(self.client, _calls.spread(key, holders))
         if self._holders is not None:
             self._holders.learned(key, {"holders": names})

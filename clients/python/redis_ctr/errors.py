@@ -111,7 +111,13 @@ class GatherInTransaction(CtrError):
 
 
 class CannotShrink(CtrError):
-    """``CTR.SPREAD`` with fewer holders than the counter has (folding is not built)."""
+    """``CTR.SPREAD`` with fewer holders than the counter has, on a module from before folds."""
+
+
+class HolderFolded(CtrError):
+    """A write to a spread counter holder that a shrink folded back into its home: nothing
+    changed. Re-read the holders (``CTR.INFO`` of the home) and write the home or a current
+    holder (a tokened add that may already have landed must not be sent elsewhere)."""
 
 
 class FlooredSpread(CtrError):
@@ -150,6 +156,7 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("spread counter holder '", HolderError),
     ("spread counter total needs a gather", GatherInTransaction),
     ("a spread counter cannot shrink yet", CannotShrink),
+    ("this key was a spread counter holder and has been folded back", HolderFolded),
     ("a floored counter cannot be spread yet", FlooredSpread),
     ("holders must be between", SpreadRefused),
     ("key name too long to spread", SpreadRefused),

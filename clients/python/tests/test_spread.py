@@ -13,7 +13,7 @@ import redis.asyncio
 
 from redis_ctr import (
     AsyncCoalescingWriter,
-    CannotShrink,
+    HolderFolded,
     CoalescingWriter,
     Ctr,
     HolderError,
@@ -148,8 +148,22 @@ class SpreadTest(unittest.TestCase):
         ctr = Ctr(r)
         holders = ctr.spread(key, 3)
         self.assertEqual(ctr.spread(key, 3), holders)
-        with self.assertRaises(CannotShrink):
-            ctr.spread(key, 2)
+        ctr.add(holders[2], 5)
+        self.assertEqual(ctr.spread(key, 2), holders[:2])
+        self.assertEqual(ctr.get(key), 5, "folded back into the home")
+        with self.assertRaises(HolderFolded):
+            ctr.add(holders[2], 1)
+        # A client that still holds the old list: its untokened adds that meet the folded
+        # holder re-read the holders and land on a current one.
+        shrunk = fresh("shrunk")
+        ctr.spread(shrunk, 3)
+        stale = Ctr(r)
+        self.assertEqual(len(stale.holders(shrunk)), 3)
+        Ctr(r).spread(shrunk, 1)
+        for _ in range(30):
+            stale.add(shrunk, 1)
+        self.assertEqual(ctr.get(shrunk), 30)
+        self.assertEqual(stale.holders(shrunk), (shrunk,), "re-read after a folded holder")
         with self.assertRaises(SpreadRefused):
             ctr.spread(key, 0)
         # On one server a floored counter spreads (across cluster masters it is refused:
@@ -164,7 +178,7 @@ class SpreadTest(unittest.TestCase):
         assert info is not None
         self.assertEqual((info["floor"], info["headroom"], info["units_in_flight"]), (3, 0, 0))
         self.assertEqual(info["holder_budgets"], [0, 0])
-        r.set(holders[2], "not a counter")
+        r.set(holders[1], "not a counter")
         with self.assertRaises(HolderError):
             ctr.get(key)
         earliest = ctr.reconcile_start(fresh("start"))

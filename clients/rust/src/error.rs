@@ -54,10 +54,14 @@ pub enum ModuleError {
     /// A spread counter's total read inside MULTI/EXEC or a script, in a cluster, when other
     /// masters' values are needed and not cached (`ctr.gather-cache-ms`).
     GatherInTransaction,
-    /// `CTR.SPREAD` with fewer holders than the counter has (folding is not built).
+    /// `CTR.SPREAD` with fewer holders than the counter has, on a module from before folds.
     CannotShrink,
+    /// A write to a spread counter holder that a shrink folded back into its home: nothing
+    /// changed. Re-read the holders (`CTR.INFO` of the home) and write the home or a current
+    /// holder (a tokened add that may already have landed must not be sent elsewhere).
+    HolderFolded,
     /// `CTR.SPREAD` of a floored counter across cluster masters (budget moves between masters
-    /// are not built yet; on one server it spreads).
+    /// are not wired yet; on one server it spreads).
     FlooredSpread,
     /// `CTR.SPREAD` that cannot be done: a holder count outside 1 to 1024, a key name too long
     /// to spread, no free slot for a holder on some master.
@@ -118,6 +122,10 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
     (
         "a spread counter cannot shrink yet",
         ModuleError::CannotShrink,
+    ),
+    (
+        "this key was a spread counter holder and has been folded back",
+        ModuleError::HolderFolded,
     ),
     (
         "a floored counter cannot be spread yet",

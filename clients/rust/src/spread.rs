@@ -13,6 +13,9 @@
 //!   library picks. The holder a token was first sent to is remembered (the last
 //!   [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router reaches it even when the
 //!   holder list grew in between.
+//! - An untokened add that meets a holder a shrink folded back (`HolderFolded`: nothing
+//!   changed) re-reads the holders and goes once more to a current one. A tokened add is not
+//!   sent elsewhere (its first send may have landed before the fold): the error is returned.
 //! - An add that sets a TTL (`EX`/`PX`) goes to the home key: a TTL set on a holder would
 //!   expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
@@ -32,7 +35,7 @@ use redis::ConnectionLike;
 
 use crate::calls;
 use crate::commands::run;
-use crate::error::CtrError;
+use crate::error::{CtrError, ModuleError};
 use crate::types::{AddOptions, CounterInfo};
 
 /// A counter's holders, the home key first (just the home key when it is not spread).
@@ -113,6 +116,13 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
             if let Some(oldest) = self.order.pop_front() {
                 self.map.remove(&oldest);
             }
+        }
+    }
+
+    /// Forgets `key` (rare: a linear pass over the order).
+    fn remove(&mut self, key: &K) {
+        if self.map.remove(key).is_some() {
+            self.order.retain(|k| k != key);
         }
     }
 }
@@ -309,14 +319,35 @@ impl SpreadRouter {
         options: &AddOptions,
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
-        let target = match options.expire {
-            Some(_) => key.to_vec(),
-            None => {
-                let holders = self.holders(con, key)?;
-                self.target(key, &holders, options.token.as_deref())
-            }
-        };
+        if options.expire.is_some() {
+            return run(con, calls::add_with(key, delta, options));
+        }
+        let holders = self.holders(con, key)?;
+        let target = self.target(key, &holders, options.token.as_deref());
+        let added = run(con, calls::add_with(target.as_slice(), delta, options));
+        if !self.reroutes(key, &added, options) {
+            return added;
+        }
+        let holders = self.holders(con, key)?;
+        let target = self.target(key, &holders, None);
         run(con, calls::add_with(target.as_slice(), delta, options))
+    }
+
+    /// True when an untokened add met a holder a shrink folded back (nothing changed): the
+    /// key's holders are forgotten, and the add goes once more to a current holder. A tokened
+    /// add is not sent elsewhere: its first send may have landed before the fold.
+    fn reroutes(
+        &self,
+        key: &[u8],
+        added: &Result<Option<i64>, CtrError>,
+        options: &AddOptions,
+    ) -> bool {
+        let folded = matches!(added, Err(CtrError::Module(ModuleError::HolderFolded, _)));
+        if folded && options.token.is_none() {
+            self.cache().holders.remove(&key.to_vec());
+            return true;
+        }
+        false
     }
 
     /// `CTR.SPREAD key holders`, and this router's adds of `key` go over them from now on.
@@ -378,15 +409,20 @@ impl SpreadRouter {
         delta: i64,
         options: &AddOptions,
     ) -> Result<Option<i64>, CtrError> {
+        use crate::commands::run_async;
         let key = key.as_ref();
-        let target = match options.expire {
-            Some(_) => key.to_vec(),
-            None => {
-                let holders = self.holders_async(con, key).await?;
-                self.target(key, &holders, options.token.as_deref())
-            }
-        };
-        crate::commands::run_async(con, calls::add_with(target.as_slice(), delta, options)).await
+        if options.expire.is_some() {
+            return run_async(con, calls::add_with(key, delta, options)).await;
+        }
+        let holders = self.holders_async(con, key).await?;
+        let target = self.target(key, &holders, options.token.as_deref());
+        let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
+        if !self.reroutes(key, &added, options) {
+            return added;
+        }
+        let holders = self.holders_async(con, key).await?;
+        let target = self.target(key, &holders, None);
+        run_async(con, calls::add_with(target.as_slice(), delta, options)).await
     }
 }
 

@@ -393,10 +393,28 @@ fn spread_counters_reconcile_start_and_their_errors() {
     check_spread_purchases(&mut con, "stock");
     let c = &mut con;
     assert_eq!(c.ctr_spread("views", 4).unwrap(), holders);
+    let total = c.ctr_get("views").unwrap();
+    assert_eq!(c.ctr_spread("views", 2).unwrap(), holders[..2]);
     assert_eq!(
-        module_error(c.ctr_spread("views", 2)),
-        ModuleError::CannotShrink
+        c.ctr_get("views").unwrap(),
+        total,
+        "folded back into the home"
     );
+    assert_eq!(
+        module_error(c.ctr_add(&holders[3], 1)),
+        ModuleError::HolderFolded
+    );
+    // A router that still holds the old list: untokened adds that meet a folded holder
+    // re-read the holders and land on a current one.
+    let stale = SpreadRouter::default();
+    c.ctr_spread("shrunk", 3).unwrap();
+    assert_eq!(stale.holders(c, b"shrunk").unwrap().len(), 3);
+    c.ctr_spread("shrunk", 1).unwrap();
+    for _ in 0..30 {
+        stale.add(c, "shrunk", 1, &AddOptions::new()).unwrap();
+    }
+    assert_eq!(c.ctr_get("shrunk").unwrap(), 30);
+    assert_eq!(stale.holders(c, b"shrunk").unwrap().len(), 1);
     assert_eq!(
         module_error(c.ctr_spread("views", 0)),
         ModuleError::SpreadRefused
@@ -488,7 +506,7 @@ fn spread_counters_reconcile_start_and_their_errors() {
     assert_eq!(c.ctr_get("auto").unwrap(), sent);
 
     redis::cmd("SET")
-        .arg(&holders[3])
+        .arg(&holders[1])
         .arg("not a counter")
         .exec(c)
         .unwrap();

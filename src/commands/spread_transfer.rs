@@ -1,0 +1,494 @@
+//! Transfers between counters, the Redis glue (the rules are in `crate::counter::transfer`).
+//!
+//! API (for folds here, and for budget moves between holders of floored spread counters):
+//! - [`start`]`(ctx, giver_key, receiver_name, dv, df)`, on the giver's master: debits the
+//!   giver (value -= dv, floor -= df) and records the outbox entry in one replicated write,
+//!   then delivers the credit in the background until it is acknowledged. A budget move is
+//!   `dv = 0, df = -n` (the giver's floor rises by n, the receiver's falls by n). Refused while
+//!   a transfer from that giver to that receiver is unacknowledged ([`TransferError::Busy`]).
+//! - [`begin_fold`]`(ctx, home_key, target)`, on the home's master: shrinks a spread counter
+//!   (see `ctr_spread`); the removed holders are sealed and folded back, in the background in
+//!   a cluster, within the command on one server.
+//! - [`refuse_sealed`]: what every user write checks first.
+//!
+//! Delivery. Every step is one ordinary write on the key's master, replicated as the
+//! resulting state (`CTR.SETSTATE`), and each message is idempotent (seal, credit by seq, ack
+//! by seq), so any message may be lost, repeated or late. A key with something to send (an
+//! outbox entry, a holder still leaving) sits in a registry that a 100 ms timer walks: it
+//! sends the key's seals and credits again, backing off to every 2 s while nothing answers.
+//! The registry is filled wherever such a state appears on this server: the master's own
+//! writes, a replicated or AOF `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica
+//! promoted by a failover, or a server restarted from its RDB or AOF, resumes every transfer.
+//! Why a registry rather than a keyspace walk like `sweep`: transfers are few and short-lived,
+//! and a walk would cost every tick a pass over all keys; the registry costs nothing per key
+//! that transfers nothing. Entries go only when their key has nothing left to send (or is
+//! gone): a node that cannot reach the other master, or believes the slot is elsewhere, keeps
+//! trying.
+//!
+//! Messages go to the master serving the receiver's slot over the cluster bus (types
+//! 0xC9-0xCB); when that is this server (and always outside a cluster) the handler runs
+//! directly. In a cluster that is always from the timer, never inside a command, where Valkey
+//! would look another slot's key up in the command's slot.
+//!
+//! Durability: the credit and the ack are separate writes; the ack is sent only after the
+//! credit is applied. With `appendfsync always` the AOF holding the credit is fsynced in
+//! beforeSleep, before the bus link writes the ack, so a restarted receiver never lost an
+//! acknowledged credit. Replication is asynchronous: a receiver's master that dies after
+//! acknowledging, before its replica got the credit, loses those units at the failover (the
+//! giver has dropped its outbox entry). Run `WAIT`-free deployments knowing that window.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use super::ctr_store::{update_counter, with_counter};
+use super::spread_cluster::{self as cluster, NodeId};
+use crate::config;
+use crate::counter::spread::key_slot;
+use crate::counter::transfer::{Outgoing, TransferError};
+use crate::counter::{Counter, CounterRef};
+use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, RawString};
+use crate::metrics;
+use crate::persist::ctr_format;
+use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
+
+const MSG_SEAL: u8 = 0xC9;
+const MSG_CREDIT: u8 = 0xCA;
+const MSG_ACK: u8 = 0xCB;
+
+/// The registry's timer period, the first resend delay, and the longest one.
+const TICK_MS: i64 = 100;
+const MAX_BACKOFF_MS: i64 = 2_000;
+
+/// How long a folded holder stays (sealed, refusing writes) after its credit is acknowledged:
+/// long enough for every writer's holder cache (1 s in the client libraries) to learn the new
+/// holder list, so a late write meets the sealed error instead of making the key anew.
+pub const SEALED_GRACE_MS: i64 = 60_000;
+
+pub const SEALED: CommandError = CommandError::fixed(
+    "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.INFO home) and write the home or a current holder",
+);
+
+/// When a key was last sent for, and how many sends went unanswered.
+struct Due {
+    next_ms: i64,
+    attempts: u32,
+}
+
+thread_local! {
+    /// (db, key name) of every key with something to send.
+    static REGISTRY: RefCell<HashMap<(c_int, Vec<u8>), Due>> = RefCell::new(HashMap::new());
+    static TICK_SOON: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Every user write's first check: a sealed holder takes no write.
+pub fn refuse_sealed(c: CounterRef) -> Result<(), CommandError> {
+    match c {
+        CounterRef::Boxed(b) if b.is_sealed() => Err(SEALED),
+        _ => Ok(()),
+    }
+}
+
+/// Records that `name` in `db` may have something to send (a no-op when it has not).
+pub fn track(db: c_int, name: &[u8], c: &Counter) {
+    if c.transfers().is_some_and(|t| t.has_pending()) {
+        REGISTRY.with(|r| {
+            r.borrow_mut().entry((db, name.to_vec())).or_insert(Due {
+                next_ms: 0,
+                attempts: 0,
+            });
+        });
+        TICK_SOON.with(|t| t.set(true));
+    }
+}
+
+pub fn selected_db(ctx: Ctx) -> c_int {
+    // SAFETY: ctx is live.
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
+}
+
+/// The transfer API: see the module docs. Runs on the giver's master.
+pub fn start(
+    ctx: Ctx,
+    giver: RawString,
+    receiver: &[u8],
+    dv: i64,
+    df: i64,
+) -> Result<Outgoing, CommandError> {
+    let now = ctx.now_ms();
+    let out = write_state(ctx, giver, |c| {
+        c.start_transfer(receiver, dv, df, now)
+            .map_err(transfer_error)
+    })?;
+    metrics::TRANSFERS_STARTED.incr();
+    tick_soon(ctx);
+    Ok(out)
+}
+
+fn transfer_error(e: TransferError) -> CommandError {
+    match e {
+        TransferError::Busy => CommandError::fixed(
+            "ERR a transfer to that key is still unacknowledged (one at a time per pair)",
+        ),
+        TransferError::Sealed => SEALED,
+        TransferError::Counter(e) => e.into(),
+    }
+}
+
+/// Shrinks the spread counter at `home` to `target` holders (1..current): the holders past it
+/// leave the holder list and are folded back (in the background in a cluster). Returns the
+/// holders kept.
+pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8>>, CommandError> {
+    let (gone, kept) = write_state(ctx, home, |c| {
+        let gone = c.begin_shrink(target)?;
+        let kept = c.spread().map(|s| s.holders.clone()).unwrap_or_default();
+        Ok((gone, kept))
+    })?;
+    metrics::FOLDS.add(gone.len() as u64);
+    if cluster::in_cluster(ctx) {
+        tick_soon(ctx);
+    } else {
+        // One server: every step is local, so the fold completes within the command (no
+        // Valkey slot trap outside a cluster), and the reply already finds it done.
+        send_seals(ctx, string_bytes(home));
+    }
+    Ok(kept)
+}
+
+/// Runs `f` on the counter at `key` (made at 0 when missing) and replicates the resulting
+/// state; registers the key when it has something to send.
+fn write_state<R>(
+    ctx: Ctx,
+    key_name: RawString,
+    f: impl FnOnce(&mut Counter) -> Result<R, CommandError>,
+) -> Result<R, CommandError> {
+    let key = Key::open(ctx, key_name, true);
+    let (result, state) = update_counter(&key, |c, _| {
+        let r = f(c)?;
+        track(selected_db(ctx), string_bytes(key_name), c);
+        Ok((r, ctr_format::encode(c)))
+    })?;
+    drop(key);
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.key_changed(c"ctr.transfer", key_name);
+    Ok(result)
+}
+
+/// A key name as a server string, freed on drop.
+pub struct Name {
+    ctx: Ctx,
+    pub raw: RawString,
+}
+
+impl Name {
+    pub fn new(ctx: Ctx, name: &[u8]) -> Name {
+        // SAFETY: ctx is live; freed on drop.
+        let raw =
+            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, name.as_ptr().cast(), name.len()) };
+        Name { ctx, raw }
+    }
+}
+
+impl Drop for Name {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, freed once.
+        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
+    }
+}
+
+fn is_master(ctx: Ctx) -> bool {
+    let flags = ctx.flags();
+    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+        && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
+}
+
+/// Where a message about `name` goes: None when this server serves it (always outside a
+/// cluster), else the master serving its slot. Err when no master is known for it now.
+fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
+    if !cluster::in_cluster(ctx) {
+        return Ok(None);
+    }
+    cluster::topology(ctx, false)?.remote_owner(key_slot(name))
+}
+
+/// A counter key this server serves and may write: a master, the slot here and, in a cluster,
+/// not migrating away (asked through the server's routing check, which `RM_OpenKey` skips: a
+/// holder already moved to the importing node must not be sealed here as a missing key at 0,
+/// nor a credit stranded in a slot this node is giving up).
+fn serves(ctx: Ctx, name: &[u8]) -> bool {
+    is_master(ctx)
+        && matches!(route(ctx, name), Ok(None))
+        && (!cluster::in_cluster(ctx) || cluster::routed_here(ctx.ptr, name))
+}
+
+/// Sends one message toward the master of `to_key`, or handles it here when that is us.
+fn deliver(ctx: Ctx, to_key: &[u8], kind: u8, payload: &[u8]) {
+    match route(ctx, to_key) {
+        Ok(None) => handle(ctx, None, kind, payload),
+        Ok(Some(node)) => {
+            cluster::send(ctx.ptr, &node, kind, payload);
+        }
+        Err(_) => cluster::forget_topology(),
+    }
+}
+
+fn handle(ctx: Ctx, from: Option<NodeId>, kind: u8, payload: &[u8]) {
+    let _ = match kind {
+        MSG_SEAL => msg::decode_seal(payload).map(|m| on_seal(ctx, m)),
+        MSG_CREDIT => msg::decode_credit(payload).map(|m| on_credit(ctx, from, m)),
+        MSG_ACK => msg::decode_ack(payload).map(|m| on_ack(ctx, m)),
+        _ => Ok(()),
+    };
+}
+
+/// On the holder's master: seals the holder into its home (once), then sends the credit.
+fn on_seal(ctx: Ctx, m: Seal) {
+    if !serves(ctx, &m.holder) {
+        return;
+    }
+    let name = Name::new(ctx, &m.holder);
+    if with_counter(ctx, name.raw, |_| ()).is_err() {
+        return; // another type under the holder's name: nothing of ours to fold
+    }
+    let now = ctx.now_ms();
+    match write_state(ctx, name.raw, |c| {
+        c.seal_into(&m.home, now).map_err(transfer_error)
+    }) {
+        Ok(Some(_)) => metrics::TRANSFERS_STARTED.incr(),
+        Ok(None) => {}
+        Err(e) => ctx.log_warning(&format!("ctr: could not seal a holder: {}", e.0)),
+    }
+    // Sealed now or earlier: its credit goes at once (a repeat is harmless).
+    send_credits(ctx, &m.holder, false);
+}
+
+/// On the receiver's master: applies a credit once, then acknowledges it (also a repeat).
+fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
+    if config::DEBUG_HOLD_CREDITS.load(Relaxed) || !serves(ctx, &m.receiver) {
+        return;
+    }
+    let name = Name::new(ctx, &m.receiver);
+    if with_counter(ctx, name.raw, |_| ()).is_err() {
+        return;
+    }
+    let applied = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => {
+            b.transfers().map_or(0, |t| t.applied_from(&m.giver)) >= m.seq
+        }
+        _ => false,
+    });
+    if applied == Ok(true) {
+        metrics::TRANSFERS_DUPLICATE_CREDITS.incr();
+    } else {
+        let credited = write_state(ctx, name.raw, |c| {
+            c.apply_credit(&m.giver, m.seq, m.dv, m.df)
+                .map_err(transfer_error)
+        });
+        match credited {
+            Ok(_) => metrics::TRANSFERS_CREDITED.incr(),
+            Err(e) => {
+                ctx.log_warning(&format!("ctr: could not apply a transfer credit: {}", e.0));
+                return;
+            }
+        }
+    }
+    let ack = Ack {
+        giver: m.giver,
+        receiver: m.receiver,
+        seq: m.seq,
+    };
+    match from {
+        None => on_ack(ctx, ack),
+        Some(node) => {
+            cluster::send(ctx.ptr, &node, MSG_ACK, &msg::encode_ack(&ack));
+        }
+    }
+}
+
+/// On the giver's master: forgets the acknowledged outbox entry; a sealed holder with nothing
+/// left to send expires after the grace period.
+fn on_ack(ctx: Ctx, m: Ack) {
+    if !serves(ctx, &m.giver) {
+        return;
+    }
+    let name = Name::new(ctx, &m.giver);
+    let pending = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b
+            .transfers()
+            .and_then(|t| t.outgoing_to(&m.receiver))
+            .is_some_and(|o| o.seq == m.seq),
+        _ => false,
+    });
+    if pending != Ok(true) {
+        return;
+    }
+    let done = write_state(ctx, name.raw, |c| {
+        c.apply_ack(&m.receiver, m.seq);
+        Ok(c.is_sealed() && c.transfers().is_some_and(|t| t.outbox.is_empty()))
+    });
+    let Ok(sealed_and_done) = done else {
+        return;
+    };
+    metrics::TRANSFERS_ACKED.incr();
+    if sealed_and_done {
+        let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS);
+        let key = Key::open(ctx, name.raw, true);
+        key.set_abs_expire(at);
+        drop(key);
+        ctx.replicate(c"PEXPIREAT", name.raw, &[at.to_string().as_bytes()]);
+    }
+}
+
+/// Sends (again) every credit in `giver`'s outbox; returns how many went.
+fn send_credits(ctx: Ctx, giver: &[u8], resend: bool) -> usize {
+    let name = Name::new(ctx, giver);
+    let outbox = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().map(|t| t.outbox.clone()).unwrap_or_default(),
+        _ => Vec::new(),
+    })
+    .unwrap_or_default();
+    for o in &outbox {
+        let credit = Credit {
+            giver: giver.to_vec(),
+            receiver: o.receiver.clone(),
+            seq: o.seq,
+            dv: o.dv,
+            df: o.df,
+        };
+        if resend {
+            metrics::TRANSFERS_RESENT.incr();
+        }
+        deliver(ctx, &o.receiver, MSG_CREDIT, &msg::encode_credit(&credit));
+    }
+    outbox.len()
+}
+
+/// Asks (again) the master of every holder still leaving `home` to seal it.
+fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
+    let name = Name::new(ctx, home);
+    let leaving = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.leaving().to_vec(),
+        _ => Vec::new(),
+    })
+    .unwrap_or_default();
+    for holder in &leaving {
+        let seal = Seal {
+            home: home.to_vec(),
+            holder: holder.clone(),
+        };
+        deliver(ctx, holder, MSG_SEAL, &msg::encode_seal(&seal));
+    }
+    leaving.len()
+}
+
+/// One pass over the registry: sends what is due; forgets keys with nothing left to send.
+/// A replica only drops the keys its master has finished with (it resumes the others once
+/// promoted).
+fn tick(ctx: Ctx) {
+    let master = is_master(ctx);
+    let now = ctx.now_ms();
+    let due: Vec<(c_int, Vec<u8>, u32)> = REGISTRY.with(|r| {
+        r.borrow()
+            .iter()
+            .filter(|(_, d)| d.next_ms <= now)
+            .map(|((db, name), d)| (*db, name.clone(), d.attempts))
+            .collect()
+    });
+    for (db, name, attempts) in due {
+        // SAFETY: ctx is the timer's live context.
+        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
+            forget(db, &name);
+            continue;
+        }
+        if !master {
+            if !has_pending(ctx, &name) {
+                forget(db, &name);
+            }
+            continue;
+        }
+        let resend = attempts > 0;
+        let sent = send_seals(ctx, &name) + send_credits(ctx, &name, resend);
+        if sent == 0 {
+            forget(db, &name);
+            continue;
+        }
+        REGISTRY.with(|r| {
+            if let Some(d) = r.borrow_mut().get_mut(&(db, name)) {
+                d.attempts = attempts.saturating_add(1);
+                let backoff = TICK_MS.saturating_mul(1 << attempts.min(5));
+                d.next_ms = now.saturating_add(backoff.min(MAX_BACKOFF_MS));
+            }
+        });
+    }
+    // SAFETY: as above; database 0 always exists.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+}
+
+fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
+    let name = Name::new(ctx, name);
+    with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().is_some_and(|t| t.has_pending()),
+        _ => false,
+    })
+    .unwrap_or(false)
+}
+
+fn forget(db: c_int, name: &[u8]) {
+    REGISTRY.with(|r| r.borrow_mut().remove(&(db, name.to_vec())));
+}
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    TICK_SOON.with(|t| t.set(false));
+    let c = Ctx { ptr: ctx };
+    // A panic here is a defect; it must not take the server down or stop the timer.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c)));
+    arm(ctx);
+}
+
+fn arm(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: ctx is live; the timer carries no data.
+    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_timer), std::ptr::null_mut()) };
+}
+
+/// A tick at once (after the current command): a transfer just started or a fold began.
+pub fn tick_soon(ctx: Ctx) {
+    if TICK_SOON.with(|t| t.replace(false)) {
+        // SAFETY: ctx is live; a one-shot timer that does not re-arm.
+        unsafe { rm!(RedisModule_CreateTimer)(ctx.ptr, 0, Some(on_soon), std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let c = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c)));
+}
+
+unsafe extern "C" fn on_message(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    let c = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle(c, Some(from), kind, bytes);
+        tick_soon(c);
+    }));
+}
+
+/// Registers the bus receivers and starts the registry's timer (from the module's load).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    for kind in [MSG_SEAL, MSG_CREDIT, MSG_ACK] {
+        // SAFETY: called from OnLoad with its live context.
+        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
+    }
+    arm(ctx);
+}

@@ -1,0 +1,230 @@
+//! Shrinking a spread counter on one server: the removed holders fold back into the home with
+//! every unit counted once (at each step and at the end), a folded holder refuses writes with
+//! a clear error, regrowing never reuses a folded name, and the transfer state (outbox, inbox,
+//! leaving, sealed) survives DEBUG RELOAD, AOF rewrite + restart, DUMP/RESTORE and replication.
+//! Folds interrupted by a failover are in cluster_spread.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Conn, Server, Value};
+
+fn names(reply: &Value) -> Vec<String> {
+    reply.array().iter().map(Value::text).collect()
+}
+
+fn info_field(c: &mut Conn, key: &str, field: &str) -> Option<Value> {
+    let info = c.cmd(&["CTR.INFO", key]).array();
+    let at = info
+        .iter()
+        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))?;
+    Some(info[at + 1].clone())
+}
+
+/// Polls until `key` lists no holder as leaving (its folds are complete).
+fn wait_folded(c: &mut Conn, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while info_field(c, key, "leaving").is_some_and(|l| !l.array().is_empty()) {
+        assert!(Instant::now() < deadline, "the folds never completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stat(server: &Server, field: &str) -> u64 {
+    server
+        .info_field("ctr", &format!("ctr_{field}"))
+        .parse()
+        .unwrap()
+}
+
+/// Spreads `home` to `n` holders and writes `i + 1` to holder i (the home included).
+fn spread_with_values(c: &mut Conn, home: &str, n: usize) -> (Vec<String>, i64) {
+    let holders = names(&c.cmd(&["CTR.SPREAD", home, &n.to_string()]));
+    let mut total = 0;
+    for (i, h) in holders.iter().enumerate() {
+        c.cmd(&["CTR.ADD", h, &(i as i64 + 1).to_string()]);
+        total += i as i64 + 1;
+    }
+    (holders, total)
+}
+
+#[test]
+fn shrinking_8_to_3_to_1_folds_every_unit_back_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (holders, total) = spread_with_values(&mut c, "views", 8);
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total));
+
+    let kept = names(&c.q("CTR.SPREAD views 3"));
+    assert_eq!(kept, holders[..3], "the first holders stay, at once");
+    assert_eq!(
+        c.q("CTR.GET views"),
+        Value::Int(total),
+        "exact during the fold"
+    );
+    wait_folded(&mut c, "views");
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total));
+    assert_eq!(
+        names(&info_field(&mut c, "views", "holders").unwrap()),
+        kept
+    );
+    for gone in &holders[3..] {
+        let e = c.cmd(&["CTR.ADD", gone, "1"]).error();
+        assert!(e.contains("folded back") && e.contains("CTR.INFO"), "{e}");
+        for write in [
+            vec!["CTR.CLEAR", gone],
+            vec!["CTR.FLOOR", gone, "0"],
+            vec!["CTR.DECRFLOOR", gone, "1"],
+            vec!["CTR.RECONCILE", gone, "5"],
+            vec!["CTR.SPREAD", gone, "2"],
+        ] {
+            let e = c.cmd(&write).error();
+            assert!(e.contains("folded back"), "{write:?}: {e}");
+        }
+        assert_eq!(
+            c.cmd(&["CTR.GET", gone]),
+            Value::Int(0),
+            "its units are home"
+        );
+        let ttl = c.cmd(&["PTTL", gone]).int();
+        assert!(ttl > 0 && ttl <= 60_000, "a folded holder expires: {ttl}");
+    }
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total));
+
+    c.q("CTR.ADD views 100");
+    assert_eq!(names(&c.q("CTR.SPREAD views 1")), vec!["views".to_string()]);
+    wait_folded(&mut c, "views");
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total + 100));
+    assert_eq!(
+        info_field(&mut c, "views", "holders"),
+        None,
+        "a plain counter"
+    );
+    assert_eq!(stat(&server, "folds"), 7);
+    assert_eq!(stat(&server, "transfers_started"), 7);
+    assert_eq!(stat(&server, "transfers_credited"), 7);
+    assert_eq!(stat(&server, "transfers_acked"), 7);
+
+    // Growing again names fresh holders (the folded ones may still be sealed).
+    let regrown = names(&c.q("CTR.SPREAD views 8"));
+    assert!(
+        regrown[1..].iter().all(|h| !holders.contains(h)),
+        "{regrown:?}"
+    );
+    c.cmd(&["CTR.ADD", &regrown[5], "3"]);
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total + 103));
+}
+
+/// States with a fold under way (credits held by the debug hook): a home listing leaving
+/// holders, sealed holders with an outbox entry each.
+fn folding(c: &mut Conn) -> (Vec<String>, i64) {
+    let (holders, total) = spread_with_values(c, "hot", 4);
+    names(&c.q("CTR.SPREAD hot 2"));
+    // Writers that still use the old holder list: their adds count until the seal.
+    let mut total = total;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.cmd(&["CTR.ADD", &holders[3], "1"]).is_error() {
+        total += 1;
+        assert!(Instant::now() < deadline, "never sealed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.q("CTR.GET hot").int(), total, "sealed, credit held");
+    (holders, total)
+}
+
+fn digests(c: &mut Conn, keys: &[String]) -> Vec<(Value, Value)> {
+    keys.iter()
+        .map(|k| (c.cmd(&["CTR.GET", k]), c.cmd(&["DEBUG", "DIGEST-VALUE", k])))
+        .collect()
+}
+
+#[test]
+fn a_fold_under_way_survives_reload_rewrite_restore_and_replication() {
+    let mut server = Server::start_with(
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
+        &["debug-hold-credits", "yes"],
+    );
+    let mut c = server.conn();
+    let (holders, total) = folding(&mut c);
+    let leaving = names(&info_field(&mut c, "hot", "leaving").unwrap());
+    assert_eq!(leaving, holders[2..]);
+    let keys: Vec<String> = holders.clone();
+    let before = digests(&mut c, &keys);
+
+    assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
+    assert_eq!(digests(&mut c, &keys), before, "DEBUG RELOAD");
+
+    assert!(!c.q("BGREWRITEAOF").is_error());
+    server.wait_persistence_idle();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(digests(&mut c, &keys), before, "AOF rewrite + restart");
+    assert!(c
+        .cmd(&["CTR.ADD", &holders[3], "1"])
+        .error()
+        .contains("folded back"));
+
+    for k in [&holders[0], &holders[3]] {
+        let dump = c.cmd(&["DUMP", k]).bytes();
+        let copy = format!("{k}:restored");
+        assert_eq!(
+            c.cmd(&[b"RESTORE", copy.as_bytes(), b"0", dump.as_slice()]),
+            Value::Simple("OK".into())
+        );
+        assert_eq!(
+            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", k]),
+            "DUMP/RESTORE of {k}"
+        );
+        c.cmd(&["DEL", &copy]);
+    }
+
+    let replica = server.start_replica();
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    let on_replica: Vec<Value> = keys
+        .iter()
+        .map(|k| r.cmd(&["DEBUG", "DIGEST-VALUE", k]))
+        .collect();
+    let on_master: Vec<Value> = before.iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(on_replica, on_master, "replica digests");
+    assert_eq!(r.q("CTR.GET hot").int(), total);
+}
+
+#[test]
+fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
+    // One server holds the credits; its RDB, loaded by a server that does not, finishes the
+    // fold: pending transfers are found again on load.
+    let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let mut c = held.conn();
+    let (holders, total) = folding(&mut c);
+    // A copy of a sealed holder is a counter at 0 that owes nothing (the original does).
+    c.cmd(&["COPY", &holders[3], "copied"]);
+    assert_eq!(c.q("CTR.GET copied"), Value::Int(0));
+    assert_eq!(
+        c.q("CTR.ADD copied 1"),
+        Value::Int(1),
+        "a copy is not sealed"
+    );
+    let dumps: Vec<(String, Vec<u8>)> = holders
+        .iter()
+        .map(|k| (k.clone(), c.cmd(&["DUMP", k]).bytes()))
+        .collect();
+    let free = Server::start();
+    let mut f = free.conn();
+    for (k, dump) in &dumps {
+        assert_eq!(
+            f.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]),
+            Value::Simple("OK".into())
+        );
+    }
+    assert_eq!(
+        f.q("CTR.GET hot").int(),
+        total,
+        "exact before the fold ends"
+    );
+    wait_folded(&mut f, "hot");
+    assert_eq!(f.q("CTR.GET hot").int(), total);
+    assert!(stat(&free, "transfers_credited") >= 2);
+}
