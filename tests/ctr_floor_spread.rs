@@ -221,3 +221,28 @@ fn budget_follows_demand() {
     assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
     assert_eq!(info_field(&mut c, "hot", "units_in_flight"), Value::Int(0));
 }
+
+/// Shrinking a floored spread counter folds the removed holders' values and floors back into
+/// the home (on one server within the command): the floor, the total and the headroom stay.
+#[test]
+fn shrinking_keeps_the_floor_and_the_headroom() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD s 100");
+    c.q("CTR.FLOOR s 10");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD s 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "5"]), Value::Int(-5));
+    assert_eq!(c.q("CTR.SPREAD s 2").array().len(), 2);
+    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(10));
+    assert_eq!(c.q("CTR.GET s"), Value::Int(95));
+    assert_eq!(info_field(&mut c, "s", "headroom"), Value::Int(85));
+    let floors = ints(&info_field(&mut c, "s", "holder_floors"));
+    assert_eq!(floors.iter().sum::<i64>(), 10, "{floors:?}");
+    let budgets = ints(&info_field(&mut c, "s", "holder_budgets"));
+    assert_eq!(budgets.iter().sum::<i64>(), 85, "{budgets:?}");
+}
