@@ -27,9 +27,12 @@ pub static SPREAD_HOLDERS: AtomicI64 = AtomicI64::new(16);
 
 pub static SWEEP_BUDGET: AtomicI64 = AtomicI64::new(2_000);
 pub static SWEEP_INTERVAL_MS: AtomicI64 = AtomicI64::new(100);
+/// Floored spread counters: how long after a refusal its home's budgets are rebalanced
+/// (0 = never).
+pub static REBALANCE_DELAY_MS: AtomicI64 = AtomicI64::new(20);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 13] = [
+pub const I64_CONFIGS: [I64Config; 14] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -80,6 +83,7 @@ pub const I64_CONFIGS: [I64Config; 13] = [
     // The idle sweep: work units per tick (see commands::sweep), 0 = off.
     ("sweep-budget", &SWEEP_BUDGET, 2_000, 0, 1_000_000),
     ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
+    ("rebalance-delay-ms", &REBALANCE_DELAY_MS, 20, 0, 60_000),
 ];
 
 /// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any

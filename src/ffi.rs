@@ -104,6 +104,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ScanCursorCreate,
         RedisModule_ScanCursorRestart,
         RedisModule_SelectDb,
+        RedisModule_GetSelectedDb,
         RedisModule_CreateTimer,
         RedisModule_GetSelectedDb,
         RedisModule_GetKeyNameFromIO,

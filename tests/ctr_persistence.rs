@@ -68,6 +68,19 @@ fn populate(c: &mut Conn) -> Vec<String> {
     c.cmd(&[b"CTR.ADD", holders[2].bytes().as_slice(), b"4"]);
     keys.push("spread".into());
     keys.push(holders[2].text());
+    // A floored spread counter: the spread floor is state of the home (section 13), each
+    // holder a floored counter with a ledger.
+    c.q("CTR.ADD fstock 20");
+    c.q("CTR.FLOOR fstock 2");
+    let fholders = c.q("CTR.SPREAD fstock 3").array();
+    c.cmd(&[
+        b"CTR.DECRFLOOR",
+        fholders[1].bytes().as_slice(),
+        b"4",
+        b"TOKEN",
+        b"f1",
+    ]);
+    keys.extend(fholders.iter().map(Value::text));
     keys
 }
 
@@ -166,8 +179,13 @@ fn replicas_hold_the_same_counters() {
         m.cmd(&["CTR.ADD", "streamed", &i.to_string()]); // reaches it by the command stream
     }
     m.q("CTR.ADD cold -50");
-    // Growing a spread counter reaches the replica as the resulting state.
+    // Growing a spread counter reaches the replica as the resulting state, and so does
+    // spreading a floored counter (the home and every holder).
     assert_eq!(m.q("CTR.SPREAD spread 6").array().len(), 6);
+    m.q("CTR.ADD fresh-stock 9");
+    m.q("CTR.FLOOR fresh-stock 1");
+    let fresh = m.q("CTR.SPREAD fresh-stock 3").array();
+    keys.extend(fresh.iter().map(Value::text));
     keys.push("streamed".into());
     master.wait_replicas(1);
     let mut r = replica.conn();

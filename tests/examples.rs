@@ -72,6 +72,12 @@ fn client_examples_run_against_a_server_and_a_cluster() {
                 "{out}"
             );
             assert!(out.contains("| hits 1000 in 1 command(s)"), "{out}");
+            assert!(
+                out.contains(
+                    "drop: 12 of 15 purchases granted over 4 holders, retries replayed, stock 0 (floor 0)"
+                ),
+                "{out}"
+            );
             assert!(out.contains("cluster: 100 counters on 3 masters"), "{out}");
             assert!(
                 out.contains(
@@ -107,6 +113,10 @@ fn client_examples_run_against_a_server_and_a_cluster() {
     let out = run_example(program, &server, &cluster);
     assert!(
         out.contains("standalone: views 41 | stock 1, budgets [1] | hits 1000 in 1 command(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("drop: 12 of 15 purchases granted over 4 holders, retries replayed, stock 0"),
         "{out}"
     );
     assert!(

@@ -437,10 +437,18 @@ fn twenty_thousand_random_commands_never_crash_or_corrupt_the_server() {
     eprintln!("server fuzz seed {seed} (CTR_FUZZ_SEED to change)");
     // Uncompressed DUMP payloads, so that the module's buffer can be read out of them.
     // No idle sweep: it would (rightly) release expired tokens between the digests taken around
-    // each command (tests/ctr_sweep.rs covers it).
+    // each command (tests/ctr_sweep.rs covers it). No rebalance of floored spread counters
+    // either: it moves budget between holders after a refusal (tests/ctr_floor_spread.rs).
     let server = Server::start_with(
         &["--rdbcompression", "no"],
-        &["promote-threshold", "50", "sweep-budget", "0"],
+        &[
+            "promote-threshold",
+            "50",
+            "sweep-budget",
+            "0",
+            "rebalance-delay-ms",
+            "0",
+        ],
     );
     let mut c = server.conn();
     setup(&mut c);

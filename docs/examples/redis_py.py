@@ -64,6 +64,23 @@ def standalone(port):
           "| stock", info["value"], "budgets", info["budgets"], f"({refusal})",
           "| likes", pnc.get("page:likes"),
           "| hits", ctr.get("page:hits"), "in", writer.stats.commands, "command(s)")
+    floored_spread(r)
+
+
+def floored_spread(r):
+    """A flash sale: a floored counter spread over 4 holders (one server here), bought from by
+    the probe rule; every purchase retried, as after a timeout, replays its first answer."""
+    ctr = redis_ctr.Ctr(r)
+    r.delete("drop:stock", *(ctr.info("drop:stock") or {}).get("holders", []))
+    ctr.add("drop:stock", 12)
+    ctr.floor("drop:stock", 0)
+    ctr.spread("drop:stock", 4)
+    bought = [ctr.decrfloor("drop:stock", 1, token=f"drop-order-{i}") for i in range(15)]
+    retried = [ctr.decrfloor("drop:stock", 1, token=f"drop-order-{i}") for i in range(15)]
+    assert retried == bought
+    granted = sum(b is not None for b in bought)
+    print(f"drop: {granted} of 15 purchases granted over 4 holders, retries replayed,"
+          f" stock {ctr.get('drop:stock')} (floor {ctr.info('drop:stock')['floor']})")
 
 
 def cluster(port):

@@ -5,9 +5,13 @@ use super::ctr_store::{
     created_with_ttl, is_missing, open_for_write, update_counter, Before, Write,
 };
 use crate::counter::{DecrOp, WriteKind};
-use crate::ffi::{Args, CommandResult, Ctx, Reply};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
+
+const SPREAD_FLOOR_REFUSED: CommandError = CommandError::fixed(
+    "ERR the floor of a spread counter is set before it spreads (its holders keep floors of their own)",
+);
 
 /// CTR.FLOOR key floor|NONE: deterministic given the state, so it replicates verbatim.
 pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
@@ -20,7 +24,12 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
     if floor.is_none() && is_missing(&key) {
         return Ok(Reply::Ok); // no counter, no floor to remove
     }
-    let changed = update_counter(&key, |c, before| Ok(c.set_floor(floor)? || before.created))?;
+    let changed = update_counter(&key, |c, before| {
+        if c.spread().is_some() {
+            return Err(SPREAD_FLOOR_REFUSED);
+        }
+        Ok(c.set_floor(floor)? || before.created)
+    })?;
     drop(key);
     if changed {
         ctx.replicate_verbatim();
@@ -49,6 +58,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if w.token.is_none() && is_missing(&key) {
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();
+        super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
         return Ok(Reply::Null);
     }
     let outcome = w.update(&key, |c, before| {
@@ -79,6 +89,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             metrics::DECREMENTS_REFUSED.incr();
+            super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -94,7 +105,10 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             }
             match result {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
-                None => metrics::DECREMENTS_REFUSED.incr(),
+                None => {
+                    metrics::DECREMENTS_REFUSED.incr();
+                    super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
+                }
             }
             Ok(reply(result))
         }

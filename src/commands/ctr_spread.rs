@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
+use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{update_counter, with_counter};
 use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
@@ -34,8 +35,6 @@ use crate::persist::gather_msg::{self, HolderAnswer};
 const MSG_GATHER_REQUEST: u8 = 0xC7;
 const MSG_GATHER_RESPONSE: u8 = 0xC8;
 
-const FLOORED_REFUSED: CommandError =
-    CommandError::fixed("ERR a floored counter cannot be spread yet");
 const CANNOT_BLOCK: CommandError = CommandError::fixed(
     "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
 );
@@ -85,6 +84,11 @@ fn grow(
             "ERR key name too long to spread (at most 1024 bytes)",
         ));
     }
+    let in_cluster = cluster::in_cluster(ctx);
+    let is_floored = floored::floor_of(ctx, key_name)?.is_some();
+    if is_floored && in_cluster {
+        return Err(floored::ACROSS_MASTERS_REFUSED);
+    }
     let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
             let givers = t.inbox.iter().map(|(g, _)| g.clone());
@@ -93,7 +97,7 @@ fn grow(
         _ => Vec::new(),
     })?;
     let taken = |name: &[u8]| folded.iter().any(|f| f == name);
-    let added = if cluster::in_cluster(ctx) {
+    let added = if in_cluster {
         plan(
             home,
             current,
@@ -104,24 +108,35 @@ fn grow(
     } else {
         plan(home, current, target, &Standalone, &taken)
     }?;
-    let key = Key::open(ctx, key_name, true);
-    let state = update_counter(&key, |c, _| {
-        if c.floor().is_some() {
-            return Err(FLOORED_REFUSED);
-        }
-        let holders = current.iter().chain(&added).cloned().collect();
-        c.set_spread(Spread { holders })?;
-        Ok(ctr_format::encode(c))
-    })?;
-    // The names depend on this master's view of the cluster: replicas and the AOF get the
-    // resulting state.
-    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
-        return Err(CommandError::fixed("ERR could not replicate the write"));
+    if is_floored {
+        floored::spread_floored(ctx, key_name, current, &added)?;
+    } else {
+        let key = Key::open(ctx, key_name, true);
+        let state = update_counter(&key, |c, _| {
+            c.set_spread(Spread::of(current.iter().chain(&added).cloned().collect()))?;
+            Ok(ctr_format::encode(c))
+        })?;
+        drop(key);
+        publish_state(ctx, key_name, &state)?;
     }
-    ctx.key_changed(c"ctr.spread", key_name);
     metrics::SPREADS.incr();
     forget_cached(home);
     Ok(current.iter().chain(&added).cloned().collect())
+}
+
+/// Replicates the resulting `state` of a spread (or budget) write of `key_name` and sends its
+/// event: the names depend on this master's view of the cluster, so replicas and the AOF get
+/// the state rather than the command.
+pub(super) fn publish_state(
+    ctx: Ctx,
+    key_name: RawString,
+    state: &[u8],
+) -> Result<(), CommandError> {
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.key_changed(c"ctr.spread", key_name);
+    Ok(())
 }
 
 /// After an add on the master: a counter whose last full second's add rate is above
@@ -210,8 +225,9 @@ impl Reading {
 enum Finish {
     Get,
     MGet,
-    /// The map of CTR.INFO, whose value becomes the total and which gains the holders.
-    Info(Vec<(&'static str, Reply)>),
+    /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
+    /// for a floored home read on one server, the floor fields).
+    Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
 }
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
@@ -270,7 +286,17 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     if r.holders.is_empty() {
         return Ok(Reply::Map(fields));
     }
-    gather(ctx, vec![r], Finish::Info(fields))
+    let spread_floor = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+        _ => None,
+    })?;
+    let view = match spread_floor {
+        Some(f) if !cluster::in_cluster(ctx) => {
+            Some(floored::floored_view(ctx, key, f, &r.holders)?)
+        }
+        _ => None,
+    };
+    gather(ctx, vec![r], Finish::Info(fields, view))
 }
 
 fn finish(readings: &[Reading], how: Finish) -> CommandResult {
@@ -282,9 +308,13 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
                 .map(|r| r.total().map(Reply::Integer))
                 .collect::<Result<_, _>>()?,
         )),
-        Finish::Info(mut fields) => {
+        Finish::Info(mut fields, view) => {
             let r = &readings[0];
             let total = r.total()?;
+            if let Some(view) = &view {
+                let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
+                floored::info_fields(&mut fields, total, &values, view);
+            }
             for (name, value) in fields.iter_mut() {
                 if *name == "value" {
                     *value = Reply::Integer(total);

@@ -7,6 +7,7 @@
 pub mod ctr;
 pub mod ctr_args;
 pub mod ctr_floor;
+mod ctr_floor_spread;
 pub mod ctr_internal;
 pub mod ctr_reconcile;
 pub mod ctr_spread;

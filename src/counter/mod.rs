@@ -12,6 +12,7 @@ pub mod floor;
 pub mod history;
 mod ops;
 pub mod rate;
+pub mod rebalance;
 pub mod siphash;
 pub mod spread;
 pub mod tokens;

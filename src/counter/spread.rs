@@ -21,6 +21,19 @@ pub const MAX_HOLDER_NAME: usize = MAX_HOME_NAME + 64;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spread {
     pub holders: Vec<Vec<u8>>,
+    /// A floored spread counter's floor `F` (each holder keeps its own floor, the floors
+    /// summing to `F` when no budget move is in flight; docs/FLOORS.md). None when unfloored.
+    pub floor: Option<i64>,
+}
+
+impl Spread {
+    /// An unfloored spread counter's holders.
+    pub fn of(holders: Vec<Vec<u8>>) -> Spread {
+        Spread {
+            holders,
+            floor: None,
+        }
+    }
 }
 
 impl Spread {
@@ -223,7 +236,7 @@ mod tests {
             let mut counts = per_master(home, &holders, &Ranges(3));
             counts.sort_unstable();
             assert_eq!(counts, vec![5, 5, 6], "{home:?}");
-            let spread = Spread { holders };
+            let spread = Spread::of(holders);
             spread.validate().unwrap();
             assert!(
                 spread.holders.iter().all(|h| key_slot(h) != key_slot(home)),
@@ -239,7 +252,7 @@ mod tests {
         assert_eq!(more.len(), 5);
         let all: Vec<Vec<u8>> = first.iter().chain(&more).cloned().collect();
         assert_eq!(per_master(b"k", &all, &Ranges(3)), vec![3, 3, 3]);
-        Spread { holders: all }.validate().unwrap();
+        Spread::of(all).validate().unwrap();
         assert!(plan_holders(b"k", &first, 4, &Ranges(3))
             .unwrap()
             .is_empty());
@@ -262,7 +275,7 @@ mod tests {
     fn standalone_holders_take_distinct_slots() {
         let holders = plan_holders(b"k", &[], 64, &Standalone).unwrap();
         assert_eq!(holders.len(), 63);
-        Spread { holders }.validate().unwrap();
+        Spread::of(holders).validate().unwrap();
     }
 
     #[test]
@@ -288,16 +301,10 @@ mod tests {
     fn validation_refuses_shared_slots_and_bad_names() {
         assert!(Spread::default().validate().is_err());
         let same = vec![b"{a}1".to_vec(), b"{a}2".to_vec()];
-        assert!(Spread { holders: same }.validate().is_err());
-        assert!(Spread {
-            holders: vec![Vec::new()]
-        }
-        .validate()
-        .is_err());
-        assert!(Spread {
-            holders: vec![vec![b'x'; MAX_HOLDER_NAME + 1]]
-        }
-        .validate()
-        .is_err());
+        assert!(Spread::of(same).validate().is_err());
+        assert!(Spread::of(vec![Vec::new()]).validate().is_err());
+        assert!(Spread::of(vec![vec![b'x'; MAX_HOLDER_NAME + 1]])
+            .validate()
+            .is_err());
     }
 }

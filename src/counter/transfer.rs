@@ -361,6 +361,7 @@ impl Counter {
         let ext = self.ext_mut();
         ext.spread = (!kept.is_empty()).then(|| super::Spread {
             holders: kept.to_vec(),
+            floor: spread.floor,
         });
         if let Err(e) = self.begin_fold(&gone) {
             *self = before;

@@ -62,6 +62,8 @@ const TAG_HISTORY: u8 = 6;
 const TAG_INTENTS: u8 = 7;
 const TAG_SPREAD: u8 = 11;
 const TAG_TRANSFER: u8 = 12;
+/// A floored spread counter's floor.
+const TAG_SPREAD_FLOOR: u8 = 13;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -111,6 +113,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     }
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
+    }
+    if let Some(floor) = counter.spread().and_then(|s| s.floor) {
+        w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
     }
     w.u8(TAG_END);
     w.finish()
@@ -233,7 +238,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut floor = None;
     let mut ledger = None;
     let mut history = None;
-    let mut spread = None;
+    let mut spread: Option<Spread> = None;
+    let mut spread_floor = None;
     let mut transfers = None;
     let mut intents = None;
     let mut last_tag = 0u8;
@@ -256,6 +262,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_INTENTS => intents = Some(decode_intents(r)?),
             TAG_SPREAD => spread = Some(decode_spread(r)?),
             TAG_TRANSFER => transfers = Some(decode_transfers(r)?),
+            TAG_SPREAD_FLOOR => spread_floor = Some(r.ivarint()?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -267,6 +274,12 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     };
     if shards.is_empty() {
         shards.push(value);
+    }
+    if let Some(floor) = spread_floor {
+        match spread.as_mut() {
+            Some(s) => s.floor = Some(floor),
+            None => return decode_error("a spread floor without holders"),
+        }
     }
     let (tokens, ledger) = token_windows(tokens, ledger, intents)?;
     let parts = CounterParts {
@@ -437,7 +450,7 @@ fn decode_spread(r: &mut Reader) -> Result<Spread, DecodeError> {
         .map(|_| r.bytes(MAX_HOLDER_NAME).map(<[u8]>::to_vec))
         .collect::<Result<Vec<_>, _>>()?;
     // Count, name lengths and distinct slots are checked by Counter::from_parts.
-    Ok(Spread { holders })
+    Ok(Spread::of(holders))
 }
 
 fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
@@ -756,7 +769,7 @@ mod tests {
             &crate::counter::spread::Standalone,
         )
         .unwrap();
-        c.set_spread(Spread { holders }).unwrap();
+        c.set_spread(Spread::of(holders)).unwrap();
         c
     }
 
@@ -858,6 +871,26 @@ mod tests {
             .unwrap()
             .transfers()
             .is_none());
+    }
+
+    #[test]
+    fn a_spread_floor_roundtrips_after_the_transfers_and_needs_holders() {
+        let mut c = folding_home();
+        let holders = c.spread().unwrap().holders.clone();
+        c.set_spread(Spread {
+            holders,
+            floor: Some(-7),
+        })
+        .unwrap();
+        let full = encode(&c);
+        assert_eq!(decode(&full).unwrap(), c);
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+        w.u8(TAG_SPREAD_FLOOR).ivarint(0).u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "a floor without holders");
     }
 
     /// An encoding from before intents (no section 7) still loads: its add tokens match any

@@ -38,6 +38,7 @@ from .errors import (
     TooManyReplicas,
     WrongType,
 )
+from ._spread import probe_order
 from .types import CounterInfo, PncInfo, PncReplica
 from .writer import AsyncCoalescingWriter, CoalescingWriter, WriterFull, WriterStats
 
@@ -78,4 +79,5 @@ __all__ = [
     "WriterFull",
     "WriterStats",
     "WrongType",
+    "probe_order",
 ]

@@ -15,6 +15,12 @@ key, or the holders known), which is always right.
 - An untokened add that meets a holder a shrink folded back (``HolderFolded``: nothing changed)
   re-reads the holders and goes to one of them once more. A tokened add does not: its first
   send may have landed before the fold, so it is not sent elsewhere (the error is raised).
+- A purchase (``decrfloor``) follows the documented probe rule: it visits the holders in the
+  order :func:`probe_order` derives from its token and stops at the first grant; it may visit
+  every holder. The holder list a purchase token first used is remembered, so a retry walks the
+  same holders in the same order and each replays its recorded outcome. A holder that fails
+  stops the walk with the error (skipping it would let a retry be decided afresh there).
+  Without a token the order comes from a random seed.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import binascii
 import random
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
 from .types import CounterInfo
@@ -40,6 +46,37 @@ def token_hash(token: KeyT) -> int:
 def holder_for_token(holders: Sequence[KeyT], token: KeyT) -> KeyT:
     """The documented token rule: ``holders[h(token) mod N]``."""
     return holders[token_hash(token) % len(holders)]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def order_from_seed(seed: int, n: int) -> List[int]:
+    """The probe order for ``seed`` (CRC16/XMODEM of the token): holder ``seed % n`` first (the
+    token rule's holder), then the others shuffled by Fisher-Yates (positions ``n-1`` down to 2,
+    each swapped with ``1 + r % i``), ``r`` the successive outputs of splitmix64 seeded with
+    ``seed``. The Rust library computes the same order."""
+    order = list(range(n))
+    if n == 0:
+        return order
+    first = seed % n
+    order[0], order[first] = order[first], order[0]
+    state = seed
+    for i in range(n - 1, 1, -1):
+        state = (state + 0x9E3779B97F4A7C15) & _MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z ^= z >> 31
+        j = 1 + z % i
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def probe_order(token: KeyT, n: int) -> List[int]:
+    """The documented probe rule: the order (indices into the holder list, the home key 0) in
+    which a purchase with ``token`` visits ``n`` holders."""
+    return order_from_seed(token_hash(token), n)
 
 
 def holders_of(info: Optional[CounterInfo], key: KeyT) -> Holders:
@@ -66,6 +103,7 @@ class HolderCache:
         self._lock = threading.Lock()
         self._holders: Dict[KeyT, Tuple[float, Holders]] = {}
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
+        self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
 
     def fresh(self, key: KeyT) -> Optional[Holders]:
         """The cached holders of ``key`` when read less than ``refresh_ms`` ago, else None
@@ -110,6 +148,25 @@ class HolderCache:
             _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
             return chosen
 
+    def remembered_purchase(self, key: KeyT, token: Optional[KeyT]) -> Optional[Holders]:
+        """The holder list purchase ``token`` first used, when remembered."""
+        if token is None:
+            return None
+        with self._lock:
+            return self._purchases.get((key, token))
+
+    def probe_targets(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> Holders:
+        """The holders a purchase visits, in order: by the probe rule over the list ``token``
+        first used (remembered from now on), or, without a token, from a random seed."""
+        if token is None:
+            return tuple(holders[i] for i in order_from_seed(random.getrandbits(16), len(holders)))
+        with self._lock:
+            first = self._purchases.get((key, token))
+            if first is None:
+                first = holders
+                _bounded_put(self._purchases, (key, token), first, self.max_tokens)
+        return tuple(first[i] for i in probe_order(token, len(first)))
+
 
 def _is_text(key: KeyT) -> bool:
     if isinstance(key, str):
@@ -129,3 +186,4 @@ def _bounded_put(entries: Dict[Any, Any], key: Any, value: Any, cap: int) -> Non
     while len(entries) >= cap:
         del entries[next(iter(entries))]
     entries[key] = value
+

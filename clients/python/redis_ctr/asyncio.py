@@ -99,8 +99,17 @@ class AsyncCtr:
     async def decrfloor(
         self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
     ) -> Optional[int]:
-        """``CTR.DECRFLOOR``: the new value, or None when refused."""
-        return await run(self.client, _calls.decrfloor(key, amount, token, at))
+        """``CTR.DECRFLOOR``: the new value, or None when refused (a purchase by the probe rule
+        on a spread counter: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        cache = self._holders
+        if cache is None:
+            return await run(self.client, _calls.decrfloor(key, amount, token, at))
+        holders = cache.remembered_purchase(key, token) or await self.holders(key)
+        for holder in cache.probe_targets(key, holders, token):
+            value = await run(self.client, _calls.decrfloor(holder, amount, token, at))
+            if value is not None:
+                return value
+        return None
 
     async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``."""

@@ -135,8 +135,22 @@ class Ctr:
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: takes ``amount`` (positive) only if the value stays at or above
         the floor; the new value, or None when refused. With ``token``, a retry returns the
-        first outcome (value or None) again."""
-        return run(self.client, _calls.decrfloor(key, amount, token, at))
+        first outcome (value or None) again.
+
+        On a spread counter it is a purchase by the probe rule: the holders are visited in the
+        order the token gives (:func:`redis_ctr.probe_order`; a random one without a token)
+        until one grants, and the reply is that holder's new value (not the total); None when
+        every holder refused. A retry through this client walks the holder list the token
+        first used, so every holder replays its first outcome: nothing is granted twice."""
+        cache = self._holders
+        if cache is None:
+            return run(self.client, _calls.decrfloor(key, amount, token, at))
+        holders = cache.remembered_purchase(key, token) or self.holders(key)
+        for holder in cache.probe_targets(key, holders, token):
+            value = run(self.client, _calls.decrfloor(holder, amount, token, at))
+            if value is not None:
+                return value
+        return None
 
     def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``: repairs the counter from the true count of the

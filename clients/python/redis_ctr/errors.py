@@ -121,7 +121,8 @@ class HolderFolded(CtrError):
 
 
 class FlooredSpread(CtrError):
-    """``CTR.SPREAD`` of a floored counter (floored spread counters are not built)."""
+    """``CTR.SPREAD`` of a floored counter across cluster masters (budget moves between
+    masters are not built yet; on one server it spreads)."""
 
 
 class SpreadRefused(CtrError):

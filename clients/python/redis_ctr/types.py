@@ -9,7 +9,9 @@ class CounterInfo(TypedDict, total=False):
     """``CTR.INFO``: one entry per field the server replies (str keys, str text values).
 
     ``holders``, ``holder_values`` and ``holder_ages_ms`` are present on the home key of a
-    spread counter only (``value`` is then the total). Fields a newer module adds are kept as
+    spread counter only (``value`` is then the total); ``headroom``, ``holder_floors``,
+    ``holder_budgets``, ``units_in_flight`` and ``holder_refused_units`` on the home of a
+    floored spread counter read on one server (``floor`` is then the counter's floor). Fields a newer module adds are kept as
     the server sends them."""
 
     value: int
@@ -30,6 +32,11 @@ class CounterInfo(TypedDict, total=False):
     holders: List[str]
     holder_values: List[int]
     holder_ages_ms: List[int]
+    headroom: int
+    holder_floors: List[int]
+    holder_budgets: List[int]
+    units_in_flight: int
+    holder_refused_units: List[int]
 
 
 class PncReplica(TypedDict):

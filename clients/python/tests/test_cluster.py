@@ -7,11 +7,11 @@ import unittest
 import redis
 from redis.cluster import RedisCluster
 
-from redis_ctr import CoalescingWriter, Ctr, Pnc
+from redis_ctr import CoalescingWriter, Ctr, FlooredSpread, Pnc
 
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
-from .test_spread import check_spread_writes
+from .test_spread import check_spread_purchases, check_spread_writes
 
 
 @unittest.skipUnless(CLUSTER_PORT, "no cluster")
@@ -62,6 +62,13 @@ class ClusterTest(unittest.TestCase):
                 if n % 20 == 19:
                     writer.flush()
         self.assertEqual(Ctr(self.rc).get(key), 1600)
+
+    def test_purchases_on_a_spread_counter_on_the_cluster(self) -> None:
+        check_spread_purchases(self, self.rc, fresh("purchase"))
+        floored = fresh("floored")
+        Ctr(self.rc).floor(floored, 0)
+        with self.assertRaises(FlooredSpread):
+            Ctr(self.rc).spread(floored, 2)
 
 
 if __name__ == "__main__":

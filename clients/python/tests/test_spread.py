@@ -16,9 +16,9 @@ from redis_ctr import (
     HolderFolded,
     CoalescingWriter,
     Ctr,
-    FlooredSpread,
     HolderError,
     SpreadRefused,
+    probe_order,
 )
 from redis_ctr._spread import holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCtr
@@ -61,7 +61,46 @@ def check_spread_writes(test: unittest.TestCase, r: Any, key: str) -> None:
     test.assertEqual(tokens_per_holder(r, holders), expected)
 
 
+def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
+    """Purchases by the probe rule on a spread counter with 3 units on each of 4 holders: 12
+    granted out of 20, none twice; every retry (by this client and by another) replays the
+    first answer, even after a restock; the first probe is the token rule's holder."""
+    ctr, plain = Ctr(r), Ctr(r, spread_refresh_ms=None)
+    holders = ctr.spread(key, 4)
+    for holder in holders:
+        plain.add(holder, 3)
+    tokens = [f"buy-{i}" for i in range(20)]
+    first = {t: ctr.decrfloor(key, 1, token=t) for t in tokens}
+    test.assertEqual(sum(v is not None for v in first.values()), 12)
+    test.assertEqual(ctr.get(key), 0)
+    plain.add(holders[1], 50)  # a restock: refused purchases stay refused for their token
+    for t in tokens:
+        test.assertEqual(ctr.decrfloor(key, 1, token=t), first[t])
+        test.assertEqual(Ctr(r).decrfloor(key, 1, token=t), first[t])
+    test.assertEqual(ctr.get(key), 50)
+    test.assertIsNotNone(ctr.decrfloor(key, 1, token="after-restock"))
+    test.assertEqual(ctr.decrfloor(key, 51), None, "more than the whole stock")
+    # The first purchase found every holder stocked: it was granted by its token's holder.
+    test.assertEqual(plain.decrfloor(holder_for_token(holders, "buy-0"), 1, token="buy-0"), first["buy-0"])
+
+
 class SpreadTest(unittest.TestCase):
+    def test_the_probe_order_follows_the_documented_vectors(self) -> None:
+        # The same vectors as the Rust library's tests and docs/CLUSTER.md.
+        self.assertEqual(
+            probe_order("order-1", 16), [2, 6, 7, 8, 14, 13, 4, 1, 0, 15, 5, 12, 3, 9, 10, 11]
+        )
+        self.assertEqual(probe_order(b"order-1", 5), [2, 0, 4, 1, 3])
+        self.assertEqual(probe_order("order-2", 5), [3, 1, 0, 2, 4])
+        self.assertEqual(probe_order("t", 1), [0])
+        for n in range(1, 40):
+            order = probe_order(f"order-{n}", n)
+            self.assertEqual(order[0], token_hash(f"order-{n}") % n)
+            self.assertEqual(sorted(order), list(range(n)))
+
+    def test_purchases_follow_the_probe_rule_and_retries_replay(self) -> None:
+        check_spread_purchases(self, client(), fresh("purchase"))
+
     def test_the_token_hash_is_crc16_xmodem_as_in_the_rust_library(self) -> None:
         self.assertEqual(token_hash("123456789"), 0x31C3)
         self.assertEqual(holder_for_token(["h", "a", "b"], b"123456789"), ["h", "a", "b"][0x31C3 % 3])
@@ -127,10 +166,18 @@ class SpreadTest(unittest.TestCase):
         self.assertEqual(stale.holders(shrunk), (shrunk,), "re-read after a folded holder")
         with self.assertRaises(SpreadRefused):
             ctr.spread(key, 0)
+        # On one server a floored counter spreads (across cluster masters it is refused:
+        # test_cluster): its purchases follow the probe rule like any other.
         floored = fresh("floored")
-        ctr.floor(floored, 0)
-        with self.assertRaises(FlooredSpread):
-            ctr.spread(floored, 2)
+        ctr.add(floored, 7)
+        ctr.floor(floored, 3)
+        self.assertEqual(len(ctr.spread(floored, 2)), 2)
+        self.assertEqual([ctr.decrfloor(floored, 2, token=f"f{i}") for i in range(3)].count(None), 1)
+        self.assertEqual(ctr.get(floored), 3)
+        info = ctr.info(floored)
+        assert info is not None
+        self.assertEqual((info["floor"], info["headroom"], info["units_in_flight"]), (3, 0, 0))
+        self.assertEqual(info["holder_budgets"], [0, 0])
         r.set(holders[1], "not a counter")
         with self.assertRaises(HolderError):
             ctr.get(key)
@@ -161,6 +208,13 @@ class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
                     await writer.flush()
         self.assertEqual(await ctr.get(key), 295)
         self.assertEqual((await ctr.reconcile_start(fresh("async-start"))) % BUCKET_MS, 0)
+        # Purchases: one unit, on holder 2 alone; a retry replays the first answer.
+        stock = fresh("async-stock")
+        stock_holders = await ctr.spread(stock, 3)
+        await AsyncCtr(r, spread_refresh_ms=None).add(stock_holders[2], 1)
+        self.assertEqual(await ctr.decrfloor(stock, 1, token="buy"), 0)
+        self.assertEqual(await AsyncCtr(r).decrfloor(stock, 1, token="buy"), 0)
+        self.assertIsNone(await ctr.decrfloor(stock, 1, token="buy-2"))
         await r.aclose()
 
 

@@ -75,6 +75,11 @@ pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
         holders: take(&mut map, "holders")?,
         holder_values: take(&mut map, "holder_values")?,
         holder_ages_ms: take(&mut map, "holder_ages_ms")?,
+        headroom: take(&mut map, "headroom")?,
+        holder_floors: take(&mut map, "holder_floors")?,
+        holder_budgets: take(&mut map, "holder_budgets")?,
+        units_in_flight: take(&mut map, "units_in_flight")?,
+        holder_refused_units: take(&mut map, "holder_refused_units")?,
         other: HashMap::new(),
     };
     info.other = map;

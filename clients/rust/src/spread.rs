@@ -19,6 +19,12 @@
 //! - An add that sets a TTL (`EX`/`PX`) goes to the home key: a TTL set on a holder would
 //!   expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
+//! - A purchase ([`SpreadRouter::decrfloor`]) follows the documented probe rule: it visits the
+//!   holders in the order [`probe_order`] derives from its token, stopping at the first grant,
+//!   and every holder of the list; the holder list a token first used is remembered (the last
+//!   [`SpreadRouter::MAX_TOKENS`]), so a retry walks the same holders in the same order and
+//!   each replays its recorded outcome. A holder that fails (a master down) stops the walk with
+//!   the error: skipping it would let a retry be decided afresh there.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -54,6 +60,35 @@ pub fn token_hash(token: &[u8]) -> u16 {
 /// The documented token rule: `holders[h(token) mod N]`.
 pub fn holder_for_token<'a>(holders: &'a [Vec<u8>], token: &[u8]) -> &'a [u8] {
     &holders[usize::from(token_hash(token)) % holders.len()]
+}
+
+/// The documented probe rule: the order in which a purchase with token `token` visits `n`
+/// holders (indices into the holder list, the home key 0). See [`order_from_seed`].
+pub fn probe_order(token: &[u8], n: usize) -> Vec<usize> {
+    order_from_seed(token_hash(token), n)
+}
+
+/// The probe order for `seed` (CRC16/XMODEM of the token): the token rule's holder
+/// `seed mod n` first, so that a purchase starts where a tokened add of the same token goes;
+/// then the other holders shuffled by Fisher-Yates (positions `n-1` down to 2, each swapped
+/// with position `1 + r mod i`), `r` the successive outputs of splitmix64 seeded with `seed`.
+/// The Python library computes the same order.
+pub fn order_from_seed(seed: u16, n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    if n == 0 {
+        return order;
+    }
+    order.swap(0, usize::from(seed) % n);
+    let mut state = u64::from(seed);
+    for i in (2..n).rev() {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        order.swap(i, 1 + (z % i as u64) as usize);
+    }
+    order
 }
 
 /// Entries in insertion order; the oldest leave first once `cap` are held.
@@ -95,6 +130,8 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
 struct Cache {
     holders: Bounded<Vec<u8>, (Instant, Holders)>,
     tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
+    /// The holder list each purchase token first used, by (key, token).
+    purchases: Bounded<(Vec<u8>, Vec<u8>), Holders>,
     picks: u64,
 }
 
@@ -127,6 +164,7 @@ impl SpreadRouter {
             cache: Mutex::new(Cache {
                 holders: Bounded::new(SpreadRouter::MAX_KEYS),
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
+                purchases: Bounded::new(SpreadRouter::MAX_TOKENS),
                 picks: 0,
             }),
             random: Default::default(),
@@ -179,15 +217,20 @@ impl SpreadRouter {
             .insert(key.to_vec(), (Instant::now(), holders));
     }
 
+    /// A random number, from this router's random state.
+    fn pick(&self, cache: &mut Cache) -> u64 {
+        cache.picks += 1;
+        let mut h = self.random.build_hasher();
+        h.write_u64(cache.picks);
+        h.finish()
+    }
+
     /// The key an add goes to: the token's holder (the one it was first sent to, when
     /// remembered), or a holder picked at random.
     fn target(&self, key: &[u8], holders: &[Vec<u8>], token: Option<&[u8]>) -> Vec<u8> {
         let mut cache = self.cache();
         let Some(token) = token else {
-            cache.picks += 1;
-            let mut h = self.random.build_hasher();
-            h.write_u64(cache.picks);
-            return holders[(h.finish() % holders.len() as u64) as usize].clone();
+            return holders[(self.pick(&mut cache) % holders.len() as u64) as usize].clone();
         };
         let remembered = (key.to_vec(), token.to_vec());
         if let Some(target) = cache.tokens.map.get(&remembered) {
@@ -198,6 +241,64 @@ impl SpreadRouter {
         let target = holder_for_token(holders, token).to_vec();
         cache.tokens.insert(remembered, target.clone());
         target
+    }
+
+    /// The holder list a purchase token first used, when remembered.
+    fn remembered_purchase(&self, key: &[u8], token: Option<&[u8]>) -> Option<Holders> {
+        let token = token?;
+        let cache = self.cache();
+        let known = cache.purchases.map.get(&(key.to_vec(), token.to_vec()))?;
+        Some(Arc::clone(known))
+    }
+
+    /// The holders a purchase visits, in order: by the probe rule over the list the token
+    /// first used (remembered from now on), or, without a token, in the order of a random seed.
+    fn probe_targets(&self, key: &[u8], holders: Holders, token: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let mut cache = self.cache();
+        let order = match token {
+            Some(token) => {
+                let remembered = (key.to_vec(), token.to_vec());
+                let first = match cache.purchases.map.get(&remembered) {
+                    Some(first) => Arc::clone(first),
+                    None => {
+                        cache.purchases.insert(remembered, Arc::clone(&holders));
+                        holders
+                    }
+                };
+                return probe_order(token, first.len())
+                    .into_iter()
+                    .map(|i| first[i].clone())
+                    .collect();
+            }
+            None => order_from_seed(self.pick(&mut cache) as u16, holders.len()),
+        };
+        order.into_iter().map(|i| holders[i].clone()).collect()
+    }
+
+    /// `CTR.DECRFLOOR` of a spread counter by the probe rule (see the [module](self) docs):
+    /// the granting holder's new value (not the total), or None when every holder visited
+    /// refused. With a token, a retry through this router replays the first outcome: the
+    /// same holders in the same order, each replaying what it recorded. On a counter that is
+    /// not spread it is one `CTR.DECRFLOOR` of the key.
+    pub fn decrfloor<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        amount: i64,
+        token: Option<&[u8]>,
+        at: Option<i64>,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let holders = match self.remembered_purchase(key, token) {
+            Some(first) => first,
+            None => self.holders(con, key)?,
+        };
+        for holder in self.probe_targets(key, holders, token) {
+            if let Some(value) = run(con, purchase_call(&holder, amount, token, at))? {
+                return Ok(Some(value));
+            }
+        }
+        Ok(None)
     }
 
     /// The holders the adds of `key` go to, from the cache or `CTR.INFO`.
@@ -275,6 +376,30 @@ impl SpreadRouter {
         self.learned(key, info)
     }
 
+    /// The async twin of [`SpreadRouter::decrfloor`].
+    #[cfg(feature = "aio")]
+    pub async fn decrfloor_async<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        amount: i64,
+        token: Option<&[u8]>,
+        at: Option<i64>,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let holders = match self.remembered_purchase(key, token) {
+            Some(first) => first,
+            None => self.holders_async(con, key).await?,
+        };
+        for holder in self.probe_targets(key, holders, token) {
+            let call = purchase_call(&holder, amount, token, at);
+            if let Some(value) = crate::commands::run_async(con, call).await? {
+                return Ok(Some(value));
+            }
+        }
+        Ok(None)
+    }
+
     /// The async twin of [`SpreadRouter::add`].
     #[cfg(feature = "aio")]
     pub async fn add_async<C: redis::aio::ConnectionLike + Send>(
@@ -301,6 +426,19 @@ impl SpreadRouter {
     }
 }
 
+/// One holder's `CTR.DECRFLOOR` of a purchase.
+fn purchase_call(
+    holder: &[u8],
+    amount: i64,
+    token: Option<&[u8]>,
+    at: Option<i64>,
+) -> calls::Call<Option<i64>> {
+    match token {
+        Some(token) => calls::decrfloor_with(holder, amount, token, at),
+        None => calls::decrfloor(holder, amount),
+    }
+}
+
 /// The holders named by `CTR.INFO`, the home keeping the caller's spelling; `[key]` when none.
 fn holders_of(key: &[u8], names: Option<Vec<String>>) -> Holders {
     let others = names.unwrap_or_default().into_iter().skip(1);
@@ -317,6 +455,43 @@ mod tests {
     fn token_hash_is_crc16_xmodem_like_python_binascii_crc_hqx() {
         assert_eq!(token_hash(b"123456789"), 0x31c3);
         assert_eq!(token_hash(b""), 0);
+    }
+
+    /// The rule's vectors, shared with the Python library's tests and docs/CLUSTER.md.
+    #[test]
+    fn probe_orders_follow_the_documented_vectors() {
+        assert_eq!(
+            probe_order(b"order-1", 16),
+            [2, 6, 7, 8, 14, 13, 4, 1, 0, 15, 5, 12, 3, 9, 10, 11]
+        );
+        assert_eq!(probe_order(b"order-1", 5), [2, 0, 4, 1, 3]);
+        assert_eq!(probe_order(b"order-2", 5), [3, 1, 0, 2, 4]);
+        assert_eq!(probe_order(b"t", 1), [0]);
+        assert!(probe_order(b"t", 0).is_empty());
+        for n in 1..40 {
+            let token = format!("order-{n}");
+            let mut order = probe_order(token.as_bytes(), n);
+            assert_eq!(order[0], usize::from(token_hash(token.as_bytes())) % n);
+            order.sort_unstable();
+            assert_eq!(order, (0..n).collect::<Vec<_>>(), "a permutation");
+        }
+    }
+
+    #[test]
+    fn a_purchase_token_keeps_its_first_holder_list() {
+        let router = SpreadRouter::new(Duration::from_secs(60));
+        let three = holders_of(b"k", Some(vec!["k".into(), "a".into(), "b".into()]));
+        let first = router.probe_targets(b"k", Arc::clone(&three), Some(b"t"));
+        let grown = holders_of(
+            b"k",
+            Some(vec!["k".into(), "a".into(), "b".into(), "c".into()]),
+        );
+        let remembered = router.remembered_purchase(b"k", Some(b"t")).unwrap();
+        assert_eq!(remembered, three);
+        assert_eq!(router.probe_targets(b"k", grown, Some(b"t")), first);
+        assert_eq!(first.len(), 3);
+        let untokened = router.probe_targets(b"k", three, None);
+        assert_eq!(untokened.len(), 3, "every holder, in a random order");
     }
 
     #[test]

@@ -110,6 +110,16 @@ pub struct CounterInfo {
     pub holder_values: Option<Vec<i64>>,
     /// How old each holder's value is, in ms (0: read for this command; else from the cache).
     pub holder_ages_ms: Option<Vec<i64>>,
+    /// A floored spread counter's home (read on one server): total - floor.
+    pub headroom: Option<i64>,
+    /// Each holder's own floor, in the order of `holders`.
+    pub holder_floors: Option<Vec<i64>>,
+    /// Each holder's budget (its value - its floor): what it can grant alone.
+    pub holder_budgets: Option<Vec<i64>>,
+    /// Headroom in no holder's budget (budget moves under way).
+    pub units_in_flight: Option<i64>,
+    /// Units each holder refused since its server started (soft state).
+    pub holder_refused_units: Option<Vec<i64>>,
     /// Fields a newer module replies that this crate does not know yet, as the server sent
     /// them.
     pub other: HashMap<String, Value>,

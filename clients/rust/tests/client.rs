@@ -307,6 +307,12 @@ fn cluster_sync_async_and_writer() {
 
     // A spread counter: holders on every master, written over all of them, the total exact.
     let holders = check_spread_writes(&mut con, "hot");
+    check_spread_purchases(&mut con, "stock");
+    con.ctr_floor("floored", Some(0)).unwrap();
+    assert_eq!(
+        module_error(con.ctr_spread("floored", 2)),
+        ModuleError::FlooredSpread
+    );
     let masters: std::collections::HashSet<usize> = holders
         .iter()
         .map(|h| cluster.owner(common::cluster::key_slot(h.as_bytes())))
@@ -350,12 +356,41 @@ fn check_spread_writes<C: CtrCommands>(con: &mut C, key: &str) -> Vec<String> {
     holders
 }
 
+/// Purchases by the probe rule on a fresh spread counter with 3 units on each of 4 holders: 12
+/// granted out of 20, none twice; every retry (by this router and another) replays the first
+/// answer, even after a restock; a purchase larger than any holder's stock is refused.
+fn check_spread_purchases<C: CtrCommands>(con: &mut C, key: &str) {
+    let router = SpreadRouter::default();
+    let holders = router.spread(con, key, 4).unwrap();
+    for holder in &holders {
+        con.ctr_add(holder, 3).unwrap();
+    }
+    let tokens: Vec<String> = (0..20).map(|i| format!("buy-{i}")).collect();
+    let buy = |router: &SpreadRouter, con: &mut C, token: &str| {
+        router
+            .decrfloor(con, key, 1, Some(token.as_bytes()), None)
+            .unwrap()
+    };
+    let first: Vec<Option<i64>> = tokens.iter().map(|t| buy(&router, con, t)).collect();
+    assert_eq!(first.iter().filter(|v| v.is_some()).count(), 12);
+    assert_eq!(con.ctr_get(key).unwrap(), 0);
+    con.ctr_add(&holders[1], 50).unwrap(); // a restock: refusals stay refusals for their token
+    for (token, first) in tokens.iter().zip(&first) {
+        assert_eq!(buy(&router, con, token), *first, "{token}");
+        assert_eq!(buy(&SpreadRouter::default(), con, token), *first, "{token}");
+    }
+    assert_eq!(con.ctr_get(key).unwrap(), 50);
+    assert!(buy(&router, con, "after-restock").is_some());
+    assert_eq!(router.decrfloor(con, key, 51, None, None).unwrap(), None);
+}
+
 #[test]
 fn spread_counters_reconcile_start_and_their_errors() {
     let server = Server::start_with(&[], &["bucket-ms", &BUCKET_MS.to_string()]);
     let client = redis::Client::open(url(server.port, false)).unwrap();
     let mut con = client.get_connection().unwrap();
     let holders = check_spread_writes(&mut con, "views");
+    check_spread_purchases(&mut con, "stock");
     let c = &mut con;
     assert_eq!(c.ctr_spread("views", 4).unwrap(), holders);
     let total = c.ctr_get("views").unwrap();
@@ -384,11 +419,25 @@ fn spread_counters_reconcile_start_and_their_errors() {
         module_error(c.ctr_spread("views", 0)),
         ModuleError::SpreadRefused
     );
-    c.ctr_floor("floored", Some(0)).unwrap();
-    assert_eq!(
-        module_error(c.ctr_spread("floored", 2)),
-        ModuleError::FlooredSpread
-    );
+    // On one server a floored counter spreads (across masters it is refused: the cluster test).
+    c.ctr_add("floored", 7).unwrap();
+    c.ctr_floor("floored", Some(3)).unwrap();
+    assert_eq!(c.ctr_spread("floored", 2).unwrap().len(), 2);
+    let router = SpreadRouter::default();
+    let bought: Vec<Option<i64>> = (0..3)
+        .map(|i| {
+            let token = format!("f{i}");
+            router
+                .decrfloor(c, "floored", 2, Some(token.as_bytes()), None)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(bought.iter().filter(|b| b.is_none()).count(), 1);
+    assert_eq!(c.ctr_get("floored").unwrap(), 3);
+    let info = c.ctr_info("floored").unwrap().unwrap();
+    assert_eq!((info.floor, info.headroom), (Some(3), Some(0)));
+    assert_eq!(info.holder_budgets, Some(vec![0, 0]));
+    assert_eq!(info.units_in_flight, Some(0));
     let earliest = c.ctr_reconcile_start("started").unwrap();
     assert_eq!(earliest % BUCKET_MS, 0);
     assert!(earliest >= now_ms() - BUCKET_MS);
@@ -417,6 +466,15 @@ fn spread_counters_reconcile_start_and_their_errors() {
         }
         assert_eq!(con.ctr_get("views").await.unwrap(), 690);
         assert_eq!(con.ctr_reconcile_start("started").await.unwrap(), earliest);
+        // A purchase: one unit, on holder 2 alone; a retry replays the first answer.
+        let names = con.ctr_spread("async-stock", 3).await.unwrap();
+        con.ctr_add(&names[2], 1).await.unwrap();
+        for _attempt in 0..2 {
+            let bought = router.decrfloor_async(&mut con, "async-stock", 1, Some(b"buy"), None);
+            assert_eq!(bought.await.unwrap(), Some(0));
+        }
+        let sold_out = router.decrfloor_async(&mut con, "async-stock", 1, Some(b"buy-2"), None);
+        assert_eq!(sold_out.await.unwrap(), None);
     });
 
     // An auto-spread: a router writing the key learns the holders within its refresh bound and

@@ -57,6 +57,33 @@ fn standalone(port: u16) -> Result<(), Box<dyn std::error::Error>> {
         "standalone: views 41 | stock {}, budgets {budgets:?} | hits {hits} in {} command(s)",
         info.value, stats.commands
     );
+    floored_spread(&mut con)
+}
+
+/// A flash sale: a floored counter spread over 4 holders (one server here), bought from by the
+/// probe rule; every purchase retried, as after a timeout, replays its first answer.
+fn floored_spread(con: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    let old = con
+        .ctr_info("rs:drop")?
+        .and_then(|i| i.holders)
+        .unwrap_or_default();
+    redis::cmd("DEL").arg("rs:drop").arg(&old).exec(con)?;
+    con.ctr_add("rs:drop", 12)?;
+    con.ctr_floor("rs:drop", Some(0))?;
+    let router = SpreadRouter::default();
+    router.spread(con, "rs:drop", 4)?;
+    let mut buy = |i: usize| {
+        let token = format!("drop-order-{i}");
+        router.decrfloor(con, "rs:drop", 1, Some(token.as_bytes()), None)
+    };
+    let bought = (0..15).map(&mut buy).collect::<Result<Vec<_>, _>>()?;
+    let retried = (0..15).map(&mut buy).collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(retried, bought);
+    let granted = bought.iter().filter(|b| b.is_some()).count();
+    let stock = con.ctr_get("rs:drop")?;
+    println!(
+        "drop: {granted} of 15 purchases granted over 4 holders, retries replayed, stock {stock}"
+    );
     Ok(())
 }
 

@@ -1,0 +1,372 @@
+//! Floored spread counters on one server: `CTR.SPREAD` of a floored counter, the demand each
+//! holder records (its refusals), and the floor fields of the home's `CTR.INFO`.
+//!
+//! Each holder is a floored counter of its own; spreading shares the home's headroom evenly:
+//! the home's floor goes up by what it gives and each holder's floor goes down by its share,
+//! values untouched (counter/rebalance.rs). On one server every holder is written in the same
+//! command, so nothing is ever in flight. Across cluster masters the shares are budget moves
+//! between masters (transfers), which are not built yet: such a spread is refused.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use super::ctr_store::{update_counter, with_counter};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use crate::config;
+use crate::counter::rebalance::{
+    apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
+};
+use crate::counter::{CounterRef, Spread};
+use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
+use crate::persist::ctr_format;
+
+pub const ACROSS_MASTERS_REFUSED: CommandError = CommandError::fixed(
+    "ERR a floored counter cannot be spread yet across cluster masters (budget moves between masters are not built)",
+);
+const HOLDER_BELOW_FLOOR: CommandError =
+    CommandError::fixed("ERR a holder key already holds a counter below its floor");
+
+/// A key name as a module string, freed on drop.
+struct Name {
+    ctx: Ctx,
+    raw: RawString,
+}
+
+impl Name {
+    fn new(ctx: Ctx, bytes: &[u8]) -> Name {
+        // SAFETY: ctx is live; the string is freed on drop.
+        let raw =
+            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, bytes.as_ptr().cast(), bytes.len()) };
+        Name { ctx, raw }
+    }
+}
+
+impl Drop for Name {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, no longer used (keys opened with it are closed by then).
+        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
+    }
+}
+
+/// (value, floor) of a counter: a missing key is 0 with no floor.
+fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
+    match c {
+        None => (0, None),
+        Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
+        Some(c) => (c.value(), None),
+    }
+}
+
+/// The home's floor when it is a floored counter (not yet or already spread).
+pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
+    with_counter(ctx, key, |c| value_and_floor(c).1)
+}
+
+/// Records the holders `added` (after `current`) of the floored counter at `home`, on one
+/// server: every new holder becomes a floored counter (floor 0 when it is missing); on the
+/// first spread the home's headroom is shared evenly over all holders. Everything is checked
+/// before anything is written; each written key is replicated as its resulting state.
+pub fn spread_floored(
+    ctx: Ctx,
+    home: RawString,
+    current: &[Vec<u8>],
+    added: &[Vec<u8>],
+) -> Result<(), CommandError> {
+    let (home_value, home_floor, spread_floor) = with_counter(ctx, home, |c| {
+        let (value, floor) = value_and_floor(c);
+        let spread_floor = match c {
+            Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+            _ => None,
+        };
+        (value, floor.unwrap_or(0), spread_floor)
+    })?;
+    let names: Vec<Name> = added.iter().map(|n| Name::new(ctx, n)).collect();
+    let mut values = vec![home_value];
+    let mut floors = vec![home_floor];
+    for name in &names {
+        let (value, floor) = with_counter(ctx, name.raw, value_and_floor)?;
+        let floor = floor.unwrap_or(0);
+        if value < floor {
+            return Err(HOLDER_BELOW_FLOOR);
+        }
+        values.push(value);
+        floors.push(floor);
+    }
+    // The first spread shares the home's headroom; a growth adds holders with what they hold.
+    let moves = if current.is_empty() {
+        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
+    } else {
+        Vec::new()
+    };
+    let after = apply_moves(&floors, &values, &moves)
+        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
+    for (name, &floor) in names.iter().zip(&after[1..]) {
+        write_floor(ctx, name.raw, floor, None)?;
+    }
+    let spread = Spread {
+        holders: current.iter().chain(added).cloned().collect(),
+        floor: Some(spread_floor.unwrap_or(home_floor)),
+    };
+    write_floor(ctx, home, after[0], Some(spread))
+}
+
+/// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
+/// resulting state.
+fn write_floor(
+    ctx: Ctx,
+    key_name: RawString,
+    floor: i64,
+    spread: Option<Spread>,
+) -> Result<(), CommandError> {
+    let key = Key::open(ctx, key_name, true);
+    let state = update_counter(&key, |c, _| {
+        c.set_floor(Some(floor))?;
+        if let Some(spread) = spread {
+            c.set_spread(spread)?;
+        }
+        Ok(ctr_format::encode(c))
+    })?;
+    drop(key);
+    super::ctr_spread::publish_state(ctx, key_name, &state)
+}
+
+/// Keys whose demand is remembered, at most; past it the table starts over (soft state).
+const DEMAND_LIMIT: usize = 100_000;
+
+thread_local! {
+    static DEMAND: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
+}
+
+/// A purchase refused afresh by the counter at `key` on this master (not a replay): the
+/// demand the rebalancer moves budget toward. On one server it also schedules a rebalance of
+/// the spread counter `key` belongs to.
+pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
+    let db = selected_db(ctx);
+    DEMAND.with(|d| {
+        let mut table = d.borrow_mut();
+        let entry = (db, key.to_vec());
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
+            table.clear();
+        }
+        table.entry(entry).or_default().record_refusal(amount);
+    });
+    if !super::spread_cluster::in_cluster(ctx) {
+        schedule_rebalance(ctx, (db, home_of(key).to_vec()));
+    }
+}
+
+/// A key name in its database.
+type DbKey = (i32, Vec<u8>);
+
+fn selected_db(ctx: Ctx) -> i32 {
+    // SAFETY: ctx is live.
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
+}
+
+/// The home a holder name belongs to: holders are named `{ctr.<i>.<k>}<home>`; any other key
+/// is a home itself.
+fn home_of(key: &[u8]) -> &[u8] {
+    let tagged = key.starts_with(b"{ctr.");
+    match key.iter().position(|&b| b == b'}') {
+        Some(close) if tagged => &key[close + 1..],
+        _ => key,
+    }
+}
+
+/// Budget moves planned per rebalance, at most.
+const MAX_MOVES: usize = 16;
+
+thread_local! {
+    /// Homes with refusals since their last rebalance, and whether the timer is armed.
+    static DUE: RefCell<(Vec<DbKey>, bool)> = const { RefCell::new((Vec::new(), false)) };
+    /// The demand of each holder as of its home's last rebalance.
+    static SEEN: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
+}
+
+/// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
+/// the same burst are planned together, and a home is rebalanced at most once per period.
+fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+    let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
+    if delay == 0 {
+        return;
+    }
+    let arm = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
+            homes.push(home);
+        }
+        !std::mem::replace(armed, true)
+    });
+    if arm {
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
+        };
+    }
+}
+
+/// Timer: rebalances every home with refusals since the last run (on a master only).
+unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Ctx { ptr: ctx };
+    let homes = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        *armed = false;
+        std::mem::take(homes)
+    });
+    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+        return;
+    }
+    for (db, home) in homes {
+        // SAFETY: ctx is the timer's live context; database 0 is selected again below.
+        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
+            continue;
+        }
+        if let Err(e) = rebalance(ctx, db, &home) {
+            ctx.log_warning(&format!(
+                "ctr: a rebalance of a floored spread counter failed: {}",
+                e.0
+            ));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+}
+
+/// One rebalance of the floored spread counter at `home`, all on this server: reads every
+/// holder's budget and its demand since the last rebalance, plans the moves
+/// ([`plan_moves`]) and applies them at once.
+fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
+    let home_name = Name::new(ctx, home);
+    let holders = with_counter(ctx, home_name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b
+            .spread()
+            .filter(|s| s.floor.is_some())
+            .map(|s| s.holders.clone()),
+        _ => None,
+    })?;
+    let Some(holders) = holders else {
+        return Ok(()); // not (or no longer) a floored spread counter
+    };
+    let names: Vec<Vec<u8>> = std::iter::once(home.to_vec()).chain(holders).collect();
+    let keys: Vec<Name> = names.iter().map(|n| Name::new(ctx, n)).collect();
+    let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, key) in names.iter().zip(&keys) {
+        let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        let floor = floor.unwrap_or(0);
+        let meter = demand_of(db, name);
+        let entry = (db, name.clone());
+        let seen = SEEN.with(|s| {
+            let mut table = s.borrow_mut();
+            if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
+                table.clear();
+            }
+            table.insert(entry.clone(), meter)
+        });
+        reports.push(HolderReport {
+            budget: value.saturating_sub(floor),
+            demand: meter.since(&seen.unwrap_or_default()),
+        });
+        DEMAND.with(|d| d.borrow_mut().get_mut(&entry).map(DemandMeter::reported));
+        values.push(value);
+        floors.push(floor);
+    }
+    let moves = plan_moves(&reports, MAX_MOVES);
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let after = apply_moves(&floors, &values, &moves)
+        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
+    for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
+        if *before != floor {
+            write_floor(ctx, key.raw, floor, None)?;
+        }
+    }
+    Ok(())
+}
+
+/// The demand recorded for `key` in database `db` since this process started.
+fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
+    DEMAND.with(|d| {
+        let table = d.borrow();
+        table.get(&(db, key.to_vec())).copied().unwrap_or_default()
+    })
+}
+
+/// What the home of a floored spread counter adds to its `CTR.INFO`, read on one server.
+pub struct FlooredView {
+    /// The counter's floor F.
+    pub floor: i64,
+    /// Each holder's own floor, the home first.
+    pub holder_floors: Vec<i64>,
+    /// Each holder's refused units since its master started (soft state), the home first.
+    pub holder_refused: Vec<u64>,
+}
+
+/// The floored view of a home with these holders, reading every holder on this server.
+pub fn floored_view(
+    ctx: Ctx,
+    home: RawString,
+    spread_floor: i64,
+    holders: &[Vec<u8>],
+) -> Result<FlooredView, CommandError> {
+    let names =
+        std::iter::once(crate::ffi::string_bytes(home).to_vec()).chain(holders.iter().cloned());
+    let mut view = FlooredView {
+        floor: spread_floor,
+        holder_floors: Vec::with_capacity(holders.len() + 1),
+        holder_refused: Vec::with_capacity(holders.len() + 1),
+    };
+    let db = selected_db(ctx);
+    for name in names {
+        let key = Name::new(ctx, &name);
+        let (_, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        view.holder_floors.push(floor.unwrap_or(0));
+        view.holder_refused.push(demand_of(db, &name).refused_units);
+    }
+    Ok(view)
+}
+
+/// The fields a floored home's `CTR.INFO` shows, from the gathered `values` (the home first):
+/// `floor` becomes F, and `headroom`, `holder_floors`, `holder_budgets`, `units_in_flight`
+/// (headroom not in any holder's budget: budget moves under way) and `holder_refused_units`
+/// are added. Figures beyond 64 bits (floors far below the values) show as the nearest limit.
+pub fn info_fields(
+    fields: &mut Vec<(&'static str, Reply)>,
+    total: i64,
+    values: &[i64],
+    view: &FlooredView,
+) {
+    let clamp = |v: i128| Reply::Integer(v.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
+    let headroom = i128::from(total) - i128::from(view.floor);
+    let budgets: Vec<i128> = values
+        .iter()
+        .zip(&view.holder_floors)
+        .map(|(v, f)| i128::from(*v) - i128::from(*f))
+        .collect();
+    for (name, value) in fields.iter_mut() {
+        if *name == "floor" {
+            *value = Reply::Integer(view.floor);
+        }
+    }
+    let integers = |v: &[i64]| Reply::Array(v.iter().copied().map(Reply::Integer).collect());
+    fields.push(("headroom", clamp(headroom)));
+    fields.push(("holder_floors", integers(&view.holder_floors)));
+    let in_budgets: i128 = budgets.iter().sum();
+    fields.push((
+        "holder_budgets",
+        Reply::Array(budgets.into_iter().map(clamp).collect()),
+    ));
+    fields.push(("units_in_flight", clamp(headroom - in_budgets)));
+    let refused = view
+        .holder_refused
+        .iter()
+        .map(|&u| i64::try_from(u).unwrap_or(i64::MAX));
+    fields.push((
+        "holder_refused_units",
+        integers(&refused.collect::<Vec<_>>()),
+    ));
+}

@@ -1,0 +1,398 @@
+//! Floored spread counters, the pure part: how a floored counter's headroom is first shared
+//! out over its holders, what a holder records about the purchases it refused (its demand),
+//! and the policy that moves budget from holders with spare units toward holders that refuse.
+//!
+//! A holder `i` is a floored counter with floor `F_i` and value `v_i`; its budget is
+//! `b_i = v_i - F_i >= 0`. A budget move of `n` units from giver `g` to receiver `r` raises
+//! `F_g` by `n` and lowers `F_r` by `n`: values never move, so the gathered total is exact at
+//! every step, and the floors always sum to at least the counter's floor `F` (exactly `F` once
+//! no move is in flight). No holder ever goes below its own floor, so the total never goes
+//! below `F` (docs/FLOORS.md).
+
+use super::floor::split_evenly;
+use super::CounterError;
+
+/// `n` units of budget to move from holder `giver` to holder `receiver` (indices into the
+/// holder list, the home 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    pub giver: usize,
+    pub receiver: usize,
+    pub units: i64,
+}
+
+/// The first spread of a floored counter: the home's headroom shared evenly over `holders`
+/// holders (the home keeps the first share, with the remainder); one move from the home to
+/// each other holder with a share.
+pub fn initial_moves(headroom: i64, holders: usize) -> Vec<Move> {
+    split_evenly(headroom.max(0), holders)
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .filter(|&(_, units)| units > 0)
+        .map(|(receiver, units)| Move {
+            giver: 0,
+            receiver,
+            units,
+        })
+        .collect()
+}
+
+/// The floors after `moves`, applied all at once (one server, where nothing is in flight):
+/// each giver's floor up by its units, each receiver's down. An error, with nothing applied,
+/// when a giver would end below its new floor (`values`), or a floor or a headroom would
+/// overflow.
+pub fn apply_moves(
+    floors: &[i64],
+    values: &[i64],
+    moves: &[Move],
+) -> Result<Vec<i64>, CounterError> {
+    let mut after = floors.to_vec();
+    for m in moves {
+        let (Some(&giver), Some(&receiver)) = (after.get(m.giver), after.get(m.receiver)) else {
+            return Err(CounterError::InvalidOperation("move names no holder"));
+        };
+        if m.units <= 0 || m.giver == m.receiver {
+            return Err(CounterError::InvalidOperation("empty move"));
+        }
+        after[m.giver] = giver.checked_add(m.units).ok_or(CounterError::Overflow)?;
+        after[m.receiver] = receiver
+            .checked_sub(m.units)
+            .ok_or(CounterError::Overflow)?;
+    }
+    for (floor, value) in after.iter().zip(values) {
+        if value < floor {
+            return Err(CounterError::InvalidOperation("a giver lacks the budget"));
+        }
+        // A floored counter holds its headroom in 64 bits.
+        value.checked_sub(*floor).ok_or(CounterError::Overflow)?;
+    }
+    Ok(after)
+}
+
+/// What a holder's master records about the purchases the holder refused, counted since the
+/// process started (soft state: not persisted, not replicated; a restart starts from 0, which
+/// the coordinator reads as a reset). Only fresh refusals count: a retry replaying a recorded
+/// refusal is the same purchase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DemandMeter {
+    /// Units asked for by refused purchases.
+    pub refused_units: u64,
+    /// Refused purchases.
+    pub refusals: u64,
+    /// The largest refused amount since the last report (reset by [`DemandMeter::reported`]).
+    pub largest_refused: u64,
+}
+
+impl DemandMeter {
+    pub fn record_refusal(&mut self, amount: i64) {
+        let amount = amount.max(0) as u64;
+        self.refused_units = self.refused_units.saturating_add(amount);
+        self.refusals = self.refusals.saturating_add(1);
+        self.largest_refused = self.largest_refused.max(amount);
+    }
+
+    /// The demand since `earlier` (a reading the coordinator kept); a meter behind it was
+    /// restarted, and all it holds is new.
+    pub fn since(&self, earlier: &DemandMeter) -> Demand {
+        let restarted =
+            self.refused_units < earlier.refused_units || self.refusals < earlier.refusals;
+        let base = if restarted {
+            DemandMeter::default()
+        } else {
+            *earlier
+        };
+        Demand {
+            refused_units: self.refused_units - base.refused_units,
+            refusals: self.refusals - base.refusals,
+            largest_refused: self.largest_refused,
+        }
+    }
+
+    /// After a report: the largest refused amount starts over (the totals keep counting).
+    pub fn reported(&mut self) {
+        self.largest_refused = 0;
+    }
+}
+
+/// A holder's demand over one period of the coordinator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Demand {
+    pub refused_units: u64,
+    pub refusals: u64,
+    pub largest_refused: u64,
+}
+
+/// What the coordinator knows of one holder: its budget (value - floor; in-flight units are in
+/// no holder's budget) and its demand over the last period.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HolderReport {
+    pub budget: i64,
+    pub demand: Demand,
+}
+
+/// The rebalance policy: budget moves from holders that refused nothing to holders that
+/// refused for want of units.
+///
+/// - A refusing holder wants what it refused over the period (`refused_units`), and at least
+///   enough for its largest refused purchase beyond what it holds.
+/// - A holder that refused nothing gives at most half its budget per period: it may be
+///   selling too, and halving converges geometrically without draining a giver into refusing
+///   (which would pull budget straight back).
+/// - Largest wants are served first, from the largest spares, at most `max_moves` moves.
+/// - When nobody has spare (every holder refused) but the whole headroom covers the largest
+///   refused purchase, the holder with the largest budget gathers it from the others
+///   (fragmentation: 4 holders of 3 units refusing a purchase of 10).
+/// - No refusals, no moves: budgets stay where the sales put them.
+pub fn plan_moves(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
+    let want = |h: &HolderReport| -> i64 {
+        let d = h.demand;
+        if d.refusals == 0 {
+            return 0;
+        }
+        let largest_short = clamp(d.largest_refused).saturating_sub(h.budget.max(0));
+        clamp(d.refused_units).max(largest_short)
+    };
+    let mut wants: Vec<(usize, i64)> = holders
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (i, want(h)))
+        .filter(|&(_, w)| w > 0)
+        .collect();
+    let mut spares: Vec<(usize, i64)> = holders
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.demand.refusals == 0)
+        .map(|(i, h)| (i, h.budget.max(0) / 2))
+        .filter(|&(_, s)| s > 0)
+        .collect();
+    if spares.is_empty() {
+        return gather_for_largest(holders, max_moves);
+    }
+    wants.sort_by_key(|&(i, w)| (std::cmp::Reverse(w), i));
+    spares.sort_by_key(|&(i, s)| (std::cmp::Reverse(s), i));
+    let mut moves = Vec::new();
+    for (receiver, mut wanted) in wants {
+        for (giver, spare) in spares.iter_mut() {
+            if moves.len() >= max_moves || wanted == 0 {
+                break;
+            }
+            let units = wanted.min(*spare);
+            if units > 0 {
+                moves.push(Move {
+                    giver: *giver,
+                    receiver,
+                    units,
+                });
+                *spare -= units;
+                wanted -= units;
+            }
+        }
+    }
+    moves
+}
+
+/// Every holder refused: when the headroom covers the largest refused purchase, the holder
+/// with the largest budget takes from the others (largest first) until it covers it.
+fn gather_for_largest(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
+    let largest = holders
+        .iter()
+        .map(|h| clamp(h.demand.largest_refused))
+        .max()
+        .unwrap_or(0);
+    let headroom: i64 = holders
+        .iter()
+        .map(|h| h.budget.max(0))
+        .fold(0, i64::saturating_add);
+    let Some((receiver, richest)) = holders
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (i, h.budget.max(0)))
+        .max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
+    else {
+        return Vec::new();
+    };
+    if largest == 0 || largest > headroom || richest >= largest {
+        return Vec::new();
+    }
+    let mut others: Vec<(usize, i64)> = holders
+        .iter()
+        .enumerate()
+        .filter(|&(i, h)| i != receiver && h.budget > 0)
+        .map(|(i, h)| (i, h.budget))
+        .collect();
+    others.sort_by_key(|&(i, b)| (std::cmp::Reverse(b), i));
+    let mut missing = largest - richest;
+    let mut moves = Vec::new();
+    for (giver, budget) in others {
+        if missing == 0 || moves.len() >= max_moves {
+            break;
+        }
+        let units = budget.min(missing);
+        moves.push(Move {
+            giver,
+            receiver,
+            units,
+        });
+        missing -= units;
+    }
+    moves
+}
+
+fn clamp(units: u64) -> i64 {
+    i64::try_from(units).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(budget: i64, refused_units: u64, refusals: u64, largest: u64) -> HolderReport {
+        HolderReport {
+            budget,
+            demand: Demand {
+                refused_units,
+                refusals,
+                largest_refused: largest,
+            },
+        }
+    }
+
+    fn budgets_after(holders: &[HolderReport], moves: &[Move]) -> Vec<i64> {
+        let mut budgets: Vec<i64> = holders.iter().map(|h| h.budget).collect();
+        for m in moves {
+            budgets[m.giver] -= m.units;
+            budgets[m.receiver] += m.units;
+        }
+        budgets
+    }
+
+    #[test]
+    fn the_first_spread_shares_the_headroom_evenly_from_the_home() {
+        let moves = initial_moves(10, 4);
+        assert_eq!(
+            moves
+                .iter()
+                .map(|m| (m.giver, m.receiver, m.units))
+                .collect::<Vec<_>>(),
+            vec![(0, 1, 3), (0, 2, 2), (0, 3, 2)]
+        );
+        assert!(initial_moves(2, 4).iter().all(|m| m.units == 1));
+        assert_eq!(initial_moves(2, 4).len(), 1, "holder 3 gets nothing");
+        assert!(initial_moves(0, 16).is_empty());
+        assert!(initial_moves(-5, 16).is_empty());
+        // Home floor 100, value 110: the home keeps 3 units, the others 3, 2, 2.
+        let floors = apply_moves(&[100, 0, 0, 0], &[110, 0, 0, 0], &moves).unwrap();
+        assert_eq!(floors, vec![107, -3, -2, -2]);
+        assert_eq!(
+            floors.iter().sum::<i64>(),
+            100,
+            "the floors sum to the floor"
+        );
+    }
+
+    #[test]
+    fn moves_that_a_giver_cannot_cover_or_that_overflow_change_nothing() {
+        let give = |units| Move {
+            giver: 0,
+            receiver: 1,
+            units,
+        };
+        assert!(apply_moves(&[0, 0], &[5, 0], &[give(6)]).is_err());
+        assert!(apply_moves(&[0, 0], &[5, 0], &[give(0)]).is_err());
+        assert!(apply_moves(&[0, i64::MIN], &[5, 0], &[give(1)]).is_err());
+        let deep = apply_moves(&[0, -i64::MAX + 1], &[5, 5], &[give(1)]);
+        assert!(deep.is_err(), "holder 1's headroom would not fit");
+        let to_nobody = Move {
+            giver: 0,
+            receiver: 9,
+            units: 1,
+        };
+        assert!(apply_moves(&[0, 0], &[5, 0], &[to_nobody]).is_err());
+        assert_eq!(apply_moves(&[0, 0], &[5, 0], &[give(5)]).unwrap(), [5, -5]);
+    }
+
+    #[test]
+    fn the_meter_counts_fresh_refusals_and_survives_a_restart() {
+        let mut meter = DemandMeter::default();
+        meter.record_refusal(3);
+        meter.record_refusal(7);
+        let kept = meter;
+        meter.reported();
+        meter.record_refusal(2);
+        let d = meter.since(&kept);
+        assert_eq!((d.refused_units, d.refusals, d.largest_refused), (2, 1, 2));
+        let mut restarted = DemandMeter::default();
+        restarted.record_refusal(4);
+        let d = restarted.since(&kept);
+        assert_eq!((d.refused_units, d.refusals), (4, 1), "all of it is new");
+        let mut huge = DemandMeter {
+            refused_units: u64::MAX,
+            ..DemandMeter::default()
+        };
+        huge.record_refusal(i64::MAX);
+        assert_eq!(huge.refused_units, u64::MAX, "saturates");
+    }
+
+    #[test]
+    fn no_refusals_no_moves() {
+        let holders = [report(0, 0, 0, 0), report(100, 0, 0, 0)];
+        assert!(plan_moves(&holders, 16).is_empty());
+    }
+
+    #[test]
+    fn budget_moves_from_spare_toward_refusing_holders() {
+        let holders = [
+            report(100, 0, 0, 0),
+            report(0, 12, 6, 2),
+            report(40, 0, 0, 0),
+            report(1, 30, 3, 10),
+        ];
+        let moves = plan_moves(&holders, 16);
+        let after = budgets_after(&holders, &moves);
+        assert_eq!(after.iter().sum::<i64>(), 141, "moves keep the headroom");
+        assert_eq!(after[3], 31, "the largest want first, in full");
+        assert_eq!(after[1], 12);
+        assert!(
+            after[0] >= 50 && after[2] >= 20,
+            "a giver keeps half: {after:?}"
+        );
+        assert!(moves.iter().all(|m| m.units > 0 && m.giver != m.receiver));
+        assert!(plan_moves(&holders, 1).len() == 1, "bounded per period");
+    }
+
+    #[test]
+    fn wants_beyond_the_spare_get_what_there_is() {
+        let holders = [report(10, 0, 0, 0), report(0, 100, 50, 2)];
+        let moves = plan_moves(&holders, 16);
+        assert_eq!(
+            moves,
+            vec![Move {
+                giver: 0,
+                receiver: 1,
+                units: 5
+            }]
+        );
+    }
+
+    #[test]
+    fn sold_out_moves_nothing_and_fragments_are_gathered() {
+        let sold_out = [report(0, 5, 5, 1), report(0, 9, 9, 1)];
+        assert!(plan_moves(&sold_out, 16).is_empty());
+        // Every holder refused a purchase of 10; 12 units in all: holder 1 gathers 10.
+        let fragmented = [
+            report(3, 10, 1, 10),
+            report(4, 10, 1, 10),
+            report(3, 10, 1, 10),
+            report(2, 10, 1, 10),
+        ];
+        let moves = plan_moves(&fragmented, 16);
+        let after = budgets_after(&fragmented, &moves);
+        assert_eq!(after[1], 10, "{moves:?}");
+        assert_eq!(after.iter().sum::<i64>(), 12);
+        assert!(after.iter().all(|&b| b >= 0));
+        // More than the whole headroom: nothing to gather.
+        let short = [report(3, 20, 1, 20), report(4, 20, 1, 20)];
+        assert!(plan_moves(&short, 16).is_empty());
+    }
+}

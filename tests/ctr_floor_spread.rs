@@ -1,0 +1,248 @@
+//! Floored spread counters on one server: spreading shares the headroom over the holders'
+//! floors, purchases by the probe rule (the Rust client's) from concurrent buyers never take
+//! the total below the floor, retries replay their first answer, restocks add budget where
+//! they land, and the home's CTR.INFO shows floor, headroom, budgets and demand. Persistence
+//! of the spread floor is in ctr_persistence.rs.
+
+mod common;
+
+use std::thread;
+
+use common::{Conn, Server, Value};
+use redis_ctr_client::SpreadRouter;
+
+fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
+    c.cmd(&["CTR.INFO", key]).field(field)
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.array().iter().map(Value::int).collect()
+}
+
+/// Waits (at most 10 s) until `done` holds: the rebalance runs from a timer.
+fn wait_for(c: &mut Conn, what: &str, mut done: impl FnMut(&mut Conn) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(c) {
+        assert!(start.elapsed().as_secs() < 10, "{what}: not reached");
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 1000");
+    c.q("CTR.FLOOR stock 100");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD stock 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(holders.len(), 4);
+    let field = |c: &mut Conn, name: &str| info_field(c, "stock", name);
+    assert_eq!(field(&mut c, "value"), Value::Int(1000));
+    assert_eq!(field(&mut c, "floor"), Value::Int(100));
+    assert_eq!(field(&mut c, "headroom"), Value::Int(900));
+    assert_eq!(
+        ints(&field(&mut c, "holder_floors")),
+        [775, -225, -225, -225]
+    );
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [225; 4]);
+    assert_eq!(field(&mut c, "units_in_flight"), Value::Int(0));
+
+    // Every holder keeps its own floor: a negative add cannot take it below.
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "-226"]), Value::Nil);
+    assert_eq!(
+        c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]),
+        Value::Int(-225)
+    );
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), Value::Nil);
+    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
+    // The refusal is demand: a rebalance moves budget there from the largest spare (the
+    // home, first of equals), its floor up one, holder 1's down one.
+    wait_for(&mut c, "the move", |c| {
+        ints(&info_field(c, "stock", "holder_budgets")) == [224, 1, 225, 225]
+    });
+    // A restock adds budget where it lands.
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "5"]), Value::Int(-220));
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [224, 6, 225, 225]);
+    assert_eq!(field(&mut c, "value"), Value::Int(780));
+    assert_eq!(field(&mut c, "headroom"), Value::Int(680));
+
+    // The counter's floor is set before it spreads; the same count changes nothing; growing
+    // adds holders with floor 0 and no budget.
+    let e = c.q("CTR.FLOOR stock 0").error();
+    assert!(e.contains("before it spreads"), "{e}");
+    assert_eq!(c.q("CTR.SPREAD stock 4").array().len(), 4);
+    assert_eq!(c.q("CTR.SPREAD stock 6").array().len(), 6);
+    assert_eq!(
+        ints(&field(&mut c, "holder_floors")),
+        [776, -226, -225, -225, 0, 0]
+    );
+    assert_eq!(field(&mut c, "headroom"), Value::Int(680));
+}
+
+#[test]
+fn a_holder_key_of_another_type_refuses_the_spread_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // The holder names depend only on the key (on one server): learn them, then start over.
+    let names: Vec<String> = c
+        .q("CTR.SPREAD s 3")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    c.q("DEL s");
+    c.q("CTR.ADD s 10");
+    c.q("CTR.FLOOR s 0");
+    c.cmd(&["SET", &names[2], "x"]);
+    assert!(c.q("CTR.SPREAD s 3").error().starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.cmd(&["EXISTS", &names[1]]),
+        Value::Int(0),
+        "nothing written"
+    );
+    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(0));
+    let info = c.q("CTR.INFO s").array();
+    assert!(
+        !info.contains(&Value::Bulk(b"holders".to_vec())),
+        "not spread"
+    );
+    c.cmd(&["DEL", &names[2]]);
+    assert_eq!(c.q("CTR.SPREAD s 3").array().len(), 3);
+    assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [4, 3, 3]);
+}
+
+/// 8 buyers, 100 purchases each of 1-3 units over 16 holders, each retried by another router
+/// (another process): every retry gets the first answer; the grants never exceed the
+/// headroom; the total is exactly the start minus the grants and never below the floor. A
+/// refusal while the headroom read right after it still covered the amount is a false
+/// refusal (the headroom only shrinks here): counted and reported.
+#[test]
+fn concurrent_buyers_never_take_the_total_below_the_floor() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 1000");
+    c.q("CTR.FLOOR sale 100");
+    c.q("CTR.SPREAD sale 16");
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let buyers: Vec<_> = (0..8u64)
+        .map(|b| {
+            let url = url.clone();
+            thread::spawn(move || {
+                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let router = SpreadRouter::default();
+                let mut seed = b * 7919 + 1;
+                let (mut granted, mut refused, mut false_refusals) = (0i64, 0, 0);
+                for i in 0..100 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let amount = 1 + (seed >> 33) as i64 % 3;
+                    let token = format!("buyer{b}-{i}");
+                    let first = router
+                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
+                        .unwrap();
+                    if first.is_none() {
+                        refused += 1;
+                        let total: i64 = redis::cmd("CTR.GET").arg("sale").query(&mut con).unwrap();
+                        false_refusals += i64::from(total - 100 >= amount);
+                    }
+                    let retry = SpreadRouter::default()
+                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
+                        .unwrap();
+                    assert_eq!(retry, first, "{token}");
+                    granted += first.map_or(0, |_| amount);
+                }
+                (granted, refused, false_refusals)
+            })
+        })
+        .collect();
+    let (mut granted, mut refused, mut false_refusals) = (0, 0, 0);
+    for buyer in buyers {
+        let (g, r, f) = buyer.join().unwrap();
+        (granted, refused, false_refusals) = (granted + g, refused + r, false_refusals + f);
+    }
+    eprintln!(
+        "floored spread, 16 holders, 800 purchases: {granted} units granted of 900, \
+         {refused} purchases refused, {false_refusals} of them while the headroom covered them"
+    );
+    assert!(granted <= 900, "granted {granted} of 900");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(1000 - granted));
+    let budgets = ints(&info_field(&mut c, "sale", "holder_budgets"));
+    assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
+    assert_eq!(budgets.iter().sum::<i64>(), 900 - granted);
+    // Every holder is visited before a refusal: only a purchase larger than what each holder
+    // held at its visit is refused falsely (fragmentation near the end of the stock).
+    assert!(false_refusals <= refused);
+    assert!(
+        900 - granted < 16 * 3,
+        "the stock is sold down to fragments"
+    );
+}
+
+/// A buyer that only ever asks holder 1 (as a client that knows one holder would): each of its
+/// refusals is demand there, and the rebalancer moves budget to it from the holders that
+/// refuse nothing, until almost everything is sold through holder 1.
+#[test]
+fn budget_follows_demand() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD hot 400");
+    c.q("CTR.FLOOR hot 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD hot 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    let (mut granted, mut refused) = (0, 0);
+    let start = std::time::Instant::now();
+    while granted < 397 {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "granted {granted}, refused {refused}"
+        );
+        match c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]) {
+            Value::Int(_) => granted += 1,
+            _ => {
+                refused += 1;
+                thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+    // Each giver keeps at least 1 unit it cannot halve.
+    assert_eq!(c.q("CTR.GET hot"), Value::Int(400 - granted));
+    let budgets = ints(&info_field(&mut c, "hot", "holder_budgets"));
+    assert_eq!(budgets.iter().sum::<i64>(), 400 - granted);
+    assert!(budgets.iter().all(|&b| b >= 0), "{budgets:?}");
+    assert_eq!(info_field(&mut c, "hot", "units_in_flight"), Value::Int(0));
+}
+
+/// Shrinking a floored spread counter folds the removed holders' values and floors back into
+/// the home (on one server within the command): the floor, the total and the headroom stay.
+#[test]
+fn shrinking_keeps_the_floor_and_the_headroom() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD s 100");
+    c.q("CTR.FLOOR s 10");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD s 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "5"]), Value::Int(-5));
+    assert_eq!(c.q("CTR.SPREAD s 2").array().len(), 2);
+    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(10));
+    assert_eq!(c.q("CTR.GET s"), Value::Int(95));
+    assert_eq!(info_field(&mut c, "s", "headroom"), Value::Int(85));
+    let floors = ints(&info_field(&mut c, "s", "holder_floors"));
+    assert_eq!(floors.iter().sum::<i64>(), 10, "{floors:?}");
+    let budgets = ints(&info_field(&mut c, "s", "holder_budgets"));
+    assert_eq!(budgets.iter().sum::<i64>(), 85, "{budgets:?}");
+}
