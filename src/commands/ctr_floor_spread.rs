@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
+use super::spread_transfer::Name;
 use crate::config;
 use crate::counter::rebalance::{
     apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
@@ -29,28 +30,6 @@ pub const ACROSS_MASTERS_REFUSED: CommandError = CommandError::fixed(
 );
 const HOLDER_BELOW_FLOOR: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter below its floor");
-
-/// A key name as a module string, freed on drop.
-struct Name {
-    ctx: Ctx,
-    raw: RawString,
-}
-
-impl Name {
-    fn new(ctx: Ctx, bytes: &[u8]) -> Name {
-        // SAFETY: ctx is live; the string is freed on drop.
-        let raw =
-            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, bytes.as_ptr().cast(), bytes.len()) };
-        Name { ctx, raw }
-    }
-}
-
-impl Drop for Name {
-    fn drop(&mut self) {
-        // SAFETY: made in `new`, no longer used (keys opened with it are closed by then).
-        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
-    }
-}
 
 /// (value, floor) of a counter: a missing key is 0 with no floor.
 fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
