@@ -1,7 +1,7 @@
 //! What spread counters need from the server beyond keys: reading a holder through the
 //! server's own routing check (`RM_Call`, which refuses a key whose slot this node does not
 //! serve, where `RM_OpenKey` would silently read an empty key), the slot -> master map (from
-//! `CLUSTER SLOTS`: Redis 7.0 has no slot API for modules), and cluster-bus sends.
+//! `CLUSTER SHARDS`: Redis 7.0 has no slot API for modules), and cluster-bus sends.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
@@ -198,6 +198,20 @@ fn my_id() -> Option<NodeId> {
     Some(id)
 }
 
+/// The value of `field` in a RESP2 map reply (a flat array of field, value, ...).
+fn map_field<'a>(map: ReplyRef<'a>, field: &[u8]) -> Option<ReplyRef<'a>> {
+    (0..map.len() / 2).find_map(|i| {
+        let name = map.element(2 * i)?;
+        (name.bytes() == field).then(|| map.element(2 * i + 1))?
+    })
+}
+
+/// The slot map from `CLUSTER SHARDS`. Not `CLUSTER SLOTS`: Valkey before 9.0.1 crashes when a
+/// module's `RM_Call` of `CLUSTER SLOTS` from a timer or a bus receiver has to rebuild the
+/// server's cached reply (which it does after a node's health changes, e.g. in a failover):
+/// the cache is built for a fake client and asks for the peer address of the current client,
+/// which there is none of outside a command (valkey-io/valkey#2912). `CLUSTER SHARDS` (Redis
+/// 7.0+, every Valkey) has no such cache.
 fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
     const BAD: CommandError = CommandError::fixed("ERR could not read the cluster slot map");
     // SAFETY: ctx is live; "c" takes a C string.
@@ -206,7 +220,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
             ctx.ptr,
             c"CLUSTER".as_ptr(),
             c"c".as_ptr(),
-            c"SLOTS".as_ptr(),
+            c"SHARDS".as_ptr(),
         )
     };
     if reply.is_null() {
@@ -219,19 +233,40 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
     }
     let mut ranges: Vec<(usize, usize, NodeId)> = Vec::new();
     for i in 0..root.len() {
-        let range = root.element(i).ok_or(BAD)?;
-        let first = range.element(0).ok_or(BAD)?.integer();
-        let last = range.element(1).ok_or(BAD)?.integer();
-        let id_bytes = range
-            .element(2)
-            .and_then(|m| m.element(2))
-            .ok_or(BAD)?
-            .bytes();
-        let id: NodeId = id_bytes.try_into().map_err(|_| BAD)?;
-        if !(0..i64::from(SLOTS)).contains(&first) || !(first..i64::from(SLOTS)).contains(&last) {
-            return Err(BAD);
+        let shard = root.element(i).ok_or(BAD)?;
+        let slots = map_field(shard, b"slots").ok_or(BAD)?;
+        if slots.len() == 0 {
+            continue; // a shard without slots (an emptied or failed-over former master)
         }
-        ranges.push((first as usize, last as usize, id));
+        let nodes = map_field(shard, b"nodes").ok_or(BAD)?;
+        // The shard's master; a failed one may still be listed as a master beside the replica
+        // that took its place, so an online one goes first.
+        let is = |n: ReplyRef, field: &[u8], value: &[u8]| {
+            map_field(n, field).is_some_and(|v| v.bytes() == value)
+        };
+        let masters: Vec<ReplyRef> = (0..nodes.len())
+            .filter_map(|n| nodes.element(n))
+            .filter(|n| is(*n, b"role", b"master"))
+            .collect();
+        let master = masters
+            .iter()
+            .find(|n| is(**n, b"health", b"online"))
+            .or(masters.first())
+            .copied()
+            .ok_or(BAD)?;
+        let id: NodeId = map_field(master, b"id")
+            .ok_or(BAD)?
+            .bytes()
+            .try_into()
+            .map_err(|_| BAD)?;
+        for pair in 0..slots.len() / 2 {
+            let first = slot_number(slots.element(2 * pair)).ok_or(BAD)?;
+            let last = slot_number(slots.element(2 * pair + 1)).ok_or(BAD)?;
+            if first > last {
+                return Err(BAD);
+            }
+            ranges.push((first, last, id));
+        }
     }
     let mut masters: Vec<NodeId> = ranges.iter().map(|r| r.2).collect();
     masters.sort_unstable();
@@ -247,6 +282,17 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         masters,
         owners,
     })
+}
+
+/// A slot bound of `CLUSTER SHARDS` (an integer; a string on some servers), within 0..SLOTS.
+fn slot_number(reply: Option<ReplyRef>) -> Option<usize> {
+    let reply = reply?;
+    let n = if reply.kind() as isize == raw::REDISMODULE_REPLY_INTEGER {
+        reply.integer()
+    } else {
+        std::str::from_utf8(reply.bytes()).ok()?.parse().ok()?
+    };
+    usize::try_from(n).ok().filter(|&n| n < usize::from(SLOTS))
 }
 
 /// Sends a bus message; false when the node is unknown or has no link right now (delivery is
