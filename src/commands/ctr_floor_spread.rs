@@ -4,8 +4,8 @@
 //! Each holder is a floored counter of its own; spreading shares the home's headroom evenly:
 //! the home's floor goes up by what it gives and each holder's floor goes down by its share,
 //! values untouched (counter/rebalance.rs). On one server every holder is written in the same
-//! command, so nothing is ever in flight. Across cluster masters the shares are budget moves
-//! between masters (transfers), which are not built yet: such a spread is refused.
+//! command, so nothing is ever in flight. Across cluster masters each share is a budget move
+//! from the home (a transfer, `dv = 0, df = -share`), delivered in the background.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -25,9 +25,6 @@ use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 
-pub const ACROSS_MASTERS_REFUSED: CommandError = CommandError::fixed(
-    "ERR a floored counter cannot be spread yet across cluster masters (budget moves between masters are not built)",
-);
 const HOLDER_BELOW_FLOOR: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter below its floor");
 
@@ -91,6 +88,54 @@ pub fn spread_floored(
         floor: Some(spread_floor.unwrap_or(home_floor)),
     };
     write_floor(ctx, home, after[0], Some(spread))
+}
+
+/// Records the holders `added` (after `current`) of the floored counter at `home` in a cluster,
+/// where they live on other masters: the home records them with the counter's floor F, and on
+/// the first spread starts one transfer per holder for its share (the home the giver: its
+/// floor up by the share, the holder's floor down by it when the credit lands). The shares
+/// arrive in the background; meanwhile they are in flight, in no holder's budget. A holder
+/// given no share has no floor of its own, which `CTR.DECRFLOOR` reads as floor 0. Refused,
+/// with nothing written, while the home still has a transfer to one of the new holders.
+pub fn spread_floored_across_masters(
+    ctx: Ctx,
+    home: RawString,
+    current: &[Vec<u8>],
+    added: &[Vec<u8>],
+) -> Result<(), CommandError> {
+    let (home_value, home_floor, spread_floor, busy) = with_counter(ctx, home, |c| {
+        let (value, floor) = value_and_floor(c);
+        let (spread_floor, busy) = match c {
+            Some(CounterRef::Boxed(b)) => (
+                b.spread().and_then(|s| s.floor),
+                added
+                    .iter()
+                    .any(|name| b.transfers().is_some_and(|t| t.outgoing_to(name).is_some())),
+            ),
+            _ => (None, false),
+        };
+        (value, floor.unwrap_or(0), spread_floor, busy)
+    })?;
+    if busy {
+        return Err(CommandError::fixed(
+            "ERR a budget move to one of the new holders is still in flight: retry shortly",
+        ));
+    }
+    let moves = if current.is_empty() {
+        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
+    } else {
+        Vec::new()
+    };
+    let spread = Spread {
+        holders: current.iter().chain(added).cloned().collect(),
+        floor: Some(spread_floor.unwrap_or(home_floor)),
+    };
+    write_floor(ctx, home, home_floor, Some(spread))?;
+    for m in moves {
+        let receiver = &added[m.receiver - 1];
+        super::spread_transfer::start(ctx, home, receiver, 0, -m.units)?;
+    }
+    Ok(())
 }
 
 /// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
@@ -279,34 +324,29 @@ fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
 pub struct FlooredView {
     /// The counter's floor F.
     pub floor: i64,
-    /// Each holder's own floor, the home first.
+    /// Each holder's own floor, the home first (filled from the gathered read).
     pub holder_floors: Vec<i64>,
     /// Each holder's refused units since its master started (soft state), the home first.
     pub holder_refused: Vec<u64>,
 }
 
-/// The floored view of a home with these holders, reading every holder on this server.
+/// The floored view of a home with these holders: the demand each holder recorded on this
+/// master (holders served by other masters count what their refusals reported here); the
+/// holder floors come with the gathered values.
 pub fn floored_view(
     ctx: Ctx,
     home: RawString,
     spread_floor: i64,
     holders: &[Vec<u8>],
-) -> Result<FlooredView, CommandError> {
-    let names =
-        std::iter::once(crate::ffi::string_bytes(home).to_vec()).chain(holders.iter().cloned());
-    let mut view = FlooredView {
-        floor: spread_floor,
-        holder_floors: Vec::with_capacity(holders.len() + 1),
-        holder_refused: Vec::with_capacity(holders.len() + 1),
-    };
+) -> FlooredView {
     let db = selected_db(ctx);
-    for name in names {
-        let key = Name::new(ctx, &name);
-        let (_, floor) = with_counter(ctx, key.raw, value_and_floor)?;
-        view.holder_floors.push(floor.unwrap_or(0));
-        view.holder_refused.push(demand_of(db, &name).refused_units);
+    let names =
+        std::iter::once(crate::ffi::string_bytes(home)).chain(holders.iter().map(|h| &h[..]));
+    FlooredView {
+        floor: spread_floor,
+        holder_floors: Vec::new(),
+        holder_refused: names.map(|n| demand_of(db, n).refused_units).collect(),
     }
-    Ok(view)
 }
 
 /// The fields a floored home's `CTR.INFO` shows, from the gathered `values` (the home first):
