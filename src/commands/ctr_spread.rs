@@ -403,8 +403,11 @@ fn next_request_id() -> u64 {
     })
 }
 
-/// A holder's (value, own floor), or the error its answer makes of the read.
-fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<(i64, Option<i64>), CommandError> {
+/// A holder's value and own floor (None: it has none), as one read.
+type HolderRead = (i64, Option<i64>);
+
+/// A holder's read, or the error its answer makes of the read.
+fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, CommandError> {
     match answer {
         HolderAnswer::Value(v) => Ok((v, None)),
         HolderAnswer::Floored(v, f) => Ok((v, Some(f))),
@@ -538,7 +541,7 @@ unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_
     }) else {
         return;
     };
-    let read: Result<Vec<(usize, usize, (i64, Option<i64>))>, CommandError> = locals
+    let read: Result<Vec<(usize, usize, HolderRead)>, CommandError> = locals
         .into_iter()
         .map(|(r, h, name)| Ok((r, h, answer_error(&name, cluster::read_holder(ctx, &name))?)))
         .collect();
