@@ -242,3 +242,53 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
         "not granted twice"
     );
 }
+
+/// A buyer that only ever asks one holder, on another master than the home's: its refusals
+/// reach the home's master, which polls the holders and asks the others to give (at most half
+/// their budget each time), until almost everything is sold through that one holder. The
+/// total is exact and nothing is in flight once it settles.
+#[test]
+fn budget_moves_across_masters_toward_a_holder_that_refuses() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{hot}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "400"]), Value::Int(400));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "4"]));
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let hot = holders
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .expect("a holder on another master")
+        .clone();
+    eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(())
+    });
+    let (mut granted, mut refused) = (0, 0);
+    let start = Instant::now();
+    while granted < 397 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "granted {granted}, refused {refused}"
+        );
+        match client.cmd(&["CTR.DECRFLOOR", &hot, "1"]) {
+            Value::Int(_) => granted += 1,
+            Value::Nil => {
+                refused += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    eprintln!(
+        "one hot holder across masters: {granted} of 400 sold through it in {:?}, {refused} refusals",
+        start.elapsed()
+    );
+    let v = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(v)
+    });
+    check_accounting(&v, 400 - granted, 0);
+    assert_eq!(v.floors.iter().sum::<i64>(), 0);
+}

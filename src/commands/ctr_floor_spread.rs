@@ -19,7 +19,7 @@ use redis_module::raw;
 use super::spread_transfer::Name;
 use crate::config;
 use crate::counter::rebalance::{
-    apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
+    apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport,
 };
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
@@ -29,7 +29,7 @@ const HOLDER_BELOW_FLOOR: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter below its floor");
 
 /// (value, floor) of a counter: a missing key is 0 with no floor.
-fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
+pub(super) fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
     match c {
         None => (0, None),
         Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
@@ -178,13 +178,11 @@ pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
         }
         table.entry(entry).or_default().record_refusal(amount);
     });
-    if !super::spread_cluster::in_cluster(ctx) {
-        schedule_rebalance(ctx, (db, home_of(key).to_vec()));
-    }
+    schedule_rebalance(ctx, (db, home_of(key).to_vec()));
 }
 
 /// A key name in its database.
-type DbKey = (i32, Vec<u8>);
+pub(super) type DbKey = (i32, Vec<u8>);
 
 fn selected_db(ctx: Ctx) -> i32 {
     // SAFETY: ctx is live.
@@ -202,7 +200,7 @@ fn home_of(key: &[u8]) -> &[u8] {
 }
 
 /// Budget moves planned per rebalance, at most.
-const MAX_MOVES: usize = 16;
+pub(super) const MAX_MOVES: usize = 16;
 
 thread_local! {
     /// Homes with refusals since their last rebalance, and whether the timer is armed.
@@ -213,7 +211,7 @@ thread_local! {
 
 /// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
 /// the same burst are planned together, and a home is rebalanced at most once per period.
-fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+pub(super) fn schedule_rebalance(ctx: Ctx, home: DbKey) {
     let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
     if delay == 0 {
         return;
@@ -249,6 +247,11 @@ unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_v
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
             continue;
         }
+        if super::spread_cluster::in_cluster(ctx) {
+            // Across masters: the home's master polls the holders and asks givers to move.
+            super::floor_moves::rebalance(ctx, &home);
+            continue;
+        }
         if let Err(e) = rebalance(ctx, db, &home) {
             ctx.log_warning(&format!(
                 "ctr: a rebalance of a floored spread counter failed: {}",
@@ -281,20 +284,11 @@ fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     for (name, key) in names.iter().zip(&keys) {
         let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
         let floor = floor.unwrap_or(0);
-        let meter = demand_of(db, name);
-        let entry = (db, name.clone());
-        let seen = SEEN.with(|s| {
-            let mut table = s.borrow_mut();
-            if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-                table.clear();
-            }
-            table.insert(entry.clone(), meter)
-        });
+        let meter = take_meter(db, name);
         reports.push(HolderReport {
             budget: value.saturating_sub(floor),
-            demand: meter.since(&seen.unwrap_or_default()),
+            demand: since_last_rebalance(db, name, meter),
         });
-        DEMAND.with(|d| d.borrow_mut().get_mut(&entry).map(DemandMeter::reported));
         values.push(value);
         floors.push(floor);
     }
@@ -310,6 +304,32 @@ fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
         }
     }
     Ok(())
+}
+
+/// The demand meter of `key` on this master, for a rebalance: its largest refused amount
+/// starts over once read (the totals keep counting).
+pub(super) fn take_meter(db: i32, key: &[u8]) -> DemandMeter {
+    let meter = demand_of(db, key);
+    DEMAND.with(|d| {
+        d.borrow_mut()
+            .get_mut(&(db, key.to_vec()))
+            .map(DemandMeter::reported)
+    });
+    meter
+}
+
+/// On the home's master: the demand of holder `key` since the last rebalance read its
+/// `meter` (a meter that went backwards was restarted: all it holds is new).
+pub(super) fn since_last_rebalance(db: i32, key: &[u8], meter: DemandMeter) -> Demand {
+    let entry = (db, key.to_vec());
+    let seen = SEEN.with(|s| {
+        let mut table = s.borrow_mut();
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
+            table.clear();
+        }
+        table.insert(entry, meter)
+    });
+    meter.since(&seen.unwrap_or_default())
 }
 
 /// The demand recorded for `key` in database `db` since this process started.
