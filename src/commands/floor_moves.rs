@@ -202,10 +202,11 @@ fn on_give(ctx: Ctx, give: Give) {
 
 /// On another master: answers a poll for the holders it serves.
 fn on_poll(ctx: Ctx, from: NodeId, payload: &[u8]) {
-    let Ok((id, _home, names)) = msg::decode_poll(payload) else {
+    let Ok(poll) = msg::decode_poll(payload) else {
         return;
     };
-    let reports: Vec<HolderDemand> = names.iter().map(|n| local_demand(ctx, n)).collect();
+    let id = poll.id;
+    let reports: Vec<HolderDemand> = poll.names.iter().map(|n| local_demand(ctx, n)).collect();
     cluster::send(
         ctx.ptr,
         &from,

@@ -41,6 +41,14 @@ pub struct Give {
     pub units: i64,
 }
 
+/// A poll: its id, the home, the holders asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollRequest {
+    pub id: u64,
+    pub home: Vec<u8>,
+    pub names: Vec<Vec<u8>>,
+}
+
 pub fn encode_notice(home: &[u8]) -> Vec<u8> {
     let mut w = Writer::new();
     w.u8(VERSION).bytes(home);
@@ -63,7 +71,7 @@ pub fn encode_poll(id: u64, home: &[u8], names: &[Vec<u8>]) -> Vec<u8> {
     w.finish()
 }
 
-pub fn decode_poll(buf: &[u8]) -> Result<(u64, Vec<u8>, Vec<Vec<u8>>), DecodeError> {
+pub fn decode_poll(buf: &[u8]) -> Result<PollRequest, DecodeError> {
     let mut r = open(buf)?;
     let id = r.fixed_u64()?;
     let home = name(&mut r)?;
@@ -74,7 +82,7 @@ pub fn decode_poll(buf: &[u8]) -> Result<(u64, Vec<u8>, Vec<Vec<u8>>), DecodeErr
     let names = (0..n)
         .map(|_| name(&mut r))
         .collect::<Result<Vec<_>, _>>()?;
-    close(&r, (id, home, names))
+    close(&r, PollRequest { id, home, names })
 }
 
 pub fn encode_answer(id: u64, reports: &[HolderDemand]) -> Vec<u8> {
@@ -195,7 +203,12 @@ mod tests {
         let answer = encode_answer(7, &reports);
         let give_buf = encode_give(&give);
         assert_eq!(decode_notice(&notice).unwrap(), home);
-        assert_eq!(decode_poll(&poll).unwrap(), (u64::MAX, home, names));
+        let request = PollRequest {
+            id: u64::MAX,
+            home,
+            names,
+        };
+        assert_eq!(decode_poll(&poll).unwrap(), request);
         assert_eq!(decode_answer(&answer).unwrap(), (7, reports));
         assert_eq!(decode_give(&give_buf).unwrap(), give);
         type Decoder = fn(&[u8]) -> bool;
