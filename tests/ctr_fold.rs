@@ -228,3 +228,43 @@ fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
     assert_eq!(f.q("CTR.GET hot").int(), total);
     assert!(stat(&free, "transfers_credited") >= 2);
 }
+
+/// On one server a shrink is all or nothing: a holder that cannot be folded now (another
+/// type under its name, or units the home cannot take without overflow) refuses the shrink
+/// with that error, and nothing changes, so no fold is left to finish in the background.
+#[test]
+fn a_shrink_that_cannot_fold_every_holder_is_refused_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (holders, total) = spread_with_values(&mut c, "views", 4);
+    let before = c.cmd(&["DEBUG", "DIGEST-VALUE", "views"]);
+
+    assert_eq!(
+        c.cmd(&["SET", &holders[3], "not a counter"]),
+        Value::Simple("OK".into())
+    );
+    let e = c.q("CTR.SPREAD views 2").error();
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(
+        names(&c.q("CTR.SPREAD views 4")),
+        holders,
+        "the holders stay"
+    );
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", "views"]), before);
+    assert_eq!(
+        c.cmd(&["CTR.ADD", &holders[2], "1"]),
+        Value::Int(4),
+        "not sealed"
+    );
+
+    c.cmd(&["DEL", &holders[3]]);
+    c.cmd(&["CTR.ADD", &holders[3], &i64::MAX.to_string()]);
+    let e = c.q("CTR.SPREAD views 1").error();
+    assert!(e.contains("overflow"), "{e}");
+    assert_eq!(names(&c.q("CTR.SPREAD views 4")), holders);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", "views"]), before);
+
+    c.cmd(&["CTR.ADD", &holders[3], &(-i64::MAX).to_string()]);
+    assert_eq!(names(&c.q("CTR.SPREAD views 1")), vec!["views"]);
+    assert_eq!(c.q("CTR.GET views"), Value::Int(total - 4 + 1));
+}

@@ -172,13 +172,17 @@ fn transfer_error(e: TransferError) -> CommandError {
 /// leave the holder list and are folded back (in the background in a cluster). Returns the
 /// holders kept.
 pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8>>, CommandError> {
+    let in_cluster = cluster::in_cluster(ctx);
+    if !in_cluster {
+        check_local_fold(ctx, home, target)?;
+    }
     let (gone, kept) = write_state(ctx, home, |c| {
         let gone = c.begin_shrink(target)?;
         let kept = c.spread().map(|s| s.holders.clone()).unwrap_or_default();
         Ok((gone, kept))
     })?;
     metrics::FOLDS.add(gone.len() as u64);
-    if cluster::in_cluster(ctx) {
+    if in_cluster {
         tick_soon(ctx);
     } else {
         // One server: every step is local, so the fold completes within the command (no
@@ -186,6 +190,39 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
         send_seals(ctx, string_bytes(home));
     }
     Ok(kept)
+}
+
+/// On one server a shrink is all or nothing: it is refused, changing nothing, unless every
+/// holder it removes can be folded into the home now (a counter or missing, not sealed into
+/// another home, and its units and floor credited without overflow). Otherwise a fold that
+/// cannot complete would stall in the background and finish whenever a later command made it
+/// possible, changing the home between commands.
+fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), CommandError> {
+    let Some(mut trial) = with_counter(ctx, home, |c| match c {
+        Some(CounterRef::Boxed(b)) => Some(b.clone()),
+        _ => None,
+    })?
+    else {
+        return Ok(());
+    };
+    let home_name = string_bytes(home);
+    for holder in trial.begin_shrink(target)? {
+        let name = Name::new(ctx, &holder);
+        let owed = with_counter(ctx, name.raw, |c| match c {
+            None => Ok((0, 0)),
+            Some(CounterRef::Boxed(b)) if b.is_sealed() => b
+                .transfers()
+                .and_then(|t| t.outgoing_to(home_name))
+                .map(|o| (o.dv, o.df))
+                .ok_or(SEALED),
+            Some(CounterRef::Boxed(b)) => Ok((b.value(), b.floor().map_or(0, |f| f.floor))),
+            Some(c) => Ok((c.value(), 0)),
+        })??;
+        trial
+            .apply_credit(&holder, u64::MAX, owed.0, owed.1)
+            .map_err(transfer_error)?;
+    }
+    Ok(())
 }
 
 /// Runs `f` on the counter at `key` (made at 0 when missing) and replicates the resulting
