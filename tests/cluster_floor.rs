@@ -266,6 +266,8 @@ fn budget_moves_across_masters_toward_a_holder_that_refuses() {
         (v.in_flight == 0).then_some(())
     });
     let (mut granted, mut refused) = (0, 0);
+    // How long each run of refusals lasted: from a refusal to budget arriving.
+    let (mut refusing_since, mut waits) = (None, Vec::new());
     let start = Instant::now();
     while granted < 397 {
         assert!(
@@ -273,17 +275,26 @@ fn budget_moves_across_masters_toward_a_holder_that_refuses() {
             "granted {granted}, refused {refused}"
         );
         match client.cmd(&["CTR.DECRFLOOR", &hot, "1"]) {
-            Value::Int(_) => granted += 1,
+            Value::Int(_) => {
+                granted += 1;
+                waits.extend(refusing_since.take().map(|t: Instant| t.elapsed()));
+            }
             Value::Nil => {
                 refused += 1;
+                refusing_since.get_or_insert_with(Instant::now);
                 std::thread::sleep(Duration::from_millis(5));
             }
             other => panic!("{other:?}"),
         }
     }
+    waits.sort();
     eprintln!(
-        "one hot holder across masters: {granted} of 400 sold through it in {:?}, {refused} refusals",
-        start.elapsed()
+        "one hot holder across masters: {granted} of 400 sold through it in {:?}, {refused} \
+         refusals; from a refusal to budget arriving: median {:?}, max {:?} over {} moves",
+        start.elapsed(),
+        waits.get(waits.len() / 2).copied().unwrap_or_default(),
+        waits.last().copied().unwrap_or_default(),
+        waits.len()
     );
     let v = eventually(30, || {
         let v = floor_view(&mut client, home)?;
