@@ -128,6 +128,15 @@ fn a_spread_shares_the_headroom_across_masters_and_buyers_never_oversell() {
     });
     assert_eq!(settled.budgets, shares(900, 16));
     assert_eq!(settled.floors.iter().sum::<i64>(), 100);
+    // The holders' floors (set by credits) survive a reload of every master's RDB.
+    for node in &cluster.nodes {
+        assert_eq!(node.conn().q("DEBUG RELOAD").text(), "OK");
+    }
+    let reloaded = eventually(30, || floor_view(&mut client, home));
+    assert_eq!(
+        (reloaded.floors, reloaded.total),
+        (settled.floors.clone(), 1000)
+    );
 
     // Buyers on every master walk the probe rule; each purchase is retried with its token.
     let seed_ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
@@ -209,6 +218,11 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
         .collect();
     assert!(!on_home_master.is_empty());
     cluster.nodes[home_node].wait_replicas(1);
+    // The replica holds the home as its master does: the raised floor and every move.
+    let digest = |c: &mut common::Conn| c.cmd(&["DEBUG", "DIGEST-VALUE", home]);
+    let on_master = digest(&mut cluster.nodes[home_node].conn());
+    assert!(matches!(on_master, Value::Bulk(_)), "{on_master:?}");
+    assert_eq!(digest(&mut replica.conn()), on_master);
     cluster.nodes[home_node].kill();
     // The promoted replica (which holds no credits) resends the moves; it applies the credits
     // of the holders in its own slots, once; the other masters still hold theirs.
