@@ -184,6 +184,18 @@ fn a_spread_shares_the_headroom_across_masters_and_buyers_never_oversell() {
         refused == 0 || 900 - granted < 16 * 5,
         "{granted} granted, {refused} refused"
     );
+
+    // Shrinking folds the removed holders' values and floors home across masters: the floor,
+    // the total and the headroom stay.
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "4"])).len(), 4);
+    let folded = eventually(30, || {
+        let info = client.cmd(&["CTR.INFO", home]);
+        let done = !info.is_error() && info_field(&info, "leaving").array().is_empty();
+        done.then(|| floor_view(&mut client, home)).flatten()
+    });
+    check_accounting(&folded, 1000 - granted, 100);
+    assert_eq!((folded.floors.len(), folded.in_flight), (4, 0));
+    assert_eq!(folded.floors.iter().sum::<i64>(), 100);
 }
 
 /// The home's master (the giver of every share) dies after debiting the moves and before any
