@@ -136,6 +136,11 @@ pub static TRANSFERS_CREDITED: Counter = Counter::new();
 pub static TRANSFERS_ACKED: Counter = Counter::new();
 pub static TRANSFERS_RESENT: Counter = Counter::new();
 pub static TRANSFERS_DUPLICATE_CREDITS: Counter = Counter::new();
+/// Budget moves of floored spread counters across masters: started here by a giver asked to
+/// give, and asks dropped because the pair still had a move unacknowledged (or the debit
+/// failed); the next refusal asks again.
+pub static BUDGET_MOVES: Counter = Counter::new();
+pub static BUDGET_MOVES_SKIPPED: Counter = Counter::new();
 
 /// Records the latency of one successful gather.
 pub fn record_gather_latency(ms: i64) {
@@ -195,6 +200,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("transfers_acked", &TRANSFERS_ACKED),
         ("transfers_resent", &TRANSFERS_RESENT),
         ("transfers_duplicate_credits", &TRANSFERS_DUPLICATE_CREDITS),
+        ("budget_moves", &BUDGET_MOVES),
+        ("budget_moves_skipped", &BUDGET_MOVES_SKIPPED),
     ]
 }
 

@@ -4,8 +4,8 @@
 //! Each holder is a floored counter of its own; spreading shares the home's headroom evenly:
 //! the home's floor goes up by what it gives and each holder's floor goes down by its share,
 //! values untouched (counter/rebalance.rs). On one server every holder is written in the same
-//! command, so nothing is ever in flight. Across cluster masters the shares are budget moves
-//! between masters (transfers), which are not built yet: such a spread is refused.
+//! command, so nothing is ever in flight. Across cluster masters each share is a budget move
+//! from the home (a transfer, `dv = 0, df = -share`), delivered in the background.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,20 +19,17 @@ use redis_module::raw;
 use super::spread_transfer::Name;
 use crate::config;
 use crate::counter::rebalance::{
-    apply_moves, initial_moves, plan_moves, DemandMeter, HolderReport,
+    apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport,
 };
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 
-pub const ACROSS_MASTERS_REFUSED: CommandError = CommandError::fixed(
-    "ERR a floored counter cannot be spread yet across cluster masters (budget moves between masters are not built)",
-);
 const HOLDER_BELOW_FLOOR: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter below its floor");
 
 /// (value, floor) of a counter: a missing key is 0 with no floor.
-fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
+pub(super) fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
     match c {
         None => (0, None),
         Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
@@ -93,6 +90,54 @@ pub fn spread_floored(
     write_floor(ctx, home, after[0], Some(spread))
 }
 
+/// Records the holders `added` (after `current`) of the floored counter at `home` in a cluster,
+/// where they live on other masters: the home records them with the counter's floor F, and on
+/// the first spread starts one transfer per holder for its share (the home the giver: its
+/// floor up by the share, the holder's floor down by it when the credit lands). The shares
+/// arrive in the background; meanwhile they are in flight, in no holder's budget. A holder
+/// given no share has no floor of its own, which `CTR.DECRFLOOR` reads as floor 0. Refused,
+/// with nothing written, while the home still has a transfer to one of the new holders.
+pub fn spread_floored_across_masters(
+    ctx: Ctx,
+    home: RawString,
+    current: &[Vec<u8>],
+    added: &[Vec<u8>],
+) -> Result<(), CommandError> {
+    let (home_value, home_floor, spread_floor, busy) = with_counter(ctx, home, |c| {
+        let (value, floor) = value_and_floor(c);
+        let (spread_floor, busy) = match c {
+            Some(CounterRef::Boxed(b)) => (
+                b.spread().and_then(|s| s.floor),
+                added
+                    .iter()
+                    .any(|name| b.transfers().is_some_and(|t| t.outgoing_to(name).is_some())),
+            ),
+            _ => (None, false),
+        };
+        (value, floor.unwrap_or(0), spread_floor, busy)
+    })?;
+    if busy {
+        return Err(CommandError::fixed(
+            "ERR a budget move to one of the new holders is still in flight: retry shortly",
+        ));
+    }
+    let moves = if current.is_empty() {
+        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
+    } else {
+        Vec::new()
+    };
+    let spread = Spread {
+        holders: current.iter().chain(added).cloned().collect(),
+        floor: Some(spread_floor.unwrap_or(home_floor)),
+    };
+    write_floor(ctx, home, home_floor, Some(spread))?;
+    for m in moves {
+        let receiver = &added[m.receiver - 1];
+        super::spread_transfer::start(ctx, home, receiver, 0, -m.units)?;
+    }
+    Ok(())
+}
+
 /// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
 /// resulting state.
 fn write_floor(
@@ -133,13 +178,11 @@ pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
         }
         table.entry(entry).or_default().record_refusal(amount);
     });
-    if !super::spread_cluster::in_cluster(ctx) {
-        schedule_rebalance(ctx, (db, home_of(key).to_vec()));
-    }
+    schedule_rebalance(ctx, (db, home_of(key).to_vec()));
 }
 
 /// A key name in its database.
-type DbKey = (i32, Vec<u8>);
+pub(super) type DbKey = (i32, Vec<u8>);
 
 fn selected_db(ctx: Ctx) -> i32 {
     // SAFETY: ctx is live.
@@ -157,7 +200,7 @@ fn home_of(key: &[u8]) -> &[u8] {
 }
 
 /// Budget moves planned per rebalance, at most.
-const MAX_MOVES: usize = 16;
+pub(super) const MAX_MOVES: usize = 16;
 
 thread_local! {
     /// Homes with refusals since their last rebalance, and whether the timer is armed.
@@ -168,7 +211,7 @@ thread_local! {
 
 /// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
 /// the same burst are planned together, and a home is rebalanced at most once per period.
-fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+pub(super) fn schedule_rebalance(ctx: Ctx, home: DbKey) {
     let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
     if delay == 0 {
         return;
@@ -204,6 +247,11 @@ unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_v
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
             continue;
         }
+        if super::spread_cluster::in_cluster(ctx) {
+            // Across masters: the home's master polls the holders and asks givers to move.
+            super::floor_moves::rebalance(ctx, &home);
+            continue;
+        }
         if let Err(e) = rebalance(ctx, db, &home) {
             ctx.log_warning(&format!(
                 "ctr: a rebalance of a floored spread counter failed: {}",
@@ -236,20 +284,11 @@ fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     for (name, key) in names.iter().zip(&keys) {
         let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
         let floor = floor.unwrap_or(0);
-        let meter = demand_of(db, name);
-        let entry = (db, name.clone());
-        let seen = SEEN.with(|s| {
-            let mut table = s.borrow_mut();
-            if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-                table.clear();
-            }
-            table.insert(entry.clone(), meter)
-        });
+        let meter = take_meter(db, name);
         reports.push(HolderReport {
             budget: value.saturating_sub(floor),
-            demand: meter.since(&seen.unwrap_or_default()),
+            demand: since_last_rebalance(db, name, meter),
         });
-        DEMAND.with(|d| d.borrow_mut().get_mut(&entry).map(DemandMeter::reported));
         values.push(value);
         floors.push(floor);
     }
@@ -267,6 +306,32 @@ fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The demand meter of `key` on this master, for a rebalance: its largest refused amount
+/// starts over once read (the totals keep counting).
+pub(super) fn take_meter(db: i32, key: &[u8]) -> DemandMeter {
+    let meter = demand_of(db, key);
+    DEMAND.with(|d| {
+        d.borrow_mut()
+            .get_mut(&(db, key.to_vec()))
+            .map(DemandMeter::reported)
+    });
+    meter
+}
+
+/// On the home's master: the demand of holder `key` since the last rebalance read its
+/// `meter` (a meter that went backwards was restarted: all it holds is new).
+pub(super) fn since_last_rebalance(db: i32, key: &[u8], meter: DemandMeter) -> Demand {
+    let entry = (db, key.to_vec());
+    let seen = SEEN.with(|s| {
+        let mut table = s.borrow_mut();
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
+            table.clear();
+        }
+        table.insert(entry, meter)
+    });
+    meter.since(&seen.unwrap_or_default())
+}
+
 /// The demand recorded for `key` in database `db` since this process started.
 fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
     DEMAND.with(|d| {
@@ -279,34 +344,29 @@ fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
 pub struct FlooredView {
     /// The counter's floor F.
     pub floor: i64,
-    /// Each holder's own floor, the home first.
+    /// Each holder's own floor, the home first (filled from the gathered read).
     pub holder_floors: Vec<i64>,
     /// Each holder's refused units since its master started (soft state), the home first.
     pub holder_refused: Vec<u64>,
 }
 
-/// The floored view of a home with these holders, reading every holder on this server.
+/// The floored view of a home with these holders: the demand each holder recorded on this
+/// master (holders served by other masters count what their refusals reported here); the
+/// holder floors come with the gathered values.
 pub fn floored_view(
     ctx: Ctx,
     home: RawString,
     spread_floor: i64,
     holders: &[Vec<u8>],
-) -> Result<FlooredView, CommandError> {
-    let names =
-        std::iter::once(crate::ffi::string_bytes(home).to_vec()).chain(holders.iter().cloned());
-    let mut view = FlooredView {
-        floor: spread_floor,
-        holder_floors: Vec::with_capacity(holders.len() + 1),
-        holder_refused: Vec::with_capacity(holders.len() + 1),
-    };
+) -> FlooredView {
     let db = selected_db(ctx);
-    for name in names {
-        let key = Name::new(ctx, &name);
-        let (_, floor) = with_counter(ctx, key.raw, value_and_floor)?;
-        view.holder_floors.push(floor.unwrap_or(0));
-        view.holder_refused.push(demand_of(db, &name).refused_units);
+    let names =
+        std::iter::once(crate::ffi::string_bytes(home)).chain(holders.iter().map(|h| &h[..]));
+    FlooredView {
+        floor: spread_floor,
+        holder_floors: Vec::new(),
+        holder_refused: names.map(|n| demand_of(db, n).refused_units).collect(),
     }
-    Ok(view)
 }
 
 /// The fields a floored home's `CTR.INFO` shows, from the gathered `values` (the home first):

@@ -86,9 +86,6 @@ fn grow(
     }
     let in_cluster = cluster::in_cluster(ctx);
     let is_floored = floored::floor_of(ctx, key_name)?.is_some();
-    if is_floored && in_cluster {
-        return Err(floored::ACROSS_MASTERS_REFUSED);
-    }
     let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
             let givers = t.inbox.iter().map(|(g, _)| g.clone());
@@ -108,7 +105,9 @@ fn grow(
     } else {
         plan(home, current, target, &Standalone, &taken)
     }?;
-    if is_floored {
+    if is_floored && in_cluster {
+        floored::spread_floored_across_masters(ctx, key_name, current, &added)?;
+    } else if is_floored {
         floored::spread_floored(ctx, key_name, current, &added)?;
     } else {
         let key = Key::open(ctx, key_name, true);
@@ -212,6 +211,8 @@ struct Reading {
     values: Vec<Option<i64>>,
     /// How old each value is, in ms: 0 when read for this command, else its age in the cache.
     ages: Vec<i64>,
+    /// Each holder's own floor as read with its value (None: no floor, or not read yet).
+    floors: Vec<Option<i64>>,
 }
 
 impl Reading {
@@ -239,8 +240,16 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
             current,
             values: vec![Some(c.map_or(0, held))],
             ages: vec![0],
+            floors: vec![own_floor(c)],
         }
     })
+}
+
+fn own_floor(c: Option<CounterRef>) -> Option<i64> {
+    match c {
+        Some(CounterRef::Boxed(b)) => b.floor().map(|f| f.floor),
+        _ => None,
+    }
 }
 
 /// What a key counts for in a total: its value plus the value units it has sent and not had
@@ -290,12 +299,7 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
         Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
         _ => None,
     })?;
-    let view = match spread_floor {
-        Some(f) if !cluster::in_cluster(ctx) => {
-            Some(floored::floored_view(ctx, key, f, &r.holders)?)
-        }
-        _ => None,
-    };
+    let view = spread_floor.map(|f| floored::floored_view(ctx, key, f, &r.holders));
     gather(ctx, vec![r], Finish::Info(fields, view))
 }
 
@@ -311,9 +315,11 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
         Finish::Info(mut fields, view) => {
             let r = &readings[0];
             let total = r.total()?;
-            if let Some(view) = &view {
+            if let Some(mut view) = view {
                 let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
-                floored::info_fields(&mut fields, total, &values, view);
+                // A holder without a floor of its own (never given budget) counts as floor 0.
+                view.holder_floors = r.floors.iter().map(|f| f.unwrap_or(0)).collect();
+                floored::info_fields(&mut fields, total, &values, &view);
             }
             for (name, value) in fields.iter_mut() {
                 if *name == "value" {
@@ -397,9 +403,14 @@ fn next_request_id() -> u64 {
     })
 }
 
-fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<i64, CommandError> {
+/// A holder's value and own floor (None: it has none), as one read.
+type HolderRead = (i64, Option<i64>);
+
+/// A holder's read, or the error its answer makes of the read.
+fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, CommandError> {
     match answer {
-        HolderAnswer::Value(v) => Ok(v),
+        HolderAnswer::Value(v) => Ok((v, None)),
+        HolderAnswer::Floored(v, f) => Ok((v, Some(f))),
         HolderAnswer::NotHere => {
             cluster::forget_topology();
             Err(CommandError(
@@ -530,15 +541,16 @@ unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_
     }) else {
         return;
     };
-    let read: Result<Vec<(usize, usize, i64)>, CommandError> = locals
+    let read: Result<Vec<(usize, usize, HolderRead)>, CommandError> = locals
         .into_iter()
         .map(|(r, h, name)| Ok((r, h, answer_error(&name, cluster::read_holder(ctx, &name))?)))
         .collect();
     let outcome = read.map(|values| {
         PENDING.with(|p| {
             if let Some(pending) = p.borrow_mut().get_mut(&id) {
-                for (r, h, v) in values {
+                for (r, h, (v, f)) in values {
                     pending.readings[r].values[h] = Some(v);
+                    pending.readings[r].floors[h] = f;
                 }
             }
         })
@@ -573,12 +585,12 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError
         };
         for h in 1..=reading.holders.len() {
             let name = &reading.holders[h - 1];
-            let (value, age) = match (&topology, &cached) {
-                (None, _) => (
-                    Some(answer_error(name, cluster::read_holder(ctx.ptr, name))?),
-                    0,
-                ),
-                (Some(_), Some((age, values))) => (values[h], *age),
+            let (value, floor, age) = match (&topology, &cached) {
+                (None, _) => {
+                    let (v, f) = answer_error(name, cluster::read_holder(ctx.ptr, name))?;
+                    (Some(v), f, 0)
+                }
+                (Some(_), Some((age, values))) => (values[h], None, *age),
                 (Some(t), None) => {
                     match t.remote_owner(key_slot(name))? {
                         None => plan.locals.push((r, h)),
@@ -591,10 +603,11 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError
                             }),
                         },
                     }
-                    (None, 0)
+                    (None, None, 0)
                 }
             };
             reading.values.push(value);
+            reading.floors.push(floor);
             reading.ages.push(age);
         }
     }
@@ -686,12 +699,13 @@ fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
         let home = super::spread_transfer::Name::new(ctx, &r.home);
         let now = with_counter(ctx, home.raw, |c| {
             let (names, _) = all_holders_of(c);
-            c.map(|c| (held(c), names))
+            c.map(|c| (held(c), own_floor(Some(c)), names))
         });
-        let Ok(Some((value, names))) = now else {
+        let Ok(Some((value, floor, names))) = now else {
             continue; // the home moved away or changed type: keep what was read
         };
         r.values[0] = Some(value);
+        r.floors[0] = floor;
         for (i, name) in r.holders.iter().enumerate() {
             if !names.contains(name) {
                 r.values[i + 1] = Some(0);
@@ -718,7 +732,10 @@ fn record_answers(
     for (&(r, h), answer) in ask.holders.iter().zip(answers) {
         let reading = &mut pending.readings[r];
         match answer_error(&reading.holders[h - 1], answer) {
-            Ok(v) => reading.values[h] = Some(v),
+            Ok((v, f)) => {
+                reading.values[h] = Some(v);
+                reading.floors[h] = f;
+            }
             Err(e) => return Some(Err(e)),
         }
     }
@@ -735,7 +752,13 @@ fn remember(readings: &[Reading], now: i64) {
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
-        for r in readings.iter().filter(|r| !r.holders.is_empty()) {
+        // Floored holders are read afresh every time: the cache keeps values, not floors.
+        let unfloored = |r: &&Reading| r.floors.iter().all(Option::is_none);
+        for r in readings
+            .iter()
+            .filter(|r| !r.holders.is_empty())
+            .filter(unfloored)
+        {
             cache.insert(r.home.clone(), (now, r.values.clone()));
         }
     });

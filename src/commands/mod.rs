@@ -13,6 +13,7 @@ pub mod ctr_reconcile;
 pub mod ctr_spread;
 mod ctr_store;
 mod decide;
+mod floor_moves;
 pub mod parse;
 pub mod pnc;
 mod replication_gate;
@@ -487,6 +488,7 @@ pub fn register(
     }
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
+    floor_moves::register(ctx);
     Ok(internal)
 }
 

@@ -94,9 +94,21 @@ pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
     let reply = CallReply(reply);
     let root = reply.root();
     match root.kind() as isize {
-        raw::REDISMODULE_REPLY_INTEGER => HolderAnswer::Value(root.integer()),
+        raw::REDISMODULE_REPLY_INTEGER => match holder_floor(ctx, name) {
+            Some(floor) => HolderAnswer::Floored(root.integer(), floor),
+            None => HolderAnswer::Value(root.integer()),
+        },
         _ => HolderAnswer::Failed(String::from_utf8_lossy(root.bytes()).into_owned()),
     }
+}
+
+/// The own floor of the counter at `name` (read right after its value, on this thread).
+fn holder_floor(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<i64> {
+    let ctx = Ctx { ptr: ctx };
+    let key = super::spread_transfer::Name::new(ctx, name);
+    super::ctr_floor_spread::floor_of(ctx, key.raw)
+        .ok()
+        .flatten()
 }
 
 /// True when the server's routing check lets this node run a command on `name` (its slot is

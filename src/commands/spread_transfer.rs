@@ -147,6 +147,13 @@ pub fn start(
             .map_err(transfer_error)
     })?;
     metrics::TRANSFERS_STARTED.incr();
+    // A new credit goes at the next tick, not after the giver's backoff for older ones.
+    REGISTRY.with(|r| {
+        let key = (selected_db(ctx), string_bytes(giver).to_vec());
+        if let Some(d) = r.borrow_mut().get_mut(&key) {
+            d.next_ms = 0;
+        }
+    });
     tick_soon(ctx);
     Ok(out)
 }
@@ -269,7 +276,7 @@ fn is_master(ctx: Ctx) -> bool {
 
 /// Where a message about `name` goes: None when this server serves it (always outside a
 /// cluster), else the master serving its slot. Err when no master is known for it now.
-fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
+pub(super) fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
     if !cluster::in_cluster(ctx) {
         return Ok(None);
     }
@@ -280,7 +287,7 @@ fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
 /// not migrating away (asked through the server's routing check, which `RM_OpenKey` skips: a
 /// holder already moved to the importing node must not be sealed here as a missing key at 0,
 /// nor a credit stranded in a slot this node is giving up).
-fn serves(ctx: Ctx, name: &[u8]) -> bool {
+pub(super) fn serves(ctx: Ctx, name: &[u8]) -> bool {
     is_master(ctx)
         && matches!(route(ctx, name), Ok(None))
         && (!cluster::in_cluster(ctx) || cluster::routed_here(ctx.ptr, name))

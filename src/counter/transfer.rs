@@ -29,7 +29,6 @@
 //! had acknowledged) only while the home, when it sums, still lists it as leaving: before the
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
-use super::floor::split_evenly;
 use super::{exact_sum, Counter, CounterError};
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 
@@ -215,33 +214,29 @@ impl Counter {
     }
 
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly
-    /// over the budgets again). Checked before anything changes.
+    /// over the budgets again). Floor units moved to or from a counter without a floor treat
+    /// it as floor 0, as `CTR.DECRFLOOR` does: a fresh holder of a floored spread counter can
+    /// receive budget. Checked before anything changes.
     fn shift(&mut self, dv: i64, df: i64) -> Result<(), CounterError> {
         let value = self.value.checked_add(dv).ok_or(CounterError::Overflow)?;
         let floor = match self.floor() {
-            None if df != 0 => {
-                return Err(CounterError::InvalidOperation(
-                    "floor units moved to or from a counter without a floor",
-                ))
-            }
-            None => None,
+            None if df == 0 => None,
+            None => Some(df),
             Some(f) => Some(f.floor.checked_add(df).ok_or(CounterError::Overflow)?),
         };
-        let budgets = match floor {
-            Some(f) if value < f => return Err(CounterError::BelowFloor),
-            Some(f) => {
-                let headroom = value.checked_sub(f).ok_or(CounterError::Overflow)?;
-                Some(split_evenly(headroom, self.shard_count()))
-            }
-            None => None,
-        };
+        if floor.is_some_and(|f| value < f) {
+            return Err(CounterError::BelowFloor);
+        }
+        if let Some(f) = floor {
+            value.checked_sub(f).ok_or(CounterError::Overflow)?;
+        }
         if let Some(first) = self.shards.first_mut() {
             *first = first.checked_add(dv).ok_or(CounterError::Overflow)?;
         }
         self.value = value;
-        if let (Some(f), Some(floor), Some(budgets)) = (self.floor_mut(), floor, budgets) {
-            f.floor = floor;
-            f.budgets = budgets;
+        if floor.is_some() {
+            // Re-spreads the headroom over the budgets (checked above: cannot fail).
+            self.set_floor(floor)?;
         }
         Ok(())
     }
@@ -481,6 +476,32 @@ mod tests {
         credit_of(&mut receiver, b"g", &out).unwrap();
         assert_eq!(receiver.floor().unwrap().floor, -5);
         assert_eq!(receiver.floor().unwrap().budgets, vec![5]);
+    }
+
+    #[test]
+    fn floor_units_reach_a_counter_without_a_floor_as_floor_0() {
+        let mut giver = Counter::plain(10);
+        giver.set_floor(Some(0)).unwrap();
+        // A fresh holder: no key yet (a plain 0), no floor.
+        let mut receiver = Counter::plain(0);
+        let out = giver.start_transfer(b"r", 0, -4, 1).unwrap();
+        credit_of(&mut receiver, b"g", &out).unwrap();
+        assert_eq!(receiver.floor().map(|f| f.floor), Some(-4));
+        assert_eq!(receiver.floor().unwrap().budgets, vec![4]);
+        // The other way, from a floorless counter, it needs the value to cover the new floor.
+        let mut floorless = Counter::plain(3);
+        assert_eq!(
+            floorless.start_transfer(b"r2", 0, -4, 2),
+            Err(TransferError::Counter(CounterError::BelowFloor)),
+            "floor 0 + 4 is above the value 3"
+        );
+        assert_eq!((floorless.value(), floorless.floor()), (3, None));
+        floorless.start_transfer(b"r2", 0, -3, 3).unwrap();
+        assert_eq!(floorless.floor().map(|f| f.floor), Some(3));
+        // Value units alone leave a floorless counter floorless.
+        let mut plain = Counter::plain(1);
+        plain.apply_credit(b"g", 5, 2, 0).unwrap();
+        assert_eq!((plain.value(), plain.floor()), (3, None));
     }
 
     /// Every step of a fold, with the gather's rule (count the holder's units in hand while

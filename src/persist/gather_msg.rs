@@ -7,7 +7,10 @@
 //! answer:   u8 0 + ivarint value   the holder's value (0 when the key is missing)
 //!           u8 1                   not served here (the slot is elsewhere or migrating)
 //!           u8 2 + (uvarint len, text)  the read failed (for example WRONGTYPE)
+//!           u8 3 + ivarint value + ivarint floor   a floored holder's value and own floor
 //! ```
+//! Answer 3 is sent only for a holder that has a floor, which only a floored spread counter
+//! across masters gives a holder: a cluster that never spread one never sends it.
 //! Answers come in request order. Anything malformed is dropped by the receiver (the asker
 //! then times out, which is the same outcome as a lost message).
 
@@ -22,6 +25,8 @@ const MAX_ERROR_TEXT: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HolderAnswer {
     Value(i64),
+    /// A holder with a floor of its own (a floored spread counter's holder): value, floor.
+    Floored(i64, i64),
     NotHere,
     Failed(String),
 }
@@ -56,6 +61,7 @@ pub fn encode_response(id: u64, answers: &[HolderAnswer]) -> Vec<u8> {
     for a in answers {
         match a {
             HolderAnswer::Value(v) => w.u8(0).ivarint(*v),
+            HolderAnswer::Floored(v, f) => w.u8(3).ivarint(*v).ivarint(*f),
             HolderAnswer::NotHere => w.u8(1),
             HolderAnswer::Failed(text) => {
                 let end = text.len().min(MAX_ERROR_TEXT);
@@ -80,6 +86,7 @@ pub fn decode_response(buf: &[u8]) -> Result<(u64, Vec<HolderAnswer>), DecodeErr
                 2 => HolderAnswer::Failed(
                     String::from_utf8_lossy(r.bytes(MAX_ERROR_TEXT)?).into_owned(),
                 ),
+                3 => HolderAnswer::Floored(r.ivarint()?, r.ivarint()?),
                 other => return decode_error(format!("unknown holder answer {other}")),
             })
         })
@@ -115,12 +122,13 @@ mod tests {
         let answers = vec![
             HolderAnswer::Value(i64::MIN),
             HolderAnswer::NotHere,
+            HolderAnswer::Floored(-3, i64::MIN),
             HolderAnswer::Failed("WRONGTYPE é".repeat(40)),
         ];
         let (id, back) = decode_response(&encode_response(7, &answers)).unwrap();
         assert_eq!(id, 7);
-        assert_eq!(back[..2], answers[..2]);
-        let HolderAnswer::Failed(text) = &back[2] else {
+        assert_eq!(back[..3], answers[..3]);
+        let HolderAnswer::Failed(text) = &back[3] else {
             panic!("{back:?}")
         };
         assert!(text.len() <= MAX_ERROR_TEXT && text.starts_with("WRONGTYPE é"));

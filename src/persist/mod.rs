@@ -6,6 +6,7 @@
 pub mod codec;
 pub mod ctr_format;
 pub mod ctr_type;
+pub mod demand_msg;
 pub mod effect;
 pub mod gather_msg;
 pub mod pnc_format;

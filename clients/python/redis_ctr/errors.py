@@ -121,8 +121,8 @@ class HolderFolded(CtrError):
 
 
 class FlooredSpread(CtrError):
-    """``CTR.SPREAD`` of a floored counter across cluster masters (budget moves between
-    masters are not built yet; on one server it spreads)."""
+    """``CTR.SPREAD`` of a floored counter across cluster masters, refused by modules from
+    before budget moves between masters (a current module spreads it)."""
 
 
 class SpreadRefused(CtrError):

@@ -60,8 +60,8 @@ pub enum ModuleError {
     /// changed. Re-read the holders (`CTR.INFO` of the home) and write the home or a current
     /// holder (a tokened add that may already have landed must not be sent elsewhere).
     HolderFolded,
-    /// `CTR.SPREAD` of a floored counter across cluster masters (budget moves between masters
-    /// are not wired yet; on one server it spreads).
+    /// `CTR.SPREAD` of a floored counter across cluster masters, refused by modules from before
+    /// budget moves between masters (a current module spreads it).
     FlooredSpread,
     /// `CTR.SPREAD` that cannot be done: a holder count outside 1 to 1024, a key name too long
     /// to spread, no free slot for a holder on some master.

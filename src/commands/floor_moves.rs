@@ -1,0 +1,280 @@
+//! Budget follows demand across cluster masters, the Redis glue (the policy is the pure
+//! `counter::rebalance::plan_moves`, as on one server).
+//!
+//! 1. A holder that refuses a purchase afresh records it on its master (`ctr_floor_spread`),
+//!    which schedules a rebalance of its home `ctr.rebalance-delay-ms` later: refusals of one
+//!    burst make one **notice** to the home's master (0xD0), not one message each.
+//! 2. The home's master, on a notice (also coalesced by the same delay) or on its own
+//!    holders' refusals, **polls** the masters of the other holders (0xD1, one message per
+//!    master) for each holder's budget and demand meter; they **answer** (0xD2).
+//! 3. With every answer in, it plans with `plan_moves` (at most half a spare holder's budget,
+//!    largest wants first) and sends each giver's master a **give** (0xD3).
+//! 4. The giver's master decides alone: it starts a transfer (`dv = 0, df = -n`) of at most
+//!    its budget at that moment, so a stale plan can never oversell; a pair with a move still
+//!    unacknowledged is busy and the give is dropped (the next refusal plans again).
+//!
+//! Nothing here is durable: a poll not answered within `POLL_TIMEOUT_MS` is dropped, and a
+//! lost notice or give costs one round; the next refusal starts another. What must not be
+//! lost (the move itself) is a transfer: replicated, resent until acknowledged.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_uchar, c_void};
+
+use redis_module::raw;
+
+use super::ctr_floor_spread::{since_last_rebalance, take_meter, value_and_floor, MAX_MOVES};
+use super::ctr_store::with_counter;
+use super::spread_cluster::{self as cluster, NodeId};
+use super::spread_transfer::{self as transfer, Name};
+use crate::counter::rebalance::{plan_moves, HolderReport};
+use crate::counter::spread::key_slot;
+use crate::counter::CounterRef;
+use crate::ffi::{rm, Ctx};
+use crate::metrics;
+use crate::persist::demand_msg::{self as msg, Give, HolderDemand};
+
+const MSG_NOTICE: u8 = 0xD0;
+const MSG_POLL: u8 = 0xD1;
+const MSG_ANSWER: u8 = 0xD2;
+const MSG_GIVE: u8 = 0xD3;
+
+/// How long the home's master waits for every master's answer before dropping a poll.
+const POLL_TIMEOUT_MS: i64 = 1_000;
+
+/// Cluster keys live in database 0.
+const DB: i32 = 0;
+
+/// A poll of the holders of `home` under way on its master.
+struct Poll {
+    home: Vec<u8>,
+    /// The home first, then its holders.
+    names: Vec<Vec<u8>>,
+    reports: Vec<Option<HolderDemand>>,
+    /// Masters asked, with the holder indices each was asked for; None once answered.
+    asks: Vec<(NodeId, Option<Vec<usize>>)>,
+}
+
+thread_local! {
+    static POLLS: RefCell<HashMap<u64, Poll>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+/// A rebalance of `home` is due on this master (a holder of it refused): the home's master
+/// polls; any other master sends it a notice.
+pub fn rebalance(ctx: Ctx, home: &[u8]) {
+    match transfer::route(ctx, home) {
+        Ok(None) => start_poll(ctx, home),
+        Ok(Some(node)) => {
+            cluster::send(ctx.ptr, &node, MSG_NOTICE, &msg::encode_notice(home));
+        }
+        Err(_) => cluster::forget_topology(),
+    }
+}
+
+/// On the home's master: reads the holders it serves and polls the other masters.
+fn start_poll(ctx: Ctx, home: &[u8]) {
+    let busy = POLLS.with(|p| p.borrow().values().any(|poll| poll.home == home));
+    if busy || !transfer::serves(ctx, home) {
+        return; // a poll of this home is under way; the refusal's demand waits for the next
+    }
+    let home_name = Name::new(ctx, home);
+    let holders = with_counter(ctx, home_name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b
+            .spread()
+            .filter(|s| s.floor.is_some())
+            .map(|s| s.holders.clone()),
+        _ => None,
+    });
+    let Ok(Some(holders)) = holders else {
+        return; // not (or no longer) a floored spread counter
+    };
+    let Ok(topology) = cluster::topology(ctx, false) else {
+        return;
+    };
+    let names: Vec<Vec<u8>> = std::iter::once(home.to_vec()).chain(holders).collect();
+    let mut poll = Poll {
+        home: home.to_vec(),
+        reports: vec![None; names.len()],
+        names,
+        asks: Vec::new(),
+    };
+    for i in 0..poll.names.len() {
+        match topology.remote_owner(key_slot(&poll.names[i])) {
+            Ok(None) => poll.reports[i] = Some(local_demand(ctx, &poll.names[i])),
+            Ok(Some(node)) => match poll.asks.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, Some(asked))) => asked.push(i),
+                _ => poll.asks.push((node, Some(vec![i]))),
+            },
+            Err(_) => return,
+        }
+    }
+    if poll.asks.is_empty() {
+        return finish(ctx, poll);
+    }
+    let id = NEXT_ID.with(|n| n.replace(n.get().wrapping_add(1).max(1)));
+    for (node, asked) in &poll.asks {
+        let names: Vec<Vec<u8>> = asked
+            .iter()
+            .flatten()
+            .map(|&i| poll.names[i].clone())
+            .collect();
+        cluster::send(ctx.ptr, node, MSG_POLL, &msg::encode_poll(id, home, &names));
+    }
+    POLLS.with(|p| p.borrow_mut().insert(id, poll));
+    // SAFETY: ctx is live; the timer's data is the poll id, not a pointer.
+    unsafe {
+        rm!(RedisModule_CreateTimer)(
+            ctx.ptr,
+            POLL_TIMEOUT_MS,
+            Some(on_poll_timeout),
+            id as usize as *mut c_void,
+        )
+    };
+}
+
+unsafe extern "C" fn on_poll_timeout(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    POLLS.with(|p| p.borrow_mut().remove(&id));
+}
+
+/// A holder's budget and demand meter on this master (NotHere unless it serves it).
+fn local_demand(ctx: Ctx, name: &[u8]) -> HolderDemand {
+    if !transfer::serves(ctx, name) {
+        return HolderDemand::NotHere;
+    }
+    let key = Name::new(ctx, name);
+    match with_counter(ctx, key.raw, value_and_floor) {
+        Ok((value, floor)) => HolderDemand::Here {
+            budget: value.saturating_sub(floor.unwrap_or(0)),
+            meter: take_meter(DB, name),
+        },
+        Err(_) => HolderDemand::NotHere,
+    }
+}
+
+/// Every report is in: plans the moves and sends each giver's master its give.
+fn finish(ctx: Ctx, poll: Poll) {
+    let mut reports = Vec::with_capacity(poll.names.len());
+    for (name, report) in poll.names.iter().zip(&poll.reports) {
+        let Some(HolderDemand::Here { budget, meter }) = report else {
+            return; // a holder moving between masters: plan at the next refusal
+        };
+        reports.push(HolderReport {
+            budget: *budget,
+            demand: since_last_rebalance(DB, name, *meter),
+        });
+    }
+    for m in plan_moves(&reports, MAX_MOVES) {
+        let give = Give {
+            giver: poll.names[m.giver].clone(),
+            receiver: poll.names[m.receiver].clone(),
+            units: m.units,
+        };
+        match transfer::route(ctx, &give.giver) {
+            Ok(None) => on_give(ctx, give),
+            Ok(Some(node)) => {
+                cluster::send(ctx.ptr, &node, MSG_GIVE, &msg::encode_give(&give));
+            }
+            Err(_) => cluster::forget_topology(),
+        }
+    }
+}
+
+/// On the giver's master: moves at most what the giver holds now (it decides alone).
+fn on_give(ctx: Ctx, give: Give) {
+    if !transfer::serves(ctx, &give.giver) {
+        return;
+    }
+    let giver = Name::new(ctx, &give.giver);
+    let Ok((value, floor)) = with_counter(ctx, giver.raw, value_and_floor) else {
+        return;
+    };
+    let units = give.units.min(value.saturating_sub(floor.unwrap_or(0)));
+    if units <= 0 {
+        return;
+    }
+    match transfer::start(ctx, giver.raw, &give.receiver, 0, -units) {
+        Ok(_) => metrics::BUDGET_MOVES.incr(),
+        Err(_) => metrics::BUDGET_MOVES_SKIPPED.incr(), // busy pair: the next round retries
+    }
+}
+
+/// On another master: answers a poll for the holders it serves.
+fn on_poll(ctx: Ctx, from: NodeId, payload: &[u8]) {
+    let Ok(poll) = msg::decode_poll(payload) else {
+        return;
+    };
+    let id = poll.id;
+    let reports: Vec<HolderDemand> = poll.names.iter().map(|n| local_demand(ctx, n)).collect();
+    cluster::send(
+        ctx.ptr,
+        &from,
+        MSG_ANSWER,
+        &msg::encode_answer(id, &reports),
+    );
+}
+
+/// On the home's master: records a master's answer; plans once every master answered.
+fn on_answer(ctx: Ctx, from: NodeId, payload: &[u8]) {
+    let Ok((id, answers)) = msg::decode_answer(payload) else {
+        return;
+    };
+    let complete = POLLS.with(|p| {
+        let mut polls = p.borrow_mut();
+        let poll = polls.get_mut(&id)?;
+        let (_, asked) = poll.asks.iter_mut().find(|(n, _)| *n == from)?;
+        let indices = asked.take_if(|a| a.len() == answers.len())?;
+        for (i, report) in indices.into_iter().zip(answers) {
+            poll.reports[i] = Some(report);
+        }
+        let done = poll.asks.iter().all(|(_, a)| a.is_none());
+        done.then(|| polls.remove(&id)).flatten()
+    });
+    if let Some(poll) = complete {
+        finish(ctx, poll);
+    }
+}
+
+fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+    match kind {
+        MSG_NOTICE => {
+            if let Ok(home) = msg::decode_notice(payload) {
+                super::ctr_floor_spread::schedule_rebalance(ctx, (DB, home));
+            }
+        }
+        MSG_POLL => on_poll(ctx, from, payload),
+        MSG_ANSWER => on_answer(ctx, from, payload),
+        MSG_GIVE => {
+            if let Ok(give) = msg::decode_give(payload) {
+                on_give(ctx, give);
+            }
+        }
+        _ => {}
+    }
+}
+
+unsafe extern "C" fn on_message(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    kind: u8,
+    payload: *const c_uchar,
+    len: u32,
+) {
+    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
+    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    let c = Ctx { ptr: ctx };
+    // A panic here is a defect; it must not take the server down.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle(c, from, kind, bytes);
+        transfer::tick_soon(c);
+    }));
+}
+
+/// Registers the bus receivers (from the module's load).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    for kind in [MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE] {
+        // SAFETY: called from OnLoad with its live context.
+        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
+    }
+}

@@ -1,0 +1,511 @@
+//! Floored spread counters across the masters of a real 3-master cluster: spreading shares
+//! the headroom over 16 holders through budget moves (transfers from the home); once settled
+//! the holders' floors sum to the counter's floor exactly and the total is exact at every
+//! step; buyers on several masters walking the probe rule never oversell and every retry
+//! replays its first answer; a kill -9 and failover of the giver's master in the middle of the
+//! moves credits every share once and keeps the floors' accounting exact.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{key_slot, Cluster, ClusterClient};
+use common::Value;
+use redis_ctr_client::spread::probe_order;
+
+fn names(reply: &Value) -> Vec<String> {
+    reply.array().iter().map(Value::text).collect()
+}
+
+/// A field of a CTR.INFO reply (a flat array of names and values).
+fn info_field(info: &Value, field: &str) -> Value {
+    let items = info.array();
+    let at = items
+        .iter()
+        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))
+        .unwrap_or_else(|| panic!("no {field} in {info:?}"));
+    items[at + 1].clone()
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.array().iter().map(Value::int).collect()
+}
+
+/// The floor fields of a floored home's CTR.INFO.
+struct FloorView {
+    total: i64,
+    headroom: i64,
+    floors: Vec<i64>,
+    budgets: Vec<i64>,
+    in_flight: i64,
+}
+
+fn floor_view(client: &mut ClusterClient, home: &str) -> Option<FloorView> {
+    let info = client.cmd(&["CTR.INFO", home]);
+    if info.is_error() {
+        return None; // a master down or failing over: the gather fails clearly
+    }
+    Some(FloorView {
+        total: info_field(&info, "value").int(),
+        headroom: info_field(&info, "headroom").int(),
+        floors: ints(&info_field(&info, "holder_floors")),
+        budgets: ints(&info_field(&info, "holder_budgets")),
+        in_flight: info_field(&info, "units_in_flight").int(),
+    })
+}
+
+/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
+fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition never met");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The shares of the first spread: `headroom` split evenly over `n` holders, the home keeping
+/// the remainder (as `CTR.FLOOR` splits budgets).
+fn shares(headroom: i64, n: i64) -> Vec<i64> {
+    (0..n)
+        .map(|i| headroom / n + i64::from(i < headroom % n))
+        .collect()
+}
+
+/// What every reading of a floored spread counter must show: the exact total, headroom
+/// total - F, no budget negative, and nothing in flight the wrong way (the holders' floors
+/// never sum below F: that would be budget available twice).
+fn check_accounting(v: &FloorView, total: i64, floor: i64) {
+    assert_eq!(v.total, total);
+    assert_eq!(v.headroom, total - floor);
+    assert!(v.budgets.iter().all(|&b| b >= 0), "{:?}", v.budgets);
+    assert!(v.floors.iter().sum::<i64>() >= floor, "{:?}", v.floors);
+    assert!(v.in_flight >= 0, "{}", v.in_flight);
+}
+
+/// One purchase by the probe rule: the holders in the token's order, stopping at the first
+/// grant. Some(true) granted, Some(false) refused by every holder, None when a holder failed
+/// (the walk stops there: the purchase is retried later with the same token).
+fn purchase(
+    client: &mut ClusterClient,
+    holders: &[String],
+    amount: i64,
+    token: &str,
+) -> Option<bool> {
+    for i in probe_order(token.as_bytes(), holders.len()) {
+        let amount = amount.to_string();
+        match client.cmd(&["CTR.DECRFLOOR", &holders[i], &amount, "TOKEN", token]) {
+            Value::Int(_) => return Some(true),
+            Value::Nil => continue,
+            _ => return None,
+        }
+    }
+    Some(false)
+}
+
+#[test]
+fn a_spread_shares_the_headroom_across_masters_and_buyers_never_oversell() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{sale}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "100"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    assert_eq!(holders.len(), 16);
+    let masters: std::collections::HashSet<usize> = holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .collect();
+    assert_eq!(masters.len(), 3, "holders on every master");
+
+    // While the shares travel, every reading is exact; once settled, each holder has its share.
+    let settled = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        check_accounting(&v, 1000, 100);
+        (v.in_flight == 0).then_some(v)
+    });
+    assert_eq!(settled.budgets, shares(900, 16));
+    assert_eq!(settled.floors.iter().sum::<i64>(), 100);
+    // The holders' floors (set by credits) survive a reload of every master's RDB.
+    for node in &cluster.nodes {
+        assert_eq!(node.conn().q("DEBUG RELOAD").text(), "OK");
+    }
+    let reloaded = eventually(30, || floor_view(&mut client, home));
+    assert_eq!(
+        (reloaded.floors, reloaded.total),
+        (settled.floors.clone(), 1000)
+    );
+
+    // Buyers on every master walk the probe rule; each purchase is retried with its token.
+    let seed_ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+    let buyers: Vec<_> = (0..6u64)
+        .map(|b| {
+            let holders = holders.clone();
+            let port = seed_ports[b as usize % seed_ports.len()];
+            std::thread::spawn(move || {
+                let mut client = ClusterClient::connect(port);
+                let mut seed = b * 7919 + 1;
+                let (mut granted, mut refused) = (0i64, 0u32);
+                for i in 0..60 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let amount = 1 + (seed >> 33) as i64 % 5;
+                    let token = format!("b{b}-{i}");
+                    let first = purchase(&mut client, &holders, amount, &token).unwrap();
+                    let retry = purchase(&mut client, &holders, amount, &token).unwrap();
+                    assert_eq!(retry, first, "{token}: a retry replays its first answer");
+                    if first {
+                        granted += amount;
+                    } else {
+                        refused += 1;
+                    }
+                }
+                (granted, refused)
+            })
+        })
+        .collect();
+    let (mut granted, mut refused) = (0, 0);
+    for buyer in buyers {
+        let (g, r) = buyer.join().unwrap();
+        (granted, refused) = (granted + g, refused + r);
+    }
+    eprintln!(
+        "3 masters, 16 holders, 360 purchases: {granted} of 900 units granted, {refused} refused"
+    );
+    assert!(granted <= 900, "granted {granted} of 900");
+    let after = floor_view(&mut client, home).unwrap();
+    check_accounting(&after, 1000 - granted, 100);
+    assert_eq!(after.in_flight, 0);
+    // Every holder is visited before a refusal: what is left are fragments under 5 units.
+    assert!(
+        refused == 0 || 900 - granted < 16 * 5,
+        "{granted} granted, {refused} refused"
+    );
+
+    // Shrinking folds the removed holders' values and floors home across masters: the floor,
+    // the total and the headroom stay.
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "4"])).len(), 4);
+    let folded = eventually(30, || {
+        let info = client.cmd(&["CTR.INFO", home]);
+        let done = !info.is_error() && info_field(&info, "leaving").array().is_empty();
+        done.then(|| floor_view(&mut client, home)).flatten()
+    });
+    check_accounting(&folded, 1000 - granted, 100);
+    assert_eq!((folded.floors.len(), folded.in_flight), (4, 0));
+    assert_eq!(folded.floors.iter().sum::<i64>(), 100);
+}
+
+/// The home's master (the giver of every share) dies after debiting the moves and before any
+/// credit is applied (every master holds credits); its replica takes over and resends: the
+/// holders it now serves are credited exactly once, the others' shares stay in flight, and the
+/// floors' accounting and the total are exact throughout. A purchase made before the kill
+/// replays its answer after it.
+#[test]
+fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
+    let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
+    let mut client = cluster.client();
+    let home = "{stock}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let replica = cluster.start_replica_of(home_node);
+    assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "100"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    let share = shares(900, 16);
+    // Every share is in flight (debited at the home, credits held everywhere).
+    let v = floor_view(&mut client, home).unwrap();
+    check_accounting(&v, 1000, 100);
+    assert_eq!(v.in_flight, 900 - share[0]);
+    assert_eq!(v.budgets[0], share[0]);
+    // A purchase from the home's own budget, before the kill.
+    assert_eq!(
+        purchase(&mut client, &holders, 7, "before-kill"),
+        Some(true)
+    );
+
+    let on_home_master: Vec<usize> = (1..16)
+        .filter(|&i| cluster.owner(key_slot(holders[i].as_bytes())) == home_node)
+        .collect();
+    assert!(!on_home_master.is_empty());
+    cluster.nodes[home_node].wait_replicas(1);
+    // The replica holds the home as its master does: the raised floor and every move.
+    let digest = |c: &mut common::Conn| c.cmd(&["DEBUG", "DIGEST-VALUE", home]);
+    let on_master = digest(&mut cluster.nodes[home_node].conn());
+    assert!(
+        matches!(&on_master, Value::Array(d) if d.len() == 1),
+        "{on_master:?}"
+    );
+    assert_eq!(digest(&mut replica.conn()), on_master);
+    cluster.nodes[home_node].kill();
+    // The promoted replica (which holds no credits) resends the moves; it applies the credits
+    // of the holders in its own slots, once; the other masters still hold theirs.
+    let still_held: i64 = (1..16)
+        .filter(|i| !on_home_master.contains(i))
+        .map(|i| share[i])
+        .sum();
+    let mut r = replica.conn();
+    let settled = eventually(60, || {
+        let info = r.cmd(&["CTR.INFO", home]);
+        if info.is_error() {
+            return None;
+        }
+        let in_flight = info_field(&info, "units_in_flight").int();
+        (in_flight == still_held).then(|| ints(&info_field(&info, "holder_floors")))
+    });
+    for &i in &on_home_master {
+        assert_eq!(settled[i], -share[i], "holder {i} credited exactly once");
+    }
+    let mut after = ClusterClient::connect(replica.port);
+    let v = floor_view(&mut after, home).unwrap();
+    check_accounting(&v, 993, 100);
+    assert_eq!(
+        purchase(&mut after, &holders, 7, "before-kill"),
+        Some(true),
+        "the retry replays the grant"
+    );
+    assert_eq!(
+        floor_view(&mut after, home).unwrap().total,
+        993,
+        "not granted twice"
+    );
+}
+
+/// A buyer that only ever asks one holder, on another master than the home's: its refusals
+/// reach the home's master, which polls the holders and asks the others to give (at most half
+/// their budget each time), until almost everything is sold through that one holder. The
+/// total is exact and nothing is in flight once it settles.
+#[test]
+fn budget_moves_across_masters_toward_a_holder_that_refuses() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{hot}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "400"]), Value::Int(400));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "4"]));
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let hot = holders
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .expect("a holder on another master")
+        .clone();
+    eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(())
+    });
+    let (mut granted, mut refused) = (0, 0);
+    // How long each run of refusals lasted: from a refusal to budget arriving.
+    let (mut refusing_since, mut waits) = (None, Vec::new());
+    let start = Instant::now();
+    while granted < 397 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "granted {granted}, refused {refused}"
+        );
+        match client.cmd(&["CTR.DECRFLOOR", &hot, "1"]) {
+            Value::Int(_) => {
+                granted += 1;
+                waits.extend(refusing_since.take().map(|t: Instant| t.elapsed()));
+            }
+            Value::Nil => {
+                refused += 1;
+                refusing_since.get_or_insert_with(Instant::now);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    waits.sort();
+    eprintln!(
+        "one hot holder across masters: {granted} of 400 sold through it in {:?}, {refused} \
+         refusals; from a refusal to budget arriving: median {:?}, max {:?} over {} moves",
+        start.elapsed(),
+        waits.get(waits.len() / 2).copied().unwrap_or_default(),
+        waits.last().copied().unwrap_or_default(),
+        waits.len()
+    );
+    let v = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(v)
+    });
+    check_accounting(&v, 400 - granted, 0);
+    assert_eq!(v.floors.iter().sum::<i64>(), 0);
+}
+
+/// One buyer's view of the cluster that survives a master's death: a command that meets a
+/// dead connection (the test client panics on it) reconnects from a live seed and reports a
+/// failure, so the purchase is retried later with the same token.
+struct Buyer {
+    seeds: Vec<u16>,
+    client: Option<ClusterClient>,
+    /// The master with a replica (killed mid-sale): a decision there is made durable with WAIT
+    /// before the buyer relies on it (docs/FLOORS.md, the strong tier).
+    replicated_port: u16,
+}
+
+/// Keeps the expected panics of a dead connection (caught by `Buyer::cmd`) out of the output.
+fn quiet_connection_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let text = info.to_string();
+            let dead_link = ["read reply", "write to server", "connect to a cluster node"];
+            if !dead_link.iter().any(|m| text.contains(m)) {
+                default(info);
+            }
+        }));
+    });
+}
+
+impl Buyer {
+    fn cmd(&mut self, args: &[&str]) -> Option<Value> {
+        let seeds = self.seeds.clone();
+        let replicated = self.replicated_port;
+        let client = &mut self.client;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let c = match client {
+                Some(c) => c,
+                None => client.insert(ClusterClient::connect(
+                    seeds[std::process::id() as usize % seeds.len()],
+                )),
+            };
+            let reply = c.cmd(args);
+            let port = c.port_for(args[1].as_bytes());
+            if port == replicated && !reply.is_error() {
+                let acked = c.conn(port).cmd(&["WAIT", "1", "2000"]);
+                if acked != Value::Int(1) {
+                    return None; // not durable yet: retried with the same token
+                }
+            }
+            Some(reply)
+        }));
+        match outcome {
+            Ok(Some(reply)) if !reply.is_error() => Some(reply),
+            Ok(_) => None,
+            Err(_) => {
+                self.client = None; // a dead connection: reconnect next time
+                None
+            }
+        }
+    }
+
+    /// A purchase by the probe rule (see `purchase`); None when a holder failed.
+    fn purchase(&mut self, holders: &[String], amount: i64, token: &str) -> Option<bool> {
+        let amount = amount.to_string();
+        for i in probe_order(token.as_bytes(), holders.len()) {
+            match self.cmd(&["CTR.DECRFLOOR", &holders[i], &amount, "TOKEN", token])? {
+                Value::Int(_) => return Some(true),
+                Value::Nil => continue,
+                other => panic!("{other:?}"),
+            }
+        }
+        Some(false)
+    }
+
+    /// The purchase, retried with its token until a walk completes.
+    fn purchase_until_answered(&mut self, holders: &[String], amount: i64, token: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(answer) = self.purchase(holders, amount, token) {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "{token} never answered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The issue's flash sale: 10,000 units over 16 holders on 3 masters, 30 buyers with random
+/// amounts, each purchase retried with its token; a holder master is killed and fails over to
+/// its replica in the middle. Nothing is oversold, every retry replays its first answer, the
+/// total is exact, and the false-refusal rate (refusals while the gathered headroom read right
+/// after still covered the amount) is printed.
+#[test]
+fn flash_sale_with_a_failover_never_oversells_and_retries_replay() {
+    use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+    quiet_connection_panics();
+    let mut cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{flash}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let victim = (0..3).find(|&n| n != home_node).unwrap();
+    let replica = cluster.start_replica_of(victim);
+    assert_eq!(client.cmd(&["CTR.ADD", home, "10000"]), Value::Int(10000));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    eventually(30, || {
+        (floor_view(&mut client, home)?.in_flight == 0).then_some(())
+    });
+    cluster.nodes[victim].wait_replicas(1);
+
+    let victim_port = cluster.nodes[victim].port;
+    let seeds: Vec<u16> = (0..3)
+        .filter(|&n| n != victim)
+        .map(|n| cluster.nodes[n].port)
+        .chain([replica.port])
+        .collect();
+    let granted_so_far = Arc::new(AtomicI64::new(0));
+    let buyers: Vec<_> = (0..30u64)
+        .map(|b| {
+            let holders = holders.clone();
+            let seeds = seeds.clone();
+            let granted_so_far = granted_so_far.clone();
+            std::thread::spawn(move || {
+                let mut buyer = Buyer {
+                    seeds,
+                    client: None,
+                    replicated_port: victim_port,
+                };
+                let mut seed = b * 104_729 + 7;
+                let (mut granted, mut refused, mut false_refusals) = (0i64, 0u32, 0u32);
+                for i in 0..80 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let amount = 1 + (seed >> 33) as i64 % 10;
+                    let token = format!("flash-{b}-{i}");
+                    let first = buyer.purchase_until_answered(&holders, amount, &token);
+                    if first {
+                        granted += amount;
+                        granted_so_far.fetch_add(amount, SeqCst);
+                    } else {
+                        refused += 1;
+                        let left = buyer.cmd(&["CTR.GET", "{flash}"]);
+                        if let Some(Value::Int(left)) = left {
+                            false_refusals += u32::from(left >= amount);
+                        }
+                    }
+                    let retry = buyer.purchase_until_answered(&holders, amount, &token);
+                    assert_eq!(retry, first, "{token}: the retry replays the first answer");
+                }
+                (granted, refused, false_refusals)
+            })
+        })
+        .collect();
+    // Mid-sale, the victim master dies and its replica takes over.
+    eventually(120, || (granted_so_far.load(SeqCst) >= 3_000).then_some(()));
+    cluster.nodes[victim].kill();
+    let (mut granted, mut refused, mut false_refusals) = (0, 0, 0);
+    for buyer in buyers {
+        let (g, r, f) = buyer.join().unwrap();
+        (granted, refused, false_refusals) = (granted + g, refused + r, false_refusals + f);
+    }
+    let purchases = 30 * 80;
+    eprintln!(
+        "flash sale, 3 masters, 16 holders, 30 buyers, a failover mid-sale: {granted} of 10000 \
+         units granted, {refused} of {purchases} purchases refused, {false_refusals} false \
+         refusals ({:.2}% of purchases)",
+        f64::from(false_refusals) * 100.0 / f64::from(purchases)
+    );
+    assert!(granted <= 10_000, "oversold: {granted}");
+    let mut after = ClusterClient::connect(replica.port);
+    let v = eventually(60, || {
+        let v = floor_view(&mut after, home)?;
+        (v.in_flight == 0).then_some(v)
+    });
+    check_accounting(&v, 10_000 - granted, 0);
+    assert_eq!(v.floors.iter().sum::<i64>(), 0);
+}
