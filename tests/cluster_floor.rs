@@ -509,3 +509,32 @@ fn flash_sale_with_a_failover_never_oversells_and_retries_replay() {
     check_accounting(&v, 10_000 - granted, 0);
     assert_eq!(v.floors.iter().sum::<i64>(), 0);
 }
+
+/// A holder that gets no share (the headroom is smaller than the holder count, or it was added
+/// by growing) is still made floored by its move of 0 units: it refuses to go below its floor,
+/// a negative CTR.ADD too, so the counter never goes below its floor whatever a holder is sent.
+#[test]
+fn holders_without_a_share_refuse_to_go_below_their_floor() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{few}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "2"]), Value::Int(2));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "4"])).len(), 4);
+    // Growing is refused while a move to a new holder is in flight: retried until it goes.
+    let holders = eventually(20, || {
+        let reply = client.cmd(&["CTR.SPREAD", home, "6"]);
+        (!reply.is_error()).then(|| names(&reply))
+    });
+    // The first spread gave the home and holder 1 a unit each; holders 2..5 hold nothing.
+    for h in &holders[2..] {
+        eventually(20, || {
+            // Nil until the holder's credit has made its key.
+            let info = client.cmd(&["CTR.INFO", h]);
+            (info != Value::Nil && info_field(&info, "floor") != Value::Nil).then_some(())
+        });
+        assert_eq!(client.cmd(&["CTR.ADD", h, "-1"]), Value::Nil, "{h}");
+        assert_eq!(client.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil, "{h}");
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(2));
+}

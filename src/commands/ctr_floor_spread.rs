@@ -131,9 +131,15 @@ pub fn spread_floored_across_masters(
         floor: Some(spread_floor.unwrap_or(home_floor)),
     };
     write_floor(ctx, home, home_floor, Some(spread))?;
-    for m in moves {
-        let receiver = &added[m.receiver - 1];
-        super::spread_transfer::start(ctx, home, receiver, 0, -m.units)?;
+    // Every new holder gets a move, of its share or of 0 units (a holder added by growing, or
+    // when the headroom is smaller than the holder count): its credit makes it floored, so it
+    // refuses to go below its floor (a negative CTR.ADD too) before it ever holds budget.
+    for (i, receiver) in added.iter().enumerate() {
+        let units = moves
+            .iter()
+            .find(|m| m.receiver == i + 1)
+            .map_or(0, |m| m.units);
+        super::spread_transfer::start(ctx, home, receiver, 0, -units)?;
     }
     Ok(())
 }

@@ -217,10 +217,10 @@ impl Counter {
     /// over the budgets again). Floor units moved to or from a counter without a floor treat
     /// it as floor 0, as `CTR.DECRFLOOR` does: a fresh holder of a floored spread counter can
     /// receive budget. Checked before anything changes.
-    fn shift(&mut self, dv: i64, df: i64) -> Result<(), CounterError> {
+    fn shift(&mut self, dv: i64, df: i64, make_floored: bool) -> Result<(), CounterError> {
         let value = self.value.checked_add(dv).ok_or(CounterError::Overflow)?;
         let floor = match self.floor() {
-            None if df == 0 => None,
+            None if df == 0 && !make_floored => None,
             None => Some(df),
             Some(f) => Some(f.floor.checked_add(df).ok_or(CounterError::Overflow)?),
         };
@@ -269,7 +269,7 @@ impl Counter {
         }
         let debit_v = dv.checked_neg().ok_or(CounterError::Overflow)?;
         let debit_f = df.checked_neg().ok_or(CounterError::Overflow)?;
-        self.shift(debit_v, debit_f)?;
+        self.shift(debit_v, debit_f, false)?;
         let entry = Outgoing {
             receiver: receiver.to_vec(),
             seq: next_seq(t.last_seq, now_ms),
@@ -303,7 +303,13 @@ impl Counter {
         if known.is_err() && t.inbox.len() >= MAX_ENTRIES {
             return Err(CounterError::InvalidOperation("too many givers").into());
         }
-        self.shift(dv, df)?;
+        // A transfer that is not a fold (the giver is not leaving this home; no value moves) is
+        // a budget move of a floored spread counter: its receiver is a holder of that counter
+        // and must never go below its floor, whatever it is sent, also when the move carries
+        // no units (a holder given a share of 0), so its first credit makes it floored (at 0
+        // when it had no floor).
+        let budget_move = dv == 0 && !t.leaving.iter().any(|l| l == giver);
+        self.shift(dv, df, budget_move)?;
         let t = self.transfers_mut();
         match known {
             Ok(i) => t.inbox[i].1 = seq,
@@ -502,6 +508,27 @@ mod tests {
         let mut plain = Counter::plain(1);
         plain.apply_credit(b"g", 5, 2, 0).unwrap();
         assert_eq!((plain.value(), plain.floor()), (3, None));
+    }
+
+    /// A budget move of 0 units (a holder with a share of 0, or added by growing) still makes
+    /// its receiver floored at 0, so it refuses to go below it before it ever holds budget; a
+    /// fold of an empty holder into an unfloored home leaves the home unfloored.
+    #[test]
+    fn a_budget_move_of_nothing_makes_its_receiver_floored_and_a_fold_does_not() {
+        let mut home = Counter::plain(0);
+        home.set_floor(Some(0)).unwrap();
+        let mut holder = Counter::plain(0);
+        let out = home.start_transfer(b"h", 0, 0, 1).unwrap();
+        credit_of(&mut holder, b"home", &out).unwrap();
+        assert_eq!(holder.floor().map(|f| f.floor), Some(0));
+
+        let mut unfloored = Counter::plain(7);
+        unfloored.begin_fold(&[b"e".to_vec()]).unwrap();
+        let mut empty = Counter::plain(0);
+        let out = empty.seal_into(b"home", 2).unwrap().unwrap();
+        credit_of(&mut unfloored, b"e", &out).unwrap();
+        assert_eq!((unfloored.value(), unfloored.floor()), (7, None));
+        assert!(unfloored.leaving().is_empty());
     }
 
     /// Every step of a fold, with the gather's rule (count the holder's units in hand while
