@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import unittest
 
 import redis
@@ -69,6 +70,29 @@ class ClusterTest(unittest.TestCase):
         Ctr(self.rc).floor(floored, 0)
         # A floored counter spreads across masters too (its budget moves are transfers).
         self.assertEqual(len(Ctr(self.rc).spread(floored, 2)), 2)
+
+    def test_buying_from_a_floored_spread_counter_on_the_cluster(self) -> None:
+        # Stock 20 above a floor of 10, spread over 4 holders on the masters; the shares reach
+        # the holders in the background. Every purchase walks the probe rule (so none is refused
+        # while any holder has a unit), and every retry replays its first answer.
+        ctr = Ctr(self.rc)
+        stock = fresh("stock")
+        ctr.add(stock, 30)
+        ctr.floor(stock, 10)
+        holders = ctr.spread(stock, 4)
+        self.assertEqual(len({self.rc.get_node_from_key(h).port for h in holders}), 3)
+        deadline = time.monotonic() + 30
+        while (info := ctr.info(stock)) is None or info["units_in_flight"] != 0:
+            self.assertLess(time.monotonic(), deadline, "the shares never arrived")
+            time.sleep(0.05)
+        self.assertEqual(info["holder_budgets"], [5, 5, 5, 5])
+        tokens = [f"order-{i}" for i in range(25)]
+        first = {t: ctr.decrfloor(stock, 1, token=t) for t in tokens}
+        self.assertEqual(sum(v is not None for v in first.values()), 20)
+        self.assertEqual(ctr.get(stock), 10)
+        for t in tokens:
+            self.assertEqual(Ctr(self.rc).decrfloor(stock, 1, token=t), first[t])
+        self.assertEqual(ctr.get(stock), 10)
 
 
 if __name__ == "__main__":
