@@ -487,7 +487,7 @@ fn flash_sale_with_a_failover_never_oversells_and_retries_replay() {
                         start,
                         end: Instant::now(),
                         stock_before: 10_000 - stock_before,
-                        granted: first.then_some(amount).unwrap_or(0),
+                        granted: if first { amount } else { 0 },
                         false_refusal: false,
                     };
                     if first {
