@@ -73,7 +73,8 @@ lint:
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
 # costs (bench/state.sh), the idle sweep (bench/sweep.sh), the PN-Counter figures (bench/pnc.sh),
 # the client libraries' coalescing writer against single adds (bench/coalescing.sh), and spread
-# counters on a local cluster (bench/spread.sh). Results: docs/BENCHMARKS.md.
+# counters on a local cluster (bench/spread.sh, and floored ones: bench/floor_spread.sh).
+# Results: docs/BENCHMARKS.md.
 bench: build-tests
 	bash bench/run.sh
 	bash bench/state.sh
@@ -81,6 +82,7 @@ bench: build-tests
 	bash bench/pnc.sh
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY)) bash bench/coalescing.sh
 	bash bench/spread.sh
+	bash bench/floor_spread.sh
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
 # Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).

@@ -78,3 +78,28 @@ start_server() {
   done
   die "could not start redis-server with the module"
 }
+
+# start_cluster: a 3-master cluster (docker/cluster.sh, $CTR_MODULE loaded) on free loopback
+# ports, listed in $ports, stopped on exit. Then `cli PORT ARGS...` talks to a node and
+# `owner KEY` prints the port of the master serving KEY.
+start_cluster() {
+  export CLUSTER_DIR=$tmp/cluster
+  ports=()
+  while [ "${#ports[@]}" -lt 3 ]; do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000)) # the bus port, +10000, stays below 65536
+    port_busy "$p" || port_busy "$((p + 10000))" || ports+=("$p")
+  done
+  trap 'rc=$?; stop_cluster; rm -rf "$tmp"; exit $rc' EXIT
+  sh docker/cluster.sh start "${ports[@]}" >/dev/null
+}
+stop_cluster() { sh docker/cluster.sh stop >/dev/null 2>&1 || true; }
+
+cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+
+owner() {
+  local p
+  for p in "${ports[@]}"; do
+    case "$(cli "$p" CTR.GET "$1")" in MOVED*) ;; *) echo "$p"; return ;; esac
+  done
+  die "no node serves $1"
+}

@@ -32,26 +32,7 @@ READ_BENCH=$PWD/target/release/examples/read_bench
 . bench/lib.sh
 
 export CTR_MODULE=$MODULE
-export CLUSTER_DIR=$tmp/cluster
-ports=()
-while [ "${#ports[@]}" -lt 3 ]; do
-  p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000)) # the bus port, +10000, stays below 65536
-  port_busy "$p" || port_busy "$((p + 10000))" || ports+=("$p")
-done
-stop_cluster() { sh docker/cluster.sh stop >/dev/null 2>&1 || true; }
-trap 'rc=$?; stop_cluster; rm -rf "$tmp"; exit $rc' EXIT
-sh docker/cluster.sh start "${ports[@]}" >/dev/null
-
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
-
-# owner KEY: the port of the master serving KEY.
-owner() {
-  local p
-  for p in "${ports[@]}"; do
-    case "$(cli "$p" CTR.GET "$1")" in MOVED*) ;; *) echo "$p"; return ;; esac
-  done
-  die "no node serves $1"
-}
+start_cluster
 
 # latency LABEL PORT KEY: one CSV row of redis-benchmark for CTR.GET KEY.
 latency() {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Floored spread counters across 3 masters (issue 14; results in docs/BENCHMARKS.md, "Floored
+# spread counters"), in one run on a local cluster started for it:
+#   1. purchase load: CALLS `CTR.DECRFLOOR holder 1` (pipeline 16) spread over 16 holders, each
+#      holder's purchases sent to its own master, against the same purchases on one floored
+#      key: calls and server time per call per node (INFO commandstats);
+#   2. the false-refusal rate of buyers walking the probe rule (clients/rust/examples/
+#      floor_sale_bench.rs, BUYERS threads, 1-5 units a purchase, until 99% of STOCK is
+#      granted) under even demand and skewed demand (SKEW% of the buyers walk only the holders
+#      of one master that is not the home's), with the calls per node of the even sale.
+#
+# Usage (from the repository root, after `make build-tests`): bash bench/floor_spread.sh
+# Environment: CTR_MODULE (module path), CALLS (default 320000), STOCK (default 100000),
+# BUYERS (default 10), SKEW (default 80).
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+
+MODULE=${CTR_MODULE:-$PWD/target/release/libredis_ctr.so}
+CALLS=${CALLS:-320000}
+STOCK=${STOCK:-100000}
+BUYERS=${BUYERS:-10}
+SKEW=${SKEW:-80}
+SALE_BENCH=$PWD/target/release/examples/floor_sale_bench
+[ -f "$MODULE" ] || { echo "module not found at $MODULE (run make build-tests)" >&2; exit 1; }
+[ -x "$SALE_BENCH" ] || { echo "$SALE_BENCH missing (run make build-tests)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+export CTR_MODULE=$MODULE
+start_cluster
+
+# floored_spread KEY STOCK: KEY floored at 0 with STOCK units spread over 16 holders (printed),
+# once every share has arrived.
+floored_spread() {
+  cli "${ports[0]}" -c CTR.ADD "$1" "$2" >/dev/null
+  cli "${ports[0]}" -c CTR.FLOOR "$1" 0 >/dev/null
+  cli "${ports[0]}" -c CTR.SPREAD "$1" 16
+  local _
+  for _ in $(seq 100); do
+    [ "$(cli "$(owner "$1")" CTR.INFO "$1" | awk 'f { print; exit } /^units_in_flight$/ { f = 1 }')" = 0 ] && return
+    sleep 0.1
+  done
+  die "the shares of $1 never arrived"
+}
+reset_stats() { for p in "${ports[@]}"; do cli "$p" CONFIG RESETSTAT >/dev/null; done; }
+# node_stats: one row per node: ctr.decrfloor calls, their share, usec per call.
+node_stats() {
+  local p
+  for p in "${ports[@]}"; do
+    cli "$p" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v port="$p" '
+      /^cmdstat_ctr.decrfloor:/ { calls = $3; usec = $7 }
+      END { printf "%s %d %s\n", port, calls, usec }'
+  done | awk '{ row[NR] = $0; total += $2 } END {
+    for (i = 1; i <= NR; i++) { split(row[i], f, " ");
+      printf "| %s | %d | %.0f%% | %s |\n", f[1], f[2], total ? f[2] * 100 / total : 0, f[3] } }'
+}
+table_head() {
+  echo "| node | ctr.decrfloor calls | share of calls | usec per call |"
+  echo "|---|---|---|---|"
+}
+
+log "cluster on ports ${ports[*]}; $CALLS purchase calls, sales of $STOCK units by $BUYERS buyers"
+echo "## Purchase load of one floored counter ($CALLS CTR.DECRFLOOR of 1 unit, pipeline 16)"
+echo
+mapfile -t holders < <(floored_spread load 1000000000)
+reset_stats
+per=$((CALLS / 16))
+for h in "${holders[@]}"; do
+  redis-benchmark -h 127.0.0.1 -p "$(owner "$h")" -c 2 -P 16 -n "$per" -q CTR.DECRFLOOR "$h" 1 >/dev/null &
+done
+wait
+left=$(cli "$(owner load)" CTR.GET load)
+[ "$left" = "$((1000000000 - per * 16))" ] || die "spread total $left, expected $((1000000000 - per * 16))"
+echo "Spread over 16 holders (each holder's purchases sent to its own master; total read back: $left):"
+echo
+table_head
+node_stats
+echo
+cli "${ports[0]}" -c CTR.ADD onekey 1000000000 >/dev/null
+cli "${ports[0]}" -c CTR.FLOOR onekey 0 >/dev/null
+reset_stats
+redis-benchmark -h 127.0.0.1 -p "$(owner onekey)" -c 32 -P 16 -n "$CALLS" -q CTR.DECRFLOOR onekey 1 >/dev/null
+echo "The same purchases on one floored key:"
+echo
+table_head
+node_stats
+echo
+
+echo "## False refusals (buyers walking the probe rule, $STOCK units, $BUYERS buyers, until 99% is granted)"
+echo
+# sale KEY SKEW: one sale; the skewed buyers walk the holders of the master serving holder 1
+# (or holder 2 when holder 1 shares the home's master).
+sale() {
+  local key=$1 skew=$2 hot_master hot=() h out
+  mapfile -t holders < <(floored_spread "$key" "$STOCK")
+  hot_master=$(owner "${holders[1]}")
+  [ "$hot_master" != "$(owner "$key")" ] || hot_master=$(owner "${holders[2]}")
+  for h in "${holders[@]}"; do [ "$(owner "$h")" != "$hot_master" ] || hot+=("$h"); done
+  reset_stats
+  out=$("$SALE_BENCH" "${ports[0]}" "$key" "$STOCK" "$BUYERS" "$skew" "${hot[@]}")
+  echo "- $skew% of the buyers on the ${#hot[@]} holders of one master: $out; total read back $(cli "$(owner "$key")" CTR.GET "$key")"
+}
+sale even 0
+echo
+table_head
+node_stats
+echo
+sale skewed "$SKEW"
