@@ -59,7 +59,9 @@ start_server() {
   local server
   server=$(command -v "${REDIS_SERVER:-redis-server}") || die "no server ${REDIS_SERVER:-redis-server}"
   for attempt in $(seq 10); do
-    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    # Below the kernel's range for outgoing connections (32768 and up by default), where a
+    # client socket of another process could take the port between the check and the bind.
+    port=$((10000 + (RANDOM * 32768 + RANDOM) % 22000))
     port_busy "$port" && continue
     # shellcheck disable=SC2086
     ${SERVER_PREFIX:-} "$server" --port "$port" --bind 127.0.0.1 --protected-mode yes \
@@ -86,7 +88,8 @@ start_cluster() {
   export CLUSTER_DIR=$tmp/cluster
   ports=()
   while [ "${#ports[@]}" -lt 3 ]; do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000)) # the bus port, +10000, stays below 65536
+    # The node and its bus port (+10000) both below the outgoing-connection range (32768).
+    p=$((10000 + (RANDOM * 32768 + RANDOM) % 12000))
     port_busy "$p" || port_busy "$((p + 10000))" || ports+=("$p")
   done
   trap 'rc=$?; stop_cluster; rm -rf "$tmp"; exit $rc' EXIT
