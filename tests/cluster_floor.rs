@@ -2,8 +2,9 @@
 //! the headroom over 16 holders through budget moves (transfers from the home); once settled
 //! the holders' floors sum to the counter's floor exactly and the total is exact at every
 //! step; buyers on several masters walking the probe rule never oversell and every retry
-//! replays its first answer; a kill -9 and failover of the giver's master, of the receiver's
-//! master (in the middle of a move) and of the coordinator (the home's master, in the middle
+//! replays its first answer; a kill -9 and failover of the giver's master and of the receiver's
+//! master (a move debited and not credited, or credited and not acknowledged) and of the
+//! coordinator (the home's master, in the middle
 //! of a rebalance between two other holders) credits every move once, keeps budgets plus units
 //! in flight equal to the headroom, and grants no token twice.
 
@@ -12,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::Value;
+use common::{Conn, Server, Value};
 use redis_ctr_client::spread::probe_order;
 
 fn names(reply: &Value) -> Vec<String> {
@@ -43,16 +44,25 @@ struct FloorView {
 }
 
 fn floor_view(client: &mut ClusterClient, home: &str) -> Option<FloorView> {
-    let info = client.cmd(&["CTR.INFO", home]);
+    floor_view_of(&client.cmd(&["CTR.INFO", home]))
+}
+
+/// The floor view of the home's master read directly (no redirections to follow: during a
+/// failover a gather can answer TRYAGAIN for a while, which a cluster client gives up on).
+fn floor_view_at(port: u16, home: &str) -> Option<FloorView> {
+    floor_view_of(&Conn::connect(port).ok()?.cmd(&["CTR.INFO", home]))
+}
+
+fn floor_view_of(info: &Value) -> Option<FloorView> {
     if info.is_error() {
         return None; // a master down or failing over: the gather fails clearly
     }
     Some(FloorView {
-        total: info_field(&info, "value").int(),
-        headroom: info_field(&info, "headroom").int(),
-        floors: ints(&info_field(&info, "holder_floors")),
-        budgets: ints(&info_field(&info, "holder_budgets")),
-        in_flight: info_field(&info, "units_in_flight").int(),
+        total: info_field(info, "value").int(),
+        headroom: info_field(info, "headroom").int(),
+        floors: ints(&info_field(info, "holder_floors")),
+        budgets: ints(&info_field(info, "holder_budgets")),
+        in_flight: info_field(info, "units_in_flight").int(),
     })
 }
 
@@ -766,4 +776,127 @@ fn a_failover_of_the_coordinator_mid_rebalance_keeps_the_move_exact() {
         floor_view(&mut after, home).filter(|v| v.in_flight == 0)
     });
     check_conservation(&v, 400 - sold, 40);
+}
+
+/// The step between a credit and its acknowledgement, for both sides of a move: the receiver's
+/// master has applied every share the home sent it, but its replica is frozen (DEBUG SLEEP), so
+/// the replication gate holds its acknowledgements back. Then one side's master dies:
+/// - the receiver's: the home's moves to it are unacknowledged, so the home sends them again
+///   to the replica that takes over, which applies each once whether or not the replication
+///   stream had already brought it the credit (bytes in its socket when it froze are read when
+///   it wakes);
+/// - the giver's (the home's): its replica takes over with the moves still unacknowledged and
+///   sends them again; the receiver answers the repeats as repeats (nothing applied twice) and
+///   acknowledges them once its own replica holds the credits.
+///
+/// Either way each holder there is credited exactly once, budgets plus units in flight are the
+/// headroom throughout, and every move ends acknowledged.
+fn failover_between_credit_and_ack(kill_the_receiver: bool) {
+    let mut cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{unacked}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let receiver = (0..3).find(|&n| n != home_node).unwrap();
+    let receiver_replica = cluster.start_replica_of(receiver);
+    let home_replica = cluster.start_replica_of(home_node);
+    cluster.nodes[receiver].wait_replicas(1);
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "100"]).text(), "OK");
+    let mut frozen = receiver_replica.conn();
+    let sleeper = std::thread::spawn(move || frozen.cmd(&["DEBUG", "SLEEP", "8"]));
+    std::thread::sleep(Duration::from_millis(300));
+
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+    let share = shares(900, 16);
+    let on_receiver: Vec<usize> = (1..16)
+        .filter(|&i| cluster.owner(key_slot(holders[i].as_bytes())) == receiver)
+        .collect();
+    assert!(!on_receiver.is_empty());
+    // The receiver's holders have their shares (credited), their acks held back.
+    let v = eventually(5, || {
+        floor_view(&mut client, home)
+            .filter(|v| on_receiver.iter().all(|&i| v.budgets[i] == share[i]))
+    });
+    check_conservation(&v, 1000, 100);
+    let acked = |server: &Server| -> usize {
+        server
+            .info_field("ctr", "ctr_transfers_acked")
+            .parse()
+            .unwrap()
+    };
+    let others = 15 - on_receiver.len();
+    eventually(4, || {
+        (acked(&cluster.nodes[home_node]) == others).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        acked(&cluster.nodes[home_node]),
+        others,
+        "the receiver's acks are held back"
+    );
+
+    let victim = if kill_the_receiver {
+        receiver
+    } else {
+        home_node
+    };
+    cluster.nodes[victim].kill();
+    let _ = sleeper.join();
+    // Read on the master serving the home after the failover (its replica if it died).
+    let home_port = if kill_the_receiver {
+        cluster.nodes[home_node].port
+    } else {
+        home_replica.port
+    };
+    let v = eventually(60, || {
+        floor_view_at(home_port, home).filter(|v| v.in_flight == 0)
+    });
+    check_conservation(&v, 1000, 100);
+    assert_eq!(v.floors.iter().sum::<i64>(), 100);
+    for &i in &on_receiver {
+        assert_eq!(v.floors[i], -share[i], "holder {i} credited exactly once");
+        assert_eq!(v.budgets[i], share[i]);
+    }
+    // Every move ends acknowledged at the giver that now serves the home.
+    if kill_the_receiver {
+        eventually(30, || {
+            (acked(&cluster.nodes[home_node]) == 15).then_some(())
+        });
+        let answered: u64 = ["ctr_transfers_credited", "ctr_transfers_duplicate_credits"]
+            .iter()
+            .map(|f| {
+                receiver_replica
+                    .info_field("ctr", f)
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        assert!(
+            answered > 0,
+            "the promoted replica answered the credits sent again"
+        );
+    } else {
+        eventually(30, || {
+            (acked(&home_replica) >= on_receiver.len()).then_some(())
+        });
+        let repeats: usize = cluster.nodes[receiver]
+            .info_field("ctr", "ctr_transfers_duplicate_credits")
+            .parse()
+            .unwrap();
+        assert!(
+            repeats >= on_receiver.len(),
+            "the resent credits were repeats"
+        );
+    }
+}
+
+#[test]
+fn a_failover_of_the_receivers_master_between_credit_and_ack_credits_each_share_once() {
+    failover_between_credit_and_ack(true);
+}
+
+#[test]
+fn a_failover_of_the_givers_master_between_credit_and_ack_credits_each_share_once() {
+    failover_between_credit_and_ack(false);
 }
