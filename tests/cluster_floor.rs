@@ -13,22 +13,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{Conn, Server, Value};
+use common::{eventually, names, Conn, Server, Value};
 use redis_ctr_client::spread::probe_order;
-
-fn names(reply: &Value) -> Vec<String> {
-    reply.array().iter().map(Value::text).collect()
-}
-
-/// A field of a CTR.INFO reply (a flat array of names and values).
-fn info_field(info: &Value, field: &str) -> Value {
-    let items = info.array();
-    let at = items
-        .iter()
-        .position(|v| matches!(v, Value::Bulk(b) if b == field.as_bytes()))
-        .unwrap_or_else(|| panic!("no {field} in {info:?}"));
-    items[at + 1].clone()
-}
 
 fn ints(v: &Value) -> Vec<i64> {
     v.array().iter().map(Value::int).collect()
@@ -58,24 +44,12 @@ fn floor_view_of(info: &Value) -> Option<FloorView> {
         return None; // a master down or failing over: the gather fails clearly
     }
     Some(FloorView {
-        total: info_field(info, "value").int(),
-        headroom: info_field(info, "headroom").int(),
-        floors: ints(&info_field(info, "holder_floors")),
-        budgets: ints(&info_field(info, "holder_budgets")),
-        in_flight: info_field(info, "units_in_flight").int(),
+        total: info.field("value").int(),
+        headroom: info.field("headroom").int(),
+        floors: ints(&info.field("holder_floors")),
+        budgets: ints(&info.field("holder_budgets")),
+        in_flight: info.field("units_in_flight").int(),
     })
-}
-
-/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
-fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition never met");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The shares of the first spread: `headroom` split evenly over `n` holders, the home keeping
@@ -202,7 +176,7 @@ fn a_spread_shares_the_headroom_across_masters_and_buyers_never_oversell() {
     assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "4"])).len(), 4);
     let folded = eventually(30, || {
         let info = client.cmd(&["CTR.INFO", home]);
-        let done = !info.is_error() && info_field(&info, "leaving").array().is_empty();
+        let done = !info.is_error() && info.field("leaving").array().is_empty();
         done.then(|| floor_view(&mut client, home)).flatten()
     });
     check_accounting(&folded, 1000 - granted, 100);
@@ -263,8 +237,8 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
         if info.is_error() {
             return None;
         }
-        let in_flight = info_field(&info, "units_in_flight").int();
-        (in_flight == still_held).then(|| ints(&info_field(&info, "holder_floors")))
+        let in_flight = info.field("units_in_flight").int();
+        (in_flight == still_held).then(|| ints(&info.field("holder_floors")))
     });
     for &i in &on_home_master {
         assert_eq!(settled[i], -share[i], "holder {i} credited exactly once");
@@ -581,7 +555,7 @@ fn holders_without_a_share_refuse_to_go_below_their_floor() {
         eventually(20, || {
             // Nil until the holder's credit has made its key.
             let info = client.cmd(&["CTR.INFO", h]);
-            (info != Value::Nil && info_field(&info, "floor") != Value::Nil).then_some(())
+            (info != Value::Nil && info.field("floor") != Value::Nil).then_some(())
         });
         assert_eq!(client.cmd(&["CTR.ADD", h, "-1"]), Value::Nil, "{h}");
         assert_eq!(client.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil, "{h}");

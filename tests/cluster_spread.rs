@@ -12,14 +12,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{Conn, Server, Value};
+use common::{eventually, names, Conn, Server, Value};
 
 fn ok() -> Value {
     Value::Simple("OK".into())
-}
-
-fn names(reply: &Value) -> Vec<String> {
-    reply.array().iter().map(Value::text).collect()
 }
 
 /// The node index of each holder.
@@ -299,18 +295,6 @@ fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
         .info_field("ctr", "ctr_gather_failures")
         .parse::<u64>()
         .is_ok_and(|n| n >= 3));
-}
-
-/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
-fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition never met");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

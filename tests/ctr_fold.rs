@@ -8,11 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Conn, Server, Value};
-
-fn names(reply: &Value) -> Vec<String> {
-    reply.array().iter().map(Value::text).collect()
-}
+use common::{names, Conn, Server, Value};
 
 fn info_field(c: &mut Conn, key: &str, field: &str) -> Option<Value> {
     let info = c.cmd(&["CTR.INFO", key]).array();

@@ -7,11 +7,7 @@
 mod common;
 
 use common::cluster::key_slot;
-use common::{Conn, Server, Value};
-
-fn names(reply: &Value) -> Vec<String> {
-    reply.array().iter().map(Value::text).collect()
-}
+use common::{names, Conn, Server, Value};
 
 fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
     c.cmd(&["CTR.INFO", key]).field(field)

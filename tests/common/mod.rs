@@ -559,3 +559,20 @@ pub fn ivarint(v: i64) -> Vec<u8> {
 fn crc64_matches_redis_reference() {
     assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
 }
+
+/// The strings of an array reply (holder names, ...).
+pub fn names(reply: &Value) -> Vec<String> {
+    reply.array().iter().map(Value::text).collect()
+}
+
+/// Polls `f` every 100 ms until it returns Some, for at most `secs` seconds.
+pub fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition never met");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
