@@ -353,6 +353,7 @@ impl Counter {
     }
 
     /// Records a write at `now` and returns the shard count the counter should have.
+    #[inline]
     pub fn advise_shards(&mut self, now: i64, threshold: i64, max_shards: usize) -> usize {
         let current = self.shard_count();
         let max = max_shards.clamp(1, MAX_SHARDS);

@@ -47,6 +47,7 @@ impl RateTracker {
     }
 
     /// Records one add at `now` for a counter with `shards` shards and returns the advice.
+    #[inline]
     pub fn record(&mut self, now: i64, shards: usize, threshold: i64) -> ShardAdvice {
         let window = window_of(now);
         if window != self.window_start {
@@ -70,6 +71,7 @@ impl RateTracker {
         ShardAdvice::Keep
     }
 
+    #[inline(never)]
     fn close_window(&mut self, new_start: i64, shards: usize, threshold: i64) {
         let adds = i64::from(self.adds_in_window);
         let idle_windows = new_start.saturating_sub(self.window_start) / WINDOW_MS - 1;
