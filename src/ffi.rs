@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::ffi::{c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
@@ -134,6 +135,22 @@ pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
         }
         std::slice::from_raw_parts(ptr.cast::<u8>(), len)
     }
+}
+
+/// Set when the context flags last showed a primary that is not loading; cleared by the
+/// role-change and loading server events ([`forget_role`]). While it holds, no command can be
+/// replayed (from a master link or the AOF), so the hot writes need not ask the flags:
+/// `RM_GetContextFlags` computes every one of them, about 130 instructions per call.
+static KNOWN_PRIMARY: AtomicBool = AtomicBool::new(false);
+
+/// True when this server is a primary that is not loading, as last seen (see [`KNOWN_PRIMARY`]).
+pub fn known_primary() -> bool {
+    KNOWN_PRIMARY.load(Ordering::Relaxed)
+}
+
+/// The server's role or loading state changed: the next command asks the flags again.
+pub fn forget_role() {
+    KNOWN_PRIMARY.store(false, Ordering::Relaxed);
 }
 
 /// A command's arguments (argv[0] is the command name).
@@ -332,15 +349,24 @@ impl Ctx {
     /// True when the running command was sent by our master or is being replayed from the AOF:
     /// such a command must apply what it says and decide nothing on its own.
     pub fn is_replaying(&self) -> bool {
-        // SAFETY: ctx is live.
-        let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) } as u32;
-        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+        if known_primary() {
+            return false;
+        }
+        self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+            != 0
     }
 
     /// The server's context flags (`REDISMODULE_CTX_FLAGS_*`).
     pub fn flags(&self) -> u32 {
         // SAFETY: ctx is live.
-        unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) as u32 }
+        let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) as u32 };
+        let not_local = raw::REDISMODULE_CTX_FLAGS_SLAVE
+            | raw::REDISMODULE_CTX_FLAGS_LOADING
+            | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
+        if flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & not_local == 0 {
+            KNOWN_PRIMARY.store(true, Ordering::Relaxed);
+        }
+        flags
     }
 
     /// Propagates `cmd key args...` to replicas and the AOF (the effect of a command whose

@@ -574,3 +574,25 @@ fn a_writable_replica_refuses_local_adds_but_follows_its_master() {
     assert_eq!(r.q("PNC.GET k"), Value::Int(5));
     assert_eq!(info_field(&mut r, "k", "replica-id").text(), "m");
 }
+
+/// A primary that has served local adds, turned into a replica of a master it never reaches
+/// (no sync, so no loading): its next local add is refused. The module remembers that the
+/// server is a primary so that adds need not ask the server's context flags; the role change
+/// alone must make it forget.
+#[test]
+fn a_primary_turned_replica_without_a_sync_refuses_local_adds() {
+    let server = with_id("m");
+    let mut c = server.conn();
+    assert_eq!(c.q("PNC.ADD k 5"), Value::Int(5));
+    assert_eq!(c.q("PNC.ADD k 1"), Value::Int(6));
+    c.q("CONFIG SET replica-read-only no");
+    let nowhere = common::free_port().to_string();
+    c.cmd(&["REPLICAOF", "127.0.0.1", &nowhere]);
+    for line in ["PNC.ADD k 1", "PNC.CLEAR k"] {
+        let err = c.q(line).error();
+        assert!(err.contains("must run on a primary"), "{line}: {err}");
+    }
+    assert_eq!(c.q("PNC.GET k"), Value::Int(6));
+    assert_eq!(c.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
+    assert_eq!(c.q("PNC.ADD k 1"), Value::Int(7));
+}

@@ -118,6 +118,9 @@ enum Origin {
 /// Where a local write runs. A replica has no slot of its own (its master's writes arrive as
 /// PNC.APPLY or as the replayed command): only writable replicas ever get as far as refusing.
 fn origin(ctx: Ctx, name: &str) -> Result<Origin, CommandError> {
+    if crate::ffi::known_primary() {
+        return Ok(Origin::Local);
+    }
     let flags = ctx.flags();
     let from_master_or_load = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
         | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
@@ -434,10 +437,12 @@ mod events {
                 | LoadingSubevent::ReplStarted
         );
         DATASET_LOADING.store(loading, Relaxed);
+        crate::ffi::forget_role();
     }
 
     #[role_changed_event_handler]
     fn on_role_changed(ctx: &Context, role: ServerRole) {
+        crate::ffi::forget_role();
         let ctx = Ctx { ptr: ctx.ctx };
         match role {
             ServerRole::Primary => {
