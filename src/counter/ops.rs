@@ -451,7 +451,7 @@ impl Counter {
         }
         self.commit(repair.value, layout);
         next.fold(op.now);
-        self.ext_mut().history = Some(next);
+        self.ext_mut().history = Some(Box::new(next));
         Ok(repair)
     }
 
@@ -468,7 +468,7 @@ impl Counter {
             History::started_at(op.now, op.width, op.retention)
         };
         let earliest = history.earliest_watermark();
-        self.ext_mut().history = Some(history);
+        self.ext_mut().history = Some(Box::new(history));
         (earliest, true)
     }
 

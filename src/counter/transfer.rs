@@ -172,19 +172,19 @@ pub fn next_seq(last: u64, now_ms: i64) -> u64 {
 impl Counter {
     /// The transfer state (an empty one when the counter keeps none).
     pub fn transfers(&self) -> Option<&Transfers> {
-        self.ext.as_ref()?.transfers.as_ref()
+        self.ext.as_ref()?.transfers.as_deref()
     }
 
     fn transfers_mut(&mut self) -> &mut Transfers {
         self.ext_mut()
             .transfers
-            .get_or_insert_with(Transfers::default)
+            .get_or_insert_with(Box::default)
     }
 
     /// Drops an empty transfer state (and the optional box when nothing else is left).
     fn trim_transfers(&mut self) {
         if let Some(e) = &mut self.ext {
-            if e.transfers.as_ref().is_some_and(Transfers::is_empty) {
+            if e.transfers.as_deref().is_some_and(Transfers::is_empty) {
                 e.transfers = None;
             }
         }
@@ -322,7 +322,7 @@ impl Counter {
     /// Step 3 on the giver: forgets the outbox entry to `receiver` when it is the one of
     /// `seq`. True when something was removed.
     pub fn apply_ack(&mut self, receiver: &[u8], seq: u64) -> bool {
-        let Some(t) = self.ext.as_mut().and_then(|e| e.transfers.as_mut()) else {
+        let Some(t) = self.ext.as_mut().and_then(|e| e.transfers.as_deref_mut()) else {
             return false;
         };
         let before = t.outbox.len();
@@ -360,9 +360,11 @@ impl Counter {
         let gone = gone.to_vec();
         let before = self.clone();
         let ext = self.ext_mut();
-        ext.spread = (!kept.is_empty()).then(|| super::Spread {
-            holders: kept.to_vec(),
-            floor: spread.floor,
+        ext.spread = (!kept.is_empty()).then(|| {
+            Box::new(super::Spread {
+                holders: kept.to_vec(),
+                floor: spread.floor,
+            })
         });
         if let Err(e) = self.begin_fold(&gone) {
             *self = before;
