@@ -176,9 +176,7 @@ impl Counter {
     }
 
     fn transfers_mut(&mut self) -> &mut Transfers {
-        self.ext_mut()
-            .transfers
-            .get_or_insert_with(Box::default)
+        self.ext_mut().transfers.get_or_insert_with(Box::default)
     }
 
     /// Drops an empty transfer state (and the optional box when nothing else is left).
