@@ -89,6 +89,34 @@ impl<'a> Reader<'a> {
         self.remaining() == 0
     }
 
+    /// A bus message of `family` ("transfer message", ...) past its version byte, which must
+    /// be `version`.
+    pub fn open_message(buf: &'a [u8], version: u8, family: &str) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(buf);
+        match r.u8()? {
+            v if v == version => Ok(r),
+            other => decode_error(format!("unknown {family} version {other}")),
+        }
+    }
+
+    /// A key name in a message of `family`: 1 to `max` bytes.
+    pub fn key_name(&mut self, max: usize, family: &str) -> Result<Vec<u8>, DecodeError> {
+        let n = self.bytes(max)?;
+        if n.is_empty() {
+            return decode_error(format!("empty key name in a {family}"));
+        }
+        Ok(n.to_vec())
+    }
+
+    /// `m`, once every byte of a message of `family` has been read.
+    pub fn end<T>(&self, m: T, family: &str) -> Result<T, DecodeError> {
+        if self.is_empty() {
+            Ok(m)
+        } else {
+            decode_error(format!("trailing bytes in a {family}"))
+        }
+    }
+
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         let Some(&b) = self.buf.get(self.pos) else {
             return decode_error("truncated payload");

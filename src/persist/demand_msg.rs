@@ -150,28 +150,18 @@ pub fn decode_give(buf: &[u8]) -> Result<Give, DecodeError> {
     )
 }
 
+const FAMILY: &str = "demand message";
+
 fn open(buf: &[u8]) -> Result<Reader<'_>, DecodeError> {
-    let mut r = Reader::new(buf);
-    match r.u8()? {
-        VERSION => Ok(r),
-        other => decode_error(format!("unknown demand message version {other}")),
-    }
+    Reader::open_message(buf, VERSION, FAMILY)
 }
 
 fn name(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
-    let n = r.bytes(MAX_HOLDER_NAME)?;
-    if n.is_empty() {
-        return decode_error("empty key name in a demand message");
-    }
-    Ok(n.to_vec())
+    r.key_name(MAX_HOLDER_NAME, FAMILY)
 }
 
 fn close<T>(r: &Reader, m: T) -> Result<T, DecodeError> {
-    if r.is_empty() {
-        Ok(m)
-    } else {
-        decode_error("trailing bytes in a demand message")
-    }
+    r.end(m, FAMILY)
 }
 
 #[cfg(test)]

@@ -41,8 +41,7 @@ pub fn encode_request<'a>(id: u64, names: impl ExactSizeIterator<Item = &'a [u8]
 }
 
 pub fn decode_request(buf: &[u8]) -> Result<(u64, Vec<&[u8]>), DecodeError> {
-    let mut r = Reader::new(buf);
-    check_version(&mut r)?;
+    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
     let id = r.fixed_u64()?;
     let n = r.count(MAX_HOLDERS, 2)?;
     if n == 0 {
@@ -51,7 +50,7 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Vec<&[u8]>), DecodeError> {
     let names = (0..n)
         .map(|_| r.bytes(MAX_HOLDER_NAME))
         .collect::<Result<Vec<_>, _>>()?;
-    finish(&r)?;
+    r.end((), FAMILY)?;
     Ok((id, names))
 }
 
@@ -74,8 +73,7 @@ pub fn encode_response(id: u64, answers: &[HolderAnswer]) -> Vec<u8> {
 }
 
 pub fn decode_response(buf: &[u8]) -> Result<(u64, Vec<HolderAnswer>), DecodeError> {
-    let mut r = Reader::new(buf);
-    check_version(&mut r)?;
+    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
     let id = r.fixed_u64()?;
     let n = r.count(MAX_HOLDERS, 1)?;
     let answers = (0..n)
@@ -91,24 +89,11 @@ pub fn decode_response(buf: &[u8]) -> Result<(u64, Vec<HolderAnswer>), DecodeErr
             })
         })
         .collect::<Result<Vec<_>, DecodeError>>()?;
-    finish(&r)?;
+    r.end((), FAMILY)?;
     Ok((id, answers))
 }
 
-fn check_version(r: &mut Reader) -> Result<(), DecodeError> {
-    match r.u8()? {
-        VERSION => Ok(()),
-        other => decode_error(format!("unknown gather message version {other}")),
-    }
-}
-
-fn finish(r: &Reader) -> Result<(), DecodeError> {
-    if r.is_empty() {
-        Ok(())
-    } else {
-        decode_error("trailing bytes in a gather message")
-    }
-}
+const FAMILY: &str = "gather message";
 
 #[cfg(test)]
 mod tests {

@@ -90,20 +90,14 @@ pub fn decode_ack(buf: &[u8]) -> Result<Ack, DecodeError> {
     close(&r, m)
 }
 
+const FAMILY: &str = "transfer message";
+
 fn open(buf: &[u8]) -> Result<Reader<'_>, DecodeError> {
-    let mut r = Reader::new(buf);
-    match r.u8()? {
-        VERSION => Ok(r),
-        other => decode_error(format!("unknown transfer message version {other}")),
-    }
+    Reader::open_message(buf, VERSION, FAMILY)
 }
 
 fn name(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
-    let n = r.bytes(MAX_NAME)?;
-    if n.is_empty() {
-        return decode_error("empty key name in a transfer message");
-    }
-    Ok(n.to_vec())
+    r.key_name(MAX_NAME, FAMILY)
 }
 
 fn seq(r: &mut Reader) -> Result<u64, DecodeError> {
@@ -114,11 +108,7 @@ fn seq(r: &mut Reader) -> Result<u64, DecodeError> {
 }
 
 fn close<T>(r: &Reader, m: T) -> Result<T, DecodeError> {
-    if r.is_empty() {
-        Ok(m)
-    } else {
-        decode_error("trailing bytes in a transfer message")
-    }
+    r.end(m, FAMILY)
 }
 
 #[cfg(test)]
