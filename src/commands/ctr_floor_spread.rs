@@ -269,10 +269,9 @@ unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_v
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
 }
 
-/// One rebalance of the floored spread counter at `home`, all on this server: reads every
-/// holder's budget and its demand since the last rebalance, plans the moves
-/// ([`plan_moves`]) and applies them at once.
-fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
+/// The names of the floored spread counter at `home`, the home first and then its holders;
+/// None when `home` is not (or no longer) one.
+pub fn floored_spread_names(ctx: Ctx, home: &[u8]) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
     let home_name = Name::new(ctx, home);
     let holders = with_counter(ctx, home_name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => b
@@ -281,10 +280,16 @@ fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
             .map(|s| s.holders.clone()),
         _ => None,
     })?;
-    let Some(holders) = holders else {
+    Ok(holders.map(|h| std::iter::once(home.to_vec()).chain(h).collect()))
+}
+
+/// One rebalance of the floored spread counter at `home`, all on this server: reads every
+/// holder's budget and its demand since the last rebalance, plans the moves
+/// ([`plan_moves`]) and applies them at once.
+fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
+    let Some(names) = floored_spread_names(ctx, home)? else {
         return Ok(()); // not (or no longer) a floored spread counter
     };
-    let names: Vec<Vec<u8>> = std::iter::once(home.to_vec()).chain(holders).collect();
     let keys: Vec<Name> = names.iter().map(|n| Name::new(ctx, n)).collect();
     let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
     for (name, key) in names.iter().zip(&keys) {

@@ -29,7 +29,6 @@ use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer::{self as transfer, Name};
 use crate::counter::rebalance::{plan_moves, HolderReport};
 use crate::counter::spread::key_slot;
-use crate::counter::CounterRef;
 use crate::ffi::{rm, Ctx};
 use crate::metrics;
 use crate::persist::demand_msg::{self as msg, Give, HolderDemand};
@@ -78,21 +77,12 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     if busy || !transfer::serves(ctx, home) {
         return; // a poll of this home is under way; the refusal's demand waits for the next
     }
-    let home_name = Name::new(ctx, home);
-    let holders = with_counter(ctx, home_name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b
-            .spread()
-            .filter(|s| s.floor.is_some())
-            .map(|s| s.holders.clone()),
-        _ => None,
-    });
-    let Ok(Some(holders)) = holders else {
+    let Ok(Some(names)) = super::ctr_floor_spread::floored_spread_names(ctx, home) else {
         return; // not (or no longer) a floored spread counter
     };
     let Ok(topology) = cluster::topology(ctx, false) else {
         return;
     };
-    let names: Vec<Vec<u8>> = std::iter::once(home.to_vec()).chain(holders).collect();
     let mut poll = Poll {
         home: home.to_vec(),
         reports: vec![None; names.len()],
