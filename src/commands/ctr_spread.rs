@@ -632,17 +632,20 @@ unsafe extern "C" fn on_gather_request(
     len: u32,
 ) {
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    unsafe { cluster::on_bus_message(ctx, sender, payload, len, answer_gather) }
+}
+
+fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
     let Ok((id, names)) = gather_msg::decode_request(bytes) else {
         return; // malformed: the asker times out
     };
     let answers: Vec<HolderAnswer> = names
         .iter()
-        .map(|name| cluster::read_holder(ctx, name))
+        .map(|name| cluster::read_holder(ctx.ptr, name))
         .collect();
     let response = gather_msg::encode_response(id, &answers);
     metrics::GATHER_REQUESTS_SERVED.incr();
-    cluster::send(ctx, &from, MSG_GATHER_RESPONSE, &response);
+    cluster::send(ctx.ptr, &from, MSG_GATHER_RESPONSE, &response);
 }
 
 /// Bus receiver of a gather response: records it and, once every master has answered,
@@ -655,7 +658,10 @@ unsafe extern "C" fn on_gather_response(
     len: u32,
 ) {
     // SAFETY: as in on_gather_request.
-    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
+    unsafe { cluster::on_bus_message(ctx, sender, payload, len, record_gather_answers) }
+}
+
+fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
     let Ok((id, answers)) = gather_msg::decode_response(bytes) else {
         return;
     };
@@ -664,7 +670,7 @@ unsafe extern "C" fn on_gather_response(
         record_answers(table.get_mut(&id)?, &from, answers)
     });
     if let Some(outcome) = outcome {
-        settle(ctx, id, outcome);
+        settle(ctx.ptr, id, outcome);
     }
 }
 

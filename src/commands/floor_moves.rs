@@ -252,13 +252,12 @@ unsafe extern "C" fn on_message(
     len: u32,
 ) {
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
-    let c = Ctx { ptr: ctx };
-    // A panic here is a defect; it must not take the server down.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        handle(c, from, kind, bytes);
-        transfer::tick_soon(c);
-    }));
+    unsafe {
+        cluster::on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
+            handle(c, from, kind, bytes);
+            transfer::tick_soon(c);
+        });
+    }
 }
 
 /// Registers the bus receivers (from the module's load).

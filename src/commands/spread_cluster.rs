@@ -329,12 +329,30 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
     status == raw::REDISMODULE_OK as c_int
 }
 
+/// What every bus receiver does: hands `handle` the sender's id and the payload as Rust
+/// values, and contains a panic (a defect, which must not take the server down).
+///
+/// # Safety
+/// As [`received`]; `ctx` is the receiver's live context.
+pub unsafe fn on_bus_message(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    payload: *const std::ffi::c_uchar,
+    len: u32,
+    handle: impl FnOnce(Ctx, NodeId, &[u8]),
+) {
+    // SAFETY: per the caller's contract.
+    let (from, bytes) = unsafe { received(sender, payload, len) };
+    let c = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(c, from, bytes)));
+}
+
 /// The sender's id (40 bytes, not terminated on Redis) and the payload of a received bus
 /// message.
 ///
 /// # Safety
 /// `sender` must point to at least 40 readable bytes, `payload` to `len` bytes (or be null).
-pub unsafe fn received<'a>(
+unsafe fn received<'a>(
     sender: *const c_char,
     payload: *const std::ffi::c_uchar,
     len: u32,

@@ -601,12 +601,12 @@ unsafe extern "C" fn on_message(
     len: u32,
 ) {
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    let (from, bytes) = unsafe { cluster::received(sender, payload, len) };
-    let c = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        handle(c, Some(from), kind, bytes);
-        tick_soon(c);
-    }));
+    unsafe {
+        cluster::on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
+            handle(c, Some(from), kind, bytes);
+            tick_soon(c);
+        });
+    }
 }
 
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
