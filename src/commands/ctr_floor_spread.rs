@@ -19,7 +19,7 @@ use redis_module::raw;
 use super::spread_transfer::Name;
 use crate::config;
 use crate::counter::rebalance::{
-    apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport,
+    apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport, Move,
 };
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
@@ -52,14 +52,7 @@ pub fn spread_floored(
     current: &[Vec<u8>],
     added: &[Vec<u8>],
 ) -> Result<(), CommandError> {
-    let (home_value, home_floor, spread_floor) = with_counter(ctx, home, |c| {
-        let (value, floor) = value_and_floor(c);
-        let spread_floor = match c {
-            Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
-            _ => None,
-        };
-        (value, floor.unwrap_or(0), spread_floor)
-    })?;
+    let (home_value, home_floor, spread_floor) = with_counter(ctx, home, home_floor_state)?;
     let names: Vec<Name> = added.iter().map(|n| Name::new(ctx, n)).collect();
     let mut values = vec![home_value];
     let mut floors = vec![home_floor];
@@ -72,22 +65,49 @@ pub fn spread_floored(
         values.push(value);
         floors.push(floor);
     }
-    // The first spread shares the home's headroom; a growth adds holders with what they hold.
-    let moves = if current.is_empty() {
-        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
-    } else {
-        Vec::new()
-    };
+    let moves = spread_moves(current, home_value, home_floor, added.len());
     let after = apply_moves(&floors, &values, &moves)
         .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
     for (name, &floor) in names.iter().zip(&after[1..]) {
         write_floor(ctx, name.raw, floor, None)?;
     }
-    let spread = Spread {
+    let spread = spread_record(current, added, spread_floor, home_floor);
+    write_floor(ctx, home, after[0], Some(spread))
+}
+
+/// What a spread starts from at the home: its value, its floor (0 when it has none) and the
+/// floor F its holder list records (None before the first spread).
+fn home_floor_state(c: Option<CounterRef>) -> (i64, i64, Option<i64>) {
+    let (value, floor) = value_and_floor(c);
+    let spread_floor = match c {
+        Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+        _ => None,
+    };
+    (value, floor.unwrap_or(0), spread_floor)
+}
+
+/// The first spread shares the home's headroom over the home and the `added` holders; a
+/// growth moves nothing (the new holders start with what they hold).
+fn spread_moves(current: &[Vec<u8>], home_value: i64, home_floor: i64, added: usize) -> Vec<Move> {
+    if current.is_empty() {
+        initial_moves(home_value.saturating_sub(home_floor), added + 1)
+    } else {
+        Vec::new()
+    }
+}
+
+/// The holder list the home records: every holder, with the counter's floor F (the home's
+/// floor at the first spread).
+fn spread_record(
+    current: &[Vec<u8>],
+    added: &[Vec<u8>],
+    spread_floor: Option<i64>,
+    home_floor: i64,
+) -> Spread {
+    Spread {
         holders: current.iter().chain(added).cloned().collect(),
         floor: Some(spread_floor.unwrap_or(home_floor)),
-    };
-    write_floor(ctx, home, after[0], Some(spread))
+    }
 }
 
 /// Records the holders `added` (after `current`) of the floored counter at `home` in a cluster,
@@ -103,33 +123,22 @@ pub fn spread_floored_across_masters(
     current: &[Vec<u8>],
     added: &[Vec<u8>],
 ) -> Result<(), CommandError> {
-    let (home_value, home_floor, spread_floor, busy) = with_counter(ctx, home, |c| {
-        let (value, floor) = value_and_floor(c);
-        let (spread_floor, busy) = match c {
-            Some(CounterRef::Boxed(b)) => (
-                b.spread().and_then(|s| s.floor),
-                added
-                    .iter()
-                    .any(|name| b.transfers().is_some_and(|t| t.outgoing_to(name).is_some())),
-            ),
-            _ => (None, false),
+    let ((home_value, home_floor, spread_floor), busy) = with_counter(ctx, home, |c| {
+        let busy = match c {
+            Some(CounterRef::Boxed(b)) => added
+                .iter()
+                .any(|name| b.transfers().is_some_and(|t| t.outgoing_to(name).is_some())),
+            _ => false,
         };
-        (value, floor.unwrap_or(0), spread_floor, busy)
+        (home_floor_state(c), busy)
     })?;
     if busy {
         return Err(CommandError::fixed(
             "ERR a budget move to one of the new holders is still in flight: retry shortly",
         ));
     }
-    let moves = if current.is_empty() {
-        initial_moves(home_value.saturating_sub(home_floor), added.len() + 1)
-    } else {
-        Vec::new()
-    };
-    let spread = Spread {
-        holders: current.iter().chain(added).cloned().collect(),
-        floor: Some(spread_floor.unwrap_or(home_floor)),
-    };
+    let moves = spread_moves(current, home_value, home_floor, added.len());
+    let spread = spread_record(current, added, spread_floor, home_floor);
     write_floor(ctx, home, home_floor, Some(spread))?;
     // Every new holder gets a move, of its share or of 0 units (a holder added by growing, or
     // when the headroom is smaller than the holder count): its credit makes it floored, so it
