@@ -249,16 +249,9 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
             current,
             values: vec![Some(c.map_or(0, held))],
             ages: vec![0],
-            floors: vec![own_floor(c)],
+            floors: vec![floored::value_and_floor(c).1],
         }
     })
-}
-
-fn own_floor(c: Option<CounterRef>) -> Option<i64> {
-    match c {
-        Some(CounterRef::Boxed(b)) => b.floor().map(|f| f.floor),
-        _ => None,
-    }
 }
 
 /// What a key counts for in a total: its value plus the value units it has sent and not had
@@ -714,7 +707,7 @@ fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
         let home = super::spread_transfer::Name::new(ctx, &r.home);
         let now = with_counter(ctx, home.raw, |c| {
             let (names, _) = all_holders_of(c);
-            c.map(|c| (held(c), own_floor(Some(c)), names))
+            c.map(|c| (held(c), floored::value_and_floor(Some(c)).1, names))
         });
         let Ok(Some((value, floor, names))) = now else {
             continue; // the home moved away or changed type: keep what was read
