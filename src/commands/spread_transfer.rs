@@ -209,14 +209,15 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
     for holder in trial.begin_shrink(target)? {
         let name = Name::new(ctx, &holder);
         let owed = with_counter(ctx, name.raw, |c| match c {
-            None => Ok((0, 0)),
             Some(CounterRef::Boxed(b)) if b.is_sealed() => b
                 .transfers()
                 .and_then(|t| t.outgoing_to(home_name))
                 .map(|o| (o.dv, o.df))
                 .ok_or(SEALED),
-            Some(CounterRef::Boxed(b)) => Ok((b.value(), b.floor().map_or(0, |f| f.floor))),
-            Some(c) => Ok((c.value(), 0)),
+            c => {
+                let (value, floor) = super::ctr_floor_spread::value_and_floor(c);
+                Ok((value, floor.unwrap_or(0)))
+            }
         })??;
         trial
             .apply_credit(&holder, u64::MAX, owed.0, owed.1)
