@@ -182,7 +182,7 @@ fn plan(
     owners: &impl SlotOwners,
     taken: &dyn Fn(&[u8]) -> bool,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
-    plan_holders_avoiding(home, current, target, owners, taken).map_err(|PlanError::NoSlot| {
+    plan_holders_avoiding(home, 0, current, target, owners, taken).map_err(|PlanError::NoSlot| {
         CommandError::fixed("ERR no free slot found for a holder on some master")
     })
 }

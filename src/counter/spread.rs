@@ -102,11 +102,67 @@ pub fn key_slot(key: &[u8]) -> u16 {
 }
 
 /// Holder `index`'s name for search attempt `attempt`: a hash tag of its own in front of the
-/// home's name, so the holder hashes on the tag alone whatever tag the home carries.
-pub fn holder_name(home: &[u8], index: usize, attempt: u32) -> Vec<u8> {
-    let mut name = format!("{{ctr.{index}.{attempt}}}").into_bytes();
+/// home's name, so the holder hashes on the tag alone whatever tag the home carries. The tag
+/// carries the spread's id (`{ctr.<id as 16 hex digits>.<index>.<attempt>}<home>`), so a
+/// spread made again under the same home name never names (and so never adopts) a holder of
+/// an earlier one. `spread_id` 0 gives the names spreads had before ids (`{ctr.<i>.<k>}`).
+pub fn holder_name(home: &[u8], spread_id: u64, index: usize, attempt: u32) -> Vec<u8> {
+    let mut name = if spread_id == 0 {
+        format!("{{ctr.{index}.{attempt}}}").into_bytes()
+    } else {
+        format!("{{ctr.{spread_id:016x}.{index}.{attempt}}}").into_bytes()
+    };
     name.extend_from_slice(home);
     name
+}
+
+/// What a holder's name says of it: the spread it belongs to and that spread's home name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderName<'a> {
+    /// The spread id in the tag; 0 for a name from before spread ids (`{ctr.<i>.<k>}`).
+    pub spread_id: u64,
+    pub index: usize,
+    pub home: &'a [u8],
+}
+
+/// Parses a holder name, `{ctr.<16 hex>.<i>.<k>}<home>` or the older `{ctr.<i>.<k>}<home>`
+/// (decimal `i` >= 1 and `k`, lowercase hex). Any other key is not a holder: None. The
+/// `{ctr.` tag prefix is reserved for holders, so a key so named is never a home.
+pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
+    let rest = name.strip_prefix(b"{ctr.")?;
+    let close = rest.iter().position(|&b| b == b'}')?;
+    let (tag, home) = (&rest[..close], &rest[close + 1..]);
+    let fields: Vec<&[u8]> = tag.split(|&b| b == b'.').collect();
+    let decimal = |f: &[u8]| -> Option<usize> {
+        let canonical = !f.is_empty() && f.len() <= 10 && (f == b"0" || f[0] != b'0');
+        canonical.then(|| std::str::from_utf8(f).ok()?.parse().ok())?
+    };
+    let (spread_id, index, _attempt) = match fields.as_slice() {
+        [i, k] => (0, decimal(i)?, decimal(k)?),
+        [id, i, k] => {
+            let hex = id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            let id = u64::from_str_radix(std::str::from_utf8(id).ok().filter(|_| hex)?, 16).ok()?;
+            (id, decimal(i)?, decimal(k)?)
+        }
+        _ => return None,
+    };
+    let id_ok = spread_id != 0 || fields.len() == 2;
+    (index >= 1 && !home.is_empty() && id_ok).then_some(HolderName {
+        spread_id,
+        index,
+        home,
+    })
+}
+
+/// True when `a` and `b` are members of one spread: two holder names with the same spread id
+/// and home, or a holder name and its home's name (either way round).
+pub fn same_spread(a: &[u8], b: &[u8]) -> bool {
+    match (parse_holder_name(a), parse_holder_name(b)) {
+        (Some(x), Some(y)) => x.spread_id == y.spread_id && x.home == y.home,
+        (Some(x), None) => x.home == b,
+        (None, Some(y)) => y.home == a,
+        (None, None) => false,
+    }
 }
 
 /// Which master owns each slot, as the spreading node sees it.
@@ -142,17 +198,19 @@ pub enum PlanError {
 /// one when starting from an even spread.
 pub fn plan_holders(
     home: &[u8],
+    spread_id: u64,
     existing: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
 ) -> Result<Vec<Vec<u8>>, PlanError> {
-    plan_holders_avoiding(home, existing, target, owners, &|_| false)
+    plan_holders_avoiding(home, spread_id, existing, target, owners, &|_| false)
 }
 
 /// [`plan_holders`], never choosing a name `taken` refuses (a holder folded back earlier may
 /// still exist, sealed, under its old name).
 pub fn plan_holders_avoiding(
     home: &[u8],
+    spread_id: u64,
     existing: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
@@ -182,7 +240,7 @@ pub fn plan_holders_avoiding(
         // slots with overwhelming likelihood when it has any.
         let attempts = 16 * u32::from(SLOTS);
         let name = (0..attempts)
-            .map(|attempt| holder_name(home, index, attempt))
+            .map(|attempt| holder_name(home, spread_id, index, attempt))
             .find(|name| {
                 let slot = key_slot(name);
                 !used[slot as usize] && owners.owner(slot) == Some(master) && !taken(name)
@@ -231,7 +289,7 @@ mod tests {
     #[test]
     fn sixteen_holders_on_three_masters_are_five_five_six() {
         for home in [&b"views"[..], b"{user:1}:views", b"{ctr.1.0}x", b""] {
-            let holders = plan_holders(home, &[], 16, &Ranges(3)).unwrap();
+            let holders = plan_holders(home, 7, &[], 16, &Ranges(3)).unwrap();
             assert_eq!(holders.len(), 15);
             let mut counts = per_master(home, &holders, &Ranges(3));
             counts.sort_unstable();
@@ -247,22 +305,22 @@ mod tests {
 
     #[test]
     fn growing_keeps_the_holders_and_stays_even() {
-        let first = plan_holders(b"k", &[], 4, &Ranges(3)).unwrap();
-        let more = plan_holders(b"k", &first, 9, &Ranges(3)).unwrap();
+        let first = plan_holders(b"k", 7, &[], 4, &Ranges(3)).unwrap();
+        let more = plan_holders(b"k", 7, &first, 9, &Ranges(3)).unwrap();
         assert_eq!(more.len(), 5);
         let all: Vec<Vec<u8>> = first.iter().chain(&more).cloned().collect();
         assert_eq!(per_master(b"k", &all, &Ranges(3)), vec![3, 3, 3]);
         Spread::of(all).validate().unwrap();
-        assert!(plan_holders(b"k", &first, 4, &Ranges(3))
+        assert!(plan_holders(b"k", 7, &first, 4, &Ranges(3))
             .unwrap()
             .is_empty());
     }
 
     #[test]
     fn regrowing_never_reuses_a_folded_name() {
-        let first = plan_holders(b"k", &[], 4, &Ranges(3)).unwrap();
+        let first = plan_holders(b"k", 7, &[], 4, &Ranges(3)).unwrap();
         let folded = first[1..].to_vec();
-        let again = plan_holders_avoiding(b"k", &first[..1], 4, &Ranges(3), &|n| {
+        let again = plan_holders_avoiding(b"k", 7, &first[..1], 4, &Ranges(3), &|n| {
             folded.iter().any(|f| f == n)
         })
         .unwrap();
@@ -273,7 +331,7 @@ mod tests {
 
     #[test]
     fn standalone_holders_take_distinct_slots() {
-        let holders = plan_holders(b"k", &[], 64, &Standalone).unwrap();
+        let holders = plan_holders(b"k", 7, &[], 64, &Standalone).unwrap();
         assert_eq!(holders.len(), 63);
         Spread::of(holders).validate().unwrap();
     }
@@ -291,10 +349,62 @@ mod tests {
         }
         // Master 0 owns slot 0 only: the second holder of master 0 cannot be placed.
         assert_eq!(
-            plan_holders(b"k", &[], 4, &Tiny),
+            plan_holders(b"k", 7, &[], 4, &Tiny),
             Err(PlanError::NoSlot),
             "no slot left"
         );
+    }
+
+    #[test]
+    fn holder_names_carry_their_spread_and_home() {
+        let name = holder_name(b"{user:1}:views", 0xab, 3, 17);
+        assert_eq!(name, b"{ctr.00000000000000ab.3.17}{user:1}:views".to_vec());
+        let parsed = parse_holder_name(&name).unwrap();
+        assert_eq!(
+            (parsed.spread_id, parsed.index, parsed.home),
+            (0xab, 3, &b"{user:1}:views"[..])
+        );
+        let legacy = parse_holder_name(b"{ctr.2.0}k").unwrap();
+        assert_eq!(
+            (legacy.spread_id, legacy.index, legacy.home),
+            (0, 2, &b"k"[..])
+        );
+        assert_eq!(holder_name(b"k", 0, 2, 0), b"{ctr.2.0}k".to_vec());
+        for not_a_holder in [
+            &b"views"[..],
+            b"{ctr.}k",
+            b"{ctr.1}k",
+            b"{ctr.0.0}k",
+            b"{ctr.1.0}",
+            b"{ctr.01.0}k",
+            b"{ctr.1.0.0.0}k",
+            b"{ctr.00000000000000AB.1.0}k",
+            b"{ctr.0000000000000000.1.0}k",
+            b"{ctr.abc.1.0}k",
+            b"{ctr.1.x}k",
+            b"{ctr.1.0k",
+            b"x{ctr.1.0}k",
+        ] {
+            assert_eq!(parse_holder_name(not_a_holder), None, "{not_a_holder:?}");
+        }
+    }
+
+    #[test]
+    fn members_of_one_spread_are_told_apart_from_others() {
+        let a = holder_name(b"k", 5, 1, 0);
+        let b = holder_name(b"k", 5, 2, 9);
+        assert!(same_spread(&a, &b));
+        assert!(same_spread(&a, b"k") && same_spread(b"k", &b));
+        assert!(
+            !same_spread(&a, &holder_name(b"k", 6, 2, 0)),
+            "another spread"
+        );
+        assert!(
+            !same_spread(&a, &holder_name(b"j", 5, 2, 0)),
+            "another home"
+        );
+        assert!(!same_spread(&a, b"j"));
+        assert!(!same_spread(b"k", b"k"), "two homes");
     }
 
     #[test]

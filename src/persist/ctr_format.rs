@@ -764,6 +764,7 @@ mod tests {
         let mut c = Counter::from_shards(vec![4, 5]).unwrap();
         let holders = crate::counter::spread::plan_holders(
             b"{tag}home",
+            0,
             &[],
             5,
             &crate::counter::spread::Standalone,
