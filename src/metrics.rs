@@ -136,6 +136,11 @@ pub static TRANSFERS_CREDITED: Counter = Counter::new();
 pub static TRANSFERS_ACKED: Counter = Counter::new();
 pub static TRANSFERS_RESENT: Counter = Counter::new();
 pub static TRANSFERS_DUPLICATE_CREDITS: Counter = Counter::new();
+/// Credits this node refused as a receiver (not a transfer it expects: forged, copied, or for
+/// a fold its home no longer lists).
+pub static TRANSFERS_REFUSED: Counter = Counter::new();
+/// Budget moves rolled back by their giver after the receiver refused them.
+pub static TRANSFERS_ROLLED_BACK: Counter = Counter::new();
 /// Budget moves of floored spread counters across masters: started here by a giver asked to
 /// give, and asks dropped because the pair still had a move unacknowledged (or the debit
 /// failed); the next refusal asks again.
@@ -200,6 +205,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("transfers_acked", &TRANSFERS_ACKED),
         ("transfers_resent", &TRANSFERS_RESENT),
         ("transfers_duplicate_credits", &TRANSFERS_DUPLICATE_CREDITS),
+        ("transfers_refused", &TRANSFERS_REFUSED),
+        ("transfers_rolled_back", &TRANSFERS_ROLLED_BACK),
         ("budget_moves", &BUDGET_MOVES),
         ("budget_moves_skipped", &BUDGET_MOVES_SKIPPED),
     ]

@@ -88,8 +88,10 @@ fn grow(
     let is_floored = floored::floor_of(ctx, key_name)?.is_some();
     let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
-            let givers = t.inbox.iter().map(|(g, _)| g.clone());
-            givers.chain(t.leaving.iter().cloned()).collect()
+            let givers = t.inbox.iter().map(|e| e.name.clone());
+            givers
+                .chain(t.leaving.iter().map(|l| l.name.clone()))
+                .collect()
         }),
         _ => Vec::new(),
     })?;
@@ -199,7 +201,7 @@ fn all_holders_of(c: Option<CounterRef>) -> (Vec<Vec<u8>>, usize) {
     let mut holders = holders_of(c).unwrap_or_default();
     let current = holders.len();
     if let Some(CounterRef::Boxed(b)) = c {
-        holders.extend(b.leaving().iter().cloned());
+        holders.extend(b.leaving().iter().map(|l| l.name.clone()));
     }
     (holders, current)
 }

@@ -53,7 +53,7 @@ use super::replication_gate::{self, Gate, Replication};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::key_slot;
-use crate::counter::transfer::{Outgoing, TransferError};
+use crate::counter::transfer::{AckEffect, CreditOutcome, Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, RawString};
 use crate::metrics;
@@ -143,7 +143,7 @@ pub fn start(
 ) -> Result<Outgoing, CommandError> {
     let now = ctx.now_ms();
     let out = write_state(ctx, giver, |c| {
-        c.start_transfer(receiver, dv, df, now)
+        c.start_transfer(receiver, dv, df, now, new_id())
             .map_err(transfer_error)
     })?;
     metrics::TRANSFERS_STARTED.incr();
@@ -156,6 +156,17 @@ pub fn start(
     });
     tick_soon(ctx);
     Ok(out)
+}
+
+/// A random id that is neither 0 (none) nor [`LEGACY_FOLD`]: a giver's id or a fold's. Made
+/// on the master and replicated inside the state it is written into.
+fn new_id() -> u64 {
+    loop {
+        let id = u64::from_le_bytes(crate::ffi::random_bytes());
+        if id > LEGACY_FOLD {
+            return id;
+        }
+    }
 }
 
 fn transfer_error(e: TransferError) -> CommandError {
@@ -177,7 +188,7 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
         check_local_fold(ctx, home, target)?;
     }
     let (gone, kept) = write_state(ctx, home, |c| {
-        let gone = c.begin_shrink(target)?;
+        let gone = c.begin_shrink(target, &mut new_id)?;
         let kept = c.spread().map(|s| s.holders.clone()).unwrap_or_default();
         Ok((gone, kept))
     })?;
@@ -206,7 +217,9 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
         return Ok(());
     };
     let home_name = string_bytes(home);
-    for holder in trial.begin_shrink(target)? {
+    trial.begin_shrink(target, &mut new_id)?;
+    for leaving in trial.leaving().to_vec() {
+        let holder = leaving.name;
         let name = Name::new(ctx, &holder);
         let owed = with_counter(ctx, name.raw, |c| match c {
             Some(CounterRef::Boxed(b)) if b.is_sealed() => b
@@ -219,9 +232,16 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
                 Ok((value, floor.unwrap_or(0)))
             }
         })??;
-        trial
-            .apply_credit(&holder, u64::MAX, owed.0, owed.1)
-            .map_err(transfer_error)?;
+        let credit = Credit {
+            giver: holder,
+            receiver: home_name.to_vec(),
+            giver_id: new_id(),
+            seq: u64::MAX,
+            dv: owed.0,
+            df: owed.1,
+            fold_id: leaving.fold_id,
+        };
+        trial.apply_credit(&credit).map_err(transfer_error)?;
     }
     Ok(())
 }
@@ -325,7 +345,8 @@ fn on_seal(ctx: Ctx, m: Seal) {
     }
     let now = ctx.now_ms();
     match write_state(ctx, name.raw, |c| {
-        c.seal_into(&m.home, now).map_err(transfer_error)
+        c.seal_into(&m.home, m.fold_id, now, new_id())
+            .map_err(transfer_error)
     }) {
         Ok(Some(_)) => metrics::TRANSFERS_STARTED.incr(),
         Ok(None) => {}
@@ -339,40 +360,44 @@ fn on_seal(ctx: Ctx, m: Seal) {
     }
 }
 
-/// On the receiver's master: applies a credit once, then acknowledges it (also a repeat).
+/// On the receiver's master: applies a credit it expects, once, then acknowledges it (also a
+/// repeat); answers a credit it does not expect with a refusal. Nothing is answered while the
+/// credit cannot be applied (the giver sends it again).
 fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     if config::DEBUG_HOLD_CREDITS.load(Relaxed) || !serves(ctx, &m.receiver) {
         return;
     }
     let name = Name::new(ctx, &m.receiver);
-    if with_counter(ctx, name.raw, |_| ()).is_err() {
-        return;
-    }
-    let applied = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => {
-            b.transfers().map_or(0, |t| t.applied_from(&m.giver)) >= m.seq
-        }
-        _ => false,
-    });
-    if applied == Ok(true) {
-        metrics::TRANSFERS_DUPLICATE_CREDITS.incr();
-    } else {
-        let credited = write_state(ctx, name.raw, |c| {
-            c.apply_credit(&m.giver, m.seq, m.dv, m.df)
-                .map_err(transfer_error)
-        });
-        match credited {
-            Ok(_) => metrics::TRANSFERS_CREDITED.incr(),
+    // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
+    // A missing key expects what a fresh counter expects.
+    let Ok(decided) = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.credit_outcome(&m),
+        _ => Counter::plain(0).credit_outcome(&m),
+    }) else {
+        return; // another type under the receiver's name
+    };
+    let outcome = match decided {
+        Some(outcome) => outcome,
+        None => match write_state(ctx, name.raw, |c| {
+            c.apply_credit(&m).map_err(transfer_error)
+        }) {
+            Ok(outcome) => outcome,
             Err(e) => {
                 ctx.log_warning(&format!("ctr: could not apply a transfer credit: {}", e.0));
                 return;
             }
-        }
+        },
+    };
+    match outcome {
+        CreditOutcome::Applied => metrics::TRANSFERS_CREDITED.incr(),
+        CreditOutcome::Repeat => metrics::TRANSFERS_DUPLICATE_CREDITS.incr(),
+        CreditOutcome::Refused => metrics::TRANSFERS_REFUSED.incr(),
     }
     let ack = Ack {
         giver: m.giver,
         receiver: m.receiver,
         seq: m.seq,
+        refused: outcome == CreditOutcome::Refused,
     };
     match from {
         None => on_ack(ctx, ack),
@@ -416,80 +441,79 @@ fn send_acks(ctx: Ctx, now: &Replication) {
     }
 }
 
-/// On the giver's master: forgets the acknowledged outbox entry; a sealed holder with nothing
-/// left to send expires after the grace period.
+/// On the giver's master: an acknowledgement forgets the outbox entry (a sealed holder with
+/// nothing left to send expires after the grace period); a refusal rolls a budget move back.
 fn on_ack(ctx: Ctx, m: Ack) {
     if !serves(ctx, &m.giver) {
         return;
     }
     let name = Name::new(ctx, &m.giver);
-    let pending = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b
-            .transfers()
-            .and_then(|t| t.outgoing_to(&m.receiver))
-            .is_some_and(|o| o.seq == m.seq),
+    let matters = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.answer_matters(&m),
         _ => false,
     });
-    if pending != Ok(true) {
+    if matters != Ok(true) {
         return;
     }
-    let done = write_state(ctx, name.raw, |c| {
-        c.apply_ack(&m.receiver, m.seq);
-        Ok(c.is_sealed() && c.transfers().is_some_and(|t| t.outbox.is_empty()))
-    });
-    let Ok(sealed_and_done) = done else {
-        return;
+    let effect = match write_state(ctx, name.raw, |c| {
+        c.apply_answer(&m).map_err(transfer_error)
+    }) {
+        Ok(effect) => effect,
+        Err(e) => {
+            ctx.log_warning(&format!("ctr: could not apply a transfer answer: {}", e.0));
+            return;
+        }
     };
-    metrics::TRANSFERS_ACKED.incr();
-    if sealed_and_done {
-        let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS);
-        let key = Key::open(ctx, name.raw, true);
-        key.set_abs_expire(at);
-        drop(key);
-        ctx.replicate(c"PEXPIREAT", name.raw, &[at.to_string().as_bytes()]);
+    match effect {
+        AckEffect::Nothing => {}
+        AckEffect::RolledBack => metrics::TRANSFERS_ROLLED_BACK.incr(),
+        AckEffect::Acknowledged { sealed_and_done } => {
+            metrics::TRANSFERS_ACKED.incr();
+            if sealed_and_done {
+                let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS);
+                let key = Key::open(ctx, name.raw, true);
+                key.set_abs_expire(at);
+                drop(key);
+                ctx.replicate(c"PEXPIREAT", name.raw, &[at.to_string().as_bytes()]);
+            }
+        }
     }
+}
+
+/// What the counter at `name` has to send (seal requests and credits; none when missing).
+fn messages_due(ctx: Ctx, name: &[u8]) -> (Vec<Seal>, Vec<Credit>) {
+    let key = Name::new(ctx, name);
+    with_counter(ctx, key.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.messages_due(name),
+        _ => Default::default(),
+    })
+    .unwrap_or_default()
 }
 
 /// Sends (again) every credit in `giver`'s outbox; returns how many went.
 fn send_credits(ctx: Ctx, giver: &[u8], resend: bool) -> usize {
-    let name = Name::new(ctx, giver);
-    let outbox = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.transfers().map(|t| t.outbox.clone()).unwrap_or_default(),
-        _ => Vec::new(),
-    })
-    .unwrap_or_default();
-    for o in &outbox {
-        let credit = Credit {
-            giver: giver.to_vec(),
-            receiver: o.receiver.clone(),
-            seq: o.seq,
-            dv: o.dv,
-            df: o.df,
-        };
+    let (_, credits) = messages_due(ctx, giver);
+    for credit in &credits {
         if resend {
             metrics::TRANSFERS_RESENT.incr();
         }
-        deliver(ctx, &o.receiver, MSG_CREDIT, &msg::encode_credit(&credit));
+        deliver(
+            ctx,
+            &credit.receiver,
+            MSG_CREDIT,
+            &msg::encode_credit(credit),
+        );
     }
-    outbox.len()
+    credits.len()
 }
 
 /// Asks (again) the master of every holder still leaving `home` to seal it.
 fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
-    let name = Name::new(ctx, home);
-    let leaving = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.leaving().to_vec(),
-        _ => Vec::new(),
-    })
-    .unwrap_or_default();
-    for holder in &leaving {
-        let seal = Seal {
-            home: home.to_vec(),
-            holder: holder.clone(),
-        };
-        deliver(ctx, holder, MSG_SEAL, &msg::encode_seal(&seal));
+    let (seals, _) = messages_due(ctx, home);
+    for seal in &seals {
+        deliver(ctx, &seal.holder, MSG_SEAL, &msg::encode_seal(seal));
     }
-    leaving.len()
+    seals.len()
 }
 
 /// One pass over the registry: sends what is due; forgets keys with nothing left to send.

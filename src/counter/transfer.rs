@@ -21,6 +21,17 @@
 //! Seqs are `max(last + 1, now_ms * 1024)`: they grow across a giver's lives, so a giver key
 //! deleted and made again still sends seqs above what its receivers already applied.
 //!
+//! Two-sided: a receiver applies a credit only for a transfer it expects ([`Counter::expects`]),
+//! so a state forged or duplicated (RESTORE under another name, SETSTATE, RENAME) credits
+//! nothing. A giver has an id of its own ([`Transfers::giver_id`], random, made at its first
+//! debit) that travels with its state: receivers deduplicate by that id, not by the giver's
+//! name, so a copy of a giver restored under another name, or a renamed giver, replays a
+//! credit as a repeat. A fold credit names the fold it ends (the *fold id* the home gave the
+//! leaving holder); a budget move is expected only between members of one spread and never
+//! by a sealed holder. A move the receiver refuses is rolled back at the giver
+//! ([`Counter::apply_refusal`]); a refused fold is kept and sent again (the home may have been
+//! renamed: its seal request, which carries the same fold id, re-targets the fold).
+//!
 //! A *fold* moves a whole spread holder back to its home: the home lists the holder in
 //! `leaving` ([`Counter::begin_fold`]); the holder's master *seals* it
 //! ([`Counter::seal_into`]: a transfer of everything it holds to the home, after which it
@@ -30,7 +41,7 @@
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
 use super::{exact_sum, Counter, CounterError};
-use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
+use crate::counter::spread::{parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME};
 
 /// Longest key name a transfer may name (a giver or a receiver).
 pub const MAX_NAME: usize = MAX_HOLDER_NAME;
@@ -44,21 +55,101 @@ pub struct Outgoing {
     pub seq: u64,
     pub dv: i64,
     pub df: i64,
+    /// The fold this transfer carries out (the home's id for it), 0 for a budget move.
+    pub fold_id: u64,
+}
+
+/// The fold id of folds begun before fold ids: such a fold is matched by the holder's name.
+pub const LEGACY_FOLD: u64 = 1;
+
+/// A holder a home is folding back, and the id of that fold (what its credit must carry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaving {
+    pub name: Vec<u8>,
+    pub fold_id: u64,
+}
+
+/// The last credit applied from one giver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The giver's id; 0 for a giver from before ids (then its name identifies it).
+    pub giver_id: u64,
+    /// The giver's name when its first credit was applied (a name a new holder must not take).
+    pub name: Vec<u8>,
+    pub seq: u64,
+}
+
+/// The home asks the holder's master to fold `holder` into `home` (the fold `fold_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seal {
+    pub home: Vec<u8>,
+    pub holder: Vec<u8>,
+    pub fold_id: u64,
+}
+
+/// A giver's credit, sent until it is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credit {
+    /// The giver's key name when it sent the credit (where the answer goes).
+    pub giver: Vec<u8>,
+    pub receiver: Vec<u8>,
+    pub giver_id: u64,
+    pub seq: u64,
+    pub dv: i64,
+    pub df: i64,
+    /// The fold this credit ends, 0 for a budget move.
+    pub fold_id: u64,
+}
+
+/// A receiver's answer to a credit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    pub giver: Vec<u8>,
+    pub receiver: Vec<u8>,
+    pub seq: u64,
+    /// The receiver does not expect this transfer: a budget move is rolled back.
+    pub refused: bool,
+}
+
+/// What an answer did to its giver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckEffect {
+    /// Not about a transfer the giver has in flight (late, repeated, or a refused fold).
+    Nothing,
+    /// The outbox entry went; `sealed_and_done` when the giver is a folded holder with nothing
+    /// left to send (its key may expire).
+    Acknowledged { sealed_and_done: bool },
+    /// A refused budget move came back to the giver.
+    RolledBack,
+}
+
+/// What a receiver did with a credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreditOutcome {
+    /// Applied now: acknowledge it.
+    Applied,
+    /// Applied earlier: acknowledge it again.
+    Repeat,
+    /// Not a transfer this receiver expects: nothing changed; the giver rolls a move back.
+    Refused,
 }
 
 /// What a counter keeps about transfers (the encoded TRANSFER section).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Transfers {
+    /// This counter's id as a giver (0: it has given nothing since ids exist).
+    pub giver_id: u64,
     /// The last seq this counter gave out (0: none yet).
     pub last_seq: u64,
     /// Sent and not acknowledged, by receiver name (strictly increasing, unique).
     pub outbox: Vec<Outgoing>,
-    /// Highest seq applied per giver name (strictly increasing names).
-    pub inbox: Vec<(Vec<u8>, u64)>,
+    /// The last credit applied per giver, by (giver id, name) strictly increasing; a nonzero
+    /// giver id appears once.
+    pub inbox: Vec<Applied>,
     /// When this holder was folded: the home it was folded into. It refuses writes.
     pub sealed_into: Option<Vec<u8>>,
     /// Home only: holders being folded back (sealed or about to be), not yet credited.
-    pub leaving: Vec<Vec<u8>>,
+    pub leaving: Vec<Leaving>,
 }
 
 /// Why a transfer step was refused.
@@ -95,17 +186,37 @@ impl Transfers {
             .map(|i| &self.outbox[i])
     }
 
-    /// The highest seq applied from `giver` (0: none).
-    pub fn applied_from(&self, giver: &[u8]) -> u64 {
-        self.inbox
-            .binary_search_by(|(g, _)| g.as_slice().cmp(giver))
-            .map_or(0, |i| self.inbox[i].1)
+    /// Where the inbox holds (or would hold) the entry of a giver: by its id, or by its name
+    /// for a giver from before ids.
+    fn inbox_slot(&self, giver_id: u64, giver: &[u8]) -> Result<usize, usize> {
+        self.inbox.binary_search_by(|e| {
+            e.giver_id.cmp(&giver_id).then_with(|| {
+                if giver_id == 0 {
+                    e.name.as_slice().cmp(giver)
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+        })
     }
 
-    /// True when `name` was ever folded into (or is folding into) this counter: a name a new
-    /// holder must not take (the old key may still be sealed).
+    /// The highest seq applied from the giver `giver_id` (by name when 0): 0 when none.
+    pub fn applied_from(&self, giver_id: u64, giver: &[u8]) -> u64 {
+        self.inbox_slot(giver_id, giver)
+            .map_or(0, |i| self.inbox[i].seq)
+    }
+
+    /// True when `name` was ever folded into (or is folding into) this counter, or gave it
+    /// anything: a name a new holder must not take (the old key may still be sealed).
     pub fn knows_name(&self, name: &[u8]) -> bool {
-        self.applied_from(name) > 0 || self.leaving.iter().any(|l| l == name)
+        self.inbox.iter().any(|e| e.name == name) || self.leaving.iter().any(|l| l.name == name)
+    }
+
+    /// The leaving holder a fold credit ends, if this home still expects it.
+    fn leaving_slot(&self, fold_id: u64, giver: &[u8]) -> Option<usize> {
+        self.leaving
+            .iter()
+            .position(|l| l.fold_id == fold_id && (fold_id != LEGACY_FOLD || l.name == giver))
     }
 
     /// Checks what a decoder may carry: bounded, ordered, unique names; seqs given out.
@@ -119,8 +230,8 @@ impl Transfers {
             return bad("too many transfer entries");
         }
         if !self.outbox.iter().all(|o| name_ok(&o.receiver))
-            || !self.inbox.iter().all(|(g, _)| name_ok(g))
-            || !self.leaving.iter().all(|l| name_ok(l))
+            || !self.inbox.iter().all(|e| name_ok(&e.name))
+            || !self.leaving.iter().all(|l| name_ok(&l.name))
             || !self.sealed_into.as_deref().is_none_or(name_ok)
         {
             return bad("transfer name length");
@@ -129,20 +240,44 @@ impl Transfers {
             .outbox
             .windows(2)
             .any(|w| w[0].receiver >= w[1].receiver)
-            || self.inbox.windows(2).any(|w| w[0].0 >= w[1].0)
+            || self.inbox.windows(2).any(|w| {
+                (w[0].giver_id, &w[0].name) >= (w[1].giver_id, &w[1].name)
+                    || (w[0].giver_id != 0 && w[0].giver_id == w[1].giver_id)
+            })
         {
             return bad("transfer entries repeated or out of order");
         }
-        let mut leaving = self.leaving.clone();
-        leaving.sort_unstable();
-        if leaving.windows(2).any(|w| w[0] == w[1]) {
+        let mut names: Vec<&[u8]> = self.leaving.iter().map(|l| l.name.as_slice()).collect();
+        names.sort_unstable();
+        let mut folds: Vec<u64> = self.leaving.iter().map(|l| l.fold_id).collect();
+        folds.sort_unstable();
+        let repeated_fold = folds
+            .windows(2)
+            .any(|w| w[0] == w[1] && w[0] != LEGACY_FOLD);
+        if names.windows(2).any(|w| w[0] == w[1]) || repeated_fold {
             return bad("a holder leaves twice");
+        }
+        if self.leaving.iter().any(|l| l.fold_id == 0) {
+            return bad("a leaving holder without a fold id");
+        }
+        let folding = self.outbox.iter().filter(|o| o.fold_id != 0).count();
+        let fold_to_home = |home: &[u8]| {
+            self.outbox
+                .iter()
+                .all(|o| o.fold_id == 0 || o.receiver == home)
+        };
+        let folds_ok = match &self.sealed_into {
+            Some(home) => folding <= 1 && fold_to_home(home),
+            None => folding == 0,
+        };
+        if !folds_ok {
+            return bad("a fold transfer without its seal");
         }
         if self
             .outbox
             .iter()
             .any(|o| o.seq == 0 || o.seq > self.last_seq)
-            || self.inbox.iter().any(|(_, s)| *s == 0)
+            || self.inbox.iter().any(|e| e.seq == 0)
         {
             return bad("transfer seq out of range");
         }
@@ -153,13 +288,13 @@ impl Transfers {
         self.outbox
             .iter()
             .map(|o| o.receiver.capacity())
-            .chain(self.inbox.iter().map(|(g, _)| g.capacity()))
-            .chain(self.leaving.iter().map(Vec::capacity))
+            .chain(self.inbox.iter().map(|e| e.name.capacity()))
+            .chain(self.leaving.iter().map(|l| l.name.capacity()))
             .chain(self.sealed_into.iter().map(Vec::capacity))
             .sum::<usize>()
             + self.outbox.capacity() * std::mem::size_of::<Outgoing>()
-            + self.inbox.capacity() * std::mem::size_of::<(Vec<u8>, u64)>()
-            + self.leaving.capacity() * std::mem::size_of::<Vec<u8>>()
+            + self.inbox.capacity() * std::mem::size_of::<Applied>()
+            + self.leaving.capacity() * std::mem::size_of::<Leaving>()
     }
 }
 
@@ -241,18 +376,35 @@ impl Counter {
 
     /// Step 1 on the giver: debits (dv, df) and records the outbox entry to `receiver`.
     /// Refused when a transfer to that receiver is unacknowledged, or the debit is not possible.
+    /// `new_giver_id` (nonzero, random) becomes the counter's giver id when it has none yet.
     pub fn start_transfer(
         &mut self,
         receiver: &[u8],
         dv: i64,
         df: i64,
         now_ms: i64,
+        new_giver_id: u64,
     ) -> Result<Outgoing, TransferError> {
-        if receiver.is_empty() || receiver.len() > MAX_NAME {
-            return Err(CounterError::InvalidOperation("transfer receiver name length").into());
-        }
         if self.is_sealed() {
             return Err(TransferError::Sealed);
+        }
+        self.debit(receiver, dv, df, now_ms, new_giver_id, 0)
+    }
+
+    /// Debits (dv, df) and records the outbox entry (a move, or the fold `fold_id`).
+    fn debit(
+        &mut self,
+        receiver: &[u8],
+        dv: i64,
+        df: i64,
+        now_ms: i64,
+        new_giver_id: u64,
+        fold_id: u64,
+    ) -> Result<Outgoing, TransferError> {
+        if receiver.is_empty() || receiver.len() > MAX_NAME || new_giver_id == 0 {
+            return Err(
+                CounterError::InvalidOperation("transfer receiver or id out of range").into(),
+            );
         }
         let t = self.transfers().cloned().unwrap_or_default();
         let slot = match t
@@ -273,70 +425,209 @@ impl Counter {
             seq: next_seq(t.last_seq, now_ms),
             dv,
             df,
+            fold_id,
         };
         let t = self.transfers_mut();
+        if t.giver_id == 0 {
+            t.giver_id = new_giver_id;
+        }
         t.last_seq = entry.seq;
         t.outbox.insert(slot, entry.clone());
         Ok(entry)
     }
 
-    /// Step 2 on the receiver: applies a credit from `giver` unless its seq was applied
-    /// already. Ok(true) when applied, Ok(false) for a repeat (acknowledge it again). A credit
-    /// from a leaving holder ends its fold in the same write.
-    pub fn apply_credit(
-        &mut self,
-        giver: &[u8],
-        seq: u64,
-        dv: i64,
-        df: i64,
-    ) -> Result<bool, TransferError> {
-        if giver.is_empty() || giver.len() > MAX_NAME || seq == 0 {
+    /// The rule "a receiver applies only what it expects", for a credit not applied before
+    /// (the credit's receiver is this counter's own key name).
+    /// - A fold credit: expected while this home lists its fold as leaving.
+    /// - A budget move: expected by a receiver that is not sealed, from a member of its own
+    ///   spread: a home expects its current and leaving holders; a holder (by its name) its
+    ///   home and its sibling holders.
+    pub fn expects(&self, credit: &Credit) -> bool {
+        let me = credit.receiver.as_slice();
+        let t = self.transfers();
+        if credit.fold_id != 0 {
+            return t.is_some_and(|t| t.leaving_slot(credit.fold_id, &credit.giver).is_some());
+        }
+        if self.is_sealed() {
+            return false;
+        }
+        if parse_holder_name(me).is_some() {
+            return same_spread(me, &credit.giver);
+        }
+        let current = self
+            .spread()
+            .is_some_and(|s| s.holders.contains(&credit.giver));
+        current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == credit.giver))
+    }
+
+    /// A credit's outcome when it changes nothing (a repeat, or a refusal); None when it is
+    /// to be applied. The glue asks this on a read, so that such answers write nothing.
+    pub fn credit_outcome(&self, c: &Credit) -> Option<CreditOutcome> {
+        let applied = self
+            .transfers()
+            .map_or(0, |t| t.applied_from(c.giver_id, &c.giver));
+        if c.seq <= applied {
+            Some(CreditOutcome::Repeat)
+        } else if !self.expects(c) {
+            Some(CreditOutcome::Refused)
+        } else {
+            None
+        }
+    }
+
+    /// Step 2 on the receiver: applies a credit it expects and has not applied before.
+    /// A fold credit ends its holder's fold in the same write. Err: expected, but the units
+    /// cannot be taken now (overflow, floor): nothing changes and the giver sends it again.
+    pub fn apply_credit(&mut self, c: &Credit) -> Result<CreditOutcome, TransferError> {
+        if c.giver.is_empty() || c.giver.len() > MAX_NAME || c.seq == 0 {
             return Err(CounterError::InvalidOperation("transfer credit out of range").into());
         }
-        let t = self.transfers().cloned().unwrap_or_default();
-        if seq <= t.applied_from(giver) {
-            return Ok(false);
+        if let Some(outcome) = self.credit_outcome(c) {
+            return Ok(outcome);
         }
-        let known = t.inbox.binary_search_by(|(g, _)| g.as_slice().cmp(giver));
+        let t = self.transfers().cloned().unwrap_or_default();
+        let known = t.inbox_slot(c.giver_id, &c.giver);
         if known.is_err() && t.inbox.len() >= MAX_ENTRIES {
             return Err(CounterError::InvalidOperation("too many givers").into());
         }
-        // A transfer that is not a fold (the giver is not leaving this home; no value moves) is
-        // a budget move of a floored spread counter: its receiver is a holder of that counter
-        // and must never go below its floor, whatever it is sent, also when the move carries
-        // no units (a holder given a share of 0), so its first credit makes it floored (at 0
-        // when it had no floor).
-        let budget_move = dv == 0 && !t.leaving.iter().any(|l| l == giver);
-        self.shift(dv, df, budget_move)?;
+        // A budget move's receiver is a holder of a floored spread counter and must never go
+        // below its floor, whatever it is sent, also when the move carries no units (a holder
+        // given a share of 0), so its first credit makes it floored (at 0 when it had none).
+        let budget_move = c.fold_id == 0;
+        self.shift(c.dv, c.df, budget_move)?;
         let t = self.transfers_mut();
         match known {
-            Ok(i) => t.inbox[i].1 = seq,
-            Err(i) => t.inbox.insert(i, (giver.to_vec(), seq)),
+            Ok(i) => t.inbox[i].seq = c.seq,
+            Err(i) => t.inbox.insert(
+                i,
+                Applied {
+                    giver_id: c.giver_id,
+                    name: c.giver.clone(),
+                    seq: c.seq,
+                },
+            ),
         }
-        t.leaving.retain(|l| l != giver);
-        Ok(true)
+        if c.fold_id != 0 {
+            if let Some(i) = t.leaving_slot(c.fold_id, &c.giver) {
+                t.leaving.remove(i);
+            }
+        }
+        Ok(CreditOutcome::Applied)
     }
 
     /// Step 3 on the giver: forgets the outbox entry to `receiver` when it is the one of
     /// `seq`. True when something was removed.
     pub fn apply_ack(&mut self, receiver: &[u8], seq: u64) -> bool {
-        let Some(t) = self.ext.as_mut().and_then(|e| e.transfers.as_deref_mut()) else {
-            return false;
-        };
-        let before = t.outbox.len();
-        t.outbox
-            .retain(|o| !(o.receiver == receiver && o.seq == seq));
-        let removed = t.outbox.len() < before;
-        self.trim_transfers();
-        removed
+        self.take_outgoing(receiver, seq).is_some()
     }
 
-    /// On the home: lists `holders` as leaving (they must already be out of its holder list).
-    pub fn begin_fold(&mut self, holders: &[Vec<u8>]) -> Result<(), CounterError> {
+    /// Removes the outbox entry (receiver, seq) and returns it.
+    fn take_outgoing(&mut self, receiver: &[u8], seq: u64) -> Option<Outgoing> {
+        let t = self.ext.as_mut().and_then(|e| e.transfers.as_deref_mut())?;
+        let i = t
+            .outbox
+            .iter()
+            .position(|o| o.receiver == receiver && o.seq == seq)?;
+        let taken = t.outbox.remove(i);
+        self.trim_transfers();
+        Some(taken)
+    }
+
+    /// On the giver, when the receiver refused a credit: a budget move is rolled back (its
+    /// units come back here, so none is lost); a fold is kept and sent again (its home may
+    /// have moved: see [`Counter::seal_into`]). True when a move was rolled back. The entry is
+    /// known (receiver and seq match), so the rollback reverses exactly the debit.
+    pub fn apply_refusal(&mut self, receiver: &[u8], seq: u64) -> Result<bool, TransferError> {
+        let entry = self
+            .transfers()
+            .and_then(|t| t.outgoing_to(receiver))
+            .filter(|o| o.seq == seq && o.fold_id == 0)
+            .cloned();
+        let Some(entry) = entry else {
+            return Ok(false);
+        };
+        let before = self.clone();
+        self.take_outgoing(receiver, seq);
+        if let Err(e) = self.shift(entry.dv, entry.df, false) {
+            *self = before;
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+
+    /// Step 3 on the giver, either answer: an acknowledgement forgets the outbox entry, a
+    /// refusal rolls a budget move back (a refused fold is kept and sent again).
+    pub fn apply_answer(&mut self, ack: &Ack) -> Result<AckEffect, TransferError> {
+        if ack.refused {
+            return Ok(match self.apply_refusal(&ack.receiver, ack.seq)? {
+                true => AckEffect::RolledBack,
+                false => AckEffect::Nothing,
+            });
+        }
+        if !self.apply_ack(&ack.receiver, ack.seq) {
+            return Ok(AckEffect::Nothing);
+        }
+        let sealed_and_done =
+            self.is_sealed() && self.transfers().is_none_or(|t| t.outbox.is_empty());
+        Ok(AckEffect::Acknowledged { sealed_and_done })
+    }
+
+    /// True when `ack` would change this giver (what the glue asks on a read first).
+    pub fn answer_matters(&self, ack: &Ack) -> bool {
+        self.transfers()
+            .and_then(|t| t.outgoing_to(&ack.receiver))
+            .is_some_and(|o| o.seq == ack.seq && (!ack.refused || o.fold_id == 0))
+    }
+
+    /// What the counter at `name` has to send: a seal request per holder still leaving it (a
+    /// home), a credit per unacknowledged transfer (a giver).
+    pub fn messages_due(&self, name: &[u8]) -> (Vec<Seal>, Vec<Credit>) {
+        let Some(t) = self.transfers() else {
+            return (Vec::new(), Vec::new());
+        };
+        let seals = t
+            .leaving
+            .iter()
+            .map(|l| Seal {
+                home: name.to_vec(),
+                holder: l.name.clone(),
+                fold_id: l.fold_id,
+            })
+            .collect();
+        let credits = t
+            .outbox
+            .iter()
+            .map(|o| Credit {
+                giver: name.to_vec(),
+                receiver: o.receiver.clone(),
+                giver_id: t.giver_id,
+                seq: o.seq,
+                dv: o.dv,
+                df: o.df,
+                fold_id: o.fold_id,
+            })
+            .collect();
+        (seals, credits)
+    }
+
+    /// On the home: lists `holders` as leaving (they must already be out of its holder list),
+    /// each with a fresh fold id from `new_fold_id` (nonzero, random).
+    pub fn begin_fold(
+        &mut self,
+        holders: &[Vec<u8>],
+        new_fold_id: &mut dyn FnMut() -> u64,
+    ) -> Result<(), CounterError> {
         let t = self.transfers_mut();
         for h in holders {
-            if !t.leaving.contains(h) {
-                t.leaving.push(h.clone());
+            if !t.leaving.iter().any(|l| &l.name == h) {
+                let fold_id = new_fold_id();
+                if fold_id <= LEGACY_FOLD {
+                    return Err(CounterError::InvalidOperation("fold id out of range"));
+                }
+                t.leaving.push(Leaving {
+                    name: h.clone(),
+                    fold_id,
+                });
             }
         }
         let result = t.validate();
@@ -349,7 +640,11 @@ impl Counter {
     /// On a spread home: keeps the first `holders - 1` holders and lists the others as
     /// leaving; returns the ones that leave. With 1, the counter stops being spread (its Spread
     /// state goes; the folds finish from `leaving`).
-    pub fn begin_shrink(&mut self, holders: usize) -> Result<Vec<Vec<u8>>, CounterError> {
+    pub fn begin_shrink(
+        &mut self,
+        holders: usize,
+        new_fold_id: &mut dyn FnMut() -> u64,
+    ) -> Result<Vec<Vec<u8>>, CounterError> {
         let Some(spread) = self.spread().cloned() else {
             return Ok(Vec::new());
         };
@@ -361,10 +656,10 @@ impl Counter {
         ext.spread = (!kept.is_empty()).then(|| {
             Box::new(super::Spread {
                 holders: kept.to_vec(),
-                floor: spread.floor,
+                ..spread.clone()
             })
         });
-        if let Err(e) = self.begin_fold(&gone) {
+        if let Err(e) = self.begin_fold(&gone, new_fold_id) {
             *self = before;
             return Err(e);
         }
@@ -372,27 +667,71 @@ impl Counter {
     }
 
     /// Holders still folding back into this home.
-    pub fn leaving(&self) -> &[Vec<u8>] {
+    pub fn leaving(&self) -> &[Leaving] {
         self.transfers().map_or(&[], |t| t.leaving.as_slice())
     }
 
-    /// On a holder: seals it into `home`, making everything it holds (value and floor) one
-    /// transfer to the home. A holder already sealed into `home` is left as it is (Ok(None)).
+    /// On a holder: seals it into `home` for the fold `fold_id`, making everything it holds
+    /// (value and floor) one transfer to the home. Waits (Busy) while any transfer of its own
+    /// is unacknowledged, so a fold never overlaps a budget move of the same holder. A holder
+    /// sealed for the same fold under another home name (the home was renamed) re-targets its
+    /// fold there, same seq: only a home listing that fold applies it. Ok(None) when sealed
+    /// already for this fold into this home.
     pub fn seal_into(
         &mut self,
         home: &[u8],
+        fold_id: u64,
         now_ms: i64,
+        new_giver_id: u64,
     ) -> Result<Option<Outgoing>, TransferError> {
-        if let Some(into) = self.transfers().and_then(|t| t.sealed_into.as_deref()) {
-            return if into == home {
+        if let Some(into) = self.transfers().and_then(|t| t.sealed_into.clone()) {
+            return self.retarget_fold(&into, home, fold_id);
+        }
+        if fold_id == 0 {
+            return Err(CounterError::InvalidOperation("fold id 0").into());
+        }
+        if self.transfers().is_some_and(|t| !t.outbox.is_empty()) {
+            return Err(TransferError::Busy);
+        }
+        let df = self.floor().map_or(0, |f| f.floor);
+        let entry = self.debit(home, self.value, df, now_ms, new_giver_id, fold_id)?;
+        self.transfers_mut().sealed_into = Some(home.to_vec());
+        Ok(Some(entry))
+    }
+
+    fn retarget_fold(
+        &mut self,
+        into: &[u8],
+        home: &[u8],
+        fold_id: u64,
+    ) -> Result<Option<Outgoing>, TransferError> {
+        let t = self.transfers_mut();
+        let pending = t.outbox.iter().position(|o| o.fold_id != 0);
+        let same_fold = pending.is_some_and(|i| t.outbox[i].fold_id == fold_id);
+        if into == home {
+            return if pending.is_none() || same_fold {
                 Ok(None)
             } else {
                 Err(TransferError::Sealed)
             };
         }
-        let df = self.floor().map_or(0, |f| f.floor);
-        let entry = self.start_transfer(home, self.value, df, now_ms)?;
-        self.transfers_mut().sealed_into = Some(home.to_vec());
+        let Some(i) = pending.filter(|_| same_fold) else {
+            return Err(TransferError::Sealed);
+        };
+        if home.is_empty() || home.len() > MAX_NAME {
+            return Err(CounterError::InvalidOperation("transfer receiver name length").into());
+        }
+        if t.outbox.iter().any(|o| o.receiver == home) {
+            return Err(TransferError::Busy);
+        }
+        let mut entry = t.outbox.remove(i);
+        entry.receiver = home.to_vec();
+        let slot = t
+            .outbox
+            .binary_search_by(|o| o.receiver.as_slice().cmp(home))
+            .unwrap_or_else(|slot| slot);
+        t.outbox.insert(slot, entry.clone());
+        t.sealed_into = Some(home.to_vec());
         Ok(Some(entry))
     }
 }
@@ -400,47 +739,149 @@ impl Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counter::spread::holder_name;
 
-    fn credit_of(c: &mut Counter, giver: &[u8], o: &Outgoing) -> Result<bool, TransferError> {
-        c.apply_credit(giver, o.seq, o.dv, o.df)
+    const HOME: &[u8] = b"k";
+
+    fn holder(i: usize) -> Vec<u8> {
+        holder_name(HOME, 7, i, 0)
+    }
+
+    fn credit(giver: &[u8], receiver: &[u8], giver_id: u64, o: &Outgoing) -> Credit {
+        Credit {
+            giver: giver.to_vec(),
+            receiver: receiver.to_vec(),
+            giver_id,
+            seq: o.seq,
+            dv: o.dv,
+            df: o.df,
+            fold_id: o.fold_id,
+        }
+    }
+
+    /// Sends `o` from `giver` (named `from`) to `receiver` (named `to`).
+    fn send(
+        giver: &Counter,
+        from: &[u8],
+        receiver: &mut Counter,
+        to: &[u8],
+        o: &Outgoing,
+    ) -> Result<CreditOutcome, TransferError> {
+        let id = giver.transfers().map_or(0, |t| t.giver_id);
+        receiver.apply_credit(&credit(from, to, id, o))
+    }
+
+    fn fold_ids() -> impl FnMut() -> u64 {
+        let mut next = 100;
+        move || {
+            next += 1;
+            next
+        }
     }
 
     #[test]
     fn a_transfer_moves_units_once_whatever_repeats() {
+        let (h1, h2) = (holder(1), holder(2));
         let mut giver = Counter::plain(10);
         let mut receiver = Counter::plain(5);
-        let out = giver.start_transfer(b"r", 4, 0, 1).unwrap();
+        let out = giver.start_transfer(&h2, 4, 0, 1, 9).unwrap();
         assert_eq!(giver.value(), 6);
+        assert_eq!(giver.transfers().unwrap().giver_id, 9);
         assert_eq!(
             giver.units_in_hand(),
             Some(10),
             "in flight counts at the giver"
         );
         assert_eq!(
-            giver.start_transfer(b"r", 1, 0, 2),
+            giver.start_transfer(&h2, 1, 0, 2, 9),
             Err(TransferError::Busy),
             "one at a time per pair"
         );
-        assert!(credit_of(&mut receiver, b"g", &out).unwrap());
-        assert!(!credit_of(&mut receiver, b"g", &out).unwrap(), "a repeat");
+        let sent = send(&giver, &h1, &mut receiver, &h2, &out);
+        assert_eq!(sent, Ok(CreditOutcome::Applied));
+        let again = send(&giver, &h1, &mut receiver, &h2, &out);
+        assert_eq!(again, Ok(CreditOutcome::Repeat));
         assert_eq!(receiver.value(), 9);
-        assert!(giver.apply_ack(b"r", out.seq));
-        assert!(!giver.apply_ack(b"r", out.seq));
+        assert!(giver.apply_ack(&h2, out.seq));
+        assert!(!giver.apply_ack(&h2, out.seq));
         assert_eq!(giver.units_in_hand(), Some(6));
         assert!(giver.transfers().unwrap().outbox.is_empty());
-        let next = giver.start_transfer(b"r", 1, 0, 1).unwrap();
+        let next = giver.start_transfer(&h2, 1, 0, 1, 5).unwrap();
         assert!(next.seq > out.seq, "seqs grow even when the clock does not");
-        assert!(credit_of(&mut receiver, b"g", &next).unwrap());
+        assert_eq!(giver.transfers().unwrap().giver_id, 9, "the id is kept");
+        send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
-        assert_eq!(receiver.transfers().unwrap().applied_from(b"g"), next.seq);
+        assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
+    }
+
+    /// A giver copied under another name (DUMP/RESTORE) or renamed keeps its id: its credit is
+    /// a repeat wherever the original's was applied.
+    #[test]
+    fn a_copy_of_a_giver_under_another_name_credits_nothing() {
+        let (h1, h2, h3) = (holder(1), holder(2), holder(3));
+        let mut giver = Counter::plain(10);
+        giver.set_floor(Some(0)).unwrap();
+        let out = giver.start_transfer(&h2, 0, -4, 1, 9).unwrap();
+        let copy = giver.clone();
+        let mut receiver = Counter::plain(0);
+        assert_eq!(
+            send(&giver, &h1, &mut receiver, &h2, &out),
+            Ok(CreditOutcome::Applied)
+        );
+        assert_eq!(
+            send(&copy, &h3, &mut receiver, &h2, &out),
+            Ok(CreditOutcome::Repeat)
+        );
+        assert_eq!(receiver.floor().unwrap().floor, -4);
+    }
+
+    #[test]
+    fn a_receiver_refuses_what_it_does_not_expect() {
+        let (h1, h2) = (holder(1), holder(2));
+        let stranger = holder_name(HOME, 8, 1, 0);
+        let mut giver = Counter::plain(10);
+        giver.set_floor(Some(0)).unwrap();
+        let out = giver.start_transfer(&h2, 0, -4, 1, 9).unwrap();
+        let before = Counter::plain(3);
+        // Another spread's holder, another home's holder, a plain key, a home that does not
+        // list the giver: nothing changes.
+        for (to, from) in [
+            (h2.clone(), stranger.clone()),
+            (holder_name(b"j", 7, 2, 0), h1.clone()),
+            (b"plain".to_vec(), h1.clone()),
+            (HOME.to_vec(), h1.clone()),
+        ] {
+            let mut receiver = before.clone();
+            assert_eq!(
+                send(&giver, &from, &mut receiver, &to, &out),
+                Ok(CreditOutcome::Refused),
+                "{to:?} from {from:?}"
+            );
+            assert_eq!(receiver, before);
+        }
+        // A forged fold credit: no home lists it.
+        let mut forged = out.clone();
+        forged.fold_id = 555;
+        let mut home = Counter::plain(0);
+        home.begin_fold(std::slice::from_ref(&h1), &mut fold_ids())
+            .unwrap();
+        assert_eq!(
+            send(&giver, &h1, &mut home, HOME, &forged),
+            Ok(CreditOutcome::Refused)
+        );
+        // The refused move is rolled back at the giver: its budget is whole again.
+        assert_eq!(giver.apply_refusal(&h2, out.seq), Ok(true));
+        assert_eq!((giver.value(), giver.floor().unwrap().floor), (10, 0));
+        assert!(giver.transfers().is_none_or(|t| t.outbox.is_empty()));
+        assert_eq!(giver.apply_refusal(&h2, out.seq), Ok(false), "once");
     }
 
     #[test]
     fn seqs_grow_across_a_givers_lives() {
         let mut first = Counter::plain(3);
-        let a = first.start_transfer(b"r", 1, 0, 1_000).unwrap();
+        let a = first.start_transfer(b"r", 1, 0, 1_000, 1).unwrap();
         let mut again = Counter::plain(3);
-        let b = again.start_transfer(b"r", 1, 0, 1_001).unwrap();
+        let b = again.start_transfer(b"r", 1, 0, 1_001, 1).unwrap();
         assert!(b.seq > a.seq);
         assert_eq!(next_seq(u64::MAX, 5), u64::MAX);
         assert_eq!(next_seq(7, -5), 8);
@@ -450,22 +891,39 @@ mod tests {
     fn refused_steps_change_nothing() {
         let mut giver = Counter::plain(i64::MIN);
         let before = giver.clone();
-        assert!(giver.start_transfer(b"r", 1, 0, 1).is_err(), "overflow");
-        assert!(giver.start_transfer(b"r", 0, 1, 1).is_err(), "no floor");
-        assert!(giver.start_transfer(b"", 0, 0, 1).is_err());
+        assert!(giver.start_transfer(b"r", 1, 0, 1, 1).is_err(), "overflow");
+        assert!(giver.start_transfer(b"r", 0, 1, 1, 1).is_err(), "no floor");
+        assert!(giver.start_transfer(b"", 0, 0, 1, 1).is_err());
+        assert!(
+            giver.start_transfer(b"r", 0, 0, 1, 0).is_err(),
+            "giver id 0"
+        );
         assert_eq!(giver, before);
         let mut floored = Counter::plain(10);
         floored.set_floor(Some(4)).unwrap();
         let before = floored.clone();
         assert!(
-            floored.start_transfer(b"r", 7, 0, 1).is_err(),
+            floored.start_transfer(b"r", 7, 0, 1, 1).is_err(),
             "below floor"
         );
         assert_eq!(floored, before);
         let mut receiver = Counter::plain(i64::MAX);
+        let h2 = holder(2);
         let before = receiver.clone();
-        assert!(receiver.apply_credit(b"g", 1, 1, 0).is_err());
-        assert!(receiver.apply_credit(b"g", 0, 0, 0).is_err(), "seq 0");
+        let c = Credit {
+            giver: HOME.to_vec(),
+            receiver: h2.clone(),
+            giver_id: 3,
+            seq: 1,
+            dv: 1,
+            df: 0,
+            fold_id: 0,
+        };
+        assert!(receiver.apply_credit(&c).is_err());
+        assert!(
+            receiver.apply_credit(&Credit { seq: 0, ..c }).is_err(),
+            "seq 0"
+        );
         assert_eq!(receiver, before);
     }
 
@@ -476,38 +934,49 @@ mod tests {
         let mut receiver = Counter::plain(0);
         receiver.set_floor(Some(0)).unwrap();
         // dv = 0, df = -5: the giver's floor rises by 5, the receiver's falls by 5.
-        let out = giver.start_transfer(b"r", 0, -5, 1).unwrap();
+        let h1 = holder(1);
+        let out = giver.start_transfer(&h1, 0, -5, 1, 1).unwrap();
         assert_eq!(giver.floor().unwrap().floor, 5);
         assert_eq!(giver.floor().unwrap().budgets.iter().sum::<i64>(), 15);
-        credit_of(&mut receiver, b"g", &out).unwrap();
+        send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
         assert_eq!(receiver.floor().unwrap().floor, -5);
         assert_eq!(receiver.floor().unwrap().budgets, vec![5]);
     }
 
     #[test]
     fn floor_units_reach_a_counter_without_a_floor_as_floor_0() {
+        let (h1, h2) = (holder(1), holder(2));
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
         // A fresh holder: no key yet (a plain 0), no floor.
         let mut receiver = Counter::plain(0);
-        let out = giver.start_transfer(b"r", 0, -4, 1).unwrap();
-        credit_of(&mut receiver, b"g", &out).unwrap();
+        let out = giver.start_transfer(&h1, 0, -4, 1, 1).unwrap();
+        send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
         assert_eq!(receiver.floor().map(|f| f.floor), Some(-4));
         assert_eq!(receiver.floor().unwrap().budgets, vec![4]);
         // The other way, from a floorless counter, it needs the value to cover the new floor.
         let mut floorless = Counter::plain(3);
         assert_eq!(
-            floorless.start_transfer(b"r2", 0, -4, 2),
+            floorless.start_transfer(b"r2", 0, -4, 2, 1),
             Err(TransferError::Counter(CounterError::BelowFloor)),
             "floor 0 + 4 is above the value 3"
         );
         assert_eq!((floorless.value(), floorless.floor()), (3, None));
-        floorless.start_transfer(b"r2", 0, -3, 3).unwrap();
+        floorless.start_transfer(b"r2", 0, -3, 3, 1).unwrap();
         assert_eq!(floorless.floor().map(|f| f.floor), Some(3));
         // Value units alone leave a floorless counter floorless.
         let mut plain = Counter::plain(1);
-        plain.apply_credit(b"g", 5, 2, 0).unwrap();
-        assert_eq!((plain.value(), plain.floor()), (3, None));
+        let c = Credit {
+            giver: h1.clone(),
+            receiver: h2.clone(),
+            giver_id: 4,
+            seq: 5,
+            dv: 2,
+            df: 0,
+            fold_id: 0,
+        };
+        assert_eq!(plain.apply_credit(&c), Ok(CreditOutcome::Applied));
+        assert_eq!(plain.value(), 3);
     }
 
     /// A budget move of 0 units (a holder with a share of 0, or added by growing) still makes
@@ -515,18 +984,22 @@ mod tests {
     /// fold of an empty holder into an unfloored home leaves the home unfloored.
     #[test]
     fn a_budget_move_of_nothing_makes_its_receiver_floored_and_a_fold_does_not() {
+        let h1 = holder(1);
         let mut home = Counter::plain(0);
         home.set_floor(Some(0)).unwrap();
-        let mut holder = Counter::plain(0);
-        let out = home.start_transfer(b"h", 0, 0, 1).unwrap();
-        credit_of(&mut holder, b"home", &out).unwrap();
-        assert_eq!(holder.floor().map(|f| f.floor), Some(0));
+        let mut fresh = Counter::plain(0);
+        let out = home.start_transfer(&h1, 0, 0, 1, 1).unwrap();
+        send(&home, HOME, &mut fresh, &h1, &out).unwrap();
+        assert_eq!(fresh.floor().map(|f| f.floor), Some(0));
 
         let mut unfloored = Counter::plain(7);
-        unfloored.begin_fold(&[b"e".to_vec()]).unwrap();
+        unfloored
+            .begin_fold(std::slice::from_ref(&h1), &mut fold_ids())
+            .unwrap();
+        let fold = unfloored.leaving()[0].fold_id;
         let mut empty = Counter::plain(0);
-        let out = empty.seal_into(b"home", 2).unwrap().unwrap();
-        credit_of(&mut unfloored, b"e", &out).unwrap();
+        let out = empty.seal_into(HOME, fold, 2, 3).unwrap().unwrap();
+        send(&empty, &h1, &mut unfloored, HOME, &out).unwrap();
         assert_eq!((unfloored.value(), unfloored.floor()), (7, None));
         assert!(unfloored.leaving().is_empty());
     }
@@ -535,10 +1008,11 @@ mod tests {
     /// the home lists it as leaving): the total stays exact.
     #[test]
     fn fold_accounting_is_exact_at_every_step() {
+        let h1 = holder(1);
         let mut home = Counter::plain(100);
         let mut holder = Counter::from_shards(vec![3, 4]).unwrap();
         let total = |home: &Counter, holder: &Counter| {
-            let counted = home.leaving().iter().any(|l| l == b"h");
+            let counted = home.leaving().iter().any(|l| l.name == h1);
             home.value()
                 + if counted {
                     holder.units_in_hand().unwrap()
@@ -546,67 +1020,203 @@ mod tests {
                     0
                 }
         };
-        home.begin_fold(&[b"h".to_vec()]).unwrap();
+        home.begin_fold(std::slice::from_ref(&h1), &mut fold_ids())
+            .unwrap();
+        let fold = home.leaving()[0].fold_id;
         assert_eq!(total(&home, &holder), 107, "listed as leaving");
-        assert!(home.transfers().unwrap().knows_name(b"h"));
-        let out = holder.seal_into(b"home", 5).unwrap().unwrap();
-        assert_eq!((holder.value(), out.dv), (0, 7));
+        assert!(home.transfers().unwrap().knows_name(&h1));
+        let out = holder.seal_into(HOME, fold, 5, 3).unwrap().unwrap();
+        assert_eq!((holder.value(), out.dv, out.fold_id), (0, 7, fold));
         assert!(holder.is_sealed());
         assert_eq!(total(&home, &holder), 107, "sealed, credit in flight");
-        assert_eq!(holder.seal_into(b"home", 6), Ok(None), "sealing twice");
         assert_eq!(
-            holder.seal_into(b"other", 6),
-            Err(TransferError::Sealed),
-            "sealed into another home"
+            holder.seal_into(HOME, fold, 6, 3),
+            Ok(None),
+            "sealing twice"
         );
         assert_eq!(
-            holder.start_transfer(b"x", 0, 0, 6),
+            holder.seal_into(b"other", fold + 1, 6, 3),
+            Err(TransferError::Sealed),
+            "sealed for another fold"
+        );
+        assert_eq!(
+            holder.start_transfer(b"x", 0, 0, 6, 3),
             Err(TransferError::Sealed)
         );
-        credit_of(&mut home, b"h", &out).unwrap();
+        send(&holder, &h1, &mut home, HOME, &out).unwrap();
         assert!(home.leaving().is_empty());
         assert_eq!(total(&home, &holder), 107, "credited, not acknowledged");
-        assert!(holder.apply_ack(b"home", out.seq));
+        assert!(holder.apply_ack(HOME, out.seq));
         assert_eq!(total(&home, &holder), 107, "acknowledged");
-        assert!(home.transfers().unwrap().knows_name(b"h"), "never reused");
+        assert!(home.transfers().unwrap().knows_name(&h1), "never reused");
         assert!(holder.is_sealed(), "stays sealed until it expires");
+    }
+
+    /// Finding 1 of the spread issue: a budget move from a holder into its home, in flight when
+    /// a shrink makes that holder leave, neither ends the fold nor is lost; the holder seals
+    /// once the move is acknowledged and its fold then completes.
+    #[test]
+    fn a_budget_move_into_the_home_does_not_end_a_fold() {
+        let h1 = holder(1);
+        let mut home = Counter::plain(10);
+        home.set_spread(crate::counter::Spread::of(vec![h1.clone()]))
+            .unwrap();
+        home.set_floor(Some(0)).unwrap();
+        let mut h = Counter::plain(5);
+        h.set_floor(Some(0)).unwrap();
+        let mv = h.start_transfer(HOME, 0, -2, 1, 3).unwrap();
+        home.begin_shrink(1, &mut fold_ids()).unwrap();
+        let fold = home.leaving()[0].fold_id;
+        assert_eq!(
+            h.seal_into(HOME, fold, 2, 3),
+            Err(TransferError::Busy),
+            "move pending"
+        );
+        assert_eq!(
+            send(&h, &h1, &mut home, HOME, &mv),
+            Ok(CreditOutcome::Applied)
+        );
+        assert_eq!(home.leaving().len(), 1, "a move does not end the fold");
+        assert!(h.apply_ack(HOME, mv.seq));
+        let out = h.seal_into(HOME, fold, 3, 3).unwrap().unwrap();
+        assert_eq!(
+            send(&h, &h1, &mut home, HOME, &out),
+            Ok(CreditOutcome::Applied)
+        );
+        assert!(home.leaving().is_empty());
+        assert_eq!(home.value(), 15);
+        assert_eq!(
+            home.floor().unwrap().floor,
+            0,
+            "floors summed home: 0 + 2 - 2"
+        );
+    }
+
+    /// A home renamed in the middle of a fold: the old name refuses the credit (nothing there
+    /// lists the fold); the seal request from the new name re-targets the same credit.
+    #[test]
+    fn a_fold_follows_its_renamed_home() {
+        let h1 = holder(1);
+        let mut home = Counter::plain(1);
+        home.begin_fold(std::slice::from_ref(&h1), &mut fold_ids())
+            .unwrap();
+        let fold = home.leaving()[0].fold_id;
+        let mut h = Counter::plain(4);
+        let out = h.seal_into(HOME, fold, 1, 3).unwrap().unwrap();
+        let mut gone = Counter::plain(0);
+        assert_eq!(
+            send(&h, &h1, &mut gone, HOME, &out),
+            Ok(CreditOutcome::Refused)
+        );
+        assert_eq!(h.apply_refusal(HOME, out.seq), Ok(false), "a fold is kept");
+        let moved = h.seal_into(b"renamed", fold, 2, 3).unwrap().unwrap();
+        assert_eq!(
+            (moved.seq, moved.dv, &moved.receiver[..]),
+            (out.seq, 4, &b"renamed"[..])
+        );
+        assert_eq!(
+            send(&h, &h1, &mut home, b"renamed", &moved),
+            Ok(CreditOutcome::Applied)
+        );
+        assert_eq!((home.value(), home.leaving().len()), (5, 0));
+    }
+
+    #[test]
+    fn a_sealed_holder_refuses_budget_moves() {
+        let (h1, h2) = (holder(1), holder(2));
+        let mut sealed = Counter::plain(0);
+        sealed.seal_into(HOME, 77, 1, 3).unwrap();
+        let mut giver = Counter::plain(5);
+        giver.set_floor(Some(0)).unwrap();
+        let out = giver.start_transfer(&h2, 0, -5, 1, 4).unwrap();
+        assert_eq!(
+            send(&giver, &h1, &mut sealed, &h2, &out),
+            Ok(CreditOutcome::Refused)
+        );
+        assert_eq!(giver.apply_refusal(&h2, out.seq), Ok(true));
+        assert_eq!(
+            giver.floor().unwrap().budgets,
+            vec![5],
+            "the budget came back"
+        );
     }
 
     #[test]
     fn validation_refuses_forged_states() {
-        let out = |r: &[u8], seq| Outgoing {
+        let out = |r: &[u8], seq, fold_id| Outgoing {
             receiver: r.to_vec(),
             seq,
             dv: 1,
             df: 0,
+            fold_id,
+        };
+        let applied = |giver_id, name: &[u8], seq| Applied {
+            giver_id,
+            name: name.to_vec(),
+            seq,
+        };
+        let leaving = |name: &[u8], fold_id| Leaving {
+            name: name.to_vec(),
+            fold_id,
         };
         let ok = Transfers {
+            giver_id: 3,
             last_seq: 9,
-            outbox: vec![out(b"a", 3), out(b"b", 9)],
-            inbox: vec![(b"x".to_vec(), 1), (b"y".to_vec(), 2)],
+            outbox: vec![out(b"a", 3, 0), out(b"b", 9, 0)],
+            inbox: vec![
+                applied(0, b"x", 1),
+                applied(0, b"y", 2),
+                applied(5, b"x", 2),
+            ],
             sealed_into: None,
-            leaving: vec![b"z".to_vec()],
+            leaving: vec![leaving(b"z", 40), leaving(b"w", LEGACY_FOLD)],
         };
         ok.validate().unwrap();
+        let sealed = Transfers {
+            outbox: vec![out(b"home", 3, 40)],
+            sealed_into: Some(b"home".to_vec()),
+            ..ok.clone()
+        };
+        sealed.validate().unwrap();
         let broken = [
             Transfers {
-                outbox: vec![out(b"b", 3), out(b"a", 4)],
+                outbox: vec![out(b"b", 3, 0), out(b"a", 4, 0)],
                 ..ok.clone()
             },
             Transfers {
-                outbox: vec![out(b"a", 10)],
+                outbox: vec![out(b"a", 10, 0)],
                 ..ok.clone()
             },
             Transfers {
-                inbox: vec![(b"x".to_vec(), 0)],
+                outbox: vec![out(b"a", 3, 40)],
                 ..ok.clone()
             },
             Transfers {
-                inbox: vec![(b"y".to_vec(), 1), (b"x".to_vec(), 1)],
+                outbox: vec![out(b"x", 3, 40)],
+                ..sealed.clone()
+            },
+            Transfers {
+                inbox: vec![applied(0, b"x", 0)],
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![b"z".to_vec(), b"z".to_vec()],
+                inbox: vec![applied(0, b"y", 1), applied(0, b"x", 1)],
+                ..ok.clone()
+            },
+            Transfers {
+                inbox: vec![applied(5, b"x", 1), applied(5, b"y", 1)],
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(b"z", 4), leaving(b"z", 5)],
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(b"z", 4), leaving(b"y", 4)],
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(b"z", 0)],
                 ..ok.clone()
             },
             Transfers {
@@ -614,7 +1224,7 @@ mod tests {
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![vec![b'n'; MAX_NAME + 1]],
+                leaving: vec![leaving(&[b'n'; MAX_NAME + 1], 4)],
                 ..ok.clone()
             },
         ];

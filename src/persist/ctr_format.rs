@@ -31,7 +31,20 @@
 //!             uvarint n, n x (bytes giver, uvarint seq >= 1) inbox by strictly increasing giver,
 //!             uvarint n, n x bytes leaving holder (distinct). Written when any part is
 //!             non-empty (see `crate::counter::transfer`).
-//!  (13 is reserved for floored spread counters)
+//!             Read only: written by versions before giver and fold ids (section 16 replaced
+//!             it); its folds get the fold id LEGACY_FOLD (matched by holder name), its
+//!             senders' entries giver id 0 (matched by name).
+//!  13 SPREAD_FLOOR ivarint F, a floored spread counter's floor (needs SPREAD)
+//!  16 TRANSFER (giver and fold ids) u64 LE giver id, uvarint last seq,
+//!             u8 sealed (0/1) [+ (uvarint len, bytes) home],
+//!             uvarint n, n x (bytes receiver, uvarint seq (1..=last seq), ivarint dv,
+//!             ivarint df, u64 LE fold id (0: a budget move)) outbox by strictly increasing
+//!             receiver,
+//!             uvarint n, n x (u64 LE giver id, bytes giver name, uvarint seq >= 1) inbox by
+//!             strictly increasing (id, name), a nonzero id at most once,
+//!             uvarint n, n x (bytes leaving holder, u64 LE fold id >= 1) (distinct names
+//!             and ids). Written when any part is non-empty (see `crate::counter::transfer`);
+//!             never together with section 12.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -44,7 +57,9 @@ use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
-use crate::counter::transfer::{Outgoing, Transfers, MAX_ENTRIES, MAX_NAME};
+use crate::counter::transfer::{
+    Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME,
+};
 use crate::counter::{
     Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
 };
@@ -64,6 +79,7 @@ const TAG_SPREAD: u8 = 11;
 const TAG_TRANSFER: u8 = 12;
 /// A floored spread counter's floor.
 const TAG_SPREAD_FLOOR: u8 = 13;
+const TAG_TRANSFER_IDS: u8 = 16;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -111,18 +127,20 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
             w.bytes(name);
         }
     }
-    if let Some(t) = counter.transfers() {
-        encode_transfers(&mut w, t);
-    }
     if let Some(floor) = counter.spread().and_then(|s| s.floor) {
         w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
+    }
+    if let Some(t) = counter.transfers() {
+        encode_transfers(&mut w, t);
     }
     w.u8(TAG_END);
     w.finish()
 }
 
 fn encode_transfers(w: &mut Writer, t: &Transfers) {
-    w.u8(TAG_TRANSFER).uvarint(t.last_seq);
+    w.u8(TAG_TRANSFER_IDS)
+        .fixed_u64(t.giver_id)
+        .uvarint(t.last_seq);
     match &t.sealed_into {
         Some(home) => w.u8(1).bytes(home),
         None => w.u8(0),
@@ -132,19 +150,23 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
         w.bytes(&o.receiver)
             .uvarint(o.seq)
             .ivarint(o.dv)
-            .ivarint(o.df);
+            .ivarint(o.df)
+            .fixed_u64(o.fold_id);
     }
     w.uvarint(t.inbox.len() as u64);
-    for (giver, seq) in &t.inbox {
-        w.bytes(giver).uvarint(*seq);
+    for e in &t.inbox {
+        w.fixed_u64(e.giver_id).bytes(&e.name).uvarint(e.seq);
     }
     w.uvarint(t.leaving.len() as u64);
-    for name in &t.leaving {
-        w.bytes(name);
+    for l in &t.leaving {
+        w.bytes(&l.name).fixed_u64(l.fold_id);
     }
 }
 
-fn decode_transfers(r: &mut Reader) -> Result<Transfers, DecodeError> {
+/// Section 12 (before ids) or 16: the same layout but for the ids 16 adds.
+fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeError> {
+    let id = |r: &mut Reader| if with_ids { r.fixed_u64() } else { Ok(0) };
+    let giver_id = id(r)?;
     let last_seq = r.uvarint()?;
     let sealed_into = match r.u8()? {
         0 => None,
@@ -155,23 +177,47 @@ fn decode_transfers(r: &mut Reader) -> Result<Transfers, DecodeError> {
     let n = r.count(MAX_ENTRIES, 5)?;
     let outbox = (0..n)
         .map(|_| {
+            let receiver = r.bytes(MAX_NAME)?.to_vec();
+            let (seq, dv, df) = (r.uvarint()?, r.ivarint()?, r.ivarint()?);
+            let fold_id = match with_ids {
+                true => r.fixed_u64()?,
+                // Before ids a sealed holder's entry to its home was its fold.
+                false if sealed_into.as_ref() == Some(&receiver) => LEGACY_FOLD,
+                false => 0,
+            };
             Ok(Outgoing {
-                receiver: r.bytes(MAX_NAME)?.to_vec(),
-                seq: r.uvarint()?,
-                dv: r.ivarint()?,
-                df: r.ivarint()?,
+                receiver,
+                seq,
+                dv,
+                df,
+                fold_id,
             })
         })
         .collect::<Result<Vec<_>, DecodeError>>()?;
     let n = r.count(MAX_ENTRIES, 3)?;
     let inbox = (0..n)
-        .map(|_| Ok((r.bytes(MAX_NAME)?.to_vec(), r.uvarint()?)))
+        .map(|_| {
+            Ok(Applied {
+                giver_id: id(r)?,
+                name: r.bytes(MAX_NAME)?.to_vec(),
+                seq: r.uvarint()?,
+            })
+        })
         .collect::<Result<Vec<_>, DecodeError>>()?;
     let n = r.count(MAX_HOLDERS, 2)?;
     let leaving = (0..n)
-        .map(|_| r.bytes(MAX_NAME).map(<[u8]>::to_vec))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|_| {
+            let name = r.bytes(MAX_NAME)?.to_vec();
+            let fold_id = if with_ids {
+                r.fixed_u64()?
+            } else {
+                LEGACY_FOLD
+            };
+            Ok(Leaving { name, fold_id })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     let t = Transfers {
+        giver_id,
         last_seq,
         outbox,
         inbox,
@@ -261,8 +307,12 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_HISTORY => history = Some(decode_history(r)?),
             TAG_INTENTS => intents = Some(decode_intents(r)?),
             TAG_SPREAD => spread = Some(decode_spread(r)?),
-            TAG_TRANSFER => transfers = Some(decode_transfers(r)?),
+            TAG_TRANSFER => transfers = Some(decode_transfers(r, false)?),
             TAG_SPREAD_FLOOR => spread_floor = Some(r.ivarint()?),
+            TAG_TRANSFER_IDS if transfers.is_some() => {
+                return decode_error("two CTR transfer sections")
+            }
+            TAG_TRANSFER_IDS => transfers = Some(decode_transfers(r, true)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -802,12 +852,25 @@ mod tests {
 
     fn folding_home() -> Counter {
         let mut c = spread_counter();
-        c.begin_shrink(2).unwrap();
+        let mut ids = 40..;
+        c.begin_shrink(2, &mut || ids.next().unwrap()).unwrap();
         let mut holder = Counter::plain(3);
-        let out = holder.seal_into(b"{tag}home", 1_000).unwrap().unwrap();
         let gone = c.leaving()[0].clone();
-        c.apply_credit(&gone, out.seq, out.dv, out.df).unwrap();
-        c.start_transfer(b"{x}budget", 2, 0, 1_001).unwrap();
+        let out = holder
+            .seal_into(b"{tag}home", gone.fold_id, 1_000, 9)
+            .unwrap()
+            .unwrap();
+        let credit = crate::counter::transfer::Credit {
+            giver: gone.name.clone(),
+            receiver: b"{tag}home".to_vec(),
+            giver_id: 9,
+            seq: out.seq,
+            dv: out.dv,
+            df: out.df,
+            fold_id: out.fold_id,
+        };
+        c.apply_credit(&credit).unwrap();
+        c.start_transfer(b"{x}budget", 2, 0, 1_001, 8).unwrap();
         c
     }
 
@@ -821,15 +884,16 @@ mod tests {
             assert!(decode(&full[..len]).is_err(), "prefix {len}");
         }
         let mut sealed = Counter::plain(5);
-        sealed.seal_into(b"home", 7).unwrap();
+        sealed.seal_into(b"home", 70, 7, 3).unwrap();
         assert_eq!(decode(&encode(&sealed)).unwrap(), sealed);
         assert!(decode(&encode(&sealed)).unwrap().is_sealed());
         // Acknowledged: the last seq stays (seqs never go back).
         let mut giver = Counter::plain(5);
-        let out = giver.start_transfer(b"r", 1, 0, 7).unwrap();
+        let out = giver.start_transfer(b"r", 1, 0, 7, 3).unwrap();
         giver.apply_ack(b"r", out.seq);
         let back = decode(&encode(&giver)).unwrap();
         assert_eq!(back.transfers().map(|t| t.last_seq), Some(out.seq));
+        // Section 12, as versions before giver and fold ids wrote it, still decodes.
         let section = |body: &dyn Fn(&mut Writer)| {
             let mut w = Writer::new();
             w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0).u8(TAG_TRANSFER);
@@ -837,6 +901,29 @@ mod tests {
             w.u8(TAG_END);
             decode(&w.finish())
         };
+        let legacy_fold = |w: &mut Writer| {
+            w.uvarint(5).u8(1).bytes(b"home").uvarint(1);
+            w.bytes(b"home").uvarint(5).ivarint(0).ivarint(0);
+            w.uvarint(1).bytes(b"g").uvarint(3);
+            w.uvarint(1).bytes(b"h");
+        };
+        let old = section(&legacy_fold).unwrap();
+        let t = old.transfers().unwrap();
+        assert_eq!(
+            t.outbox[0].fold_id, LEGACY_FOLD,
+            "a sealed holder's entry is its fold"
+        );
+        assert_eq!((t.inbox[0].giver_id, t.inbox[0].seq), (0, 3));
+        assert_eq!(t.leaving[0].fold_id, LEGACY_FOLD);
+        let rewritten = encode(&old);
+        assert_eq!(decode(&rewritten).unwrap(), old, "rewritten as section 16");
+        assert!(rewritten.contains(&TAG_TRANSFER_IDS));
+        let both = |w: &mut Writer| {
+            legacy_fold(w);
+            w.u8(TAG_TRANSFER_IDS).fixed_u64(1).uvarint(1).u8(0);
+            w.uvarint(0).uvarint(0).uvarint(1).bytes(b"z").fixed_u64(5);
+        };
+        assert!(section(&both).is_err(), "two transfer sections");
         let ok = |w: &mut Writer| {
             w.uvarint(5).u8(0).uvarint(1);
             w.bytes(b"r").uvarint(5).ivarint(1).ivarint(0);

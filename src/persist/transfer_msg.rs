@@ -1,45 +1,31 @@
 //! The cluster-bus messages of transfers between counters (see `crate::counter::transfer`):
 //!
 //! ```text
-//! seal:   u8 version (= 1), (uvarint len, home), (uvarint len, holder)
+//! seal:   u8 version (= 2), (uvarint len, home), (uvarint len, holder), u64 LE fold id (>= 1)
 //!         the home's master asks the holder's master to fold the holder into the home
-//! credit: u8 version (= 1), (uvarint len, giver), (uvarint len, receiver), uvarint seq (>= 1),
-//!         ivarint dv, ivarint df
-//! ack:    u8 version (= 1), (uvarint len, giver), (uvarint len, receiver), uvarint seq (>= 1)
+//! credit: u8 version (= 2), (uvarint len, giver), (uvarint len, receiver), u64 LE giver id,
+//!         uvarint seq (>= 1), ivarint dv, ivarint df, u64 LE fold id (0: a budget move)
+//! ack:    u8 version (= 2), (uvarint len, giver), (uvarint len, receiver), uvarint seq (>= 1),
+//!         u8 outcome (0 applied, now or before; 1 refused: the receiver does not expect it)
 //! ```
 //! Each message is idempotent, so a resend or a late copy is harmless. Anything malformed is
 //! dropped by the receiver (the sender resends; the outcome is that of a lost message).
+//! Version 1 (before giver and fold ids) is refused as malformed: a cluster is upgraded on
+//! every master before it folds or moves budget again (docs/CLUSTER.md).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::transfer::MAX_NAME;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seal {
-    pub home: Vec<u8>,
-    pub holder: Vec<u8>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credit {
-    pub giver: Vec<u8>,
-    pub receiver: Vec<u8>,
-    pub seq: u64,
-    pub dv: i64,
-    pub df: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ack {
-    pub giver: Vec<u8>,
-    pub receiver: Vec<u8>,
-    pub seq: u64,
-}
+pub use crate::counter::transfer::{Ack, Credit, Seal};
 
 pub fn encode_seal(m: &Seal) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(VERSION).bytes(&m.home).bytes(&m.holder);
+    w.u8(VERSION)
+        .bytes(&m.home)
+        .bytes(&m.holder)
+        .fixed_u64(m.fold_id);
     w.finish()
 }
 
@@ -48,6 +34,10 @@ pub fn decode_seal(buf: &[u8]) -> Result<Seal, DecodeError> {
     let m = Seal {
         home: name(&mut r)?,
         holder: name(&mut r)?,
+        fold_id: match r.fixed_u64()? {
+            0 => return decode_error("fold id 0"),
+            id => id,
+        },
     };
     close(&r, m)
 }
@@ -55,7 +45,11 @@ pub fn decode_seal(buf: &[u8]) -> Result<Seal, DecodeError> {
 pub fn encode_credit(m: &Credit) -> Vec<u8> {
     let mut w = Writer::new();
     w.u8(VERSION).bytes(&m.giver).bytes(&m.receiver);
-    w.uvarint(m.seq).ivarint(m.dv).ivarint(m.df);
+    w.fixed_u64(m.giver_id)
+        .uvarint(m.seq)
+        .ivarint(m.dv)
+        .ivarint(m.df);
+    w.fixed_u64(m.fold_id);
     w.finish()
 }
 
@@ -64,9 +58,11 @@ pub fn decode_credit(buf: &[u8]) -> Result<Credit, DecodeError> {
     let m = Credit {
         giver: name(&mut r)?,
         receiver: name(&mut r)?,
+        giver_id: r.fixed_u64()?,
         seq: seq(&mut r)?,
         dv: r.ivarint()?,
         df: r.ivarint()?,
+        fold_id: r.fixed_u64()?,
     };
     close(&r, m)
 }
@@ -76,7 +72,8 @@ pub fn encode_ack(m: &Ack) -> Vec<u8> {
     w.u8(VERSION)
         .bytes(&m.giver)
         .bytes(&m.receiver)
-        .uvarint(m.seq);
+        .uvarint(m.seq)
+        .u8(u8::from(m.refused));
     w.finish()
 }
 
@@ -86,6 +83,11 @@ pub fn decode_ack(buf: &[u8]) -> Result<Ack, DecodeError> {
         giver: name(&mut r)?,
         receiver: name(&mut r)?,
         seq: seq(&mut r)?,
+        refused: match r.u8()? {
+            0 => false,
+            1 => true,
+            other => return decode_error(format!("unknown ack outcome {other}")),
+        },
     };
     close(&r, m)
 }
@@ -120,18 +122,22 @@ mod tests {
         let seal = Seal {
             home: b"home".to_vec(),
             holder: b"{ctr.1.0}home".to_vec(),
+            fold_id: u64::MAX,
         };
         let credit = Credit {
             giver: b"g\x00\xff".to_vec(),
             receiver: b"r".to_vec(),
+            giver_id: 77,
             seq: u64::MAX,
             dv: i64::MIN,
             df: -5,
+            fold_id: 0,
         };
         let ack = Ack {
             giver: b"g".to_vec(),
             receiver: b"r".to_vec(),
             seq: 1,
+            refused: true,
         };
         let bufs = [encode_seal(&seal), encode_credit(&credit), encode_ack(&ack)];
         assert_eq!(decode_seal(&bufs[0]), Ok(seal));
@@ -161,12 +167,27 @@ mod tests {
         let mut empty_name = Writer::new();
         empty_name.u8(VERSION).bytes(b"").bytes(b"r");
         assert!(decode_seal(&empty_name.finish()).is_err());
-        let mut version = encode_seal(&Seal {
+        let seal = Seal {
             home: b"h".to_vec(),
             holder: b"x".to_vec(),
-        });
-        version[0] = 2;
-        assert!(decode_seal(&version).is_err());
+            fold_id: 3,
+        };
+        for v in [1, 3] {
+            let mut version = encode_seal(&seal);
+            version[0] = v;
+            assert!(decode_seal(&version).is_err(), "version {v}");
+        }
+        let mut no_fold = Writer::new();
+        no_fold.u8(VERSION).bytes(b"h").bytes(b"x").fixed_u64(0);
+        assert!(decode_seal(&no_fold.finish()).is_err(), "fold id 0");
+        let mut bad_outcome = Writer::new();
+        bad_outcome
+            .u8(VERSION)
+            .bytes(b"g")
+            .bytes(b"r")
+            .uvarint(1)
+            .u8(2);
+        assert!(decode_ack(&bad_outcome.finish()).is_err());
         let mut long = Writer::new();
         long.u8(VERSION)
             .bytes(&vec![b'k'; MAX_NAME + 1])
