@@ -8,6 +8,7 @@ mod common;
 
 use std::thread;
 
+use common::cluster::key_slot;
 use common::{Conn, Server, Value};
 use redis_ctr_client::SpreadRouter;
 
@@ -88,32 +89,45 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
 fn a_holder_key_of_another_type_refuses_the_spread_and_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
-    // The holder names depend only on the key (on one server): learn them, then start over.
-    let names: Vec<String> = c
+    c.q("CTR.ADD s 10");
+    c.q("CTR.FLOOR s 0");
+    let first: Vec<String> = c
+        .q("CTR.SPREAD s 2")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [5, 5]);
+    // Holder names carry the spread's random id, so only a growth's next name can be known
+    // in advance: `{ctr.<id>.2.<k>}s`, the first k whose slot no other holder (nor s) has.
+    let id_tag = first[1].split(".1.").next().expect("a holder name");
+    let taken: Vec<u16> = first.iter().map(|n| key_slot(n.as_bytes())).collect();
+    let next = (0..)
+        .map(|k| format!("{id_tag}.2.{k}}}s"))
+        .find(|n| !taken.contains(&key_slot(n.as_bytes())))
+        .expect("a free slot");
+    c.cmd(&["SET", &next, "x"]);
+    assert!(c.q("CTR.SPREAD s 3").error().starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.cmd(&["GET", &next]),
+        Value::Bulk(b"x".to_vec()),
+        "nothing written"
+    );
+    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(0));
+    assert_eq!(
+        info_field(&mut c, "s", "holders").array().len(),
+        2,
+        "not grown"
+    );
+    c.cmd(&["DEL", &next]);
+    let grown: Vec<String> = c
         .q("CTR.SPREAD s 3")
         .array()
         .iter()
         .map(Value::text)
         .collect();
-    c.q("DEL s");
-    c.q("CTR.ADD s 10");
-    c.q("CTR.FLOOR s 0");
-    c.cmd(&["SET", &names[2], "x"]);
-    assert!(c.q("CTR.SPREAD s 3").error().starts_with("WRONGTYPE"));
-    assert_eq!(
-        c.cmd(&["EXISTS", &names[1]]),
-        Value::Int(0),
-        "nothing written"
-    );
-    assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(0));
-    let info = c.q("CTR.INFO s").array();
-    assert!(
-        !info.contains(&Value::Bulk(b"holders".to_vec())),
-        "not spread"
-    );
-    c.cmd(&["DEL", &names[2]]);
-    assert_eq!(c.q("CTR.SPREAD s 3").array().len(), 3);
-    assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [4, 3, 3]);
+    assert_eq!(grown[2], next);
+    assert_eq!(ints(&info_field(&mut c, "s", "holder_budgets")), [5, 5, 0]);
 }
 
 /// 8 buyers, 100 purchases each of 1-3 units over 16 holders, each retried by another router

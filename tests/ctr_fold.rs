@@ -69,14 +69,23 @@ fn shrinking_8_to_3_to_1_folds_every_unit_back_once() {
         let e = c.cmd(&["CTR.ADD", gone, "1"]).error();
         assert!(e.contains("folded back") && e.contains("CTR.INFO"), "{e}");
         for write in [
-            vec!["CTR.CLEAR", gone],
-            vec!["CTR.FLOOR", gone, "0"],
             vec!["CTR.DECRFLOOR", gone, "1"],
             vec!["CTR.RECONCILE", gone, "5"],
-            vec!["CTR.SPREAD", gone, "2"],
         ] {
             let e = c.cmd(&write).error();
             assert!(e.contains("folded back"), "{write:?}: {e}");
+        }
+        // Whole-counter commands refuse any holder, sealed or not, naming its home.
+        for write in [
+            vec!["CTR.CLEAR", gone],
+            vec!["CTR.FLOOR", gone, "0"],
+            vec!["CTR.SPREAD", gone, "2"],
+        ] {
+            let e = c.cmd(&write).error();
+            assert!(
+                e.ends_with("is a holder of the spread counter views: use the home key"),
+                "{write:?}: {e}"
+            );
         }
         assert_eq!(
             c.cmd(&["CTR.GET", gone]),

@@ -215,6 +215,12 @@ fn dump_restore_and_copy_are_exact_and_independent() {
             c.cmd(&["DEBUG", "DIGEST-VALUE", key]).array()[0]
         );
         let copied = format!("copied:{key}");
+        if key == "spread" || key == "fstock" {
+            // A spread home is never copied: the copy would share its holders.
+            let e = c.cmd(&["COPY", key, &copied]).error();
+            assert!(e.contains("module key failed to copy"), "{e}");
+            continue;
+        }
         assert_eq!(c.cmd(&["COPY", key, &copied]), Value::Int(1));
         assert_eq!(c.cmd(&["CTR.GET", &copied]), c.cmd(&["CTR.GET", key]));
     }

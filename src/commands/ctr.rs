@@ -216,6 +216,7 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 2 {
         return Err(super::wrong_arity("ctr.clear"));
     }
+    super::ctr_spread::refuse_holder(ctx, args.bytes(1))?;
     let key = open_for_write(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_clear)?;
     let w = Write::new(ctx, args, parsed.token, None)?;

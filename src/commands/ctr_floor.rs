@@ -18,6 +18,7 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(super::wrong_arity("ctr.floor"));
     }
+    super::ctr_spread::refuse_holder(ctx, args.bytes(1))?;
     let key_name = args.raw(1);
     let key = open_for_write(ctx, key_name)?;
     let floor = parse_floor(args.bytes(2))?;

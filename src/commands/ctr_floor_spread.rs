@@ -21,6 +21,7 @@ use crate::config;
 use crate::counter::rebalance::{
     apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport, Move,
 };
+use crate::counter::spread::parse_holder_name;
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
@@ -49,6 +50,7 @@ pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
 pub fn spread_floored(
     ctx: Ctx,
     home: RawString,
+    spread_id: u64,
     current: &[Vec<u8>],
     added: &[Vec<u8>],
 ) -> Result<(), CommandError> {
@@ -71,7 +73,7 @@ pub fn spread_floored(
     for (name, &floor) in names.iter().zip(&after[1..]) {
         write_floor(ctx, name.raw, floor, None)?;
     }
-    let spread = spread_record(current, added, spread_floor, home_floor);
+    let spread = spread_record(spread_id, current, added, spread_floor, home_floor);
     write_floor(ctx, home, after[0], Some(spread))
 }
 
@@ -99,12 +101,14 @@ fn spread_moves(current: &[Vec<u8>], home_value: i64, home_floor: i64, added: us
 /// The holder list the home records: every holder, with the counter's floor F (the home's
 /// floor at the first spread).
 fn spread_record(
+    id: u64,
     current: &[Vec<u8>],
     added: &[Vec<u8>],
     spread_floor: Option<i64>,
     home_floor: i64,
 ) -> Spread {
     Spread {
+        id,
         holders: current.iter().chain(added).cloned().collect(),
         floor: Some(spread_floor.unwrap_or(home_floor)),
     }
@@ -120,6 +124,7 @@ fn spread_record(
 pub fn spread_floored_across_masters(
     ctx: Ctx,
     home: RawString,
+    spread_id: u64,
     current: &[Vec<u8>],
     added: &[Vec<u8>],
 ) -> Result<(), CommandError> {
@@ -138,7 +143,7 @@ pub fn spread_floored_across_masters(
         ));
     }
     let moves = spread_moves(current, home_value, home_floor, added.len());
-    let spread = spread_record(current, added, spread_floor, home_floor);
+    let spread = spread_record(spread_id, current, added, spread_floor, home_floor);
     write_floor(ctx, home, home_floor, Some(spread))?;
     // Every new holder gets a move, of its share or of 0 units (a holder added by growing, or
     // when the headroom is smaller than the holder count): its credit makes it floored, so it
@@ -193,7 +198,9 @@ pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
         }
         table.entry(entry).or_default().record_refusal(amount);
     });
-    schedule_rebalance(ctx, (db, home_of(key).to_vec()));
+    // A holder's demand is rebalanced by its home; any other key is a home itself.
+    let home = parse_holder_name(key).map_or(key, |h| h.home);
+    schedule_rebalance(ctx, (db, home.to_vec()));
 }
 
 /// A key name in its database.
@@ -202,16 +209,6 @@ pub(super) type DbKey = (i32, Vec<u8>);
 fn selected_db(ctx: Ctx) -> i32 {
     // SAFETY: ctx is live.
     unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
-}
-
-/// The home a holder name belongs to: holders are named `{ctr.<i>.<k>}<home>`; any other key
-/// is a home itself.
-fn home_of(key: &[u8]) -> &[u8] {
-    let tagged = key.starts_with(b"{ctr.");
-    match key.iter().position(|&b| b == b'}') {
-        Some(close) if tagged => &key[close + 1..],
-        _ => key,
-    }
 }
 
 /// Budget moves planned per rebalance, at most.

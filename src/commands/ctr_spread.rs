@@ -23,7 +23,8 @@ use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::{
-    key_slot, plan_holders_avoiding, PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+    key_slot, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError, SlotOwners,
+    Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::{exact_sum, CounterRef, Spread};
 use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
@@ -40,11 +41,38 @@ const CANNOT_BLOCK: CommandError = CommandError::fixed(
 );
 const OVERFLOW: CommandError = CommandError::fixed("ERR counter overflow");
 
+/// Refuses a command that acts on a whole counter (CTR.SPREAD, CTR.FLOOR, CTR.CLEAR) when
+/// `key` is named as a holder: a holder is never a home, and acting on it alone would change
+/// one part of another counter. A replayed command (from the master or the AOF) applies what
+/// it says: it was decided where it was first run.
+pub fn refuse_holder(ctx: Ctx, key: &[u8]) -> Result<(), CommandError> {
+    match parse_holder_name(key) {
+        None => Ok(()),
+        Some(_) if ctx.is_replaying() => Ok(()),
+        Some(holder) => Err(CommandError(
+            format!(
+                "ERR {} is a holder of the spread counter {}: use the home key",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(holder.home)
+            )
+            .into(),
+        )),
+    }
+}
+
+/// True when a read of `key` gives its own units only: a key named as a holder never gathers
+/// (whatever holder list it carries, say after a home was renamed onto a holder's name), nor
+/// does any read made while gathering, so no read ever recurses into a holder's holders.
+fn reads_own_units_only(key: &[u8]) -> bool {
+    parse_holder_name(key).is_some() || cluster::reading_a_holder()
+}
+
 /// CTR.SPREAD key holders
 pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(super::wrong_arity("ctr.spread"));
     }
+    refuse_holder(ctx, args.bytes(1))?;
     let target = integer(args.bytes(2))?;
     let target = usize::try_from(target)
         .ok()
@@ -54,8 +82,7 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         ))?;
     let home = args.bytes(1);
     super::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
-    let current: Vec<Vec<u8>> =
-        with_counter(ctx, args.raw(1), |c| holders_of(c).unwrap_or_default())?;
+    let (current, spread_id) = with_counter(ctx, args.raw(1), current_spread)?;
     if target < current.len() + 1 {
         // The reply comes at once; the removed holders fold back in the background (CTR.INFO
         // lists them under `leaving` until then), and reads stay exact meanwhile.
@@ -64,21 +91,36 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(names_reply(home, kept.iter()));
     }
     if target > current.len() + 1 {
-        let all = grow(ctx, args.raw(1), &current, target)?;
+        let all = grow(ctx, args.raw(1), spread_id, &current, target)?;
         return Ok(names_reply(home, all.iter()));
     }
     Ok(names_reply(home, current.iter()))
 }
 
+/// The holders of the counter and its spread's id; for a counter not spread, no holders and
+/// None (its spread, if it spreads, gets a new id).
+fn current_spread(c: Option<CounterRef>) -> (Vec<Vec<u8>>, Option<u64>) {
+    match c {
+        Some(CounterRef::Boxed(b)) => b
+            .spread()
+            .map_or((Vec::new(), None), |s| (s.holders.clone(), Some(s.id))),
+        _ => (Vec::new(), None),
+    }
+}
+
 /// Adds holders to reach `target` (more than `current` has), records them and replicates the
-/// resulting state; returns every holder's name but the home's.
+/// resulting state; returns every holder's name but the home's. A counter spreading afresh
+/// (`spread_id` None) gets a random id here, on the master; replicas and the AOF get it with
+/// the state.
 fn grow(
     ctx: Ctx,
     key_name: RawString,
+    spread_id: Option<u64>,
     current: &[Vec<u8>],
     target: usize,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
     let home = string_bytes(key_name);
+    let spread_id = spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes()));
     if home.len() > MAX_HOME_NAME {
         return Err(CommandError::fixed(
             "ERR key name too long to spread (at most 1024 bytes)",
@@ -99,22 +141,27 @@ fn grow(
     let added = if in_cluster {
         plan(
             home,
+            spread_id,
             current,
             target,
             &*cluster::topology(ctx, true)?,
             &taken,
         )
     } else {
-        plan(home, current, target, &Standalone, &taken)
+        plan(home, spread_id, current, target, &Standalone, &taken)
     }?;
     if is_floored && in_cluster {
-        floored::spread_floored_across_masters(ctx, key_name, current, &added)?;
+        floored::spread_floored_across_masters(ctx, key_name, spread_id, current, &added)?;
     } else if is_floored {
-        floored::spread_floored(ctx, key_name, current, &added)?;
+        floored::spread_floored(ctx, key_name, spread_id, current, &added)?;
     } else {
         let key = Key::open(ctx, key_name, true);
         let state = update_counter(&key, |c, _| {
-            c.set_spread(Spread::of(current.iter().chain(&added).cloned().collect()))?;
+            c.set_spread(Spread {
+                id: spread_id,
+                holders: current.iter().chain(&added).cloned().collect(),
+                floor: None,
+            })?;
             Ok(ctr_format::encode(c))
         })?;
         drop(key);
@@ -159,19 +206,22 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     }
     let target = usize::try_from(config::SPREAD_HOLDERS.load(Relaxed)).unwrap_or(0);
     let key_bytes = string_bytes(key);
-    let Ok(Some((rate, current))) = with_counter(ctx, key, |c| {
+    if parse_holder_name(key_bytes).is_some() {
+        return; // a holder is never a home: a hot holder is its home's to spread further
+    }
+    let Ok(Some((rate, (current, spread_id)))) = with_counter(ctx, key, |c| {
         let rate = match c? {
             CounterRef::Inline(_) => super::decide::inline_counter_rate(key_bytes),
             CounterRef::Boxed(b) if b.floor().is_some() => return None,
             CounterRef::Boxed(b) => b.add_rate(),
         };
-        Some((rate, holders_of(c).unwrap_or_default()))
+        Some((rate, current_spread(c)))
     }) else {
         return;
     };
     if i64::from(rate) > threshold
         && current.len() + 1 < target
-        && grow(ctx, key, &current, target).is_ok()
+        && grow(ctx, key, spread_id, &current, target).is_ok()
     {
         metrics::AUTO_SPREADS.incr();
     }
@@ -179,14 +229,17 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
 
 fn plan(
     home: &[u8],
+    spread_id: u64,
     current: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
     taken: &dyn Fn(&[u8]) -> bool,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
-    plan_holders_avoiding(home, 0, current, target, owners, taken).map_err(|PlanError::NoSlot| {
-        CommandError::fixed("ERR no free slot found for a holder on some master")
-    })
+    plan_holders_avoiding(home, spread_id, current, target, owners, taken).map_err(
+        |PlanError::NoSlot| {
+            CommandError::fixed("ERR no free slot found for a holder on some master")
+        },
+    )
 }
 
 fn holders_of(c: Option<CounterRef>) -> Option<Vec<Vec<u8>>> {
@@ -243,8 +296,13 @@ enum Finish {
 }
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
+    let own_units_only = reads_own_units_only(string_bytes(key));
     with_counter(ctx, key, |c| {
-        let (holders, current) = all_holders_of(c);
+        let (holders, current) = if own_units_only {
+            (Vec::new(), 0)
+        } else {
+            all_holders_of(c)
+        };
         Reading {
             home: string_bytes(key).to_vec(),
             holders,
@@ -268,8 +326,13 @@ fn held(c: CounterRef) -> i64 {
 
 /// CTR.GET key: the value, or a spread counter's total.
 pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
+    let own_units_only = reads_own_units_only(string_bytes(key));
     let r = with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) if b.spread().is_some() || !b.leaving().is_empty() => None,
+        Some(CounterRef::Boxed(b))
+            if !own_units_only && (b.spread().is_some() || !b.leaving().is_empty()) =>
+        {
+            None
+        }
         other => Some(other.map_or(0, held)),
     })?;
     match r {

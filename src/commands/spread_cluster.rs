@@ -78,6 +78,7 @@ impl CallReply {
 /// this node does not serve (moved, migrating and already gone, cluster down) is `NotHere`,
 /// never a silent 0.
 pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
+    let was_reading = READING_A_HOLDER.with(|r| r.replace(true));
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {
         rm!(RedisModule_Call)(
@@ -88,6 +89,7 @@ pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
             name.len(),
         )
     };
+    READING_A_HOLDER.with(|r| r.set(was_reading));
     if reply.is_null() {
         return HolderAnswer::NotHere;
     }
@@ -100,6 +102,18 @@ pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
         },
         _ => HolderAnswer::Failed(String::from_utf8_lossy(root.bytes()).into_owned()),
     }
+}
+
+thread_local! {
+    /// Set while [`read_holder`] reads a holder: that nested `CTR.GET` gives the holder's own
+    /// units, never a gather of holders it may list (a forged or renamed state), so reads
+    /// never recurse.
+    static READING_A_HOLDER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True inside [`read_holder`]'s read of a holder.
+pub fn reading_a_holder() -> bool {
+    READING_A_HOLDER.with(std::cell::Cell::get)
 }
 
 /// The own floor of the counter at `name` (read right after its value, on this thread).

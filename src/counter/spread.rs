@@ -20,6 +20,11 @@ pub const MAX_HOLDER_NAME: usize = MAX_HOME_NAME + 64;
 /// The holders 1..N-1 of a spread counter (holder 0, the home key, is implicit).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spread {
+    /// The spread's identity, carried in every holder's name ([`holder_name`]): made at random
+    /// by the home's master when the counter first spreads, kept while it grows or shrinks,
+    /// made afresh when it spreads again after being shrunk to 1. 0 for a spread made before
+    /// ids, whose holders keep the older names.
+    pub id: u64,
     pub holders: Vec<Vec<u8>>,
     /// A floored spread counter's floor `F` (each holder keeps its own floor, the floors
     /// summing to `F` when no budget move is in flight; docs/FLOORS.md). None when unfloored.
@@ -30,10 +35,16 @@ impl Spread {
     /// An unfloored spread counter's holders.
     pub fn of(holders: Vec<Vec<u8>>) -> Spread {
         Spread {
+            id: 0,
             holders,
             floor: None,
         }
     }
+}
+
+/// A new spread id from 8 random bytes: never 0, which stands for "made before ids".
+pub fn spread_id_from(random: [u8; 8]) -> u64 {
+    u64::from_le_bytes(random).max(1)
 }
 
 impl Spread {
@@ -43,7 +54,8 @@ impl Spread {
     }
 
     /// Checks what a decoder or a replicated state may carry: 1..MAX_HOLDERS-1 names, each
-    /// non-empty and bounded, all in distinct slots.
+    /// non-empty and bounded, all in distinct slots; with an id, each a holder name carrying
+    /// that id (a spread made before ids may name anything).
     pub fn validate(&self) -> Result<(), CounterError> {
         if self.holders.is_empty() || self.holders.len() >= MAX_HOLDERS {
             return Err(CounterError::InvalidOperation("holder count out of range"));
@@ -52,6 +64,12 @@ impl Spread {
         for name in &self.holders {
             if name.is_empty() || name.len() > MAX_HOLDER_NAME {
                 return Err(CounterError::InvalidOperation("holder name length"));
+            }
+            let of_this_spread = parse_holder_name(name).is_some_and(|h| h.spread_id == self.id);
+            if self.id != 0 && !of_this_spread {
+                return Err(CounterError::InvalidOperation(
+                    "a holder name without the spread's id",
+                ));
             }
             slots.push(key_slot(name));
         }
@@ -405,6 +423,49 @@ mod tests {
         );
         assert!(!same_spread(&a, b"j"));
         assert!(!same_spread(b"k", b"k"), "two homes");
+    }
+
+    #[test]
+    fn spread_ids_are_never_zero_and_name_every_holder() {
+        assert_eq!(spread_id_from([0; 8]), 1, "0 means: made before ids");
+        assert_eq!(spread_id_from(7u64.to_le_bytes()), 7);
+        let holders = plan_holders(b"k", 0xfeed, &[], 4, &Standalone).unwrap();
+        for (i, name) in holders.iter().enumerate() {
+            let parsed = parse_holder_name(name).unwrap();
+            assert_eq!(
+                (parsed.spread_id, parsed.index, parsed.home),
+                (0xfeed, i + 1, &b"k"[..])
+            );
+        }
+        // Two spreads of the same home share no holder name.
+        let other = plan_holders(b"k", 0xbeef, &[], 4, &Standalone).unwrap();
+        assert!(holders.iter().all(|h| !other.contains(h)));
+        // Growing a spread made before ids keeps its older names.
+        let legacy = plan_holders(b"k", 0, &[], 3, &Standalone).unwrap();
+        assert!(legacy
+            .iter()
+            .all(|h| h.starts_with(b"{ctr.") && parse_holder_name(h).unwrap().spread_id == 0));
+        let spread = Spread {
+            id: 0xfeed,
+            holders: holders.clone(),
+            floor: None,
+        };
+        spread.validate().unwrap();
+        let foreign = Spread {
+            id: 0xbeef,
+            ..spread.clone()
+        };
+        assert!(foreign.validate().is_err(), "names of another spread");
+        let unnamed = Spread {
+            id: 0xfeed,
+            holders: vec![b"{a}1".to_vec()],
+            floor: None,
+        };
+        assert!(unnamed.validate().is_err(), "not a holder name");
+        assert!(
+            Spread::of(vec![b"{a}1".to_vec()]).validate().is_ok(),
+            "before ids"
+        );
     }
 
     #[test]

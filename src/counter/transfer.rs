@@ -655,6 +655,7 @@ impl Counter {
         let ext = self.ext_mut();
         ext.spread = (!kept.is_empty()).then(|| {
             Box::new(super::Spread {
+                id: spread.id,
                 holders: kept.to_vec(),
                 ..spread.clone()
             })

@@ -34,7 +34,10 @@
 //!             Read only: written by versions before giver and fold ids (section 16 replaced
 //!             it); its folds get the fold id LEGACY_FOLD (matched by holder name), its
 //!             senders' entries giver id 0 (matched by name).
-//!  13 SPREAD_FLOOR ivarint F, a floored spread counter's floor (needs SPREAD)
+//!  13 SPREAD_FLOOR ivarint floor F of a floored spread counter (needs SPREAD)
+//!  (14 is reserved)
+//!  15 SPREAD_ID u64 LE spread id (never 0; needs SPREAD). Written whenever SPREAD is and its
+//!             id is not 0; without it (a spread made before ids) the id is 0.
 //!  16 TRANSFER (giver and fold ids) u64 LE giver id, uvarint last seq,
 //!             u8 sealed (0/1) [+ (uvarint len, bytes) home],
 //!             uvarint n, n x (bytes receiver, uvarint seq (1..=last seq), ivarint dv,
@@ -79,6 +82,8 @@ const TAG_SPREAD: u8 = 11;
 const TAG_TRANSFER: u8 = 12;
 /// A floored spread counter's floor.
 const TAG_SPREAD_FLOOR: u8 = 13;
+/// A spread's id (14 is reserved).
+const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
@@ -129,6 +134,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     }
     if let Some(floor) = counter.spread().and_then(|s| s.floor) {
         w.u8(TAG_SPREAD_FLOOR).ivarint(floor);
+    }
+    if let Some(id) = counter.spread().map(|s| s.id).filter(|&id| id != 0) {
+        w.u8(TAG_SPREAD_ID).fixed_u64(id);
     }
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
@@ -286,6 +294,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut history = None;
     let mut spread: Option<Spread> = None;
     let mut spread_floor = None;
+    let mut spread_id = None;
     let mut transfers = None;
     let mut intents = None;
     let mut last_tag = 0u8;
@@ -309,6 +318,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_SPREAD => spread = Some(decode_spread(r)?),
             TAG_TRANSFER => transfers = Some(decode_transfers(r, false)?),
             TAG_SPREAD_FLOOR => spread_floor = Some(r.ivarint()?),
+            TAG_SPREAD_ID => spread_id = Some(r.fixed_u64()?),
             TAG_TRANSFER_IDS if transfers.is_some() => {
                 return decode_error("two CTR transfer sections")
             }
@@ -329,6 +339,14 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         match spread.as_mut() {
             Some(s) => s.floor = Some(floor),
             None => return decode_error("a spread floor without holders"),
+        }
+    }
+    if let Some(id) = spread_id {
+        // 0 is never written: it is what a spread without this section has.
+        match spread.as_mut() {
+            Some(_) if id == 0 => return decode_error("a spread id of 0 written out"),
+            Some(s) => s.id = id,
+            None => return decode_error("a spread id without holders"),
         }
     }
     let (tokens, ledger) = token_windows(tokens, ledger, intents)?;
@@ -966,6 +984,7 @@ mod tests {
         let mut c = folding_home();
         let holders = c.spread().unwrap().holders.clone();
         c.set_spread(Spread {
+            id: 0,
             holders,
             floor: Some(-7),
         })
@@ -979,6 +998,72 @@ mod tests {
         w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
         w.u8(TAG_SPREAD_FLOOR).ivarint(0).u8(TAG_END);
         assert!(decode(&w.finish()).is_err(), "a floor without holders");
+    }
+
+    fn spread_with_id(id: u64, floor: Option<i64>) -> Counter {
+        let mut c = Counter::from_shards(vec![4, 5]).unwrap();
+        let holders = crate::counter::spread::plan_holders(
+            b"{tag}home",
+            id,
+            &[],
+            4,
+            &crate::counter::spread::Standalone,
+        )
+        .unwrap();
+        c.set_spread(Spread { id, holders, floor }).unwrap();
+        c
+    }
+
+    #[test]
+    fn a_spread_id_roundtrips_last_and_is_refused_alone_or_zero() {
+        for floor in [None, Some(-3)] {
+            let c = spread_with_id(0x0123_4567_89ab_cdef, floor);
+            let full = encode(&c);
+            let back = decode(&full).unwrap();
+            assert_eq!(back, c);
+            assert_eq!(back.spread().unwrap().id, 0x0123_4567_89ab_cdef);
+            let tail = [
+                &[TAG_SPREAD_ID][..],
+                &0x0123_4567_89ab_cdef_u64.to_le_bytes(),
+                &[TAG_END],
+            ]
+            .concat();
+            assert!(full.ends_with(&tail), "the id is the last section");
+            for len in 0..full.len() {
+                assert!(decode(&full[..len]).is_err(), "prefix {len}");
+            }
+        }
+        // A spread made before ids has no section and decodes as id 0.
+        let legacy = spread_counter();
+        assert_eq!(decode(&encode(&legacy)).unwrap().spread().unwrap().id, 0);
+        let section = |id: u64, with_spread: bool| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            if with_spread {
+                let name = crate::counter::spread::holder_name(b"k", id.max(1), 1, 0);
+                w.u8(TAG_SPREAD).uvarint(1).bytes(&name);
+            }
+            w.u8(TAG_SPREAD_ID).fixed_u64(id).u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(section(9, true).is_ok());
+        assert!(section(0, true).is_err(), "id 0 written explicitly");
+        assert!(section(9, false).is_err(), "an id without holders");
+        // An id whose holders' names carry another one is refused.
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+        let name = crate::counter::spread::holder_name(b"k", 8, 1, 0);
+        w.u8(TAG_SPREAD).uvarint(1).bytes(&name);
+        w.u8(TAG_SPREAD_ID).fixed_u64(9).u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "holders of another spread");
+        // Tag order: the id before the floor is out of order.
+        let mut w = Writer::new();
+        w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+        let name = crate::counter::spread::holder_name(b"k", 9, 1, 0);
+        w.u8(TAG_SPREAD).uvarint(1).bytes(&name);
+        w.u8(TAG_SPREAD_ID).fixed_u64(9);
+        w.u8(TAG_SPREAD_FLOOR).ivarint(0).u8(TAG_END);
+        assert!(decode(&w.finish()).is_err(), "out of order");
     }
 
     /// An encoding from before intents (no section 7) still loads: its add tokens match any

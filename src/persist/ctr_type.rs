@@ -133,7 +133,16 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
-    let mut counter = unsafe { borrow(value) }.to_counter();
+    let original = unsafe { borrow(value) };
+    // A spread home's total lives partly in its holders (current or still folding back): a
+    // copy would be a second counter sharing them, so COPY is refused (NULL: Redis 7.0 replies
+    // "ERR module key failed to copy" and writes nothing).
+    if let CounterRef::Boxed(b) = original {
+        if b.spread().is_some() || !b.leaving().is_empty() {
+            return std::ptr::null_mut();
+        }
+    }
+    let mut counter = original.to_counter();
     // Units in flight and folds under way belong to the original key alone: a copy carrying
     // them would send the same units a second time under its own name.
     counter.forget_transfers();
