@@ -23,8 +23,8 @@ use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::{
-    key_slot, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError, SlotOwners,
-    Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+    carried_home, key_slot, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError,
+    SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::{exact_sum, CounterRef, Spread};
 use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
@@ -138,9 +138,11 @@ fn grow(
         _ => Vec::new(),
     })?;
     let taken = |name: &[u8]| folded.iter().any(|f| f == name);
+    // New holders carry the home name the others carry (a home renamed since keeps it).
+    let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
     let added = if in_cluster {
         plan(
-            home,
+            carried,
             spread_id,
             current,
             target,
@@ -148,7 +150,7 @@ fn grow(
             &taken,
         )
     } else {
-        plan(home, spread_id, current, target, &Standalone, &taken)
+        plan(carried, spread_id, current, target, &Standalone, &taken)
     }?;
     if is_floored && in_cluster {
         floored::spread_floored_across_masters(ctx, key_name, spread_id, current, &added)?;

@@ -53,7 +53,9 @@ use super::replication_gate::{self, Gate, Replication};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::key_slot;
-use crate::counter::transfer::{AckEffect, CreditOutcome, Outgoing, TransferError, LEGACY_FOLD};
+use crate::counter::transfer::{
+    AckEffect, CreditOutcome, Giver, Outgoing, TransferError, LEGACY_FOLD,
+};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, RawString};
 use crate::metrics;
@@ -143,7 +145,11 @@ pub fn start(
 ) -> Result<Outgoing, CommandError> {
     let now = ctx.now_ms();
     let out = write_state(ctx, giver, |c| {
-        c.start_transfer(receiver, dv, df, now, new_id())
+        let from = Giver {
+            name: string_bytes(giver),
+            new_id: new_id(),
+        };
+        c.start_transfer(receiver, dv, df, now, from)
             .map_err(transfer_error)
     })?;
     metrics::TRANSFERS_STARTED.incr();
@@ -233,6 +239,7 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
             }
         })??;
         let credit = Credit {
+            from: holder.clone(),
             giver: holder,
             receiver: home_name.to_vec(),
             giver_id: new_id(),
@@ -345,7 +352,11 @@ fn on_seal(ctx: Ctx, m: Seal) {
     }
     let now = ctx.now_ms();
     match write_state(ctx, name.raw, |c| {
-        c.seal_into(&m.home, m.fold_id, now, new_id())
+        let holder = Giver {
+            name: &m.holder,
+            new_id: new_id(),
+        };
+        c.seal_into(&m.home, m.fold_id, now, holder)
             .map_err(transfer_error)
     }) {
         Ok(Some(_)) => metrics::TRANSFERS_STARTED.incr(),
@@ -369,10 +380,10 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     }
     let name = Name::new(ctx, &m.receiver);
     // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
-    // A missing key expects what a fresh counter expects.
     let Ok(decided) = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.credit_outcome(&m),
-        _ => Counter::plain(0).credit_outcome(&m),
+        Some(CounterRef::Boxed(b)) => Counter::credit_outcome_at(Some(b), &m),
+        Some(CounterRef::Inline(v)) => Counter::credit_outcome_at(Some(&Counter::plain(v)), &m),
+        None => Counter::credit_outcome_at(None, &m),
     }) else {
         return; // another type under the receiver's name
     };
@@ -392,6 +403,7 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
         CreditOutcome::Applied => metrics::TRANSFERS_CREDITED.incr(),
         CreditOutcome::Repeat => metrics::TRANSFERS_DUPLICATE_CREDITS.incr(),
         CreditOutcome::Refused => metrics::TRANSFERS_REFUSED.incr(),
+        CreditOutcome::NotYet => return, // sent again by the giver
     }
     let ack = Ack {
         giver: m.giver,

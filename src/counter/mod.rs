@@ -13,6 +13,8 @@ pub mod history;
 mod ops;
 pub mod rate;
 pub mod rebalance;
+#[cfg(test)]
+mod simulator;
 pub mod siphash;
 pub mod spread;
 pub mod tokens;

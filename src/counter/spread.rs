@@ -86,6 +86,14 @@ impl Spread {
     }
 }
 
+/// The home name a spread's holders carry (the home's name when it spread): what the home
+/// signs its budget moves with, so that a home renamed since is still known to its holders.
+pub fn carried_home<'a>(holders: impl IntoIterator<Item = &'a [u8]>) -> Option<&'a [u8]> {
+    holders
+        .into_iter()
+        .find_map(|name| parse_holder_name(name).map(|h| h.home))
+}
+
 /// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
 pub fn crc16(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
@@ -173,10 +181,12 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
 }
 
 /// True when `a` and `b` are members of one spread: two holder names with the same spread id
-/// and home, or a holder name and its home's name (either way round).
+/// (and, for names from before ids, the same home), or a holder name and the home name it
+/// carries (either way round). Holders of one spread may carry different home names when the
+/// home was renamed between two grows.
 pub fn same_spread(a: &[u8], b: &[u8]) -> bool {
     match (parse_holder_name(a), parse_holder_name(b)) {
-        (Some(x), Some(y)) => x.spread_id == y.spread_id && x.home == y.home,
+        (Some(x), Some(y)) => x.spread_id == y.spread_id && (x.spread_id != 0 || x.home == y.home),
         (Some(x), None) => x.home == b,
         (None, Some(y)) => y.home == a,
         (None, None) => false,
@@ -418,9 +428,14 @@ mod tests {
             "another spread"
         );
         assert!(
-            !same_spread(&a, &holder_name(b"j", 5, 2, 0)),
-            "another home"
+            same_spread(&a, &holder_name(b"j", 5, 2, 0)),
+            "grown after a RENAME of the home"
         );
+        assert!(
+            !same_spread(b"{ctr.1.0}k", b"{ctr.2.0}j"),
+            "older names: by home"
+        );
+        assert!(same_spread(b"{ctr.1.0}k", b"{ctr.2.0}k"));
         assert!(!same_spread(&a, b"j"));
         assert!(!same_spread(b"k", b"k"), "two homes");
     }

@@ -41,7 +41,9 @@
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
 use super::{exact_sum, Counter, CounterError};
-use crate::counter::spread::{parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME};
+use crate::counter::spread::{
+    carried_home, parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME,
+};
 
 /// Longest key name a transfer may name (a giver or a receiver).
 pub const MAX_NAME: usize = MAX_HOLDER_NAME;
@@ -57,6 +59,10 @@ pub struct Outgoing {
     pub df: i64,
     /// The fold this transfer carries out (the home's id for it), 0 for a budget move.
     pub fold_id: u64,
+    /// The giver's key name when it debited: what the receiver judges the credit by, the same
+    /// in every copy of the credit whatever the giver is called later. Empty in a state from
+    /// before this field (the giver's current name stands in).
+    pub from: Vec<u8>,
 }
 
 /// The fold id of folds begun before fold ids: such a fold is matched by the holder's name.
@@ -92,6 +98,8 @@ pub struct Seal {
 pub struct Credit {
     /// The giver's key name when it sent the credit (where the answer goes).
     pub giver: Vec<u8>,
+    /// The giver's key name when it debited (what the credit is judged by).
+    pub from: Vec<u8>,
     pub receiver: Vec<u8>,
     pub giver_id: u64,
     pub seq: u64,
@@ -109,6 +117,14 @@ pub struct Ack {
     pub seq: u64,
     /// The receiver does not expect this transfer: a budget move is rolled back.
     pub refused: bool,
+}
+
+/// The giver of a new transfer: its key name now, and a random nonzero id it takes as its
+/// giver id when it has none yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Giver<'a> {
+    pub name: &'a [u8],
+    pub new_id: u64,
 }
 
 /// What an answer did to its giver.
@@ -130,8 +146,13 @@ pub enum CreditOutcome {
     Applied,
     /// Applied earlier: acknowledge it again.
     Repeat,
-    /// Not a transfer this receiver expects: nothing changed; the giver rolls a move back.
+    /// Not a transfer this receiver will ever expect: nothing changed; the giver rolls a move
+    /// back. Given only for reasons that never change for this credit (so no copy of it can
+    /// be applied later), once the receiver's replicas hold the state it was judged on.
     Refused,
+    /// Not expected yet (a sibling's move before the home's first credit): no answer; the
+    /// giver sends it again.
+    NotYet,
 }
 
 /// What a counter keeps about transfers (the encoded TRANSFER section).
@@ -229,7 +250,10 @@ impl Transfers {
         {
             return bad("too many transfer entries");
         }
-        if !self.outbox.iter().all(|o| name_ok(&o.receiver))
+        if !self
+            .outbox
+            .iter()
+            .all(|o| name_ok(&o.receiver) && o.from.len() <= MAX_NAME)
             || !self.inbox.iter().all(|e| name_ok(&e.name))
             || !self.leaving.iter().all(|l| name_ok(&l.name))
             || !self.sealed_into.as_deref().is_none_or(name_ok)
@@ -287,7 +311,7 @@ impl Transfers {
     pub fn heap_bytes(&self) -> usize {
         self.outbox
             .iter()
-            .map(|o| o.receiver.capacity())
+            .map(|o| o.receiver.capacity() + o.from.capacity())
             .chain(self.inbox.iter().map(|e| e.name.capacity()))
             .chain(self.leaving.iter().map(|l| l.name.capacity()))
             .chain(self.sealed_into.iter().map(Vec::capacity))
@@ -376,19 +400,20 @@ impl Counter {
 
     /// Step 1 on the giver: debits (dv, df) and records the outbox entry to `receiver`.
     /// Refused when a transfer to that receiver is unacknowledged, or the debit is not possible.
-    /// `new_giver_id` (nonzero, random) becomes the counter's giver id when it has none yet.
+    /// `giver` is this counter's key name and a random id that becomes its giver id when it
+    /// has none yet.
     pub fn start_transfer(
         &mut self,
         receiver: &[u8],
         dv: i64,
         df: i64,
         now_ms: i64,
-        new_giver_id: u64,
+        giver: Giver,
     ) -> Result<Outgoing, TransferError> {
         if self.is_sealed() {
             return Err(TransferError::Sealed);
         }
-        self.debit(receiver, dv, df, now_ms, new_giver_id, 0)
+        self.debit(receiver, dv, df, now_ms, giver, 0)
     }
 
     /// Debits (dv, df) and records the outbox entry (a move, or the fold `fold_id`).
@@ -398,10 +423,14 @@ impl Counter {
         dv: i64,
         df: i64,
         now_ms: i64,
-        new_giver_id: u64,
+        giver: Giver,
         fold_id: u64,
     ) -> Result<Outgoing, TransferError> {
-        if receiver.is_empty() || receiver.len() > MAX_NAME || new_giver_id == 0 {
+        let Giver { name, new_id } = giver;
+        let names_ok = [receiver, name]
+            .iter()
+            .all(|n| !n.is_empty() && n.len() <= MAX_NAME);
+        if !names_ok || new_id == 0 {
             return Err(
                 CounterError::InvalidOperation("transfer receiver or id out of range").into(),
             );
@@ -426,38 +455,62 @@ impl Counter {
             dv,
             df,
             fold_id,
+            from: self.signature(name).to_vec(),
         };
         let t = self.transfers_mut();
         if t.giver_id == 0 {
-            t.giver_id = new_giver_id;
+            t.giver_id = new_id;
         }
         t.last_seq = entry.seq;
         t.outbox.insert(slot, entry.clone());
         Ok(entry)
     }
 
+    /// The name a transfer from the counter at `name` is signed with: a home signs with the
+    /// home name its holders carry (its name when it spread, whatever it is called now).
+    pub fn signature<'a>(&'a self, name: &'a [u8]) -> &'a [u8] {
+        if parse_holder_name(name).is_some() {
+            return name;
+        }
+        let current = self.spread().into_iter().flat_map(|s| s.holders.iter());
+        let leaving = self.leaving().iter().map(|l| &l.name);
+        carried_home(current.chain(leaving).map(Vec::as_slice)).unwrap_or(name)
+    }
+
     /// The rule "a receiver applies only what it expects", for a credit not applied before
-    /// (the credit's receiver is this counter's own key name).
+    /// (the credit's receiver is this counter's own key name). Judged on what the credit
+    /// carries from its debit (its giver's name then, its fold) and on what never comes back
+    /// once it is so (a fold ended, a holder sealed), so every copy of one credit gets one
+    /// answer; what may change ("not yet") is answered by nothing.
     /// - A fold credit: expected while this home lists its fold as leaving.
-    /// - A budget move: expected by a receiver that is not sealed, from a member of its own
-    ///   spread: a home expects its current and leaving holders; a holder (by its name) its
-    ///   home and its sibling holders.
-    pub fn expects(&self, credit: &Credit) -> bool {
+    /// - A budget move: never by a sealed receiver; a home expects its current and leaving
+    ///   holders; a holder (by its name) its home, and its sibling holders once the home's
+    ///   first move made it floored.
+    pub fn expects(&self, credit: &Credit) -> Option<bool> {
         let me = credit.receiver.as_slice();
+        let from = credit.from.as_slice();
         let t = self.transfers();
         if credit.fold_id != 0 {
-            return t.is_some_and(|t| t.leaving_slot(credit.fold_id, &credit.giver).is_some());
+            return Some(t.is_some_and(|t| t.leaving_slot(credit.fold_id, from).is_some()));
         }
         if self.is_sealed() {
-            return false;
+            return Some(false);
         }
-        if parse_holder_name(me).is_some() {
-            return same_spread(me, &credit.giver);
+        if let Some(holder) = parse_holder_name(me) {
+            if !same_spread(me, from) {
+                return Some(false);
+            }
+            // From a sibling only once the home's first move made this holder floored: a key
+            // folded and then expired (or renamed away) is fresh again, and budget sent to it
+            // after its fold would be stranded there. The home asks a holder to seal only
+            // once its own move toward it is answered (`messages_due`).
+            let from_home = holder.home == from;
+            return (from_home || self.floor().is_some()).then_some(true);
         }
         let current = self
             .spread()
-            .is_some_and(|s| s.holders.contains(&credit.giver));
-        current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == credit.giver))
+            .is_some_and(|s| s.holders.iter().any(|h| h == from));
+        Some(current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == from)))
     }
 
     /// A credit's outcome when it changes nothing (a repeat, or a refusal); None when it is
@@ -465,13 +518,26 @@ impl Counter {
     pub fn credit_outcome(&self, c: &Credit) -> Option<CreditOutcome> {
         let applied = self
             .transfers()
-            .map_or(0, |t| t.applied_from(c.giver_id, &c.giver));
+            .map_or(0, |t| t.applied_from(c.giver_id, &c.from));
         if c.seq <= applied {
-            Some(CreditOutcome::Repeat)
-        } else if !self.expects(c) {
-            Some(CreditOutcome::Refused)
-        } else {
-            None
+            return Some(CreditOutcome::Repeat);
+        }
+        match self.expects(c) {
+            Some(true) => None,
+            Some(false) => Some(CreditOutcome::Refused),
+            None => Some(CreditOutcome::NotYet),
+        }
+    }
+
+    /// The outcome of a credit at a receiver key that may be missing: a missing holder is a
+    /// fresh counter (made by its first credit); a missing home is not yet there (renamed
+    /// away, or deleted): never refused, since a refusal rolls a move back and the home may
+    /// still apply it under its new name (its seal requests re-target folds).
+    pub fn credit_outcome_at(receiver: Option<&Counter>, c: &Credit) -> Option<CreditOutcome> {
+        match receiver {
+            Some(counter) => counter.credit_outcome(c),
+            None if parse_holder_name(&c.receiver).is_some() => Counter::plain(0).credit_outcome(c),
+            None => Some(CreditOutcome::NotYet),
         }
     }
 
@@ -479,14 +545,17 @@ impl Counter {
     /// A fold credit ends its holder's fold in the same write. Err: expected, but the units
     /// cannot be taken now (overflow, floor): nothing changes and the giver sends it again.
     pub fn apply_credit(&mut self, c: &Credit) -> Result<CreditOutcome, TransferError> {
-        if c.giver.is_empty() || c.giver.len() > MAX_NAME || c.seq == 0 {
+        let names_ok = [&c.giver, &c.from]
+            .iter()
+            .all(|n| !n.is_empty() && n.len() <= MAX_NAME);
+        if !names_ok || c.seq == 0 {
             return Err(CounterError::InvalidOperation("transfer credit out of range").into());
         }
         if let Some(outcome) = self.credit_outcome(c) {
             return Ok(outcome);
         }
         let t = self.transfers().cloned().unwrap_or_default();
-        let known = t.inbox_slot(c.giver_id, &c.giver);
+        let known = t.inbox_slot(c.giver_id, &c.from);
         if known.is_err() && t.inbox.len() >= MAX_ENTRIES {
             return Err(CounterError::InvalidOperation("too many givers").into());
         }
@@ -502,13 +571,13 @@ impl Counter {
                 i,
                 Applied {
                     giver_id: c.giver_id,
-                    name: c.giver.clone(),
+                    name: c.from.clone(),
                     seq: c.seq,
                 },
             ),
         }
         if c.fold_id != 0 {
-            if let Some(i) = t.leaving_slot(c.fold_id, &c.giver) {
+            if let Some(i) = t.leaving_slot(c.fold_id, &c.from) {
                 t.leaving.remove(i);
             }
         }
@@ -585,9 +654,13 @@ impl Counter {
         let Some(t) = self.transfers() else {
             return (Vec::new(), Vec::new());
         };
+        // A leaving holder is asked to seal only once this home's own move toward it was
+        // answered: a move that arrives after the fold would have nothing to land on.
+        let moving_to = |name: &[u8]| t.outbox.iter().any(|o| o.receiver == name);
         let seals = t
             .leaving
             .iter()
+            .filter(|l| !moving_to(&l.name))
             .map(|l| Seal {
                 home: name.to_vec(),
                 holder: l.name.clone(),
@@ -599,6 +672,11 @@ impl Counter {
             .iter()
             .map(|o| Credit {
                 giver: name.to_vec(),
+                from: if o.from.is_empty() {
+                    name.to_vec()
+                } else {
+                    o.from.clone()
+                },
                 receiver: o.receiver.clone(),
                 giver_id: t.giver_id,
                 seq: o.seq,
@@ -683,7 +761,7 @@ impl Counter {
         home: &[u8],
         fold_id: u64,
         now_ms: i64,
-        new_giver_id: u64,
+        giver: Giver,
     ) -> Result<Option<Outgoing>, TransferError> {
         if let Some(into) = self.transfers().and_then(|t| t.sealed_into.clone()) {
             return self.retarget_fold(&into, home, fold_id);
@@ -695,7 +773,7 @@ impl Counter {
             return Err(TransferError::Busy);
         }
         let df = self.floor().map_or(0, |f| f.floor);
-        let entry = self.debit(home, self.value, df, now_ms, new_giver_id, fold_id)?;
+        let entry = self.debit(home, self.value, df, now_ms, giver, fold_id)?;
         self.transfers_mut().sealed_into = Some(home.to_vec());
         Ok(Some(entry))
     }
@@ -748,9 +826,17 @@ mod tests {
         holder_name(HOME, 7, i, 0)
     }
 
+    /// A giver's stamp: the name it debits under does not matter to these tests (their
+    /// credits say who sent them).
+    fn g(new_id: u64) -> Giver<'static> {
+        Giver { name: b"g", new_id }
+    }
+
+    /// `o`'s credit as sent by a giver that debited under the name `giver`.
     fn credit(giver: &[u8], receiver: &[u8], giver_id: u64, o: &Outgoing) -> Credit {
         Credit {
             giver: giver.to_vec(),
+            from: giver.to_vec(),
             receiver: receiver.to_vec(),
             giver_id,
             seq: o.seq,
@@ -784,8 +870,10 @@ mod tests {
     fn a_transfer_moves_units_once_whatever_repeats() {
         let (h1, h2) = (holder(1), holder(2));
         let mut giver = Counter::plain(10);
+        // A sibling's credit is expected once the home's first move made the receiver floored.
         let mut receiver = Counter::plain(5);
-        let out = giver.start_transfer(&h2, 4, 0, 1, 9).unwrap();
+        receiver.set_floor(Some(0)).unwrap();
+        let out = giver.start_transfer(&h2, 4, 0, 1, g(9)).unwrap();
         assert_eq!(giver.value(), 6);
         assert_eq!(giver.transfers().unwrap().giver_id, 9);
         assert_eq!(
@@ -794,7 +882,7 @@ mod tests {
             "in flight counts at the giver"
         );
         assert_eq!(
-            giver.start_transfer(&h2, 1, 0, 2, 9),
+            giver.start_transfer(&h2, 1, 0, 2, g(9)),
             Err(TransferError::Busy),
             "one at a time per pair"
         );
@@ -807,7 +895,7 @@ mod tests {
         assert!(!giver.apply_ack(&h2, out.seq));
         assert_eq!(giver.units_in_hand(), Some(6));
         assert!(giver.transfers().unwrap().outbox.is_empty());
-        let next = giver.start_transfer(&h2, 1, 0, 1, 5).unwrap();
+        let next = giver.start_transfer(&h2, 1, 0, 1, g(5)).unwrap();
         assert!(next.seq > out.seq, "seqs grow even when the clock does not");
         assert_eq!(giver.transfers().unwrap().giver_id, 9, "the id is kept");
         send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
@@ -822,9 +910,10 @@ mod tests {
         let (h1, h2, h3) = (holder(1), holder(2), holder(3));
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -4, 1, 9).unwrap();
+        let out = giver.start_transfer(&h2, 0, -4, 1, g(9)).unwrap();
         let copy = giver.clone();
         let mut receiver = Counter::plain(0);
+        receiver.set_floor(Some(0)).unwrap();
         assert_eq!(
             send(&giver, &h1, &mut receiver, &h2, &out),
             Ok(CreditOutcome::Applied)
@@ -842,13 +931,13 @@ mod tests {
         let stranger = holder_name(HOME, 8, 1, 0);
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -4, 1, 9).unwrap();
+        let out = giver.start_transfer(&h2, 0, -4, 1, g(9)).unwrap();
         let before = Counter::plain(3);
-        // Another spread's holder, another home's holder, a plain key, a home that does not
-        // list the giver: nothing changes.
+        // Another spread's holder, a holder from another home (to a home), a plain key, a
+        // home that does not list the giver: nothing changes.
         for (to, from) in [
             (h2.clone(), stranger.clone()),
-            (holder_name(b"j", 7, 2, 0), h1.clone()),
+            (holder_name(b"j", 7, 2, 0), b"j2".to_vec()),
             (b"plain".to_vec(), h1.clone()),
             (HOME.to_vec(), h1.clone()),
         ] {
@@ -880,9 +969,9 @@ mod tests {
     #[test]
     fn seqs_grow_across_a_givers_lives() {
         let mut first = Counter::plain(3);
-        let a = first.start_transfer(b"r", 1, 0, 1_000, 1).unwrap();
+        let a = first.start_transfer(b"r", 1, 0, 1_000, g(1)).unwrap();
         let mut again = Counter::plain(3);
-        let b = again.start_transfer(b"r", 1, 0, 1_001, 1).unwrap();
+        let b = again.start_transfer(b"r", 1, 0, 1_001, g(1)).unwrap();
         assert!(b.seq > a.seq);
         assert_eq!(next_seq(u64::MAX, 5), u64::MAX);
         assert_eq!(next_seq(7, -5), 8);
@@ -892,11 +981,17 @@ mod tests {
     fn refused_steps_change_nothing() {
         let mut giver = Counter::plain(i64::MIN);
         let before = giver.clone();
-        assert!(giver.start_transfer(b"r", 1, 0, 1, 1).is_err(), "overflow");
-        assert!(giver.start_transfer(b"r", 0, 1, 1, 1).is_err(), "no floor");
-        assert!(giver.start_transfer(b"", 0, 0, 1, 1).is_err());
         assert!(
-            giver.start_transfer(b"r", 0, 0, 1, 0).is_err(),
+            giver.start_transfer(b"r", 1, 0, 1, g(1)).is_err(),
+            "overflow"
+        );
+        assert!(
+            giver.start_transfer(b"r", 0, 1, 1, g(1)).is_err(),
+            "no floor"
+        );
+        assert!(giver.start_transfer(b"", 0, 0, 1, g(1)).is_err());
+        assert!(
+            giver.start_transfer(b"r", 0, 0, 1, g(0)).is_err(),
             "giver id 0"
         );
         assert_eq!(giver, before);
@@ -904,7 +999,7 @@ mod tests {
         floored.set_floor(Some(4)).unwrap();
         let before = floored.clone();
         assert!(
-            floored.start_transfer(b"r", 7, 0, 1, 1).is_err(),
+            floored.start_transfer(b"r", 7, 0, 1, g(1)).is_err(),
             "below floor"
         );
         assert_eq!(floored, before);
@@ -913,6 +1008,7 @@ mod tests {
         let before = receiver.clone();
         let c = Credit {
             giver: HOME.to_vec(),
+            from: HOME.to_vec(),
             receiver: h2.clone(),
             giver_id: 3,
             seq: 1,
@@ -936,7 +1032,7 @@ mod tests {
         receiver.set_floor(Some(0)).unwrap();
         // dv = 0, df = -5: the giver's floor rises by 5, the receiver's falls by 5.
         let h1 = holder(1);
-        let out = giver.start_transfer(&h1, 0, -5, 1, 1).unwrap();
+        let out = giver.start_transfer(&h1, 0, -5, 1, g(1)).unwrap();
         assert_eq!(giver.floor().unwrap().floor, 5);
         assert_eq!(giver.floor().unwrap().budgets.iter().sum::<i64>(), 15);
         send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
@@ -951,24 +1047,25 @@ mod tests {
         giver.set_floor(Some(0)).unwrap();
         // A fresh holder: no key yet (a plain 0), no floor.
         let mut receiver = Counter::plain(0);
-        let out = giver.start_transfer(&h1, 0, -4, 1, 1).unwrap();
+        let out = giver.start_transfer(&h1, 0, -4, 1, g(1)).unwrap();
         send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
         assert_eq!(receiver.floor().map(|f| f.floor), Some(-4));
         assert_eq!(receiver.floor().unwrap().budgets, vec![4]);
         // The other way, from a floorless counter, it needs the value to cover the new floor.
         let mut floorless = Counter::plain(3);
         assert_eq!(
-            floorless.start_transfer(b"r2", 0, -4, 2, 1),
+            floorless.start_transfer(b"r2", 0, -4, 2, g(1)),
             Err(TransferError::Counter(CounterError::BelowFloor)),
             "floor 0 + 4 is above the value 3"
         );
         assert_eq!((floorless.value(), floorless.floor()), (3, None));
-        floorless.start_transfer(b"r2", 0, -3, 3, 1).unwrap();
+        floorless.start_transfer(b"r2", 0, -3, 3, g(1)).unwrap();
         assert_eq!(floorless.floor().map(|f| f.floor), Some(3));
         // Value units alone leave a floorless counter floorless.
         let mut plain = Counter::plain(1);
         let c = Credit {
-            giver: h1.clone(),
+            giver: HOME.to_vec(),
+            from: HOME.to_vec(),
             receiver: h2.clone(),
             giver_id: 4,
             seq: 5,
@@ -989,7 +1086,7 @@ mod tests {
         let mut home = Counter::plain(0);
         home.set_floor(Some(0)).unwrap();
         let mut fresh = Counter::plain(0);
-        let out = home.start_transfer(&h1, 0, 0, 1, 1).unwrap();
+        let out = home.start_transfer(&h1, 0, 0, 1, g(1)).unwrap();
         send(&home, HOME, &mut fresh, &h1, &out).unwrap();
         assert_eq!(fresh.floor().map(|f| f.floor), Some(0));
 
@@ -999,7 +1096,7 @@ mod tests {
             .unwrap();
         let fold = unfloored.leaving()[0].fold_id;
         let mut empty = Counter::plain(0);
-        let out = empty.seal_into(HOME, fold, 2, 3).unwrap().unwrap();
+        let out = empty.seal_into(HOME, fold, 2, g(3)).unwrap().unwrap();
         send(&empty, &h1, &mut unfloored, HOME, &out).unwrap();
         assert_eq!((unfloored.value(), unfloored.floor()), (7, None));
         assert!(unfloored.leaving().is_empty());
@@ -1026,22 +1123,22 @@ mod tests {
         let fold = home.leaving()[0].fold_id;
         assert_eq!(total(&home, &holder), 107, "listed as leaving");
         assert!(home.transfers().unwrap().knows_name(&h1));
-        let out = holder.seal_into(HOME, fold, 5, 3).unwrap().unwrap();
+        let out = holder.seal_into(HOME, fold, 5, g(3)).unwrap().unwrap();
         assert_eq!((holder.value(), out.dv, out.fold_id), (0, 7, fold));
         assert!(holder.is_sealed());
         assert_eq!(total(&home, &holder), 107, "sealed, credit in flight");
         assert_eq!(
-            holder.seal_into(HOME, fold, 6, 3),
+            holder.seal_into(HOME, fold, 6, g(3)),
             Ok(None),
             "sealing twice"
         );
         assert_eq!(
-            holder.seal_into(b"other", fold + 1, 6, 3),
+            holder.seal_into(b"other", fold + 1, 6, g(3)),
             Err(TransferError::Sealed),
             "sealed for another fold"
         );
         assert_eq!(
-            holder.start_transfer(b"x", 0, 0, 6, 3),
+            holder.start_transfer(b"x", 0, 0, 6, g(3)),
             Err(TransferError::Sealed)
         );
         send(&holder, &h1, &mut home, HOME, &out).unwrap();
@@ -1065,11 +1162,11 @@ mod tests {
         home.set_floor(Some(0)).unwrap();
         let mut h = Counter::plain(5);
         h.set_floor(Some(0)).unwrap();
-        let mv = h.start_transfer(HOME, 0, -2, 1, 3).unwrap();
+        let mv = h.start_transfer(HOME, 0, -2, 1, g(3)).unwrap();
         home.begin_shrink(1, &mut fold_ids()).unwrap();
         let fold = home.leaving()[0].fold_id;
         assert_eq!(
-            h.seal_into(HOME, fold, 2, 3),
+            h.seal_into(HOME, fold, 2, g(3)),
             Err(TransferError::Busy),
             "move pending"
         );
@@ -1079,7 +1176,7 @@ mod tests {
         );
         assert_eq!(home.leaving().len(), 1, "a move does not end the fold");
         assert!(h.apply_ack(HOME, mv.seq));
-        let out = h.seal_into(HOME, fold, 3, 3).unwrap().unwrap();
+        let out = h.seal_into(HOME, fold, 3, g(3)).unwrap().unwrap();
         assert_eq!(
             send(&h, &h1, &mut home, HOME, &out),
             Ok(CreditOutcome::Applied)
@@ -1103,14 +1200,14 @@ mod tests {
             .unwrap();
         let fold = home.leaving()[0].fold_id;
         let mut h = Counter::plain(4);
-        let out = h.seal_into(HOME, fold, 1, 3).unwrap().unwrap();
+        let out = h.seal_into(HOME, fold, 1, g(3)).unwrap().unwrap();
         let mut gone = Counter::plain(0);
         assert_eq!(
             send(&h, &h1, &mut gone, HOME, &out),
             Ok(CreditOutcome::Refused)
         );
         assert_eq!(h.apply_refusal(HOME, out.seq), Ok(false), "a fold is kept");
-        let moved = h.seal_into(b"renamed", fold, 2, 3).unwrap().unwrap();
+        let moved = h.seal_into(b"renamed", fold, 2, g(3)).unwrap().unwrap();
         assert_eq!(
             (moved.seq, moved.dv, &moved.receiver[..]),
             (out.seq, 4, &b"renamed"[..])
@@ -1122,14 +1219,55 @@ mod tests {
         assert_eq!((home.value(), home.leaving().len()), (5, 0));
     }
 
+    /// A sibling's move reaches a holder that its home has not credited yet (a fresh key, or
+    /// one folded and gone): not yet, so nothing lands where no home will count it.
+    #[test]
+    fn a_fresh_holder_waits_for_its_home_before_a_siblings_move() {
+        let (h1, h2) = (holder(1), holder(2));
+        let mut giver = Counter::plain(5);
+        giver.set_floor(Some(0)).unwrap();
+        let out = giver.start_transfer(&h2, 0, -3, 1, g(4)).unwrap();
+        let mut fresh = Counter::plain(0);
+        assert_eq!(
+            send(&giver, &h1, &mut fresh, &h2, &out),
+            Ok(CreditOutcome::NotYet)
+        );
+        assert_eq!(fresh, Counter::plain(0));
+        let first = Counter::plain(9)
+            .start_transfer(&h2, 0, 0, 1, g(5))
+            .unwrap();
+        send(&Counter::plain(0), HOME, &mut fresh, &h2, &first).unwrap();
+        assert_eq!(
+            send(&giver, &h1, &mut fresh, &h2, &out),
+            Ok(CreditOutcome::Applied)
+        );
+    }
+
+    /// A home sends no seal request to a leaving holder while its own move toward that holder
+    /// is unanswered.
+    #[test]
+    fn a_home_asks_no_seal_while_it_moves_budget_to_the_holder() {
+        let h1 = holder(1);
+        let mut home = Counter::plain(10);
+        home.set_floor(Some(0)).unwrap();
+        home.set_spread(crate::counter::Spread::of(vec![h1.clone()]))
+            .unwrap();
+        let mv = home.start_transfer(&h1, 0, -4, 1, g(3)).unwrap();
+        home.begin_shrink(1, &mut fold_ids()).unwrap();
+        let (seals, credits) = home.messages_due(HOME);
+        assert!(seals.is_empty() && credits.len() == 1);
+        assert!(home.apply_ack(&h1, mv.seq));
+        assert_eq!(home.messages_due(HOME).0.len(), 1);
+    }
+
     #[test]
     fn a_sealed_holder_refuses_budget_moves() {
         let (h1, h2) = (holder(1), holder(2));
         let mut sealed = Counter::plain(0);
-        sealed.seal_into(HOME, 77, 1, 3).unwrap();
+        sealed.seal_into(HOME, 77, 1, g(3)).unwrap();
         let mut giver = Counter::plain(5);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -5, 1, 4).unwrap();
+        let out = giver.start_transfer(&h2, 0, -5, 1, g(4)).unwrap();
         assert_eq!(
             send(&giver, &h1, &mut sealed, &h2, &out),
             Ok(CreditOutcome::Refused)
@@ -1150,6 +1288,7 @@ mod tests {
             dv: 1,
             df: 0,
             fold_id,
+            from: Vec::new(),
         };
         let applied = |giver_id, name: &[u8], seq| Applied {
             giver_id,

@@ -41,8 +41,8 @@
 //!  16 TRANSFER (giver and fold ids) u64 LE giver id, uvarint last seq,
 //!             u8 sealed (0/1) [+ (uvarint len, bytes) home],
 //!             uvarint n, n x (bytes receiver, uvarint seq (1..=last seq), ivarint dv,
-//!             ivarint df, u64 LE fold id (0: a budget move)) outbox by strictly increasing
-//!             receiver,
+//!             ivarint df, u64 LE fold id (0: a budget move), bytes giver's name at the debit
+//!             (empty: its current name)) outbox by strictly increasing receiver,
 //!             uvarint n, n x (u64 LE giver id, bytes giver name, uvarint seq >= 1) inbox by
 //!             strictly increasing (id, name), a nonzero id at most once,
 //!             uvarint n, n x (bytes leaving holder, u64 LE fold id >= 1) (distinct names
@@ -159,7 +159,8 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
             .uvarint(o.seq)
             .ivarint(o.dv)
             .ivarint(o.df)
-            .fixed_u64(o.fold_id);
+            .fixed_u64(o.fold_id)
+            .bytes(&o.from);
     }
     w.uvarint(t.inbox.len() as u64);
     for e in &t.inbox {
@@ -187,11 +188,11 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
         .map(|_| {
             let receiver = r.bytes(MAX_NAME)?.to_vec();
             let (seq, dv, df) = (r.uvarint()?, r.ivarint()?, r.ivarint()?);
-            let fold_id = match with_ids {
-                true => r.fixed_u64()?,
+            let (fold_id, from) = match with_ids {
+                true => (r.fixed_u64()?, r.bytes(MAX_NAME)?.to_vec()),
                 // Before ids a sealed holder's entry to its home was its fold.
-                false if sealed_into.as_ref() == Some(&receiver) => LEGACY_FOLD,
-                false => 0,
+                false if sealed_into.as_ref() == Some(&receiver) => (LEGACY_FOLD, Vec::new()),
+                false => (0, Vec::new()),
             };
             Ok(Outgoing {
                 receiver,
@@ -199,6 +200,7 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
                 dv,
                 df,
                 fold_id,
+                from,
             })
         })
         .collect::<Result<Vec<_>, DecodeError>>()?;
@@ -868,6 +870,10 @@ mod tests {
         assert!(with_names(&[b""]).is_err(), "empty name");
     }
 
+    fn giver(name: &[u8], new_id: u64) -> crate::counter::transfer::Giver<'_> {
+        crate::counter::transfer::Giver { name, new_id }
+    }
+
     fn folding_home() -> Counter {
         let mut c = spread_counter();
         let mut ids = 40..;
@@ -875,11 +881,12 @@ mod tests {
         let mut holder = Counter::plain(3);
         let gone = c.leaving()[0].clone();
         let out = holder
-            .seal_into(b"{tag}home", gone.fold_id, 1_000, 9)
+            .seal_into(b"{tag}home", gone.fold_id, 1_000, giver(b"h", 9))
             .unwrap()
             .unwrap();
         let credit = crate::counter::transfer::Credit {
             giver: gone.name.clone(),
+            from: gone.name.clone(),
             receiver: b"{tag}home".to_vec(),
             giver_id: 9,
             seq: out.seq,
@@ -888,7 +895,8 @@ mod tests {
             fold_id: out.fold_id,
         };
         c.apply_credit(&credit).unwrap();
-        c.start_transfer(b"{x}budget", 2, 0, 1_001, 8).unwrap();
+        c.start_transfer(b"{x}budget", 2, 0, 1_001, giver(b"{tag}home", 8))
+            .unwrap();
         c
     }
 
@@ -902,12 +910,14 @@ mod tests {
             assert!(decode(&full[..len]).is_err(), "prefix {len}");
         }
         let mut sealed = Counter::plain(5);
-        sealed.seal_into(b"home", 70, 7, 3).unwrap();
+        sealed.seal_into(b"home", 70, 7, giver(b"h", 3)).unwrap();
         assert_eq!(decode(&encode(&sealed)).unwrap(), sealed);
         assert!(decode(&encode(&sealed)).unwrap().is_sealed());
         // Acknowledged: the last seq stays (seqs never go back).
         let mut giver = Counter::plain(5);
-        let out = giver.start_transfer(b"r", 1, 0, 7, 3).unwrap();
+        let out = giver
+            .start_transfer(b"r", 1, 0, 7, self::giver(b"g", 3))
+            .unwrap();
         giver.apply_ack(b"r", out.seq);
         let back = decode(&encode(&giver)).unwrap();
         assert_eq!(back.transfers().map(|t| t.last_seq), Some(out.seq));

@@ -3,8 +3,9 @@
 //! ```text
 //! seal:   u8 version (= 2), (uvarint len, home), (uvarint len, holder), u64 LE fold id (>= 1)
 //!         the home's master asks the holder's master to fold the holder into the home
-//! credit: u8 version (= 2), (uvarint len, giver), (uvarint len, receiver), u64 LE giver id,
-//!         uvarint seq (>= 1), ivarint dv, ivarint df, u64 LE fold id (0: a budget move)
+//! credit: u8 version (= 2), (uvarint len, giver), (uvarint len, giver's name at the debit),
+//!         (uvarint len, receiver), u64 LE giver id, uvarint seq (>= 1), ivarint dv, ivarint df,
+//!         u64 LE fold id (0: a budget move)
 //! ack:    u8 version (= 2), (uvarint len, giver), (uvarint len, receiver), uvarint seq (>= 1),
 //!         u8 outcome (0 applied, now or before; 1 refused: the receiver does not expect it)
 //! ```
@@ -44,7 +45,10 @@ pub fn decode_seal(buf: &[u8]) -> Result<Seal, DecodeError> {
 
 pub fn encode_credit(m: &Credit) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(VERSION).bytes(&m.giver).bytes(&m.receiver);
+    w.u8(VERSION)
+        .bytes(&m.giver)
+        .bytes(&m.from)
+        .bytes(&m.receiver);
     w.fixed_u64(m.giver_id)
         .uvarint(m.seq)
         .ivarint(m.dv)
@@ -57,6 +61,7 @@ pub fn decode_credit(buf: &[u8]) -> Result<Credit, DecodeError> {
     let mut r = open(buf)?;
     let m = Credit {
         giver: name(&mut r)?,
+        from: name(&mut r)?,
         receiver: name(&mut r)?,
         giver_id: r.fixed_u64()?,
         seq: seq(&mut r)?,
@@ -126,6 +131,7 @@ mod tests {
         };
         let credit = Credit {
             giver: b"g\x00\xff".to_vec(),
+            from: b"f".to_vec(),
             receiver: b"r".to_vec(),
             giver_id: 77,
             seq: u64::MAX,

@@ -1,0 +1,888 @@
+//! A deterministic simulator of the spread protocol (FoundationDB's simulation testing and
+//! TigerBeetle's VOPR are the models): the pure core's rules (`transfer.rs`: what a key has to
+//! send, a credit's outcome, an answer's effect, seals, shrinks, budget moves) driven through
+//! seeded random schedules on simulated masters, each with a lagging replica, the way the
+//! Redis glue (`commands::spread_transfer`) drives them:
+//!
+//! - messages (seal requests, credits, answers) lost, duplicated, reordered and delayed;
+//! - a key's messages leave its master only once its replica holds the key's last write, and
+//!   an answer only once the replica holds the credit (the replication gate);
+//! - failovers (the replica, without the writes it had not received, becomes the master),
+//!   restarts (everything kept, in-memory queues lost);
+//! - adds and purchases on every member, shrinks, grows, budget moves;
+//! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
+//!   name of the same spread), RENAME of a sealed holder and of the home, DEL of the home and
+//!   a new spread under the same name.
+//!
+//! After every step it checks: the gathered total (the glue's rule: the home's value, every
+//! current holder's units in hand, every leaving holder's units in hand) equals every
+//! acknowledged add and purchase that the failovers did not take back; in a floored spread the
+//! members' floors plus the floor units in flight equal `F`, no counter is below its floor
+//! (so no purchase beyond stock). Once the faults stop it checks that every fold finished and
+//! every transfer of the spread was answered.
+//!
+//! A failing schedule panics with its seed and the steps it took; `CTR_SIM_SEED=<seed>` replays
+//! that one schedule. `CTR_SIM_SCHEDULES` sets how many schedules a run takes (10,000 by
+//! default, what `make test` runs; `make simulate` runs a long soak).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+
+use super::spread::{
+    carried_home, holder_name, key_slot, parse_holder_name, plan_holders, Standalone,
+};
+use super::transfer::{Ack, Credit, CreditOutcome, Giver, Seal, TransferError};
+use super::{AddOp, Counter, DecrOp, Spread};
+
+const MASTERS: usize = 3;
+const STEPS: usize = 160;
+
+/// splitmix64: small, seedable, the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn percent(&mut self, p: u64) -> bool {
+        self.next() % 100 < p
+    }
+    /// A random id above the reserved ones (0: none, 1: a fold from before ids).
+    fn id(&mut self) -> u64 {
+        self.next() | 2
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Message {
+    Seal(Seal),
+    Credit(Credit),
+    Answer(Ack),
+}
+
+/// A write the replica does not hold yet (one command: RENAME writes two keys at once): each
+/// key's state after it (None: deleted), and the client's units it carried (taken back from
+/// what was acknowledged if a failover loses the write).
+struct Pending {
+    keys: Vec<(Vec<u8>, Option<Counter>)>,
+    client_units: i64,
+}
+
+#[derive(Default)]
+struct Master {
+    keys: BTreeMap<Vec<u8>, Counter>,
+    replica: BTreeMap<Vec<u8>, Counter>,
+    unreplicated: VecDeque<Pending>,
+    /// Answers waiting for the replica to hold the credit they answer (key: the receiver).
+    answers: Vec<(Vec<u8>, Ack)>,
+}
+
+impl Master {
+    fn replica_holds(&self, key: &[u8]) -> bool {
+        !self
+            .unreplicated
+            .iter()
+            .any(|p| p.keys.iter().any(|(k, _)| k == key))
+    }
+}
+
+struct Sim {
+    rng: Rng,
+    masters: Vec<Master>,
+    network: Vec<Message>,
+    now: i64,
+    /// The home's current name (RENAME moves it).
+    home: Vec<u8>,
+    floor: Option<i64>,
+    /// Every client unit acknowledged and not taken back by a failover.
+    expected: i64,
+    next_index: usize,
+    faults: bool,
+    /// Sealed holders a user renamed, by their listed name: (new name, units). The glue's read
+    /// counts the listed name (now missing), so the total dips by the units until the fold's
+    /// credit lands: the checks count them at the new name meanwhile.
+    renamed: Vec<(Vec<u8>, Vec<u8>)>,
+    log: String,
+}
+
+fn master_of(key: &[u8]) -> usize {
+    key_slot(key) as usize % MASTERS
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut sim = Sim {
+            rng: Rng(seed),
+            masters: (0..MASTERS).map(|_| Master::default()).collect(),
+            network: Vec::new(),
+            now: 1_000_000,
+            home: b"{sale}stock".to_vec(),
+            floor: None,
+            expected: 0,
+            next_index: 1,
+            faults: true,
+            renamed: Vec::new(),
+            log: String::new(),
+        };
+        let floored = sim.rng.percent(50);
+        sim.create_and_spread(floored);
+        sim
+    }
+
+    fn note(&mut self, what: std::fmt::Arguments) {
+        let _ = writeln!(self.log, "{what}");
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Counter> {
+        self.masters[master_of(key)].keys.get(key)
+    }
+
+    /// One write on the key's master: the new state (None: deleted), replicated later.
+    fn write(&mut self, key: &[u8], state: Option<Counter>, client_units: i64) {
+        self.write_keys(vec![(key.to_vec(), state)], client_units);
+    }
+
+    /// One command writing keys of one slot (so of one master).
+    fn write_keys(&mut self, keys: Vec<(Vec<u8>, Option<Counter>)>, client_units: i64) {
+        let m = &mut self.masters[master_of(&keys[0].0)];
+        for (key, state) in &keys {
+            match state {
+                Some(c) => m.keys.insert(key.clone(), c.clone()),
+                None => m.keys.remove(key),
+            };
+        }
+        m.unreplicated.push_back(Pending { keys, client_units });
+        self.expected += client_units;
+    }
+
+    /// Runs `f` on the key's counter (a fresh 0 when missing) and writes the result when it
+    /// changed anything.
+    fn update<R>(&mut self, key: &[u8], f: impl FnOnce(&mut Counter) -> R) -> R {
+        let before = self.get(key).cloned();
+        let mut c = before.clone().unwrap_or_else(|| Counter::plain(0));
+        let r = f(&mut c);
+        if before.as_ref() != Some(&c) && !(before.is_none() && c == Counter::plain(0)) {
+            self.write(key, Some(c), 0);
+        }
+        r
+    }
+
+    /// A new counter under the home's name, floored or not, spread to 2-5 holders; a floored
+    /// one sends each holder its share as a budget move, as the glue does.
+    fn create_and_spread(&mut self, floored: bool) {
+        let home = self.home.clone();
+        let id = self.rng.id();
+        let count = 3 + self.rng.below(4);
+        let holders = plan_holders(&home, id, &[], count, &Standalone).expect("free slots");
+        self.next_index = self.next_index.max(count);
+        let value = 20 + self.rng.below(80) as i64;
+        let floor = floored.then(|| self.rng.below(10) as i64);
+        let mut c = Counter::plain(value);
+        if let Some(f) = floor {
+            c.set_floor(Some(f)).expect("a floor below the value");
+        }
+        let spread = Spread {
+            id,
+            holders: holders.clone(),
+            floor,
+        };
+        c.set_spread(spread).expect("valid holders");
+        self.write(&home, Some(c), value);
+        self.floor = floor;
+        self.note(format_args!(
+            "create {value} floor {floor:?}, spread {}",
+            holders.len()
+        ));
+        if let Some(f) = floor {
+            let share = (value - f) / (holders.len() as i64 + 1);
+            for h in holders {
+                self.start_move(&home.clone(), &h, share);
+            }
+        }
+        // One command in the glue (its writes replicate together), and the client waits.
+        self.wait_replica(&home);
+    }
+
+    /// The client waits for the replica (WAIT) after a command that changes which keys make
+    /// the counter (spread, grow, RENAME, DEL): a failover that loses such a command orphans
+    /// every add acknowledged on its holders since, which is asynchronous replication's loss
+    /// of acknowledged writes, not the protocol's.
+    fn wait_replica(&mut self, key: &[u8]) {
+        let m = master_of(key);
+        while !self.masters[m].unreplicated.is_empty() {
+            self.replicate_one(m);
+        }
+    }
+
+    /// A new holder's name, carrying the home name the others carry (the glue's planner).
+    fn new_holder_name(&mut self, spread_id: u64) -> Vec<u8> {
+        self.next_index += 1;
+        let current = self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map(|s| s.holders.clone());
+        let names = current.unwrap_or_default();
+        let home = carried_home(names.iter().map(Vec::as_slice)).unwrap_or(&self.home);
+        holder_name(home, spread_id, self.next_index, 0)
+    }
+
+    fn home_counter(&self) -> Option<&Counter> {
+        self.get(&self.home)
+    }
+
+    /// The home, its current holders and those still leaving it.
+    fn members(&self) -> Vec<Vec<u8>> {
+        let mut names = vec![self.home.clone()];
+        if let Some(h) = self.home_counter() {
+            names.extend(h.spread().map(|s| s.holders.clone()).unwrap_or_default());
+            names.extend(h.leaving().iter().map(|l| l.name.clone()));
+        }
+        names
+    }
+
+    /// The glue's read of the total (ctr_spread's gather).
+    fn total(&self) -> i64 {
+        let Some(home) = self.home_counter() else {
+            return 0;
+        };
+        let in_hand = |name: &Vec<u8>| self.get(name).map_or(0, |c| c.units_in_hand().unwrap());
+        let current = home.spread().map(|s| s.holders.clone()).unwrap_or_default();
+        home.value()
+            + current.iter().map(in_hand).sum::<i64>()
+            + home.leaving().iter().map(|l| in_hand(&l.name)).sum::<i64>()
+    }
+
+    fn start_move(&mut self, giver: &[u8], receiver: &[u8], units: i64) {
+        let (now, id) = (self.now, self.rng.id());
+        let from = Giver {
+            name: giver,
+            new_id: id,
+        };
+        let started = self.update(giver, |c| c.start_transfer(receiver, 0, -units, now, from));
+        self.note(format_args!(
+            "move {units} {} -> {}: {:?}",
+            show(giver),
+            show(receiver),
+            started.map(|o| o.seq)
+        ));
+    }
+
+    fn step(&mut self) {
+        self.now += 1 + self.rng.below(50) as i64;
+        let roll = self.rng.below(100);
+        let master = self.rng.below(MASTERS);
+        match roll {
+            0..=29 => self.deliver(),
+            30..=39 => self.tick(master),
+            40..=51 => self.replicate(master),
+            52..=61 => self.client_add(),
+            62..=69 => self.purchase(),
+            70..=73 => self.shrink(),
+            74..=76 => self.grow(),
+            77..=81 => self.budget_move(),
+            82..=84 if self.faults => self.failover(master),
+            85..=86 if self.faults => self.restart(master),
+            87..=89 if self.faults => self.restore_copy(),
+            90 if self.faults => self.rename_sealed_holder(),
+            91 if self.faults => self.rename_home(),
+            92 if self.faults => self.delete_home_and_spread_again(),
+            _ => self.tick(master),
+        }
+    }
+
+    fn deliver(&mut self) {
+        if self.network.is_empty() {
+            return;
+        }
+        let i = self.rng.below(self.network.len());
+        let duplicated = self.faults && self.rng.percent(10);
+        let m = if duplicated {
+            self.network[i].clone()
+        } else {
+            self.network.swap_remove(i)
+        };
+        if self.faults && self.rng.percent(15) {
+            let what = describe(&m);
+            self.note(format_args!("lost {what}"));
+            return;
+        }
+        self.handle(m);
+    }
+
+    fn handle(&mut self, m: Message) {
+        let what = describe(&m);
+        self.note(format_args!("deliver {what}"));
+        match m {
+            Message::Seal(s) => {
+                let (now, id) = (self.now, self.rng.id());
+                let holder = Giver {
+                    name: &s.holder,
+                    new_id: id,
+                };
+                let _ = self.update(&s.holder, |c| c.seal_into(&s.home, s.fold_id, now, holder));
+            }
+            Message::Credit(credit) => self.on_credit(credit),
+            Message::Answer(a) => {
+                if self.get(&a.giver).is_some_and(|c| c.answer_matters(&a)) {
+                    let r = self.update(&a.giver, |c| c.apply_answer(&a));
+                    r.expect("an answer that matters applies");
+                }
+            }
+        }
+    }
+
+    fn on_credit(&mut self, credit: Credit) {
+        let outcome = match Counter::credit_outcome_at(self.get(&credit.receiver), &credit) {
+            Some(CreditOutcome::NotYet) => return, // sent again later
+            Some(o) => o,
+            None => match self.update(&credit.receiver, |c| c.apply_credit(&credit)) {
+                Ok(CreditOutcome::NotYet) | Err(TransferError::Counter(_)) => return,
+                Ok(o) => o,
+                Err(e) => panic!("credit {credit:?}: {e:?}"),
+            },
+        };
+        let ack = Ack {
+            giver: credit.giver.clone(),
+            receiver: credit.receiver.clone(),
+            seq: credit.seq,
+            refused: outcome == CreditOutcome::Refused,
+        };
+        let m = &mut self.masters[master_of(&credit.receiver)];
+        m.answers.push((credit.receiver.clone(), ack));
+    }
+
+    /// The registry's timer on one master: every key with something to send sends it once its
+    /// replica holds the key's last write; answers go once the replica holds their credit.
+    fn tick(&mut self, master: usize) {
+        let m = &mut self.masters[master];
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut m.answers)
+            .into_iter()
+            .partition(|(key, _)| m.replica_holds(key));
+        m.answers = waiting;
+        let mut out: Vec<Message> = ready.into_iter().map(|(_, a)| Message::Answer(a)).collect();
+        for (name, c) in &m.keys {
+            if m.replica_holds(name) {
+                let (seals, credits) = c.messages_due(name);
+                out.extend(seals.into_iter().map(Message::Seal));
+                out.extend(credits.into_iter().map(Message::Credit));
+            }
+        }
+        self.network.extend(out);
+    }
+
+    /// The replica receives the master's next 1-4 writes.
+    fn replicate(&mut self, master: usize) {
+        for _ in 0..1 + self.rng.below(4) {
+            self.replicate_one(master);
+        }
+    }
+
+    fn replicate_one(&mut self, master: usize) {
+        let m = &mut self.masters[master];
+        if let Some(p) = m.unreplicated.pop_front() {
+            for (key, state) in p.keys {
+                match state {
+                    Some(c) => m.replica.insert(key, c),
+                    None => m.replica.remove(&key),
+                };
+            }
+        }
+    }
+
+    fn failover(&mut self, master: usize) {
+        let m = &mut self.masters[master];
+        let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
+        m.keys = m.replica.clone();
+        m.unreplicated.clear();
+        m.answers.clear();
+        self.expected -= lost;
+        self.note(format_args!(
+            "failover of master {master} (lost {lost} client units)"
+        ));
+    }
+
+    fn restart(&mut self, master: usize) {
+        while !self.masters[master].unreplicated.is_empty() {
+            self.replicate_one(master);
+        }
+        self.masters[master].answers.clear();
+        self.note(format_args!("restart of master {master}"));
+    }
+
+    /// Where a writer sends an add or a purchase: the home, a current holder, or a leaving
+    /// holder still there (a writer whose holder list is stale; a sealed one refuses). Not a
+    /// leaving holder whose key is gone (renamed away): a write there makes a new key that no
+    /// fold will carry home, the case the sealed grace period exists for (docs/CLUSTER.md).
+    fn random_member(&mut self) -> Vec<u8> {
+        let members: Vec<Vec<u8>> = self.members();
+        let current = 1 + self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map_or(0, |s| s.holders.len());
+        let writable: Vec<Vec<u8>> = members
+            .into_iter()
+            .enumerate()
+            .filter(|(i, name)| *i < current || self.get(name).is_some())
+            .map(|(_, name)| name)
+            .collect();
+        writable[self.rng.below(writable.len())].clone()
+    }
+
+    fn client_add(&mut self) {
+        let key = self.random_member();
+        let delta = self.rng.below(20) as i64 - 5;
+        let now = self.now;
+        let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
+        if c.is_sealed() {
+            return; // refused: the folded-back error
+        }
+        // A holder of a floored spread is floored at 0 before its first credit (finding 5).
+        let unfloored_holder = self.floor.is_some() && key != self.home && c.floor().is_none();
+        if unfloored_holder && c.value() + delta < 0 {
+            return;
+        }
+        let op = AddOp {
+            now,
+            event: now,
+            delta,
+            shard: 0,
+            shards: c.shard_count(),
+            token: None,
+        };
+        if let Ok(Some(_)) = c.apply_add(&op) {
+            self.write(&key, Some(c), delta);
+            self.note(format_args!("add {delta} to {}", show(&key)));
+        }
+    }
+
+    fn purchase(&mut self) {
+        if self.floor.is_none() {
+            return;
+        }
+        let key = self.random_member();
+        let amount = 1 + self.rng.below(6) as i64;
+        let now = self.now;
+        let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
+        if c.is_sealed() {
+            return;
+        }
+        let op = DecrOp {
+            now,
+            event: now,
+            amount,
+            shard: 0,
+            shards: c.shard_count(),
+            token: None,
+        };
+        if let Ok(Some(_)) = c.apply_decrement(&op) {
+            self.write(&key, Some(c), -amount);
+            self.note(format_args!("purchase {amount} at {}", show(&key)));
+        }
+    }
+
+    fn shrink(&mut self) {
+        let Some(count) = self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map(Spread::count)
+        else {
+            return;
+        };
+        let target = 1 + self.rng.below(count);
+        let home = self.home.clone();
+        let mut ids: Vec<u64> = (0..count).map(|_| self.rng.id()).collect();
+        let mut c = self.home_counter().cloned().expect("a spread home");
+        let gone = c.begin_shrink(target, &mut || ids.pop().unwrap_or(2));
+        if let Ok(gone) = gone {
+            self.write(&home, Some(c), 0);
+            self.note(format_args!("shrink to {target}: {} leave", gone.len()));
+        }
+    }
+
+    fn grow(&mut self) {
+        let Some(mut c) = self.home_counter().cloned() else {
+            return;
+        };
+        let Some(mut spread) = c.spread().cloned() else {
+            return;
+        };
+        if spread.holders.len() >= 6 {
+            return;
+        }
+        let name = self.new_holder_name(spread.id);
+        spread.holders.push(name.clone());
+        if c.set_spread(spread).is_err() {
+            return; // two holders in one slot: the planner would pick another name
+        }
+        let home = self.home.clone();
+        self.write(&home, Some(c), 0);
+        self.note(format_args!("grow: {}", show(&name)));
+        if self.floor.is_some() {
+            self.start_move(&home, &name, 0);
+        }
+        self.wait_replica(&home);
+    }
+
+    fn budget_move(&mut self) {
+        if self.floor.is_none() {
+            return;
+        }
+        // The planner moves budget between the home and its current holders.
+        let mut current = vec![self.home.clone()];
+        if let Some(s) = self.home_counter().and_then(|h| h.spread()) {
+            current.extend(s.holders.iter().cloned());
+        }
+        let giver = current[self.rng.below(current.len())].clone();
+        let receiver = current[self.rng.below(current.len())].clone();
+        let budget = self
+            .get(&giver)
+            .and_then(|c| c.floor().map(|f| c.value() - f.floor))
+            .unwrap_or(0);
+        if giver != receiver && budget > 0 {
+            let units = 1 + self.rng.below(budget as usize) as i64;
+            self.start_move(&giver, &receiver, units);
+        }
+    }
+
+    /// DUMP of a giver with transfers in flight, RESTORE under a name outside the spread or
+    /// under another holder-shaped name of the same spread. Not of a home: a home restored
+    /// under another name is a second home of the same holders and folds (the alias of the
+    /// spread issue, still open: docs/CLUSTER.md), which this simulator would report.
+    fn restore_copy(&mut self) {
+        let mut with_transfers: Vec<(Vec<u8>, Counter)> = Vec::new();
+        for m in &self.masters {
+            for (k, c) in &m.keys {
+                // A copy of writes a failover may take back would resurrect them: that is
+                // asynchronous replication (DUMP reads the master), not the protocol, so the
+                // simulated DUMP takes state the replica holds.
+                let home = c.spread().is_some() || !c.leaving().is_empty();
+                let durable = m.replica_holds(k);
+                if durable && !home && c.transfers().is_some_and(|t| !t.outbox.is_empty()) {
+                    with_transfers.push((k.clone(), c.clone()));
+                }
+            }
+        }
+        if with_transfers.is_empty() {
+            return;
+        }
+        let (from, c) = with_transfers.swap_remove(self.rng.below(with_transfers.len()));
+        let id = self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map_or(7, |s| s.id);
+        let name = if self.rng.percent(50) {
+            format!("copy:{}", self.rng.below(1000)).into_bytes()
+        } else {
+            holder_name(&self.home, id, 900 + self.rng.below(50), 0)
+        };
+        if self.members().contains(&name) || self.get(&name).is_some() {
+            return;
+        }
+        self.note(format_args!("restore {} as {}", show(&from), show(&name)));
+        self.write(&name, Some(c), 0);
+    }
+
+    /// RENAME within one slot: one command, replicated (or lost) whole.
+    fn rename(&mut self, from: &[u8], to: &[u8]) {
+        let Some(c) = self.get(from).cloned() else {
+            return;
+        };
+        self.note(format_args!("rename {} {}", show(from), show(to)));
+        self.write_keys(vec![(to.to_vec(), Some(c)), (from.to_vec(), None)], 0);
+    }
+
+    /// A user renames a sealed holder whose fold credit is still unanswered: the credit, sent
+    /// from the new name, still ends the fold once (it carries the fold and the giver's id).
+    /// Not while a transfer toward the holder is unanswered or a message to it is on its way:
+    /// a key that a user deletes or renames away is fresh again under its name, and an old
+    /// credit landing there is judged anew (a holder key is part of the counter; the known
+    /// gap in docs/CLUSTER.md).
+    fn rename_sealed_holder(&mut self) {
+        let Some(home) = self.home_counter() else {
+            return;
+        };
+        let leaving: Vec<Vec<u8>> = home.leaving().iter().map(|l| l.name.clone()).collect();
+        let sealed = leaving
+            .into_iter()
+            .find(|n| self.get(n).is_some_and(|c| c.is_sealed()));
+        let addressed = |m: &Message, name: &[u8]| match m {
+            Message::Seal(s) => s.holder == name,
+            Message::Credit(c) => c.receiver == name,
+            Message::Answer(a) => a.giver == name,
+        };
+        let owed = |n: &[u8]| {
+            self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
+                let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
+                outbox.iter().any(|o| o.receiver == n)
+            })
+        };
+        let sealed = sealed.filter(|n| !owed(n) && !self.network.iter().any(|m| addressed(m, n)));
+        if let Some(from) = sealed {
+            // The same slot: the holder's hash tag, another name after it.
+            let close = from.iter().position(|&b| b == b'}').unwrap_or(0);
+            let mut to = from[..=close].to_vec();
+            to.extend_from_slice(format!("renamed:{}", self.rng.below(1000)).as_bytes());
+            if self.get(&to).is_none() {
+                self.rename(&from, &to);
+                self.renamed.push((from, to));
+            }
+        }
+    }
+
+    /// RENAME of the home, but not while a budget move toward it is in flight: such a move
+    /// stays addressed to the old name and waits there (its floor units err low, never lost
+    /// or minted), and the holder it comes from cannot be folded meanwhile: a known gap,
+    /// docs/CLUSTER.md.
+    fn rename_home(&mut self) {
+        let to = format!("{{sale}}stock:{}", self.rng.below(1000)).into_bytes();
+        if self.get(&to).is_some() || self.home_counter().is_none() {
+            return;
+        }
+        let home = self.home.clone();
+        let moving_home = self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
+            let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
+            outbox.iter().any(|o| o.fold_id == 0 && o.receiver == home)
+        });
+        if moving_home {
+            return;
+        }
+        let from = self.home.clone();
+        self.rename(&from, &to);
+        self.wait_replica(&to);
+        self.home = to;
+    }
+
+    /// DEL of the home (the counter is gone: its total with it) and a new counter spread under
+    /// the same name: none of the old holders' units may come in.
+    fn delete_home_and_spread_again(&mut self) {
+        let home = self.home.clone();
+        self.note(format_args!("DEL {}", show(&home)));
+        // The deleted counter's units go with it (and come back if a failover loses the DEL).
+        let gone = self.expected;
+        // Writes not yet replicated belong to the deleted counter whatever happens to them.
+        for m in &mut self.masters {
+            for p in &mut m.unreplicated {
+                p.client_units = 0;
+            }
+        }
+        self.write(&home, None, -gone);
+        self.renamed.clear();
+        let floored = self.rng.percent(50);
+        self.create_and_spread(floored);
+    }
+}
+
+impl Sim {
+    /// The keys whose floors make the counter's: the members, and renamed sealed holders
+    /// (whose fold credit carries floor units until it lands).
+    fn accounted_keys(&self) -> Vec<Vec<u8>> {
+        let mut keys = self.members();
+        keys.extend(self.renamed.iter().map(|(_, to)| to.clone()));
+        keys
+    }
+
+    /// Units of renamed sealed holders whose fold credit the home has not applied: the read
+    /// does not count them (their listed name is gone, or was sealed anew at 0 by a late seal
+    /// request), and they are lost to the counter if the fold ended before they land.
+    fn renamed_units_out(&self) -> i64 {
+        let mut out = 0;
+        for (_, to) in &self.renamed {
+            let Some(c) = self.get(to) else { continue };
+            for o in c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
+                if o.fold_id != 0 && !self.applied(to, c, o) {
+                    out += o.dv;
+                }
+            }
+        }
+        out
+    }
+
+    /// Every key of every master, for a failure report.
+    fn dump(&self) -> String {
+        let mut out = format!("home {}\n", show(&self.home));
+        for (i, m) in self.masters.iter().enumerate() {
+            for (k, c) in &m.keys {
+                let _ = writeln!(out, "master {i}: {} = {c:?}", show(k));
+            }
+        }
+        out
+    }
+
+    /// True when the receiver of `o` (sent by the counter `giver` at `name`) applied it, or
+    /// the home did under the name it was renamed to since.
+    fn applied(&self, name: &[u8], giver: &Counter, o: &super::Outgoing) -> bool {
+        let id = giver.transfers().map_or(0, |t| t.giver_id);
+        let by = |key: &[u8]| {
+            self.get(key)
+                .and_then(Counter::transfers)
+                .is_some_and(|t| t.applied_from(id, name) >= o.seq)
+        };
+        let to_a_home = parse_holder_name(&o.receiver).is_none();
+        by(&o.receiver) || (to_a_home && by(&self.home))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let keys = self.accounted_keys();
+        let total = self.total();
+        let expected = self.expected - self.renamed_units_out();
+        if total != expected {
+            return Err(format!("total {total}, acknowledged {expected}"));
+        }
+        for m in &self.masters {
+            for (k, c) in &m.keys {
+                if c.floor().is_some_and(|f| c.value() < f.floor) {
+                    return Err(format!("{} below its floor", show(k)));
+                }
+            }
+        }
+        let floored = self.floor.is_some();
+        for k in &self.members()[1..] {
+            let below_0 = self
+                .get(k)
+                .is_some_and(|c| c.floor().is_none() && c.value() < 0);
+            if floored && below_0 {
+                return Err(format!("{} below 0 before its first credit", show(k)));
+            }
+        }
+        let Some(floor) = self.floor else {
+            return Ok(());
+        };
+        let mut units = 0;
+        let mut parts = String::new();
+        for k in &keys {
+            let Some(c) = self.get(k) else { continue };
+            let own = c.floor().map_or(0, |f| f.floor);
+            units += own;
+            let _ = write!(parts, " {}: {own}", show(k));
+            for o in c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
+                if !self.applied(k, c, o) {
+                    units += o.df;
+                    let _ = write!(parts, " (+{} to {})", o.df, show(&o.receiver));
+                }
+            }
+        }
+        if units != floor {
+            return Err(format!(
+                "floors and floor units in flight {units}, floor {floor}:{parts}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// No more faults: every message delivered, replicas caught up, until quiet.
+    fn heal(&mut self) {
+        self.faults = false;
+        for _ in 0..60 {
+            for m in 0..MASTERS {
+                while !self.masters[m].unreplicated.is_empty() {
+                    self.replicate_one(m);
+                }
+                self.tick(m);
+            }
+            while let Some(m) = self.network.pop() {
+                self.handle(m);
+            }
+        }
+    }
+
+    /// After healing: every fold finished and every transfer of the counter answered.
+    fn check_settled(&self) -> Result<(), String> {
+        let home = self.home_counter();
+        if home.is_some_and(|h| !h.leaving().is_empty()) {
+            return Err("a fold never finished".into());
+        }
+        for k in self.members() {
+            if self
+                .get(&k)
+                .is_some_and(|c| c.transfers().is_some_and(|t| !t.outbox.is_empty()))
+            {
+                return Err(format!("{} still has a transfer unanswered", show(&k)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one schedule; Err carries the failure and the steps taken.
+fn run(seed: u64) -> Result<(), String> {
+    let mut sim = Sim::new(seed);
+    let fail =
+        |sim: &Sim, why: String| Err(format!("seed {seed}: {why}\n{}\n{}", sim.log, sim.dump()));
+    for step in 0..STEPS {
+        sim.step();
+        if let Err(why) = sim.check() {
+            return fail(&sim, format!("after step {step}: {why}"));
+        }
+    }
+    sim.heal();
+    if let Err(why) = sim.check().and_then(|()| sim.check_settled()) {
+        return fail(&sim, format!("after healing: {why}"));
+    }
+    Ok(())
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+#[test]
+fn every_schedule_keeps_the_spread_protocols_invariants() {
+    if let Some(seed) = env_number("CTR_SIM_SEED") {
+        if let Err(report) = run(seed) {
+            panic!("{report}");
+        }
+        return;
+    }
+    let schedules = env_number("CTR_SIM_SCHEDULES").unwrap_or(10_000);
+    let base = env_number("CTR_SIM_BASE").unwrap_or(0);
+    let started = std::time::Instant::now();
+    for seed in base..base + schedules {
+        if let Err(report) = run(seed) {
+            panic!("{report}\nreplay: CTR_SIM_SEED={seed} cargo test --release --lib simulator");
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s)",
+        schedules as f64 / secs.max(1e-9)
+    );
+}
+
+fn describe(m: &Message) -> String {
+    match m {
+        Message::Seal(s) => format!(
+            "seal {} into {} fold {:x}",
+            show(&s.holder),
+            show(&s.home),
+            s.fold_id
+        ),
+        Message::Credit(c) => format!(
+            "credit {} -> {} giver {:x} seq {} dv {} df {} fold {:x}",
+            show(&c.giver),
+            show(&c.receiver),
+            c.giver_id,
+            c.seq,
+            c.dv,
+            c.df,
+            c.fold_id
+        ),
+        Message::Answer(a) => format!(
+            "answer {} -> {} seq {} refused {}",
+            show(&a.receiver),
+            show(&a.giver),
+            a.seq,
+            a.refused
+        ),
+    }
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
