@@ -350,6 +350,24 @@ fn on_seal(ctx: Ctx, m: Seal) {
     if with_counter(ctx, name.raw, |_| ()).is_err() {
         return; // another type under the holder's name: nothing of ours to fold
     }
+    // A move toward the home under a name it had before a RENAME goes to this name.
+    let stale_move = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.has_move_to_former_home(&m.home),
+        _ => false,
+    });
+    if stale_move == Ok(true) {
+        let _ = write_state(ctx, name.raw, |c| Ok(c.retarget_moves_to(&m.home)));
+    }
+    // Its own moves still unanswered: it seals later (the home asks again), nothing to write.
+    let busy = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => {
+            !b.is_sealed() && b.transfers().is_some_and(|t| !t.outbox.is_empty())
+        }
+        _ => false,
+    });
+    if busy == Ok(true) {
+        return;
+    }
     let now = ctx.now_ms();
     match write_state(ctx, name.raw, |c| {
         let holder = Giver {

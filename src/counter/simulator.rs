@@ -321,6 +321,7 @@ impl Sim {
         self.note(format_args!("deliver {what}"));
         match m {
             Message::Seal(s) => {
+                let _ = self.update(&s.holder, |c| c.retarget_moves_to(&s.home));
                 let (now, id) = (self.now, self.rng.id());
                 let holder = Giver {
                     name: &s.holder,

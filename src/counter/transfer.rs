@@ -322,6 +322,11 @@ impl Transfers {
     }
 }
 
+/// A budget move to a home under a name other than `home`.
+fn is_to_former_home(o: &Outgoing, home: &[u8]) -> bool {
+    o.fold_id == 0 && o.receiver != home && parse_holder_name(&o.receiver).is_none()
+}
+
 /// The seq after `last` at time `now_ms` (see the module docs).
 pub fn next_seq(last: u64, now_ms: i64) -> u64 {
     let by_time = u64::try_from(now_ms).unwrap_or(0).saturating_mul(1024);
@@ -776,6 +781,42 @@ impl Counter {
         let entry = self.debit(home, self.value, df, now_ms, giver, fold_id)?;
         self.transfers_mut().sealed_into = Some(home.to_vec());
         Ok(Some(entry))
+    }
+
+    /// On a holder asked to seal by its home under `home`, before [`Counter::seal_into`]: a
+    /// budget move of its own toward its home under another name (the home was renamed since;
+    /// a holder moves budget only to its home or to holders, so a receiver that is not a
+    /// holder name is its home) goes to `home` instead, same seq: the renamed home applies it
+    /// once (it deduplicates by the giver's id), and the holder seals once it is answered.
+    /// True when a move was re-targeted (a write).
+    pub fn retarget_moves_to(&mut self, home: &[u8]) -> bool {
+        if !self.has_move_to_former_home(home) {
+            return false;
+        }
+        let t = self.transfers_mut();
+        let Some(i) = t.outbox.iter().position(|o| is_to_former_home(o, home)) else {
+            return false;
+        };
+        let mut entry = t.outbox.remove(i);
+        entry.receiver = home.to_vec();
+        let slot = t
+            .outbox
+            .binary_search_by(|o| o.receiver.as_slice().cmp(home))
+            .unwrap_or_else(|slot| slot);
+        t.outbox.insert(slot, entry);
+        true
+    }
+
+    /// True when [`Counter::retarget_moves_to`] would change something (one move per pair: not
+    /// while a move to `home` itself is unanswered).
+    pub fn has_move_to_former_home(&self, home: &[u8]) -> bool {
+        let Some(t) = self.transfers() else {
+            return false;
+        };
+        let name_ok = !home.is_empty() && home.len() <= MAX_NAME;
+        name_ok
+            && t.outbox.iter().any(|o| is_to_former_home(o, home))
+            && !t.outbox.iter().any(|o| o.receiver == home)
     }
 
     fn retarget_fold(
