@@ -120,7 +120,6 @@ fn grow(
     target: usize,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
     let home = string_bytes(key_name);
-    let spread_id = spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes()));
     if home.len() > MAX_HOME_NAME {
         return Err(CommandError::fixed(
             "ERR key name too long to spread (at most 1024 bytes)",
@@ -128,6 +127,10 @@ fn grow(
     }
     let in_cluster = cluster::in_cluster(ctx);
     let is_floored = floored::floor_of(ctx, key_name)?.is_some();
+    // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
+    // then keeps it at or above 0 until its first budget credit gives it a floor.
+    let spread_id =
+        spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes(), is_floored));
     let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
             let givers = t.inbox.iter().map(|e| e.name.clone());
