@@ -15,6 +15,7 @@ use super::ctr_store::{
 use super::decide;
 use super::parse::integer;
 use crate::config::Settings;
+use crate::counter::spread::floor_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
@@ -37,8 +38,14 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let (key, content) = open_for_write_as(ctx, args.raw(1))?;
     let mut advised_shards = None;
+    // A holder of a floored spread is held at 0 until it has a floor of its own: the general
+    // path decides its adds (the fast path knows no floor).
+    let floor_if_none = floor_by_name(args.bytes(1));
     // With ctr.track-history yes a bare add may start a history: the general path decides.
-    if args.len() == 3 && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed) {
+    if args.len() == 3
+        && floor_if_none.is_none()
+        && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
+    {
         match add_fast(ctx, &key, content, args)? {
             FastAdd::Done(value) => {
                 drop(key);
@@ -66,6 +73,12 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         None => None,
     };
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    if w.token.is_none() && floor_if_none.is_some_and(|f| parsed.delta < f) && is_missing(&key) {
+        // A missing holder of a floored spread is 0 held at 0: refused, nothing to remember
+        // (and no key made), as CTR.DECRFLOOR refuses on a missing key.
+        metrics::ADDS_REFUSED_BY_FLOOR.incr();
+        return Ok(Reply::Null);
+    }
     w.advised_shards = advised_shards;
     let added = w.update(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
@@ -81,7 +94,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             shards,
             token: w.token,
         };
-        let result = c.apply_add(&op)?;
+        let result = c.apply_add_under(&op, floor_if_none)?;
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }

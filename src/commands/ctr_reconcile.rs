@@ -245,7 +245,10 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     }
     refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
-    let (repair, before) = update_counter(&key, |c, before| Ok((c.apply_reconcile(&op)?, before)))?;
+    let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
+    let (repair, before) = update_counter(&key, |c, before| {
+        Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))
+    })?;
     drop(key); // closed before the keyspace event fires
     if repair.changed {
         let effect = Effect {

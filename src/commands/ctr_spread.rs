@@ -120,7 +120,6 @@ fn grow(
     target: usize,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
     let home = string_bytes(key_name);
-    let spread_id = spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes()));
     if home.len() > MAX_HOME_NAME {
         return Err(CommandError::fixed(
             "ERR key name too long to spread (at most 1024 bytes)",
@@ -128,6 +127,10 @@ fn grow(
     }
     let in_cluster = cluster::in_cluster(ctx);
     let is_floored = floored::floor_of(ctx, key_name)?.is_some();
+    // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
+    // then keeps it at or above 0 until its first budget credit gives it a floor.
+    let spread_id =
+        spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes(), is_floored));
     let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
             let givers = t.inbox.iter().map(|e| e.name.clone());
@@ -443,20 +446,55 @@ struct Plan {
     locals: Vec<(usize, usize)>,
 }
 
-/// A home key's holder values as last gathered: (when, value by holder index).
-type Gathered = (i64, Vec<Option<i64>>);
+/// A home key's holder values as last gathered, with the holder names they were read from.
+struct Gathered {
+    at: i64,
+    /// The holders read (current ones, then leaving ones), holder 0 implicit.
+    holders: Vec<Vec<u8>>,
+    /// Value by holder index, holder 0 first.
+    values: Vec<Option<i64>>,
+}
+
+impl Gathered {
+    /// True when these values may stand for a read of `holders` (of which the first `current`
+    /// are current) at `now`: no older than `cache_ms`, no holder folding back, and gathered
+    /// from exactly these holder names. Names are never reused (a spread made again has a new
+    /// id, growing skips folded names), so a holder list changed in any way since (a fold, a
+    /// shrink and a growth back to the same count, the spread deleted and made again) never
+    /// reuses a value. A replica needs this: it learns of such changes only as replicated
+    /// states, and keeps its own cache.
+    fn serves(&self, holders: &[Vec<u8>], current: usize, now: i64, cache_ms: i64) -> bool {
+        now.saturating_sub(self.at) <= cache_ms
+            && current == holders.len()
+            && self.holders == holders
+            && self.values.len() == holders.len() + 1
+    }
+}
 
 thread_local! {
     static PENDING: RefCell<HashMap<u64, Pending>> = RefCell::new(HashMap::new());
     static NEXT_ID: Cell<u64> = const { Cell::new(0) };
     static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
+    /// Bytes of the holder names the cache keeps (bounded by CACHE_NAME_BYTES).
+    static CACHE_BYTES: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Bound on cached totals; past it the cache starts over.
 const CACHE_LIMIT: usize = 10_000;
+/// Bound on the bytes of holder names cached; past it the cache starts over.
+const CACHE_NAME_BYTES: usize = 64 << 20;
+
+impl Gathered {
+    fn name_bytes(&self) -> usize {
+        self.holders.iter().map(Vec::len).sum()
+    }
+}
 
 fn forget_cached(home: &[u8]) {
-    CACHE.with(|c| c.borrow_mut().remove(home));
+    let gone = CACHE.with(|c| c.borrow_mut().remove(home));
+    if let Some(g) = gone {
+        CACHE_BYTES.with(|b| b.set(b.get().saturating_sub(g.name_bytes())));
+    }
 }
 
 fn next_request_id() -> u64 {
@@ -642,12 +680,8 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError
             CACHE.with(|c| {
                 c.borrow()
                     .get(&reading.home)
-                    .filter(|(at, values)| {
-                        now.saturating_sub(*at) <= cache_ms
-                            && values.len() == reading.holders.len() + 1
-                            && reading.current == reading.holders.len()
-                    })
-                    .map(|(at, values)| (now.saturating_sub(*at), values.clone()))
+                    .filter(|g| g.serves(&reading.holders, reading.current, now, cache_ms))
+                    .map(|g| (now.saturating_sub(g.at), g.values.clone()))
             })
         } else {
             None
@@ -824,8 +858,9 @@ fn remember(readings: &[Reading], now: i64) {
     }
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();
-        if cache.len() >= CACHE_LIMIT {
+        if cache.len() >= CACHE_LIMIT || CACHE_BYTES.with(Cell::get) >= CACHE_NAME_BYTES {
             cache.clear();
+            CACHE_BYTES.with(|b| b.set(0));
         }
         // Floored holders are read afresh every time: the cache keeps values, not floors.
         let unfloored = |r: &&Reading| r.floors.iter().all(Option::is_none);
@@ -834,7 +869,16 @@ fn remember(readings: &[Reading], now: i64) {
             .filter(|r| !r.holders.is_empty())
             .filter(unfloored)
         {
-            cache.insert(r.home.clone(), (now, r.values.clone()));
+            let entry = Gathered {
+                at: now,
+                holders: r.holders.clone(),
+                values: r.values.clone(),
+            };
+            let added = entry.name_bytes();
+            let replaced = cache
+                .insert(r.home.clone(), entry)
+                .map_or(0, |g| g.name_bytes());
+            CACHE_BYTES.with(|b| b.set(b.get().saturating_add(added).saturating_sub(replaced)));
         }
     });
 }

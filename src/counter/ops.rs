@@ -175,7 +175,22 @@ impl Counter {
     /// would cross the floor (nothing changes but, with a token, the refusal is remembered so
     /// that a retry is refused again).
     pub fn apply_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
-        let outcome = self.try_add(op)?;
+        self.apply_add_under(op, None)
+    }
+
+    /// [`Counter::apply_add`] on a counter that, while it has no floor of its own, is held at
+    /// or above `floor_if_none` (a holder of a floored spread, by its name:
+    /// [`crate::counter::spread::floor_by_name`]): a negative add that would take it below is
+    /// refused as a floored counter refuses it.
+    pub fn apply_add_under(
+        &mut self,
+        op: &AddOp,
+        floor_if_none: Option<i64>,
+    ) -> Result<Option<i64>, CounterError> {
+        let outcome = match floor_if_none {
+            Some(f) if self.floor().is_none() && op.delta < 0 && self.below(op.delta, f) => None,
+            _ => self.try_add(op)?,
+        };
         if outcome.is_none() && op.token.is_none() {
             return Ok(None);
         }
@@ -186,6 +201,11 @@ impl Counter {
             self.remember(t.fp, t.expires_at, WriteKind::Add(op.delta), outcome);
         }
         Ok(outcome)
+    }
+
+    /// True when adding `delta` would leave the value below `floor` (or overflow).
+    fn below(&self, delta: i64, floor: i64) -> bool {
+        self.value.checked_add(delta).is_none_or(|v| v < floor)
     }
 
     /// The add itself; the token is the caller's.
@@ -403,6 +423,16 @@ impl Counter {
     /// without starts (or restarts) it, unless the counter already holds the truth and keeps a
     /// history, which makes it a no-op.
     pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
+        self.apply_reconcile_under(op, None)
+    }
+
+    /// [`Counter::apply_reconcile`] on a counter held at or above `floor_if_none` while it has
+    /// no floor of its own (see [`Counter::apply_add_under`]): a repair below it is refused.
+    pub fn apply_reconcile_under(
+        &mut self,
+        op: &ReconcileOp,
+        floor_if_none: Option<i64>,
+    ) -> Result<Repair, CounterError> {
         if let Some(unchanged) = self.unchanged_by(op) {
             return Ok(unchanged);
         }
@@ -446,6 +476,9 @@ impl Counter {
                 } else {
                     layout.credit(0, delta)?;
                 }
+            }
+            None if floor_if_none.is_some_and(|f| repair.value < f) => {
+                return Err(CounterError::BelowFloor)
             }
             None => layout.set_total(repair.value)?,
         }

@@ -42,9 +42,34 @@ impl Spread {
     }
 }
 
-/// A new spread id from 8 random bytes: never 0, which stands for "made before ids".
-pub fn spread_id_from(random: [u8; 8]) -> u64 {
-    u64::from_le_bytes(random).max(1)
+/// A new spread id from 8 random bytes: never 0, which stands for "made before ids". Its
+/// lowest bit says whether the spread is floored ([`is_floored_id`]): odd for a floored
+/// counter, even (and nonzero) for an unfloored one.
+pub fn spread_id_from(random: [u8; 8], floored: bool) -> u64 {
+    let id = u64::from_le_bytes(random);
+    if floored {
+        id | 1
+    } else {
+        (id & !1).max(2)
+    }
+}
+
+/// True when a spread of id `id` is floored: its id is odd. Spreads made before ids (0) and
+/// unfloored spreads have even ids. The parity is set when the id is drawn and a spread home's
+/// floor cannot change while it has holders (`CTR.FLOOR` refuses it), so it never lies.
+pub fn is_floored_id(id: u64) -> bool {
+    id & 1 == 1
+}
+
+/// The floor a key named `name` has while it has none of its own: 0 for a holder of a floored
+/// spread (an odd spread id in its name), None for any other key. A holder of a floored spread
+/// gets its own floor with its first budget credit, which may arrive later than the writes
+/// sent to it (the replication gate delays it on masters with replicas); until then its name
+/// alone keeps it from going below 0, so the total never goes below the counter's floor.
+pub fn floor_by_name(name: &[u8]) -> Option<i64> {
+    parse_holder_name(name)
+        .filter(|h| is_floored_id(h.spread_id))
+        .map(|_| 0)
 }
 
 impl Spread {
@@ -441,9 +466,31 @@ mod tests {
     }
 
     #[test]
+    fn the_parity_of_a_spread_id_says_whether_it_is_floored() {
+        for random in [0u64, 1, 2, 7, u64::MAX, u64::MAX - 1] {
+            let floored = spread_id_from(random.to_le_bytes(), true);
+            let unfloored = spread_id_from(random.to_le_bytes(), false);
+            assert!(is_floored_id(floored) && floored != 0, "{random}");
+            assert!(!is_floored_id(unfloored) && unfloored != 0, "{random}");
+        }
+        assert!(!is_floored_id(0), "spreads made before ids");
+        assert_eq!(floor_by_name(&holder_name(b"k", 0xab, 1, 0)), Some(0));
+        assert_eq!(floor_by_name(&holder_name(b"k", 0xac, 1, 0)), None);
+        assert_eq!(
+            floor_by_name(&holder_name(b"k", 0, 1, 0)),
+            None,
+            "before ids"
+        );
+        assert_eq!(floor_by_name(b"k"), None);
+        assert_eq!(floor_by_name(b"{ctr.0000000000000003.0.0}k"), None);
+    }
+
+    #[test]
     fn spread_ids_are_never_zero_and_name_every_holder() {
-        assert_eq!(spread_id_from([0; 8]), 1, "0 means: made before ids");
-        assert_eq!(spread_id_from(7u64.to_le_bytes()), 7);
+        assert_eq!(spread_id_from([0; 8], true), 1, "0 means: made before ids");
+        assert_eq!(spread_id_from([0; 8], false), 2, "0 means: made before ids");
+        assert_eq!(spread_id_from(7u64.to_le_bytes(), true), 7);
+        assert_eq!(spread_id_from(7u64.to_le_bytes(), false), 6);
         let holders = plan_holders(b"k", 0xfeed, &[], 4, &Standalone).unwrap();
         for (i, name) in holders.iter().enumerate() {
             let parsed = parse_holder_name(name).unwrap();

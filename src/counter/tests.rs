@@ -651,3 +651,37 @@ fn a_counter_holding_only_remembered_writes_says_until_when() {
     add(&mut c, 3).unwrap();
     assert_eq!(c.remembered_only_until(), None, "it holds a value now");
 }
+
+#[test]
+fn a_counter_held_at_a_floor_it_does_not_have_refuses_to_go_below_it() {
+    let mut c = Counter::default();
+    let op = |delta, shards, token: Option<u64>| AddOp {
+        now: 5,
+        event: 5,
+        delta,
+        shard: 0,
+        shards,
+        token: token.map(|fp| TokenStamp {
+            fp,
+            expires_at: 100,
+        }),
+    };
+    assert_eq!(c.apply_add_under(&op(-1, 1, None), Some(0)), Ok(None));
+    assert_eq!(c.apply_add_under(&op(3, 1, None), Some(0)), Ok(Some(3)));
+    // Refused with a resize too, and recorded under its token.
+    assert_eq!(c.apply_add_under(&op(-4, 2, None), Some(0)), Ok(None));
+    assert_eq!(c.apply_add_under(&op(-4, 1, Some(9)), Some(0)), Ok(None));
+    assert_eq!(c.token_use(9, WriteKind::Add(-4), 6), TokenUse::Retry(None));
+    assert_eq!(c.value(), 3);
+    assert_eq!(c.apply_add_under(&op(-3, 1, None), Some(0)), Ok(Some(0)));
+    assert!(c.floor().is_none(), "nothing is added to the counter");
+    assert_eq!(c.apply_add_under(&op(i64::MIN, 1, None), Some(0)), Ok(None));
+    // A floor of its own decides instead; without the rule it goes below 0.
+    assert_eq!(c.apply_add(&op(-1, 1, None)), Ok(Some(-1)));
+    let mut floored = Counter::default();
+    floored.set_floor(Some(-5)).unwrap();
+    assert_eq!(
+        floored.apply_add_under(&op(-2, 1, None), Some(0)),
+        Ok(Some(-2))
+    );
+}

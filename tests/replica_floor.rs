@@ -1,0 +1,240 @@
+//! Issue 22, findings 5 and 6, against real servers.
+//!
+//! - A replica's gather cache never serves a value of a holder that was folded or replaced: a
+//!   READONLY read on a replica of the home's master, with `ctr.gather-cache-ms` set, reads the
+//!   exact total after a shrink 3 -> 2 and a growth back to 3, and after the spread was deleted
+//!   and made again (the cache used to match on the holder count alone and read 2001 for 1001).
+//! - A holder of a floored spread never goes below its floor before its first budget credit:
+//!   its spread id is odd, and a key so named without a floor of its own is held at 0 (on a
+//!   3-master cluster with a replica per master, the credits held back by the home's replica
+//!   frozen; and on one server).
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{key_slot, Cluster, ClusterClient};
+use common::{eventually, names, Server, Value};
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+/// A home key served by master `node`.
+fn home_on(cluster: &Cluster, node: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| cluster.owner(key_slot(k.as_bytes())) == node)
+        .unwrap()
+}
+
+/// How many holders of `home` are still folding back, as its master says.
+fn leaving(client: &mut ClusterClient, home: &str) -> usize {
+    let info = client.cmd(&["CTR.INFO", home]);
+    info.field("leaving").array().len()
+}
+
+/// Holder names (holder 0 first) as the server behind `conn` reads them.
+fn holders_at(conn: &mut common::Conn, home: &str) -> Vec<String> {
+    names(&conn.cmd(&["CTR.INFO", home]).field("holders"))
+}
+
+#[test]
+fn a_replica_never_serves_a_cached_value_of_a_folded_or_replaced_holder() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home_node = 0;
+    let home = home_on(&cluster, home_node, "views");
+    let replica = cluster.start_replica_of(home_node);
+    let mut r = replica.conn();
+    assert_eq!(r.q("READONLY"), ok());
+    assert_eq!(r.q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+    let mut m = cluster.nodes[home_node].conn();
+    assert_eq!(m.q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+
+    // Shrink 3 -> 2, then grow back to 3: the same count, another third holder.
+    assert_eq!(client.cmd(&["CTR.ADD", &home, "1"]), Value::Int(1));
+    let holders = names(&client.cmd(&["CTR.SPREAD", &home, "3"]));
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &holders[2], "1000"]),
+        Value::Int(1000)
+    );
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(r.cmd(&["CTR.GET", &home]), Value::Int(1001), "replica");
+    assert_eq!(m.cmd(&["CTR.GET", &home]), Value::Int(1001), "master");
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", &home, "2"])).len(), 2);
+    eventually(20, || (leaving(&mut client, &home) == 0).then_some(()));
+    let regrown = names(&client.cmd(&["CTR.SPREAD", &home, "3"]));
+    assert_eq!(regrown.len(), 3);
+    assert_ne!(regrown[2], holders[2], "a folded name is never reused");
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(holders_at(&mut r, &home), regrown);
+    assert_eq!(r.cmd(&["CTR.GET", &home]), Value::Int(1001), "replica");
+    assert_eq!(m.cmd(&["CTR.GET", &home]), Value::Int(1001), "master");
+    // A read through the cache stays exact too (nothing changed since the last gather).
+    assert_eq!(
+        r.cmd(&["CTR.GET", &home]),
+        Value::Int(1001),
+        "replica, cached"
+    );
+
+    // The spread deleted and made again: its new holders, not the orphaned ones, count.
+    let home = home_on(&cluster, home_node, "likes");
+    assert_eq!(client.cmd(&["CTR.ADD", &home, "1001"]), Value::Int(1001));
+    let first = names(&client.cmd(&["CTR.SPREAD", &home, "3"]));
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &first[2], "1000"]),
+        Value::Int(1000)
+    );
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(r.cmd(&["CTR.GET", &home]), Value::Int(2001), "replica");
+    assert_eq!(m.cmd(&["CTR.GET", &home]), Value::Int(2001), "master");
+    assert_eq!(client.cmd(&["DEL", &home]), Value::Int(1));
+    assert_eq!(client.cmd(&["CTR.ADD", &home, "1001"]), Value::Int(1001));
+    let again = names(&client.cmd(&["CTR.SPREAD", &home, "3"]));
+    assert!(again[1..].iter().all(|h| !first.contains(h)));
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(holders_at(&mut r, &home), again);
+    assert_eq!(r.cmd(&["CTR.GET", &home]), Value::Int(1001), "replica");
+    assert_eq!(m.cmd(&["CTR.GET", &home]), Value::Int(1001), "master");
+}
+
+/// The budgets of a floored home's CTR.INFO and the units in flight, once readable.
+fn budgets(client: &mut ClusterClient, home: &str) -> Option<(Vec<i64>, i64, i64)> {
+    let info = client.cmd(&["CTR.INFO", home]);
+    if info.is_error() {
+        return None;
+    }
+    let ints = |v: Value| v.array().iter().map(Value::int).collect::<Vec<i64>>();
+    Some((
+        ints(info.field("holder_budgets")),
+        info.field("units_in_flight").int(),
+        info.field("value").int(),
+    ))
+}
+
+fn spread_id_of(holder: &str) -> u64 {
+    let hex = &holder["{ctr.".len().."{ctr.".len() + 16];
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+#[test]
+fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_credit() {
+    let cluster = Cluster::start(3, &[]);
+    let replicas: Vec<Server> = (0..3).map(|n| cluster.start_replica_of(n)).collect();
+    let mut client = cluster.client();
+    let home = "{stock}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
+    assert_eq!(client.q("CTR.FLOOR {stock} 100"), ok());
+    cluster.nodes[home_node].wait_replicas(1);
+    // The home's replica frozen: the home sends no credit until it holds the debits.
+    let frozen = replicas[home_node].port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = common::Conn::connect(frozen).unwrap();
+        c.q("DEBUG SLEEP 3")
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    assert_eq!(holders.len(), 6);
+    for (i, h) in holders.iter().enumerate().skip(1) {
+        let token = format!("t{i}");
+        assert_eq!(client.cmd(&["CTR.ADD", h, "-1"]), Value::Nil, "{h}");
+        assert_eq!(client.cmd(&["CTR.ADD", h, "-1000"]), Value::Nil, "{h}");
+        let tokened = ["CTR.ADD", h, "-1000", "TOKEN", &token];
+        assert_eq!(client.cmd(&tokened), Value::Nil, "{h}");
+        assert_eq!(client.cmd(&tokened), Value::Nil, "{h}: a replay");
+        assert_eq!(client.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil, "{h}");
+        let d = format!("d{i}");
+        let decr = ["CTR.DECRFLOOR", h, "1", "TOKEN", &d];
+        assert_eq!(client.cmd(&decr), Value::Nil, "{h}");
+        // Every refused write changed nothing: the holder holds no unit.
+        assert_eq!(client.cmd(&["CTR.GET", h]), Value::Int(0), "{h}");
+    }
+    // The total never went below the floor: it is what it was.
+    let (_, in_flight, total) = budgets(&mut client, home).expect("the total");
+    assert_eq!(total, 1000);
+    assert!(
+        in_flight > 0,
+        "the shares are still in flight: the test raced the credits"
+    );
+    sleeper.join().unwrap();
+    // Once the credits land, each holder's budget is its share and nothing is in flight.
+    let settled = eventually(30, || {
+        budgets(&mut client, home).filter(|(_, in_flight, _)| *in_flight == 0)
+    });
+    assert_eq!(settled.0, vec![150; 6]);
+    assert_eq!(settled.2, 1000);
+    // The tokened refusals replay (they were recorded, and a restock does not change them).
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &holders[1], "-1000", "TOKEN", "t1"]),
+        Value::Nil
+    );
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &holders[1], "-150"]),
+        Value::Int(-150),
+        "a holder sells its budget down to its floor"
+    );
+    assert_eq!(client.cmd(&["CTR.ADD", &holders[1], "-1"]), Value::Nil);
+    assert!(
+        spread_id_of(&holders[1]) & 1 == 1,
+        "a floored spread's id is odd"
+    );
+}
+
+#[test]
+fn on_one_server_a_holder_name_of_a_floored_spread_is_held_at_zero() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    // A key named as a holder of a floored spread, without a floor of its own: held at 0.
+    let h = "{ctr.00000000000000ab.1.0}sale";
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-1"]), Value::Nil);
+    assert_eq!(
+        c.cmd(&["EXISTS", h]),
+        Value::Int(0),
+        "a refusal makes no key"
+    );
+    assert_eq!(c.cmd(&["CTR.ADD", h, "5"]), Value::Int(5));
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-6"]), Value::Nil);
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]), Value::Nil);
+    assert_eq!(c.cmd(&["CTR.ADD", h, "10"]), Value::Int(15));
+    assert_eq!(
+        c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]),
+        Value::Nil,
+        "replay"
+    );
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-15"]), Value::Int(0));
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil);
+    assert!(c.cmd(&["CTR.RECONCILE", h, "-3"]).is_error());
+    assert_eq!(c.cmd(&["CTR.GET", h]), Value::Int(0));
+    // Holders of unfloored spreads, and spreads made before ids, keep going below 0.
+    for other in ["{ctr.00000000000000ac.1.0}sale", "{ctr.1.0}sale", "sale"] {
+        assert_eq!(c.cmd(&["CTR.ADD", other, "-1"]), Value::Int(-1), "{other}");
+    }
+    // The replica applied the same decisions.
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.cmd(&["CTR.GET", h]), Value::Int(0));
+    assert_eq!(
+        r.cmd(&["CTR.GET", "{ctr.00000000000000ac.1.0}sale"]),
+        Value::Int(-1)
+    );
+    let digest = |conn: &mut common::Conn| conn.cmd(&["DEBUG", "DIGEST-VALUE", h]);
+    assert_eq!(digest(&mut c), digest(&mut r));
+    // Spreading gives a floored counter an odd id, an unfloored one an even id.
+    for i in 0..8 {
+        let plain = format!("plain{i}");
+        let stock = format!("stock{i}");
+        assert_eq!(c.cmd(&["CTR.ADD", &plain, "10"]), Value::Int(10));
+        assert_eq!(c.cmd(&["CTR.ADD", &stock, "10"]), Value::Int(10));
+        assert_eq!(c.cmd(&["CTR.FLOOR", &stock, "0"]), ok());
+        let p = names(&c.cmd(&["CTR.SPREAD", &plain, "3"]));
+        let s = names(&c.cmd(&["CTR.SPREAD", &stock, "3"]));
+        assert_eq!(spread_id_of(&p[1]) & 1, 0, "{p:?}");
+        assert_eq!(spread_id_of(&s[1]) & 1, 1, "{s:?}");
+        // The floor of a spread home cannot change, so the parity never lies.
+        assert!(c.cmd(&["CTR.FLOOR", &plain, "0"]).is_error());
+        assert!(c.cmd(&["CTR.FLOOR", &stock, "NONE"]).is_error());
+    }
+}
