@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use super::spread::{
-    carried_home, holder_name, key_slot, parse_holder_name, plan_holders, Standalone,
+    carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
+    spread_id_from, Standalone,
 };
 use super::transfer::{Ack, Credit, CreditOutcome, Giver, Seal, TransferError};
 use super::{AddOp, Counter, DecrOp, Spread};
@@ -178,7 +179,7 @@ impl Sim {
     /// one sends each holder its share as a budget move, as the glue does.
     fn create_and_spread(&mut self, floored: bool) {
         let home = self.home.clone();
-        let id = self.rng.id();
+        let id = spread_id_from(self.rng.next().to_le_bytes(), floored);
         let count = 3 + self.rng.below(4);
         let holders = plan_holders(&home, id, &[], count, &Standalone).expect("free slots");
         self.next_index = self.next_index.max(count);
@@ -444,11 +445,7 @@ impl Sim {
         if c.is_sealed() {
             return; // refused: the folded-back error
         }
-        // A holder of a floored spread is floored at 0 before its first credit (finding 5).
-        let unfloored_holder = self.floor.is_some() && key != self.home && c.floor().is_none();
-        if unfloored_holder && c.value() + delta < 0 {
-            return;
-        }
+
         let op = AddOp {
             now,
             event: now,
@@ -457,7 +454,8 @@ impl Sim {
             shards: c.shard_count(),
             token: None,
         };
-        if let Ok(Some(_)) = c.apply_add(&op) {
+        // A holder of a floored spread is floored at 0 by its name before its first credit.
+        if let Ok(Some(_)) = c.apply_add_under(&op, floor_by_name(&key)) {
             self.write(&key, Some(c), delta);
             self.note(format_args!("add {delta} to {}", show(&key)));
         }
