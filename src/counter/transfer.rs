@@ -346,6 +346,17 @@ impl Counter {
         }
     }
 
+    /// True when this counter is a holder sealed for the fold `fold_id` whose credit is not
+    /// acknowledged yet: it, and no key made anew under the holder's old name, carries that
+    /// fold (a sealed holder renamed, or restored under another name, before its home had it).
+    pub fn carries_fold(&self, fold_id: u64) -> bool {
+        self.is_sealed()
+            && fold_id != 0
+            && self
+                .transfers()
+                .is_some_and(|t| t.outbox.iter().any(|o| o.fold_id == fold_id))
+    }
+
     /// What a gather counts as this counter's floor when it is a holder: its floor plus the
     /// floor units of its fold not yet acknowledged (a sealed holder's floor until its home
     /// has it), as [`Counter::units_in_hand`] counts its value. Budget moves are left out: a
@@ -833,6 +844,19 @@ mod tests {
         send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
         assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
+    }
+
+    /// Only a sealed holder with its fold unacknowledged carries that fold.
+    #[test]
+    fn a_sealed_holder_carries_its_fold_until_acknowledged() {
+        let mut holder = Counter::plain(30);
+        assert!(!holder.carries_fold(42), "not sealed");
+        let fold = holder.seal_into(HOME, 42, 1, 9).unwrap().unwrap();
+        assert!(holder.carries_fold(42));
+        assert!(!holder.carries_fold(43), "another fold");
+        assert!(!holder.carries_fold(0));
+        assert!(holder.apply_ack(HOME, fold.seq));
+        assert!(!holder.carries_fold(42), "its home has it");
     }
 
     /// A sealed holder's floor counts where its fold is in flight, as its value does; a budget
