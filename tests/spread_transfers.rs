@@ -58,11 +58,13 @@ fn wait_folded(c: &mut Conn, home: &str) {
     }
 }
 
+/// A `ctr_transfers_*` field of INFO ctr (0 where the module has no such field: the old build
+/// the tests are checked against lacks the refusal counters).
 fn stat(server: &Server, field: &str) -> u64 {
     server
         .info_field("ctr", &format!("ctr_transfers_{field}"))
         .parse()
-        .unwrap_or_else(|_| panic!("INFO ctr has ctr_transfers_{field}"))
+        .unwrap_or(0)
 }
 
 /// Spreads `home` to `n` holders and writes `10 * (i + 1)` to holder i (the home included).
@@ -134,9 +136,11 @@ fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
     let free = release(&held, &[]);
     let mut f = free.conn();
     wait_folded(&mut f, "views");
-    // The copies' credits are answered too (a repeat or a refusal), not applied.
+    // The copies' credits are answered too (a repeat or a refusal), not applied; a total
+    // that moves (a copy's credit applied) ends the wait early.
     eventually(20, || {
-        (stat(&free, "duplicate_credits") + stat(&free, "refused") >= 2).then_some(())
+        let answered = stat(&free, "duplicate_credits") + stat(&free, "refused") >= 2;
+        (answered || f.q("CTR.GET views").int() != total).then_some(())
     });
     assert_eq!(f.q("CTR.GET views").int(), total, "each unit counted once");
     assert_eq!(info(&mut f, "views", "value"), Some(Value::Int(total)));
@@ -149,8 +153,12 @@ fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
 
 /// Issue 22, "RENAME of a giver followed by a restart": a sealed holder renamed with its
 /// credit pending, the server restarted from its RDB (DEBUG RELOAD first, then a fresh server
-/// that applies credits): the home applies the credit once and the fold completes. Before the
-/// fix (5835e1b) the renamed giver's credit was one from an unknown name.
+/// that applies credits): the home applies the credit once and the fold completes. On the old
+/// build (5835e1b) the home's seal requests made a key at 0 under the old name and its credit
+/// was applied besides the renamed holder's (3 credits for 2 holders). With ec86dd0 alone the
+/// same empty key's credit usually ended the fold first and the renamed holder's units were
+/// refused for ever (the total read 30 of 60, 5 runs in 6): a seal request for a missing
+/// holder whose fold another key carries now makes no key.
 #[test]
 fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
     let held = Server::start_with(&[], HOLD);
@@ -160,6 +168,14 @@ fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
     assert_eq!(
         c.cmd(&["RENAME", &holders[2], "renamed"]),
         Value::Simple("OK".into())
+    );
+    // The home asks for the seal again (every 100 ms to 2 s): the renamed key carries the
+    // fold, so no empty key is sealed under the old name.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        c.cmd(&["EXISTS", &holders[2]]),
+        Value::Int(0),
+        "no key made"
     );
     assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
     // While held, the home's read misses the renamed holder's units (it reads leaving holders
@@ -233,7 +249,9 @@ fn forged_outboxes_credit_nothing_and_a_forged_move_is_rolled_back() {
         setstate(&mut f, "forger", &fold_blob),
         Value::Simple("OK".into())
     );
-    eventually(10, || (stat(&free, "refused") >= 1).then_some(()));
+    eventually(10, || {
+        (stat(&free, "refused") >= 1 || f.q("CTR.GET victim") != Value::Int(5)).then_some(())
+    });
     assert_eq!(f.q("CTR.GET victim"), Value::Int(5), "nothing credited");
     // The same toward a spread home that does not list the forger.
     f.q("DEL victim forger");
@@ -244,7 +262,9 @@ fn forged_outboxes_credit_nothing_and_a_forged_move_is_rolled_back() {
         setstate(&mut f, "forger2", &fold_blob),
         Value::Simple("OK".into())
     );
-    eventually(10, || (stat(&free, "refused") > refused).then_some(()));
+    eventually(10, || {
+        (stat(&free, "refused") > refused || f.q("CTR.GET victim") != Value::Int(5)).then_some(())
+    });
     assert_eq!(f.q("CTR.GET victim"), Value::Int(5), "nothing credited");
     assert_eq!(leaving(&mut f, "victim"), Vec::<String>::new());
     assert_eq!(names(&info(&mut f, "victim", "holders").unwrap()), theirs);
@@ -257,7 +277,10 @@ fn forged_outboxes_credit_nothing_and_a_forged_move_is_rolled_back() {
     let budgets_before = info(&mut f, "stock", "holder_budgets").unwrap();
     let moved = forged_move(&mut f, "mover", &stock[1]);
     assert_eq!(info(&mut f, "mover", "floor"), Some(Value::Int(30)));
-    eventually(10, || (stat(&free, "rolled_back") >= 1).then_some(()));
+    eventually(10, || {
+        let given = info(&mut f, "stock", "holder_budgets").unwrap() != budgets_before;
+        (stat(&free, "rolled_back") >= 1 || given).then_some(())
+    });
     assert_eq!(
         info(&mut f, "mover", "floor"),
         Some(Value::Int(20)),
