@@ -108,8 +108,8 @@ fn release(held: &Server, args: &[&str]) -> Server {
 /// home applies its credit twice". A copy of a sealed holder keeps the holder's outbox (RESTORE
 /// does not know the old name) and sends the same credit under its new name; the home must
 /// apply the units once. Copies under a plain name and under another holder-shaped name of the
-/// same spread. Before the fix (5835e1b) receivers deduplicated by the giver's name, so each
-/// copy's credit was applied again: the home's total grew by the holder's units per copy.
+/// same spread. On the old build (5835e1b) receivers deduplicated by the giver's name, so each
+/// copy's credit was applied again: the total read 180 instead of 100.
 #[test]
 fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
     let held = Server::start_with(&[], HOLD);
@@ -199,8 +199,8 @@ fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
 /// Issue 22, "A home renamed in the middle of a fold sends late credits to the old name": the
 /// holders sealed into `home`, credits held, the home renamed to `home2`: once released the
 /// fold completes into home2 (its seal requests re-target the folds) and nothing is made at
-/// the old name. Before the fix (5835e1b) the credits made a new counter at the old name and
-/// home2 kept listing its holders as leaving.
+/// the old name. On the old build (5835e1b) home2 kept listing its holders as leaving: its
+/// folds never completed (the credits went to the old name).
 #[test]
 fn a_home_renamed_mid_fold_receives_its_folds_under_the_new_name() {
     let held = Server::start_with(&[], HOLD);
@@ -229,8 +229,8 @@ fn a_home_renamed_mid_fold_receives_its_folds_under_the_new_name() {
 /// nothing from it. A fold credit toward a plain counter, and toward a spread home that does
 /// not list the forger: nothing credited, `ctr_transfers_refused` grows. A forged budget move
 /// toward a holder of another spread: refused and rolled back at the forger (its floor back
-/// where it was before the move). Before the fix (5835e1b) every credit was applied: the plain
-/// counter and the home gained the forged units, the holder the forged budget.
+/// where it was before the move). On the old build (5835e1b) every credit was applied: the plain
+/// counter read 25 instead of 5 (the first check to fail there).
 #[test]
 fn forged_outboxes_credit_nothing_and_a_forged_move_is_rolled_back() {
     // Real states with a transfer in flight, made on a server that holds credits.
@@ -344,7 +344,8 @@ fn forged_move(c: &mut Conn, key: &str, receiver: &str) -> &'static str {
 
 /// Issue 22: after a floored spread shrinks to one key, CTR.INFO shows the counter's floor,
 /// also while the folds are under way (the home is no longer spread but still lists leaving
-/// holders whose floors are part of the counter's).
+/// holders whose floors are part of the counter's). On the old build (5835e1b), and until
+/// 8b6f4f1, it showed the home's own part mid-fold: 775 for a floor of 100.
 #[test]
 fn a_floored_spread_shrunk_to_one_key_shows_the_counters_floor() {
     let held = Server::start_with(&[], HOLD);
@@ -383,9 +384,10 @@ fn range_owner(slot: u16, n: usize) -> usize {
 /// credits held); then `CTR.SPREAD home 1` while those moves are unanswered. A manual failover
 /// to a replica that applies credits releases them: the moves land, then the holders seal
 /// and fold. The fold completes (no leaving holders, the holders refuse writes as folded
-/// back) and the total, floor and headroom are exact. Before the fix (5835e1b) a holder sealed
-/// with its move unanswered and the move's answer was lost in the fold: the total read 230
-/// instead of 281 and the holder was never sealed.
+/// back) and the total, floor and headroom are exact. On the old build (5835e1b) a holder
+/// sealed with its move unanswered: here the fold ended with the total exact but the floor
+/// read 112 instead of 19 (the move's floor units counted twice); the issue's run saw the
+/// total read 230 instead of 281 and the holder never sealed.
 #[test]
 fn a_budget_move_into_the_home_does_not_cancel_a_holders_fold() {
     let home_node = 0;
