@@ -96,6 +96,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_GetMyClusterID,
         RedisModule_SendClusterMessage,
         RedisModule_RegisterClusterMessageReceiver,
+        RedisModule_SubscribeToKeyspaceEvents,
         RedisModule_BlockClient,
         RedisModule_UnblockClient,
         RedisModule_SetDisconnectCallback,

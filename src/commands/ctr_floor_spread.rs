@@ -38,6 +38,16 @@ pub(super) fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
     }
 }
 
+/// A holder's floor as a gather counts it: its own floor plus the floor units of a fold it
+/// has in flight (`Counter::floor_in_hand`), so a sealed holder's floor counts until its home
+/// has it, as its value does.
+pub fn floor_in_hand(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
+    with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.floor_in_hand(),
+        other => value_and_floor(other).1,
+    })
+}
+
 /// The home's floor when it is a floored counter (not yet or already spread).
 pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
     with_counter(ctx, key, |c| value_and_floor(c).1)

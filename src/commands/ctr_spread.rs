@@ -387,6 +387,13 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
         Finish::Info(mut fields, view) => {
             let r = &readings[0];
             let total = r.total()?;
+            // A floored counter shrunk to one key, its folds under way: its floor is the home's
+            // own plus what its leaving holders hold (each sealed holder's floor is in hand until
+            // the home has it), not the home's part alone.
+            let folding_floor = match (&view, r.current, r.floors[0]) {
+                (None, 0, Some(_)) => exact_sum(r.floors.iter().map(|f| f.unwrap_or(0))),
+                _ => None,
+            };
             if let Some(mut view) = view {
                 let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
                 // A holder without a floor of its own (never given budget) counts as floor 0.
@@ -394,8 +401,10 @@ fn finish(readings: &[Reading], how: Finish) -> CommandResult {
                 floored::info_fields(&mut fields, total, &values, &view);
             }
             for (name, value) in fields.iter_mut() {
-                if *name == "value" {
-                    *value = Reply::Integer(total);
+                match (*name, folding_floor) {
+                    ("value", _) => *value = Reply::Integer(total),
+                    ("floor", Some(floor)) => *value = Reply::Integer(floor),
+                    _ => {}
                 }
             }
             let (current, leaving) = r.holders.split_at(r.current);
@@ -818,6 +827,7 @@ fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
         for (i, name) in r.holders.iter().enumerate() {
             if !names.contains(name) {
                 r.values[i + 1] = Some(0);
+                r.floors[i + 1] = None;
             }
         }
     }

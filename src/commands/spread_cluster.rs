@@ -120,7 +120,7 @@ pub fn reading_a_holder() -> bool {
 fn holder_floor(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<i64> {
     let ctx = Ctx { ptr: ctx };
     let key = super::spread_transfer::Name::new(ctx, name);
-    super::ctr_floor_spread::floor_of(ctx, key.raw)
+    super::ctr_floor_spread::floor_in_hand(ctx, key.raw)
         .ok()
         .flatten()
 }

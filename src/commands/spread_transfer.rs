@@ -347,8 +347,14 @@ fn on_seal(ctx: Ctx, m: Seal) {
         return;
     }
     let name = Name::new(ctx, &m.holder);
-    if with_counter(ctx, name.raw, |_| ()).is_err() {
-        return; // another type under the holder's name: nothing of ours to fold
+    match with_counter(ctx, name.raw, |c| c.is_none()) {
+        Err(_) => return, // another type under the holder's name: nothing of ours to fold
+        // The holder was sealed and then renamed (or restored under another name): the key
+        // under its new name carries the fold. Sealing a new key at 0 under the old name would
+        // send the home an empty credit for the same fold, which could end it first and leave
+        // the holder's units refused for ever.
+        Ok(true) if fold_carried_elsewhere(ctx, m.fold_id) => return,
+        Ok(_) => {}
     }
     // A move toward the home under a name it had before a RENAME goes to this name.
     let stale_move = with_counter(ctx, name.raw, |c| match c {
@@ -387,6 +393,27 @@ fn on_seal(ctx: Ctx, m: Seal) {
     if !cluster::in_cluster(ctx) {
         send_credits(ctx, &m.holder, false);
     }
+}
+
+/// True when a key this server tracks (the registry holds every key with a transfer in
+/// flight) is a sealed holder carrying the fold `fold_id`.
+fn fold_carried_elsewhere(ctx: Ctx, fold_id: u64) -> bool {
+    let db = selected_db(ctx);
+    let names: Vec<Vec<u8>> = REGISTRY.with(|r| {
+        r.borrow()
+            .keys()
+            .filter(|(d, _)| *d == db)
+            .map(|(_, n)| n.clone())
+            .collect()
+    });
+    names.iter().any(|n| {
+        let key = Name::new(ctx, n);
+        with_counter(ctx, key.raw, |c| match c {
+            Some(CounterRef::Boxed(b)) => b.carries_fold(fold_id),
+            _ => false,
+        })
+        .unwrap_or(false)
+    })
 }
 
 /// On the receiver's master: applies a credit it expects, once, then acknowledges it (also a
@@ -664,11 +691,46 @@ unsafe extern "C" fn on_message(
     }
 }
 
+/// A key renamed or moved keeps its transfer state under its new name, which the registry
+/// does not know yet (it forgets the old one at its next tick): the new name is tracked, so
+/// its seals and credits go on without waiting for a restart to find it.
+unsafe extern "C" fn on_keyspace(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: the server passes a NUL-terminated event name.
+    let event = unsafe { std::ffi::CStr::from_ptr(event) };
+    if event != c"rename_to" && event != c"move_to" {
+        return 0;
+    }
+    let c = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let name = string_bytes(key).to_vec();
+        let db = selected_db(c);
+        let _ = with_counter(c, key, |counter| {
+            if let Some(CounterRef::Boxed(b)) = counter {
+                track(db, &name, b);
+            }
+        });
+    }));
+    0
+}
+
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
     for kind in [MSG_SEAL, MSG_CREDIT, MSG_ACK] {
         // SAFETY: called from OnLoad with its live context.
         unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
     }
+    // SAFETY: as above.
+    unsafe {
+        rm!(RedisModule_SubscribeToKeyspaceEvents)(
+            ctx,
+            raw::REDISMODULE_NOTIFY_GENERIC,
+            Some(on_keyspace),
+        )
+    };
     arm(ctx);
 }

@@ -375,6 +375,37 @@ impl Counter {
         }
     }
 
+    /// True when this counter is a holder sealed for the fold `fold_id` whose credit is not
+    /// acknowledged yet: it, and no key made anew under the holder's old name, carries that
+    /// fold (a sealed holder renamed, or restored under another name, before its home had it).
+    pub fn carries_fold(&self, fold_id: u64) -> bool {
+        self.is_sealed()
+            && fold_id != 0
+            && self
+                .transfers()
+                .is_some_and(|t| t.outbox.iter().any(|o| o.fold_id == fold_id))
+    }
+
+    /// What a gather counts as this counter's floor when it is a holder: its floor plus the
+    /// floor units of its fold not yet acknowledged (a sealed holder's floor until its home
+    /// has it), as [`Counter::units_in_hand`] counts its value. Budget moves are left out: a
+    /// move's receiver shows its floor when the credit lands. None when the counter has no
+    /// floor and folds none, or on overflow.
+    pub fn floor_in_hand(&self) -> Option<i64> {
+        let folding: Vec<i64> = self.transfers().map_or_else(Vec::new, |t| {
+            t.outbox
+                .iter()
+                .filter(|o| o.fold_id != 0)
+                .map(|o| o.df)
+                .collect()
+        });
+        let own = self.floor().map(|f| f.floor);
+        if own.is_none() && folding.is_empty() {
+            return None;
+        }
+        exact_sum(std::iter::once(own.unwrap_or(0)).chain(folding))
+    }
+
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly
     /// over the budgets again). Floor units moved to or from a counter without a floor treat
     /// it as floor 0, as `CTR.DECRFLOOR` does: a fresh holder of a floored spread counter can
@@ -942,6 +973,39 @@ mod tests {
         send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
         assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
+    }
+
+    /// Only a sealed holder with its fold unacknowledged carries that fold.
+    #[test]
+    fn a_sealed_holder_carries_its_fold_until_acknowledged() {
+        let mut holder = Counter::plain(30);
+        assert!(!holder.carries_fold(42), "not sealed");
+        let fold = holder.seal_into(HOME, 42, 1, 9).unwrap().unwrap();
+        assert!(holder.carries_fold(42));
+        assert!(!holder.carries_fold(43), "another fold");
+        assert!(!holder.carries_fold(0));
+        assert!(holder.apply_ack(HOME, fold.seq));
+        assert!(!holder.carries_fold(42), "its home has it");
+    }
+
+    /// A sealed holder's floor counts where its fold is in flight, as its value does; a budget
+    /// move's does not (its receiver counts it once credited).
+    #[test]
+    fn a_sealed_holders_floor_is_in_hand_until_its_fold_is_acknowledged() {
+        let mut holder = Counter::plain(50);
+        assert_eq!(holder.floor_in_hand(), None, "no floor");
+        holder.set_floor(Some(-225)).unwrap();
+        let moved = holder
+            .start_transfer(&holder_name(HOME, 7, 2, 0), 0, -5, 1, 9)
+            .unwrap();
+        assert_eq!(holder.floor_in_hand(), Some(-220), "a move is not in hand");
+        assert!(holder.apply_ack(&moved.receiver, moved.seq));
+        let fold = holder.seal_into(HOME, 42, 2, 9).unwrap().unwrap();
+        assert_eq!(holder.floor().map(|f| f.floor), Some(0));
+        assert_eq!(holder.floor_in_hand(), Some(-220), "the fold is in hand");
+        assert_eq!(holder.units_in_hand(), Some(50));
+        assert!(holder.apply_ack(HOME, fold.seq));
+        assert_eq!(holder.floor_in_hand(), Some(0), "the home has it");
     }
 
     /// A giver copied under another name (DUMP/RESTORE) or renamed keeps its id: its credit is

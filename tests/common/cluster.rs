@@ -70,8 +70,16 @@ impl Cluster {
     /// `n` masters, the slots split evenly in ranges, every node knowing every other, the
     /// state ok on all of them.
     pub fn start(n: usize, module_args: &[&str]) -> Cluster {
-        let nodes: Vec<Server> = (0..n)
-            .map(|_| Server::start_with(NODE_ARGS, module_args))
+        Cluster::start_each(&vec![module_args; n])
+    }
+
+    /// Like [`Cluster::start`], one master per entry, each with its own module load arguments
+    /// (e.g. only one master holding transfer credits).
+    pub fn start_each(module_args: &[&[&str]]) -> Cluster {
+        let n = module_args.len();
+        let nodes: Vec<Server> = module_args
+            .iter()
+            .map(|args| Server::start_with(NODE_ARGS, args))
             .collect();
         let ids: Vec<String> = nodes
             .iter()
