@@ -353,7 +353,7 @@ fn on_seal(ctx: Ctx, m: Seal) {
         // under its new name carries the fold. Sealing a new key at 0 under the old name would
         // send the home an empty credit for the same fold, which could end it first and leave
         // the holder's units refused for ever.
-        Ok(true) if fold_carried_elsewhere(ctx, m.fold_id) => return,
+        Ok(true) if retarget_carried_fold(ctx, &m) => return,
         Ok(_) => {}
     }
     // A move toward the home under a name it had before a RENAME goes to this name.
@@ -395,9 +395,10 @@ fn on_seal(ctx: Ctx, m: Seal) {
     }
 }
 
-/// True when a key this server tracks (the registry holds every key with a transfer in
-/// flight) is a sealed holder carrying the fold `fold_id`.
-fn fold_carried_elsewhere(ctx: Ctx, fold_id: u64) -> bool {
+/// The keys this server tracks (the registry holds every key with a transfer in flight) that
+/// are sealed holders carrying the fold of `m`: each re-targets its fold to the home that asks
+/// (it may have been renamed too). True when there was one.
+fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
     let db = selected_db(ctx);
     let names: Vec<Vec<u8>> = REGISTRY.with(|r| {
         r.borrow()
@@ -406,14 +407,36 @@ fn fold_carried_elsewhere(ctx: Ctx, fold_id: u64) -> bool {
             .map(|(_, n)| n.clone())
             .collect()
     });
-    names.iter().any(|n| {
-        let key = Name::new(ctx, n);
-        with_counter(ctx, key.raw, |c| match c {
-            Some(CounterRef::Boxed(b)) => b.carries_fold(fold_id),
-            _ => false,
+    let carriers: Vec<Vec<u8>> = names
+        .into_iter()
+        .filter(|n| {
+            let key = Name::new(ctx, n);
+            with_counter(ctx, key.raw, |c| match c {
+                Some(CounterRef::Boxed(b)) => b.carries_fold(m.fold_id),
+                _ => false,
+            })
+            .unwrap_or(false)
         })
-        .unwrap_or(false)
-    })
+        .collect();
+    let now = ctx.now_ms();
+    for carrier in &carriers {
+        let key = Name::new(ctx, carrier);
+        let moved_home = with_counter(ctx, key.raw, |c| match c {
+            Some(CounterRef::Boxed(b)) => b.transfers().and_then(|t| t.sealed_into.clone()),
+            _ => None,
+        });
+        if moved_home.ok().flatten().is_some_and(|into| into != m.home) {
+            let _ = write_state(ctx, key.raw, |c| {
+                let giver = Giver {
+                    name: carrier,
+                    new_id: new_id(),
+                };
+                c.seal_into(&m.home, m.fold_id, now, giver)
+                    .map_err(transfer_error)
+            });
+        }
+    }
+    !carriers.is_empty()
 }
 
 /// On the receiver's master: applies a credit it expects, once, then acknowledges it (also a

@@ -322,6 +322,27 @@ impl Sim {
         self.note(format_args!("deliver {what}"));
         match m {
             Message::Seal(s) => {
+                // The glue's rule: a missing holder whose fold another key of its master
+                // carries (it was renamed) is not sealed anew at 0; the keys carrying the fold
+                // re-target it to the home that asks.
+                let master = &self.masters[master_of(&s.holder)];
+                let carriers: Vec<Vec<u8>> = master
+                    .keys
+                    .iter()
+                    .filter(|(_, c)| c.carries_fold(s.fold_id))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                if self.get(&s.holder).is_none() && !carriers.is_empty() {
+                    let (now, id) = (self.now, self.rng.id());
+                    for k in carriers {
+                        let g = Giver {
+                            name: &k,
+                            new_id: id,
+                        };
+                        let _ = self.update(&k, |c| c.seal_into(&s.home, s.fold_id, now, g));
+                    }
+                    return;
+                }
                 let _ = self.update(&s.holder, |c| c.retarget_moves_to(&s.home));
                 let (now, id) = (self.now, self.rng.id());
                 let holder = Giver {

@@ -980,7 +980,7 @@ mod tests {
     fn a_sealed_holder_carries_its_fold_until_acknowledged() {
         let mut holder = Counter::plain(30);
         assert!(!holder.carries_fold(42), "not sealed");
-        let fold = holder.seal_into(HOME, 42, 1, 9).unwrap().unwrap();
+        let fold = holder.seal_into(HOME, 42, 1, g(9)).unwrap().unwrap();
         assert!(holder.carries_fold(42));
         assert!(!holder.carries_fold(43), "another fold");
         assert!(!holder.carries_fold(0));
@@ -996,11 +996,11 @@ mod tests {
         assert_eq!(holder.floor_in_hand(), None, "no floor");
         holder.set_floor(Some(-225)).unwrap();
         let moved = holder
-            .start_transfer(&holder_name(HOME, 7, 2, 0), 0, -5, 1, 9)
+            .start_transfer(&holder_name(HOME, 7, 2, 0), 0, -5, 1, g(9))
             .unwrap();
         assert_eq!(holder.floor_in_hand(), Some(-220), "a move is not in hand");
         assert!(holder.apply_ack(&moved.receiver, moved.seq));
-        let fold = holder.seal_into(HOME, 42, 2, 9).unwrap().unwrap();
+        let fold = holder.seal_into(HOME, 42, 2, g(9)).unwrap().unwrap();
         assert_eq!(holder.floor().map(|f| f.floor), Some(0));
         assert_eq!(holder.floor_in_hand(), Some(-220), "the fold is in hand");
         assert_eq!(holder.units_in_hand(), Some(50));
