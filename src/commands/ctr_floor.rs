@@ -2,7 +2,8 @@
 
 use super::ctr_args::{parse_decrement, parse_floor};
 use super::ctr_store::{
-    created_with_ttl, is_missing, open_for_write, update_counter, Before, Write,
+    created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
+    update_counter, Before, Write,
 };
 use crate::counter::{DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
@@ -53,9 +54,15 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
         return Err(super::wrong_arity("ctr.decrfloor"));
     }
-    let key = open_for_write(ctx, args.raw(1))?;
+    let (key, _) = open_for_retry_as(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_decrement)?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    // A purchase retried on a holder folded since replays its first answer (the probe rule's
+    // walk then stops where it stopped the first time): never granted a second time elsewhere.
+    if let Some(first) = refuse_sealed_unless_retry(&w, &key, WriteKind::Decr(parsed.amount))? {
+        metrics::DUPLICATES_IGNORED.incr();
+        return Ok(first.map_or(Reply::Null, Reply::Integer));
+    }
     if w.token.is_none() && is_missing(&key) {
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();

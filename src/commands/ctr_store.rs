@@ -88,6 +88,42 @@ pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
     }
 }
 
+/// Opens `key` for a tokened write that may be a retry: WRONGTYPE is refused at once, a sealed
+/// holder only by [`refuse_sealed_unless_retry`] once the token is known (a folded holder
+/// replays the writes it remembers for the whole token window).
+pub fn open_for_retry_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), CommandError> {
+    let k = Key::open(ctx, key, true);
+    match k.content(ctr_type()) {
+        KeyContent::Other => Err(WRONG_TYPE),
+        content => Ok((k, content)),
+    }
+}
+
+/// On a key opened with [`open_for_retry_as`]: a sealed holder (folded back into its home)
+/// answers a retry of a write it remembers with that write's first reply, and refuses any
+/// other write with the folded-back error. None: the key is not sealed.
+pub fn refuse_sealed_unless_retry(
+    w: &Write,
+    key: &Key,
+    write: WriteKind,
+) -> Result<Option<Option<i64>>, CommandError> {
+    let KeyContent::Mine(raw) = key.content(ctr_type()) else {
+        return Ok(None);
+    };
+    // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+    let c = unsafe { CounterCell::borrow(raw) };
+    let CounterRef::Boxed(b) = c else {
+        return Ok(None);
+    };
+    if !b.is_sealed() {
+        return Ok(None);
+    }
+    match w.retry_of(b, write)? {
+        Some(first) => Ok(Some(first)),
+        None => Err(super::spread_transfer::SEALED),
+    }
+}
+
 /// A user write's check on a key it opens itself: WRONGTYPE, then a sealed holder's refusal.
 pub fn refuse_unwritable(ctx: Ctx, key: RawString) -> Result<(), CommandError> {
     open_for_write_as(ctx, key).map(|_| ())

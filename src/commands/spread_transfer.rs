@@ -70,9 +70,11 @@ const MSG_ACK: u8 = 0xCB;
 const TICK_MS: i64 = 100;
 const MAX_BACKOFF_MS: i64 = 2_000;
 
-/// How long a folded holder stays (sealed, refusing writes) after its credit is acknowledged:
-/// long enough for every writer's holder cache (1 s in the client libraries) to learn the new
-/// holder list, so a late write meets the sealed error instead of making the key anew.
+/// How long a folded holder stays (sealed, refusing writes) after its credit is acknowledged,
+/// at least: long enough for every writer's holder cache (1 s in the client libraries) to
+/// learn the new holder list, so a late write meets the sealed error instead of making the key
+/// anew. It stays the token window (`ctr.token-window-ms`) when that is longer, so that a
+/// retried token replays its first answer there for as long as a token is remembered.
 pub const SEALED_GRACE_MS: i64 = 60_000;
 
 pub const SEALED: CommandError = CommandError::fixed(
@@ -550,7 +552,9 @@ fn on_ack(ctx: Ctx, m: Ack) {
         AckEffect::Acknowledged { sealed_and_done } => {
             metrics::TRANSFERS_ACKED.incr();
             if sealed_and_done {
-                let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS);
+                // Kept for the token window at least: a retried token replays there.
+                let window = config::TOKEN_WINDOW_MS.load(Relaxed);
+                let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS.max(window));
                 let key = Key::open(ctx, name.raw, true);
                 key.set_abs_expire(at);
                 drop(key);
