@@ -441,6 +441,20 @@ fn a_retried_token_replays_on_a_folded_holder_for_the_token_window() {
     assert_eq!(c.q("CTR.GET stock"), total);
 }
 
+/// A manual failover to `replica` (started without held credits, so it releases them once it
+/// is the master); a cluster client through it.
+fn take_over(replica: &Server) -> ClusterClient {
+    let mut r = replica.conn();
+    assert_eq!(r.q("CLUSTER FAILOVER"), Value::Simple("OK".into()));
+    eventually(20, || {
+        r.q("INFO replication")
+            .text()
+            .contains("role:master")
+            .then_some(())
+    });
+    ClusterClient::connect(replica.port)
+}
+
 /// The index of the master that owns `slot` when `n` masters split the slots evenly in ranges
 /// (as `Cluster::start` assigns them).
 fn range_owner(slot: u16, n: usize) -> usize {
@@ -521,15 +535,7 @@ fn a_budget_move_into_the_home_does_not_cancel_a_holders_fold() {
     );
 
     // Release: the replica (which applies credits) takes over the home's master.
-    let mut r = replica.conn();
-    assert_eq!(r.q("CLUSTER FAILOVER"), Value::Simple("OK".into()));
-    eventually(20, || {
-        r.q("INFO replication")
-            .text()
-            .contains("role:master")
-            .then_some(())
-    });
-    let mut client = ClusterClient::connect(replica.port);
+    let mut client = take_over(&replica);
     eventually(30, || {
         let info = client.cmd(&["CTR.INFO", &home]);
         let folded = field_of(info.clone(), "leaving").is_none_or(|l| l.array().is_empty());
@@ -600,16 +606,8 @@ fn a_home_renamed_mid_fold_across_masters_receives_its_folds() {
     );
     assert_eq!(client.cmd(&["CTR.GET", &home2]).int(), total);
 
-    let mut r = replica.conn();
     cluster.nodes[home_node].wait_replicas(1);
-    assert_eq!(r.q("CLUSTER FAILOVER"), Value::Simple("OK".into()));
-    eventually(20, || {
-        r.q("INFO replication")
-            .text()
-            .contains("role:master")
-            .then_some(())
-    });
-    let mut client = ClusterClient::connect(replica.port);
+    let mut client = take_over(&replica);
     eventually(30, || {
         let info = client.cmd(&["CTR.INFO", &home2]);
         field_of(info, "leaving")
