@@ -1365,6 +1365,87 @@ mod tests {
         assert_eq!(home.messages_due(HOME).0.len(), 1);
     }
 
+    /// Every copy of a credit gets one answer: it is judged by the giver's name at the debit,
+    /// not by the name it was sent from (a home renamed since), and a home that is not there
+    /// (renamed away) answers "not yet", never a refusal that would roll the move back while
+    /// the renamed home applies it.
+    #[test]
+    fn a_credit_is_judged_by_its_debit_not_by_its_senders_name_now() {
+        let h1 = holder(1);
+        let mut home = Counter::plain(10);
+        home.set_floor(Some(0)).unwrap();
+        home.set_spread(crate::counter::Spread::of(vec![h1.clone()]))
+            .unwrap();
+        let mv = home
+            .start_transfer(
+                &h1,
+                0,
+                -4,
+                1,
+                Giver {
+                    name: b"renamed-home",
+                    new_id: 3,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            mv.from,
+            HOME.to_vec(),
+            "signed with the home name its holders carry"
+        );
+        let (_, credits) = home.messages_due(b"renamed-home");
+        let credit = &credits[0];
+        assert_eq!(
+            (&credit.giver[..], &credit.from[..]),
+            (&b"renamed-home"[..], HOME)
+        );
+        let mut h = Counter::plain(0);
+        assert_eq!(h.apply_credit(credit), Ok(CreditOutcome::Applied));
+        let to_home = Credit {
+            receiver: HOME.to_vec(),
+            ..credit.clone()
+        };
+        assert_eq!(
+            Counter::credit_outcome_at(None, &to_home),
+            Some(CreditOutcome::NotYet),
+            "a home that is not here"
+        );
+        assert_eq!(
+            Counter::credit_outcome_at(None, credit),
+            None,
+            "a missing holder is a fresh one"
+        );
+    }
+
+    /// A holder asked to seal by its home under a new name first sends its own move toward
+    /// the home's former name there, same seq.
+    #[test]
+    fn a_move_toward_a_former_home_name_follows_the_seal_request() {
+        let mut h = Counter::plain(5);
+        h.set_floor(Some(0)).unwrap();
+        let mv = h.start_transfer(HOME, 0, -2, 1, g(3)).unwrap();
+        assert!(!h.has_move_to_former_home(HOME));
+        assert!(h.has_move_to_former_home(b"home2"));
+        assert!(h.retarget_moves_to(b"home2"));
+        let moved = h
+            .transfers()
+            .unwrap()
+            .outgoing_to(b"home2")
+            .cloned()
+            .unwrap();
+        assert_eq!((moved.seq, moved.df), (mv.seq, mv.df));
+        assert!(h.transfers().unwrap().outgoing_to(HOME).is_none());
+        assert!(!h.retarget_moves_to(b"home2"), "once");
+        h.start_transfer(&holder(2), 0, -1, 2, g(3)).unwrap();
+        assert!(h.retarget_moves_to(b"home3"), "renamed again");
+        let t = h.transfers().unwrap();
+        assert!(t.outgoing_to(b"home3").is_some() && t.outgoing_to(b"home2").is_none());
+        assert!(
+            t.outgoing_to(&holder(2)).is_some(),
+            "a move to a sibling stays"
+        );
+    }
+
     #[test]
     fn a_sealed_holder_refuses_budget_moves() {
         let (h1, h2) = (holder(1), holder(2));
