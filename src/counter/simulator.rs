@@ -11,8 +11,8 @@
 //!   restarts (everything kept, in-memory queues lost);
 //! - adds and purchases on every member, shrinks, grows, budget moves;
 //! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
-//!   name of the same spread), RENAME of a sealed holder and of the home, DEL of the home and
-//!   a new spread under the same name.
+//!   name of the same spread), COPY of a holder, RENAME of a sealed holder and of the home,
+//!   expiry of a folded holder, DEL of the home and a new spread under the same name.
 //!
 //! After every step it checks: the gathered total (the glue's rule: the home's value, every
 //! current holder's units in hand, every leaving holder's units in hand) equals every
@@ -294,6 +294,8 @@ impl Sim {
             90 if self.faults => self.rename_sealed_holder(),
             91 if self.faults => self.rename_home(),
             92 if self.faults => self.delete_home_and_spread_again(),
+            93 | 94 => self.expire_folded_holder(),
+            95 if self.faults => self.copy_holder(),
             _ => self.tick(master),
         }
     }
@@ -609,6 +611,70 @@ impl Sim {
         self.write(&name, Some(c), 0);
     }
 
+    /// A folded holder's key expires (its grace period over): sealed, its fold answered, no
+    /// longer leaving, and nothing owed to it (the grace period, the token window, is long next
+    /// to the resends that answer a move toward it: a partition longer than that leaves such a
+    /// move in flight for good, its floor units erring low; docs/CLUSTER.md).
+    fn expire_folded_holder(&mut self) {
+        let leaving: Vec<Vec<u8>> = self
+            .home_counter()
+            .map(|h| h.leaving().iter().map(|l| l.name.clone()).collect())
+            .unwrap_or_default();
+        let done: Vec<Vec<u8>> = self
+            .masters
+            .iter()
+            .flat_map(|m| m.keys.iter())
+            .filter(|(k, c)| {
+                c.is_sealed()
+                    && c.transfers().is_none_or(|t| t.outbox.is_empty())
+                    && !leaving.contains(k)
+                    && !self.owed(k)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        let key = done[self.rng.below(done.len())].clone();
+        self.note(format_args!("expire {}", show(&key)));
+        self.write(&key, None, 0);
+    }
+
+    /// COPY of a holder under a name outside the spread: the copy keeps the units but none of
+    /// the transfer state (the type's copy callback), so it is an independent counter.
+    fn copy_holder(&mut self) {
+        let Some(spread) = self.home_counter().and_then(|h| h.spread()).cloned() else {
+            return;
+        };
+        let from = spread.holders[self.rng.below(spread.holders.len())].clone();
+        let Some(mut c) = self.get(&from).cloned() else {
+            return;
+        };
+        let close = from.iter().position(|&b| b == b'}').unwrap_or(0);
+        let mut to = from[..=close].to_vec();
+        to.extend_from_slice(format!("copy:{}", self.rng.below(1000)).as_bytes());
+        if self.get(&to).is_some() {
+            return;
+        }
+        c.forget_transfers();
+        self.note(format_args!("copy {} {}", show(&from), show(&to)));
+        self.write(&to, Some(c), 0);
+    }
+
+    /// True when a transfer toward `name` is unanswered or a message to it is on its way.
+    fn owed(&self, name: &[u8]) -> bool {
+        let addressed = |m: &Message| match m {
+            Message::Seal(s) => s.holder == name,
+            Message::Credit(c) => c.receiver == name,
+            Message::Answer(a) => a.giver == name,
+        };
+        let in_outbox = self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
+            let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
+            outbox.iter().any(|o| o.receiver == name)
+        });
+        in_outbox || self.network.iter().any(addressed)
+    }
+
     /// RENAME within one slot: one command, replicated (or lost) whole.
     fn rename(&mut self, from: &[u8], to: &[u8]) {
         let Some(c) = self.get(from).cloned() else {
@@ -632,18 +698,7 @@ impl Sim {
         let sealed = leaving
             .into_iter()
             .find(|n| self.get(n).is_some_and(|c| c.is_sealed()));
-        let addressed = |m: &Message, name: &[u8]| match m {
-            Message::Seal(s) => s.holder == name,
-            Message::Credit(c) => c.receiver == name,
-            Message::Answer(a) => a.giver == name,
-        };
-        let owed = |n: &[u8]| {
-            self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
-                let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
-                outbox.iter().any(|o| o.receiver == n)
-            })
-        };
-        let sealed = sealed.filter(|n| !owed(n) && !self.network.iter().any(|m| addressed(m, n)));
+        let sealed = sealed.filter(|n| !self.owed(n));
         if let Some(from) = sealed {
             // The same slot: the holder's hash tag, another name after it.
             let close = from.iter().position(|&b| b == b'}').unwrap_or(0);
