@@ -441,6 +441,18 @@ fn a_retried_token_replays_on_a_folded_holder_for_the_token_window() {
     assert_eq!(c.q("CTR.GET stock"), total);
 }
 
+/// A 3-master cluster whose master `home_node` holds credits, a replica of that master
+/// started without holding them (a failover to it releases them), and a client.
+fn holding_at(home_node: usize) -> (Cluster, Server, ClusterClient) {
+    let args: Vec<&[&str]> = (0..3)
+        .map(|i| if i == home_node { HOLD } else { &[][..] })
+        .collect();
+    let cluster = Cluster::start_each(&args);
+    let replica = cluster.start_replica_of(home_node);
+    let client = cluster.client();
+    (cluster, replica, client)
+}
+
 /// A manual failover to `replica` (started without held credits, so it releases them once it
 /// is the master); a cluster client through it.
 fn take_over(replica: &Server) -> ClusterClient {
@@ -476,12 +488,7 @@ fn range_owner(slot: u16, n: usize) -> usize {
 #[test]
 fn a_budget_move_into_the_home_does_not_cancel_a_holders_fold() {
     let home_node = 0;
-    let args: Vec<&[&str]> = (0..3)
-        .map(|i| if i == home_node { HOLD } else { &[][..] })
-        .collect();
-    let cluster = Cluster::start_each(&args);
-    let replica = cluster.start_replica_of(home_node);
-    let mut client = cluster.client();
+    let (_cluster, replica, mut client) = holding_at(home_node);
     // A home on the holding master whose two holders are on the other masters.
     let mut attempt = 0;
     let (home, holders) = loop {
@@ -571,12 +578,7 @@ fn a_budget_move_into_the_home_does_not_cancel_a_holders_fold() {
 #[test]
 fn a_home_renamed_mid_fold_across_masters_receives_its_folds() {
     let home_node = 0;
-    let args: Vec<&[&str]> = (0..3)
-        .map(|i| if i == home_node { HOLD } else { &[][..] })
-        .collect();
-    let cluster = Cluster::start_each(&args);
-    let replica = cluster.start_replica_of(home_node);
-    let mut client = cluster.client();
+    let (cluster, replica, mut client) = holding_at(home_node);
     let tag = (0..)
         .map(|n| format!("{{h{n}}}"))
         .find(|t| range_owner(key_slot(t.as_bytes()), 3) == home_node)
