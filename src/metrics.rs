@@ -58,6 +58,9 @@ pub static CLEARS: Counter = Counter::new();
 /// duplicates instead).
 pub static DECREMENTS_GRANTED: Counter = Counter::new();
 pub static DECREMENTS_REFUSED: Counter = Counter::new();
+/// CTR.DECRFLOOR refusals answered TRYAGAIN because budget was still travelling (not final,
+/// not recorded against a token).
+pub static DECREMENTS_AWAITING_BUDGET: Counter = Counter::new();
 /// Negative CTR.ADDs refused because they would cross a counter's floor.
 pub static ADDS_REFUSED_BY_FLOOR: Counter = Counter::new();
 /// Writes refused because their event time was at or before a reconciled watermark.
@@ -171,6 +174,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("clears", &CLEARS),
         ("decrements_granted", &DECREMENTS_GRANTED),
         ("decrements_refused", &DECREMENTS_REFUSED),
+        ("decrements_awaiting_budget", &DECREMENTS_AWAITING_BUDGET),
         ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
         ("late_adds", &LATE_ADDS),
         ("reconciles", &RECONCILES),

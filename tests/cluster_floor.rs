@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{eventually, names, Conn, Server, Value};
+use common::{assert_awaits_budget, eventually, names, Conn, Server, Value};
 use redis_ctr_client::spread::probe_order;
 
 fn ints(v: &Value) -> Vec<i64> {
@@ -205,11 +205,10 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
     check_accounting(&v, 1000, 100);
     assert_eq!(v.in_flight, 900 - share[0]);
     assert_eq!(v.budgets[0], share[0]);
-    // A purchase from the home's own budget, before the kill.
-    assert_eq!(
-        purchase(&mut client, &holders, 7, "before-kill"),
-        Some(true)
-    );
+    // A purchase from the home's own budget, before the kill (a walk reaching a holder whose
+    // share is held would wait there: TRYAGAIN).
+    let before_kill = ["CTR.DECRFLOOR", home, "7", "TOKEN", "before-kill"];
+    assert_eq!(client.cmd(&before_kill), Value::Int(993));
 
     let on_home_master: Vec<usize> = (1..16)
         .filter(|&i| cluster.owner(key_slot(holders[i].as_bytes())) == home_node)
@@ -247,8 +246,8 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
     let v = floor_view(&mut after, home).unwrap();
     check_accounting(&v, 993, 100);
     assert_eq!(
-        purchase(&mut after, &holders, 7, "before-kill"),
-        Some(true),
+        after.cmd(&before_kill),
+        Value::Int(993),
         "the retry replays the grant"
     );
     assert_eq!(
@@ -584,12 +583,11 @@ fn token_visiting_first(prefix: &str, holders: &[String], first: usize) -> Strin
 }
 
 /// The receiver's master dies in the middle of a move: the home has debited every share and
-/// the credits are held on every master. A purchase before the kill was refused by a holder
-/// of the victim (no budget yet) and granted by the home. The victim's replica, which does
-/// not hold credits, takes over: the home resends, the victim's holders are credited once,
-/// the others' shares stay in flight, budgets plus units in flight stay the headroom, and the
-/// retry replays the first walk (refused there, granted at the home) although that holder
-/// now has budget: not granted twice.
+/// the credits are held on every master. A purchase before the kill reached a holder of the
+/// victim first (no budget yet): it waits (TRYAGAIN, nothing recorded). The victim's replica,
+/// which does not hold credits, takes over: the home resends, the victim's holders are
+/// credited once, the others' shares stay in flight, budgets plus units in flight stay the
+/// headroom, and the retry is granted from that holder's share, once.
 #[test]
 fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
     let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
@@ -610,8 +608,16 @@ fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
     check_conservation(&v, 1000, 100);
     assert_eq!(v.in_flight, 900 - share[0]);
 
-    let token = token_visiting_first("recv", &holders, on_victim[0]);
-    assert_eq!(purchase(&mut client, &holders, 7, &token), Some(true));
+    // A token whose walk starts at a holder of the victim.
+    let token = (0..)
+        .map(|n| format!("recv-{n}"))
+        .find(|t| probe_order(t.as_bytes(), holders.len())[0] == on_victim[0])
+        .unwrap();
+    let first = &holders[on_victim[0]];
+    let waits = cluster.nodes[victim]
+        .conn()
+        .cmd(&["CTR.DECRFLOOR", first, "7", "TOKEN", &token]);
+    assert_awaits_budget(waits, first);
     cluster.nodes[victim].wait_replicas(1);
     cluster.nodes[victim].kill();
 
@@ -623,7 +629,7 @@ fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
     let v = eventually(60, || {
         floor_view(&mut after, home).filter(|v| v.in_flight == still_held)
     });
-    check_conservation(&v, 993, 100);
+    check_conservation(&v, 1000, 100);
     for &i in &on_victim {
         assert_eq!(v.floors[i], -share[i], "holder {i} credited exactly once");
         assert_eq!(v.budgets[i], share[i]);
@@ -637,16 +643,19 @@ fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
     );
     // A client that learns the slot map now (the one above still knows the dead master).
     let mut after = ClusterClient::connect(cluster.nodes[home_node].port);
-    assert_eq!(
-        purchase(&mut after, &holders, 7, &token),
-        Some(true),
-        "the retry replays the grant"
-    );
+    for attempt in ["the retry is granted", "and replays its grant"] {
+        assert_eq!(
+            purchase(&mut after, &holders, 7, &token),
+            Some(true),
+            "{attempt}"
+        );
+    }
     let v = floor_view(&mut after, home).unwrap();
     check_conservation(&v, 993, 100);
     assert_eq!(
-        v.budgets[on_victim[0]], share[on_victim[0]],
-        "not granted twice"
+        v.budgets[on_victim[0]],
+        share[on_victim[0]] - 7,
+        "granted once, by the holder the walk waited at"
     );
 }
 

@@ -8,13 +8,16 @@
 //!   its spread id is odd, and a key so named without a floor of its own is held at 0 (on a
 //!   3-master cluster with a replica per master, the credits held back by the home's replica
 //!   frozen; and on one server).
+//! - A purchase refused only because budget still travels (a holder before its first credit,
+//!   the home while its shares are unacknowledged) is a retryable `TRYAGAIN`, not recorded
+//!   against its token: its retry, once the credits landed, is decided afresh (issue 22 item 4).
 
 mod common;
 
 use std::time::Duration;
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{eventually, names, Server, Value};
+use common::{assert_awaits_budget, eventually, names, Server, Value};
 
 fn ok() -> Value {
     Value::Simple("OK".into())
@@ -144,13 +147,22 @@ fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_cre
         let tokened = ["CTR.ADD", h, "-1000", "TOKEN", &token];
         assert_eq!(client.cmd(&tokened), Value::Nil, "{h}");
         assert_eq!(client.cmd(&tokened), Value::Nil, "{h}: a replay");
-        assert_eq!(client.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil, "{h}");
+        // A purchase is not refused for good while the holder's share travels: TRYAGAIN,
+        // nothing recorded against its token.
+        let mut master = cluster.nodes[cluster.owner(key_slot(h.as_bytes()))].conn();
+        assert_awaits_budget(master.cmd(&["CTR.DECRFLOOR", h, "1"]), h);
         let d = format!("d{i}");
         let decr = ["CTR.DECRFLOOR", h, "1", "TOKEN", &d];
-        assert_eq!(client.cmd(&decr), Value::Nil, "{h}");
+        assert_awaits_budget(master.cmd(&decr), h);
+        assert_awaits_budget(master.cmd(&decr), h);
         // Every refused write changed nothing: the holder holds no unit.
         assert_eq!(client.cmd(&["CTR.GET", h]), Value::Int(0), "{h}");
     }
+    // The home, whose shares are in flight, cannot cover more than its own share yet: a
+    // retryable refusal too.
+    let mut home_master = cluster.nodes[home_node].conn();
+    let beyond_share = ["CTR.DECRFLOOR", home, "151", "TOKEN", "h1"];
+    assert_awaits_budget(home_master.cmd(&beyond_share), home);
     // The total never went below the floor: it is what it was.
     let (_, in_flight, total) = budgets(&mut client, home).expect("the total");
     assert_eq!(total, 1000);
@@ -165,6 +177,20 @@ fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_cre
     });
     assert_eq!(settled.0, vec![150; 6]);
     assert_eq!(settled.2, 1000);
+    // The purchases that waited are decided afresh on their retry: granted from the share
+    // (the reply is the holder's own value: 0 - 1, its floor -150).
+    assert_eq!(
+        client.cmd(&["CTR.DECRFLOOR", &holders[2], "1", "TOKEN", "d2"]),
+        Value::Int(-1)
+    );
+    assert_eq!(
+        client.cmd(&["CTR.DECRFLOOR", &holders[2], "1", "TOKEN", "d2"]),
+        Value::Int(-1),
+        "and that answer is final"
+    );
+    // With every share landed, the home's refusal of more than it holds is final.
+    assert_eq!(home_master.cmd(&beyond_share), Value::Nil);
+    assert_eq!(home_master.cmd(&beyond_share), Value::Nil, "a replay");
     // The tokened refusals replay (they were recorded, and a restock does not change them).
     assert_eq!(
         client.cmd(&["CTR.ADD", &holders[1], "-1000", "TOKEN", "t1"]),
@@ -205,7 +231,9 @@ fn on_one_server_a_holder_name_of_a_floored_spread_is_held_at_zero() {
         "replay"
     );
     assert_eq!(c.cmd(&["CTR.ADD", h, "-15"]), Value::Int(0));
-    assert_eq!(c.cmd(&["CTR.DECRFLOOR", h, "1"]), Value::Nil);
+    // Without a floor of its own it has not had its first credit: a purchase waits for it.
+    assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", h, "1", "TOKEN", "p"]), h);
+    assert_eq!(c.cmd(&["CTR.GET", h]), Value::Int(0));
     assert!(c.cmd(&["CTR.RECONCILE", h, "-3"]).is_error());
     assert_eq!(c.cmd(&["CTR.GET", h]), Value::Int(0));
     // Holders of unfloored spreads, and spreads made before ids, keep going below 0.

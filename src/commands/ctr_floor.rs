@@ -5,6 +5,8 @@ use super::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write,
 };
+use crate::counter::spread::floor_by_name;
+use crate::counter::transfer::purchase_waits_for_budget;
 use crate::counter::{DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
 use crate::metrics;
@@ -40,6 +42,21 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Ok)
 }
 
+/// The retryable refusal of a purchase that only budget still travelling keeps from being
+/// granted (a floored holder before its first credit, a counter whose move is unacknowledged):
+/// not final, so nothing is recorded against its token and a retry decides afresh. The probe
+/// rule's walk stops here (skipping the holder could grant the token twice) and retries it.
+fn awaiting_budget(key: &[u8]) -> CommandError {
+    metrics::DECREMENTS_AWAITING_BUDGET.incr();
+    CommandError(
+        format!(
+            "TRYAGAIN budget in flight: spread counter holder '{}' waits for its share; retry the purchase",
+            String::from_utf8_lossy(key)
+        )
+        .into(),
+    )
+}
+
 enum Decremented {
     /// Applied (granted, or refused with the refusal recorded in the ledger).
     Recorded(DecrOp, Before, Option<i64>),
@@ -63,7 +80,11 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
+    let floor_if_none = floor_by_name(args.bytes(1));
     if w.token.is_none() && is_missing(&key) {
+        if purchase_waits_for_budget(None, parsed.amount, floor_if_none) {
+            return Err(awaiting_budget(args.bytes(1)));
+        }
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();
         super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
@@ -73,6 +94,10 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
             c.note_duplicate();
             return Ok(Decremented::Replayed(first));
+        }
+        if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none) {
+            // Before anything changes: a missing key is not made, a token not recorded.
+            return Err(awaiting_budget(args.bytes(1)));
         }
         let shards = w.shards(c, before);
         let op = DecrOp {

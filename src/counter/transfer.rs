@@ -333,6 +333,23 @@ pub fn next_seq(last: u64, now_ms: i64) -> u64 {
     last.saturating_add(1).max(by_time)
 }
 
+/// True when a purchase of `amount` on the counter at a key (None: missing) would be refused
+/// only for want of budget still travelling ([`Counter::budget_in_flight`]): the refusal is
+/// retryable (`TRYAGAIN`), never recorded against its token. A missing key named as a holder of
+/// a floored spread has not had its first credit yet.
+pub fn purchase_waits_for_budget(
+    counter: Option<&Counter>,
+    amount: i64,
+    floor_if_none: Option<i64>,
+) -> bool {
+    let Some(c) = counter else {
+        return floor_if_none.is_some_and(|f| 0i64.checked_sub(amount).is_none_or(|v| v < f));
+    };
+    let floor = c.floor().map(|f| f.floor).or(floor_if_none).unwrap_or(0);
+    let refused = c.value().checked_sub(amount).is_none_or(|v| v < floor);
+    refused && c.budget_in_flight(floor_if_none)
+}
+
 impl Counter {
     /// The transfer state (an empty one when the counter keeps none).
     pub fn transfers(&self) -> Option<&Transfers> {
@@ -404,6 +421,20 @@ impl Counter {
             return None;
         }
         exact_sum(std::iter::once(own.unwrap_or(0)).chain(folding))
+    }
+
+    /// True when budget this counter may sell is still travelling, so that a purchase it
+    /// refuses now may be granted once it lands: a holder of a floored spread before its first
+    /// credit (`floor_if_none`, from its name: its share is on the way), or a counter whose own
+    /// budget moves are unacknowledged (a home's shares right after a spread, a move to a
+    /// sibling: those units are in no holder's budget until they land). Such a refusal is not
+    /// final and must not be recorded against a token.
+    pub fn budget_in_flight(&self, floor_if_none: Option<i64>) -> bool {
+        let before_first_credit = self.floor().is_none() && floor_if_none.is_some();
+        let moving_out = self
+            .transfers()
+            .is_some_and(|t| t.outbox.iter().any(|o| o.fold_id == 0 && o.df < 0));
+        before_first_credit || moving_out
     }
 
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly
@@ -973,6 +1004,54 @@ mod tests {
         send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
         assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
+    }
+
+    /// A refusal waits for budget (retryable, never recorded) only while budget travels: before
+    /// a floored holder's first credit, or while the counter's own move is unacknowledged.
+    #[test]
+    fn a_purchase_waits_for_budget_only_while_budget_travels() {
+        let by_name = Some(0);
+        assert!(
+            purchase_waits_for_budget(None, 1, by_name),
+            "missing holder, share on the way"
+        );
+        assert!(
+            !purchase_waits_for_budget(None, 1, None),
+            "a missing plain key is sold out"
+        );
+        let fresh = Counter::plain(3);
+        assert!(
+            !purchase_waits_for_budget(Some(&fresh), 3, by_name),
+            "it can grant"
+        );
+        assert!(
+            purchase_waits_for_budget(Some(&fresh), 4, by_name),
+            "before its first credit"
+        );
+        assert!(
+            !purchase_waits_for_budget(Some(&fresh), 4, None),
+            "unfloored, unspread"
+        );
+        let mut giver = Counter::plain(10);
+        giver.set_floor(Some(0)).unwrap();
+        assert!(
+            !purchase_waits_for_budget(Some(&giver), 11, by_name),
+            "credited, nothing moving"
+        );
+        let out = giver.start_transfer(&holder(2), 0, -6, 1, g(9)).unwrap();
+        assert!(
+            purchase_waits_for_budget(Some(&giver), 5, by_name),
+            "6 units in flight"
+        );
+        assert!(
+            !purchase_waits_for_budget(Some(&giver), 4, by_name),
+            "it can grant"
+        );
+        assert!(giver.apply_ack(&holder(2), out.seq));
+        assert!(
+            !purchase_waits_for_budget(Some(&giver), 5, by_name),
+            "landed: sold out here"
+        );
     }
 
     /// Only a sealed holder with its fold unacknowledged carries that fold.

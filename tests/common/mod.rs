@@ -561,6 +561,19 @@ fn crc64_matches_redis_reference() {
 }
 
 /// The strings of an array reply (holder names, ...).
+/// Checks a purchase was refused for want of budget still travelling: a retryable `TRYAGAIN`
+/// naming `key` (nothing recorded against its token).
+#[allow(dead_code)]
+pub fn assert_awaits_budget(reply: Value, key: &str) {
+    let Value::Error(e) = &reply else {
+        panic!("{key}: expected TRYAGAIN, got {reply:?}");
+    };
+    assert!(
+        e.starts_with("TRYAGAIN") && e.contains(key) && e.contains("budget in flight"),
+        "{key}: {e}"
+    );
+}
+
 pub fn names(reply: &Value) -> Vec<String> {
     reply.array().iter().map(Value::text).collect()
 }
