@@ -49,6 +49,11 @@ pub enum ModuleError {
     /// `TRYAGAIN`: a holder of the spread counter read is being resharded (cluster clients
     /// retry it by themselves first).
     HolderMoving,
+    /// `TRYAGAIN`: a purchase that only budget still travelling keeps from being granted (a
+    /// holder of a floored spread before its share landed, a holder whose budget move is
+    /// unacknowledged). Nothing was recorded against the token: retry the same holder with the
+    /// same token. [`crate::SpreadRouter::decrfloor`] does, for up to its purchase wait.
+    BudgetInFlight,
     /// A holder of the spread counter read replied an error (its text follows its name).
     HolderError,
     /// A spread counter's total read inside MULTI/EXEC or a script, in a cluster, when other
@@ -113,6 +118,7 @@ const BY_PREFIX: &[(&str, ModuleError)] = &[
         "spread counter read lost its result",
         ModuleError::SpreadUnavailable,
     ),
+    ("TRYAGAIN budget in flight", ModuleError::BudgetInFlight),
     ("TRYAGAIN spread counter holder", ModuleError::HolderMoving),
     ("spread counter holder '", ModuleError::HolderError),
     (

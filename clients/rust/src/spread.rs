@@ -24,7 +24,11 @@
 //!   and every holder of the list; the holder list a token first used is remembered (the last
 //!   [`SpreadRouter::MAX_TOKENS`]), so a retry walks the same holders in the same order and
 //!   each replays its recorded outcome. A holder that fails (a master down) stops the walk with
-//!   the error: skipping it would let a retry be decided afresh there.
+//!   the error: skipping it would let a retry be decided afresh there. A holder that answers
+//!   [`ModuleError::BudgetInFlight`] (its share, or a move, still travelling; nothing recorded)
+//!   is asked again, with the same token, after 5 ms, 10 ms, ... up to 100 ms apart, for up to
+//!   [`SpreadRouter::purchase_wait`] (default [`SpreadRouter::DEFAULT_PURCHASE_WAIT`]); then the
+//!   walk stops with that error, never skipping the holder.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -139,6 +143,7 @@ struct Cache {
 /// router is shared by every thread of a process (it locks briefly, never across I/O).
 pub struct SpreadRouter {
     refresh: Duration,
+    purchase_wait: Duration,
     cache: Mutex<Cache>,
     random: std::collections::hash_map::RandomState,
 }
@@ -156,11 +161,14 @@ impl SpreadRouter {
     pub const MAX_KEYS: usize = 10_000;
     /// Tokens whose holder is remembered, at most.
     pub const MAX_TOKENS: usize = 10_000;
+    /// How long a purchase asks a holder again while it answers that budget is in flight.
+    pub const DEFAULT_PURCHASE_WAIT: Duration = Duration::from_secs(2);
 
     /// A router that trusts a key's holders for `refresh`.
     pub fn new(refresh: Duration) -> SpreadRouter {
         SpreadRouter {
             refresh,
+            purchase_wait: SpreadRouter::DEFAULT_PURCHASE_WAIT,
             cache: Mutex::new(Cache {
                 holders: Bounded::new(SpreadRouter::MAX_KEYS),
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
@@ -294,11 +302,31 @@ impl SpreadRouter {
             None => self.holders(con, key)?,
         };
         for holder in self.probe_targets(key, holders, token) {
-            if let Some(value) = run(con, purchase_call(&holder, amount, token, at))? {
+            let mut wait = BudgetWait::new(self.purchase_wait);
+            let bought = loop {
+                let bought = run(con, purchase_call(&holder, amount, token, at));
+                match wait.pause_after(&bought) {
+                    Some(pause) => std::thread::sleep(pause),
+                    None => break bought?,
+                }
+            };
+            if let Some(value) = bought {
                 return Ok(Some(value));
             }
         }
         Ok(None)
+    }
+
+    /// This router with purchases asking a holder again for up to `wait` while it answers
+    /// [`ModuleError::BudgetInFlight`] (zero: the error at once).
+    pub fn with_purchase_wait(mut self, wait: Duration) -> SpreadRouter {
+        self.purchase_wait = wait;
+        self
+    }
+
+    /// How long a purchase asks a holder again while its budget is in flight.
+    pub fn purchase_wait(&self) -> Duration {
+        self.purchase_wait
     }
 
     /// The holders the adds of `key` go to, from the cache or `CTR.INFO`.
@@ -392,8 +420,16 @@ impl SpreadRouter {
             None => self.holders_async(con, key).await?,
         };
         for holder in self.probe_targets(key, holders, token) {
-            let call = purchase_call(&holder, amount, token, at);
-            if let Some(value) = crate::commands::run_async(con, call).await? {
+            let mut wait = BudgetWait::new(self.purchase_wait);
+            let bought = loop {
+                let call = purchase_call(&holder, amount, token, at);
+                let bought = crate::commands::run_async(con, call).await;
+                match wait.pause_after(&bought) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => break bought?,
+                }
+            };
+            if let Some(value) = bought {
                 return Ok(Some(value));
             }
         }
@@ -423,6 +459,39 @@ impl SpreadRouter {
         let holders = self.holders_async(con, key).await?;
         let target = self.target(key, &holders, None);
         run_async(con, calls::add_with(target.as_slice(), delta, options)).await
+    }
+}
+
+/// The pauses of a purchase that asks one holder again while it answers that budget is in
+/// flight: 5 ms, doubling up to 100 ms, until `limit` has passed since the first answer.
+struct BudgetWait {
+    deadline: Instant,
+    next: Duration,
+}
+
+impl BudgetWait {
+    const FIRST: Duration = Duration::from_millis(5);
+    const MOST: Duration = Duration::from_millis(100);
+
+    fn new(limit: Duration) -> BudgetWait {
+        BudgetWait {
+            deadline: Instant::now() + limit,
+            next: BudgetWait::FIRST,
+        }
+    }
+
+    /// The pause before asking again after `answer`; None when the answer is final (anything
+    /// but budget in flight, or the wait is over).
+    fn pause_after<T>(&mut self, answer: &Result<T, CtrError>) -> Option<Duration> {
+        let in_flight =
+            matches!(answer, Err(e) if e.module_error() == Some(ModuleError::BudgetInFlight));
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if !in_flight || left.is_zero() {
+            return None;
+        }
+        let pause = self.next.min(left);
+        self.next = (self.next * 2).min(BudgetWait::MOST);
+        Some(pause)
     }
 }
 

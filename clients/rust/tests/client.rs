@@ -436,6 +436,31 @@ fn spread_counters_reconcile_start_and_their_errors() {
     assert_eq!((info.floor, info.headroom), (Some(3), Some(0)));
     assert_eq!(info.holder_budgets, Some(vec![0, 0]));
     assert_eq!(info.units_in_flight, Some(0));
+    // A holder waiting for budget in flight (here a key named as a holder of a floored spread
+    // before its first credit): the purchase asks it again, with the same token, never
+    // skipping it, until the budget lands or the router's purchase wait is over.
+    let waiting = "{ctr.00000000000000ab.1.0}sale";
+    let impatient = SpreadRouter::default().with_purchase_wait(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let gave_up = impatient.decrfloor(c, waiting, 1, Some(b"w1"), None);
+    assert_eq!(module_error(gave_up), ModuleError::BudgetInFlight);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let port = server.port;
+    let restock = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut other = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        other.ctr_add(waiting, 5).unwrap();
+    });
+    let patient = SpreadRouter::default();
+    assert_eq!(
+        patient.decrfloor(c, waiting, 1, Some(b"w1"), None).unwrap(),
+        Some(4),
+        "granted once the budget landed: the first answers were not recorded"
+    );
+    restock.join().unwrap();
     let earliest = c.ctr_reconcile_start("started").unwrap();
     assert_eq!(earliest % BUCKET_MS, 0);
     assert!(earliest >= now_ms() - BUCKET_MS);
