@@ -23,8 +23,8 @@ use crate::commands::ctr_args::{
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
-    AddOp, ClearOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, StartOp, TokenStamp,
-    MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, StartOp,
+    TokenStamp, MAX_SHARDS,
 };
 use crate::ffi::CommandError;
 use crate::persist::effect::{self, CounterOp, Effect};
@@ -107,6 +107,7 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::Reconcile(op) => c.apply_reconcile(op).map(|r| Some(r.value)),
         CounterOp::Start(op) => Ok(Some(c.apply_start(op).0)),
         CounterOp::Sweep { now } => Ok(Some(c.apply_sweep(*now) as i64)),
+        CounterOp::ClearTotal(op) => c.apply_clear_total(op).map(Some),
     }
 }
 
@@ -183,6 +184,16 @@ fn exercise(c: &Counter) {
             }
         }
         check_op(c, &CounterOp::Clear(ClearOp { now: t, token }));
+        for total in [value, value.wrapping_neg(), i64::MIN, i64::MAX, 1] {
+            check_op(
+                c,
+                &CounterOp::ClearTotal(ClearTotalOp {
+                    now: t,
+                    total,
+                    token,
+                }),
+            );
+        }
         check_op(c, &CounterOp::Sweep { now: t });
         for created in [false, true] {
             let start = StartOp {
@@ -778,6 +789,11 @@ fn effect_samples() -> Vec<Effect> {
             watermark: None,
             width: 1,
             retention: 1,
+        }),
+        CounterOp::ClearTotal(ClearTotalOp {
+            now,
+            total: -7,
+            token,
         }),
     ];
     ops.iter()

@@ -1,5 +1,5 @@
 //! CTR.ADD, CTR.CLEAR, CTR.GET, CTR.MGET, CTR.INFO: parse, run the counter core, reply,
-//! replicate, notify.
+//! replicate, notify. A clear of a spread home is `spread_clear`'s.
 //!
 //! Replication: the bare `CTR.ADD key delta` on a counter whose outcome does not depend on the
 //! clock (no tokens, ledger or buckets), without a resize, is deterministic (the shard is a
@@ -239,6 +239,10 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     let key = open_for_write(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_clear)?;
     let w = Write::new(ctx, args, parsed.token, None)?;
+    if super::spread_clear::is_spread_home(ctx, &key) {
+        // The total over every holder becomes 0, not the home's own value alone.
+        return super::spread_clear::clear(ctx, &w, key);
+    }
     if w.token.is_none() && is_missing(&key) {
         return Ok(Reply::Integer(0)); // nothing to clear, nothing to remember
     }

@@ -28,6 +28,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Add(op) => c.apply_add_under(&op, floor_if_none)?,
             CounterOp::Decr(op) => c.apply_decrement(&op)?,
             CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
+            CounterOp::ClearTotal(op) => Some(c.apply_clear_total(&op)?),
             CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, floor_if_none)?.value),
             CounterOp::Start(op) => Some(c.apply_start(&op).0),
             CounterOp::Sweep { .. } => None,
@@ -41,7 +42,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     let event = match effect.op {
         CounterOp::Add(_) => c"ctr.add",
         CounterOp::Decr(_) => c"ctr.decrfloor",
-        CounterOp::Clear(_) => c"ctr.clear",
+        CounterOp::Clear(_) | CounterOp::ClearTotal(_) => c"ctr.clear",
         CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
         CounterOp::Sweep { .. } => c"ctr.sweep",
     };

@@ -26,7 +26,7 @@ use crate::counter::spread::{
     carried_home, key_slot, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError,
     SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
-use crate::counter::{exact_sum, CounterRef, Spread};
+use crate::counter::{exact_sum, CounterRef, Spread, TokenStamp};
 use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::metrics;
 use crate::persist::ctr_format;
@@ -38,6 +38,11 @@ const MSG_GATHER_RESPONSE: u8 = 0xC8;
 
 const CANNOT_BLOCK: CommandError = CommandError::fixed(
     "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
+);
+/// The same wait refused for a clear of a spread counter's total (which never uses the cache:
+/// it must clear every add completed before it).
+const CANNOT_BLOCK_CLEAR: CommandError = CommandError::fixed(
+    "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (clear it outside)",
 );
 const OVERFLOW: CommandError = CommandError::fixed("ERR counter overflow");
 
@@ -298,6 +303,9 @@ enum Finish {
     /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
     /// for a floored home read on one server, the floor fields).
     Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
+    /// CTR.CLEAR of a home (with its token stamp): the gathered holders are applied to the
+    /// home by [`super::spread_clear::apply`], in the step that replies.
+    Clear(Option<TokenStamp>),
 }
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
@@ -358,6 +366,19 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
     gather(ctx, readings, Finish::MGet)
 }
 
+/// CTR.CLEAR of a spread home (a home with holders, current or leaving): gathers the holders
+/// afresh (never from the cache), then clears the total in one step on this master
+/// ([`super::spread_clear::apply`]). A failed gather fails the clear and changes nothing.
+pub fn clear_total(ctx: Ctx, key: RawString, token: Option<TokenStamp>) -> CommandResult {
+    let r = reading(ctx, key)?;
+    let home = r.home.clone();
+    let reply = gather(ctx, vec![r], Finish::Clear(token));
+    if reply.is_ok() {
+        forget_cached(&home);
+    }
+    reply
+}
+
 /// CTR.INFO key: `fields` as built for the key itself; a home's gains its total and holders.
 pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     let Reply::Map(fields) = reply else {
@@ -375,8 +396,22 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     gather(ctx, vec![r], Finish::Info(fields, view))
 }
 
-fn finish(readings: &[Reading], how: Finish) -> CommandResult {
+fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
     match how {
+        Finish::Clear(token) => {
+            let r = &readings[0];
+            // Every holder answered (a gather completes only then): never a partial sum.
+            let gathered = r
+                .holders
+                .iter()
+                .zip(&r.values[1..])
+                .map(|(name, v)| v.map(|v| (name.as_slice(), v)))
+                .collect::<Option<Vec<_>>>()
+                .ok_or(CommandError::fixed(
+                    "ERR spread counter total unavailable: a holder was not read",
+                ))?;
+            super::spread_clear::apply(ctx, &r.home, gathered, token)
+        }
         Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
         Finish::MGet => Ok(Reply::Array(
             readings
@@ -552,7 +587,8 @@ fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, Command
 /// other masters for theirs.
 fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
     metrics::GATHERS.incr();
-    let Plan { asks, locals } = match start_gather(ctx, &mut readings) {
+    let clearing = matches!(how, Finish::Clear(_));
+    let Plan { asks, locals } = match start_gather(ctx, &mut readings, !clearing) {
         Err(e) => {
             metrics::GATHER_FAILURES.incr();
             return Err(e);
@@ -561,7 +597,7 @@ fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
     };
     if asks.is_empty() && locals.is_empty() {
         metrics::record_gather_latency(0);
-        return finish(&readings, how);
+        return finish(ctx, &readings, how);
     }
     if ctx.flags()
         & (raw::REDISMODULE_CTX_FLAGS_MULTI
@@ -570,7 +606,11 @@ fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
         != 0
     {
         metrics::GATHER_FAILURES.incr();
-        return Err(CANNOT_BLOCK);
+        return Err(if clearing {
+            CANNOT_BLOCK_CLEAR
+        } else {
+            CANNOT_BLOCK
+        });
     }
     let id = next_request_id();
     let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
@@ -674,8 +714,9 @@ unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_
     settle(ctx, id, outcome);
 }
 
-/// Fills what can be had without waiting; returns what must be read or asked afterwards.
-fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError> {
+/// Fills what can be had without waiting (from the cache only when `use_cache`); returns what
+/// must be read or asked afterwards.
+fn start_gather(ctx: Ctx, readings: &mut [Reading], use_cache: bool) -> Result<Plan, CommandError> {
     let topology = if cluster::in_cluster(ctx) {
         Some(cluster::topology(ctx, false)?)
     } else {
@@ -685,7 +726,7 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading]) -> Result<Plan, CommandError
     let now = ctx.now_ms();
     let mut plan = Plan::default();
     for (r, reading) in readings.iter_mut().enumerate() {
-        let cached = if cache_ms > 0 {
+        let cached = if use_cache && cache_ms > 0 {
             CACHE.with(|c| {
                 c.borrow()
                     .get(&reading.home)
@@ -794,7 +835,7 @@ fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandErr
         metrics::record_gather_latency(now.saturating_sub(pending.started_ms));
         remember(&readings, now);
         sum_time_view(Ctx { ptr: ctx }, &mut readings);
-        finish(&readings, pending.finish)
+        finish(Ctx { ptr: ctx }, &readings, pending.finish)
     });
     if result.is_err() {
         metrics::GATHER_FAILURES.incr();

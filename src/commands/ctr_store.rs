@@ -332,6 +332,28 @@ impl<'a> Write<'a> {
         })
     }
 
+    /// A write decided after its command returned (a clear of a spread total, applied once its
+    /// gather is in): the clock read now, the token as the command stamped it.
+    pub fn resumed(
+        ctx: Ctx,
+        key_name: RawString,
+        key_bytes: &'a [u8],
+        token: Option<TokenStamp>,
+    ) -> Self {
+        let now = ctx.now_ms();
+        Write {
+            ctx,
+            key_name,
+            key_bytes,
+            now,
+            event: now,
+            settings: Settings::current(),
+            token,
+            started: std::cell::Cell::new(None),
+            advised_shards: None,
+        }
+    }
+
     /// Runs the write `f` on the counter in `key` (see [`update_counter`]). With
     /// `ctr.track-history yes`, a counter that keeps no buckets starts keeping them first (from
     /// its creation when this write creates it), so the write lands in its bucket; the start is

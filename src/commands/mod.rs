@@ -17,6 +17,7 @@ mod floor_moves;
 pub mod parse;
 pub mod pnc;
 mod replication_gate;
+mod spread_clear;
 mod spread_cluster;
 pub mod spread_transfer;
 pub mod sweep;

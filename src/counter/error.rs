@@ -17,6 +17,8 @@ pub enum CounterError {
     InvalidOperation(&'static str),
     /// A reset to 0 on a counter whose floor is above 0.
     ClearAboveFloor,
+    /// A clear of a floored spread counter's total: its holders hold budgets.
+    ClearFlooredSpread,
 }
 
 impl CounterError {
@@ -31,6 +33,10 @@ impl CounterError {
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
             CounterError::ClearAboveFloor => {
                 "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"
+                    .to_string()
+            }
+            CounterError::ClearFlooredSpread => {
+                "ERR cannot clear a floored spread counter: its holders hold budgets (shrink it with CTR.SPREAD key 1 first)"
                     .to_string()
             }
         }

@@ -24,7 +24,7 @@ pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
 pub use floor::Floor;
 pub use history::{History, Repair};
-pub use ops::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
+pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
 pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
@@ -311,9 +311,9 @@ impl Counter {
         match self.ledger().get_live(fp, now) {
             None => TokenUse::New,
             Some(e) if !e.intent.matches(write) => TokenUse::Conflict,
-            // A decrement replays its first outcome; a refused add replays its refusal; any
-            // other write replies the current value.
-            Some(e) if e.intent.is_decrement() => TokenUse::Retry(e.outcome),
+            // A decrement or a clear of a spread total replays its first outcome; a refused add
+            // replays its refusal; any other write replies the current value.
+            Some(e) if e.intent.replays_outcome() => TokenUse::Retry(e.outcome),
             Some(e) if e.outcome.is_none() => TokenUse::Retry(None),
             Some(_) => TokenUse::Retry(Some(self.value)),
         }

@@ -4,7 +4,7 @@
 use super::floor::{debit, resize, split_evenly};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::WriteKind;
-use super::{Counter, CounterError, Floor, MAX_SHARDS};
+use super::{exact_sum, Counter, CounterError, Floor, MAX_SHARDS};
 
 /// A token applied by a write: its fingerprint and when it stops being remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,17 @@ pub struct DecrOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClearOp {
     pub now: i64,
+    pub token: Option<TokenStamp>,
+}
+
+/// Clear a spread counter's total (`CTR.CLEAR` of a spread home, on its master, in the step
+/// that summed `total` from the home's own units and its gathered holders): lower the home's
+/// value by `total`, so that the total reads 0 and what the holders gained since they were read
+/// stays, and remember the token with `total` as the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClearTotalOp {
+    pub now: i64,
+    pub total: i64,
     pub token: Option<TokenStamp>,
 }
 
@@ -366,6 +377,65 @@ impl Counter {
             self.remember(t.fp, t.expires_at, WriteKind::Clear, Some(before));
         }
         Ok(before)
+    }
+
+    /// On a spread home: the total a clear lowers it by, at the moment it is applied. `gathered`
+    /// holds each holder's answer (its value plus what it has sent and not had acknowledged), by
+    /// name, read earlier. The home's own units are taken now; a gathered holder counts only
+    /// while the home still lists it (current or leaving): one that has been folded back since
+    /// it answered has its units in the home's value now. So every unit is counted once, as a
+    /// gathered read counts it ([`crate::counter::transfer`]). A floored spread is refused.
+    pub fn total_at_clear<'a>(
+        &self,
+        gathered: impl IntoIterator<Item = (&'a [u8], i64)>,
+    ) -> Result<i64, CounterError> {
+        if self.is_floored_spread() {
+            return Err(CounterError::ClearFlooredSpread);
+        }
+        let own = self.units_in_hand().ok_or(CounterError::Overflow)?;
+        let listed = |name: &[u8]| {
+            self.spread()
+                .is_some_and(|s| s.holders.iter().any(|h| h == name))
+                || self.leaving().iter().any(|l| l.name == name)
+        };
+        let holders = gathered
+            .into_iter()
+            .filter(|(name, _)| listed(name))
+            .map(|(_, v)| v);
+        exact_sum(std::iter::once(own).chain(holders)).ok_or(CounterError::Overflow)
+    }
+
+    /// True for the home of a floored spread counter, or a floored counter still folding holders
+    /// back: its holders hold budgets, which a clear of the home's value cannot take back.
+    pub fn is_floored_spread(&self) -> bool {
+        let spread = self.spread();
+        spread.is_some_and(|s| s.floor.is_some())
+            || (self.floor().is_some() && (spread.is_some() || !self.leaving().is_empty()))
+    }
+
+    /// Applies a clear of a spread counter's total and returns `total` (the reply). The value
+    /// falls by `total` (the difference lands on shard 0, as [`Layout::set_total`] places it);
+    /// the bucket history is discarded as a reset discards it. Refused on a floored counter.
+    pub fn apply_clear_total(&mut self, op: &ClearTotalOp) -> Result<i64, CounterError> {
+        if self.floor().is_some() || self.is_floored_spread() {
+            return Err(CounterError::ClearFlooredSpread);
+        }
+        let value = self
+            .value
+            .checked_sub(op.total)
+            .ok_or(CounterError::Overflow)?;
+        let mut layout = self.layout(self.shard_count())?;
+        layout.set_total(value)?;
+        self.commit(value, layout);
+        if let Some(h) = self.history_mut() {
+            h.buckets.clear();
+            h.retained_since = h.retained_since.max(bucket_of(op.now, h.width));
+        }
+        self.record_write(op.now);
+        if let Some(t) = op.token {
+            self.remember(t.fp, t.expires_at, WriteKind::ClearTotal, Some(op.total));
+        }
+        Ok(op.total)
     }
 
     /// Sets (or with None removes) the floor; the headroom is spread evenly over the shards'

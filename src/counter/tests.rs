@@ -685,3 +685,97 @@ fn a_counter_held_at_a_floor_it_does_not_have_refuses_to_go_below_it() {
         Ok(Some(-2))
     );
 }
+
+fn spread_home(value: i64, holders: &[&[u8]]) -> Counter {
+    let mut c = Counter::plain(value);
+    c.set_spread(Spread::of(holders.iter().map(|h| h.to_vec()).collect()))
+        .unwrap();
+    c
+}
+
+fn clear_total(c: &mut Counter, total: i64, token: Option<u64>) -> Result<i64, CounterError> {
+    c.apply_clear_total(&ClearTotalOp {
+        now: 1_000,
+        total,
+        token: token.map(|fp| TokenStamp {
+            fp,
+            expires_at: 10_000,
+        }),
+    })
+}
+
+#[test]
+fn a_clear_of_a_spread_total_lowers_the_home_by_it_and_keeps_later_adds() {
+    let (h1, h2, h3): (&[u8], &[u8], &[u8]) = (b"{a}x", b"{b}x", b"{c}x");
+    let mut home = spread_home(5, &[h1, h2, h3]);
+    // Holders read at 10, 20, 30; h2 gains 7 after it was read, the home 4 before the sum.
+    add(&mut home, 4).unwrap();
+    let total = home.total_at_clear([(h1, 10), (h2, 20), (h3, 30)]).unwrap();
+    assert_eq!(total, 69);
+    assert_eq!(clear_total(&mut home, total, Some(42)), Ok(69));
+    assert_eq!(home.value(), -60);
+    // The total now: the home plus every holder as it is (h2 gained 7 since it was read).
+    let now = exact_sum([home.value(), 10, 27, 30]).unwrap();
+    assert_eq!(now, 7);
+    // A retry (as a plain clear or a clear of the total) replays the first reply.
+    for kind in [WriteKind::Clear, WriteKind::ClearTotal] {
+        assert_eq!(home.token_use(42, kind, 2_000), TokenUse::Retry(Some(69)));
+    }
+    assert_eq!(
+        home.token_use(42, WriteKind::Add(1), 2_000),
+        TokenUse::Conflict
+    );
+}
+
+#[test]
+fn a_clear_of_a_spread_total_counts_only_holders_still_listed() {
+    let (h1, h2): (&[u8], &[u8]) = (b"{a}x", b"{b}x");
+    let mut home = spread_home(1, &[h1]);
+    home.begin_fold(&[h2.to_vec()], &mut || 77).unwrap();
+    // h2 is leaving: its answer counts; a name the home no longer lists counts 0.
+    assert_eq!(
+        home.total_at_clear([(h1, 10), (h2, 100), (&b"{z}gone"[..], 1_000)]),
+        Ok(111)
+    );
+    let plain = Counter::plain(3);
+    assert_eq!(plain.total_at_clear([(h1, 10)]), Ok(3));
+}
+
+#[test]
+fn a_clear_of_a_spread_total_spans_shards_and_overflow_changes_nothing() {
+    let mut c = Counter::from_shards(vec![4, 5, 6]).unwrap();
+    assert_eq!(clear_total(&mut c, 25, None), Ok(25));
+    assert_eq!(c.value(), -10);
+    assert_eq!(c.shard_values().iter().sum::<i64>(), -10);
+    assert_eq!(c.shard_count(), 3);
+    let mut c = Counter::plain(i64::MIN + 1);
+    let untouched = c.clone();
+    assert_eq!(clear_total(&mut c, 2, Some(1)), Err(CounterError::Overflow));
+    assert_eq!(c, untouched);
+    let home = spread_home(i64::MAX, &[b"{a}x"]);
+    assert_eq!(
+        home.total_at_clear([(&b"{a}x"[..], 1)]),
+        Err(CounterError::Overflow)
+    );
+}
+
+#[test]
+fn a_floored_spread_is_not_cleared() {
+    let mut home = spread_home(10, &[b"{a}x"]);
+    home.set_floor(Some(2)).unwrap();
+    assert!(home.is_floored_spread());
+    let untouched = home.clone();
+    assert_eq!(
+        home.total_at_clear([(&b"{a}x"[..], 1)]),
+        Err(CounterError::ClearFlooredSpread)
+    );
+    assert_eq!(
+        clear_total(&mut home, 11, Some(1)),
+        Err(CounterError::ClearFlooredSpread)
+    );
+    assert_eq!(home, untouched);
+    // A plain floored counter is not a floored spread (CTR.CLEAR does what it always did).
+    let mut plain = Counter::plain(10);
+    plain.set_floor(Some(-5)).unwrap();
+    assert!(!plain.is_floored_spread());
+}

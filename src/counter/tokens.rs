@@ -130,6 +130,10 @@ pub enum WriteKind {
     Add(i64),
     Decr(i64),
     Clear,
+    /// A clear of a spread counter's total (`CTR.CLEAR` of a spread home): a clear whose retry
+    /// replays its first reply, the total before, since the home's own value says nothing of
+    /// it. A retry matches it as any clear (a retry sent as `Clear` finds it, and the reverse).
+    ClearTotal,
 }
 
 /// What a remembered write was, in 31 bits: its command (2 bits) and a 29-bit fingerprint of
@@ -144,6 +148,10 @@ const KIND_ADD: u32 = 1;
 const KIND_CLEAR: u32 = 2;
 /// An add or clear token from an encoding that predates intents: matches any add or clear.
 const KIND_ADD_OR_CLEAR: u32 = 3;
+/// A clear's amount print is 1; a clear of a spread counter's total has print 2 (its retry
+/// replays the recorded reply). A module from before it matches the entry to no clear, so
+/// there a retry is refused as a reused token: nothing is cleared twice.
+const CLEAR_TOTAL: u32 = (KIND_CLEAR << INTENT_KIND_SHIFT) | 2;
 
 impl Intent {
     /// The intent of a write.
@@ -152,6 +160,7 @@ impl Intent {
             WriteKind::Decr(a) => (KIND_DECR, Some(a)),
             WriteKind::Add(d) => (KIND_ADD, Some(d)),
             WriteKind::Clear => (KIND_CLEAR, None),
+            WriteKind::ClearTotal => return Intent(CLEAR_TOTAL),
         };
         // Never 0 (which means "any amount").
         let print = amount.map_or(1, |a| {
@@ -170,16 +179,24 @@ impl Intent {
     pub fn matches(self, write: WriteKind) -> bool {
         let kind = self.0 >> INTENT_KIND_SHIFT;
         let wanted = Intent::of(write);
+        let wanted_kind = wanted.0 >> INTENT_KIND_SHIFT;
         if kind == KIND_ADD_OR_CLEAR {
-            return matches!(write, WriteKind::Add(_) | WriteKind::Clear);
+            return wanted_kind == KIND_ADD || wanted_kind == KIND_CLEAR;
         }
-        kind == wanted.0 >> INTENT_KIND_SHIFT
-            && (self.0 & INTENT_AMOUNT_MASK == 0 || self == wanted)
+        // Clears carry no amount: any clear matches any clear.
+        kind == wanted_kind
+            && (kind == KIND_CLEAR || self.0 & INTENT_AMOUNT_MASK == 0 || self == wanted)
     }
 
     /// True for a decrement's intent (a retry replays its recorded outcome).
     pub fn is_decrement(self) -> bool {
         self.0 >> INTENT_KIND_SHIFT == KIND_DECR
+    }
+
+    /// True when a retry replays the recorded outcome: a decrement's, or a clear of a spread
+    /// counter's total (other writes reply with the current value).
+    pub fn replays_outcome(self) -> bool {
+        self.is_decrement() || self.0 == CLEAR_TOTAL
     }
 
     /// The 31 bits as stored and encoded.
@@ -561,6 +578,22 @@ mod tests {
         let legacy = w.get_live(2, 5).unwrap().intent;
         assert!(legacy.matches(WriteKind::Decr(9)) && !legacy.matches(WriteKind::Add(9)));
         assert!(Intent::LEGACY_ADD_OR_CLEAR.matches(WriteKind::Clear));
+        assert!(Intent::LEGACY_ADD_OR_CLEAR.matches(WriteKind::ClearTotal));
+    }
+
+    #[test]
+    fn a_clear_of_a_total_is_a_clear_that_replays_its_reply() {
+        let total = Intent::of(WriteKind::ClearTotal);
+        let clear = Intent::of(WriteKind::Clear);
+        assert_ne!(total, clear);
+        for kind in [WriteKind::Clear, WriteKind::ClearTotal] {
+            assert!(total.matches(kind) && clear.matches(kind));
+        }
+        for other in [WriteKind::Add(1), WriteKind::Decr(1)] {
+            assert!(!total.matches(other));
+        }
+        assert!(total.replays_outcome() && !clear.replays_outcome());
+        assert_eq!(Intent::from_bits(total.bits()), Some(total));
     }
 
     /// Loading is linear whatever the order of the entries: expiries falling while

@@ -5,13 +5,15 @@
 //! Layout, format 1:
 //! ```text
 //! u8 format (= 1)
-//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE, 5 START, 6 SWEEP
+//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE, 5 START, 6 SWEEP, 7 CLEAR_TOTAL
 //! ivarint now
 //! ADD:       ivarint delta, uvarint shard, uvarint shards
 //! DECR:      ivarint amount, uvarint shard, uvarint shards
 //! RECONCILE: ivarint truth, ivarint bucket width, ivarint retention
 //! START:     ivarint bucket width, ivarint retention, u8 created (0 or 1)
 //! SWEEP:     nothing more (drop the tokens and ledger entries expired at `now`)
+//! CLEAR_TOTAL: ivarint total (the gathered total of a spread counter the master cleared:
+//!            the home's value falls by it, and it is the reply a retry of the token replays)
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -19,12 +21,15 @@
 //! event:     ivarint unix ms (absent: the event time is `now`)
 //! watermark: ivarint unix ms
 //! ```
-//! Kinds 3-6 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
-//! before. START takes only the expire-at flag (the TTL of the write that created the key with
-//! it), SWEEP none.
+//! Kinds 3-7 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
+//! before (a module from before kind 7 refuses a CLEAR_TOTAL effect as an unknown kind, an
+//! error). START takes only the expire-at flag (the TTL of the write that created the key with
+//! it), SWEEP none, CLEAR_TOTAL the token and expire-at flags.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::{AddOp, ClearOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS};
+use crate::counter::{
+    AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS,
+};
 
 const FORMAT_V1: u8 = 1;
 const KIND_ADD: u8 = 1;
@@ -33,6 +38,7 @@ const KIND_DECR: u8 = 3;
 const KIND_RECONCILE: u8 = 4;
 const KIND_START: u8 = 5;
 const KIND_SWEEP: u8 = 6;
+const KIND_CLEAR_TOTAL: u8 = 7;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 const FLAG_EVENT: u8 = 4;
@@ -51,6 +57,8 @@ pub enum CounterOp {
     Sweep {
         now: i64,
     },
+    /// A clear of a spread counter's total on its home (the total gathered by the master).
+    ClearTotal(ClearTotalOp),
 }
 
 impl CounterOp {
@@ -68,6 +76,7 @@ impl CounterOp {
             CounterOp::Add(op) => op.token,
             CounterOp::Clear(op) => op.token,
             CounterOp::Decr(op) => op.token,
+            CounterOp::ClearTotal(op) => op.token,
             _ => None,
         }
     }
@@ -130,6 +139,9 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
         CounterOp::Sweep { now } => {
             w.u8(KIND_SWEEP).ivarint(*now);
         }
+        CounterOp::ClearTotal(op) => {
+            w.u8(KIND_CLEAR_TOTAL).ivarint(op.now).ivarint(op.total);
+        }
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -159,7 +171,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let (delta, shard, shards) = match kind {
         KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
         KIND_CLEAR => (0, 0, 0),
-        KIND_RECONCILE => (r.ivarint()?, 0, 0),
+        KIND_RECONCILE | KIND_CLEAR_TOTAL => (r.ivarint()?, 0, 0),
         KIND_START | KIND_SWEEP => (0, 0, 0),
         other => return decode_error(format!("unknown effect kind {other}")),
     };
@@ -180,6 +192,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let allowed = match kind {
         KIND_START => FLAG_EXPIRE_AT,
         KIND_SWEEP => 0,
+        KIND_CLEAR_TOTAL => FLAG_TOKEN | FLAG_EXPIRE_AT,
         _ => KNOWN_FLAGS,
     };
     if flags & !allowed != 0 {
@@ -251,6 +264,11 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
             })
         }
         KIND_SWEEP => CounterOp::Sweep { now },
+        KIND_CLEAR_TOTAL => CounterOp::ClearTotal(ClearTotalOp {
+            now,
+            total: delta,
+            token,
+        }),
         _ => CounterOp::Clear(ClearOp { now, token }),
     };
     Ok(Effect { op, expire_at })
@@ -360,6 +378,22 @@ mod tests {
                 op: CounterOp::Sweep { now: i64::MAX },
                 expire_at: None,
             },
+            Effect {
+                op: CounterOp::ClearTotal(ClearTotalOp {
+                    now: 11,
+                    total: i64::MIN,
+                    token,
+                }),
+                expire_at: Some(12),
+            },
+            Effect {
+                op: CounterOp::ClearTotal(ClearTotalOp {
+                    now: 11,
+                    total: -3,
+                    token: None,
+                }),
+                expire_at: None,
+            },
         ]
     }
 
@@ -405,5 +439,37 @@ mod tests {
         let created_at = b.len() - 2;
         b[created_at] = 2;
         assert!(decode(&b).is_err());
+        // CLEAR_TOTAL takes no event time and no watermark.
+        for flag in [FLAG_EVENT, FLAG_WATERMARK] {
+            let mut b = encode(&samples()[10]);
+            *b.last_mut().unwrap() = flag;
+            b.push(2);
+            assert!(decode(&b).is_err(), "flag {flag}");
+        }
+    }
+
+    /// Effects written before CLEAR_TOTAL existed decode as they did (bytes as an older module
+    /// wrote them), and a kind this module does not know is an error, not a panic.
+    #[test]
+    fn older_effects_still_decode_and_unknown_kinds_are_errors() {
+        // format 1, CLEAR, now 5 (zigzag 10), flags 0
+        assert_eq!(
+            decode(&[1, 2, 10, 0]).unwrap(),
+            Effect {
+                op: CounterOp::Clear(ClearOp {
+                    now: 5,
+                    token: None
+                }),
+                expire_at: None,
+            }
+        );
+        // format 1, ADD, now 1, delta -1, shard 0, shards 1, flags 0
+        assert!(matches!(
+            decode(&[1, 1, 2, 1, 0, 1, 0]).unwrap().op,
+            CounterOp::Add(AddOp { delta: -1, .. })
+        ));
+        for kind in [0u8, 8, 255] {
+            assert!(decode(&[1, kind, 2, 2, 0]).is_err(), "kind {kind}");
+        }
     }
 }
