@@ -20,8 +20,8 @@ MYPY := mypy==2.4.1
 # The spread protocol's test files (tests/<name>.rs), which `make test` also runs on Valkey 9.1:
 # the protocol rides on the cluster bus, replication and slot lookups, where Valkey and Redis
 # differ (docs/CLUSTER.md), so every scenario of it runs on both servers in every `make test`.
-# A name without its file is skipped. SPREAD_TESTS= leaves Valkey out (CI does: its matrix runs
-# the whole suite on Valkey 9.1).
+# A name without its file is skipped. SPREAD_TESTS= leaves Valkey out (the matrix runs the whole
+# suite on Valkey 9.1).
 SPREAD_TESTS ?= spread_identity spread_transfers replica_floor spread_clear
 
 .PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate
