@@ -7,11 +7,17 @@
 #   2. the false-refusal rate of buyers walking the probe rule (clients/rust/examples/
 #      floor_sale_bench.rs, BUYERS threads, 1-5 units a purchase, until 99% of STOCK is
 #      granted) under even demand and skewed demand (SKEW% of the buyers walk only the holders
-#      of one master that is not the home's), with the calls per node of the even sale.
+#      of one master that is not the home's), with the calls per node of the even sale;
+#   3. the flash sale of issue 22 measured from the moment of CTR.SPREAD, every master with a
+#      replica (so the replication gate delays the shares as in production): FLASH_STOCK units
+#      spread over FLASH_HOLDERS holders as FLASH_BUYERS buyers start, 1 unit a purchase,
+#      FLASH_RETRY% of them retried with their token (clients/rust/examples/flash_sale_bench.rs),
+#      FLASH_RUNS sales: false refusals, and units sold against the stock.
 #
 # Usage (from the repository root, after `make build-tests`): bash bench/floor_spread.sh
 # Environment: CTR_MODULE (module path), CALLS (default 320000), STOCK (default 100000),
-# BUYERS (default 10), SKEW (default 80).
+# BUYERS (default 10), SKEW (default 80), FLASH_STOCK (1000), FLASH_HOLDERS (8), FLASH_BUYERS
+# (20), FLASH_RETRY (30), FLASH_RUNS (5).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -21,9 +27,16 @@ CALLS=${CALLS:-320000}
 STOCK=${STOCK:-100000}
 BUYERS=${BUYERS:-10}
 SKEW=${SKEW:-80}
+FLASH_STOCK=${FLASH_STOCK:-1000}
+FLASH_HOLDERS=${FLASH_HOLDERS:-8}
+FLASH_BUYERS=${FLASH_BUYERS:-20}
+FLASH_RETRY=${FLASH_RETRY:-30}
+FLASH_RUNS=${FLASH_RUNS:-5}
 SALE_BENCH=$PWD/target/release/examples/floor_sale_bench
+FLASH_BENCH=$PWD/target/release/examples/flash_sale_bench
 [ -f "$MODULE" ] || { echo "module not found at $MODULE (run make build-tests)" >&2; exit 1; }
 [ -x "$SALE_BENCH" ] || { echo "$SALE_BENCH missing (run make build-tests)" >&2; exit 1; }
+[ -x "$FLASH_BENCH" ] || { echo "$FLASH_BENCH missing (run make build-tests)" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 export CTR_MODULE=$MODULE
@@ -106,3 +119,17 @@ table_head
 node_stats
 echo
 sale skewed "$SKEW"
+echo
+
+echo "## The flash sale from CTR.SPREAD ($FLASH_STOCK units, $FLASH_HOLDERS holders, $FLASH_BUYERS buyers, $FLASH_RETRY% retried, a replica per master)"
+echo
+for p in "${ports[@]}"; do
+  r=$((p + 1))
+  while port_busy "$r" || port_busy "$((r + 10000))"; do r=$((r + 1)); done
+  sh docker/cluster.sh replica "$r" "$p" >/dev/null || die "no replica for $p"
+done
+for run in $(seq "$FLASH_RUNS"); do
+  out=$("$FLASH_BENCH" "${ports[0]}" "{flash$run}" "$FLASH_STOCK" "$FLASH_HOLDERS" "$FLASH_BUYERS" "$FLASH_RETRY") ||
+    die "flash sale $run: $out"
+  echo "- sale $run: $out"
+done
