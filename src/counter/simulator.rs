@@ -32,7 +32,9 @@ use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     spread_id_from, Standalone,
 };
-use super::transfer::{Ack, Credit, CreditOutcome, Giver, Seal, TransferError};
+use super::transfer::{
+    purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal, TransferError,
+};
 use super::{AddOp, Counter, DecrOp, Spread};
 
 const MASTERS: usize = 3;
@@ -491,6 +493,11 @@ impl Sim {
         let key = self.random_member();
         let amount = 1 + self.rng.below(6) as i64;
         let now = self.now;
+        if purchase_waits_for_budget(self.get(&key), amount, floor_by_name(&key)) {
+            // TRYAGAIN, as the glue answers: nothing changes, nothing is recorded.
+            self.note(format_args!("purchase {amount} at {} waits", show(&key)));
+            return;
+        }
         let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
             return;
@@ -867,8 +874,21 @@ impl Sim {
         }
     }
 
-    /// After healing: every fold finished and every transfer of the counter answered.
+    /// After healing: every fold finished, every transfer of the counter answered, and no
+    /// current member of a floored spread keeps a purchase waiting for budget (a `TRYAGAIN`
+    /// that never ends would stall every walk that reaches it).
     fn check_settled(&self) -> Result<(), String> {
+        let current = self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map_or(0, |s| s.holders.len() + 1);
+        if self.floor.is_some() {
+            for k in self.members().into_iter().take(current) {
+                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k)) {
+                    return Err(format!("{} still waits for budget", show(&k)));
+                }
+            }
+        }
         let home = self.home_counter();
         if home.is_some_and(|h| !h.leaving().is_empty()) {
             return Err("a fold never finished".into());
