@@ -13,6 +13,7 @@ from .client import Ctr, Pnc
 from .errors import (
     BadWatermark,
     BelowFloor,
+    BudgetInFlight,
     CannotShrink,
     HolderFolded,
     CounterOverflow,
@@ -46,6 +47,7 @@ __all__ = [
     "AsyncCoalescingWriter",
     "BadWatermark",
     "BelowFloor",
+    "BudgetInFlight",
     "CannotShrink",
     "HolderFolded",
     "CoalescingWriter",

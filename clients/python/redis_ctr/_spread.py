@@ -19,7 +19,8 @@ key, or the holders known), which is always right.
   order :func:`probe_order` derives from its token and stops at the first grant; it may visit
   every holder. The holder list a purchase token first used is remembered, so a retry walks the
   same holders in the same order and each replays its recorded outcome. A holder that fails
-  stops the walk with the error (skipping it would let a retry be decided afresh there).
+  stops the walk with the error (skipping it would let a retry be decided afresh there); one
+  whose budget is in flight is asked again for a while first (:mod:`redis_ctr._budget`).
   Without a token the order comes from a random seed.
 """
 

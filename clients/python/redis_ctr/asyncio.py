@@ -4,15 +4,17 @@ same normalised replies, awaited. Each method's documentation is its sync twin's
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, List, Optional, Protocol, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterError, ResponseError
 
 from . import _calls
+from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import Holders
-from .client import DEFAULT_REFRESH_MS, holder_cache
-from .errors import HolderFolded, classify
+from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache
+from .errors import BudgetInFlight, HolderFolded, classify
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -35,13 +37,18 @@ async def run(client: AsyncClient, call: Call[T]) -> T:
 
 class AsyncCtr:
     """``CTR.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Ctr`, spread
-    counters included)."""
+    counters and ``purchase_wait`` included)."""
 
     def __init__(
-        self, client: AsyncClient, *, spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS
+        self,
+        client: AsyncClient,
+        *,
+        spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
+        purchase_wait: float = DEFAULT_PURCHASE_WAIT,
     ) -> None:
         self.client = client
         self._holders = holder_cache(spread_refresh_ms)
+        self.purchase_wait = checked_wait(purchase_wait)
 
     async def holders(self, key: KeyT) -> Holders:
         """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`)."""
@@ -100,16 +107,28 @@ class AsyncCtr:
         self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: the new value, or None when refused (a purchase by the probe rule
-        on a spread counter: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        on a spread counter, a holder whose budget is in flight asked again for up to
+        ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
         cache = self._holders
         if cache is None:
-            return await run(self.client, _calls.decrfloor(key, amount, token, at))
+            return await self._purchase(key, amount, token, at)
         holders = cache.remembered_purchase(key, token) or await self.holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = await run(self.client, _calls.decrfloor(holder, amount, token, at))
+            value = await self._purchase(holder, amount, token, at)
             if value is not None:
                 return value
         return None
+
+    async def _purchase(
+        self, holder: KeyT, amount: int, token: Optional[KeyT], at: Optional[int]
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+        wait = BudgetWait(self.purchase_wait, holder)
+        while True:
+            try:
+                return await run(self.client, _calls.decrfloor(holder, amount, token, at))
+            except (BudgetInFlight, ClusterError) as e:
+                await asyncio.sleep(wait.pause_after(e))
 
     async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``."""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, List, Optional, Protocol, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterError, ResponseError
 
 from . import _calls
+from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import HolderCache, Holders
-from .errors import HolderFolded, classify
+from .errors import BudgetInFlight, HolderFolded, classify
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -38,6 +40,13 @@ def holder_cache(spread_refresh_ms: Optional[int]) -> Optional[HolderCache]:
     return None if spread_refresh_ms is None else HolderCache(spread_refresh_ms)
 
 
+def checked_wait(purchase_wait: float) -> float:
+    """A ``purchase_wait`` argument, refused when negative."""
+    if purchase_wait < 0:
+        raise ValueError("purchase_wait must not be negative")
+    return purchase_wait
+
+
 class Ctr:
     """``CTR.*`` commands on a redis-py client.
 
@@ -55,13 +64,21 @@ class Ctr:
     a counter spread since, e.g. an auto-spread, is written over its holders within that
     time). Reads (:meth:`get`, :meth:`mget`, :meth:`info`) go to the home key, which replies
     the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.INFO``).
+
+    ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` asks a holder
+    again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it at once).
     """
 
     def __init__(
-        self, client: SyncClient, *, spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS
+        self,
+        client: SyncClient,
+        *,
+        spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
+        purchase_wait: float = DEFAULT_PURCHASE_WAIT,
     ) -> None:
         self.client = client
         self._holders = holder_cache(spread_refresh_ms)
+        self.purchase_wait = checked_wait(purchase_wait)
 
     def holders(self, key: KeyT) -> Holders:
         """The holders the adds of ``key`` go to (the home key first; ``(key,)`` when it is not
@@ -141,16 +158,33 @@ class Ctr:
         order the token gives (:func:`redis_ctr.probe_order`; a random one without a token)
         until one grants, and the reply is that holder's new value (not the total); None when
         every holder refused. A retry through this client walks the holder list the token
-        first used, so every holder replays its first outcome: nothing is granted twice."""
+        first used, so every holder replays its first outcome: nothing is granted twice.
+
+        A holder (or the key itself) that answers :class:`~redis_ctr.errors.BudgetInFlight`
+        (its budget still travelling; nothing recorded) is asked again with the same token,
+        5 ms, 10 ms, ... up to 100 ms apart, for up to ``purchase_wait`` seconds after its first
+        answer; then the error is raised. The walk never skips such a holder (a retry would be
+        decided afresh there: a double sale)."""
         cache = self._holders
         if cache is None:
-            return run(self.client, _calls.decrfloor(key, amount, token, at))
+            return self._purchase(key, amount, token, at)
         holders = cache.remembered_purchase(key, token) or self.holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = run(self.client, _calls.decrfloor(holder, amount, token, at))
+            value = self._purchase(holder, amount, token, at)
             if value is not None:
                 return value
         return None
+
+    def _purchase(
+        self, holder: KeyT, amount: int, token: Optional[KeyT], at: Optional[int]
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+        wait = BudgetWait(self.purchase_wait, holder)
+        while True:
+            try:
+                return run(self.client, _calls.decrfloor(holder, amount, token, at))
+            except (BudgetInFlight, ClusterError) as e:
+                time.sleep(wait.pause_after(e))
 
     def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``: repairs the counter from the true count of the

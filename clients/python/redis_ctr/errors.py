@@ -100,6 +100,15 @@ class HolderMoving(CtrError, TryAgainError):
     Also a ``TryAgainError``, which cluster clients retry by themselves."""
 
 
+class BudgetInFlight(CtrError, TryAgainError):
+    """``TRYAGAIN``: a purchase (``CTR.DECRFLOOR``) that only budget still travelling keeps
+    from being granted (a holder of a floored spread counter before its share landed, a holder
+    whose budget move is unacknowledged). Nothing was recorded against the token: ask the same
+    holder again with the same token. :meth:`redis_ctr.Ctr.decrfloor` does, for up to its
+    ``purchase_wait``. Also a ``TryAgainError``, which cluster clients retry by themselves
+    first."""
+
+
 class HolderError(CtrError):
     """A holder of the spread counter read replied an error (e.g. someone ``SET`` its key):
     its text follows the holder's name."""
@@ -152,6 +161,7 @@ _BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
     ("FROM SET takes no AT", CtrSyntaxError),
     ("spread counter total unavailable", SpreadUnavailable),
     ("spread counter read lost its result", SpreadUnavailable),
+    ("TRYAGAIN budget in flight", BudgetInFlight),
     ("TRYAGAIN spread counter holder", HolderMoving),
     ("spread counter holder '", HolderError),
     ("spread counter total needs a gather", GatherInTransaction),

@@ -12,7 +12,7 @@ from redis_ctr import CoalescingWriter, Ctr, Pnc
 
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
-from .test_spread import check_spread_purchases, check_spread_writes
+from .test_spread import check_budget_wait, check_spread_purchases, check_spread_writes
 
 
 @unittest.skipUnless(CLUSTER_PORT, "no cluster")
@@ -70,6 +70,16 @@ class ClusterTest(unittest.TestCase):
         Ctr(self.rc).floor(floored, 0)
         # A floored counter spreads across masters too (its budget moves are transfers).
         self.assertEqual(len(Ctr(self.rc).spread(floored, 2)), 2)
+
+    def test_purchases_wait_for_budget_in_flight_on_the_cluster(self) -> None:
+        other = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        self.addCleanup(other.close)
+        # redis-py's cluster client retries a TRYAGAIN reply itself (16 sends, pausing 50 ms
+        # after each from the 9th on: about 0.4 s), then raises ClusterError("TTL exhausted."):
+        # the library asks the holder again until its wait is over and raises BudgetInFlight
+        # from that error. The restock lands after the first ask gave up: the second is granted.
+        gave_up = check_budget_wait(self, self.rc, other, restock_after=0.6)
+        self.assertIsInstance(gave_up.__cause__, redis.exceptions.ClusterError)
 
     def test_buying_from_a_floored_spread_counter_on_the_cluster(self) -> None:
         # Stock 20 above a floor of 10, spread over 4 holders on the masters; the shares reach

@@ -125,6 +125,11 @@ class ErrorsTest(unittest.TestCase):
         self.assert_raises(redis_ctr.WrongType, ctr.get, "plain-string")
         self.assert_raises(redis_ctr.WrongType, self.pnc.get, k)
         self.assert_raises(redis_ctr.InvalidState, self.pnc.merge, fresh("m"), b"\x02\x00")
+        # A holder of a floored spread before its first credit, asked once (Ctr.decrfloor would
+        # ask again for its purchase_wait: test_spread).
+        waiting = "{ctr.00000000000000ab.1.0}" + fresh("w")
+        once = redis_ctr._calls.decrfloor(waiting, 1)
+        self.assert_raises(redis_ctr.BudgetInFlight, redis_ctr.client.run, self.r, once)
         self.assertEqual(ctr.get(k), 2**63 - 1)
 
     def test_reconcile_errors(self) -> None:
@@ -148,6 +153,19 @@ class ErrorsTest(unittest.TestCase):
         self.assertIs(redis_ctr.errors.error_class(
             "ERR too many replica ids in one PN-counter (at most 1024)"),
             redis_ctr.TooManyReplicas)
+        # TRYAGAIN errors: found with their code, and in redis-py's TryAgainError (which
+        # strips it); both classes are TryAgainErrors too.
+        tryagain = redis.exceptions.TryAgainError
+        for text, cls in [
+            ("budget in flight: spread counter holder 'h' waits for its share; retry the purchase",
+             redis_ctr.BudgetInFlight),
+            ("spread counter holder 'h' is moving between masters", redis_ctr.HolderMoving),
+        ]:
+            self.assertIs(redis_ctr.errors.error_class("TRYAGAIN " + text), cls)
+            classified = redis_ctr.errors.classify(tryagain(text))
+            self.assertIs(type(classified), cls)
+            self.assertIsInstance(classified, tryagain)
+            self.assertEqual(str(classified), text)
 
 
 if __name__ == "__main__":

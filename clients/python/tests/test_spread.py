@@ -1,18 +1,22 @@
 """Spread counters from the library: adds over every holder, tokened adds on their holder and
 counted once, the writer's sums counted once under lost replies, a spread learned after the
-refresh bound, the exact total, the spread errors, ``CTR.RECONCILE key START``."""
+refresh bound, the exact total, the spread errors, purchases waiting for budget in flight,
+``CTR.RECONCILE key START``."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import redis
 import redis.asyncio
 
 from redis_ctr import (
     AsyncCoalescingWriter,
+    BudgetInFlight,
     HolderFolded,
     CoalescingWriter,
     Ctr,
@@ -24,7 +28,7 @@ from redis_ctr._spread import holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCtr
 
 from .proxy import ReplyDroppingProxy
-from .servers import BUCKET_MS, PORT, fresh, info_stat
+from .servers import BUCKET_MS, CLUSTER_PORT, PORT, fresh, info_stat
 from .test_writer import client
 
 
@@ -84,6 +88,56 @@ def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
     test.assertEqual(plain.decrfloor(holder_for_token(holders, "buy-0"), 1, token="buy-0"), first["buy-0"])
 
 
+def waiting_holder() -> str:
+    """A key named as holder 1 of a floored spread (odd spread id) before its first credit:
+    without a floor of its own it answers BudgetInFlight to any purchase it cannot cover."""
+    return "{ctr.00000000000000ab.1.0}" + fresh("sale")
+
+
+def check_budget_wait(
+    test: unittest.TestCase,
+    r: Any,
+    other: Any,
+    spread_refresh_ms: Optional[int] = 1000,
+    restock_after: float = 0.1,
+) -> BudgetInFlight:
+    """A purchase from a holder whose budget is in flight asks it again (same token) until its
+    purchase wait is over, then raises BudgetInFlight (returned); with the budget landing
+    (``CTR.ADD`` by ``other`` after ``restock_after`` seconds) it is granted once."""
+    key = waiting_holder()
+    started = time.monotonic()
+    with test.assertRaises(BudgetInFlight) as caught:
+        Ctr(r, spread_refresh_ms=spread_refresh_ms, purchase_wait=0.2).decrfloor(key, 1, token="w1")
+    test.assertGreaterEqual(time.monotonic() - started, 0.2)
+    restock = threading.Timer(restock_after, Ctr(other, spread_refresh_ms=None).add, (key, 5))
+    restock.start()
+    bought = Ctr(r, spread_refresh_ms=spread_refresh_ms).decrfloor(key, 1, token="w1")
+    restock.join()
+    test.assertEqual(bought, 4, "granted once the budget landed: the first answers recorded nothing")
+    return caught.exception
+
+
+async def check_budget_wait_async(
+    test: unittest.TestCase, r: Any, other: Any, restock_after: float = 0.1
+) -> BudgetInFlight:
+    """:func:`check_budget_wait` with AsyncCtr (the restock is a task: the pauses must yield)."""
+    key = waiting_holder()
+    started = time.monotonic()
+    with test.assertRaises(BudgetInFlight) as caught:
+        await AsyncCtr(r, purchase_wait=0.2).decrfloor(key, 1, token="w1")
+    test.assertGreaterEqual(time.monotonic() - started, 0.2)
+
+    async def restock() -> None:
+        await asyncio.sleep(restock_after)
+        await AsyncCtr(other, spread_refresh_ms=None).add(key, 5)
+
+    restocked = asyncio.create_task(restock())
+    bought = await AsyncCtr(r).decrfloor(key, 1, token="w1")
+    await restocked
+    test.assertEqual(bought, 4, "granted once the budget landed: the first answers recorded nothing")
+    return caught.exception
+
+
 class SpreadTest(unittest.TestCase):
     def test_the_probe_order_follows_the_documented_vectors(self) -> None:
         # The same vectors as the Rust library's tests and docs/CLUSTER.md.
@@ -106,6 +160,19 @@ class SpreadTest(unittest.TestCase):
         self.assertEqual(holder_for_token(["h", "a", "b"], b"123456789"), ["h", "a", "b"][0x31C3 % 3])
         # A key that is not UTF-8 cannot be spelled back from decoded names: it stays home.
         self.assertEqual(holders_of({"holders": ["\ufffd", "{ctr.1.0}\ufffd"]}, b"\xff"), (b"\xff",))
+
+    def test_purchases_wait_for_budget_in_flight(self) -> None:
+        r, other = client(), client()
+        for refresh in (1000, None):  # the probe walk, and one CTR.DECRFLOOR of the key
+            with self.subTest(spread_refresh_ms=refresh):
+                check_budget_wait(self, r, other, refresh)
+        # purchase_wait=0: the error at once.
+        started = time.monotonic()
+        with self.assertRaises(BudgetInFlight):
+            Ctr(r, purchase_wait=0).decrfloor(waiting_holder(), 1, token="w0")
+        self.assertLess(time.monotonic() - started, 0.5)
+        with self.assertRaises(ValueError):
+            Ctr(r, purchase_wait=-1)
 
     def test_adds_spread_and_tokens_stay_on_their_holder(self) -> None:
         check_spread_writes(self, client(), fresh("spread"))
@@ -216,6 +283,22 @@ class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await AsyncCtr(r).decrfloor(stock, 1, token="buy"), 0)
         self.assertIsNone(await ctr.decrfloor(stock, 1, token="buy-2"))
         await r.aclose()
+
+    async def test_async_purchases_wait_for_budget_in_flight(self) -> None:
+        r, other = redis.asyncio.Redis(port=PORT, protocol=3), redis.asyncio.Redis(port=PORT)
+        self.addAsyncCleanup(r.aclose)
+        self.addAsyncCleanup(other.aclose)
+        await check_budget_wait_async(self, r, other)
+
+    @unittest.skipUnless(CLUSTER_PORT, "no cluster")
+    async def test_async_purchases_wait_for_budget_in_flight_on_the_cluster(self) -> None:
+        rc = redis.asyncio.RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        other = redis.asyncio.RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        self.addAsyncCleanup(rc.aclose)
+        self.addAsyncCleanup(other.aclose)
+        # The restock after redis-py's own retries of the first ask (see test_cluster).
+        gave_up = await check_budget_wait_async(self, rc, other, restock_after=0.6)
+        self.assertIsInstance(gave_up.__cause__, redis.exceptions.ClusterError)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""The pauses of a purchase that asks one holder again while its budget is in flight.
+
+A ``CTR.DECRFLOOR`` that only budget still travelling keeps from being granted (a holder of a
+floored spread before its share landed, a holder whose budget move is unacknowledged) answers
+``TRYAGAIN budget in flight`` (:class:`~redis_ctr.errors.BudgetInFlight`) and records nothing
+against its token. The sync and asyncio clients then ask the same holder again with the same
+token after 5 ms, 10 ms, ... doubling up to 100 ms apart, until ``purchase_wait`` seconds have
+passed since its first answer, and then raise the error. They never skip the holder: a retry of
+the purchase would be decided afresh there, and a grant there plus one further on is a double
+sale.
+
+On a ``RedisCluster`` (sync or asyncio) redis-py retries a ``TRYAGAIN`` reply by itself first:
+16 sends of the command to the same node, pausing 50 ms after each from the 9th on (about
+0.4 s), then it raises
+``ClusterError("TTL exhausted.")`` without the reply's text. On a single-key command that means
+every send was turned away undecided (``TRYAGAIN``, or redirections), so it is treated here like
+the budget in flight it almost always is: the holder is asked again, and when the wait is over
+the error raised is a :class:`~redis_ctr.errors.BudgetInFlight` whose cause is that
+``ClusterError``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from redis.exceptions import ClusterError
+
+from ._calls import KeyT
+from .errors import BudgetInFlight
+
+DEFAULT_PURCHASE_WAIT = 2.0
+"""Seconds a purchase asks a holder again while it answers that budget is in flight."""
+
+
+def _cluster_gave_up(error: Exception) -> bool:
+    """redis-py's cluster client's error after its own retries of ``TRYAGAIN`` (or redirects)."""
+    return isinstance(error, ClusterError) and "TTL exhausted" in str(error)
+
+
+def _text(key: KeyT) -> str:
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+
+
+class BudgetWait:
+    """The pauses of a purchase asking one holder: 5 ms, doubling up to 100 ms, until ``limit``
+    seconds have passed since the holder's first answer (0: no pause, the error at once)."""
+
+    FIRST = 0.005
+    MOST = 0.1
+
+    def __init__(self, limit: float, holder: KeyT) -> None:
+        self.limit = limit
+        self.holder = holder
+        self._deadline: Optional[float] = None
+        self._next = BudgetWait.FIRST
+
+    def pause_after(self, error: Exception) -> float:
+        """The pause (seconds) before asking the holder again after ``error``; raises the
+        error instead when it is final (anything but budget in flight, or the wait is over)."""
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self.limit
+        gave_up = _cluster_gave_up(error)
+        if not (gave_up or isinstance(error, BudgetInFlight)):
+            raise error
+        left = self._deadline - now
+        if left <= 0:
+            if gave_up:
+                # The text as redis-py leaves a TRYAGAIN reply's: without the code.
+                raise BudgetInFlight(
+                    f"budget in flight: the cluster client gave up on spread counter holder "
+                    f"'{_text(self.holder)}' after its own TRYAGAIN retries ({error}); retry "
+                    "the purchase"
+                ) from error
+            raise error
+        pause = min(self._next, left)
+        self._next = min(self._next * 2, BudgetWait.MOST)
+        return pause
