@@ -233,6 +233,28 @@ impl CommandError {
 pub const WRONG_TYPE: CommandError =
     CommandError::fixed("WRONGTYPE Operation against a key holding the wrong kind of value");
 
+/// A key name as a server string, freed on drop.
+pub struct KeyName {
+    ctx: Ctx,
+    pub raw: RawString,
+}
+
+impl KeyName {
+    pub fn new(ctx: Ctx, name: &[u8]) -> KeyName {
+        // SAFETY: ctx is live; freed on drop.
+        let raw =
+            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, name.as_ptr().cast(), name.len()) };
+        KeyName { ctx, raw }
+    }
+}
+
+impl Drop for KeyName {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, freed once.
+        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
+    }
+}
+
 pub type CommandResult = Result<Reply, CommandError>;
 
 /// The command-call context.

@@ -87,7 +87,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
         metrics::DECREMENTS_REFUSED.incr();
-        super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
+        super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
         return Ok(Reply::Null);
     }
     let outcome = w.update(&key, |c, before| {
@@ -122,7 +122,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             metrics::DECREMENTS_REFUSED.incr();
-            super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
+            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -140,7 +140,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
                     metrics::DECREMENTS_REFUSED.incr();
-                    super::ctr_floor_spread::record_refusal(ctx, args.bytes(1), parsed.amount);
+                    super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
                 }
             }
             Ok(reply(result))

@@ -1,5 +1,6 @@
-//! Floored spread counters on one server: `CTR.SPREAD` of a floored counter, the demand each
-//! holder records (its refusals), and the floor fields of the home's `CTR.INFO`.
+//! Floored spread counters: `CTR.SPREAD` of a floored counter (on one server, and its shares
+//! as budget moves across masters) and the floor fields of the home's `CTR.INFO`. The demand
+//! holders record is `demand`'s, the rebalancing that follows it `floor_moves`'.
 //!
 //! Each holder is a floored counter of its own; spreading shares the home's headroom evenly:
 //! the home's floor goes up by what it gives and each holder's floor goes down by its share,
@@ -7,51 +8,16 @@
 //! command, so nothing is ever in flight. Across cluster masters each share is a budget move
 //! from the home (a transfer, `dv = 0, df = -share`), delivered in the background.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use super::ctr_store::{update_counter, value_and_floor, with_counter};
+use super::demand::{demand_of, selected_db};
 
-use super::ctr_store::{update_counter, with_counter};
-use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering::Relaxed;
-
-use redis_module::raw;
-
-use super::spread_transfer::Name;
-use crate::config;
-use crate::counter::rebalance::{
-    apply_moves, initial_moves, plan_moves, Demand, DemandMeter, HolderReport, Move,
-};
-use crate::counter::spread::parse_holder_name;
+use crate::counter::rebalance::{apply_moves, initial_moves, Move};
 use crate::counter::{CounterRef, Spread};
-use crate::ffi::{rm, CommandError, Ctx, Key, RawString, Reply};
+use crate::ffi::{CommandError, Ctx, Key, KeyName, RawString, Reply};
 use crate::persist::ctr_format;
 
 const HOLDER_BELOW_FLOOR: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter below its floor");
-
-/// (value, floor) of a counter: a missing key is 0 with no floor.
-pub(super) fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
-    match c {
-        None => (0, None),
-        Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
-        Some(c) => (c.value(), None),
-    }
-}
-
-/// A holder's floor as a gather counts it: its own floor plus the floor units of a fold it
-/// has in flight (`Counter::floor_in_hand`), so a sealed holder's floor counts until its home
-/// has it, as its value does.
-pub fn floor_in_hand(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
-    with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.floor_in_hand(),
-        other => value_and_floor(other).1,
-    })
-}
-
-/// The home's floor when it is a floored counter (not yet or already spread).
-pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
-    with_counter(ctx, key, |c| value_and_floor(c).1)
-}
 
 /// Records the holders `added` (after `current`) of the floored counter at `home`, on one
 /// server: every new holder becomes a floored counter (floor 0 when it is missing); on the
@@ -65,7 +31,7 @@ pub fn spread_floored(
     added: &[Vec<u8>],
 ) -> Result<(), CommandError> {
     let (home_value, home_floor, spread_floor) = with_counter(ctx, home, home_floor_state)?;
-    let names: Vec<Name> = added.iter().map(|n| Name::new(ctx, n)).collect();
+    let names: Vec<KeyName> = added.iter().map(|n| KeyName::new(ctx, n)).collect();
     let mut values = vec![home_value];
     let mut floors = vec![home_floor];
     for name in &names {
@@ -170,7 +136,7 @@ pub fn spread_floored_across_masters(
 
 /// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
 /// resulting state.
-fn write_floor(
+pub(super) fn write_floor(
     ctx: Ctx,
     key_name: RawString,
     floor: i64,
@@ -185,110 +151,13 @@ fn write_floor(
         Ok(ctr_format::encode(c))
     })?;
     drop(key);
-    super::ctr_spread::publish_state(ctx, key_name, &state)
-}
-
-/// Keys whose demand is remembered, at most; past it the table starts over (soft state).
-const DEMAND_LIMIT: usize = 100_000;
-
-thread_local! {
-    static DEMAND: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
-}
-
-/// A purchase refused afresh by the counter at `key` on this master (not a replay): the
-/// demand the rebalancer moves budget toward. On one server it also schedules a rebalance of
-/// the spread counter `key` belongs to.
-pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
-    let db = selected_db(ctx);
-    DEMAND.with(|d| {
-        let mut table = d.borrow_mut();
-        let entry = (db, key.to_vec());
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-            table.clear();
-        }
-        table.entry(entry).or_default().record_refusal(amount);
-    });
-    // A holder's demand is rebalanced by its home; any other key is a home itself.
-    let home = parse_holder_name(key).map_or(key, |h| h.home);
-    schedule_rebalance(ctx, (db, home.to_vec()));
-}
-
-/// A key name in its database.
-pub(super) type DbKey = (i32, Vec<u8>);
-
-fn selected_db(ctx: Ctx) -> i32 {
-    // SAFETY: ctx is live.
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
-}
-
-/// Budget moves planned per rebalance, at most.
-pub(super) const MAX_MOVES: usize = 16;
-
-thread_local! {
-    /// Homes with refusals since their last rebalance, and whether the timer is armed.
-    static DUE: RefCell<(Vec<DbKey>, bool)> = const { RefCell::new((Vec::new(), false)) };
-    /// The demand of each holder as of its home's last rebalance.
-    static SEEN: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
-}
-
-/// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
-/// the same burst are planned together, and a home is rebalanced at most once per period.
-pub(super) fn schedule_rebalance(ctx: Ctx, home: DbKey) {
-    let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
-    if delay == 0 {
-        return;
-    }
-    let arm = DUE.with(|d| {
-        let (homes, armed) = &mut *d.borrow_mut();
-        if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
-            homes.push(home);
-        }
-        !std::mem::replace(armed, true)
-    });
-    if arm {
-        // SAFETY: ctx is live; the timer carries no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
-        };
-    }
-}
-
-/// Timer: rebalances every home with refusals since the last run (on a master only).
-unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    let ctx = Ctx { ptr: ctx };
-    let homes = DUE.with(|d| {
-        let (homes, armed) = &mut *d.borrow_mut();
-        *armed = false;
-        std::mem::take(homes)
-    });
-    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
-        return;
-    }
-    for (db, home) in homes {
-        // SAFETY: ctx is the timer's live context; database 0 is selected again below.
-        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
-            continue;
-        }
-        if super::spread_cluster::in_cluster(ctx) {
-            // Across masters: the home's master polls the holders and asks givers to move.
-            super::floor_moves::rebalance(ctx, &home);
-            continue;
-        }
-        if let Err(e) = rebalance(ctx, db, &home) {
-            ctx.log_warning(&format!(
-                "ctr: a rebalance of a floored spread counter failed: {}",
-                e.0
-            ));
-        }
-    }
-    // SAFETY: as above.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+    super::ctr_store::publish_state(ctx, key_name, &state)
 }
 
 /// The names of the floored spread counter at `home`, the home first and then its holders;
 /// None when `home` is not (or no longer) one.
 pub fn floored_spread_names(ctx: Ctx, home: &[u8]) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
-    let home_name = Name::new(ctx, home);
+    let home_name = KeyName::new(ctx, home);
     let holders = with_counter(ctx, home_name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => b
             .spread()
@@ -297,74 +166,6 @@ pub fn floored_spread_names(ctx: Ctx, home: &[u8]) -> Result<Option<Vec<Vec<u8>>
         _ => None,
     })?;
     Ok(holders.map(|h| std::iter::once(home.to_vec()).chain(h).collect()))
-}
-
-/// One rebalance of the floored spread counter at `home`, all on this server: reads every
-/// holder's budget and its demand since the last rebalance, plans the moves
-/// ([`plan_moves`]) and applies them at once.
-fn rebalance(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
-    let Some(names) = floored_spread_names(ctx, home)? else {
-        return Ok(()); // not (or no longer) a floored spread counter
-    };
-    let keys: Vec<Name> = names.iter().map(|n| Name::new(ctx, n)).collect();
-    let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
-    for (name, key) in names.iter().zip(&keys) {
-        let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
-        let floor = floor.unwrap_or(0);
-        let meter = take_meter(db, name);
-        reports.push(HolderReport {
-            budget: value.saturating_sub(floor),
-            demand: since_last_rebalance(db, name, meter),
-        });
-        values.push(value);
-        floors.push(floor);
-    }
-    let moves = plan_moves(&reports, MAX_MOVES);
-    if moves.is_empty() {
-        return Ok(());
-    }
-    let after = apply_moves(&floors, &values, &moves)
-        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
-    for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
-        if *before != floor {
-            write_floor(ctx, key.raw, floor, None)?;
-        }
-    }
-    Ok(())
-}
-
-/// The demand meter of `key` on this master, for a rebalance: its largest refused amount
-/// starts over once read (the totals keep counting).
-pub(super) fn take_meter(db: i32, key: &[u8]) -> DemandMeter {
-    let meter = demand_of(db, key);
-    DEMAND.with(|d| {
-        d.borrow_mut()
-            .get_mut(&(db, key.to_vec()))
-            .map(DemandMeter::reported)
-    });
-    meter
-}
-
-/// On the home's master: the demand of holder `key` since the last rebalance read its
-/// `meter` (a meter that went backwards was restarted: all it holds is new).
-pub(super) fn since_last_rebalance(db: i32, key: &[u8], meter: DemandMeter) -> Demand {
-    let entry = (db, key.to_vec());
-    let seen = SEEN.with(|s| {
-        let mut table = s.borrow_mut();
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-            table.clear();
-        }
-        table.insert(entry, meter)
-    });
-    meter.since(&seen.unwrap_or_default())
-}
-
-/// The demand recorded for `key` in database `db` since this process started.
-fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
-    DEMAND.with(|d| {
-        let table = d.borrow();
-        table.get(&(db, key.to_vec())).copied().unwrap_or_default()
-    })
 }
 
 /// What the home of a floored spread counter adds to its `CTR.INFO`, read on one server.

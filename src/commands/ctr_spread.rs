@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::raw;
 
 use super::ctr_floor_spread::{self as floored, FlooredView};
-use super::ctr_store::{update_counter, with_counter};
+use super::ctr_store::{publish_state, update_counter, value_and_floor, with_counter};
 use super::parse::integer;
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
@@ -27,7 +27,9 @@ use crate::counter::spread::{
     SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::{exact_sum, CounterRef, Spread, TokenStamp};
-use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
+use crate::ffi::{
+    rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyName, RawString, Reply,
+};
 use crate::metrics;
 use crate::persist::ctr_format;
 use crate::persist::gather_msg::{self, HolderAnswer};
@@ -131,7 +133,7 @@ fn grow(
         ));
     }
     let in_cluster = cluster::in_cluster(ctx);
-    let is_floored = floored::floor_of(ctx, key_name)?.is_some();
+    let is_floored = super::ctr_store::floor_of(ctx, key_name)?.is_some();
     // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
     // then keeps it at or above 0 until its first budget credit gives it a floor.
     let spread_id =
@@ -180,21 +182,6 @@ fn grow(
     metrics::SPREADS.incr();
     forget_cached(home);
     Ok(current.iter().chain(&added).cloned().collect())
-}
-
-/// Replicates the resulting `state` of a spread (or budget) write of `key_name` and sends its
-/// event: the names depend on this master's view of the cluster, so replicas and the AOF get
-/// the state rather than the command.
-pub(super) fn publish_state(
-    ctx: Ctx,
-    key_name: RawString,
-    state: &[u8],
-) -> Result<(), CommandError> {
-    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, state) {
-        return Err(CommandError::fixed("ERR could not replicate the write"));
-    }
-    ctx.key_changed(c"ctr.spread", key_name);
-    Ok(())
 }
 
 /// After an add on the master: a counter whose last full second's add rate is above
@@ -303,10 +290,15 @@ enum Finish {
     /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
     /// for a floored home read on one server, the floor fields).
     Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
-    /// CTR.CLEAR of a home (with its token stamp): the gathered holders are applied to the
-    /// home by [`super::spread_clear::apply`], in the step that replies.
-    Clear(Option<TokenStamp>),
+    /// CTR.CLEAR of a home (with its token stamp): the gathered holders go to the caller's
+    /// `apply` (`spread_clear`'s), in the step that replies.
+    Clear(Option<TokenStamp>, ApplyClear),
 }
+
+/// What completes a clear of a home once every holder answered: the home's name, each
+/// holder's gathered units by name, and the clear's token stamp. Passed in by the clear's
+/// own module, so that reads never depend on it.
+pub type ApplyClear = fn(Ctx, &[u8], Vec<(&[u8], i64)>, Option<TokenStamp>) -> CommandResult;
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
     let own_units_only = reads_own_units_only(string_bytes(key));
@@ -322,7 +314,7 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
             current,
             values: vec![Some(c.map_or(0, held))],
             ages: vec![0],
-            floors: vec![floored::value_and_floor(c).1],
+            floors: vec![value_and_floor(c).1],
         }
     })
 }
@@ -368,11 +360,16 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
 
 /// CTR.CLEAR of a spread home (a home with holders, current or leaving): gathers the holders
 /// afresh (never from the cache), then clears the total in one step on this master
-/// ([`super::spread_clear::apply`]). A failed gather fails the clear and changes nothing.
-pub fn clear_total(ctx: Ctx, key: RawString, token: Option<TokenStamp>) -> CommandResult {
+/// (`apply`). A failed gather fails the clear and changes nothing.
+pub fn clear_total(
+    ctx: Ctx,
+    key: RawString,
+    token: Option<TokenStamp>,
+    apply: ApplyClear,
+) -> CommandResult {
     let r = reading(ctx, key)?;
     let home = r.home.clone();
-    let reply = gather(ctx, vec![r], Finish::Clear(token));
+    let reply = gather(ctx, vec![r], Finish::Clear(token, apply));
     if reply.is_ok() {
         forget_cached(&home);
     }
@@ -398,7 +395,7 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
 
 fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
     match how {
-        Finish::Clear(token) => {
+        Finish::Clear(token, apply) => {
             let r = &readings[0];
             // Every holder answered (a gather completes only then): never a partial sum.
             let gathered = r
@@ -410,7 +407,7 @@ fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
                 .ok_or(CommandError::fixed(
                     "ERR spread counter total unavailable: a holder was not read",
                 ))?;
-            super::spread_clear::apply(ctx, &r.home, gathered, token)
+            apply(ctx, &r.home, gathered, token)
         }
         Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
         Finish::MGet => Ok(Reply::Array(
@@ -587,7 +584,7 @@ fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, Command
 /// other masters for theirs.
 fn gather(ctx: Ctx, mut readings: Vec<Reading>, how: Finish) -> CommandResult {
     metrics::GATHERS.incr();
-    let clearing = matches!(how, Finish::Clear(_));
+    let clearing = matches!(how, Finish::Clear(..));
     let Plan { asks, locals } = match start_gather(ctx, &mut readings, !clearing) {
         Err(e) => {
             metrics::GATHER_FAILURES.incr();
@@ -855,10 +852,10 @@ fn settle(ctx: *mut raw::RedisModuleCtx, id: u64, outcome: Result<(), CommandErr
 /// exactly once at every step of a fold.
 fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
     for r in readings.iter_mut().filter(|r| !r.holders.is_empty()) {
-        let home = super::spread_transfer::Name::new(ctx, &r.home);
+        let home = KeyName::new(ctx, &r.home);
         let now = with_counter(ctx, home.raw, |c| {
             let (names, _) = all_holders_of(c);
-            c.map(|c| (held(c), floored::value_and_floor(Some(c)).1, names))
+            c.map(|c| (held(c), value_and_floor(Some(c)).1, names))
         });
         let Ok(Some((value, floor, names))) = now else {
             continue; // the home moved away or changed type: keep what was read

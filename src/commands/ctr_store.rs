@@ -81,7 +81,7 @@ pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
         KeyContent::Other => Err(WRONG_TYPE),
         KeyContent::Mine(raw) => {
             // SAFETY: the key is open and holds a live counter for the duration of this borrow.
-            super::spread_transfer::refuse_sealed(unsafe { CounterCell::borrow(raw) })?;
+            refuse_sealed(unsafe { CounterCell::borrow(raw) })?;
             Ok((k, KeyContent::Mine(raw)))
         }
         content => Ok((k, content)),
@@ -120,7 +120,7 @@ pub fn refuse_sealed_unless_retry(
     }
     match w.retry_of(b, write)? {
         Some(first) => Ok(Some(first)),
-        None => Err(super::spread_transfer::SEALED),
+        None => Err(SEALED),
     }
 }
 
@@ -511,4 +511,52 @@ impl<'a> Write<'a> {
         }
         self.ctx.key_changed(event, self.key_name);
     }
+}
+
+/// The refusal of a write to a holder a shrink folded back into its home.
+pub const SEALED: CommandError = CommandError::fixed(
+    "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.INFO home) and write the home or a current holder",
+);
+
+/// Every user write's first check: a sealed holder takes no write.
+pub fn refuse_sealed(c: CounterRef) -> Result<(), CommandError> {
+    match c {
+        CounterRef::Boxed(b) if b.is_sealed() => Err(SEALED),
+        _ => Ok(()),
+    }
+}
+
+/// (value, floor) of a counter: a missing key is 0 with no floor.
+pub fn value_and_floor(c: Option<CounterRef>) -> (i64, Option<i64>) {
+    match c {
+        None => (0, None),
+        Some(CounterRef::Boxed(b)) => (b.value(), b.floor().map(|f| f.floor)),
+        Some(c) => (c.value(), None),
+    }
+}
+
+/// A holder's floor as a gather counts it: its own floor plus the floor units of a fold it
+/// has in flight (`Counter::floor_in_hand`), so a sealed holder's floor counts until its home
+/// has it, as its value does.
+pub fn floor_in_hand(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
+    with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.floor_in_hand(),
+        other => value_and_floor(other).1,
+    })
+}
+
+/// The home's floor when it is a floored counter (not yet or already spread).
+pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
+    with_counter(ctx, key, |c| value_and_floor(c).1)
+}
+
+/// Replicates the resulting `state` of a spread (or budget) write of `key_name` and sends its
+/// event: the names depend on this master's view of the cluster, so replicas and the AOF get
+/// the state rather than the command.
+pub fn publish_state(ctx: Ctx, key_name: RawString, state: &[u8]) -> Result<(), CommandError> {
+    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, state) {
+        return Err(CommandError::fixed("ERR could not replicate the write"));
+    }
+    ctx.key_changed(c"ctr.spread", key_name);
+    Ok(())
 }

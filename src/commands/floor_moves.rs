@@ -1,7 +1,8 @@
-//! Budget follows demand across cluster masters, the Redis glue (the policy is the pure
-//! `counter::rebalance::plan_moves`, as on one server).
+//! Budget follows demand, the Redis glue (the policy is the pure
+//! `counter::rebalance::plan_moves`): on one server a rebalance reads every holder and applies
+//! the moves at once ([`rebalance_here`]); across cluster masters:
 //!
-//! 1. A holder that refuses a purchase afresh records it on its master (`ctr_floor_spread`),
+//! 1. A holder that refuses a purchase afresh records it on its master (`demand`),
 //!    which schedules a rebalance of its home `ctr.rebalance-delay-ms` later: refusals of one
 //!    burst make one **notice** to the home's master (0xD0), not one message each.
 //! 2. The home's master, on a notice (also coalesced by the same delay) or on its own
@@ -19,17 +20,22 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_uchar, c_void};
+use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::ctr_floor_spread::{since_last_rebalance, take_meter, value_and_floor, MAX_MOVES};
+use super::ctr_floor_spread::{floored_spread_names, write_floor};
+use super::ctr_store::value_and_floor;
 use super::ctr_store::with_counter;
+use super::demand::{self, selected_db, since_last_rebalance, take_meter, DbKey, DEMAND_LIMIT};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_transfer::{self as transfer, Name};
+use super::spread_transfer as transfer;
+use crate::config;
+use crate::counter::rebalance::apply_moves;
 use crate::counter::rebalance::{plan_moves, HolderReport};
-use crate::counter::spread::key_slot;
-use crate::ffi::{rm, Ctx};
+use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::metrics;
 use crate::persist::demand_msg::{self as msg, Give, HolderDemand};
 
@@ -77,7 +83,7 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     if busy || !transfer::serves(ctx, home) {
         return; // a poll of this home is under way; the refusal's demand waits for the next
     }
-    let Ok(Some(names)) = super::ctr_floor_spread::floored_spread_names(ctx, home) else {
+    let Ok(Some(names)) = floored_spread_names(ctx, home) else {
         return; // not (or no longer) a floored spread counter
     };
     let Ok(topology) = cluster::topology(ctx, false) else {
@@ -133,7 +139,7 @@ fn local_demand(ctx: Ctx, name: &[u8]) -> HolderDemand {
     if !transfer::serves(ctx, name) {
         return HolderDemand::NotHere;
     }
-    let key = Name::new(ctx, name);
+    let key = KeyName::new(ctx, name);
     match with_counter(ctx, key.raw, value_and_floor) {
         Ok((value, floor)) => HolderDemand::Here {
             budget: value.saturating_sub(floor.unwrap_or(0)),
@@ -176,7 +182,7 @@ fn on_give(ctx: Ctx, give: Give) {
     if !transfer::serves(ctx, &give.giver) {
         return;
     }
-    let giver = Name::new(ctx, &give.giver);
+    let giver = KeyName::new(ctx, &give.giver);
     let Ok((value, floor)) = with_counter(ctx, giver.raw, value_and_floor) else {
         return;
     };
@@ -230,7 +236,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
     match kind {
         MSG_NOTICE => {
             if let Ok(home) = msg::decode_notice(payload) {
-                super::ctr_floor_spread::schedule_rebalance(ctx, (DB, home));
+                schedule_rebalance(ctx, (DB, home));
             }
         }
         MSG_POLL => on_poll(ctx, from, payload),
@@ -266,4 +272,111 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) {
         // SAFETY: called from OnLoad with its live context.
         unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
     }
+}
+
+/// A purchase refused afresh by the counter at `key` on this master (not a replay): the
+/// demand the rebalancer moves budget toward. It schedules a rebalance of the spread counter
+/// `key` belongs to.
+pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
+    let db = selected_db(ctx);
+    demand::record(db, key, amount);
+    // A holder's demand is rebalanced by its home; any other key is a home itself.
+    let home = parse_holder_name(key).map_or(key, |h| h.home);
+    schedule_rebalance(ctx, (db, home.to_vec()));
+}
+
+/// Budget moves planned per rebalance, at most.
+const MAX_MOVES: usize = 16;
+
+thread_local! {
+    /// Homes with refusals since their last rebalance, and whether the timer is armed.
+    static DUE: RefCell<(Vec<DbKey>, bool)> = const { RefCell::new((Vec::new(), false)) };
+}
+
+/// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
+/// the same burst are planned together, and a home is rebalanced at most once per period.
+fn schedule_rebalance(ctx: Ctx, home: DbKey) {
+    let delay = config::REBALANCE_DELAY_MS.load(Relaxed);
+    if delay == 0 {
+        return;
+    }
+    let arm = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
+            homes.push(home);
+        }
+        !std::mem::replace(armed, true)
+    });
+    if arm {
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
+        };
+    }
+}
+
+/// Timer: rebalances every home with refusals since the last run (on a master only).
+unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Ctx { ptr: ctx };
+    let homes = DUE.with(|d| {
+        let (homes, armed) = &mut *d.borrow_mut();
+        *armed = false;
+        std::mem::take(homes)
+    });
+    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+        return;
+    }
+    for (db, home) in homes {
+        // SAFETY: ctx is the timer's live context; database 0 is selected again below.
+        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
+            continue;
+        }
+        if super::spread_cluster::in_cluster(ctx) {
+            // Across masters: the home's master polls the holders and asks givers to move.
+            rebalance(ctx, &home);
+            continue;
+        }
+        if let Err(e) = rebalance_here(ctx, db, &home) {
+            ctx.log_warning(&format!(
+                "ctr: a rebalance of a floored spread counter failed: {}",
+                e.0
+            ));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+}
+
+/// One rebalance of the floored spread counter at `home`, all on this server: reads every
+/// holder's budget and its demand since the last rebalance, plans the moves
+/// ([`plan_moves`]) and applies them at once.
+fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
+    let Some(names) = floored_spread_names(ctx, home)? else {
+        return Ok(()); // not (or no longer) a floored spread counter
+    };
+    let keys: Vec<KeyName> = names.iter().map(|n| KeyName::new(ctx, n)).collect();
+    let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, key) in names.iter().zip(&keys) {
+        let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        let floor = floor.unwrap_or(0);
+        let meter = take_meter(db, name);
+        reports.push(HolderReport {
+            budget: value.saturating_sub(floor),
+            demand: since_last_rebalance(db, name, meter),
+        });
+        values.push(value);
+        floors.push(floor);
+    }
+    let moves = plan_moves(&reports, MAX_MOVES);
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let after = apply_moves(&floors, &values, &moves)
+        .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
+    for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
+        if *before != floor {
+            write_floor(ctx, key.raw, floor, None)?;
+        }
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ pub mod ctr_reconcile;
 pub mod ctr_spread;
 mod ctr_store;
 mod decide;
+mod demand;
 mod floor_moves;
 pub mod parse;
 pub mod pnc;

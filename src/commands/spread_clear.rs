@@ -14,9 +14,9 @@
 //! holders hold budgets that lowering the home cannot take back.
 
 use super::ctr_store::{created_with_ttl, is_missing, open_for_write, update_counter, Write};
-use super::spread_transfer::{serves, Name};
+use super::spread_transfer::serves;
 use crate::counter::{ClearTotalOp, CounterCell, CounterError, CounterRef, TokenStamp, WriteKind};
-use crate::ffi::{CommandError, CommandResult, Ctx, Key, KeyContent, Reply};
+use crate::ffi::{CommandError, CommandResult, Ctx, Key, KeyContent, KeyName, Reply};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
@@ -52,7 +52,7 @@ pub fn clear(ctx: Ctx, w: &Write, key: Key) -> CommandResult {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
-    super::ctr_spread::clear_total(ctx, w.key_name, w.token)
+    super::ctr_spread::clear_total(ctx, w.key_name, w.token, apply)
 }
 
 /// Once the gather is in, on the home's master (in the command outside a cluster, else in the
@@ -64,7 +64,7 @@ pub fn apply(
     gathered: Vec<(&[u8], i64)>,
     token: Option<TokenStamp>,
 ) -> CommandResult {
-    let name = Name::new(ctx, home);
+    let name = KeyName::new(ctx, home);
     if super::spread_cluster::in_cluster(ctx) && !serves(ctx, home) {
         // Failed over, or the home's slot moved, while the holders were read.
         return Err(CommandError(

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use redis_module::raw;
 
 use crate::counter::spread::{SlotOwners, SLOTS};
-use crate::ffi::{rm, CommandError, Ctx};
+use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
 
 /// A cluster node id (40 hex characters).
@@ -119,10 +119,8 @@ pub fn reading_a_holder() -> bool {
 /// The own floor of the counter at `name` (read right after its value, on this thread).
 fn holder_floor(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<i64> {
     let ctx = Ctx { ptr: ctx };
-    let key = super::spread_transfer::Name::new(ctx, name);
-    super::ctr_floor_spread::floor_in_hand(ctx, key.raw)
-        .ok()
-        .flatten()
+    let key = KeyName::new(ctx, name);
+    super::ctr_store::floor_in_hand(ctx, key.raw).ok().flatten()
 }
 
 /// True when the server's routing check lets this node run a command on `name` (its slot is

@@ -9,7 +9,7 @@
 //! - [`begin_fold`]`(ctx, home_key, target)`, on the home's master: shrinks a spread counter
 //!   (see `ctr_spread`); the removed holders are sealed and folded back, in the background in
 //!   a cluster, within the command on one server.
-//! - [`refuse_sealed`]: what every user write checks first.
+//! - [`super::ctr_store::refuse_sealed`]: what every user write checks first.
 //!
 //! Delivery. Every step is one ordinary write on the key's master, replicated as the
 //! resulting state (`CTR.SETSTATE`), and each message is idempotent (seal, credit by seq, ack
@@ -57,7 +57,7 @@ use crate::counter::transfer::{
     AckEffect, CreditOutcome, Giver, Outgoing, TransferError, LEGACY_FOLD,
 };
 use crate::counter::{Counter, CounterRef};
-use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, RawString};
+use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::ctr_format;
 use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
@@ -76,10 +76,6 @@ const MAX_BACKOFF_MS: i64 = 2_000;
 /// anew. It stays the token window (`ctr.token-window-ms`) when that is longer, so that a
 /// retried token replays its first answer there for as long as a token is remembered.
 pub const SEALED_GRACE_MS: i64 = 60_000;
-
-pub const SEALED: CommandError = CommandError::fixed(
-    "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.INFO home) and write the home or a current holder",
-);
 
 /// When a key was last sent for, how many sends went unanswered, and the replication its
 /// last write must reach before anything about it is sent.
@@ -106,30 +102,27 @@ thread_local! {
     static TICK_SOON: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Every user write's first check: a sealed holder takes no write.
-pub fn refuse_sealed(c: CounterRef) -> Result<(), CommandError> {
-    match c {
-        CounterRef::Boxed(b) if b.is_sealed() => Err(SEALED),
-        _ => Ok(()),
-    }
-}
-
 /// Records that `name` in `db` may have something to send (a no-op when it has not).
 pub fn track(db: c_int, name: &[u8], c: &Counter) {
     if c.transfers().is_some_and(|t| t.has_pending()) {
-        REGISTRY.with(|r| {
-            // A new write: what is sent about it waits for the replicas to hold it.
-            r.borrow_mut()
-                .entry((db, name.to_vec()))
-                .and_modify(|d| d.gate = Gate::default())
-                .or_insert(Due {
-                    next_ms: 0,
-                    attempts: 0,
-                    gate: Gate::default(),
-                });
-        });
+        enter(db, name);
         TICK_SOON.with(|t| t.set(true));
     }
+}
+
+/// Puts `name` in `db` in the registry; a new write: what is sent about it waits for the
+/// replicas to hold it.
+fn enter(db: c_int, name: &[u8]) {
+    REGISTRY.with(|r| {
+        r.borrow_mut()
+            .entry((db, name.to_vec()))
+            .and_modify(|d| d.gate = Gate::default())
+            .or_insert(Due {
+                next_ms: 0,
+                attempts: 0,
+                gate: Gate::default(),
+            });
+    });
 }
 
 pub fn selected_db(ctx: Ctx) -> c_int {
@@ -182,7 +175,7 @@ fn transfer_error(e: TransferError) -> CommandError {
         TransferError::Busy => CommandError::fixed(
             "ERR a transfer to that key is still unacknowledged (one at a time per pair)",
         ),
-        TransferError::Sealed => SEALED,
+        TransferError::Sealed => super::ctr_store::SEALED,
         TransferError::Counter(e) => e.into(),
     }
 }
@@ -228,15 +221,15 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
     trial.begin_shrink(target, &mut new_id)?;
     for leaving in trial.leaving().to_vec() {
         let holder = leaving.name;
-        let name = Name::new(ctx, &holder);
+        let name = KeyName::new(ctx, &holder);
         let owed = with_counter(ctx, name.raw, |c| match c {
             Some(CounterRef::Boxed(b)) if b.is_sealed() => b
                 .transfers()
                 .and_then(|t| t.outgoing_to(home_name))
                 .map(|o| (o.dv, o.df))
-                .ok_or(SEALED),
+                .ok_or(super::ctr_store::SEALED),
             c => {
-                let (value, floor) = super::ctr_floor_spread::value_and_floor(c);
+                let (value, floor) = super::ctr_store::value_and_floor(c);
                 Ok((value, floor.unwrap_or(0)))
             }
         })??;
@@ -274,28 +267,6 @@ fn write_state<R>(
     }
     ctx.key_changed(c"ctr.transfer", key_name);
     Ok(result)
-}
-
-/// A key name as a server string, freed on drop.
-pub struct Name {
-    ctx: Ctx,
-    pub raw: RawString,
-}
-
-impl Name {
-    pub fn new(ctx: Ctx, name: &[u8]) -> Name {
-        // SAFETY: ctx is live; freed on drop.
-        let raw =
-            unsafe { rm!(RedisModule_CreateString)(ctx.ptr, name.as_ptr().cast(), name.len()) };
-        Name { ctx, raw }
-    }
-}
-
-impl Drop for Name {
-    fn drop(&mut self) {
-        // SAFETY: made in `new`, freed once.
-        unsafe { rm!(RedisModule_FreeString)(self.ctx.ptr, self.raw) };
-    }
 }
 
 fn is_master(ctx: Ctx) -> bool {
@@ -348,7 +319,7 @@ fn on_seal(ctx: Ctx, m: Seal) {
     if !serves(ctx, &m.holder) {
         return;
     }
-    let name = Name::new(ctx, &m.holder);
+    let name = KeyName::new(ctx, &m.holder);
     match with_counter(ctx, name.raw, |c| c.is_none()) {
         Err(_) => return, // another type under the holder's name: nothing of ours to fold
         // The holder was sealed and then renamed (or restored under another name): the key
@@ -412,7 +383,7 @@ fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
     let carriers: Vec<Vec<u8>> = names
         .into_iter()
         .filter(|n| {
-            let key = Name::new(ctx, n);
+            let key = KeyName::new(ctx, n);
             with_counter(ctx, key.raw, |c| match c {
                 Some(CounterRef::Boxed(b)) => b.carries_fold(m.fold_id),
                 _ => false,
@@ -422,7 +393,7 @@ fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
         .collect();
     let now = ctx.now_ms();
     for carrier in &carriers {
-        let key = Name::new(ctx, carrier);
+        let key = KeyName::new(ctx, carrier);
         let moved_home = with_counter(ctx, key.raw, |c| match c {
             Some(CounterRef::Boxed(b)) => b.transfers().and_then(|t| t.sealed_into.clone()),
             _ => None,
@@ -448,7 +419,7 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     if config::DEBUG_HOLD_CREDITS.load(Relaxed) || !serves(ctx, &m.receiver) {
         return;
     }
-    let name = Name::new(ctx, &m.receiver);
+    let name = KeyName::new(ctx, &m.receiver);
     // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
     let Ok(decided) = with_counter(ctx, name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => Counter::credit_outcome_at(Some(b), &m),
@@ -529,7 +500,7 @@ fn on_ack(ctx: Ctx, m: Ack) {
     if !serves(ctx, &m.giver) {
         return;
     }
-    let name = Name::new(ctx, &m.giver);
+    let name = KeyName::new(ctx, &m.giver);
     let matters = with_counter(ctx, name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => b.answer_matters(&m),
         _ => false,
@@ -566,7 +537,7 @@ fn on_ack(ctx: Ctx, m: Ack) {
 
 /// What the counter at `name` has to send (seal requests and credits; none when missing).
 fn messages_due(ctx: Ctx, name: &[u8]) -> (Vec<Seal>, Vec<Credit>) {
-    let key = Name::new(ctx, name);
+    let key = KeyName::new(ctx, name);
     with_counter(ctx, key.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => b.messages_due(name),
         _ => Default::default(),
@@ -604,6 +575,9 @@ fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
 /// A replica only drops the keys its master has finished with (it resumes the others once
 /// promoted).
 fn tick(ctx: Ctx) {
+    for (db, name) in crate::persist::ctr_type::take_loaded_with_transfers() {
+        enter(db, &name);
+    }
     let master = is_master(ctx);
     let now = ctx.now_ms();
     // Read once per tick, after every write of earlier callbacks was propagated.
@@ -664,7 +638,7 @@ fn tick(ctx: Ctx) {
 }
 
 fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
-    let name = Name::new(ctx, name);
+    let name = KeyName::new(ctx, name);
     with_counter(ctx, name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => b.transfers().is_some_and(|t| t.has_pending()),
         _ => false,

@@ -64,6 +64,19 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     }
 }
 
+thread_local! {
+    /// Keys loaded (RDB, `RESTORE`) with transfers to send, until the transfer registry takes
+    /// them at its next tick: loading only records them, so that the type's callbacks never
+    /// call into the commands' glue.
+    static LOADED_WITH_TRANSFERS: std::cell::RefCell<Vec<(c_int, Vec<u8>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The (db, key name) of every counter loaded with transfers to send since the last call.
+pub fn take_loaded_with_transfers() -> Vec<(c_int, Vec<u8>)> {
+    LOADED_WITH_TRANSFERS.with(|l| std::mem::take(&mut *l.borrow_mut()))
+}
+
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCell, String> {
     let buffer = load_blob(rdb, encver, CTR_ENCVER)?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
@@ -78,7 +91,8 @@ fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCe
             )
         };
         if !name.is_null() {
-            crate::commands::spread_transfer::track(db, crate::ffi::string_bytes(name), &counter);
+            let name = crate::ffi::string_bytes(name).to_vec();
+            LOADED_WITH_TRANSFERS.with(|l| l.borrow_mut().push((db, name)));
         }
     }
     Ok(CounterCell::new(counter))
