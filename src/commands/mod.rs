@@ -20,6 +20,7 @@ pub mod pnc;
 mod replication_gate;
 mod spread_clear;
 mod spread_cluster;
+mod spread_move;
 pub mod spread_transfer;
 pub mod sweep;
 
@@ -500,6 +501,7 @@ pub fn register(
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
     floor_moves::register(ctx);
+    spread_move::register(ctx);
     Ok(internal)
 }
 

@@ -269,7 +269,7 @@ fn write_state<R>(
     Ok(result)
 }
 
-fn is_master(ctx: Ctx) -> bool {
+pub fn is_master(ctx: Ctx) -> bool {
     let flags = ctx.flags();
     flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
         && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
