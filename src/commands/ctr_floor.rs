@@ -82,7 +82,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let floor_if_none = floor_by_name(args.bytes(1));
     if w.token.is_none() && is_missing(&key) {
-        if purchase_waits_for_budget(None, parsed.amount, floor_if_none) {
+        if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
             return Err(awaiting_budget(args.bytes(1)));
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember.
@@ -95,7 +95,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             c.note_duplicate();
             return Ok(Decremented::Replayed(first));
         }
-        if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none) {
+        if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none, w.now) {
             // Before anything changes: a missing key is not made, a token not recorded.
             return Err(awaiting_budget(args.bytes(1)));
         }

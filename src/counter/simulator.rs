@@ -493,7 +493,7 @@ impl Sim {
         let key = self.random_member();
         let amount = 1 + self.rng.below(6) as i64;
         let now = self.now;
-        if purchase_waits_for_budget(self.get(&key), amount, floor_by_name(&key)) {
+        if purchase_waits_for_budget(self.get(&key), amount, floor_by_name(&key), self.now) {
             // TRYAGAIN, as the glue answers: nothing changes, nothing is recorded.
             self.note(format_args!("purchase {amount} at {} waits", show(&key)));
             return;
@@ -884,7 +884,7 @@ impl Sim {
             .map_or(0, |s| s.holders.len() + 1);
         if self.floor.is_some() {
             for k in self.members().into_iter().take(current) {
-                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k)) {
+                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k), self.now) {
                     return Err(format!("{} still waits for budget", show(&k)));
                 }
             }

@@ -333,21 +333,27 @@ pub fn next_seq(last: u64, now_ms: i64) -> u64 {
     last.saturating_add(1).max(by_time)
 }
 
+/// How long a budget move's units hold back the refusals of its giver: a move unanswered
+/// longer is stuck (a partition, a receiver gone), and waiting on it would stall every walk
+/// that reaches the giver; past it a refusal is final again (the units err low, never sold).
+pub const MOVE_IN_FLIGHT_MS: i64 = 30_000;
+
 /// True when a purchase of `amount` on the counter at a key (None: missing) would be refused
-/// only for want of budget still travelling ([`Counter::budget_in_flight`]): the refusal is
-/// retryable (`TRYAGAIN`), never recorded against its token. A missing key named as a holder of
-/// a floored spread has not had its first credit yet.
+/// only for want of budget still travelling ([`Counter::budget_in_flight`] at `now_ms`): the
+/// refusal is retryable (`TRYAGAIN`), never recorded against its token. A missing key named as
+/// a holder of a floored spread has not had its first credit yet.
 pub fn purchase_waits_for_budget(
     counter: Option<&Counter>,
     amount: i64,
     floor_if_none: Option<i64>,
+    now_ms: i64,
 ) -> bool {
     let Some(c) = counter else {
         return floor_if_none.is_some_and(|f| 0i64.checked_sub(amount).is_none_or(|v| v < f));
     };
     let floor = c.floor().map(|f| f.floor).or(floor_if_none).unwrap_or(0);
     let refused = c.value().checked_sub(amount).is_none_or(|v| v < floor);
-    refused && c.budget_in_flight(floor_if_none)
+    refused && c.budget_in_flight(floor_if_none, now_ms)
 }
 
 impl Counter {
@@ -429,11 +435,17 @@ impl Counter {
     /// budget moves are unacknowledged (a home's shares right after a spread, a move to a
     /// sibling: those units are in no holder's budget until they land). Such a refusal is not
     /// final and must not be recorded against a token.
-    pub fn budget_in_flight(&self, floor_if_none: Option<i64>) -> bool {
+    /// A move counts while it is younger than [`MOVE_IN_FLIGHT_MS`] (its seq carries the time
+    /// of its debit, [`next_seq`]).
+    pub fn budget_in_flight(&self, floor_if_none: Option<i64>, now_ms: i64) -> bool {
         let before_first_credit = self.floor().is_none() && floor_if_none.is_some();
-        let moving_out = self
-            .transfers()
-            .is_some_and(|t| t.outbox.iter().any(|o| o.fold_id == 0 && o.df < 0));
+        let since = now_ms.saturating_sub(MOVE_IN_FLIGHT_MS);
+        let moving_out = self.transfers().is_some_and(|t| {
+            t.outbox.iter().any(|o| {
+                let debited_ms = i64::try_from(o.seq / 1024).unwrap_or(i64::MAX);
+                o.fold_id == 0 && o.df < 0 && debited_ms >= since
+            })
+        });
         before_first_credit || moving_out
     }
 
@@ -1010,46 +1022,52 @@ mod tests {
     /// a floored holder's first credit, or while the counter's own move is unacknowledged.
     #[test]
     fn a_purchase_waits_for_budget_only_while_budget_travels() {
+        const NOW: i64 = 1_000_000;
         let by_name = Some(0);
         assert!(
-            purchase_waits_for_budget(None, 1, by_name),
+            purchase_waits_for_budget(None, 1, by_name, NOW),
             "missing holder, share on the way"
         );
         assert!(
-            !purchase_waits_for_budget(None, 1, None),
+            !purchase_waits_for_budget(None, 1, None, NOW),
             "a missing plain key is sold out"
         );
         let fresh = Counter::plain(3);
         assert!(
-            !purchase_waits_for_budget(Some(&fresh), 3, by_name),
+            !purchase_waits_for_budget(Some(&fresh), 3, by_name, NOW),
             "it can grant"
         );
         assert!(
-            purchase_waits_for_budget(Some(&fresh), 4, by_name),
+            purchase_waits_for_budget(Some(&fresh), 4, by_name, NOW),
             "before its first credit"
         );
         assert!(
-            !purchase_waits_for_budget(Some(&fresh), 4, None),
+            !purchase_waits_for_budget(Some(&fresh), 4, None, NOW),
             "unfloored, unspread"
         );
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
         assert!(
-            !purchase_waits_for_budget(Some(&giver), 11, by_name),
+            !purchase_waits_for_budget(Some(&giver), 11, by_name, NOW),
             "credited, nothing moving"
         );
-        let out = giver.start_transfer(&holder(2), 0, -6, 1, g(9)).unwrap();
+        let out = giver.start_transfer(&holder(2), 0, -6, NOW, g(9)).unwrap();
         assert!(
-            purchase_waits_for_budget(Some(&giver), 5, by_name),
+            purchase_waits_for_budget(Some(&giver), 5, by_name, NOW),
             "6 units in flight"
         );
         assert!(
-            !purchase_waits_for_budget(Some(&giver), 4, by_name),
+            !purchase_waits_for_budget(Some(&giver), 4, by_name, NOW),
             "it can grant"
+        );
+        let stuck = NOW + MOVE_IN_FLIGHT_MS + 1;
+        assert!(
+            !purchase_waits_for_budget(Some(&giver), 5, by_name, stuck),
+            "a move unanswered that long no longer holds refusals back"
         );
         assert!(giver.apply_ack(&holder(2), out.seq));
         assert!(
-            !purchase_waits_for_budget(Some(&giver), 5, by_name),
+            !purchase_waits_for_budget(Some(&giver), 5, by_name, NOW),
             "landed: sold out here"
         );
     }
