@@ -9,7 +9,7 @@
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
 use super::ctr_store::{
-    created_with_ttl, inline_advice, is_missing, open_for_retry_as, open_for_write,
+    created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
     refuse_sealed_unless_retry, with_counter, Before, Write,
 };
 use super::decide;
@@ -259,24 +259,9 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
     })?;
     let expires = matches!(outcome, Ok((_, before)) if created_with_ttl(&key, before));
     drop(key);
-    match outcome {
-        Err(replay) => {
-            metrics::DUPLICATES_IGNORED.incr();
-            Ok(replay.map_or(Reply::Null, Reply::Integer))
-        }
-        Ok((value_before, before)) => {
-            let effect = Effect {
-                op: CounterOp::Clear(op),
-                expire_at: None,
-            };
-            w.finish(&effect, before, c"ctr.clear")?;
-            if expires {
-                ctx.expire_set(w.key_name);
-            }
-            metrics::CLEARS.incr();
-            Ok(Reply::Integer(value_before))
-        }
-    }
+    let applied =
+        outcome.map(|(value_before, before)| (CounterOp::Clear(op), before, value_before));
+    finish_clear(&w, applied, expires)
 }
 
 /// CTR.GET key

@@ -10,10 +10,12 @@ use crate::counter::{
     siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
     StartOp, TokenStamp, TokenTimeError, TokenUse, WriteKind,
 };
-use crate::ffi::{Args, CommandError, Ctx, Key, KeyContent, RawString, WRONG_TYPE};
+use crate::ffi::{
+    Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply, WRONG_TYPE,
+};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
-use crate::persist::effect::{self, Effect};
+use crate::persist::effect::{self, CounterOp, Effect};
 
 const APPLY_COMMAND: &CStr = c"CTR.APPLY";
 
@@ -559,4 +561,33 @@ pub fn publish_state(ctx: Ctx, key_name: RawString, state: &[u8]) -> Result<(), 
     }
     ctx.key_changed(c"ctr.spread", key_name);
     Ok(())
+}
+
+/// The end of a clear (of a counter, or of a spread home's total), once its key is closed:
+/// `Err` is a retry, which replies its first answer; `Ok` is the applied clear, whose effect
+/// replicates (with the `expire` event when the write made the key with a TTL) and whose reply
+/// is the value before.
+pub fn finish_clear(
+    w: &Write,
+    outcome: Result<(CounterOp, Before, i64), Option<i64>>,
+    expires: bool,
+) -> CommandResult {
+    match outcome {
+        Err(first) => {
+            metrics::DUPLICATES_IGNORED.incr();
+            Ok(first.map_or(Reply::Null, Reply::Integer))
+        }
+        Ok((op, before, value_before)) => {
+            let effect = Effect {
+                op,
+                expire_at: None,
+            };
+            w.finish(&effect, before, c"ctr.clear")?;
+            if expires {
+                w.ctx.expire_set(w.key_name);
+            }
+            metrics::CLEARS.incr();
+            Ok(Reply::Integer(value_before))
+        }
+    }
 }

@@ -13,13 +13,15 @@
 //! one token: one applies, the other replays its reply). A floored spread is refused: its
 //! holders hold budgets that lowering the home cannot take back.
 
-use super::ctr_store::{created_with_ttl, is_missing, open_for_write, update_counter, Write};
+use super::ctr_store::{
+    created_with_ttl, finish_clear, is_missing, open_for_write, update_counter, Write,
+};
 use super::spread_transfer::serves;
 use crate::counter::{ClearTotalOp, CounterCell, CounterError, CounterRef, TokenStamp, WriteKind};
 use crate::ffi::{CommandError, CommandResult, Ctx, Key, KeyContent, KeyName, Reply};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
-use crate::persist::effect::{CounterOp, Effect};
+use crate::persist::effect::CounterOp;
 
 /// True when `key` (open, a counter or missing) is a spread home: holders, current or still
 /// folding back. A replayed command never gathers (it would not be one: clears replicate as
@@ -95,22 +97,6 @@ pub fn apply(
     })?;
     let expires = matches!(outcome, Ok((_, before)) if created_with_ttl(&key, before));
     drop(key);
-    match outcome {
-        Err(first) => {
-            metrics::DUPLICATES_IGNORED.incr();
-            Ok(first.map_or(Reply::Null, Reply::Integer))
-        }
-        Ok((op, before)) => {
-            let effect = Effect {
-                op: CounterOp::ClearTotal(op),
-                expire_at: None,
-            };
-            w.finish(&effect, before, c"ctr.clear")?;
-            if expires {
-                ctx.expire_set(name.raw);
-            }
-            metrics::CLEARS.incr();
-            Ok(Reply::Integer(op.total))
-        }
-    }
+    let applied = outcome.map(|(op, before)| (CounterOp::ClearTotal(op), before, op.total));
+    finish_clear(&w, applied, expires)
 }
