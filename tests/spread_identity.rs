@@ -379,7 +379,9 @@ fn a_moved_spread_home_takes_its_holders_along() {
     assert_eq!(c.cmd(&["MOVE", "views", "1"]), Value::Int(1));
     // The holders follow in the next timer tick; the total is whole again in database 1.
     assert_eq!(c.q("SELECT 1"), Value::Simple("OK".into()));
-    eventually(5, || (c.cmd(&["CTR.GET", "views"]) == Value::Int(15)).then_some(()));
+    eventually(5, || {
+        (c.cmd(&["CTR.GET", "views"]) == Value::Int(15)).then_some(())
+    });
     for h in &holders[1..] {
         assert_eq!(c.cmd(&["EXISTS", h]), Value::Int(1), "{h} in database 1");
     }
@@ -399,11 +401,18 @@ fn a_moved_spread_home_takes_its_holders_along() {
     let likes = spread(&mut c, "likes", 2);
     assert_eq!(c.cmd(&["CTR.ADD", &likes[1], "2"]), Value::Int(2));
     assert_eq!(c.q("SELECT 2"), Value::Simple("OK".into()));
-    assert_eq!(c.cmd(&["SET", &likes[1], "squatter"]), Value::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["SET", &likes[1], "squatter"]),
+        Value::Simple("OK".into())
+    );
     assert_eq!(c.q("SELECT 0"), Value::Simple("OK".into()));
     assert_eq!(c.cmd(&["MOVE", "likes", "2"]), Value::Int(1));
     eventually(5, || {
         (server.info_field("ctr", "ctr_holders_left_behind") == "1").then_some(())
     });
-    assert_eq!(c.cmd(&["EXISTS", &likes[1]]), Value::Int(1), "stayed behind");
+    assert_eq!(
+        c.cmd(&["EXISTS", &likes[1]]),
+        Value::Int(1),
+        "stayed behind"
+    );
 }
