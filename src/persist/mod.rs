@@ -4,6 +4,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod codec;
+pub mod collect_msg;
 pub mod ctr_format;
 pub mod ctr_type;
 pub mod demand_msg;
