@@ -19,6 +19,7 @@ pub mod pnc;
 mod replication_gate;
 mod spread_clear;
 mod spread_cluster;
+pub mod spread_collect;
 pub mod spread_transfer;
 pub mod sweep;
 
@@ -498,6 +499,7 @@ pub fn register(
     }
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
+    spread_collect::register(ctx);
     floor_moves::register(ctx);
     Ok(internal)
 }

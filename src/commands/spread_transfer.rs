@@ -718,9 +718,12 @@ unsafe extern "C" fn on_message(
     }
 }
 
-/// A key renamed or moved keeps its transfer state under its new name, which the registry
-/// does not know yet (it forgets the old one at its next tick): the new name is tracked, so
-/// its seals and credits go on without waiting for a restart to find it.
+/// The module's keyspace subscription (generic, expired and evicted events). A home unlinked
+/// just before the event is claimed or forgotten by the collector of gone spreads
+/// ([`super::spread_collect::on_event`]). A key renamed or moved keeps its transfer state
+/// under its new name, which the registry does not know yet (it forgets the old one at its next
+/// tick): the new name is tracked, so its seals and credits go on without waiting for a restart
+/// to find it.
 unsafe extern "C" fn on_keyspace(
     ctx: *mut raw::RedisModuleCtx,
     _class: c_int,
@@ -729,10 +732,13 @@ unsafe extern "C" fn on_keyspace(
 ) -> c_int {
     // SAFETY: the server passes a NUL-terminated event name.
     let event = unsafe { std::ffi::CStr::from_ptr(event) };
+    let c = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        super::spread_collect::on_event(c, event.to_bytes(), key);
+    }));
     if event != c"rename_to" && event != c"move_to" {
         return 0;
     }
-    let c = Ctx { ptr: ctx };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let name = string_bytes(key).to_vec();
         let db = selected_db(c);
@@ -755,7 +761,9 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) {
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(
             ctx,
-            raw::REDISMODULE_NOTIFY_GENERIC,
+            raw::REDISMODULE_NOTIFY_GENERIC
+                | raw::REDISMODULE_NOTIFY_EXPIRED
+                | raw::REDISMODULE_NOTIFY_EVICTED,
             Some(on_keyspace),
         )
     };

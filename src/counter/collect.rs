@@ -10,14 +10,15 @@
 //!   name alone) or naming the home itself is never collected.
 //! - [`event_rule`]: which keyspace event after the unlink says the counter is gone (collect)
 //!   and which says it lives on under another name or database (forget).
-//! - [`still_to_collect`]: a collection is dropped when the name it was left under holds a home
-//!   of that spread again by the time it is sent (a `RESTORE` of its dump, a `DEBUG RELOAD`).
+//! - [`still_to_collect`]: a collection is dropped on a doubt: the name it was left under holds
+//!   a home of that spread again by the time it is sent (a `RESTORE` of its dump, a `DEBUG
+//!   RELOAD`), or the deleted key was a copy of a home restored under another name.
 //! - [`verdict`]: what a receiver does with each name it is asked about: it deletes a key only
 //!   when the name is a holder of exactly that spread id and carried home, and holds a counter.
 //! - [`Pending`]: the sender's collections, sent again until every name is answered or the
 //!   timeout has passed, bounded in memory and in work per tick.
 
-use super::spread::parse_holder_name;
+use super::spread::{key_slot, parse_holder_name};
 use super::Counter;
 
 /// The holders of one spread to collect: the spread's id and the home name its holders'
@@ -90,11 +91,38 @@ pub fn is_home_of(c: &Counter, spread_id: u64) -> bool {
             .any(|l| parse_holder_name(&l.name).is_some_and(|h| h.spread_id == spread_id))
 }
 
-/// A collection left under a name is still to be collected unless that name holds a home of
-/// the same spread again (restored from its dump, reloaded): that counter lives on, holders
-/// included.
-pub fn still_to_collect(c: &Collection, now_under_the_name: Option<&Counter>) -> bool {
-    !now_under_the_name.is_some_and(|home| is_home_of(home, c.spread_id))
+/// What the home's master sees when it checks a claimed collection: the counter now under the
+/// name the home was deleted from, the counter under the home name its holders carry (when that
+/// is another name this master can read), and whether it runs in a cluster.
+pub struct Seen<'a> {
+    pub deleted_name: &'a [u8],
+    pub now_under_the_name: Option<&'a Counter>,
+    pub under_the_carried_home: Option<&'a Counter>,
+    pub in_cluster: bool,
+}
+
+/// A collection is started unless there is a doubt that the counter is gone:
+/// - the name holds a home of the same spread again (restored from its dump, reloaded);
+/// - the deleted key was not the spread's first home (its holders carry another name) and
+///   that name holds a home of the same spread: the deleted key was a copy restored under
+///   another name (a second home of the same holders, docs/CLUSTER.md), the original lives;
+/// - in a cluster, the holders carry a home name of another slot: RENAME keeps a key in its
+///   slot, so the deleted key is a copy restored under another name, whose original this
+///   master cannot see.
+pub fn still_to_collect(c: &Collection, seen: &Seen) -> bool {
+    let home_again = |k: Option<&Counter>| k.is_some_and(|home| is_home_of(home, c.spread_id));
+    if home_again(seen.now_under_the_name) {
+        return false;
+    }
+    if c.home != seen.deleted_name {
+        if seen.in_cluster && key_slot(&c.home) != key_slot(seen.deleted_name) {
+            return false;
+        }
+        if home_again(seen.under_the_carried_home) {
+            return false;
+        }
+    }
+    true
 }
 
 /// What a keyspace event says of a home whose value the server unlinked just before it (in the
@@ -268,6 +296,12 @@ impl Pending {
         removed
     }
 
+    /// Drops every collection (a master that became a replica: they are its new master's).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
     /// Drops the collections started more than `timeout_ms` ago; returns how many.
     pub fn expire(&mut self, now: i64, timeout_ms: i64) -> usize {
         self.drop_where(|e| now.saturating_sub(e.started_ms) > timeout_ms)
@@ -364,21 +398,53 @@ mod tests {
     #[test]
     fn a_name_holding_the_same_spread_again_keeps_its_holders() {
         let holders = vec![holder_name(b"k", 0x30, 1, 0)];
-        let left = left_by(b"k", &home_with(&holders, 0x30)).remove(0);
-        assert!(still_to_collect(&left, None), "deleted");
-        assert!(
-            still_to_collect(&left, Some(&Counter::plain(1))),
-            "made again"
-        );
+        let home = home_with(&holders, 0x30);
+        let left = left_by(b"k", &home).remove(0);
+        let check = |now: Option<&Counter>| {
+            let seen = Seen {
+                deleted_name: b"k",
+                now_under_the_name: now,
+                under_the_carried_home: None,
+                in_cluster: true,
+            };
+            still_to_collect(&left, &seen)
+        };
+        assert!(check(None), "deleted");
+        assert!(check(Some(&Counter::plain(1))), "made again");
         let other = home_with(&[holder_name(b"k", 0x32, 1, 0)], 0x32);
-        assert!(
-            still_to_collect(&left, Some(&other)),
-            "spread again: a new id"
-        );
-        assert!(
-            !still_to_collect(&left, Some(&home_with(&holders, 0x30))),
-            "restored"
-        );
+        assert!(check(Some(&other)), "spread again: a new id");
+        assert!(!check(Some(&home)), "restored");
+    }
+
+    #[test]
+    fn a_copy_of_a_home_never_collects_the_holders_its_original_lists() {
+        // k spread, then restored from its dump as "copy": its holders carry "k".
+        let holders = vec![holder_name(b"k", 0x50, 1, 0)];
+        let original = home_with(&holders, 0x50);
+        let left = left_by(b"copy", &original).remove(0);
+        assert_eq!(left.home, b"k".to_vec());
+        let check = |carried: Option<&Counter>, in_cluster| {
+            let seen = Seen {
+                deleted_name: b"copy",
+                now_under_the_name: None,
+                under_the_carried_home: carried,
+                in_cluster,
+            };
+            still_to_collect(&left, &seen)
+        };
+        assert!(!check(Some(&original), false), "the original lives");
+        assert!(check(None, false), "renamed on one server");
+        // In a cluster a RENAME stays in its slot: a carried home in another slot is a copy.
+        assert!(!check(None, true));
+        let tagged = vec![holder_name(b"{t}k", 0x52, 1, 0)];
+        let left = left_by(b"{t}renamed", &home_with(&tagged, 0x52)).remove(0);
+        let renamed = Seen {
+            deleted_name: b"{t}renamed",
+            now_under_the_name: None,
+            under_the_carried_home: None,
+            in_cluster: true,
+        };
+        assert!(still_to_collect(&left, &renamed), "renamed within its slot");
     }
 
     #[test]
