@@ -49,12 +49,15 @@ fn wait_gone_here(c: &mut Conn, keys: &[String]) {
     eventually(5, || existing(c, keys).is_empty().then_some(()));
 }
 
+/// How a test makes a home go.
+type Remove = fn(&mut Conn, &str);
+
 #[test]
 fn a_gone_home_takes_its_holders_with_it_on_one_server() {
     let server = Server::start();
     let replica = server.start_replica();
     let mut c = server.conn();
-    let gone: [(&str, fn(&mut Conn, &str)); 4] = [
+    let gone: [(&str, Remove); 4] = [
         ("DEL", |c, k| assert_eq!(c.cmd(&["DEL", k]), Value::Int(1))),
         ("UNLINK", |c, k| {
             assert_eq!(c.cmd(&["UNLINK", k]), Value::Int(1))
