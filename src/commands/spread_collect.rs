@@ -15,8 +15,9 @@
 //! 2. **Checked** at the next tick, on a master: in a cluster the home's slot must still be
 //!    served here (the server's routing check, through `RM_Call`), which fails for `MIGRATE`'s
 //!    `del` on the source of a slot migration and for keys a node drops with a slot it lost
-//!    (Valkey sends them `del`), so nothing is collected then; and the name must not hold a
-//!    home of the same spread again (`RESTORE` of its dump, `DEBUG RELOAD`).
+//!    (Valkey sends them `del`), so nothing is collected then; the name must not hold a home
+//!    of the same spread again (`RESTORE` of its dump, `DEBUG RELOAD`); and the deleted key
+//!    must not be a copy of a home restored under another name (`collect::still_to_collect`).
 //! 3. **Sent.** Outside a cluster the holders are deleted there and then (the tick runs right
 //!    after the command). In a cluster the master serving each holder's slot is asked over the
 //!    bus (type 0xCC, as few messages as fit in 32 KB each) and answers with the names it
@@ -263,7 +264,7 @@ fn tick(ctx: Ctx) {
 
 /// The checks of `collect::still_to_collect`, on this master (the selected database).
 fn still_to_collect(ctx: Ctx, c: &Collection, deleted_name: &[u8], in_cluster: bool) -> bool {
-    // Another type under a name: not a home of anything.
+    // What a name holds, as a counter (another type, or an inline counter: not a home).
     let read = |name: &[u8], f: &mut dyn FnMut(Option<&Counter>) -> bool| -> bool {
         let key = Name::new(ctx, name);
         with_counter(ctx, key.raw, |k| match k {
