@@ -256,12 +256,18 @@ impl Pending {
         true
     }
 
-    /// The collections due now, at most `max_names` names in all (at least one collection
-    /// when any is due); each is due again [`RESEND_MS`] later.
+    /// The collections due now, longest waiting first (so a collection nobody answers never
+    /// starves the others), at most `max_names` names in all (at least one collection when any
+    /// is due); each is due again [`RESEND_MS`] later.
     pub fn due(&mut self, now: i64, max_names: usize) -> Vec<Collection> {
+        let mut waiting: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.entries[i].next_ms <= now)
+            .collect();
+        waiting.sort_by_key(|&i| self.entries[i].next_ms);
         let mut out = Vec::new();
         let mut names = 0usize;
-        for e in self.entries.iter_mut().filter(|e| e.next_ms <= now) {
+        for i in waiting {
+            let e = &mut self.entries[i];
             if !out.is_empty() && names.saturating_add(e.c.holders.len()) > max_names {
                 break;
             }
@@ -553,6 +559,16 @@ mod tests {
         assert_eq!(p.due(0, 25).len(), 1, "the rest, still due");
         assert_eq!(p.due(0, 1).len(), 0, "nothing due until the resend time");
         assert_eq!(p.due(RESEND_MS, 1).len(), 1, "one collection at least");
+        // Past the first round, the longest waiting go first: none starves.
+        let mut fair = Pending::with_cap(1 << 20);
+        for id in [2, 4, 6] {
+            assert!(fair.add(collection(id, 10), 0));
+        }
+        let ids = |due: Vec<Collection>| due.iter().map(|c| c.spread_id).collect::<Vec<_>>();
+        assert_eq!(ids(fair.due(0, 10)), vec![2]);
+        assert_eq!(ids(fair.due(RESEND_MS, 10)), vec![4], "never sent yet");
+        assert_eq!(ids(fair.due(RESEND_MS, 10)), vec![6]);
+        assert_eq!(ids(fair.due(2 * RESEND_MS, 10)), vec![2]);
         // Deleted again (restored and deleted): the names merge, the deadline is fresh.
         assert!(p.add(collection(2, 10), 50));
         assert_eq!(p.len(), 3);
