@@ -3,9 +3,10 @@
 //! under `ctr.collect-timeout-ms`; a RENAME of a home keeps them (and the total), and a DEL of
 //! the renamed home collects them; a home deleted and restored from its dump in one MULTI, or
 //! restored over itself, keeps them; a spread made again under the name keeps its new holders
-//! and counts only its new adds. Holders still folding back (sealed, credits in flight) go
-//! too; a holder's master paused when the home goes is collected once it wakes, and one that
-//! does not answer within the timeout is counted abandoned.
+//! and counts only its new adds; nothing is collected before the home's replicas hold the
+//! deletion. Holders still folding back (sealed, credits in flight) go too; a holder's master
+//! paused when the home goes is collected once it wakes, and one that does not answer within
+//! the timeout is counted abandoned.
 
 mod common;
 
@@ -90,6 +91,35 @@ fn a_gone_home_takes_its_holders_with_it_on_one_server() {
     assert_eq!(info_u64(&server, "ctr_collections_abandoned"), 0);
     assert_eq!(info_u64(&server, "ctr_collections_pending"), 0);
     // The deletions were replicated.
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DBSIZE"), Value::Int(0));
+}
+
+#[test]
+fn holders_are_collected_only_once_the_replicas_hold_the_deletion() {
+    // A failover that lost the DEL would bring the home back: its holders must still be there.
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let (holders, _) = spread_one_server(&mut c, "views");
+    server.wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1.5"));
+    std::thread::sleep(Duration::from_millis(200));
+    let deleted = Instant::now();
+    assert_eq!(c.q("DEL views"), Value::Int(1));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        existing(&mut c, &holders[1..]).len(),
+        3,
+        "the replica is frozen"
+    );
+    sleeper.join().unwrap();
+    wait_gone_here(&mut c, &holders[1..]);
+    note(&format!(
+        "spread_collect: one server, its replica frozen 1.5 s: collected {:?} after the DEL",
+        deleted.elapsed()
+    ));
     server.wait_replicas(1);
     assert_eq!(replica.conn().q("DBSIZE"), Value::Int(0));
 }
@@ -233,9 +263,9 @@ fn a_deleted_home_is_collected_on_every_master_and_their_replicas() {
 
     let deleted = Instant::now();
     assert_eq!(client.cmd(&["DEL", home]), Value::Int(1));
-    let took = wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(2));
+    let took = wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(3));
     note(&format!(
-        "spread_collect: {} holders on 3 masters collected {took:?} after the DEL (ctr.collect-timeout-ms 10000)",
+        "spread_collect: {} holders on 3 masters with replicas collected {took:?} after the DEL (ctr.collect-timeout-ms 10000)",
         holders.len() - 1
     ));
     assert_eq!(sum_info(&cluster, "ctr_holders_collected"), 5);
@@ -275,15 +305,17 @@ fn a_deleted_home_is_collected_on_every_master_and_their_replicas() {
     assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(12));
     let deleted = Instant::now();
     assert_eq!(client.cmd(&["DEL", renamed]), Value::Int(1));
-    wait_collected(&cluster, &again[1..], deleted, Duration::from_secs(2));
+    wait_collected(&cluster, &again[1..], deleted, Duration::from_secs(3));
 
     // FLUSHALL on the home's master: the holders it serves go with the flush, the others are
     // collected.
     let (home_node, third, _) = spread_over_masters(&cluster, home);
     let flushed = Instant::now();
     assert_eq!(cluster.nodes[home_node].conn().q("FLUSHALL"), ok());
-    let took = wait_collected(&cluster, &third[1..], flushed, Duration::from_secs(2));
-    note(&format!("spread_collect: FLUSHALL collected in {took:?}"));
+    let took = wait_collected(&cluster, &third[1..], flushed, Duration::from_secs(3));
+    note(&format!(
+        "spread_collect: FLUSHALL on a master with a replica collected in {took:?}"
+    ));
 }
 
 #[test]

@@ -12,7 +12,10 @@
 //!    cluster, the flush's start event walks the database (O(keys), like the flush; a flush
 //!    with `ASYNC` pays that walk on the main thread) and claims every spread home in it.
 //!    Outside a cluster a home's holders sit in its own database and go with the flush.
-//! 2. **Checked** at the next tick, on a master: in a cluster the home's slot must still be
+//! 2. **Checked** on a master once its online replicas hold the deletion (read from `INFO
+//!    replication` by the timer, as transfers wait: a failover that loses the `DEL` brings the
+//!    home back, and its holders must be there then; replicas acknowledge about once a second,
+//!    a master without replicas goes at the next tick): in a cluster the home's slot must still be
 //!    served here (the server's routing check, through `RM_Call`), which fails for `MIGRATE`'s
 //!    `del` on the source of a slot migration and for keys a node drops with a slot it lost
 //!    (Valkey sends them `del`), so nothing is collected then; the name must not hold a home
@@ -36,7 +39,8 @@
 //!
 //! Failover: a replica claims what its master's replicated `DEL`s unlink, keeps it for the
 //! timeout, and sends it if it is promoted within it (a receiver answers a holder already
-//! deleted as gone). What leaks (never a loss): collections pending on a master that restarts,
+//! deleted as gone); a failover to a replica that never got the `DEL` finds the home and every
+//! holder (nothing was collected before the replicas held it). What leaks (never a loss): collections pending on a master that restarts,
 //! a flush's claims when its master fails over right after it (replicas do not walk), holders
 //! whose master does not answer within the timeout, and an acknowledged deletion that a
 //! receiver's failover loses.
@@ -50,6 +54,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
+use super::replication_gate::{self, Gate};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer::{route, selected_db, serves, Name};
 use crate::config;
@@ -80,6 +85,8 @@ struct Left {
     collections: Vec<Collection>,
     /// When it was claimed (the collection's deadline counts from there).
     at_ms: i64,
+    /// A claim starts only once this master's replicas hold the deletion that made it.
+    gate: Gate,
 }
 
 struct State {
@@ -123,6 +130,7 @@ pub fn stash(db: c_int, name: &[u8], collections: Vec<Collection>) {
         name: name.to_vec(),
         collections,
         at_ms: 0,
+        gate: Gate::default(),
     });
     STASHED.store(true, Relaxed);
 }
@@ -214,10 +222,20 @@ fn tick(ctx: Ctx) {
         }
     };
     let in_cluster = cluster::in_cluster(ctx);
+    // Read once per tick, after the deletions of earlier commands were propagated.
+    let replication = replication_gate::read(ctx);
     let mut started: Vec<(Collection, i64)> = Vec::new();
-    for left in claims {
+    let mut waiting: Vec<Left> = Vec::new();
+    for mut left in claims {
         if now.saturating_sub(left.at_ms) > timeout {
             metrics::COLLECTIONS_ABANDONED.add(left.collections.len() as u64);
+            continue;
+        }
+        // Not before the replicas hold the deletion: a failover that lost it would bring the
+        // home back, and its holders must be there then.
+        let replicas_hold_it = replication.as_ref().is_some_and(|r| left.gate.open(r));
+        if !replicas_hold_it {
+            waiting.push(left);
             continue;
         }
         if !select_db(ctx, left.db) {
@@ -244,6 +262,11 @@ fn tick(ctx: Ctx) {
     select_db(ctx, 0);
     let due = {
         let mut s = state();
+        s.claim_bytes += waiting
+            .iter()
+            .map(|l| bytes_of(&l.collections))
+            .sum::<usize>();
+        s.claims.extend(waiting);
         for (c, at) in started {
             if s.pending.add(c, at) {
                 metrics::COLLECTIONS.incr();
@@ -550,6 +573,7 @@ unsafe extern "C" fn visit_home(
                 name: name.to_vec(),
                 collections,
                 at_ms: walk.at_ms,
+                gate: Gate::default(),
             });
         }
     }));
