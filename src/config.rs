@@ -30,9 +30,12 @@ pub static SWEEP_INTERVAL_MS: AtomicI64 = AtomicI64::new(100);
 /// Floored spread counters: how long after a refusal its home's budgets are rebalanced
 /// (0 = never).
 pub static REBALANCE_DELAY_MS: AtomicI64 = AtomicI64::new(20);
+/// Spread counters: how long a master keeps asking other masters to delete the holders of a
+/// deleted home before it gives up (counted in `ctr_collections_abandoned`).
+pub static COLLECT_TIMEOUT_MS: AtomicI64 = AtomicI64::new(10_000);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 14] = [
+pub const I64_CONFIGS: [I64Config; 15] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -84,6 +87,13 @@ pub const I64_CONFIGS: [I64Config; 14] = [
     ("sweep-budget", &SWEEP_BUDGET, 2_000, 0, 1_000_000),
     ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
     ("rebalance-delay-ms", &REBALANCE_DELAY_MS, 20, 0, 60_000),
+    (
+        "collect-timeout-ms",
+        &COLLECT_TIMEOUT_MS,
+        10_000,
+        1,
+        3_600_000,
+    ),
 ];
 
 /// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any

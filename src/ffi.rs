@@ -111,6 +111,10 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_GetSelectedDb,
         RedisModule_GetKeyNameFromIO,
         RedisModule_GetDbIdFromIO,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_ScanCursorDestroy,
     )
 }
 

@@ -31,6 +31,11 @@ impl Counter {
             .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
     }
 
+    /// For gauges recomputed by their one writer.
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
     /// For maxima.
     pub fn raise_to(&self, v: u64) {
         self.0.fetch_max(v, Relaxed);
@@ -152,6 +157,14 @@ pub static TRANSFERS_ROLLED_BACK: Counter = Counter::new();
 /// failed); the next refusal asks again.
 pub static BUDGET_MOVES: Counter = Counter::new();
 pub static BUDGET_MOVES_SKIPPED: Counter = Counter::new();
+/// Collections of a gone spread home's holders (see `commands::spread_collect`): started on
+/// this master (one per spread and carried home name), pending now (a gauge), abandoned (not
+/// every holder answered within `ctr.collect-timeout-ms`, or past the memory cap), and holder
+/// keys this master deleted for one (as the receiver).
+pub static COLLECTIONS: Counter = Counter::new();
+pub static COLLECTIONS_PENDING: Counter = Counter::new();
+pub static COLLECTIONS_ABANDONED: Counter = Counter::new();
+pub static HOLDERS_COLLECTED: Counter = Counter::new();
 
 /// Records the latency of one successful gather.
 pub fn record_gather_latency(ms: i64) {
@@ -217,6 +230,10 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("transfers_rolled_back", &TRANSFERS_ROLLED_BACK),
         ("budget_moves", &BUDGET_MOVES),
         ("budget_moves_skipped", &BUDGET_MOVES_SKIPPED),
+        ("collections", &COLLECTIONS),
+        ("collections_pending", &COLLECTIONS_PENDING),
+        ("collections_abandoned", &COLLECTIONS_ABANDONED),
+        ("holders_collected", &HOLDERS_COLLECTED),
     ]
 }
 

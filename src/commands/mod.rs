@@ -15,11 +15,13 @@ mod ctr_store;
 mod decide;
 mod demand;
 mod floor_moves;
+mod keyspace;
 pub mod parse;
 pub mod pnc;
 mod replication_gate;
 mod spread_clear;
 mod spread_cluster;
+pub mod spread_collect;
 mod spread_move;
 pub mod spread_transfer;
 pub mod sweep;
@@ -500,8 +502,9 @@ pub fn register(
     }
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
+    spread_collect::register(ctx);
     floor_moves::register(ctx);
-    spread_move::register(ctx);
+    keyspace::register(ctx);
     Ok(internal)
 }
 

@@ -11,14 +11,14 @@
 //! same key in the same command: the pair gives both databases.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
 use super::spread_transfer::{is_master, selected_db};
 use crate::counter::CounterRef;
-use crate::ffi::{rm, string_bytes, Ctx};
+use crate::ffi::{rm, string_bytes, Ctx, RawString};
 use crate::metrics;
 
 /// Holders to move: from database, to database, their names.
@@ -36,31 +36,20 @@ thread_local! {
 }
 
 /// Keyspace events `move_from` / `move_to`: a spread home that moved schedules its holders.
-unsafe extern "C" fn on_keyspace(
-    ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: the server passes a NUL-terminated event name.
-    let event = unsafe { std::ffi::CStr::from_ptr(event) };
-    let ctx = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let name = string_bytes(key);
-        if event == c"move_from" {
-            MOVED_FROM.with(|m| *m.borrow_mut() = Some((name.to_vec(), selected_db(ctx))));
-        } else if event == c"move_to" {
-            let from = MOVED_FROM.with(|m| m.borrow_mut().take());
-            if let Some((_, from)) = from.filter(|(n, _)| n == name) {
-                schedule(ctx, key, from);
-            }
+pub fn on_event(ctx: Ctx, event: &CStr, key: RawString) {
+    let name = string_bytes(key);
+    if event == c"move_from" {
+        MOVED_FROM.with(|m| *m.borrow_mut() = Some((name.to_vec(), selected_db(ctx))));
+    } else if event == c"move_to" {
+        let from = MOVED_FROM.with(|m| m.borrow_mut().take());
+        if let Some((_, from)) = from.filter(|(n, _)| n == name) {
+            schedule(ctx, key, from);
         }
-    }));
-    0
+    }
 }
 
 /// Schedules the holders of the counter at `key` (just moved from database `from`) to follow.
-fn schedule(ctx: Ctx, key: *mut raw::RedisModuleString, from: c_int) {
+fn schedule(ctx: Ctx, key: RawString, from: c_int) {
     let Ok(holders) = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) => {
             let current = b.spread().map(|s| s.holders.clone()).unwrap_or_default();
@@ -136,16 +125,4 @@ fn move_holder(ctx: Ctx, holder: &[u8], from: c_int, to: c_int) {
 fn key_exists(ctx: Ctx, name: &[u8]) -> bool {
     let key = crate::ffi::KeyName::new(ctx, name);
     with_counter(ctx, key.raw, |c| c.is_some()).unwrap_or(true)
-}
-
-/// Subscribes to the keyspace events of `MOVE` (from the module's load).
-pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: called from OnLoad with its live context.
-    unsafe {
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(
-            ctx,
-            raw::REDISMODULE_NOTIFY_GENERIC,
-            Some(on_keyspace),
-        )
-    };
 }

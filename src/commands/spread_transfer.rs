@@ -692,31 +692,18 @@ unsafe extern "C" fn on_message(
     }
 }
 
-/// A key renamed or moved keeps its transfer state under its new name, which the registry
-/// does not know yet (it forgets the old one at its next tick): the new name is tracked, so
-/// its seals and credits go on without waiting for a restart to find it.
-unsafe extern "C" fn on_keyspace(
-    ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: the server passes a NUL-terminated event name.
-    let event = unsafe { std::ffi::CStr::from_ptr(event) };
-    if event != c"rename_to" && event != c"move_to" {
-        return 0;
-    }
-    let c = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let name = string_bytes(key).to_vec();
-        let db = selected_db(c);
-        let _ = with_counter(c, key, |counter| {
-            if let Some(CounterRef::Boxed(b)) = counter {
-                track(db, &name, b);
-            }
-        });
-    }));
-    0
+/// After `RENAME` or `MOVE` (the key's `rename_to` / `move_to` event): a key keeps its
+/// transfer state under its new name, which the registry does not know yet (it forgets the old
+/// one at its next tick): the new name is tracked, so its seals and credits go on without
+/// waiting for a restart to find it.
+pub fn track_key(ctx: Ctx, key: RawString) {
+    let name = string_bytes(key).to_vec();
+    let db = selected_db(ctx);
+    let _ = with_counter(ctx, key, |counter| {
+        if let Some(CounterRef::Boxed(b)) = counter {
+            track(db, &name, b);
+        }
+    });
 }
 
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
@@ -725,13 +712,5 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) {
         // SAFETY: called from OnLoad with its live context.
         unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
     }
-    // SAFETY: as above.
-    unsafe {
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(
-            ctx,
-            raw::REDISMODULE_NOTIFY_GENERIC,
-            Some(on_keyspace),
-        )
-    };
     arm(ctx);
 }

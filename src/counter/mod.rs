@@ -7,6 +7,7 @@
 //! replicas and the AOF reach the same state bit for bit.
 
 mod cell;
+pub mod collect;
 mod error;
 pub mod floor;
 pub mod history;

@@ -33,6 +33,7 @@ pub static CTR_TYPE: RedisType = RedisType::new(
         free: Some(free),
         free_effort: Some(free_effort),
         copy: Some(copy),
+        unlink2: Some(unlink2),
     }),
 );
 
@@ -162,4 +163,78 @@ unsafe extern "C" fn copy(
     counter.forget_transfers();
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
     CounterCell::new(counter).into_raw()
+}
+
+/// Homes unlinked and not yet taken by the collector, at most (each is taken at the keyspace
+/// event that follows its unlink, in the same call).
+const MAX_UNLINKED: usize = 1024;
+
+thread_local! {
+    /// What each home unlinked since the collector last looked leaves to collect.
+    static UNLINKED: std::cell::RefCell<Vec<Unlinked>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A home unlinked from the keyspace: its database, its name, what it leaves to collect.
+pub type Unlinked = (c_int, Vec<u8>, Vec<crate::counter::collect::Collection>);
+
+/// The homes unlinked since the last call, oldest first.
+pub fn take_unlinked() -> Vec<Unlinked> {
+    UNLINKED.with(|u| std::mem::take(&mut *u.borrow_mut()))
+}
+
+/// Called by the server when a key holding a counter is unlinked from the keyspace. Only a
+/// spread home (holders current or still folding back) matters: what it leaves to collect is
+/// stashed for the keyspace event that follows, which says whether the counter is gone or
+/// lives on under another name (the collector, `crate::commands::spread_collect`, takes it
+/// with [`take_unlinked`] at that event: the type's callbacks never call into the commands).
+///
+/// When the server calls it (read in the sources: Redis 7.0.15 `db.c`, `module.c`,
+/// `cluster.c`, `expire.c`, `evict.c`; Valkey 8.0.1 the same files): `moduleNotifyKeyUnlink`,
+/// which prefers `unlink2` to `unlink`, is called by `dbGenericDelete` (so by DEL and UNLINK,
+/// by an `EXPIRE` or `RESTORE` whose time is already past, by active and lazy expiry, by
+/// eviction, by `MIGRATE` on its source after the target took the key, by `delKeysInSlot` when
+/// a node loses a slot, by `RM_DeleteKey`/`RM_UnlinkKey` and so by `RM_ModuleTypeSetValue` on
+/// a key that holds a value) and by `dbOverwrite` (a key overwritten in place: SET over it).
+/// `renameGenericCommand` calls it for an overwritten destination and then for the source (the
+/// value already added under the new name); `moveCommand` for the source (already added to the
+/// target database); `restoreCommand` and `copyCommand` for a destination replaced.
+/// `FLUSHALL`/`FLUSHDB` (`emptyData`) and a replica's full sync empty the dictionaries without
+/// it (only `free`). Valkey 8 passes the kind of unlink to a server event (`KEY` deleted,
+/// expired, evicted, overwritten) that Redis 7.0 lacks; `unlink2` itself is the same. In
+/// every case the keyspace event of the operation (`del`, `expired`, `evicted`, `rename_from`,
+/// `move_from`, `restore`, ...) follows in the same call, before anything else runs.
+///
+/// No server API beyond reading the key's name and database runs here, nothing is written, and
+/// a panic is contained.
+unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the server passes a live value of this type, still in the keyspace's hands.
+        let CounterRef::Boxed(c) = (unsafe { borrow(value) }) else {
+            return; // an inline counter is never a home
+        };
+        if c.spread().is_none() && c.leaving().is_empty() {
+            return;
+        }
+        // SAFETY: ctx is the live key context of this call; the name is borrowed for it only.
+        let (name, db) = unsafe {
+            (
+                rm!(RedisModule_GetKeyNameFromOptCtx)(ctx),
+                rm!(RedisModule_GetDbIdFromOptCtx)(ctx),
+            )
+        };
+        if name.is_null() {
+            return;
+        }
+        let name = crate::ffi::string_bytes(name);
+        let left = crate::counter::collect::left_by(name, c);
+        if !left.is_empty() {
+            UNLINKED.with(|u| {
+                let mut u = u.borrow_mut();
+                if u.len() >= MAX_UNLINKED {
+                    u.remove(0);
+                }
+                u.push((db, name.to_vec(), left));
+            });
+        }
+    }));
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod codec;
+pub mod collect_msg;
 pub mod ctr_format;
 pub mod ctr_type;
 pub mod demand_msg;
@@ -25,12 +26,14 @@ pub struct TypeCallbacks {
     pub free: raw::RedisModuleTypeFreeFunc,
     pub free_effort: raw::RedisModuleTypeFreeEffortFunc,
     pub copy: raw::RedisModuleTypeCopyFunc,
+    /// Called when a key holding the value is unlinked from the keyspace (see `ctr_type`).
+    pub unlink2: raw::RedisModuleTypeUnlinkFunc2,
 }
 
 /// The method table of a native type. Left out on purpose, for every type: aux data (on Redis
-/// 7.0 `aux_save` runs on every save, so any aux field would make every RDB need the module),
-/// `unlink` (freeing only releases Rust memory, safe on the lazy-free thread) and `defrag`
-/// (values are small: a few allocations each).
+/// 7.0 `aux_save` runs on every save, so any aux field would make every RDB need the module)
+/// and `defrag` (values are small: a few allocations each). Freeing only releases Rust memory
+/// (safe on the lazy-free thread); `unlink2` is there only to see spread homes go.
 pub const fn type_methods(c: TypeCallbacks) -> raw::RedisModuleTypeMethods {
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
@@ -50,7 +53,7 @@ pub const fn type_methods(c: TypeCallbacks) -> raw::RedisModuleTypeMethods {
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: c.unlink2,
         copy2: None,
     }
 }

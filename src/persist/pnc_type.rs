@@ -43,6 +43,7 @@ pub static PNC_TYPE: RedisType = RedisType::new(
         free: Some(free),
         free_effort: Some(free_effort),
         copy: Some(copy),
+        unlink2: None,
     }),
 );
 

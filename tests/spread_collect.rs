@@ -1,0 +1,405 @@
+//! The holders of a gone spread counter are collected: DEL, UNLINK, expiry and FLUSHALL of a
+//! home delete its holders on every master (and so on their replicas), within a bound far
+//! under `ctr.collect-timeout-ms`; a RENAME of a home keeps them (and the total), and a DEL of
+//! the renamed home collects them; a home deleted and restored from its dump in one MULTI, or
+//! restored over itself, keeps them; a spread made again under the name keeps its new holders
+//! and counts only its new adds; nothing is collected before the home's replicas hold the
+//! deletion. Holders still folding back (sealed, credits in flight) go too; a holder's master
+//! paused when the home goes is collected once it wakes, and one that does not answer within
+//! the timeout is counted abandoned.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{key_slot, Cluster};
+use common::{eventually, names, note, Conn, Server, Value};
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+fn info_u64(server: &Server, field: &str) -> u64 {
+    server
+        .info_field("ctr", field)
+        .parse()
+        .unwrap_or_else(|_| panic!("{field}"))
+}
+
+/// Spreads `home` to 4 and writes `1..=3` units on its holders; returns the holders (home
+/// first) and the total.
+fn spread_one_server(c: &mut Conn, home: &str) -> (Vec<String>, i64) {
+    c.cmd(&["CTR.ADD", home, "5"]);
+    let holders = names(&c.cmd(&["CTR.SPREAD", home, "4"]));
+    assert_eq!(holders.len(), 4);
+    for (i, h) in holders[1..].iter().enumerate() {
+        c.cmd(&["CTR.ADD", h, &(i + 1).to_string()]);
+    }
+    assert_eq!(c.cmd(&["CTR.GET", home]), Value::Int(11));
+    (holders, 11)
+}
+
+fn existing(c: &mut Conn, keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| c.cmd(&["EXISTS", k.as_str()]) == Value::Int(1))
+        .cloned()
+        .collect()
+}
+
+fn wait_gone_here(c: &mut Conn, keys: &[String]) {
+    eventually(5, || existing(c, keys).is_empty().then_some(()));
+}
+
+/// How a test makes a home go.
+type Remove = fn(&mut Conn, &str);
+
+#[test]
+fn a_gone_home_takes_its_holders_with_it_on_one_server() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let gone: [(&str, Remove); 4] = [
+        ("DEL", |c, k| assert_eq!(c.cmd(&["DEL", k]), Value::Int(1))),
+        ("UNLINK", |c, k| {
+            assert_eq!(c.cmd(&["UNLINK", k]), Value::Int(1))
+        }),
+        ("PEXPIRE", |c, k| {
+            assert_eq!(c.cmd(&["PEXPIRE", k, "50"]), Value::Int(1));
+            eventually(5, || (c.cmd(&["EXISTS", k]) == Value::Int(0)).then_some(()));
+        }),
+        ("FLUSHALL", |c, _| assert_eq!(c.q("FLUSHALL"), ok())),
+    ];
+    let mut collected = 0;
+    for (what, remove) in gone {
+        let (holders, _) = spread_one_server(&mut c, "views");
+        c.q("CTR.ADD bystander 1");
+        remove(&mut c, "views");
+        wait_gone_here(&mut c, &holders[1..]);
+        if what != "FLUSHALL" {
+            collected += 3;
+            assert_eq!(c.q("CTR.GET bystander"), Value::Int(1), "{what}");
+            assert_eq!(c.q("DEL bystander"), Value::Int(1));
+        }
+        assert_eq!(c.q("DBSIZE"), Value::Int(0), "{what}: nothing else left");
+        assert_eq!(
+            info_u64(&server, "ctr_holders_collected"),
+            collected,
+            "{what}"
+        );
+    }
+    assert_eq!(info_u64(&server, "ctr_collections"), 3);
+    assert_eq!(info_u64(&server, "ctr_collections_abandoned"), 0);
+    assert_eq!(info_u64(&server, "ctr_collections_pending"), 0);
+    // The deletions were replicated.
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DBSIZE"), Value::Int(0));
+}
+
+#[test]
+fn holders_are_collected_only_once_the_replicas_hold_the_deletion() {
+    // A failover that lost the DEL would bring the home back: its holders must still be there.
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let (holders, _) = spread_one_server(&mut c, "views");
+    server.wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1.5"));
+    std::thread::sleep(Duration::from_millis(200));
+    let deleted = Instant::now();
+    assert_eq!(c.q("DEL views"), Value::Int(1));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        existing(&mut c, &holders[1..]).len(),
+        3,
+        "the replica is frozen"
+    );
+    sleeper.join().unwrap();
+    wait_gone_here(&mut c, &holders[1..]);
+    note(&format!(
+        "spread_collect: one server, its replica frozen 1.5 s: collected {:?} after the DEL",
+        deleted.elapsed()
+    ));
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DBSIZE"), Value::Int(0));
+}
+
+#[test]
+fn a_renamed_home_keeps_its_holders_until_it_is_deleted_itself() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (holders, total) = spread_one_server(&mut c, "old");
+    assert_eq!(c.q("RENAME old new"), ok());
+    // A tick or two later, nothing of the counter was collected.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(existing(&mut c, &holders[1..]).len(), 3);
+    assert_eq!(c.q("CTR.GET new"), Value::Int(total));
+    // MOVE (one server only) keeps them too: the counter lives on in the other database.
+    assert_eq!(c.q("MOVE new 1"), Value::Int(1));
+    assert_eq!(c.q("SELECT 1"), ok());
+    assert_eq!(c.q("MOVE new 0"), Value::Int(1));
+    assert_eq!(c.q("SELECT 0"), ok());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.q("CTR.GET new"), Value::Int(total));
+    // A home renamed over another home: the overwritten counter is gone, its holders with it.
+    let (other, _) = spread_one_server(&mut c, "other");
+    assert_eq!(c.q("RENAME new other"), ok());
+    wait_gone_here(&mut c, &other[1..]);
+    assert_eq!(existing(&mut c, &holders[1..]).len(), 3);
+    assert_eq!(c.q("CTR.GET other"), Value::Int(total));
+    // The renamed home deleted: its holders go.
+    assert_eq!(c.q("DEL other"), Value::Int(1));
+    wait_gone_here(&mut c, &holders[1..]);
+    assert_eq!(c.q("DBSIZE"), Value::Int(0));
+}
+
+#[test]
+fn a_home_that_comes_back_from_its_dump_keeps_its_holders() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (holders, total) = spread_one_server(&mut c, "kept");
+    let dump = c.q("DUMP kept").bytes();
+    // Restored over itself.
+    let restore = |c: &mut Conn, extra: &[&[u8]]| {
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", b"kept", b"0", &dump];
+        args.extend_from_slice(extra);
+        c.cmd(&args)
+    };
+    assert_eq!(restore(&mut c, &[b"REPLACE"]), ok());
+    // Deleted and restored in one transaction (the check runs after it).
+    assert_eq!(c.q("MULTI"), ok());
+    c.q("DEL kept");
+    restore(&mut c, &[]);
+    assert_eq!(c.q("EXEC"), Value::Array(vec![Value::Int(1), ok()]));
+    // DEBUG RELOAD empties the keyspace and loads it again.
+    assert_eq!(c.q("DEBUG RELOAD"), ok());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(existing(&mut c, &holders[1..]).len(), 3);
+    assert_eq!(c.q("CTR.GET kept"), Value::Int(total));
+    assert_eq!(info_u64(&server, "ctr_holders_collected"), 0);
+    // A copy restored under another name (a second home of the same holders, a known gap):
+    // deleting it leaves the holders the original lists.
+    assert_eq!(c.cmd(&[b"RESTORE".as_slice(), b"copy", b"0", &dump]), ok());
+    assert_eq!(c.q("DEL copy"), Value::Int(1));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(existing(&mut c, &holders[1..]).len(), 3);
+    assert_eq!(c.q("CTR.GET kept"), Value::Int(total));
+    // Deleted, then restored later: the dump holds the home key only, its holders are gone.
+    assert_eq!(c.q("DEL kept"), Value::Int(1));
+    wait_gone_here(&mut c, &holders[1..]);
+    assert_eq!(restore(&mut c, &[]), ok());
+    assert_eq!(c.q("CTR.GET kept"), Value::Int(5));
+}
+
+/// A cluster of 3 masters and a home spread over 6 holders, with holders on every master and
+/// units on every holder; returns the home's master index, the holders (home first) and the
+/// total.
+fn spread_over_masters(cluster: &Cluster, home: &str) -> (usize, Vec<String>, i64) {
+    let mut client = cluster.client();
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let mut masters: Vec<usize> = holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .collect();
+    masters.sort_unstable();
+    masters.dedup();
+    assert_eq!(masters.len(), 3, "holders on every master: {holders:?}");
+    let mut total = 0;
+    for (i, h) in holders.iter().enumerate() {
+        let delta = 10 * i as i64 + 1;
+        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
+        total += delta;
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
+    (home_node, holders, total)
+}
+
+/// The keys of `keys` that still exist on the master serving them.
+fn existing_in(cluster: &Cluster, keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| {
+            let owner = cluster.owner(key_slot(k.as_bytes()));
+            cluster.nodes[owner].conn().cmd(&["EXISTS", k.as_str()]) == Value::Int(1)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Waits until none of `keys` exists on its master; returns how long since `since`.
+fn wait_collected(cluster: &Cluster, keys: &[String], since: Instant, bound: Duration) -> Duration {
+    let mut conns: Vec<(Conn, String)> = keys
+        .iter()
+        .map(|k| {
+            let owner = cluster.owner(key_slot(k.as_bytes()));
+            (cluster.nodes[owner].conn(), k.clone())
+        })
+        .collect();
+    loop {
+        conns.retain_mut(|(c, k)| c.cmd(&["EXISTS", k.as_str()]) == Value::Int(1));
+        if conns.is_empty() {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < bound,
+            "not collected within {bound:?}: {:?}",
+            conns.iter().map(|(_, k)| k).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn sum_info(cluster: &Cluster, field: &str) -> u64 {
+    cluster.nodes.iter().map(|n| info_u64(n, field)).sum()
+}
+
+#[test]
+fn a_deleted_home_is_collected_on_every_master_and_their_replicas() {
+    let cluster = Cluster::start(3, &[]);
+    let replicas: Vec<Server> = (0..3).map(|i| cluster.start_replica_of(i)).collect();
+    let home = "{page}views";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let mut client = cluster.client();
+
+    let deleted = Instant::now();
+    assert_eq!(client.cmd(&["DEL", home]), Value::Int(1));
+    let took = wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(3));
+    note(&format!(
+        "spread_collect: {} holders on 3 masters with replicas collected {took:?} after the DEL (ctr.collect-timeout-ms 10000)",
+        holders.len() - 1
+    ));
+    assert_eq!(sum_info(&cluster, "ctr_holders_collected"), 5);
+    assert_eq!(info_u64(&cluster.nodes[home_node], "ctr_collections"), 1);
+    assert_eq!(sum_info(&cluster, "ctr_collections_abandoned"), 0);
+    eventually(5, || {
+        (sum_info(&cluster, "ctr_collections_pending") == 0).then_some(())
+    });
+    // The replicas followed their masters' deletions.
+    for (i, replica) in replicas.iter().enumerate() {
+        cluster.nodes[i].wait_replicas(1);
+        let mut r = replica.conn();
+        assert_eq!(r.q("READONLY"), ok());
+        for h in &holders {
+            if cluster.owner(key_slot(h.as_bytes())) == i {
+                assert_eq!(r.cmd(&["EXISTS", h.as_str()]), Value::Int(0), "{h}");
+            }
+        }
+    }
+
+    // Spread again under the name: new holders, only the new adds, and nothing collects them.
+    let again = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    assert!(again[1..].iter().all(|h| !holders.contains(h)));
+    for h in &again {
+        client.cmd(&["CTR.ADD", h, "2"]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(existing_in(&cluster, &again[1..]).len(), 5);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(12));
+
+    // RENAME within the slot keeps the holders and the total; the renamed home deleted takes
+    // them.
+    let renamed = "{page}views:renamed";
+    assert_eq!(client.cmd(&["RENAME", home, renamed]), ok());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(existing_in(&cluster, &again[1..]).len(), 5);
+    assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(12));
+    let deleted = Instant::now();
+    assert_eq!(client.cmd(&["DEL", renamed]), Value::Int(1));
+    wait_collected(&cluster, &again[1..], deleted, Duration::from_secs(3));
+
+    // FLUSHALL on the home's master: the holders it serves go with the flush, the others are
+    // collected.
+    let (home_node, third, _) = spread_over_masters(&cluster, home);
+    let flushed = Instant::now();
+    assert_eq!(cluster.nodes[home_node].conn().q("FLUSHALL"), ok());
+    let took = wait_collected(&cluster, &third[1..], flushed, Duration::from_secs(3));
+    note(&format!(
+        "spread_collect: FLUSHALL on a master with a replica collected in {took:?}"
+    ));
+}
+
+#[test]
+fn holders_still_folding_back_go_with_their_home() {
+    // This server holds fold credits: a shrink leaves every removed holder sealed (refusing
+    // writes) with its credit in flight, listed by the home as leaving.
+    let server = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let mut c = server.conn();
+    let (holders, total) = spread_one_server(&mut c, "stock");
+    assert_eq!(names(&c.q("CTR.SPREAD stock 2")), holders[..2].to_vec());
+    for h in &holders[2..] {
+        let e = c.cmd(&["CTR.ADD", h.as_str(), "1"]);
+        assert!(e.is_error() && e.error().contains("folded back"), "{e:?}");
+    }
+    assert_eq!(
+        names(&c.cmd(&["CTR.INFO", "stock"]).field("leaving")),
+        holders[2..].to_vec()
+    );
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(total));
+    assert_eq!(c.q("DEL stock"), Value::Int(1));
+    wait_gone_here(&mut c, &holders[1..]);
+    assert_eq!(c.q("DBSIZE"), Value::Int(0));
+    // Shrunk to one key with its folds still under way: the leaving holders go all the same.
+    let (holders, _) = spread_one_server(&mut c, "stock");
+    assert_eq!(names(&c.q("CTR.SPREAD stock 1")), holders[..1].to_vec());
+    assert_eq!(c.q("UNLINK stock"), Value::Int(1));
+    wait_gone_here(&mut c, &holders[1..]);
+    assert_eq!(c.q("DBSIZE"), Value::Int(0));
+}
+
+#[test]
+fn an_expired_home_is_collected_and_a_paused_master_once_it_wakes() {
+    let cluster = Cluster::start(3, &[]);
+    let home = "stock";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let deleted = Instant::now();
+    let mut m = cluster.nodes[home_node].conn();
+    assert_eq!(m.cmd(&["PEXPIRE", home, "20"]), Value::Int(1));
+    let took = wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(2));
+    note(&format!(
+        "spread_collect: 5 holders collected {took:?} after a PEXPIRE of 20 ms"
+    ));
+
+    // A master of some holders paused (DEBUG SLEEP) when the home goes: collected once it
+    // wakes, well within the timeout.
+    let home = "paused";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let mut m = cluster.nodes[home_node].conn();
+    let victim = holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .find(|&n| n != home_node)
+        .unwrap();
+    let port = cluster.nodes[victim].port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1.5"));
+    std::thread::sleep(Duration::from_millis(200));
+    let deleted = Instant::now();
+    assert_eq!(m.cmd(&["UNLINK", home]), Value::Int(1));
+    sleeper.join().unwrap();
+    let took = wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(5));
+    note(&format!(
+        "spread_collect: a master paused 1.5 s: its holders collected {took:?} after the UNLINK"
+    ));
+    assert_eq!(sum_info(&cluster, "ctr_collections_abandoned"), 0);
+
+    // Paused longer than the timeout: the collection is abandoned (counted); the requests
+    // already queued to the paused master may still be applied when it wakes.
+    assert_eq!(m.q("CONFIG SET ctr.collect-timeout-ms 300"), ok());
+    let (_, holders, _) = spread_over_masters(&cluster, home);
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(m.cmd(&["DEL", home]), Value::Int(1));
+    sleeper.join().unwrap();
+    eventually(5, || {
+        (info_u64(&cluster.nodes[home_node], "ctr_collections_abandoned") == 1).then_some(())
+    });
+    assert_eq!(
+        info_u64(&cluster.nodes[home_node], "ctr_collections_pending"),
+        0
+    );
+    let served_elsewhere: Vec<String> = holders[1..]
+        .iter()
+        .filter(|h| cluster.owner(key_slot(h.as_bytes())) != victim)
+        .cloned()
+        .collect();
+    assert!(existing_in(&cluster, &served_elsewhere).is_empty());
+}
