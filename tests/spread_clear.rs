@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{key_slot, Cluster, ClusterClient};
+use common::cluster::{key_slot, spread_over_masters, Cluster, ClusterClient};
 use common::{names, Conn, Server, Value};
 
 fn ok() -> Value {
@@ -138,29 +138,6 @@ fn a_floored_spread_home_refuses_the_clear_and_changes_nothing() {
     c.q("CTR.SPREAD stock 1");
     assert_eq!(c.q("CTR.CLEAR stock TOKEN t"), Value::Int(105));
     assert_eq!(c.q("CTR.GET stock"), Value::Int(0));
-}
-
-/// A cluster of 3 masters and a home spread over 6 holders, with holders on every master and
-/// `value(i)` units on holder i; returns the home's master index and the holders.
-fn spread_over_masters(cluster: &Cluster, home: &str) -> (usize, Vec<String>, i64) {
-    let mut client = cluster.client();
-    let home_node = cluster.owner(key_slot(home.as_bytes()));
-    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    let mut masters: Vec<usize> = holders
-        .iter()
-        .map(|h| cluster.owner(key_slot(h.as_bytes())))
-        .collect();
-    masters.sort_unstable();
-    masters.dedup();
-    assert_eq!(masters.len(), 3, "holders on every master: {holders:?}");
-    let mut total = 0;
-    for (i, h) in holders.iter().enumerate() {
-        let delta = 10 * i as i64 + 1;
-        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
-        total += delta;
-    }
-    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
-    (home_node, holders, total)
 }
 
 #[test]

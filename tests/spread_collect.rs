@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{key_slot, Cluster};
+use common::cluster::{key_slot, spread_over_masters, Cluster};
 use common::{eventually, names, note, Conn, Server, Value};
 
 fn ok() -> Value {
@@ -189,30 +189,6 @@ fn a_home_that_comes_back_from_its_dump_keeps_its_holders() {
     wait_gone_here(&mut c, &holders[1..]);
     assert_eq!(restore(&mut c, &[]), ok());
     assert_eq!(c.q("CTR.GET kept"), Value::Int(5));
-}
-
-/// A cluster of 3 masters and a home spread over 6 holders, with holders on every master and
-/// units on every holder; returns the home's master index, the holders (home first) and the
-/// total.
-fn spread_over_masters(cluster: &Cluster, home: &str) -> (usize, Vec<String>, i64) {
-    let mut client = cluster.client();
-    let home_node = cluster.owner(key_slot(home.as_bytes()));
-    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    let mut masters: Vec<usize> = holders
-        .iter()
-        .map(|h| cluster.owner(key_slot(h.as_bytes())))
-        .collect();
-    masters.sort_unstable();
-    masters.dedup();
-    assert_eq!(masters.len(), 3, "holders on every master: {holders:?}");
-    let mut total = 0;
-    for (i, h) in holders.iter().enumerate() {
-        let delta = 10 * i as i64 + 1;
-        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
-        total += delta;
-    }
-    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
-    (home_node, holders, total)
 }
 
 /// The keys of `keys` that still exist on the master serving them.

@@ -66,6 +66,31 @@ pub struct Cluster {
     pub ids: Vec<String>,
 }
 
+#[allow(dead_code)]
+/// A cluster of 3 masters and a home spread over 6 holders, with holders on every master and
+/// units on every holder; returns the home's master index, the holders (home first) and the
+/// total.
+pub fn spread_over_masters(cluster: &Cluster, home: &str) -> (usize, Vec<String>, i64) {
+    let mut client = cluster.client();
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let holders = super::names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let mut masters: Vec<usize> = holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .collect();
+    masters.sort_unstable();
+    masters.dedup();
+    assert_eq!(masters.len(), 3, "holders on every master: {holders:?}");
+    let mut total = 0;
+    for (i, h) in holders.iter().enumerate() {
+        let delta = 10 * i as i64 + 1;
+        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
+        total += delta;
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
+    (home_node, holders, total)
+}
+
 impl Cluster {
     /// `n` masters, the slots split evenly in ranges, every node knowing every other, the
     /// state ok on all of them.
