@@ -177,9 +177,14 @@ fn a_home_that_comes_back_from_its_dump_keeps_its_holders() {
     assert_eq!(existing(&mut c, &holders[1..]).len(), 3);
     assert_eq!(c.q("CTR.GET kept"), Value::Int(total));
     assert_eq!(info_u64(&server, "ctr_holders_collected"), 0);
-    // A copy restored under another name (a second home of the same holders, a known gap):
-    // deleting it leaves the holders the original lists.
+    // A copy restored under another name while the home lives is detached into a counter of
+    // its own units; deleting it leaves the holders the original lists.
     assert_eq!(c.cmd(&[b"RESTORE".as_slice(), b"copy", b"0", &dump]), ok());
+    assert_eq!(
+        c.q("CTR.GET copy"),
+        Value::Int(5),
+        "the home's own units only"
+    );
     assert_eq!(c.q("DEL copy"), Value::Int(1));
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(existing(&mut c, &holders[1..]).len(), 3);

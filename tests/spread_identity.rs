@@ -417,3 +417,46 @@ fn a_moved_spread_home_takes_its_holders_along() {
         "stayed behind"
     );
 }
+
+#[test]
+fn a_home_restored_under_another_name_is_a_counter_of_its_own_units() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    assert_eq!(c.cmd(&["CTR.ADD", "h", "5"]), Value::Int(5));
+    let holders = spread(&mut c, "h", 3);
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "4"]), Value::Int(4));
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[2], "6"]), Value::Int(6));
+    let dump = c.cmd(&["DUMP", "h"]).bytes();
+    assert_eq!(
+        c.cmd(&[b"RESTORE".as_slice(), b"h2", b"0", &dump]),
+        Value::Simple("OK".into())
+    );
+    // Not a second home of the same holders (which would count them twice and could take
+    // the real home's folds): a counter of the home's own units.
+    assert_eq!(c.cmd(&["CTR.GET", "h2"]), Value::Int(5));
+    assert_eq!(c.cmd(&["CTR.GET", "h"]), Value::Int(15));
+    assert_eq!(
+        server.info_field("ctr", "ctr_restored_copies_detached"),
+        "1"
+    );
+    // The real home folds its holders back, whole (at once on one server).
+    spread(&mut c, "h", 1);
+    assert_eq!(info_field(&mut c, "h", "value"), Value::Int(15));
+    assert_eq!(c.cmd(&["CTR.GET", "h"]), Value::Int(15));
+    assert_eq!(c.cmd(&["CTR.GET", "h2"]), Value::Int(5));
+    // The replica holds the copy as the master detached it.
+    server.wait_replicas(1);
+    let digest = |conn: &mut Conn| conn.cmd(&["DEBUG", "DIGEST-VALUE", "h2"]);
+    assert_eq!(digest(&mut replica.conn()), digest(&mut c));
+    // Restored over itself (MIGRATE, RESTORE ... REPLACE) a home keeps its holders.
+    assert_eq!(c.cmd(&["CTR.ADD", "k", "1"]), Value::Int(1));
+    let k_holders = spread(&mut c, "k", 2);
+    assert_eq!(c.cmd(&["CTR.ADD", &k_holders[1], "2"]), Value::Int(2));
+    let dump = c.cmd(&["DUMP", "k"]).bytes();
+    assert_eq!(
+        c.cmd(&[b"RESTORE".as_slice(), b"k", b"0", &dump, b"REPLACE"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["CTR.GET", "k"]), Value::Int(3));
+}

@@ -23,6 +23,7 @@ mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
 mod spread_move;
+mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
 

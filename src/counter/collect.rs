@@ -114,15 +114,41 @@ pub fn still_to_collect(c: &Collection, seen: &Seen) -> bool {
     if home_again(seen.now_under_the_name) {
         return false;
     }
-    if c.home != seen.deleted_name {
-        if seen.in_cluster && key_slot(&c.home) != key_slot(seen.deleted_name) {
+    let copy = Copy {
+        name: seen.deleted_name,
+        carried_home: &c.home,
+        spread_id: c.spread_id,
+        under_the_carried_home: seen.under_the_carried_home,
+        in_cluster: seen.in_cluster,
+    };
+    !copy.is_copy()
+}
+
+/// A home of spread `spread_id` under `name`, whose holders carry the home name
+/// `carried_home`, and what this master sees under that name.
+pub struct Copy<'a> {
+    pub name: &'a [u8],
+    pub carried_home: &'a [u8],
+    pub spread_id: u64,
+    pub under_the_carried_home: Option<&'a Counter>,
+    pub in_cluster: bool,
+}
+
+impl Copy<'_> {
+    /// True when the home is a copy of another home of the same holders (restored under
+    /// another name): it is not the spread's first home (its holders carry another name), and
+    /// that name holds a home of the same spread here, or, in a cluster, is in another slot
+    /// (`RENAME` keeps a key in its slot, so only a copy can be elsewhere).
+    pub fn is_copy(&self) -> bool {
+        if self.carried_home == self.name {
             return false;
         }
-        if home_again(seen.under_the_carried_home) {
-            return false;
-        }
+        let other_slot = self.in_cluster && key_slot(self.carried_home) != key_slot(self.name);
+        other_slot
+            || self
+                .under_the_carried_home
+                .is_some_and(|home| is_home_of(home, self.spread_id))
     }
-    true
 }
 
 /// What a keyspace event says of a home whose value the server unlinked just before it (in the
@@ -342,6 +368,53 @@ mod tests {
         })
         .unwrap();
         c
+    }
+
+    /// A home under another name than its holders carry is a copy only when the carried name
+    /// still holds a home of that spread here, or lies in another slot of a cluster; then it
+    /// detaches into a counter of its own units.
+    #[test]
+    fn a_restored_copy_of_a_home_is_told_apart_and_detached() {
+        let holders = [holder_name(b"k", 0x10, 1, 0)];
+        let original = home_with(&holders, 0x10);
+        let copy = |name: &'static [u8], under: Option<&'static Counter>, in_cluster| Copy {
+            name,
+            carried_home: b"k",
+            spread_id: 0x10,
+            under_the_carried_home: under,
+            in_cluster,
+        };
+        let original: &'static Counter = Box::leak(Box::new(original));
+        assert!(
+            !copy(b"k", Some(original), false).is_copy(),
+            "the home itself"
+        );
+        assert!(
+            copy(b"k2", Some(original), false).is_copy(),
+            "the original lives"
+        );
+        assert!(
+            !copy(b"k2", None, false).is_copy(),
+            "renamed (or the original gone)"
+        );
+        let theirs = [holder_name(b"k", 0x12, 1, 0)];
+        let other: &'static Counter = Box::leak(Box::new(home_with(&theirs, 0x12)));
+        assert!(
+            !copy(b"k2", Some(other), false).is_copy(),
+            "another spread there"
+        );
+        assert!(
+            copy(b"k2", None, true).is_copy(),
+            "another slot in a cluster"
+        );
+        assert!(
+            !copy(b"{k}2", None, true).is_copy(),
+            "the same slot: a rename"
+        );
+        let mut detached = original.clone();
+        detached.detach_from_spread();
+        assert!(detached.spread().is_none() && detached.transfers().is_none());
+        assert_eq!(detached.value(), original.value());
     }
 
     #[test]

@@ -384,6 +384,17 @@ impl Counter {
         self.trim_ext();
     }
 
+    /// Makes a copy of a spread home (restored under another name while the home lives) an
+    /// independent counter: its own units and floor, no holders, nothing to send or expect,
+    /// so it can never take a credit meant for the home it was copied from.
+    pub fn detach_from_spread(&mut self) {
+        if let Some(e) = &mut self.ext {
+            e.spread = None;
+            e.transfers = None;
+        }
+        self.trim_ext();
+    }
+
     /// True when the counter was folded into its home and refuses writes.
     pub fn is_sealed(&self) -> bool {
         self.transfers().is_some_and(|t| t.sealed_into.is_some())
