@@ -5,7 +5,7 @@ use super::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write,
 };
-use crate::counter::spread::floor_by_name;
+use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::counter::transfer::purchase_waits_for_budget;
 use crate::counter::{DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
@@ -85,9 +85,12 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
             return Err(awaiting_budget(args.bytes(1)));
         }
-        // A missing counter is 0 with floor 0: refused, and nothing to remember.
+        // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
+        // holder's demand can bring budget to it (no home is ever missing).
         metrics::DECREMENTS_REFUSED.incr();
-        super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
+        if parse_holder_name(args.bytes(1)).is_some() {
+            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
+        }
         return Ok(Reply::Null);
     }
     let outcome = w.update(&key, |c, before| {

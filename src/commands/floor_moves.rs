@@ -19,7 +19,7 @@
 //! lost (the move itself) is a transfer: replicated, resent until acknowledged.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uchar, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -290,7 +290,7 @@ const MAX_MOVES: usize = 16;
 
 thread_local! {
     /// Homes with refusals since their last rebalance, and whether the timer is armed.
-    static DUE: RefCell<(Vec<DbKey>, bool)> = const { RefCell::new((Vec::new(), false)) };
+    static DUE: RefCell<(HashSet<DbKey>, bool)> = RefCell::new((HashSet::new(), false));
 }
 
 /// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
@@ -302,8 +302,9 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
     }
     let arm = DUE.with(|d| {
         let (homes, armed) = &mut *d.borrow_mut();
-        if !homes.contains(&home) && homes.len() < DEMAND_LIMIT {
-            homes.push(home);
+        // O(1) per refusal: a burst of refusals over many keys costs no scan of the others.
+        if homes.len() < DEMAND_LIMIT {
+            homes.insert(home);
         }
         !std::mem::replace(armed, true)
     });
@@ -318,6 +319,11 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
 /// Timer: rebalances every home with refusals since the last run (on a master only).
 unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Ctx { ptr: ctx };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rebalance_due(ctx)));
+}
+
+/// Rebalances every home with refusals since the last run.
+fn rebalance_due(ctx: Ctx) {
     let homes = DUE.with(|d| {
         let (homes, armed) = &mut *d.borrow_mut();
         *armed = false;
