@@ -12,7 +12,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -764,16 +764,18 @@ fn start_gather(ctx: Ctx, readings: &mut [Reading], use_cache: bool) -> Result<P
     Ok(plan)
 }
 
-/// Bus receiver of a gather request: answers for each holder this node serves.
-unsafe extern "C" fn on_gather_request(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    _kind: u8,
-    payload: *const c_uchar,
-    len: u32,
-) {
-    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    unsafe { cluster::on_bus_message(ctx, sender, payload, len, answer_gather) }
+/// The gather's bus messages: a request (answered for each holder this node serves) and a
+/// response (recorded; once every master has answered, the client is unblocked).
+struct GatherMessages;
+
+impl cluster::BusReceiver for GatherMessages {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        match kind {
+            MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),
+            MSG_GATHER_RESPONSE => record_gather_answers(ctx, from, payload),
+            _ => {}
+        }
+    }
 }
 
 fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
@@ -787,19 +789,6 @@ fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
     let response = gather_msg::encode_response(id, &answers);
     metrics::GATHER_REQUESTS_SERVED.incr();
     cluster::send(ctx.ptr, &from, MSG_GATHER_RESPONSE, &response);
-}
-
-/// Bus receiver of a gather response: records it and, once every master has answered,
-/// unblocks the client with the result.
-unsafe extern "C" fn on_gather_response(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    _kind: u8,
-    payload: *const c_uchar,
-    len: u32,
-) {
-    // SAFETY: as in on_gather_request.
-    unsafe { cluster::on_bus_message(ctx, sender, payload, len, record_gather_answers) }
 }
 
 fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
@@ -1001,17 +990,5 @@ unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_vo
 
 /// Registers the bus receivers (harmless outside a cluster).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: called from OnLoad with its live context.
-    unsafe {
-        rm!(RedisModule_RegisterClusterMessageReceiver)(
-            ctx,
-            MSG_GATHER_REQUEST,
-            Some(on_gather_request),
-        );
-        rm!(RedisModule_RegisterClusterMessageReceiver)(
-            ctx,
-            MSG_GATHER_RESPONSE,
-            Some(on_gather_response),
-        );
-    }
+    cluster::register_receiver::<GatherMessages>(ctx, &[MSG_GATHER_REQUEST, MSG_GATHER_RESPONSE]);
 }

@@ -20,7 +20,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -250,28 +250,19 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
     }
 }
 
-unsafe extern "C" fn on_message(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    kind: u8,
-    payload: *const c_uchar,
-    len: u32,
-) {
-    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    unsafe {
-        cluster::on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
-            handle(c, from, kind, bytes);
-            transfer::tick_soon(c);
-        });
+/// This file's bus messages.
+struct Messages;
+
+impl cluster::BusReceiver for Messages {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        handle(ctx, from, kind, payload);
+        transfer::tick_soon(ctx);
     }
 }
 
 /// Registers the bus receivers (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    for kind in [MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE] {
-        // SAFETY: called from OnLoad with its live context.
-        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
-    }
+    cluster::register_receiver::<Messages>(ctx, &[MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE]);
 }
 
 /// A purchase refused afresh by the counter at `key` on this master (not a replay): the

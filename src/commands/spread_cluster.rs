@@ -341,6 +341,37 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
     status == raw::REDISMODULE_OK as c_int
 }
 
+/// What receives some kinds of bus message, as Rust values (after [`on_bus_message`]'s checks,
+/// with a panic contained): one implementation per file that owns those kinds.
+pub trait BusReceiver {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]);
+}
+
+/// Registers `R` as the server's receiver of the bus messages of each of `kinds` (from the
+/// module's load).
+pub fn register_receiver<R: BusReceiver>(ctx: *mut raw::RedisModuleCtx, kinds: &[u8]) {
+    for &kind in kinds {
+        // SAFETY: called from OnLoad with its live context.
+        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(receive::<R>)) };
+    }
+}
+
+/// The server's callback for the bus messages `R` receives.
+unsafe extern "C" fn receive<R: BusReceiver>(
+    ctx: *mut raw::RedisModuleCtx,
+    sender: *const c_char,
+    kind: u8,
+    payload: *const std::ffi::c_uchar,
+    len: u32,
+) {
+    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
+    unsafe {
+        on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
+            R::receive(c, from, kind, bytes)
+        })
+    }
+}
+
 /// What every bus receiver does: hands `handle` the sender's id and the payload as Rust
 /// values, and contains a panic (a defect, which must not take the server down).
 ///

@@ -46,7 +46,7 @@
 //! receiver's failover loses.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -472,18 +472,12 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
     }
 }
 
-unsafe extern "C" fn on_message(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    kind: u8,
-    payload: *const c_uchar,
-    len: u32,
-) {
-    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    unsafe {
-        cluster::on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
-            handle(c, from, kind, bytes);
-        });
+/// This file's bus messages.
+struct Messages;
+
+impl cluster::BusReceiver for Messages {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        handle(ctx, from, kind, payload);
     }
 }
 
@@ -616,10 +610,7 @@ unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
 /// Registers the bus receivers and the flush event, and starts the timer (from the module's
 /// load). The keyspace events reach [`on_event`] through `spread_transfer`'s subscription.
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    for kind in [MSG_COLLECT, MSG_COLLECTED] {
-        // SAFETY: called from OnLoad with its live context.
-        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
-    }
+    cluster::register_receiver::<Messages>(ctx, &[MSG_COLLECT, MSG_COLLECTED]);
     let flush = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_FLUSHDB,
         dataver: 1,

@@ -43,7 +43,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -676,19 +676,13 @@ unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c)));
 }
 
-unsafe extern "C" fn on_message(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    kind: u8,
-    payload: *const c_uchar,
-    len: u32,
-) {
-    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    unsafe {
-        cluster::on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
-            handle(c, Some(from), kind, bytes);
-            tick_soon(c);
-        });
+/// This file's bus messages.
+struct Messages;
+
+impl cluster::BusReceiver for Messages {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        handle(ctx, Some(from), kind, payload);
+        tick_soon(ctx);
     }
 }
 
@@ -708,9 +702,6 @@ pub fn track_key(ctx: Ctx, key: RawString) {
 
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    for kind in [MSG_SEAL, MSG_CREDIT, MSG_ACK] {
-        // SAFETY: called from OnLoad with its live context.
-        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(on_message)) };
-    }
+    cluster::register_receiver::<Messages>(ctx, &[MSG_SEAL, MSG_CREDIT, MSG_ACK]);
     arm(ctx);
 }
