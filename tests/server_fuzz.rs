@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::forge::{edge_i64, mutate, random_bytes, random_ctr_state, random_effect, tame_i64};
 use common::pnc::{state_blob, stored_blob, Rng};
-use common::{Conn, Server, Value};
+use common::{lists_holders, Conn, Server, Value};
 
 const COMMANDS: usize = 20_000;
 /// A hard bound on the run: it stops there (and says so) on a machine far slower than expected.
@@ -614,14 +614,4 @@ fn final_checks(server: &Server, c: &mut Conn) {
         "the reload changed the dataset"
     );
     assert_eq!(c.q("PING"), Value::Simple("PONG".into()));
-}
-
-/// True when a `CTR.INFO` reply lists holders (a spread home).
-fn lists_holders(info: &Value) -> bool {
-    let named = |v: &Value| matches!(v, Value::Bulk(b) if b.as_slice() == b"holders");
-    match info {
-        Value::Array(items) => items.iter().step_by(2).any(named),
-        Value::Map(pairs) => pairs.iter().any(|(k, _)| named(k)),
-        _ => false,
-    }
 }

@@ -574,6 +574,17 @@ pub fn assert_awaits_budget(reply: Value, key: &str) {
     );
 }
 
+#[allow(dead_code)]
+/// True when a `CTR.INFO` reply lists holders (a spread home).
+pub fn lists_holders(info: &Value) -> bool {
+    let named = |v: &Value| matches!(v, Value::Bulk(b) if b.as_slice() == b"holders");
+    match info {
+        Value::Array(items) => items.iter().step_by(2).any(named),
+        Value::Map(pairs) => pairs.iter().any(|(k, _)| named(k)),
+        _ => false,
+    }
+}
+
 pub fn names(reply: &Value) -> Vec<String> {
     reply.array().iter().map(Value::text).collect()
 }
