@@ -4,8 +4,6 @@
 //!   just stashed (`spread_collect`);
 //! - `rename_to`, `move_to`: the transfer registry tracks the key under its new name
 //!   (`spread_transfer`);
-//! - `move_from`, `move_to`: a spread home moved to another database takes its holders along
-//!   (`spread_move`);
 //! - `restore`: a spread home restored under another name while the home lives is detached
 //!   into a counter of its own (`spread_restore`).
 //!
@@ -37,11 +35,6 @@ unsafe extern "C" fn on_keyspace(
     if event == c"restore" {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             super::spread_restore::on_restored(ctx, key);
-        }));
-    }
-    if event == c"move_from" || event == c"move_to" {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            super::spread_move::on_event(ctx, event, key);
         }));
     }
     0

@@ -22,7 +22,6 @@ mod replication_gate;
 mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
-mod spread_move;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
