@@ -111,8 +111,9 @@ pub fn parse_yes_no(value: &str) -> Option<bool> {
 }
 
 /// `ctr.expose-internal-commands` (load argument only, default no): with yes, CTR.APPLY,
-/// CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands even where the server could
-/// hide them (tests that forge states, or moving a state by hand).
+/// CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands that any client may call,
+/// even where the server could hide them (tests that forge states, or moving a state by hand).
+/// With no, the module refuses them to everything but the replication stream and loading.
 pub const EXPOSE_INTERNAL_CONFIG: &str = "expose-internal-commands";
 pub static EXPOSE_INTERNAL: AtomicBool = AtomicBool::new(false);
 

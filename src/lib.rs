@@ -49,13 +49,17 @@ mod module {
         let hide_internal =
             !crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed);
         let internal = crate::commands::register(ctx.ctx, hide_internal)?;
-        ctx.log_notice(match internal {
-            crate::commands::InternalCommands::Hidden => {
+        ctx.log_notice(match (internal, hide_internal) {
+            (crate::commands::InternalCommands::Hidden, _) => {
                 "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are internal commands"
             }
-            crate::commands::InternalCommands::Visible => {
-                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are ordinary commands \
-                 (deny them to clients with ACL rules: -ctr.apply -ctr.setstate -pnc.apply -pnc.setstate)"
+            (crate::commands::InternalCommands::Visible, true) => {
+                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are listed as ordinary \
+                 commands (this server has no internal flag); the module refuses them to clients"
+            }
+            (crate::commands::InternalCommands::Visible, false) => {
+                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are open to every client \
+                 (expose-internal-commands yes)"
             }
         });
         crate::commands::sweep::start(ctx);

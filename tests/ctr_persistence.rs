@@ -5,20 +5,8 @@
 mod common;
 
 use common::{
-    ivarint, lists_holders, seal_dump, unseal_dump, uvarint, Conn, DumpFrame, Server, Value,
+    ivarint, lists_holders, seal_dump, sharded_state, unseal_dump, uvarint, Conn, DumpFrame, Server, Value,
 };
-
-/// A sharded counter's state as CTR.SETSTATE takes it: format 1, VALUE 6, SHARDS [1,2,3], END.
-fn sharded_state() -> Vec<u8> {
-    let mut blob = vec![1, 1];
-    blob.extend(ivarint(6));
-    blob.extend([2, 3]);
-    for v in [1, 2, 3] {
-        blob.extend(ivarint(v));
-    }
-    blob.push(0);
-    blob
-}
 
 /// Writes counters that exercise every representation: inline, boxed extremes, sharded, with TTL.
 fn populate(c: &mut Conn) -> Vec<String> {

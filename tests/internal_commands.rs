@@ -1,23 +1,26 @@
 //! The internal commands (CTR.APPLY, CTR.SETSTATE, PNC.APPLY, PNC.SETSTATE) carry states and
-//! effects the master already decided. Where the server has the `internal` command flag (Redis
-//! 8.0 and later), the module registers them with it: an ordinary client cannot call them (so it
-//! cannot forge a state), while the replication link and AOF loading still run them. Redis 7.0
-//! and Valkey have no such flag: there they are ordinary commands, and the README tells
-//! operators to deny them with ACL rules. Every server here runs the module's defaults
-//! (`expose-internal-commands no`).
+//! effects the master already decided. On every server the module refuses them to clients
+//! (scripts included) and runs them only from the master's replication stream and while
+//! loading. Where the server has the `internal` command flag (Redis 8.0 and later), the module
+//! registers them with it too, so ordinary clients do not even see them. ACL rules stay a
+//! second line. Every server here runs the module's defaults (`expose-internal-commands no`).
 
 mod common;
 
-use common::{Server, Value, AOF_WITHOUT_PREAMBLE, EXPOSE_INTERNAL};
+use common::{sharded_state, Server, Value, AOF_WITHOUT_PREAMBLE, EXPOSE_INTERNAL};
 
 const DEFAULTS: [&str; 2] = [EXPOSE_INTERNAL, "no"];
 const INTERNAL: [&str; 4] = ["CTR.APPLY", "CTR.SETSTATE", "PNC.APPLY", "PNC.SETSTATE"];
 
 /// A call of each internal command with its arity right (and arguments that do not parse).
 fn call_of(command: &str) -> Vec<&str> {
+    call_on(command, "k")
+}
+
+fn call_on<'a>(command: &'a str, key: &'a str) -> Vec<&'a str> {
     match command {
-        "PNC.APPLY" => vec![command, "k", "bad!", "1", "1"],
-        _ => vec![command, "k", "x"],
+        "PNC.APPLY" => vec![command, key, "bad!", "1", "1"],
+        _ => vec![command, key, "x"],
     }
 }
 
@@ -36,6 +39,17 @@ fn is_unknown_command(reply: &Value) -> bool {
     matches!(reply, Value::Error(e) if e.starts_with("ERR unknown command"))
 }
 
+/// The module's own refusal of an internal command called by a client.
+fn is_refused_by_module(reply: &Value, command: &str) -> bool {
+    matches!(reply, Value::Error(e)
+        if e.contains(&format!("{command} is an internal command")))
+}
+
+/// Refused either way: unknown where the server hides it, else by the module.
+fn is_refused(reply: &Value, command: &str) -> bool {
+    is_unknown_command(reply) || is_refused_by_module(reply, command)
+}
+
 #[test]
 fn internal_commands_are_hidden_where_the_server_can_hide_them() {
     let server = Server::start_with(&[], &DEFAULTS);
@@ -48,6 +62,10 @@ fn internal_commands_are_hidden_where_the_server_can_hide_them() {
         assert_eq!(
             is_unknown_command(&reply),
             hidden,
+            "{name} {version}: {command} -> {reply:?}"
+        );
+        assert!(
+            hidden || is_refused_by_module(&reply, command),
             "{name} {version}: {command} -> {reply:?}"
         );
         let info = c.cmd(&["COMMAND", "INFO", command]);
@@ -70,6 +88,48 @@ fn internal_commands_are_hidden_where_the_server_can_hide_them() {
     );
     let set = c.q("CONFIG SET ctr.expose-internal-commands yes");
     assert!(set.is_error(), "{set:?}");
+}
+
+/// Finding 1 of the hardening issue: on a server without the `internal` flag, a user limited by
+/// ACL to `~atk:*` forged a state into `atk:x`; a script could do the same. With the module's
+/// defaults, a valid state is refused to both, and nothing is written.
+#[test]
+fn clients_acl_limited_users_and_scripts_cannot_forge_states() {
+    let server = Server::start_with(&[], &DEFAULTS);
+    let mut admin = server.conn();
+    admin.q("CTR.ADD bank 1000");
+    admin.q("ACL SETUSER eve on >pw ~atk:* +@all");
+    let state = sharded_state();
+    let mut eve = server.conn();
+    assert_eq!(eve.q("AUTH eve pw"), Value::Simple("OK".into()));
+    for c in [&mut admin, &mut eve] {
+        let reply = c.cmd(&[&b"CTR.SETSTATE"[..], b"atk:x", &state]);
+        assert!(is_refused(&reply, "CTR.SETSTATE"), "{reply:?}");
+        let script = c.cmd(&[
+            &b"EVAL"[..],
+            b"return redis.call('CTR.SETSTATE', KEYS[1], ARGV[1])",
+            b"1",
+            b"atk:x",
+            &state,
+        ]);
+        assert!(script.is_error(), "a script forged a state: {script:?}");
+        for command in INTERNAL {
+            let reply = c.cmd(&call_on(command, "atk:k"));
+            assert!(is_refused(&reply, command), "{command} -> {reply:?}");
+        }
+    }
+    assert_eq!(admin.q("EXISTS atk:x atk:k"), Value::Int(0), "nothing written");
+    assert_eq!(admin.q("CTR.GET bank"), Value::Int(1000));
+
+    // The same state, where the harness exposes the commands: accepted (the refusal above is
+    // the gate's, not the payload's).
+    let open = Server::start_with(&[], &[EXPOSE_INTERNAL, "yes"]);
+    let mut c = open.conn();
+    assert_eq!(
+        c.cmd(&[&b"CTR.SETSTATE"[..], b"atk:x", &state]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.q("CTR.GET atk:x"), Value::Int(6));
 }
 
 #[test]
@@ -187,4 +247,30 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     master.restart();
     assert_eq!(digests(&mut master.conn()), on_master, "the AOF loaded");
     assert_eq!(digests(&mut replica.conn()), on_master);
+
+    // Failover: the replica becomes the master and the old master its replica. The old master
+    // was a primary until now; as a replica it runs the effects the new master sends.
+    let mut promoted = replica.conn();
+    assert_eq!(promoted.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
+    let new_port = replica.port.to_string();
+    master
+        .conn()
+        .cmd(&["REPLICAOF", "127.0.0.1", &new_port]);
+    master.wait_link_up();
+    write_effects(&mut promoted, 2);
+    replica.wait_replicas(1);
+    let on_new_master = digests(&mut promoted);
+    assert_ne!(on_new_master, on_master, "round 2 wrote");
+    assert_eq!(
+        digests(&mut master.conn()),
+        on_new_master,
+        "the old master runs the new master's effects"
+    );
+    // As a replica with writes allowed, it still refuses the commands to its own clients.
+    let mut on_old = master.conn();
+    on_old.q("CONFIG SET replica-read-only no");
+    for command in INTERNAL {
+        let reply = on_old.cmd(&call_of(command));
+        assert!(is_refused(&reply, command), "{command} on a replica -> {reply:?}");
+    }
 }

@@ -7,8 +7,29 @@ use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
 
+/// Refuses an internal command unless the master decided it: it runs from the master's
+/// replication stream and while loading (the AOF), or for anyone when the module was loaded
+/// with `expose-internal-commands yes`. Checked by the module itself because Redis 7.0 and
+/// Valkey have no `internal` command flag, and an ACL rule an operator forgot would let any
+/// client (a script too) write any state into any key.
+pub fn refuse_client_call(ctx: Ctx, command: &str) -> Result<(), CommandError> {
+    if crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed)
+        || ctx.is_replaying()
+    {
+        return Ok(());
+    }
+    Err(CommandError(
+        format!(
+            "ERR {command} is an internal command: only the master's replication stream and \
+             loading run it (load the module with expose-internal-commands yes to call it)"
+        )
+        .into(),
+    ))
+}
+
 /// CTR.APPLY key effect
 pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
+    refuse_client_call(ctx, "CTR.APPLY")?;
     if args.len() != 3 {
         return Err(super::wrong_arity("ctr.apply"));
     }
@@ -64,6 +85,7 @@ fn sweep(ctx: Ctx, key_name: RawString, now: i64) -> CommandResult {
 
 /// CTR.SETSTATE key payload: replaces the counter with a decoded `ctr_format` payload.
 pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
+    refuse_client_call(ctx, "CTR.SETSTATE")?;
     if args.len() != 3 {
         return Err(super::wrong_arity("ctr.setstate"));
     }

@@ -352,6 +352,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
 
 /// PNC.APPLY key id generation delta (internal: the replicated effect of PNC.ADD/PNC.CLEAR).
 pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
+    super::ctr_internal::refuse_client_call(ctx, "PNC.APPLY")?;
     check_arity(args, 5, "pnc.apply")?;
     let id = ReplicaId::parse(args.bytes(2))
         .map_err(|e| CommandError(format!("ERR invalid replica id: {e}").into()))?;
@@ -379,6 +380,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
 
 /// PNC.SETSTATE key stored-state (internal: what the AOF rewrite emits).
 pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
+    super::ctr_internal::refuse_client_call(ctx, "PNC.SETSTATE")?;
     check_arity(args, 3, "pnc.setstate")?;
     let decoded =
         pnc_format::decode_stored(args.bytes(2)).map_err(|e| invalid_state(&e.0, args.bytes(2)))?;

@@ -555,12 +555,24 @@ pub fn ivarint(v: i64) -> Vec<u8> {
     uvarint(((v << 1) ^ (v >> 63)) as u64)
 }
 
+/// A sharded counter's state as CTR.SETSTATE takes it: format 1, VALUE 6, SHARDS [1,2,3], END.
+#[allow(dead_code)]
+pub fn sharded_state() -> Vec<u8> {
+    let mut blob = vec![1, 1];
+    blob.extend(ivarint(6));
+    blob.extend([2, 3]);
+    for v in [1, 2, 3] {
+        blob.extend(ivarint(v));
+    }
+    blob.push(0);
+    blob
+}
+
 #[test]
 fn crc64_matches_redis_reference() {
     assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
 }
 
-/// The strings of an array reply (holder names, ...).
 /// Checks a purchase was refused for want of budget still travelling: a retryable `TRYAGAIN`
 /// naming `key` (nothing recorded against its token).
 #[allow(dead_code)]
@@ -585,6 +597,7 @@ pub fn lists_holders(info: &Value) -> bool {
     }
 }
 
+/// The strings of an array reply (holder names, ...).
 pub fn names(reply: &Value) -> Vec<String> {
     reply.array().iter().map(Value::text).collect()
 }
