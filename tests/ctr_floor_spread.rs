@@ -9,7 +9,7 @@ mod common;
 use std::thread;
 
 use common::cluster::key_slot;
-use common::{Conn, Server, Value};
+use common::{assert_awaits_budget, purchase_until_final, Conn, Server, Value};
 use redis_ctr_client::SpreadRouter;
 
 fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
@@ -59,10 +59,12 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
         c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]),
         Value::Int(-225)
     );
-    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), Value::Nil);
+    // Holder 1 is out of budget, not the counter (675 units left): the purchase waits for
+    // budget (retryable), and its refusal is demand.
+    assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), &holders[1]);
     assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
-    // The refusal is demand: a rebalance moves budget there from the largest spare (the
-    // home, first of equals), its floor up one, holder 1's down one.
+    // A rebalance moves budget there from the largest spare (the home, first of equals), its
+    // floor up one, holder 1's down one.
     wait_for(&mut c, "the move", |c| {
         ints(&info_field(c, "stock", "holder_budgets")) == [224, 1, 225, 225]
     });
@@ -83,6 +85,54 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
         [776, -226, -225, -225, 0, 0]
     );
     assert_eq!(field(&mut c, "headroom"), Value::Int(680));
+}
+
+/// Finding 12b of the spread protocol's issue: a purchase larger than any one holder's share,
+/// while the counter as a whole covers it, waits (`TRYAGAIN`, nothing recorded against its
+/// token) until the rebalance gathers budget to its holder, and is then granted once. A
+/// purchase beyond the whole headroom is refused for good once a round has seen it, and its
+/// token replays the refusal.
+#[test]
+fn a_purchase_larger_than_any_share_is_granted_once_budget_gathers() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 1000");
+    c.q("CTR.FLOOR sale 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD sale 8")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(
+        ints(&info_field(&mut c, "sale", "holder_budgets")),
+        [125; 8]
+    );
+    let buy = ["CTR.DECRFLOOR", &holders[3], "200", "TOKEN", "big-1"];
+    let (granted, waits) = purchase_until_final(&mut c, &buy);
+    assert!(
+        matches!(granted, Value::Int(_)),
+        "granted at holder 3: {granted:?}"
+    );
+    assert!(waits >= 1, "it waited for budget first");
+    assert_eq!(c.cmd(&buy), granted, "the token replays the grant");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(800));
+
+    // More than the whole headroom (800): final once a round saw it, and replayed.
+    let too_much = ["CTR.DECRFLOOR", &holders[5], "801", "TOKEN", "big-2"];
+    let (refused, _) = purchase_until_final(&mut c, &too_much);
+    assert_eq!(refused, Value::Nil);
+    assert_eq!(
+        c.cmd(&too_much),
+        Value::Nil,
+        "the token replays the refusal"
+    );
+    // The whole rest, in one purchase: gathered and granted.
+    let (all, _) = purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[5], "800"]);
+    assert!(matches!(all, Value::Int(_)), "{all:?}");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(0));
+    let (sold_out, _) = purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[0], "1"]);
+    assert_eq!(sold_out, Value::Nil);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    ivarint, lists_holders, seal_dump, sharded_state, unseal_dump, uvarint, Conn, DumpFrame, Server, Value,
+    ivarint, lists_holders, seal_dump, sharded_state, unseal_dump, uvarint, Conn, DumpFrame,
+    Server, Value,
 };
 
 /// Writes counters that exercise every representation: inline, boxed extremes, sharded, with TTL.

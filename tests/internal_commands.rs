@@ -118,7 +118,11 @@ fn clients_acl_limited_users_and_scripts_cannot_forge_states() {
             assert!(is_refused(&reply, command), "{command} -> {reply:?}");
         }
     }
-    assert_eq!(admin.q("EXISTS atk:x atk:k"), Value::Int(0), "nothing written");
+    assert_eq!(
+        admin.q("EXISTS atk:x atk:k"),
+        Value::Int(0),
+        "nothing written"
+    );
     assert_eq!(admin.q("CTR.GET bank"), Value::Int(1000));
 
     // The same state, where the harness exposes the commands: accepted (the refusal above is
@@ -253,9 +257,7 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     let mut promoted = replica.conn();
     assert_eq!(promoted.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
     let new_port = replica.port.to_string();
-    master
-        .conn()
-        .cmd(&["REPLICAOF", "127.0.0.1", &new_port]);
+    master.conn().cmd(&["REPLICAOF", "127.0.0.1", &new_port]);
     master.wait_link_up();
     write_effects(&mut promoted, 2);
     replica.wait_replicas(1);
@@ -271,6 +273,9 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     on_old.q("CONFIG SET replica-read-only no");
     for command in INTERNAL {
         let reply = on_old.cmd(&call_of(command));
-        assert!(is_refused(&reply, command), "{command} on a replica -> {reply:?}");
+        assert!(
+            is_refused(&reply, command),
+            "{command} on a replica -> {reply:?}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use super::ctr_store::{
     update_counter, Before, Write,
 };
 use crate::counter::spread::{floor_by_name, parse_holder_name};
-use crate::counter::transfer::purchase_waits_for_budget;
+use crate::counter::transfer::{purchase_refused, purchase_waits_for_budget};
 use crate::counter::{DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
 use crate::metrics;
@@ -46,16 +46,21 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
 /// granted (a floored holder before its first credit, a counter whose move is unacknowledged):
 /// not final, so nothing is recorded against its token and a retry decides afresh. The probe
 /// rule's walk stops here (skipping the holder could grant the token twice) and retries it.
-fn awaiting_budget(key: &[u8]) -> CommandError {
+fn awaiting_budget(key: &[u8], waits_for: &str) -> CommandError {
     metrics::DECREMENTS_AWAITING_BUDGET.incr();
     CommandError(
         format!(
-            "TRYAGAIN budget in flight: spread counter holder '{}' waits for its share; retry the purchase",
+            "TRYAGAIN budget in flight: spread counter holder '{}' waits for {waits_for}; retry the purchase",
             String::from_utf8_lossy(key)
         )
         .into(),
     )
 }
+
+/// What a holder waits for: budget on its way to it.
+const ITS_SHARE: &str = "its share";
+/// What a holder waits for: budget the next rebalance round gathers to it.
+const GATHERED_BUDGET: &str = "budget gathered from the other holders";
 
 enum Decremented {
     /// Applied (granted, or refused with the refusal recorded in the ledger).
@@ -83,16 +88,17 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     let floor_if_none = floor_by_name(args.bytes(1));
     if w.token.is_none() && is_missing(&key) {
         if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
-            return Err(awaiting_budget(args.bytes(1)));
+            return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
         metrics::DECREMENTS_REFUSED.incr();
         if parse_holder_name(args.bytes(1)).is_some() {
-            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
+            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
     }
+    let mut gathering = false;
     let outcome = w.update(&key, |c, before| {
         if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
             c.note_duplicate();
@@ -100,7 +106,21 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none, w.now) {
             // Before anything changes: a missing key is not made, a token not recorded.
-            return Err(awaiting_budget(args.bytes(1)));
+            return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
+        }
+        if purchase_refused(c, parsed.amount, floor_if_none)
+            && super::floor_moves::refusal_waits_for_rebalance(
+                ctx,
+                args.bytes(1),
+                c,
+                parsed.amount,
+                w.now,
+            )
+        {
+            // The whole counter may cover it once budget gathers here: the refusal's demand
+            // asks the next rebalance round for it.
+            gathering = true;
+            return Err(awaiting_budget(args.bytes(1), GATHERED_BUDGET));
         }
         let shards = w.shards(c, before);
         let op = DecrOp {
@@ -116,7 +136,11 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             return Ok(Decremented::Refused);
         }
         Ok(Decremented::Recorded(op, before, result))
-    })?;
+    });
+    if gathering {
+        super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, Some(w.now));
+    }
+    let outcome = outcome?;
     let reply = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
     match outcome {
         Decremented::Replayed(first) => {
@@ -125,7 +149,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             metrics::DECREMENTS_REFUSED.incr();
-            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
+            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -143,7 +167,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
                     metrics::DECREMENTS_REFUSED.incr();
-                    super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount);
+                    super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
                 }
             }
             Ok(reply(result))

@@ -1,10 +1,13 @@
 //! The demand each holder of a floored spread counter records on its master: the purchases it
 //! refused afresh (soft state, in memory), read by the rebalancer (`floor_moves`) and shown in
-//! the home's `CTR.INFO` (`holder_refused_units`). A leaf of the glue: it imports none of it.
+//! the home's `CTR.INFO` (`holder_refused_units`); and the whole headroom the last rebalance
+//! round saw, which decides whether a holder's refusal is final
+//! (`counter::headroom`). A leaf of the glue: it imports none of it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use crate::counter::headroom::{HeadroomView, Refusal};
 use crate::counter::rebalance::{Demand, DemandMeter};
 use crate::ffi::{rm, Ctx};
 
@@ -15,17 +18,48 @@ thread_local! {
     /// The demand of each holder as of its home's last rebalance.
     static SEEN: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
     static DEMAND: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
+    /// What this master knows of each floored spread counter's whole headroom.
+    static HEADROOM: RefCell<HashMap<SpreadKey, HeadroomView>> = RefCell::new(HashMap::new());
 }
 
-/// Records a purchase of `amount` refused afresh by the counter at `key` in database `db`.
-pub fn record(db: i32, key: &[u8], amount: i64) {
+/// A floored spread counter on this master: its database, home and spread id (a home name
+/// alone could be a later spread of the same name).
+pub type SpreadKey = (i32, Vec<u8>, u64);
+
+/// A rebalance round saw `units` of headroom in the whole counter at `now_ms`.
+pub fn saw_headroom(spread: SpreadKey, units: i64, now_ms: i64) {
+    with_headroom(spread, |view| view.saw(units, now_ms));
+}
+
+/// The fate of a purchase of `amount` that a holder of `spread` refused at `now_ms`.
+pub fn refusal_fate(spread: SpreadKey, amount: i64, now_ms: i64) -> Refusal {
+    with_headroom(spread, |view| view.refusal(amount, now_ms))
+}
+
+fn with_headroom<R>(spread: SpreadKey, f: impl FnOnce(&mut HeadroomView) -> R) -> R {
+    HEADROOM.with(|h| {
+        let mut table = h.borrow_mut();
+        if table.len() >= DEMAND_LIMIT && !table.contains_key(&spread) {
+            table.clear(); // soft state: a counter forgotten waits for its next round
+        }
+        f(table.entry(spread).or_default())
+    })
+}
+
+/// Records a purchase of `amount` refused afresh by the counter at `key` in database `db`:
+/// for good, or (`waiting_since`) told to retry while budget gathers.
+pub fn record(db: i32, key: &[u8], amount: i64, waiting_since: Option<i64>) {
     DEMAND.with(|d| {
         let mut table = d.borrow_mut();
         let entry = (db, key.to_vec());
         if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
             table.clear();
         }
-        table.entry(entry).or_default().record_refusal(amount);
+        let meter = table.entry(entry).or_default();
+        match waiting_since {
+            Some(now) => meter.record_wait(amount, now),
+            None => meter.record_refusal(amount),
+        }
     });
 }
 
@@ -39,14 +73,17 @@ pub fn selected_db(ctx: Ctx) -> i32 {
 
 /// The demand meter of `key` on this master, for a rebalance: its largest refused amount
 /// starts over once read (the totals keep counting).
-pub fn take_meter(db: i32, key: &[u8]) -> DemandMeter {
-    let meter = demand_of(db, key);
+pub fn take_meter(db: i32, key: &[u8], now_ms: i64) -> DemandMeter {
     DEMAND.with(|d| {
-        d.borrow_mut()
-            .get_mut(&(db, key.to_vec()))
-            .map(DemandMeter::reported)
-    });
-    meter
+        let mut table = d.borrow_mut();
+        let Some(meter) = table.get_mut(&(db, key.to_vec())) else {
+            return DemandMeter::default();
+        };
+        meter.renew_waiting(now_ms);
+        let read = *meter;
+        meter.reported();
+        read
+    })
 }
 
 /// On the home's master: the demand of holder `key` since the last rebalance read its

@@ -14,6 +14,9 @@
 //!    its budget at that moment, so a stale plan can never oversell; a pair with a move still
 //!    unacknowledged is busy and the give is dropped (the next refusal plans again).
 //!
+//! 5. It also tells every master it polled the whole headroom it saw (0xD4): the bound that
+//!    decides whether a holder's refusal is final or retryable (`counter::headroom`).
+//!
 //! Nothing here is durable: a poll not answered within `POLL_TIMEOUT_MS` is dropped, and a
 //! lost notice or give costs one round; the next refusal starts another. What must not be
 //! lost (the move itself) is a transfer: replicated, resent until acknowledged.
@@ -29,20 +32,24 @@ use super::ctr_floor_spread::{floored_spread_names, write_floor};
 use super::ctr_store::value_and_floor;
 use super::ctr_store::with_counter;
 use super::demand::{self, selected_db, since_last_rebalance, take_meter, DbKey, DEMAND_LIMIT};
+use super::demand::{saw_headroom, SpreadKey};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer as transfer;
 use crate::config;
+use crate::counter::headroom::{floored_spread_of, whole_headroom, Refusal};
 use crate::counter::rebalance::apply_moves;
 use crate::counter::rebalance::{plan_moves, HolderReport};
 use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::metrics;
-use crate::persist::demand_msg::{self as msg, Give, HolderDemand};
+use crate::persist::demand_msg::{self as msg, Give, Headroom, HolderDemand};
 
 const MSG_NOTICE: u8 = 0xD0;
 const MSG_POLL: u8 = 0xD1;
 const MSG_ANSWER: u8 = 0xD2;
 const MSG_GIVE: u8 = 0xD3;
+const MSG_HEADROOM: u8 = 0xD4;
 
 /// How long the home's master waits for every master's answer before dropping a poll.
 const POLL_TIMEOUT_MS: i64 = 1_000;
@@ -134,32 +141,68 @@ unsafe extern "C" fn on_poll_timeout(_ctx: *mut raw::RedisModuleCtx, data: *mut 
     POLLS.with(|p| p.borrow_mut().remove(&id));
 }
 
-/// A holder's budget and demand meter on this master (NotHere unless it serves it).
+/// A holder's budget, budget moving out and demand meter on this master (NotHere unless it
+/// serves it).
 fn local_demand(ctx: Ctx, name: &[u8]) -> HolderDemand {
     if !transfer::serves(ctx, name) {
         return HolderDemand::NotHere;
     }
     let key = KeyName::new(ctx, name);
-    match with_counter(ctx, key.raw, value_and_floor) {
-        Ok((value, floor)) => HolderDemand::Here {
+    let now = ctx.precise_now_ms();
+    let read = with_counter(ctx, key.raw, |c| {
+        let moving_out = match &c {
+            Some(CounterRef::Boxed(b)) => b.budget_moving_out(now),
+            _ => 0,
+        };
+        (value_and_floor(c), moving_out)
+    });
+    match read {
+        Ok(((value, floor), moving_out)) => HolderDemand::Here {
             budget: value.saturating_sub(floor.unwrap_or(0)),
-            meter: take_meter(DB, name),
+            moving_out,
+            meter: take_meter(DB, name, now),
         },
         Err(_) => HolderDemand::NotHere,
     }
 }
 
-/// Every report is in: plans the moves and sends each giver's master its give.
+/// The spread a round's names (the home first, then its holders) belong to.
+fn spread_of_names(db: i32, names: &[Vec<u8>]) -> Option<SpreadKey> {
+    let holder = parse_holder_name(names.get(1)?)?;
+    Some((db, names[0].clone(), holder.spread_id))
+}
+
+/// Every report is in: plans the moves and sends each giver's master its give; tells every
+/// master polled the whole headroom seen.
 fn finish(ctx: Ctx, poll: Poll) {
     let mut reports = Vec::with_capacity(poll.names.len());
+    let mut in_hand = Vec::with_capacity(poll.names.len());
     for (name, report) in poll.names.iter().zip(&poll.reports) {
-        let Some(HolderDemand::Here { budget, meter }) = report else {
+        let Some(HolderDemand::Here {
+            budget,
+            moving_out,
+            meter,
+        }) = report
+        else {
             return; // a holder moving between masters: plan at the next refusal
         };
         reports.push(HolderReport {
             budget: *budget,
             demand: since_last_rebalance(DB, name, *meter),
         });
+        in_hand.push((*budget, *moving_out));
+    }
+    if let Some(spread) = spread_of_names(DB, &poll.names) {
+        let units = whole_headroom(in_hand);
+        let bound = msg::encode_headroom(&Headroom {
+            home: spread.1.clone(),
+            spread_id: spread.2,
+            units,
+        });
+        saw_headroom(spread, units, ctx.precise_now_ms());
+        for (node, _) in &poll.asks {
+            cluster::send(ctx.ptr, node, MSG_HEADROOM, &bound);
+        }
     }
     for m in plan_moves(&reports, MAX_MOVES) {
         let give = Give {
@@ -246,6 +289,11 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
                 on_give(ctx, give);
             }
         }
+        MSG_HEADROOM => {
+            if let Ok(m) = msg::decode_headroom(payload) {
+                saw_headroom((DB, m.home, m.spread_id), m.units, ctx.precise_now_ms());
+            }
+        }
         _ => {}
     }
 }
@@ -262,15 +310,40 @@ impl cluster::BusReceiver for Messages {
 
 /// Registers the bus receivers (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(ctx, &[MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE]);
+    cluster::register_receiver::<Messages>(
+        ctx,
+        &[MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE, MSG_HEADROOM],
+    );
 }
 
-/// A purchase refused afresh by the counter at `key` on this master (not a replay): the
-/// demand the rebalancer moves budget toward. It schedules a rebalance of the spread counter
-/// `key` belongs to.
-pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64) {
+/// True when a purchase of `amount` that the counter `c` at `key` cannot cover should wait for
+/// budget to gather from the other holders (`TRYAGAIN`, nothing recorded) rather than be
+/// refused for good: `c` belongs to a floored spread counter whose whole headroom may cover
+/// it, as the last rebalance round told this master (`counter::headroom`). Never while
+/// rebalancing is off: no round would ever come.
+pub fn refusal_waits_for_rebalance(
+    ctx: Ctx,
+    key: &[u8],
+    c: &Counter,
+    amount: i64,
+    now_ms: i64,
+) -> bool {
+    if config::REBALANCE_DELAY_MS.load(Relaxed) == 0 {
+        return false;
+    }
+    let Some((home, spread_id)) = floored_spread_of(key, c) else {
+        return false;
+    };
+    let spread = (selected_db(ctx), home.to_vec(), spread_id);
+    demand::refusal_fate(spread, amount, now_ms) == Refusal::Retry
+}
+
+/// A purchase refused afresh by the counter at `key` on this master (not a replay), for good
+/// or (`waiting_since`) told to retry while budget gathers: the demand the rebalancer moves
+/// budget toward. It schedules a rebalance of the spread counter `key` belongs to.
+pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64, waiting_since: Option<i64>) {
     let db = selected_db(ctx);
-    demand::record(db, key, amount);
+    demand::record(db, key, amount, waiting_since);
     // A holder's demand is rebalanced by its home; any other key is a home itself.
     let home = parse_holder_name(key).map_or(key, |h| h.home);
     schedule_rebalance(ctx, (db, home.to_vec()));
@@ -353,16 +426,21 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     };
     let keys: Vec<KeyName> = names.iter().map(|n| KeyName::new(ctx, n)).collect();
     let (mut values, mut floors, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    let now = ctx.precise_now_ms();
     for (name, key) in names.iter().zip(&keys) {
         let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
         let floor = floor.unwrap_or(0);
-        let meter = take_meter(db, name);
+        let meter = take_meter(db, name, now);
         reports.push(HolderReport {
             budget: value.saturating_sub(floor),
             demand: since_last_rebalance(db, name, meter),
         });
         values.push(value);
         floors.push(floor);
+    }
+    if let Some(spread) = spread_of_names(db, &names) {
+        let units = whole_headroom(reports.iter().map(|r| (r.budget, 0)));
+        saw_headroom(spread, units, now);
     }
     let moves = plan_moves(&reports, MAX_MOVES);
     if moves.is_empty() {

@@ -10,6 +10,7 @@ mod cell;
 pub mod collect;
 mod error;
 pub mod floor;
+pub mod headroom;
 pub mod history;
 mod ops;
 pub mod rate;

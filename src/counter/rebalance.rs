@@ -82,9 +82,39 @@ pub struct DemandMeter {
     pub refusals: u64,
     /// The largest refused amount since the last report (reset by [`DemandMeter::reported`]).
     pub largest_refused: u64,
+    /// A purchase told to retry here while budget gathers (`counter::headroom`): its amount
+    /// and until when it counts as waiting. Local only (never sent): it keeps the holder a
+    /// demander between its buyer's retries, so a round never takes its budget away.
+    pub waiting: Option<(u64, i64)>,
 }
 
+/// How long a purchase told to retry keeps its holder a demander after its last retry:
+/// longer than a client's longest pause between retries (100 ms).
+pub const WAITING_HOLD_MS: i64 = 250;
+
 impl DemandMeter {
+    /// A purchase of `amount` refused here at `now_ms` and told to retry: demand now, and
+    /// again at each report while its buyer is still retrying ([`DemandMeter::renew_waiting`]).
+    pub fn record_wait(&mut self, amount: i64, now_ms: i64) {
+        self.record_refusal(amount);
+        let amount = amount.max(0) as u64;
+        let held = self.waiting.map_or(0, |(a, _)| a);
+        self.waiting = Some((amount.max(held), now_ms.saturating_add(WAITING_HOLD_MS)));
+    }
+
+    /// Before a report at `now_ms`: a purchase still waiting and not retried since the last
+    /// report counts as a refusal again (the round would otherwise see a giver).
+    pub fn renew_waiting(&mut self, now_ms: i64) {
+        match self.waiting {
+            Some((amount, until)) if now_ms <= until => {
+                if self.largest_refused == 0 {
+                    self.record_refusal(i64::try_from(amount).unwrap_or(i64::MAX));
+                }
+            }
+            _ => self.waiting = None,
+        }
+    }
+
     pub fn record_refusal(&mut self, amount: i64) {
         let amount = amount.max(0) as u64;
         self.refused_units = self.refused_units.saturating_add(amount);
@@ -193,26 +223,23 @@ pub fn plan_moves(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
 }
 
 /// Every holder refused: when the headroom covers the largest refused purchase, the holder
-/// with the largest budget takes from the others (largest first) until it covers it.
+/// that refused it (of equals, the one holding most) takes from the others (largest first)
+/// until it covers it. The buyer retries where it was refused (a `TRYAGAIN` is retried at the
+/// same holder), so the budget goes there, not to whichever holder has most.
 fn gather_for_largest(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
-    let largest = holders
-        .iter()
-        .map(|h| clamp(h.demand.largest_refused))
-        .max()
-        .unwrap_or(0);
     let headroom: i64 = holders
         .iter()
         .map(|h| h.budget.max(0))
         .fold(0, i64::saturating_add);
-    let Some((receiver, richest)) = holders
+    let Some((receiver, largest, held)) = holders
         .iter()
         .enumerate()
-        .map(|(i, h)| (i, h.budget.max(0)))
-        .max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
+        .map(|(i, h)| (i, clamp(h.demand.largest_refused), h.budget.max(0)))
+        .max_by_key(|&(i, largest, held)| (largest, held, std::cmp::Reverse(i)))
     else {
         return Vec::new();
     };
-    if largest == 0 || largest > headroom || richest >= largest {
+    if largest == 0 || largest > headroom || held >= largest {
         return Vec::new();
     }
     let mut others: Vec<(usize, i64)> = holders
@@ -222,7 +249,7 @@ fn gather_for_largest(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
         .map(|(i, h)| (i, h.budget))
         .collect();
     others.sort_by_key(|&(i, b)| (std::cmp::Reverse(b), i));
-    let mut missing = largest - richest;
+    let mut missing = largest - held;
     let mut moves = Vec::new();
     for (giver, budget) in others {
         if missing == 0 || moves.len() >= max_moves {
@@ -335,6 +362,23 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_purchase_keeps_its_holder_a_demander_until_its_buyer_stops_retrying() {
+        let mut meter = DemandMeter::default();
+        meter.record_wait(200, 1_000);
+        meter.reported();
+        // No retry since the report: the wait still counts, once per report.
+        meter.renew_waiting(1_100);
+        assert_eq!((meter.refusals, meter.largest_refused), (2, 200));
+        meter.renew_waiting(1_100);
+        assert_eq!(meter.refusals, 2);
+        meter.reported();
+        // The buyer stopped retrying: past the hold, the holder is no demander any more.
+        meter.renew_waiting(1_000 + WAITING_HOLD_MS + 1);
+        assert_eq!((meter.refusals, meter.largest_refused), (2, 0));
+        assert_eq!(meter.waiting, None);
+    }
+
+    #[test]
     fn no_refusals_no_moves() {
         let holders = [report(0, 0, 0, 0), report(100, 0, 0, 0)];
         assert!(plan_moves(&holders, 16).is_empty());
@@ -379,7 +423,8 @@ mod tests {
     fn sold_out_moves_nothing_and_fragments_are_gathered() {
         let sold_out = [report(0, 5, 5, 1), report(0, 9, 9, 1)];
         assert!(plan_moves(&sold_out, 16).is_empty());
-        // Every holder refused a purchase of 10; 12 units in all: holder 1 gathers 10.
+        // Every holder refused a purchase of 10; 12 units in all: holder 1 (most in hand of
+        // equals) gathers 10.
         let fragmented = [
             report(3, 10, 1, 10),
             report(4, 10, 1, 10),
@@ -391,6 +436,15 @@ mod tests {
         assert_eq!(after[1], 10, "{moves:?}");
         assert_eq!(after.iter().sum::<i64>(), 12);
         assert!(after.iter().all(|&b| b >= 0));
+        // The largest purchase was refused at the poorest holder: the budget goes there,
+        // where its buyer retries.
+        let at_the_poorest = [report(5, 6, 1, 6), report(6, 7, 1, 7), report(1, 10, 1, 10)];
+        let after = budgets_after(&at_the_poorest, &plan_moves(&at_the_poorest, 16));
+        assert_eq!(
+            after,
+            [2, 0, 10],
+            "the poorest holder gathers its buyer's 10"
+        );
         // More than the whole headroom: nothing to gather.
         let short = [report(3, 20, 1, 20), report(4, 20, 1, 20)];
         assert!(plan_moves(&short, 16).is_empty());

@@ -351,9 +351,14 @@ pub fn purchase_waits_for_budget(
     let Some(c) = counter else {
         return floor_if_none.is_some_and(|f| 0i64.checked_sub(amount).is_none_or(|v| v < f));
     };
+    purchase_refused(c, amount, floor_if_none) && c.budget_in_flight(floor_if_none, now_ms)
+}
+
+/// True when the counter `c` alone cannot cover a purchase of `amount` (its own floor, or the
+/// floor its name gives it while it has none).
+pub fn purchase_refused(c: &Counter, amount: i64, floor_if_none: Option<i64>) -> bool {
     let floor = c.floor().map(|f| f.floor).or(floor_if_none).unwrap_or(0);
-    let refused = c.value().checked_sub(amount).is_none_or(|v| v < floor);
-    refused && c.budget_in_flight(floor_if_none, now_ms)
+    c.value().checked_sub(amount).is_none_or(|v| v < floor)
 }
 
 impl Counter {
@@ -450,14 +455,28 @@ impl Counter {
     /// of its debit, [`next_seq`]).
     pub fn budget_in_flight(&self, floor_if_none: Option<i64>, now_ms: i64) -> bool {
         let before_first_credit = self.floor().is_none() && floor_if_none.is_some();
+        before_first_credit || self.budget_moves_out(now_ms).next().is_some()
+    }
+
+    /// The budget moving out of this counter and not yet acknowledged, counted as
+    /// [`Counter::budget_in_flight`] counts moves (a stuck one is no longer in flight): units
+    /// that no holder's budget shows until the receiver's credit lands.
+    pub fn budget_moving_out(&self, now_ms: i64) -> i64 {
+        self.budget_moves_out(now_ms)
+            .map(|o| o.df.saturating_neg())
+            .fold(0, i64::saturating_add)
+    }
+
+    /// This counter's budget moves unacknowledged and younger than [`MOVE_IN_FLIGHT_MS`].
+    fn budget_moves_out(&self, now_ms: i64) -> impl Iterator<Item = &Outgoing> {
         let since = now_ms.saturating_sub(MOVE_IN_FLIGHT_MS);
-        let moving_out = self.transfers().is_some_and(|t| {
-            t.outbox.iter().any(|o| {
+        self.transfers()
+            .into_iter()
+            .flat_map(|t| t.outbox.iter())
+            .filter(move |o| {
                 let debited_ms = i64::try_from(o.seq / 1024).unwrap_or(i64::MAX);
                 o.fold_id == 0 && o.df < 0 && debited_ms >= since
             })
-        });
-        before_first_credit || moving_out
     }
 
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly

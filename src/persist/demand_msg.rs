@@ -7,10 +7,14 @@
 //! poll:   u8 version (= 1), u64 LE id, (uvarint len, home), uvarint n (>= 1), n x (uvarint len, name)
 //!         the home's master asks another master for these holders' budgets and demand
 //! answer: u8 version (= 1), u64 LE id, uvarint n, n x report
-//! report: u8 0 + ivarint budget + uvarint refused_units + uvarint refusals + uvarint largest
+//! report: u8 2 + ivarint budget + uvarint moving_out + uvarint refused_units + uvarint refusals
+//!           + uvarint largest
+//!         u8 0     the same without moving_out (read as 0; what earlier modules send)
 //!         u8 1     not served here (the slot is elsewhere or migrating)
 //! give:   u8 version (= 1), (uvarint len, giver), (uvarint len, receiver), uvarint units (>= 1)
 //!         the home's master asks the giver's master to move up to `units` of budget
+//! headroom: u8 version (= 1), (uvarint len, home), u64 LE spread id, uvarint units
+//!         the home's master tells a polled master the whole headroom its round saw
 //! ```
 //! A lost, repeated or late message costs at most one rebalance: a poll that is not answered
 //! is dropped by the home (the next refusal polls again), and a give is decided by the giver
@@ -26,9 +30,11 @@ const VERSION: u8 = 1;
 /// What a master reports about one holder it was polled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HolderDemand {
-    /// Its budget (value - own floor) and its demand meter since the master started.
+    /// Its budget (value - own floor), the budget moving out of it unacknowledged, and its
+    /// demand meter since the master started.
     Here {
         budget: i64,
+        moving_out: i64,
         meter: DemandMeter,
     },
     NotHere,
@@ -90,9 +96,14 @@ pub fn encode_answer(id: u64, reports: &[HolderDemand]) -> Vec<u8> {
     w.u8(VERSION).fixed_u64(id).uvarint(reports.len() as u64);
     for report in reports {
         match report {
-            HolderDemand::Here { budget, meter } => w
-                .u8(0)
+            HolderDemand::Here {
+                budget,
+                moving_out,
+                meter,
+            } => w
+                .u8(2)
                 .ivarint(*budget)
+                .uvarint((*moving_out).max(0) as u64)
                 .uvarint(meter.refused_units)
                 .uvarint(meter.refusals)
                 .uvarint(meter.largest_refused),
@@ -109,12 +120,17 @@ pub fn decode_answer(buf: &[u8]) -> Result<(u64, Vec<HolderDemand>), DecodeError
     let reports = (0..n)
         .map(|_| {
             Ok(match r.u8()? {
-                0 => HolderDemand::Here {
+                tag @ (0 | 2) => HolderDemand::Here {
                     budget: r.ivarint()?,
+                    moving_out: match tag {
+                        2 => i64::try_from(r.uvarint()?).unwrap_or(i64::MAX),
+                        _ => 0,
+                    },
                     meter: DemandMeter {
                         refused_units: r.uvarint()?,
                         refusals: r.uvarint()?,
                         largest_refused: r.uvarint()?,
+                        waiting: None, // local to the holder's master
                     },
                 },
                 1 => HolderDemand::NotHere,
@@ -150,6 +166,36 @@ pub fn decode_give(buf: &[u8]) -> Result<Give, DecodeError> {
     )
 }
 
+/// The whole headroom a round saw, for one spread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headroom {
+    pub home: Vec<u8>,
+    pub spread_id: u64,
+    pub units: i64,
+}
+
+pub fn encode_headroom(m: &Headroom) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(VERSION).bytes(&m.home).fixed_u64(m.spread_id);
+    w.uvarint(m.units.max(0) as u64);
+    w.finish()
+}
+
+pub fn decode_headroom(buf: &[u8]) -> Result<Headroom, DecodeError> {
+    let mut r = open(buf)?;
+    let home = name(&mut r)?;
+    let spread_id = r.fixed_u64()?;
+    let units = i64::try_from(r.uvarint()?).unwrap_or(i64::MAX);
+    close(
+        &r,
+        Headroom {
+            home,
+            spread_id,
+            units,
+        },
+    )
+}
+
 const FAMILY: &str = "demand message";
 
 fn open(buf: &[u8]) -> Result<Reader<'_>, DecodeError> {
@@ -175,14 +221,21 @@ mod tests {
         let reports = vec![
             HolderDemand::Here {
                 budget: -1,
+                moving_out: 40,
                 meter: DemandMeter {
                     refused_units: u64::MAX,
                     refusals: 3,
                     largest_refused: 9,
+                    waiting: None,
                 },
             },
             HolderDemand::NotHere,
         ];
+        let headroom = Headroom {
+            home: home.clone(),
+            spread_id: u64::MAX,
+            units: 1_000,
+        };
         let give = Give {
             giver: home.clone(),
             receiver: names[0].clone(),
@@ -192,6 +245,8 @@ mod tests {
         let poll = encode_poll(u64::MAX, &home, &names);
         let answer = encode_answer(7, &reports);
         let give_buf = encode_give(&give);
+        let headroom_buf = encode_headroom(&headroom);
+        assert_eq!(decode_headroom(&headroom_buf).unwrap(), headroom);
         assert_eq!(decode_notice(&notice).unwrap(), home);
         let request = PollRequest {
             id: u64::MAX,
@@ -202,7 +257,8 @@ mod tests {
         assert_eq!(decode_answer(&answer).unwrap(), (7, reports));
         assert_eq!(decode_give(&give_buf).unwrap(), give);
         type Decoder = fn(&[u8]) -> bool;
-        let cases: [(&Vec<u8>, Decoder); 4] = [
+        let cases: [(&Vec<u8>, Decoder); 5] = [
+            (&headroom_buf, |b| decode_headroom(b).is_ok()),
             (&notice, |b| decode_notice(b).is_ok()),
             (&poll, |b| decode_poll(b).is_ok()),
             (&answer, |b| decode_answer(b).is_ok()),
@@ -237,5 +293,25 @@ mod tests {
         let mut unknown = encode_answer(1, &[HolderDemand::NotHere]);
         *unknown.last_mut().unwrap() = 9;
         assert!(decode_answer(&unknown).is_err());
+    }
+
+    #[test]
+    fn an_earlier_modules_report_reads_with_nothing_moving_out() {
+        // version, id, one report: tag 0, budget 5 (zigzag 10), refused 7, refusals 1, largest 7
+        let mut old = vec![VERSION];
+        old.extend(3u64.to_le_bytes());
+        old.extend([1, 0, 10, 7, 1, 7]);
+        let meter = DemandMeter {
+            refused_units: 7,
+            refusals: 1,
+            largest_refused: 7,
+            waiting: None,
+        };
+        let here = HolderDemand::Here {
+            budget: 5,
+            moving_out: 0,
+            meter,
+        };
+        assert_eq!(decode_answer(&old).unwrap(), (3, vec![here]));
     }
 }

@@ -260,12 +260,26 @@ impl ClusterClient {
     }
 
     /// Sends a command to the node of its first key, follows MOVED and ASK redirections, and
-    /// retries TRYAGAIN (a multi-key command during a slot migration) a few times.
+    /// retries TRYAGAIN (a multi-key command during a slot migration, a purchase waiting for
+    /// budget) every 20 ms for up to about 5 s.
     pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Value {
+        self.send(args, true)
+    }
+
+    /// As [`ClusterClient::cmd`], but a TRYAGAIN is the reply (a test that watches what a
+    /// purchase waiting for budget sets going).
+    #[allow(dead_code)]
+    pub fn cmd_once<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Value {
+        self.send(args, false)
+    }
+
+    fn send<A: AsRef<[u8]>>(&mut self, args: &[A], wait_tryagain: bool) -> Value {
         let key = args.get(1).map(|a| a.as_ref().to_vec()).unwrap_or_default();
         let mut port = self.port_for(&key);
         let mut asking = false;
-        for _ in 0..16 {
+        let mut redirections = 0;
+        let mut waits = 0;
+        while redirections < 16 && waits < 250 {
             let conn = self.conn(port);
             if asking {
                 assert_eq!(conn.q("ASKING"), Value::Simple("OK".into()));
@@ -282,13 +296,18 @@ impl ClusterClient {
                     self.slots[slot] = port;
                     self.moved += 1;
                     asking = false;
+                    redirections += 1;
                 }
                 ["ASK", _slot, addr] => {
                     port = parse_port(addr);
                     self.asked += 1;
                     asking = true;
+                    redirections += 1;
                 }
-                ["TRYAGAIN", ..] => std::thread::sleep(Duration::from_millis(20)),
+                ["TRYAGAIN", ..] if wait_tryagain => {
+                    waits += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 _ => return reply,
             }
         }

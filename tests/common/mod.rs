@@ -586,6 +586,25 @@ pub fn assert_awaits_budget(reply: Value, key: &str) {
     );
 }
 
+/// Sends a purchase (`CTR.DECRFLOOR ...`) until it is not refused with `TRYAGAIN` (budget
+/// still moving), every 10 ms for at most 5 s, as the client libraries do: its final reply,
+/// and how many `TRYAGAIN` came first.
+#[allow(dead_code)]
+pub fn purchase_until_final(c: &mut Conn, args: &[&str]) -> (Value, usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut waits = 0;
+    loop {
+        let reply = c.cmd(args);
+        match &reply {
+            Value::Error(e) if e.starts_with("TRYAGAIN") && Instant::now() < deadline => {
+                waits += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => return (reply, waits),
+        }
+    }
+}
+
 #[allow(dead_code)]
 /// True when a `CTR.INFO` reply lists holders (a spread home).
 pub fn lists_holders(info: &Value) -> bool {
