@@ -87,7 +87,8 @@ fn buy_everything(c: &mut Conn, holders: &[String]) -> i64 {
     let mut bought = 0;
     for holder in holders {
         for _ in 0..1_000 {
-            match c.cmd(&["CTR.DECRFLOOR", holder, "1"]) {
+            // A holder out of budget while the counter is not waits for budget to gather.
+            match common::purchase_until_final(c, &["CTR.DECRFLOOR", holder, "1"]).0 {
                 Value::Int(_) => bought += 1,
                 Value::Nil => break,
                 other => panic!("{holder}: {other:?}"),

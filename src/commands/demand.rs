@@ -26,9 +26,10 @@ thread_local! {
 /// alone could be a later spread of the same name).
 pub type SpreadKey = (i32, Vec<u8>, u64);
 
-/// A rebalance round saw `units` of headroom in the whole counter at `now_ms`.
-pub fn saw_headroom(spread: SpreadKey, units: i64, now_ms: i64) {
-    with_headroom(spread, |view| view.saw(units, now_ms));
+/// A rebalance round that ran at `round_ms` saw `units` of headroom in the whole counter; its
+/// bound arrived here at `now_ms`.
+pub fn saw_headroom(spread: SpreadKey, units: i64, round_ms: i64, now_ms: i64) {
+    with_headroom(spread, |view| view.saw(units, round_ms, now_ms));
 }
 
 /// The fate of a purchase of `amount` that a holder of `spread` refused at `now_ms`.

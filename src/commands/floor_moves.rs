@@ -166,6 +166,18 @@ fn local_demand(ctx: Ctx, name: &[u8]) -> HolderDemand {
     }
 }
 
+/// True while the home folds holders back: their units travel to the home in folds, in no
+/// current holder's budget, so a round's bound would be low; it sends none (refusals wait for
+/// the next round, at most `HEADROOM_WAIT_MS`).
+fn folding(ctx: Ctx, home: &[u8]) -> bool {
+    let key = KeyName::new(ctx, home);
+    with_counter(ctx, key.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => !b.leaving().is_empty(),
+        _ => false,
+    })
+    .unwrap_or(true)
+}
+
 /// The spread a round's names (the home first, then its holders) belong to.
 fn spread_of_names(db: i32, names: &[Vec<u8>]) -> Option<SpreadKey> {
     let holder = parse_holder_name(names.get(1)?)?;
@@ -192,14 +204,16 @@ fn finish(ctx: Ctx, poll: Poll) {
         });
         in_hand.push((*budget, *moving_out));
     }
-    if let Some(spread) = spread_of_names(DB, &poll.names) {
+    if let Some(spread) = spread_of_names(DB, &poll.names).filter(|_| !folding(ctx, &poll.home)) {
         let units = whole_headroom(in_hand);
+        let now = ctx.precise_now_ms();
         let bound = msg::encode_headroom(&Headroom {
             home: spread.1.clone(),
             spread_id: spread.2,
             units,
+            round_ms: now,
         });
-        saw_headroom(spread, units, ctx.precise_now_ms());
+        saw_headroom(spread, units, now, now);
         for (node, _) in &poll.asks {
             cluster::send(ctx.ptr, node, MSG_HEADROOM, &bound);
         }
@@ -291,7 +305,8 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         }
         MSG_HEADROOM => {
             if let Ok(m) = msg::decode_headroom(payload) {
-                saw_headroom((DB, m.home, m.spread_id), m.units, ctx.precise_now_ms());
+                let now = ctx.precise_now_ms();
+                saw_headroom((DB, m.home, m.spread_id), m.units, m.round_ms, now);
             }
         }
         _ => {}
@@ -438,9 +453,9 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
         values.push(value);
         floors.push(floor);
     }
-    if let Some(spread) = spread_of_names(db, &names) {
+    if let Some(spread) = spread_of_names(db, &names).filter(|_| !folding(ctx, home)) {
         let units = whole_headroom(reports.iter().map(|r| (r.budget, 0)));
-        saw_headroom(spread, units, now);
+        saw_headroom(spread, units, now, now);
     }
     let moves = plan_moves(&reports, MAX_MOVES);
     if moves.is_empty() {

@@ -37,24 +37,41 @@ pub enum Refusal {
 /// One master's view of one floored spread counter's whole headroom (soft state).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeadroomView {
-    /// The last round's bound and when it arrived.
-    seen: Option<(i64, i64)>,
+    /// The newest round's bound, when that round ran (the home master's clock), and when the
+    /// bound arrived here.
+    seen: Option<Seen>,
     /// The first refusal that found no fresh bound, since the last bound arrived.
     waiting_since: Option<i64>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    units: i64,
+    round_ms: i64,
+    arrived_ms: i64,
+}
+
 impl HeadroomView {
-    /// A round saw `units` of headroom in the whole counter at `now_ms`.
-    pub fn saw(&mut self, units: i64, now_ms: i64) {
-        self.seen = Some((units, now_ms));
+    /// A round that ran at `round_ms` saw `units` of headroom in the whole counter; its bound
+    /// arrived here at `now_ms`. A bound from an older round than the one held (a message
+    /// delayed past a later one) is ignored.
+    pub fn saw(&mut self, units: i64, round_ms: i64, now_ms: i64) {
+        if self.seen.is_some_and(|s| s.round_ms > round_ms) {
+            return;
+        }
+        self.seen = Some(Seen {
+            units,
+            round_ms,
+            arrived_ms: now_ms,
+        });
         self.waiting_since = None;
     }
 
     /// The fate of a purchase of `amount` refused by a holder at `now_ms` (module docs).
     pub fn refusal(&mut self, amount: i64, now_ms: i64) -> Refusal {
         match self.seen {
-            Some((units, at)) if now_ms.saturating_sub(at) <= HEADROOM_FRESH_MS => {
-                if amount > units {
+            Some(s) if now_ms.saturating_sub(s.arrived_ms) <= HEADROOM_FRESH_MS => {
+                if amount > s.units {
                     Refusal::Final
                 } else {
                     Refusal::Retry
@@ -109,7 +126,7 @@ mod tests {
         );
         assert_eq!(view.refusal(200, 1_000 + HEADROOM_WAIT_MS), Refusal::Final);
         // A round saw 1,000 units: a purchase of 200 waits for budget, one of 1,001 is final.
-        view.saw(1_000, 10_000);
+        view.saw(1_000, 10_000, 10_000);
         assert_eq!(view.refusal(200, 10_500), Refusal::Retry);
         assert_eq!(view.refusal(1_001, 10_500), Refusal::Final);
         assert_eq!(
@@ -117,12 +134,18 @@ mod tests {
             Refusal::Retry
         );
         // Sold out: final at once.
-        view.saw(0, 20_000);
+        view.saw(0, 20_000, 20_000);
         assert_eq!(view.refusal(1, 20_001), Refusal::Final);
         // The bound went stale: the wait starts over from the next refusal.
         let later = 20_000 + HEADROOM_FRESH_MS + 1;
         assert_eq!(view.refusal(1, later), Refusal::Retry);
         assert_eq!(view.refusal(1, later + HEADROOM_WAIT_MS), Refusal::Final);
+        // A bound from an older round, arriving late, changes nothing.
+        view.saw(5_000, 15_000, later + HEADROOM_WAIT_MS);
+        assert_eq!(view.refusal(1, later + HEADROOM_WAIT_MS), Refusal::Final);
+        view.saw(0, 30_000, 30_000);
+        view.saw(5_000, 25_000, 30_001);
+        assert_eq!(view.refusal(1, 30_002), Refusal::Final);
     }
 
     #[test]

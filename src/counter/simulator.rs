@@ -9,7 +9,10 @@
 //!   an answer only once the replica holds the credit (the replication gate);
 //! - failovers (the replica, without the writes it had not received, becomes the master),
 //!   restarts (everything kept, in-memory queues lost);
-//! - adds and purchases on every member, shrinks, grows, budget moves;
+//! - adds and purchases on every member, shrinks, grows, budget moves, rebalance rounds that
+//!   send every master the whole headroom they saw (lost, late, reordered like the rest), and
+//!   purchases that a holder cannot cover made final or retryable by that bound, as the glue
+//!   does (`counter::headroom`);
 //! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
 //!   name of the same spread), COPY of a holder, RENAME of a sealed holder and of the home,
 //!   expiry of a folded holder, DEL of the home and a new spread under the same name.
@@ -18,7 +21,9 @@
 //! current holder's units in hand, every leaving holder's units in hand) equals every
 //! acknowledged add and purchase that the failovers did not take back; in a floored spread the
 //! members' floors plus the floor units in flight equal `F`, no counter is below its floor
-//! (so no purchase beyond stock). Once the faults stop it checks that every fold finished and
+//! (so no purchase beyond stock); a round's bound is never below the counter's true headroom
+//! (the total minus `F`: a bound below it would refuse for good what the counter covers). Once
+//! the faults stop it checks that every fold finished and
 //! every transfer of the spread was answered.
 //!
 //! A failing schedule panics with its seed and the steps it took; `CTR_SIM_SEED=<seed>` replays
@@ -32,8 +37,10 @@ use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     spread_id_from, Standalone,
 };
+use super::headroom::{floored_spread_of, whole_headroom, HeadroomView, Refusal};
 use super::transfer::{
-    purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal, TransferError,
+    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
+    TransferError,
 };
 use super::{AddOp, Counter, DecrOp, Spread};
 
@@ -68,6 +75,12 @@ enum Message {
     Seal(Seal),
     Credit(Credit),
     Answer(Ack),
+    /// A round's bound on its way to master `to`.
+    Headroom {
+        to: usize,
+        units: i64,
+        round_ms: i64,
+    },
 }
 
 /// A write the replica does not hold yet (one command: RENAME writes two keys at once): each
@@ -85,6 +98,9 @@ struct Master {
     unreplicated: VecDeque<Pending>,
     /// Answers waiting for the replica to hold the credit they answer (key: the receiver).
     answers: Vec<(Vec<u8>, Ack)>,
+    /// What this master's process knows of the counter's whole headroom (soft state: a
+    /// restart or a failover starts from nothing).
+    headroom: HeadroomView,
 }
 
 impl Master {
@@ -277,7 +293,7 @@ impl Sim {
         ));
     }
 
-    fn step(&mut self) {
+    fn step(&mut self) -> Result<(), String> {
         self.now += 1 + self.rng.below(50) as i64;
         let roll = self.rng.below(100);
         let master = self.rng.below(MASTERS);
@@ -298,8 +314,10 @@ impl Sim {
             92 if self.faults => self.delete_home_and_spread_again(),
             93 | 94 => self.expire_folded_holder(),
             95 if self.faults => self.copy_holder(),
+            96 | 97 => return self.rebalance_round(),
             _ => self.tick(master),
         }
+        Ok(())
     }
 
     fn deliver(&mut self) {
@@ -356,6 +374,14 @@ impl Sim {
                 let _ = self.update(&s.holder, |c| c.seal_into(&s.home, s.fold_id, now, holder));
             }
             Message::Credit(credit) => self.on_credit(credit),
+            Message::Headroom {
+                to,
+                units,
+                round_ms,
+            } => {
+                let now = self.now;
+                self.masters[to].headroom.saw(units, round_ms, now);
+            }
             Message::Answer(a) => {
                 if self.get(&a.giver).is_some_and(|c| c.answer_matters(&a)) {
                     let r = self.update(&a.giver, |c| c.apply_answer(&a));
@@ -429,6 +455,7 @@ impl Sim {
         m.keys = m.replica.clone();
         m.unreplicated.clear();
         m.answers.clear();
+        m.headroom = HeadroomView::default();
         self.expected -= lost;
         self.note(format_args!(
             "failover of master {master} (lost {lost} client units)"
@@ -440,6 +467,7 @@ impl Sim {
             self.replicate_one(master);
         }
         self.masters[master].answers.clear();
+        self.masters[master].headroom = HeadroomView::default();
         self.note(format_args!("restart of master {master}"));
     }
 
@@ -502,6 +530,14 @@ impl Sim {
         if c.is_sealed() {
             return;
         }
+        let gathers = purchase_refused(&c, amount, floor_by_name(&key))
+            && floored_spread_of(&key, &c).is_some()
+            && self.masters[master_of(&key)].headroom.refusal(amount, now) == Refusal::Retry;
+        if gathers {
+            // TRYAGAIN: budget to gather; nothing changes.
+            self.note(format_args!("purchase {amount} at {} waits to gather", show(&key)));
+            return;
+        }
         let op = DecrOp {
             now,
             event: now,
@@ -557,6 +593,41 @@ impl Sim {
             self.start_move(&home, &name, 0);
         }
         self.wait_replica(&home);
+    }
+
+    /// A rebalance round of the home's master (all at once here): the whole headroom of the
+    /// current members (budgets plus budget moving out), sent to every master; none while the
+    /// home folds holders back (their units are in no current member's budget).
+    fn rebalance_round(&mut self) -> Result<(), String> {
+        let (Some(floor), Some(home)) = (self.floor, self.home_counter()) else {
+            return Ok(());
+        };
+        if !home.leaving().is_empty() {
+            return Ok(());
+        }
+        let mut current = vec![self.home.clone()];
+        current.extend(home.spread().map(|s| s.holders.clone()).unwrap_or_default());
+        let now = self.now;
+        let units = whole_headroom(current.iter().map(|k| match self.get(k) {
+            Some(c) => {
+                let own_floor = c.floor().map(|f| f.floor).unwrap_or(0);
+                (c.value() - own_floor, c.budget_moving_out(now))
+            }
+            None => (0, 0),
+        }));
+        let truth = self.total() - floor;
+        if units < truth {
+            return Err(format!("a round's bound {units} is below the headroom {truth}"));
+        }
+        self.note(format_args!("round: whole headroom {units}"));
+        for to in 0..MASTERS {
+            self.network.push(Message::Headroom {
+                to,
+                units,
+                round_ms: now,
+            });
+        }
+        Ok(())
     }
 
     fn budget_move(&mut self) {
@@ -674,6 +745,7 @@ impl Sim {
             Message::Seal(s) => s.holder == name,
             Message::Credit(c) => c.receiver == name,
             Message::Answer(a) => a.giver == name,
+            Message::Headroom { .. } => false,
         };
         let in_outbox = self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
             let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
@@ -911,8 +983,7 @@ fn run(seed: u64) -> Result<(), String> {
     let fail =
         |sim: &Sim, why: String| Err(format!("seed {seed}: {why}\n{}\n{}", sim.log, sim.dump()));
     for step in 0..STEPS {
-        sim.step();
-        if let Err(why) = sim.check() {
+        if let Err(why) = sim.step().and_then(|()| sim.check()) {
             return fail(&sim, format!("after step {step}: {why}"));
         }
     }
@@ -968,6 +1039,7 @@ fn describe(m: &Message) -> String {
             c.df,
             c.fold_id
         ),
+        Message::Headroom { to, units, .. } => format!("headroom {units} to master {to}"),
         Message::Answer(a) => format!(
             "answer {} -> {} seq {} refused {}",
             show(&a.receiver),

@@ -13,8 +13,9 @@
 //!         u8 1     not served here (the slot is elsewhere or migrating)
 //! give:   u8 version (= 1), (uvarint len, giver), (uvarint len, receiver), uvarint units (>= 1)
 //!         the home's master asks the giver's master to move up to `units` of budget
-//! headroom: u8 version (= 1), (uvarint len, home), u64 LE spread id, uvarint units
-//!         the home's master tells a polled master the whole headroom its round saw
+//! headroom: u8 version (= 1), (uvarint len, home), u64 LE spread id, uvarint units,
+//!         ivarint round_ms
+//!         the home's master tells a polled master the whole headroom its round saw, and when
 //! ```
 //! A lost, repeated or late message costs at most one rebalance: a poll that is not answered
 //! is dropped by the home (the next refusal polls again), and a give is decided by the giver
@@ -172,12 +173,14 @@ pub struct Headroom {
     pub home: Vec<u8>,
     pub spread_id: u64,
     pub units: i64,
+    /// When the round ran, on the home master's clock.
+    pub round_ms: i64,
 }
 
 pub fn encode_headroom(m: &Headroom) -> Vec<u8> {
     let mut w = Writer::new();
     w.u8(VERSION).bytes(&m.home).fixed_u64(m.spread_id);
-    w.uvarint(m.units.max(0) as u64);
+    w.uvarint(m.units.max(0) as u64).ivarint(m.round_ms);
     w.finish()
 }
 
@@ -186,12 +189,14 @@ pub fn decode_headroom(buf: &[u8]) -> Result<Headroom, DecodeError> {
     let home = name(&mut r)?;
     let spread_id = r.fixed_u64()?;
     let units = i64::try_from(r.uvarint()?).unwrap_or(i64::MAX);
+    let round_ms = r.ivarint()?;
     close(
         &r,
         Headroom {
             home,
             spread_id,
             units,
+            round_ms,
         },
     )
 }
@@ -235,6 +240,7 @@ mod tests {
             home: home.clone(),
             spread_id: u64::MAX,
             units: 1_000,
+            round_ms: -1,
         };
         let give = Give {
             giver: home.clone(),
