@@ -63,6 +63,13 @@ class AsyncCtr:
         except ResponseError:
             return cache.learned(key, None, failed=True)
 
+    async def _holders_after_fold(self, key: KeyT) -> Holders:
+        """The holders of ``key`` read again (not from the cache): a write met one of them
+        folded back into the home, so the cached list is out of date."""
+        if self._holders is not None:
+            self._holders.forget(key)
+        return await self.holders(key)
+
     async def add(
         self,
         key: KeyT,
