@@ -217,6 +217,12 @@ impl SpreadRouter {
         Ok(holders)
     }
 
+    /// Drops the cached holders of `key` (a write met one of them folded back): the next
+    /// write reads them again.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        self.cache().holders.remove(&key.to_vec());
+    }
+
     /// Records the holders `CTR.SPREAD` replied.
     pub(crate) fn spread_to(&self, key: &[u8], names: &[String]) {
         let holders = holders_of(key, Some(names.to_vec()));
@@ -372,7 +378,7 @@ impl SpreadRouter {
     ) -> bool {
         let folded = matches!(added, Err(CtrError::Module(ModuleError::HolderFolded, _)));
         if folded && options.token.is_none() {
-            self.cache().holders.remove(&key.to_vec());
+            self.forget(key);
             return true;
         }
         false

@@ -292,7 +292,10 @@ fn cluster_sync_async_and_writer() {
         flush_every: 500,
         ..WriterConfig::default()
     };
-    let writer = CoalescingWriter::new(redis::cluster::ClusterClient::new(seeds).unwrap(), config);
+    let writer = CoalescingWriter::new(
+        redis::cluster::ClusterClient::new(seeds.clone()).unwrap(),
+        config,
+    );
     for n in 0..3000 {
         writer.add(&keys[n % keys.len()], 1).unwrap();
     }
@@ -304,6 +307,10 @@ fn cluster_sync_async_and_writer() {
         assert_eq!(direct.ctr_get(key).unwrap(), 100, "{key}");
     }
     assert_eq!(stats.adds, 3000);
+
+    // A writer's sums through shrinks and grows of a spread counter: none lost.
+    let writer_client = redis::cluster::ClusterClient::new(seeds.clone()).unwrap();
+    check_writer_through_shrinks(writer_client, &mut con, "folds", false);
 
     // A spread counter: holders on every master, written over all of them, the total exact.
     let holders = check_spread_writes(&mut con, "hot");
@@ -645,6 +652,64 @@ fn writer_counts_each_sum_once_when_replies_are_lost() {
     assert_eq!(proxy.dropped.load(Ordering::SeqCst), 3);
     assert_eq!(stats.retries, 3);
     assert_eq!(ctr_stat(&server, "ctr_duplicates_ignored"), 3);
+}
+
+/// (holders another client spreads the key to, adds made through the writer after it).
+const STEPS: [(u32, i64); 6] = [(16, 100), (1, 100), (8, 100), (2, 100), (16, 100), (1, 100)];
+
+/// Another client changes the spread of a fresh key under a writer whose holder list is
+/// trusted for `REFRESH`. After a grow the test waits that long (the writer reads the grown
+/// list at its next sum); at a shrink the writer still holds the longer list, so its sums meet
+/// folded holders. Each must be sent on: the total is exact after every step and no sum is
+/// dropped. `folds_at_once`: on one server a shrink folds its holders before it replies, so
+/// every shrink reroutes some sums; across masters folds run in the background (a sum may land
+/// on a holder before its fold and be folded with it).
+fn check_writer_through_shrinks<W, C>(writer_client: W, con: &mut C, key: &str, folds_at_once: bool)
+where
+    W: redis_ctr_client::Connector,
+    C: CtrCommands,
+{
+    const REFRESH: Duration = Duration::from_millis(1000);
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        spread_refresh: Some(REFRESH),
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(writer_client, config);
+    let (mut total, mut previous) = (0, 1);
+    for (holders, adds) in STEPS {
+        con.ctr_spread(key, holders).unwrap();
+        if holders > previous {
+            std::thread::sleep(REFRESH + Duration::from_millis(50));
+        }
+        let rerouted = writer.stats().rerouted;
+        for n in 0..adds {
+            writer.add(key, 1).unwrap();
+            if n % 10 == 9 {
+                writer.flush().unwrap(); // ten sums per step, each on its token's holder
+            }
+        }
+        total += adds;
+        let step = format!("the step from {previous} to {holders} holders");
+        assert_eq!(con.ctr_get(key).unwrap(), total, "{step}");
+        let stats = writer.stats();
+        assert_eq!(stats.dropped, 0, "{step}");
+        if folds_at_once || holders > previous {
+            assert_eq!(stats.rerouted > rerouted, holders < previous, "{step}");
+        }
+        previous = holders;
+    }
+    let stats = writer.close().unwrap();
+    assert_eq!((stats.flushed_sums, stats.dropped), (60, 0));
+    assert_eq!(con.ctr_get(key).unwrap(), total);
+}
+
+#[test]
+fn writer_sums_count_once_through_shrinks_and_grows() {
+    let server = Server::start();
+    let mut direct = redis::Client::open(url(server.port, true)).unwrap();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    check_writer_through_shrinks(client, &mut direct, "folds", true);
 }
 
 #[test]
