@@ -185,6 +185,9 @@ class _Sums:
 
 
 def _checked(delta: int) -> int:
+    """``delta`` as an int: ``TypeError`` for a non-integer (a float would poison the key's sum,
+    and the whole sum would be refused at its flush), ``ValueError`` outside 64 bits."""
+    delta = _calls.integer("delta", delta)
     if not I64_MIN <= delta <= I64_MAX:
         raise ValueError("delta must be a signed 64-bit integer")
     return delta
@@ -274,7 +277,7 @@ class CoalescingWriter(_Writer[SyncClient]):
 
     def add(self, key: KeyT, delta: int = 1) -> None:
         """Adds ``delta`` to ``key``; sent with the next flush."""
-        _checked(delta)
+        delta = _checked(delta)
         if self._record(key, delta):
             return
         try:
@@ -392,7 +395,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
 
     async def add(self, key: KeyT, delta: int = 1) -> None:
         """Adds ``delta`` to ``key``; sent with the next flush."""
-        _checked(delta)
+        delta = _checked(delta)
         if self._closed:
             raise RuntimeError("add on a closed AsyncCoalescingWriter")
         if self._task is None:

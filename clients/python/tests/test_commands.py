@@ -3,6 +3,8 @@ decode_responses, and every error class the typed methods can meet."""
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import time
 import unittest
 from typing import Any
@@ -142,6 +144,55 @@ class ErrorsTest(unittest.TestCase):
         self.assert_raises(redis_ctr.LateAdd, ctr.add, k, 1, at=w)
         self.assert_raises(redis_ctr.BadWatermark, ctr.reconcile, k, 5, at=w + 1)
         self.assertEqual(ctr.get(k), 5)
+
+    def test_non_integers_raise_type_error_before_anything_is_sent(self) -> None:
+        """Issue 26, finding 6: a float once poisoned a writer's whole sum (refused at the
+        flush, 999 adds dropped with it). Every integer argument is checked at the call."""
+        k = fresh("types")
+        spread = fresh("types-spread")
+        self.ctr.spread(spread, 4)
+        sent_before = self.r.info("commandstats")
+        bad: list[Any] = [0.5, 1.0, "1", b"1", True, None, decimal.Decimal(1), fractions.Fraction(1)]
+        for value in bad:
+            for key in (k, spread):
+                # A Ctr with no holders cached: a check after the holder lookup would show
+                # as a CTR.INFO sent.
+                ctr = Ctr(self.r)
+                calls = [
+                    lambda: ctr.add(key, value),
+                    lambda: ctr.add(key, 1, at=value) if value is not None else 1 / 0,
+                    lambda: ctr.add(key, 1, ex=value) if value is not None else 1 / 0,
+                    lambda: ctr.decrfloor(key, value),
+                    lambda: ctr.decrfloor(key, 1, at=value) if value is not None else 1 / 0,
+                    lambda: ctr.floor(key, value) if value is not None else 1 / 0,
+                    lambda: ctr.reconcile(key, value),
+                    lambda: ctr.spread(key, value),
+                    lambda: self.pnc.add(key, value),
+                ]
+                for call in calls:
+                    with self.assertRaises((TypeError, ZeroDivisionError), msg=repr(value)) as e:
+                        call()
+                    if value is not None:
+                        self.assertIsInstance(e.exception, TypeError)
+        with redis_ctr.CoalescingWriter(self.r, flush_interval_ms=60_000) as writer:
+            for _ in range(999):
+                writer.add(k)
+            for value in bad:
+                with self.assertRaises(TypeError):
+                    writer.add(k, value)
+        self.assertEqual(writer.stats.adds, 999)
+        self.assertEqual((writer.stats.flushed_sums, writer.stats.dropped), (1, 0))
+        self.assertEqual(self.ctr.get(k), 999)
+        # Nothing but the writer's one sum (and its holder lookup) reached the server.
+        sent = self.r.info("commandstats")
+        calls = {name: sent[name]["calls"] - sent_before.get(name, {"calls": 0})["calls"]
+                 for name in sent if name.startswith("cmdstat_ctr") or name.startswith("cmdstat_pnc")}
+        self.assertEqual({n: c for n, c in calls.items() if c},
+                         {"cmdstat_ctr.add": 1, "cmdstat_ctr.info": 1, "cmdstat_ctr.get": 1})
+        # Integer types that say so are taken: bool is not one, an int subclass is.
+        class Count(int):
+            pass
+        self.assertEqual(self.ctr.add(k, Count(1)), 1000)
 
     def test_other_errors_stay_plain_response_errors(self) -> None:
         with self.assertRaises(redis.exceptions.ResponseError) as caught:

@@ -127,6 +127,29 @@ class FoldTest(unittest.TestCase):
         self.assertEqual((writer.stats.dropped, writer.stats.rerouted), (0, 0))
         self.assertEqual(writer.stats.flushed_sums, 1)
 
+    def test_adds_meeting_a_folded_holder_go_on_and_count_once(self) -> None:
+        """Ctr.add with a stale holder list after a shrink to 1: tokened and untokened adds go
+        on to the home (none raises), a tokened retry counts once, and one whose first send
+        landed before the fold is replayed by the folded holder, not sent on."""
+        key, r = fresh("add-folds"), client()
+        stale = Ctr(r, spread_refresh_ms=60_000)
+        holders = stale.spread(key, 16)
+        landed = next(f"t{i}" for i in range(100) if holder_for_token(holders, f"t{i}") != key)
+        self.assertEqual(stale.add(key, 5, token=landed), 5)  # on its holder, before the fold
+        Ctr(r).spread(key, 1)
+        # Replayed by the folded holder (a replayed add replies the holder's value, 0 now
+        # that its units are home), not sent on: the total below counts it once.
+        self.assertEqual(stale.add(key, 5, token=landed), 0)
+        tokens = [f"after-{i}" for i in range(20)]
+        for token in tokens:
+            stale.add(key, 1, token=token)
+            stale.add(key, 1, token=token)  # a retry: on the holder the first send went to
+            Ctr(r).add(key, 1, token=token)  # another process, which knows the new list
+        for _ in range(20):
+            stale.add(key, 1)
+        self.assertEqual(Ctr(r).get(key), 5 + 20 + 20)
+        self.assertEqual(stale.holders(key), (key,))
+
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     def test_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
         rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
@@ -144,6 +167,21 @@ class AsyncFoldTest(unittest.IsolatedAsyncioTestCase):
         self.addAsyncCleanup(r.aclose)
         self.addAsyncCleanup(other.aclose)
         await check_async_writer_through_shrinks(self, r, other)
+
+    async def test_async_adds_meeting_a_folded_holder_go_on_and_count_once(self) -> None:
+        key, r = fresh("async-add-folds"), redis.asyncio.Redis(port=PORT)
+        self.addAsyncCleanup(r.aclose)
+        stale = AsyncCtr(r, spread_refresh_ms=60_000)
+        holders = await stale.spread(key, 16)
+        landed = next(f"t{i}" for i in range(100) if holder_for_token(holders, f"t{i}") != key)
+        self.assertEqual(await stale.add(key, 5, token=landed), 5)
+        await AsyncCtr(r).spread(key, 1)
+        self.assertEqual(await stale.add(key, 5, token=landed), 0, "replayed where it landed")
+        for i in range(20):
+            await stale.add(key, 1, token=f"after-{i}")
+            await stale.add(key, 1, token=f"after-{i}")
+            await stale.add(key, 1)
+        self.assertEqual(await AsyncCtr(r).get(key), 5 + 20 + 20)
 
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     async def test_async_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
