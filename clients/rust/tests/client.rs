@@ -712,6 +712,51 @@ fn writer_sums_count_once_through_shrinks_and_grows() {
     check_writer_through_shrinks(client, &mut direct, "folds", true);
 }
 
+/// A router whose holder list is out of date after a shrink to 1: tokened and untokened adds
+/// go on to the home (none fails), a tokened retry counts once, and an add whose first send
+/// landed before the fold is replayed by the folded holder, not sent on.
+#[test]
+fn router_adds_meeting_a_folded_holder_go_on_and_count_once() {
+    let server = Server::start();
+    let mut con = redis::Client::open(url(server.port, false)).unwrap();
+    let stale = SpreadRouter::new(Duration::from_secs(60));
+    let holders: Vec<Vec<u8>> = stale
+        .spread(&mut con, "add-folds", 16)
+        .unwrap()
+        .into_iter()
+        .map(String::into_bytes)
+        .collect();
+    let landed = (0..100)
+        .map(|i| format!("t{i}"))
+        .find(|t| holder_for_token(&holders, t.as_bytes()) != b"add-folds")
+        .unwrap();
+    let tokened = |t: &str| AddOptions::new().token(t);
+    let first = stale.add(&mut con, "add-folds", 5, &tokened(&landed));
+    assert_eq!(first.unwrap(), Some(5));
+    SpreadRouter::default()
+        .spread(&mut con, "add-folds", 1)
+        .unwrap();
+    // Replayed by the folded holder (its value, 0 now that its units are home): not sent on.
+    let retry = stale.add(&mut con, "add-folds", 5, &tokened(&landed));
+    assert_eq!(retry.unwrap(), Some(0));
+    for i in 0..20 {
+        let token = tokened(&format!("after-{i}"));
+        stale.add(&mut con, "add-folds", 1, &token).unwrap();
+        stale.add(&mut con, "add-folds", 1, &token).unwrap();
+        SpreadRouter::default()
+            .add(&mut con, "add-folds", 1, &token)
+            .unwrap();
+        stale
+            .add(&mut con, "add-folds", 1, &AddOptions::new())
+            .unwrap();
+    }
+    assert_eq!(con.ctr_get("add-folds").unwrap(), 5 + 20 + 20);
+    assert_eq!(
+        *stale.holders(&mut con, b"add-folds").unwrap(),
+        [b"add-folds".to_vec()]
+    );
+}
+
 #[test]
 fn writer_memory_is_bounded_and_drop_flushes() {
     let server = Server::start();
