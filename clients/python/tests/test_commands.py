@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import re
 import time
 import unittest
-from typing import Any
+from pathlib import Path
+from typing import Any, Dict
 
 import redis
 
@@ -194,6 +196,20 @@ class ErrorsTest(unittest.TestCase):
             pass
         self.assertEqual(self.ctr.add(k, Count(1)), 1000)
 
+    def test_errors_that_escaped_the_classes(self) -> None:
+        """Issue 26, finding 8: these came out as plain ResponseErrors."""
+        ctr, home = self.ctr, fresh("err-home")
+        holders = ctr.spread(home, 3)
+        self.assert_raises(redis_ctr.FlooredSpread, ctr.floor, home, 0)
+        floored = fresh("err-floored")
+        ctr.add(floored, 5)
+        ctr.floor(floored, 2)
+        self.assert_raises(redis_ctr.BelowFloor, ctr.clear, floored)
+        self.assert_raises(redis_ctr.InvalidTime, ctr.add, fresh("err-at"), 1, at=-1)
+        self.assert_raises(redis_ctr.UseHomeKey, ctr.clear, holders[1])
+        self.assert_raises(redis_ctr.UseHomeKey, ctr.spread, holders[1], 2)
+        self.assertEqual(ctr.get(floored), 5)
+
     def test_other_errors_stay_plain_response_errors(self) -> None:
         with self.assertRaises(redis.exceptions.ResponseError) as caught:
             redis_ctr.client.run(self.r, redis_ctr._calls.Call(("CTR.NOSUCH", "k"), int))
@@ -217,6 +233,71 @@ class ErrorsTest(unittest.TestCase):
             self.assertIs(type(classified), cls)
             self.assertIsInstance(classified, tryagain)
             self.assertEqual(str(classified), text)
+
+
+# The module's source, from this package's place in the repository.
+MODULE_SRC = Path(__file__).resolve().parents[3] / "src"
+# Error codes a Redis server replies with; a string literal starting with one and a space is an
+# error text.
+REDIS_ERROR_CODES = (
+    "ERR|TRYAGAIN|WRONGTYPE|CLUSTERDOWN|BUSY|BUSYKEY|NOPERM|LOADING|READONLY|MASTERDOWN|"
+    "CROSSSLOT|NOSCRIPT|EXECABORT|NOAUTH|MISCONF|OOM|NOREPLICAS|NOTBUSY|MOVED|ASK|UNBLOCKED"
+)
+ERROR_LITERAL = re.compile(r'"((?:%s) (?:[^"\\]|\\.)*)"' % REDIS_ERROR_CODES)
+# An error of a command the module runs inside the server, passed on as that command replied.
+PASSED_ON = {"ERR {e}"}
+
+
+def module_error_texts() -> Dict[str, str]:
+    """Every error text in the module's source (outside tests and the separate binaries), as
+    written (with its format placeholders), by where it is."""
+    texts: Dict[str, str] = {}
+    for path in sorted(MODULE_SRC.rglob("*.rs")):
+        if "bin" in path.relative_to(MODULE_SRC).parts:
+            continue
+        source = path.read_text().split("#[cfg(test)]")[0]
+        code = "\n".join(
+            line for line in source.splitlines() if not line.lstrip().startswith("//")
+        )
+        code = re.sub(r"\\\n\s*", "", code)  # a literal continued on the next line
+        for match in ERROR_LITERAL.finditer(code):
+            texts[match.group(1)] = f"{path.relative_to(MODULE_SRC)}"
+    return texts
+
+
+class ErrorTableTest(unittest.TestCase):
+    def test_every_module_error_text_has_its_class(self) -> None:
+        """The one table (redis_ctr.errors.ERROR_TABLE) against the module's own error texts: a
+        new error in the module that no entry matches fails here."""
+        texts = module_error_texts()
+        self.assertGreater(len(texts), 40, "the module's error texts were found")
+        unmapped = []
+        for text, where in texts.items():
+            if text in PASSED_ON:
+                continue
+            sample = re.sub(r"\{[^{}]*\}", "x", text)  # each placeholder filled
+            cls = redis_ctr.errors.error_class(sample)
+            if cls is None:
+                unmapped.append(f"{where}: {text}")
+                continue
+            self.assertIn(cls.__name__, redis_ctr.__all__)
+            # As redis-py gives it: without the ERR code it strips.
+            if sample.startswith("ERR "):
+                self.assertIs(redis_ctr.errors.error_class(sample[4:]), cls, text)
+        self.assertEqual(unmapped, [])
+
+    def test_every_error_class_is_documented(self) -> None:
+        readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+        classes = [
+            name for name in redis_ctr.__all__
+            if isinstance(getattr(redis_ctr, name), type)
+            and issubclass(getattr(redis_ctr, name), redis_ctr.CtrError)
+            and name != "CtrError"
+        ]
+        table_classes = {cls.__name__ for _, cls in redis_ctr.errors.ERROR_TABLE}
+        self.assertEqual(set(classes), table_classes)
+        for name in classes:
+            self.assertTrue(f"| `{name}` |" in readme, f"{name} is not in the README's table")
 
 
 if __name__ == "__main__":
