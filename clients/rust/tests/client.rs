@@ -201,6 +201,28 @@ fn the_module_errors_have_their_kinds() {
     );
     let off_grid = c.ctr_reconcile("r", 5, Some(w + 1));
     assert_eq!(module_error(off_grid), ModuleError::BadWatermark);
+    // Issue 26, finding 8: these were plain redis errors.
+    let holders = c.ctr_spread("home", 3).unwrap();
+    assert_eq!(
+        module_error(c.ctr_floor("home", Some(0))),
+        ModuleError::FlooredSpread
+    );
+    c.ctr_add("floored", 5).unwrap();
+    c.ctr_floor("floored", Some(2)).unwrap();
+    assert_eq!(
+        module_error(c.ctr_clear("floored")),
+        ModuleError::BelowFloor
+    );
+    let negative = AddOptions::new().at(-1);
+    assert_eq!(
+        module_error(c.ctr_add_with("k", 1, &negative)),
+        ModuleError::InvalidTime
+    );
+    assert_eq!(
+        module_error(c.ctr_clear(&holders[1])),
+        ModuleError::UseHomeKey
+    );
+    assert_eq!(c.ctr_get("floored").unwrap(), 5);
     // Other server errors stay redis errors.
     let unknown: Result<i64, CtrError> = redis::cmd("CTR.NOSUCH")
         .query::<i64>(c)
