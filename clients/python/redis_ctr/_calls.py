@@ -7,6 +7,7 @@ both behave the same whatever the protocol (RESP2 flat arrays or RESP3 maps) and
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, List, Literal, NamedTuple, Optional, TypeVar, Union
 
@@ -36,6 +37,10 @@ class Call(Generic[T]):
     args: tuple[Any, ...]
     parse: Callable[[Any], T]
     options: dict[str, Any] = field(default_factory=dict)
+
+    def on(self, key: KeyT) -> Call[T]:
+        """The same command on another key (a holder of a spread counter)."""
+        return Call((self.args[0], key, *self.args[2:]), self.parse, self.options)
 
 
 def _text(value: Any) -> str:
@@ -112,12 +117,24 @@ def _optional_bytes(raw: Any) -> Optional[bytes]:
     return None if raw is None else bytes(raw)
 
 
+def integer(name: str, value: Any) -> int:
+    """``value`` as a plain int, or ``TypeError`` at the call when it is not an integer: a
+    float, a ``Decimal``, a str, a bool (an ``int`` subclass, but never meant as an amount).
+    Integer types that say so (``__index__``: numpy's integers) are taken."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
+
+
 def _token_and_time(token: Optional[KeyT], at: Optional[int]) -> list[Any]:
     args: list[Any] = []
     if token is not None:
         args += ["TOKEN", token]
     if at is not None:
-        args += ["AT", at]
+        args += ["AT", integer("at", at)]
     return args
 
 
@@ -129,11 +146,11 @@ def add(
     ex: Optional[int] = None,
     px: Optional[int] = None,
 ) -> Call[Optional[int]]:
-    args: list[Any] = ["CTR.ADD", key, delta, *_token_and_time(token, at)]
+    args: list[Any] = ["CTR.ADD", key, integer("delta", delta), *_token_and_time(token, at)]
     if ex is not None:
-        args += ["EX", ex]
+        args += ["EX", integer("ex", ex)]
     if px is not None:
-        args += ["PX", px]
+        args += ["PX", integer("px", px)]
     return Call(tuple(args), _optional_int)
 
 
@@ -150,17 +167,19 @@ def clear(key: KeyT, token: Optional[KeyT] = None) -> Call[int]:
 
 
 def floor(key: KeyT, floor: Optional[int]) -> Call[None]:
-    return Call(("CTR.FLOOR", key, "NONE" if floor is None else floor), _ok)
+    return Call(("CTR.FLOOR", key, "NONE" if floor is None else integer("floor", floor)), _ok)
 
 
 def decrfloor(
     key: KeyT, amount: int, token: Optional[KeyT] = None, at: Optional[int] = None
 ) -> Call[Optional[int]]:
-    return Call(("CTR.DECRFLOOR", key, amount, *_token_and_time(token, at)), _optional_int)
+    args = ("CTR.DECRFLOOR", key, integer("amount", amount), *_token_and_time(token, at))
+    return Call(args, _optional_int)
 
 
 def reconcile(key: KeyT, truth: int, at: Optional[int] = None) -> Call[Reconciled]:
-    return Call(("CTR.RECONCILE", key, truth, *_token_and_time(None, at)), _reconciled)
+    args = ("CTR.RECONCILE", key, integer("truth", truth), *_token_and_time(None, at))
+    return Call(args, _reconciled)
 
 
 def reconcile_from(
@@ -179,7 +198,7 @@ def _names(raw: Any) -> List[str]:
 
 
 def spread(key: KeyT, holders: int) -> Call[List[str]]:
-    return Call(("CTR.SPREAD", key, holders), _names)
+    return Call(("CTR.SPREAD", key, integer("holders", holders)), _names)
 
 
 def info(key: KeyT) -> Call[Optional[CounterInfo]]:
@@ -187,7 +206,7 @@ def info(key: KeyT) -> Call[Optional[CounterInfo]]:
 
 
 def pnc_add(key: KeyT, delta: int) -> Call[int]:
-    return Call(("PNC.ADD", key, delta), _int)
+    return Call(("PNC.ADD", key, integer("delta", delta)), _int)
 
 
 def pnc_get(key: KeyT) -> Call[int]:

@@ -12,9 +12,13 @@ key, or the holders known), which is always right.
   picks the same holder for the same token and holder list. The holder a token was first sent
   to is remembered (the last ``max_tokens`` tokens), so a retry through the same client reaches
   that holder even when the holder list grew in between.
-- An untokened add that meets a holder a shrink folded back (``HolderFolded``: nothing changed)
-  re-reads the holders and goes to one of them once more. A tokened add does not: its first
-  send may have landed before the fold, so it is not sent elsewhere (the error is raised).
+- An add that meets a holder a shrink folded back (``HolderFolded``) did not count there: a
+  folded holder answers a retry of a write it counted (same token) with that write's first
+  reply, and refuses every other write. So the add re-reads the holders and goes on to a
+  current one (a tokened add to its token's holder, remembered from then on), or to the home
+  key when that one refused it too (a home is never folded); only the home key's own refusal
+  (the key given is a folded holder's name, not a home) is raised. The coalescing writers send
+  their sums on the same way.
 - A purchase (``decrfloor``) follows the documented probe rule: it visits the holders in the
   order :func:`probe_order` derives from its token and stops at the first grant; it may visit
   every holder. The holder list a purchase token first used is remembered, so a retry walks the
@@ -148,6 +152,24 @@ class HolderCache:
             chosen = holder_for_token(holders, token)
             _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
             return chosen
+
+    def retarget(
+        self, key: KeyT, holders: Holders, token: Optional[KeyT], folded: Sequence[KeyT]
+    ) -> KeyT:
+        """The key an add goes to after the ``folded`` holders refused it as folded back into
+        their home (so it did not count there): a random one of ``holders`` (re-read) that
+        did not refuse it, or the token's holder, remembered from now on; the home key when
+        that one refused it too (a home is never folded)."""
+        if token is None:
+            current = [h for h in holders if h not in folded]
+            return random.choice(current) if current else key
+        chosen = holder_for_token(holders, token)
+        if chosen in folded:
+            chosen = key
+        with self._lock:
+            self._tokens.pop((key, token), None)
+            _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
+        return chosen
 
     def remembered_purchase(self, key: KeyT, token: Optional[KeyT]) -> Optional[Holders]:
         """The holder list purchase ``token`` first used, when remembered."""

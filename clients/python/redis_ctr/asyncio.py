@@ -63,6 +63,13 @@ class AsyncCtr:
         except ResponseError:
             return cache.learned(key, None, failed=True)
 
+    async def _holders_after_fold(self, key: KeyT) -> Holders:
+        """The holders of ``key`` read again (not from the cache): a write met one of them
+        folded back into the home, so the cached list is out of date."""
+        if self._holders is not None:
+            self._holders.forget(key)
+        return await self.holders(key)
+
     async def add(
         self,
         key: KeyT,
@@ -74,18 +81,20 @@ class AsyncCtr:
         px: Optional[int] = None,
     ) -> Optional[int]:
         """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders)."""
+        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
         cache = self._holders
         if cache is None or ex is not None or px is not None:
-            return await run(self.client, _calls.add(key, delta, token, at, ex, px))
-        try:
-            target = cache.target(key, await self.holders(key), token)
-            return await run(self.client, _calls.add(target, delta, token, at, ex, px))
-        except HolderFolded:
-            if token is not None:
-                raise
-            cache.forget(key)
-            target = cache.target(key, await self.holders(key), None)
-            return await run(self.client, _calls.add(target, delta, token, at, ex, px))
+            return await run(self.client, call)
+        target = cache.target(key, await self.holders(key), token)
+        folded: List[KeyT] = []
+        while True:
+            try:
+                return await run(self.client, call.on(target))
+            except HolderFolded:
+                if target == key:
+                    raise
+                folded.append(target)
+                target = cache.retarget(key, await self._holders_after_fold(key), token, folded)
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""
@@ -109,24 +118,23 @@ class AsyncCtr:
         """``CTR.DECRFLOOR``: the new value, or None when refused (a purchase by the probe rule
         on a spread counter, a holder whose budget is in flight asked again for up to
         ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
         cache = self._holders
         if cache is None:
-            return await self._purchase(key, amount, token, at)
+            return await self._purchase(call)
         holders = cache.remembered_purchase(key, token) or await self.holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = await self._purchase(holder, amount, token, at)
+            value = await self._purchase(call.on(holder))
             if value is not None:
                 return value
         return None
 
-    async def _purchase(
-        self, holder: KeyT, amount: int, token: Optional[KeyT], at: Optional[int]
-    ) -> Optional[int]:
+    async def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
         """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
-        wait = BudgetWait(self.purchase_wait, holder)
+        wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
-                return await run(self.client, _calls.decrfloor(holder, amount, token, at))
+                return await run(self.client, call)
             except (BudgetInFlight, ClusterError) as e:
                 await asyncio.sleep(wait.pause_after(e))
 

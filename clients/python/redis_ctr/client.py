@@ -95,6 +95,13 @@ class Ctr:
         except ResponseError:
             return cache.learned(key, None, failed=True)
 
+    def _holders_after_fold(self, key: KeyT) -> Holders:
+        """The holders of ``key`` read again (not from the cache): a write met one of them
+        folded back into the home, so the cached list is out of date."""
+        if self._holders is not None:
+            self._holders.forget(key)
+        return self.holders(key)
+
     def add(
         self,
         key: KeyT,
@@ -115,19 +122,22 @@ class Ctr:
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
         add through this client reaches the holder its first send went to.
         """
+        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
         cache = self._holders
         # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
         if cache is None or ex is not None or px is not None:
-            return run(self.client, _calls.add(key, delta, token, at, ex, px))
-        try:
-            target = cache.target(key, self.holders(key), token)
-            return run(self.client, _calls.add(target, delta, token, at, ex, px))
-        except HolderFolded:
-            if token is not None:
-                raise
-            cache.forget(key)  # see _spread: once more on a current holder
-            target = cache.target(key, self.holders(key), None)
-            return run(self.client, _calls.add(target, delta, token, at, ex, px))
+            return run(self.client, call)
+        target = cache.target(key, self.holders(key), token)
+        folded: List[KeyT] = []
+        while True:
+            try:
+                return run(self.client, call.on(target))
+            except HolderFolded:
+                # Not counted there (see _spread): on to a current holder, or the home key.
+                if target == key:
+                    raise
+                folded.append(target)
+                target = cache.retarget(key, self._holders_after_fold(key), token, folded)
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""
@@ -165,24 +175,23 @@ class Ctr:
         5 ms, 10 ms, ... up to 100 ms apart, for up to ``purchase_wait`` seconds after its first
         answer; then the error is raised. The walk never skips such a holder (a retry would be
         decided afresh there: a double sale)."""
+        call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
         cache = self._holders
         if cache is None:
-            return self._purchase(key, amount, token, at)
+            return self._purchase(call)
         holders = cache.remembered_purchase(key, token) or self.holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = self._purchase(holder, amount, token, at)
+            value = self._purchase(call.on(holder))
             if value is not None:
                 return value
         return None
 
-    def _purchase(
-        self, holder: KeyT, amount: int, token: Optional[KeyT], at: Optional[int]
-    ) -> Optional[int]:
+    def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
         """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
-        wait = BudgetWait(self.purchase_wait, holder)
+        wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
-                return run(self.client, _calls.decrfloor(holder, amount, token, at))
+                return run(self.client, call)
             except (BudgetInFlight, ClusterError) as e:
                 time.sleep(wait.pause_after(e))
 

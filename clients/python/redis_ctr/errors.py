@@ -4,13 +4,17 @@ Every class derives from :class:`CtrError`, itself a ``redis.exceptions.Response
 that already catches redis-py's ``ResponseError`` keeps working. A server error that is not one
 of the module's (or is a newer one this library does not know) stays a plain ``ResponseError``.
 
-The mapping is by the stable start of each error text, as the module replies it (without the
-``ERR`` code that redis-py strips).
+The mapping is one table, :data:`ERROR_TABLE`: the stable start of each of the module's error
+texts, with its code (``ERR``, ``TRYAGAIN``, ``WRONGTYPE``, ``CLUSTERDOWN``; redis-py strips
+some of them, :func:`classify` puts them back), and its class. The test suite checks it against
+every error text in the module's source, so a new module error cannot go unmapped.
 """
 
 from __future__ import annotations
 
-from redis.exceptions import ResponseError, TryAgainError
+import re
+
+from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
 
 
 class CtrError(ResponseError):
@@ -22,12 +26,18 @@ class CounterOverflow(CtrError):
 
 
 class BelowFloor(CtrError):
-    """The value would be, or already is, below the counter's floor; nothing changed."""
+    """The value would be, or already is, below the counter's floor; nothing changed. Also
+    ``CTR.CLEAR`` of a counter whose floor is above 0 (0 would be below it: lower the floor
+    first)."""
 
 
 class TokenTooOld(CtrError):
     """A token's event time is older than the dedup window (``ctr.token-window-ms``): a retry
     of it could no longer be recognised, so the server refuses it."""
+
+
+class InvalidTime(CtrError):
+    """An ``AT`` that is not a unix time in ms (a negative one)."""
 
 
 class TooFarInFuture(CtrError):
@@ -67,7 +77,9 @@ class InvalidExpire(CtrError):
 
 
 class InvalidState(CtrError):
-    """A ``PNC.MERGE`` blob (or a CTR/PNC state) that does not decode."""
+    """A ``PNC.MERGE`` blob (or a CTR/PNC state) that does not decode; also what only the
+    internal commands meet (``CTR.APPLY``, ``PNC.APPLY``, ``*.SETSTATE``): an effect, replica id
+    or replicated operation that no master would produce."""
 
 
 class TooManyReplicas(CtrError):
@@ -79,7 +91,8 @@ class NotPrimary(CtrError):
 
 
 class CtrSyntaxError(CtrError):
-    """An unknown, repeated or valueless option."""
+    """An unknown, repeated or valueless option, an option a form does not take (``FROM SET``
+    with ``AT``), or a wrong number of arguments."""
 
 
 class NotAnInteger(CtrError):
@@ -92,12 +105,14 @@ class WrongType(CtrError):
 
 class SpreadUnavailable(CtrError):
     """The total of a spread counter could not be gathered: a master serving some holders did
-    not answer within ``ctr.gather-timeout-ms``. Nothing is wrong with the data; retry later."""
+    not answer within ``ctr.gather-timeout-ms``, or (``CLUSTERDOWN``) no master serves a
+    holder's slot. Nothing is wrong with the data; retry later."""
 
 
 class HolderMoving(CtrError, TryAgainError):
-    """``TRYAGAIN``: a holder of the spread counter read is being resharded between masters.
-    Also a ``TryAgainError``, which cluster clients retry by themselves."""
+    """``TRYAGAIN``: a holder of the spread counter read is being resharded between masters, or
+    the home's own slot moved (or failed over) while a clear of its total read the holders.
+    Nothing changed. Also a ``TryAgainError``, which cluster clients retry by themselves."""
 
 
 class BudgetInFlight(CtrError, TryAgainError):
@@ -125,68 +140,111 @@ class CannotShrink(CtrError):
 
 class HolderFolded(CtrError):
     """A write to a spread counter holder that a shrink folded back into its home: nothing
-    changed. Re-read the holders (``CTR.INFO`` of the home) and write the home or a current
-    holder (a tokened add that may already have landed must not be sent elsewhere)."""
+    changed (a folded holder answers a retry of a write it did count with that write's reply,
+    so this refusal means the write never counted there). Re-read the holders (``CTR.INFO`` of
+    the home) and write the home or a current holder: :meth:`redis_ctr.Ctr.add` and the
+    writers do. Raised to the caller only for a key that is itself a folded holder's name."""
+
+
+class UseHomeKey(CtrError):
+    """``CTR.SPREAD``, ``CTR.FLOOR`` or ``CTR.CLEAR`` on a key named as a holder of a spread
+    counter: those are the whole counter's, sent to its home key (the error names it)."""
 
 
 class FlooredSpread(CtrError):
-    """``CTR.SPREAD`` of a floored counter across cluster masters, refused by modules from
-    before budget moves between masters (a current module spreads it)."""
+    """What floors and spreads do not combine into: ``CTR.FLOOR`` on a spread counter's home
+    (set the floor before spreading: the holders keep floors of their own), ``CTR.CLEAR`` of a
+    floored spread counter (its holders hold budgets: shrink it to 1 first), and, on modules
+    from before budget moves between masters, ``CTR.SPREAD`` of a floored counter."""
 
 
 class SpreadRefused(CtrError):
     """``CTR.SPREAD`` that cannot be done: a holder count outside 1 to 1024, a key name too long
-    to spread, or no free slot for a holder on some master."""
+    to spread, no free slot for a holder on some master, a holder key that already holds a
+    counter below its floor; or not now (a budget move or transfer to a holder still
+    unacknowledged: retry shortly)."""
 
 
-# (start of the error text, class), tried in order. The text is what redis-py leaves after it
-# strips a leading "ERR "; WRONGTYPE keeps its code.
-_BY_PREFIX: tuple[tuple[str, type[CtrError]], ...] = (
-    ("counter overflow", CounterOverflow),
-    ("value below floor", BelowFloor),
-    ("token event time is older than the dedup window", TokenTooOld),
-    ("token event time is too far in the future", TooFarInFuture),
-    ("event time is too far in the future", TooFarInFuture),
-    ("event time is at or before the counter's reconciled watermark", LateAdd),
-    ("counter keeps no bucket history", HistoryMissing),
-    ("token already used on this key for another write", TokenReused),
-    ("watermark ", BadWatermark),
-    ("token must be 1 to 256 bytes", InvalidToken),
-    ("amount must be positive", InvalidAmount),
-    ("invalid expire time", InvalidExpire),
-    ("invalid PNC state", InvalidState),
-    ("invalid CTR state", InvalidState),
-    ("too many replica ids", TooManyReplicas),
-    ("syntax error", CtrSyntaxError),
-    ("FROM SET takes no AT", CtrSyntaxError),
-    ("spread counter total unavailable", SpreadUnavailable),
-    ("spread counter read lost its result", SpreadUnavailable),
+class InternalError(CtrError):
+    """The module could not finish a command for a reason that is not the caller's: it could
+    not store or replicate a write, read the cluster's slot map, or got a reply it did not
+    expect from a command it ran inside the server. Report it with the text."""
+
+
+# (start of the error text, with its code, class), tried in order; "{}" stands for any text.
+ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
+    ("ERR counter overflow", CounterOverflow),
+    ("ERR value below floor", BelowFloor),
+    ("ERR cannot clear to 0: the counter's floor is above 0", BelowFloor),
+    ("ERR token event time is older than the dedup window", TokenTooOld),
+    ("ERR token event time is too far in the future", TooFarInFuture),
+    ("ERR event time is too far in the future", TooFarInFuture),
+    ("ERR AT must be a unix time in ms", InvalidTime),
+    ("ERR event time is at or before the counter's reconciled watermark", LateAdd),
+    ("ERR counter keeps no bucket history", HistoryMissing),
+    ("ERR token already used on this key for another write", TokenReused),
+    ("ERR watermark ", BadWatermark),
+    ("ERR token must be 1 to 256 bytes", InvalidToken),
+    ("ERR amount must be positive", InvalidAmount),
+    ("ERR invalid expire time", InvalidExpire),
+    ("ERR invalid PNC state", InvalidState),
+    ("ERR invalid CTR state", InvalidState),
+    ("ERR invalid CTR effect", InvalidState),
+    ("ERR invalid counter operation", InvalidState),
+    ("ERR invalid replica id", InvalidState),
+    ("ERR PNC.ADD replayed on a PN-counter without a home record", InvalidState),
+    ("ERR too many replica ids", TooManyReplicas),
+    ("ERR {} must run on a primary", NotPrimary),
+    ("ERR syntax error", CtrSyntaxError),
+    ("ERR FROM SET takes no AT", CtrSyntaxError),
+    ("ERR wrong number of arguments for ", CtrSyntaxError),
+    ("ERR value is not an integer or out of range", NotAnInteger),
+    ("WRONGTYPE ", WrongType),
+    ("ERR spread counter total unavailable", SpreadUnavailable),
+    ("ERR spread counter read lost its result", SpreadUnavailable),
+    ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
     ("TRYAGAIN budget in flight", BudgetInFlight),
     ("TRYAGAIN spread counter holder", HolderMoving),
-    ("spread counter holder '", HolderError),
-    ("spread counter total needs a gather", GatherInTransaction),
-    ("a spread counter cannot shrink yet", CannotShrink),
-    ("this key was a spread counter holder and has been folded back", HolderFolded),
-    ("a floored counter cannot be spread yet", FlooredSpread),
-    ("holders must be between", SpreadRefused),
-    ("key name too long to spread", SpreadRefused),
-    ("no free slot found for a holder", SpreadRefused),
-    ("value is not an integer or out of range", NotAnInteger),
-    ("WRONGTYPE", WrongType),
+    ("TRYAGAIN spread counter '", HolderMoving),
+    ("ERR spread counter holder '", HolderError),
+    ("ERR spread counter total needs a gather", GatherInTransaction),
+    ("ERR a spread counter cannot shrink yet", CannotShrink),
+    ("ERR this key was a spread counter holder and has been folded back", HolderFolded),
+    ("ERR {} is a holder of the spread counter ", UseHomeKey),
+    ("ERR the floor of a spread counter is set before it spreads", FlooredSpread),
+    ("ERR cannot clear a floored spread counter", FlooredSpread),
+    ("ERR a floored counter cannot be spread yet", FlooredSpread),
+    ("ERR holders must be between", SpreadRefused),
+    ("ERR key name too long to spread", SpreadRefused),
+    ("ERR no free slot found for a holder", SpreadRefused),
+    ("ERR a holder key already holds a counter below its floor", SpreadRefused),
+    ("ERR a budget move to one of the new holders is still in flight", SpreadRefused),
+    ("ERR a transfer to that key is still unacknowledged", SpreadRefused),
+    ("ERR could not store the ", InternalError),
+    ("ERR could not replicate the write", InternalError),
+    ("ERR could not read the cluster slot map", InternalError),
+    ("ERR internal error in redis-ctr", InternalError),
+    ("ERR unexpected ", InternalError),
 )
-# "<COMMAND> must run on a primary: ..." starts with the command's name.
-_NOT_PRIMARY = " must run on a primary"
+"""Every module error: the start of its text (with its code; ``{}`` stands for any text) and
+its class, tried in order. The one error text of the module that is not here is the text of an
+error a command run inside the server (``ZCOUNT``, ``XREVRANGE`` for ``CTR.RECONCILE ... FROM``)
+replied, passed on as it is."""
+
+_CODES = ("ERR ", "TRYAGAIN ", "WRONGTYPE ", "CLUSTERDOWN ")
+_PATTERNS = tuple(
+    (re.compile(".*?".join(re.escape(part) for part in start.split("{}")), re.DOTALL), cls)
+    for start, cls in ERROR_TABLE
+)
 
 
 def error_class(message: str) -> type[CtrError] | None:
-    """The class for a server error text (with or without its ``ERR`` code), or None when it
-    is not one of the module's errors."""
-    text = message[4:] if message.startswith("ERR ") else message
-    for prefix, cls in _BY_PREFIX:
-        if text.startswith(prefix):
+    """The class for a server error text (with its code, or without the ``ERR`` code that
+    redis-py strips), or None when it is not one of the module's errors."""
+    text = message if message.startswith(_CODES) else "ERR " + message
+    for pattern, cls in _PATTERNS:
+        if pattern.match(text):
             return cls
-    if _NOT_PRIMARY in text:
-        return NotPrimary
     return None
 
 
@@ -197,7 +255,9 @@ def classify(error: ResponseError) -> ResponseError:
         return error
     text = str(error)
     if isinstance(error, TryAgainError):
-        # redis-py strips the TRYAGAIN code from the text.
+        # redis-py strips these codes from the text.
         text = "TRYAGAIN " + text
+    elif isinstance(error, ClusterDownError):
+        text = "CLUSTERDOWN " + text
     cls = error_class(text)
     return cls(*error.args) if cls is not None else error

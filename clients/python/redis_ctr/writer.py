@@ -22,9 +22,9 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Deque, Dict, Generic, Optional, TypeVar
+from typing import Deque, Dict, Generic, Optional, Tuple, TypeVar
 
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ClusterError, ConnectionError, TimeoutError, TryAgainError
 
 from . import _calls
 from ._calls import KeyT
@@ -32,11 +32,16 @@ from ._spread import Holders, holder_for_token
 from .asyncio import AsyncClient, AsyncCtr
 from .asyncio import run as run_async
 from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, run
-from .errors import CtrError
+from .errors import CtrError, HolderFolded
 
 log = logging.getLogger(__name__)
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+# Errors after which a sum may or may not have counted, or that a moment later go away (a lost
+# connection, a timeout, a holder or slot being moved, a failover): the same sum is sent again
+# to the same key with the same token, which makes that safe.
+_RETRYABLE = (ConnectionError, TimeoutError, TryAgainError, ClusterError)
 
 
 class WriterFull(Exception):
@@ -60,6 +65,9 @@ class WriterStats:
     """Sums refused by a floor (a negative sum on a floored counter; nil reply): not applied."""
     dropped: int = 0
     """Sums the server refused with an error (wrong type, overflow, token too old): not applied."""
+    rerouted: int = 0
+    """Sums sent to another holder (or the home key) because a shrink had folded their holder
+    back into its home before they reached it: not applied there, so sent on."""
 
 
 @dataclass(frozen=True)
@@ -70,10 +78,29 @@ class _Sum:
     at: int
     target: Optional[KeyT] = None
     """The holder the sum is sent to, chosen at its first send and kept for its retries."""
+    folded: Tuple[KeyT, ...] = ()
+    """Holders that refused it as folded back (so it did not count there)."""
 
     def routed(self, holders: Holders) -> _Sum:
         """The sum with its target: the token's holder (the home key when not spread)."""
         return replace(self, target=holder_for_token(holders, self.token))
+
+    def rerouted(self, holders: Holders) -> Optional[_Sum]:
+        """The sum sent on after its target refused it as a holder folded back into its home.
+
+        A folded holder answers a retry of a write it counted with that write's first reply,
+        so the refusal means that this sum never counted there: it goes to the token's holder
+        among ``holders`` (re-read after the refusal), or to the home key when that one refused
+        it too (a home is never folded). None when the home key itself refused it (the key
+        given is not a home: a name of a holder that was folded): then it is final."""
+        target = self.key if self.target is None else self.target
+        if target == self.key:
+            return None
+        folded = (*self.folded, target)
+        chosen = holder_for_token(holders, self.token)
+        if chosen in folded:
+            chosen = self.key
+        return replace(self, target=chosen, folded=folded)
 
     def call(self) -> _calls.Call[Optional[int]]:
         target = self.key if self.target is None else self.target
@@ -135,6 +162,17 @@ class _Sums:
             self.stats.flushed_sums += 1
         self.unsettled.popleft()
 
+    def rerouted(self, error: HolderFolded, holders: Holders) -> bool:
+        """The first unsettled sum met a holder folded back: True when it is to be sent on
+        (see :meth:`_Sum.rerouted`), False when it was dropped (that was its home key)."""
+        moved = self.unsettled[0].rerouted(holders)
+        if moved is None:
+            self.rejected(error)
+            return False
+        self.unsettled[0] = moved
+        self.stats.rerouted += 1
+        return True
+
     def rejected(self, error: CtrError) -> None:
         """The server refused the first unsettled sum with an error: it is not applied."""
         s = self.unsettled.popleft()
@@ -147,6 +185,9 @@ class _Sums:
 
 
 def _checked(delta: int) -> int:
+    """``delta`` as an int: ``TypeError`` for a non-integer (a float would poison the key's sum,
+    and the whole sum would be refused at its flush), ``ValueError`` outside 64 bits."""
+    delta = _calls.integer("delta", delta)
     if not I64_MIN <= delta <= I64_MAX:
         raise ValueError("delta must be a signed 64-bit integer")
     return delta
@@ -236,7 +277,7 @@ class CoalescingWriter(_Writer[SyncClient]):
 
     def add(self, key: KeyT, delta: int = 1) -> None:
         """Adds ``delta`` to ``key``; sent with the next flush."""
-        _checked(delta)
+        delta = _checked(delta)
         if self._record(key, delta):
             return
         try:
@@ -270,22 +311,33 @@ class CoalescingWriter(_Writer[SyncClient]):
     def _send_unsettled(self) -> None:
         sums = self._sums
         while sums.unsettled:
-            for attempt in range(self.retries + 1):
-                try:
-                    s = sums.unsettled[0]
-                    if s.target is None:
-                        s = sums.unsettled[0] = s.routed(self._ctr.holders(s.key))
-                    sums.stats.commands += 1
-                    sums.settled(run(self.client, s.call()))
-                    break
-                except CtrError as e:
-                    sums.rejected(e)
-                    break
-                except (ConnectionError, TimeoutError):
-                    if attempt == self.retries:
-                        raise
-                    sums.stats.retries += 1
-                    time.sleep(self._backoff_seconds(attempt))
+            self._send_first()
+
+    def _send_first(self) -> None:
+        """Sends the first unsettled sum until the server decides on it: applied, refused by a
+        floor, or refused by a final error; a holder folded back sends it on."""
+        sums = self._sums
+        attempt = 0
+        while True:
+            s = sums.unsettled[0]
+            try:
+                if s.target is None:
+                    s = sums.unsettled[0] = s.routed(self._ctr.holders(s.key))
+                sums.stats.commands += 1
+                sums.settled(run(self.client, s.call()))
+                return
+            except HolderFolded as e:
+                if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
+                    return
+            except _RETRYABLE:
+                if attempt == self.retries:
+                    raise
+                sums.stats.retries += 1
+                time.sleep(self._backoff_seconds(attempt))
+                attempt += 1
+            except CtrError as e:
+                sums.rejected(e)
+                return
 
     def _run(self) -> None:
         while not self._closed:
@@ -343,7 +395,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
 
     async def add(self, key: KeyT, delta: int = 1) -> None:
         """Adds ``delta`` to ``key``; sent with the next flush."""
-        _checked(delta)
+        delta = _checked(delta)
         if self._closed:
             raise RuntimeError("add on a closed AsyncCoalescingWriter")
         if self._task is None:
@@ -368,22 +420,32 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
     async def _send_unsettled(self) -> None:
         sums = self._sums
         while sums.unsettled:
-            for attempt in range(self.retries + 1):
-                try:
-                    s = sums.unsettled[0]
-                    if s.target is None:
-                        s = sums.unsettled[0] = s.routed(await self._ctr.holders(s.key))
-                    sums.stats.commands += 1
-                    sums.settled(await run_async(self.client, s.call()))
-                    break
-                except CtrError as e:
-                    sums.rejected(e)
-                    break
-                except (ConnectionError, TimeoutError):
-                    if attempt == self.retries:
-                        raise
-                    sums.stats.retries += 1
-                    await asyncio.sleep(self._backoff_seconds(attempt))
+            await self._send_first()
+
+    async def _send_first(self) -> None:
+        """See :meth:`CoalescingWriter._send_first`."""
+        sums = self._sums
+        attempt = 0
+        while True:
+            s = sums.unsettled[0]
+            try:
+                if s.target is None:
+                    s = sums.unsettled[0] = s.routed(await self._ctr.holders(s.key))
+                sums.stats.commands += 1
+                sums.settled(await run_async(self.client, s.call()))
+                return
+            except HolderFolded as e:
+                if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
+                    return
+            except _RETRYABLE:
+                if attempt == self.retries:
+                    raise
+                sums.stats.retries += 1
+                await asyncio.sleep(self._backoff_seconds(attempt))
+                attempt += 1
+            except CtrError as e:
+                sums.rejected(e)
+                return
 
     async def _run(self) -> None:
         while not self._closed:

@@ -3,9 +3,13 @@ decode_responses, and every error class the typed methods can meet."""
 
 from __future__ import annotations
 
+import decimal
+import fractions
+import re
 import time
 import unittest
-from typing import Any
+from pathlib import Path
+from typing import Any, Dict
 
 import redis
 
@@ -143,6 +147,69 @@ class ErrorsTest(unittest.TestCase):
         self.assert_raises(redis_ctr.BadWatermark, ctr.reconcile, k, 5, at=w + 1)
         self.assertEqual(ctr.get(k), 5)
 
+    def test_non_integers_raise_type_error_before_anything_is_sent(self) -> None:
+        """Issue 26, finding 6: a float once poisoned a writer's whole sum (refused at the
+        flush, 999 adds dropped with it). Every integer argument is checked at the call."""
+        k = fresh("types")
+        spread = fresh("types-spread")
+        self.ctr.spread(spread, 4)
+        sent_before = self.r.info("commandstats")
+        bad: list[Any] = [0.5, 1.0, "1", b"1", True, None, decimal.Decimal(1), fractions.Fraction(1)]
+        for value in bad:
+            for key in (k, spread):
+                # A Ctr with no holders cached: a check after the holder lookup would show
+                # as a CTR.INFO sent.
+                ctr = Ctr(self.r)
+                calls = [
+                    lambda: ctr.add(key, value),
+                    lambda: ctr.add(key, 1, at=value) if value is not None else 1 / 0,
+                    lambda: ctr.add(key, 1, ex=value) if value is not None else 1 / 0,
+                    lambda: ctr.decrfloor(key, value),
+                    lambda: ctr.decrfloor(key, 1, at=value) if value is not None else 1 / 0,
+                    lambda: ctr.floor(key, value) if value is not None else 1 / 0,
+                    lambda: ctr.reconcile(key, value),
+                    lambda: ctr.spread(key, value),
+                    lambda: self.pnc.add(key, value),
+                ]
+                for call in calls:
+                    with self.assertRaises((TypeError, ZeroDivisionError), msg=repr(value)) as e:
+                        call()
+                    if value is not None:
+                        self.assertIsInstance(e.exception, TypeError)
+        with redis_ctr.CoalescingWriter(self.r, flush_interval_ms=60_000) as writer:
+            for _ in range(999):
+                writer.add(k)
+            for value in bad:
+                with self.assertRaises(TypeError):
+                    writer.add(k, value)
+        self.assertEqual(writer.stats.adds, 999)
+        self.assertEqual((writer.stats.flushed_sums, writer.stats.dropped), (1, 0))
+        self.assertEqual(self.ctr.get(k), 999)
+        # Nothing but the writer's one sum (and its holder lookup) reached the server.
+        sent = self.r.info("commandstats")
+        calls = {name: sent[name]["calls"] - sent_before.get(name, {"calls": 0})["calls"]
+                 for name in sent if name.startswith("cmdstat_ctr") or name.startswith("cmdstat_pnc")}
+        self.assertEqual({n: c for n, c in calls.items() if c},
+                         {"cmdstat_ctr.add": 1, "cmdstat_ctr.info": 1, "cmdstat_ctr.get": 1})
+        # Integer types that say so are taken: bool is not one, an int subclass is.
+        class Count(int):
+            pass
+        self.assertEqual(self.ctr.add(k, Count(1)), 1000)
+
+    def test_errors_that_escaped_the_classes(self) -> None:
+        """Issue 26, finding 8: these came out as plain ResponseErrors."""
+        ctr, home = self.ctr, fresh("err-home")
+        holders = ctr.spread(home, 3)
+        self.assert_raises(redis_ctr.FlooredSpread, ctr.floor, home, 0)
+        floored = fresh("err-floored")
+        ctr.add(floored, 5)
+        ctr.floor(floored, 2)
+        self.assert_raises(redis_ctr.BelowFloor, ctr.clear, floored)
+        self.assert_raises(redis_ctr.InvalidTime, ctr.add, fresh("err-at"), 1, at=-1)
+        self.assert_raises(redis_ctr.UseHomeKey, ctr.clear, holders[1])
+        self.assert_raises(redis_ctr.UseHomeKey, ctr.spread, holders[1], 2)
+        self.assertEqual(ctr.get(floored), 5)
+
     def test_other_errors_stay_plain_response_errors(self) -> None:
         with self.assertRaises(redis.exceptions.ResponseError) as caught:
             redis_ctr.client.run(self.r, redis_ctr._calls.Call(("CTR.NOSUCH", "k"), int))
@@ -166,6 +233,71 @@ class ErrorsTest(unittest.TestCase):
             self.assertIs(type(classified), cls)
             self.assertIsInstance(classified, tryagain)
             self.assertEqual(str(classified), text)
+
+
+# The module's source, from this package's place in the repository.
+MODULE_SRC = Path(__file__).resolve().parents[3] / "src"
+# Error codes a Redis server replies with; a string literal starting with one and a space is an
+# error text.
+REDIS_ERROR_CODES = (
+    "ERR|TRYAGAIN|WRONGTYPE|CLUSTERDOWN|BUSY|BUSYKEY|NOPERM|LOADING|READONLY|MASTERDOWN|"
+    "CROSSSLOT|NOSCRIPT|EXECABORT|NOAUTH|MISCONF|OOM|NOREPLICAS|NOTBUSY|MOVED|ASK|UNBLOCKED"
+)
+ERROR_LITERAL = re.compile(r'"((?:%s) (?:[^"\\]|\\.)*)"' % REDIS_ERROR_CODES)
+# An error of a command the module runs inside the server, passed on as that command replied.
+PASSED_ON = {"ERR {e}"}
+
+
+def module_error_texts() -> Dict[str, str]:
+    """Every error text in the module's source (outside tests and the separate binaries), as
+    written (with its format placeholders), by where it is."""
+    texts: Dict[str, str] = {}
+    for path in sorted(MODULE_SRC.rglob("*.rs")):
+        if "bin" in path.relative_to(MODULE_SRC).parts:
+            continue
+        source = path.read_text().split("#[cfg(test)]")[0]
+        code = "\n".join(
+            line for line in source.splitlines() if not line.lstrip().startswith("//")
+        )
+        code = re.sub(r"\\\n\s*", "", code)  # a literal continued on the next line
+        for match in ERROR_LITERAL.finditer(code):
+            texts[match.group(1)] = f"{path.relative_to(MODULE_SRC)}"
+    return texts
+
+
+class ErrorTableTest(unittest.TestCase):
+    def test_every_module_error_text_has_its_class(self) -> None:
+        """The one table (redis_ctr.errors.ERROR_TABLE) against the module's own error texts: a
+        new error in the module that no entry matches fails here."""
+        texts = module_error_texts()
+        self.assertGreater(len(texts), 40, "the module's error texts were found")
+        unmapped = []
+        for text, where in texts.items():
+            if text in PASSED_ON:
+                continue
+            sample = re.sub(r"\{[^{}]*\}", "x", text)  # each placeholder filled
+            cls = redis_ctr.errors.error_class(sample)
+            if cls is None:
+                unmapped.append(f"{where}: {text}")
+                continue
+            self.assertIn(cls.__name__, redis_ctr.__all__)
+            # As redis-py gives it: without the ERR code it strips.
+            if sample.startswith("ERR "):
+                self.assertIs(redis_ctr.errors.error_class(sample[4:]), cls, text)
+        self.assertEqual(unmapped, [])
+
+    def test_every_error_class_is_documented(self) -> None:
+        readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+        classes = [
+            name for name in redis_ctr.__all__
+            if isinstance(getattr(redis_ctr, name), type)
+            and issubclass(getattr(redis_ctr, name), redis_ctr.CtrError)
+            and name != "CtrError"
+        ]
+        table_classes = {cls.__name__ for _, cls in redis_ctr.errors.ERROR_TABLE}
+        self.assertEqual(set(classes), table_classes)
+        for name in classes:
+            self.assertTrue(f"| `{name}` |" in readme, f"{name} is not in the README's table")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-//! The module's errors as an enum, recognised by the stable start of their text.
+//! The module's errors as an enum, recognised by the stable start of their text: one table,
+//! [`ERROR_TABLE`], checked by a test against every error text in the module's source, so a new
+//! module error cannot go unmapped.
 
 use std::fmt;
 
@@ -11,12 +13,15 @@ use redis::RedisError;
 pub enum ModuleError {
     /// The result would leave the signed 64-bit range; nothing changed.
     Overflow,
-    /// The value would be, or already is, below the counter's floor.
+    /// The value would be, or already is, below the counter's floor; also `CTR.CLEAR` of a
+    /// counter whose floor is above 0 (0 would be below it: lower the floor first).
     BelowFloor,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
     TooFarInFuture,
+    /// An `AT` that is not a unix time in ms (a negative one).
+    InvalidTime,
     /// An add stamped at or before the counter's reconciled watermark.
     LateAdd,
     /// `CTR.RECONCILE ... AT` on a counter that keeps no bucket history yet.
@@ -31,23 +36,28 @@ pub enum ModuleError {
     InvalidAmount,
     /// An `EX`/`PX` time `SET` would refuse too.
     InvalidExpire,
-    /// A CTR or PNC state blob that does not decode.
+    /// A CTR or PNC state blob that does not decode; also what only the internal commands meet
+    /// (`CTR.APPLY`, `PNC.APPLY`, `*.SETSTATE`): an effect, replica id or replicated operation
+    /// that no master would produce.
     InvalidState,
     /// A merge that would give a PN-counter more than 1024 replica ids.
     TooManyReplicas,
     /// A PN-counter write sent to a replica.
     NotPrimary,
-    /// An unknown, repeated or valueless option.
+    /// An unknown, repeated or valueless option, an option a form does not take (`FROM SET`
+    /// with `AT`), or a wrong number of arguments.
     Syntax,
     /// An argument that should be a 64-bit integer is not.
     NotAnInteger,
     /// The key holds another type.
     WrongType,
     /// A spread counter's total could not be gathered: a master serving some holders did not
-    /// answer within `ctr.gather-timeout-ms`. Retry later.
+    /// answer within `ctr.gather-timeout-ms`, or (`CLUSTERDOWN`) no master serves a holder's
+    /// slot. Retry later.
     SpreadUnavailable,
-    /// `TRYAGAIN`: a holder of the spread counter read is being resharded (cluster clients
-    /// retry it by themselves first).
+    /// `TRYAGAIN`: a holder of the spread counter read is being resharded, or the home's own
+    /// slot moved (or failed over) while a clear of its total read the holders; nothing
+    /// changed (cluster clients retry it by themselves first).
     HolderMoving,
     /// `TRYAGAIN`: a purchase that only budget still travelling keeps from being granted (a
     /// holder of a floored spread before its share landed, a holder whose budget move is
@@ -62,110 +72,163 @@ pub enum ModuleError {
     /// `CTR.SPREAD` with fewer holders than the counter has, on a module from before folds.
     CannotShrink,
     /// A write to a spread counter holder that a shrink folded back into its home: nothing
-    /// changed. Re-read the holders (`CTR.INFO` of the home) and write the home or a current
-    /// holder (a tokened add that may already have landed must not be sent elsewhere).
+    /// changed (a folded holder answers a retry of a write it did count with that write's
+    /// reply, so this refusal means the write never counted there). Re-read the holders
+    /// (`CTR.INFO` of the home) and write the home or a current holder: [`crate::SpreadRouter`]
+    /// and the writer do.
     HolderFolded,
-    /// `CTR.SPREAD` of a floored counter across cluster masters, refused by modules from before
-    /// budget moves between masters (a current module spreads it).
+    /// `CTR.SPREAD`, `CTR.FLOOR` or `CTR.CLEAR` on a key named as a holder of a spread counter:
+    /// those are the whole counter's, sent to its home key (the error names it).
+    UseHomeKey,
+    /// What floors and spreads do not combine into: `CTR.FLOOR` on a spread counter's home (set
+    /// the floor before spreading), `CTR.CLEAR` of a floored spread counter (shrink it to 1
+    /// first), and, on modules from before budget moves between masters, `CTR.SPREAD` of a
+    /// floored counter.
     FlooredSpread,
     /// `CTR.SPREAD` that cannot be done: a holder count outside 1 to 1024, a key name too long
-    /// to spread, no free slot for a holder on some master.
+    /// to spread, no free slot for a holder on some master, a holder key that already holds a
+    /// counter below its floor; or not now (a budget move or transfer to a holder still
+    /// unacknowledged: retry shortly).
     SpreadRefused,
+    /// The module could not finish a command for a reason that is not the caller's: it could
+    /// not store or replicate a write, read the cluster's slot map, or got a reply it did not
+    /// expect from a command it ran inside the server. Report it with the text.
+    Internal,
 }
 
-/// (start of the error text without its `ERR ` code, kind), tried in order.
-const BY_PREFIX: &[(&str, ModuleError)] = &[
-    ("counter overflow", ModuleError::Overflow),
-    ("value below floor", ModuleError::BelowFloor),
-    (
-        "token event time is older than the dedup window",
-        ModuleError::TokenTooOld,
-    ),
-    (
-        "token event time is too far in the future",
-        ModuleError::TooFarInFuture,
-    ),
-    (
-        "event time is too far in the future",
-        ModuleError::TooFarInFuture,
-    ),
-    (
-        "event time is at or before the counter's reconciled watermark",
-        ModuleError::LateAdd,
-    ),
-    (
-        "counter keeps no bucket history",
-        ModuleError::HistoryMissing,
-    ),
-    (
-        "token already used on this key for another write",
-        ModuleError::TokenReused,
-    ),
-    ("watermark ", ModuleError::BadWatermark),
-    ("token must be 1 to 256 bytes", ModuleError::InvalidToken),
-    ("amount must be positive", ModuleError::InvalidAmount),
-    ("invalid expire time", ModuleError::InvalidExpire),
-    ("invalid PNC state", ModuleError::InvalidState),
-    ("invalid CTR state", ModuleError::InvalidState),
-    ("too many replica ids", ModuleError::TooManyReplicas),
-    ("syntax error", ModuleError::Syntax),
-    ("FROM SET takes no AT", ModuleError::Syntax),
-    (
-        "spread counter total unavailable",
-        ModuleError::SpreadUnavailable,
-    ),
-    (
-        "spread counter read lost its result",
-        ModuleError::SpreadUnavailable,
-    ),
-    ("TRYAGAIN budget in flight", ModuleError::BudgetInFlight),
-    ("TRYAGAIN spread counter holder", ModuleError::HolderMoving),
-    ("spread counter holder '", ModuleError::HolderError),
-    (
-        "spread counter total needs a gather",
-        ModuleError::GatherInTransaction,
-    ),
-    (
-        "a spread counter cannot shrink yet",
-        ModuleError::CannotShrink,
-    ),
-    (
-        "this key was a spread counter holder and has been folded back",
-        ModuleError::HolderFolded,
-    ),
-    (
-        "a floored counter cannot be spread yet",
-        ModuleError::FlooredSpread,
-    ),
-    ("holders must be between", ModuleError::SpreadRefused),
-    ("key name too long to spread", ModuleError::SpreadRefused),
-    (
-        "no free slot found for a holder",
-        ModuleError::SpreadRefused,
-    ),
-    (
-        "value is not an integer or out of range",
-        ModuleError::NotAnInteger,
-    ),
-    ("WRONGTYPE", ModuleError::WrongType),
-];
+/// Every module error: the start of its text, with its code (`{}` stands for any text), and its
+/// kind, tried in order. The one error text of the module that is not here is the text of an
+/// error a command run inside the server (`ZCOUNT`, `XREVRANGE` for `CTR.RECONCILE ... FROM`)
+/// replied, passed on as it is.
+pub const ERROR_TABLE: &[(&str, ModuleError)] = {
+    use ModuleError::*;
+    &[
+        ("ERR counter overflow", Overflow),
+        ("ERR value below floor", BelowFloor),
+        (
+            "ERR cannot clear to 0: the counter's floor is above 0",
+            BelowFloor,
+        ),
+        (
+            "ERR token event time is older than the dedup window",
+            TokenTooOld,
+        ),
+        (
+            "ERR token event time is too far in the future",
+            TooFarInFuture,
+        ),
+        ("ERR event time is too far in the future", TooFarInFuture),
+        ("ERR AT must be a unix time in ms", InvalidTime),
+        (
+            "ERR event time is at or before the counter's reconciled watermark",
+            LateAdd,
+        ),
+        ("ERR counter keeps no bucket history", HistoryMissing),
+        (
+            "ERR token already used on this key for another write",
+            TokenReused,
+        ),
+        ("ERR watermark ", BadWatermark),
+        ("ERR token must be 1 to 256 bytes", InvalidToken),
+        ("ERR amount must be positive", InvalidAmount),
+        ("ERR invalid expire time", InvalidExpire),
+        ("ERR invalid PNC state", InvalidState),
+        ("ERR invalid CTR state", InvalidState),
+        ("ERR invalid CTR effect", InvalidState),
+        ("ERR invalid counter operation", InvalidState),
+        ("ERR invalid replica id", InvalidState),
+        (
+            "ERR PNC.ADD replayed on a PN-counter without a home record",
+            InvalidState,
+        ),
+        ("ERR too many replica ids", TooManyReplicas),
+        ("ERR {} must run on a primary", NotPrimary),
+        ("ERR syntax error", Syntax),
+        ("ERR FROM SET takes no AT", Syntax),
+        ("ERR wrong number of arguments for ", Syntax),
+        ("ERR value is not an integer or out of range", NotAnInteger),
+        ("WRONGTYPE ", WrongType),
+        ("ERR spread counter total unavailable", SpreadUnavailable),
+        ("ERR spread counter read lost its result", SpreadUnavailable),
+        ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
+        ("TRYAGAIN budget in flight", BudgetInFlight),
+        ("TRYAGAIN spread counter holder", HolderMoving),
+        ("TRYAGAIN spread counter '", HolderMoving),
+        ("ERR spread counter holder '", HolderError),
+        (
+            "ERR spread counter total needs a gather",
+            GatherInTransaction,
+        ),
+        ("ERR a spread counter cannot shrink yet", CannotShrink),
+        (
+            "ERR this key was a spread counter holder and has been folded back",
+            HolderFolded,
+        ),
+        ("ERR {} is a holder of the spread counter ", UseHomeKey),
+        (
+            "ERR the floor of a spread counter is set before it spreads",
+            FlooredSpread,
+        ),
+        ("ERR cannot clear a floored spread counter", FlooredSpread),
+        ("ERR a floored counter cannot be spread yet", FlooredSpread),
+        ("ERR holders must be between", SpreadRefused),
+        ("ERR key name too long to spread", SpreadRefused),
+        ("ERR no free slot found for a holder", SpreadRefused),
+        (
+            "ERR a holder key already holds a counter below its floor",
+            SpreadRefused,
+        ),
+        (
+            "ERR a budget move to one of the new holders is still in flight",
+            SpreadRefused,
+        ),
+        (
+            "ERR a transfer to that key is still unacknowledged",
+            SpreadRefused,
+        ),
+        ("ERR could not store the ", Internal),
+        ("ERR could not replicate the write", Internal),
+        ("ERR could not read the cluster slot map", Internal),
+        ("ERR internal error in redis-ctr", Internal),
+        ("ERR unexpected ", Internal),
+    ]
+};
 
-/// `<COMMAND> must run on a primary: ...` starts with the command's name.
-const NOT_PRIMARY: &str = " must run on a primary";
+/// The codes the module's errors start with; a text without one is an `ERR` error whose code
+/// was left out.
+const CODES: [&str; 4] = ["ERR ", "TRYAGAIN ", "WRONGTYPE ", "CLUSTERDOWN "];
+
+/// True when `text` starts with `pattern`, each `{}` in it standing for any text.
+fn starts_like(text: &str, pattern: &str) -> bool {
+    let mut parts = pattern.split("{}");
+    let Some(rest) = parts.next().and_then(|first| text.strip_prefix(first)) else {
+        return false;
+    };
+    let mut rest = rest;
+    for part in parts {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
 
 impl ModuleError {
-    /// The kind of a server error text (with or without its `ERR` code); None when it is not
-    /// one of the module's errors.
+    /// The kind of a server error text (with its code, or without an `ERR` code); None when it
+    /// is not one of the module's errors.
     pub fn from_text(text: &str) -> Option<ModuleError> {
-        let text = text.strip_prefix("ERR ").unwrap_or(text);
-        BY_PREFIX
+        let with_code;
+        let text = if CODES.iter().any(|code| text.starts_with(code)) {
+            text
+        } else {
+            with_code = format!("ERR {text}");
+            &with_code
+        };
+        ERROR_TABLE
             .iter()
-            .find(|(prefix, _)| text.starts_with(prefix))
+            .find(|(pattern, _)| starts_like(text, pattern))
             .map(|&(_, kind)| kind)
-            .or_else(|| {
-                text.contains(NOT_PRIMARY)
-                    .then_some(ModuleError::NotPrimary)
-            })
     }
 }
 
@@ -234,5 +297,201 @@ impl std::error::Error for CtrError {
             CtrError::Redis(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODULE_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../src");
+    /// Error codes a Redis server replies with: a string literal starting with one and a space
+    /// is an error text.
+    const REDIS_ERROR_CODES: &[&str] = &[
+        "ERR",
+        "TRYAGAIN",
+        "WRONGTYPE",
+        "CLUSTERDOWN",
+        "BUSY",
+        "BUSYKEY",
+        "NOPERM",
+        "LOADING",
+        "READONLY",
+        "MASTERDOWN",
+        "CROSSSLOT",
+        "NOSCRIPT",
+        "EXECABORT",
+        "NOAUTH",
+        "MISCONF",
+        "OOM",
+        "NOREPLICAS",
+        "NOTBUSY",
+        "MOVED",
+        "ASK",
+        "UNBLOCKED",
+    ];
+    /// An error of a command the module runs inside the server, passed on as it replied.
+    const PASSED_ON: &[&str] = &["ERR {e}"];
+
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("the module's source") {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    rust_files(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Every error text in the module's source (outside tests and the separate binaries), as
+    /// written (with its format placeholders), with the file it is in.
+    fn module_error_texts() -> Vec<(String, String)> {
+        let mut files = Vec::new();
+        rust_files(std::path::Path::new(MODULE_SRC), &mut files);
+        files.sort();
+        let mut texts = Vec::new();
+        for file in files {
+            let source = std::fs::read_to_string(&file).unwrap();
+            let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+            let code: String = source
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .replace("\\\n", "\u{0}");
+            // A literal continued on the next line (a `\` before the line break).
+            let code: String = code
+                .split('\u{0}')
+                .enumerate()
+                .map(|(i, piece)| if i == 0 { piece } else { piece.trim_start() })
+                .collect();
+            for code_word in REDIS_ERROR_CODES {
+                let opening = format!("\"{code_word} ");
+                for (at, _) in code.match_indices(&opening) {
+                    let body = &code[at + 1..];
+                    let mut end = 0;
+                    let mut escaped = false;
+                    for (i, c) in body.char_indices() {
+                        match c {
+                            '\\' if !escaped => escaped = true,
+                            '"' if !escaped => {
+                                end = i;
+                                break;
+                            }
+                            _ => escaped = false,
+                        }
+                    }
+                    let name = file.strip_prefix(MODULE_SRC).unwrap_or(&file);
+                    texts.push((body[..end].to_string(), name.display().to_string()));
+                }
+            }
+        }
+        texts
+    }
+
+    /// `text` with each `{...}` placeholder filled.
+    fn sample(text: &str) -> String {
+        let mut out = String::new();
+        let mut depth = 0;
+        for c in text.chars() {
+            match c {
+                '{' => {
+                    if depth == 0 {
+                        out.push('x');
+                    }
+                    depth += 1;
+                }
+                '}' if depth > 0 => depth -= 1,
+                c if depth == 0 => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_module_error_text_has_its_kind() {
+        let texts = module_error_texts();
+        assert!(
+            texts.len() > 40,
+            "the module's error texts were found: {texts:?}"
+        );
+        let mut unmapped = Vec::new();
+        for (text, file) in &texts {
+            if PASSED_ON.contains(&text.as_str()) {
+                continue;
+            }
+            let sample = sample(text);
+            match ModuleError::from_text(&sample) {
+                None => unmapped.push(format!("{file}: {text}")),
+                Some(kind) => {
+                    if let Some(bare) = sample.strip_prefix("ERR ") {
+                        assert_eq!(ModuleError::from_text(bare), Some(kind), "{text}");
+                    }
+                }
+            }
+        }
+        assert!(
+            unmapped.is_empty(),
+            "module errors without a kind: {unmapped:#?}"
+        );
+    }
+
+    /// The variants, read from this file's enum.
+    fn variants() -> Vec<String> {
+        let source = include_str!("error.rs");
+        let body = source
+            .split("pub enum ModuleError {")
+            .nth(1)
+            .and_then(|rest| rest.split("\n}").next())
+            .unwrap();
+        body.lines()
+            .map(str::trim)
+            .filter(|line| !line.starts_with("//") && line.ends_with(','))
+            .map(|line| line.trim_end_matches(',').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_kind_is_in_the_table_and_the_readme() {
+        let variants = variants();
+        assert!(variants.len() > 20, "{variants:?}");
+        let readme = include_str!("../README.md");
+        for variant in &variants {
+            assert!(
+                ERROR_TABLE
+                    .iter()
+                    .any(|(_, kind)| format!("{kind:?}") == *variant),
+                "{variant} is in no entry of ERROR_TABLE"
+            );
+            assert!(
+                readme.contains(&format!("`{variant}`")),
+                "{variant} is not in the README"
+            );
+        }
+    }
+
+    #[test]
+    fn patterns_match_with_placeholders_and_codes() {
+        assert!(starts_like(
+            "ERR PNC.ADD must run on a primary: x",
+            "ERR {} must run on a primary"
+        ));
+        assert!(!starts_like(
+            "ERR PNC.ADD ran",
+            "ERR {} must run on a primary"
+        ));
+        assert_eq!(
+            ModuleError::from_text("ERR k is a holder of the spread counter h: use the home key"),
+            Some(ModuleError::UseHomeKey)
+        );
+        assert_eq!(
+            ModuleError::from_text("AT must be a unix time in ms (not negative)"),
+            Some(ModuleError::InvalidTime)
+        );
+        assert_eq!(ModuleError::from_text("ERR unknown command 'x'"), None);
     }
 }

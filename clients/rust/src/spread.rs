@@ -13,9 +13,12 @@
 //!   library picks. The holder a token was first sent to is remembered (the last
 //!   [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router reaches it even when the
 //!   holder list grew in between.
-//! - An untokened add that meets a holder a shrink folded back (`HolderFolded`: nothing
-//!   changed) re-reads the holders and goes once more to a current one. A tokened add is not
-//!   sent elsewhere (its first send may have landed before the fold): the error is returned.
+//! - An add that meets a holder a shrink folded back (`HolderFolded`) did not count there: a
+//!   folded holder answers a retry of a write it counted (same token) with that write's first
+//!   reply and refuses any other. So the add re-reads the holders and goes on to a current one
+//!   (a tokened add to its token's holder, remembered from then on), or to the home key when
+//!   that one refused it too (a home is never folded); only the home key's own refusal (the
+//!   key given is a folded holder's name) is returned.
 //! - An add that sets a TTL (`EX`/`PX`) goes to the home key: a TTL set on a holder would
 //!   expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
@@ -217,6 +220,12 @@ impl SpreadRouter {
         Ok(holders)
     }
 
+    /// Drops the cached holders of `key` (a write met one of them folded back): the next
+    /// write reads them again.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        self.cache().holders.remove(&key.to_vec());
+    }
+
     /// Records the holders `CTR.SPREAD` replied.
     pub(crate) fn spread_to(&self, key: &[u8], names: &[String]) {
         let holders = holders_of(key, Some(names.to_vec()));
@@ -351,31 +360,49 @@ impl SpreadRouter {
             return run(con, calls::add_with(key, delta, options));
         }
         let holders = self.holders(con, key)?;
-        let target = self.target(key, &holders, options.token.as_deref());
-        let added = run(con, calls::add_with(target.as_slice(), delta, options));
-        if !self.reroutes(key, &added, options) {
-            return added;
+        let token = options.token.as_deref();
+        let mut target = self.target(key, &holders, token);
+        let mut folded = Vec::new();
+        loop {
+            let added = run(con, calls::add_with(target.as_slice(), delta, options));
+            if !is_folded(&added) || target == key {
+                return added;
+            }
+            folded.push(target);
+            self.forget(key);
+            let holders = self.holders(con, key)?;
+            target = self.retarget(key, &holders, token, &folded);
         }
-        let holders = self.holders(con, key)?;
-        let target = self.target(key, &holders, None);
-        run(con, calls::add_with(target.as_slice(), delta, options))
     }
 
-    /// True when an untokened add met a holder a shrink folded back (nothing changed): the
-    /// key's holders are forgotten, and the add goes once more to a current holder. A tokened
-    /// add is not sent elsewhere: its first send may have landed before the fold.
-    fn reroutes(
+    /// The key an add goes to after the `folded` holders refused it as folded back into their
+    /// home (so it did not count there): a random holder of the list read again that did not
+    /// refuse it, or the token's holder, remembered from now on; the home key when that one
+    /// refused it too (a home is never folded).
+    fn retarget(
         &self,
         key: &[u8],
-        added: &Result<Option<i64>, CtrError>,
-        options: &AddOptions,
-    ) -> bool {
-        let folded = matches!(added, Err(CtrError::Module(ModuleError::HolderFolded, _)));
-        if folded && options.token.is_none() {
-            self.cache().holders.remove(&key.to_vec());
-            return true;
+        holders: &[Vec<u8>],
+        token: Option<&[u8]>,
+        folded: &[Vec<u8>],
+    ) -> Vec<u8> {
+        let mut cache = self.cache();
+        let Some(token) = token else {
+            let current: Vec<&Vec<u8>> = holders.iter().filter(|h| !folded.contains(h)).collect();
+            if current.is_empty() {
+                return key.to_vec();
+            }
+            let i = (self.pick(&mut cache) % current.len() as u64) as usize;
+            return current[i].clone();
+        };
+        let mut chosen = holder_for_token(holders, token).to_vec();
+        if folded.contains(&chosen) {
+            chosen = key.to_vec();
         }
-        false
+        let remembered = (key.to_vec(), token.to_vec());
+        cache.tokens.remove(&remembered);
+        cache.tokens.insert(remembered, chosen.clone());
+        chosen
     }
 
     /// `CTR.SPREAD key holders`, and this router's adds of `key` go over them from now on.
@@ -451,15 +478,26 @@ impl SpreadRouter {
             return run_async(con, calls::add_with(key, delta, options)).await;
         }
         let holders = self.holders_async(con, key).await?;
-        let target = self.target(key, &holders, options.token.as_deref());
-        let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
-        if !self.reroutes(key, &added, options) {
-            return added;
+        let token = options.token.as_deref();
+        let mut target = self.target(key, &holders, token);
+        let mut folded = Vec::new();
+        loop {
+            let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
+            if !is_folded(&added) || target == key {
+                return added;
+            }
+            folded.push(target);
+            self.forget(key);
+            let holders = self.holders_async(con, key).await?;
+            target = self.retarget(key, &holders, token, &folded);
         }
-        let holders = self.holders_async(con, key).await?;
-        let target = self.target(key, &holders, None);
-        run_async(con, calls::add_with(target.as_slice(), delta, options)).await
     }
+}
+
+/// True when a write met a holder a shrink folded back into its home: nothing changed there (a
+/// folded holder replays a write it counted, by its token, and refuses any other).
+fn is_folded<T>(result: &Result<T, CtrError>) -> bool {
+    matches!(result, Err(CtrError::Module(ModuleError::HolderFolded, _)))
 }
 
 /// The pauses of a purchase that asks one holder again while it answers that budget is in

@@ -15,7 +15,13 @@
 //! Spread counters: each sum goes to the holder its token picks (the documented token rule,
 //! holders learned by a [`SpreadRouter`], refreshed every [`WriterConfig::spread_refresh`]),
 //! chosen at its first send and kept for its retries, so a retried sum reaches the holder that
-//! may already have counted it.
+//! may already have counted it. A sum that meets a holder a shrink folded back
+//! ([`ModuleError::HolderFolded`]) did not count there (a folded holder answers a retry of a
+//! write it counted with that write's first reply), so it is sent on with the same token to its
+//! token's holder in the holder list read again, or to the home key when that one refused it
+//! too ([`WriterStats::rerouted`]); it is dropped only when the home key itself refuses it (the
+//! key given is not a home). [`ModuleError::HolderMoving`] and [`ModuleError::BudgetInFlight`]
+//! (`TRYAGAIN`) are retried like a lost connection.
 //!
 //! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
 //! many sums sent and not yet acknowledged). An add of a new key when that many are pending
@@ -31,7 +37,7 @@ use redis::{ConnectionLike, RedisResult};
 
 use crate::calls;
 use crate::commands::run;
-use crate::error::CtrError;
+use crate::error::{CtrError, ModuleError};
 use crate::spread::{holder_for_token, SpreadRouter};
 use crate::types::AddOptions;
 
@@ -129,6 +135,9 @@ pub struct WriterStats {
     pub refused: u64,
     /// Sums the server refused with an error: not applied.
     pub dropped: u64,
+    /// Sums sent to another holder (or the home key) because a shrink had folded their holder
+    /// back into its home before they reached it: not applied there, so sent on.
+    pub rerouted: u64,
 }
 
 /// Why an add or a flush failed.
@@ -160,6 +169,8 @@ struct Sum {
     options: AddOptions,
     /// The holder it is sent to: chosen at its first send, kept for its retries.
     target: Option<Vec<u8>>,
+    /// Holders that refused it as folded back (so it did not count there).
+    folded: Vec<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -353,6 +364,7 @@ impl<C: Connector> Shared<C> {
                 delta,
                 options,
                 target: None,
+                folded: Vec::new(),
             });
         }
         self.send_unacked(&mut flusher)
@@ -369,17 +381,32 @@ impl<C: Connector> Shared<C> {
     }
 
     /// Ok once the server has decided on the sum (applied, refused by a floor, or rejected
-    /// with one of the module's errors); the last error when it stays out of reach.
+    /// with one of the module's final errors); the last error when it stays out of reach. A
+    /// holder folded back sends it on (see the [module](self) docs).
     fn send(&self, flusher: &mut Flusher<C>, sum: &mut Sum) -> Result<(), CtrError> {
         let mut retries = 0;
         loop {
             flusher.stats.commands += 1;
-            match flusher.send_once(sum, self.config.timeout) {
+            let sent = match flusher.send_once(sum, self.config.timeout) {
+                Err(CtrError::Module(ModuleError::HolderFolded, text)) => {
+                    match flusher.reroute(sum, self.config.timeout) {
+                        Ok(true) => {
+                            flusher.stats.rerouted += 1;
+                            continue;
+                        }
+                        Ok(false) => Err(CtrError::Module(ModuleError::HolderFolded, text)),
+                        Err(e) => Err(e),
+                    }
+                }
+                sent => sent,
+            };
+            match sent {
                 Ok(Some(_)) => flusher.stats.flushed_sums += 1,
                 Ok(None) => flusher.stats.refused += 1,
-                Err(CtrError::Module(..) | CtrError::Reply(_)) => flusher.stats.dropped += 1,
-                // A lost connection, a timeout, a node failing over: the sum may or may not
-                // have counted; the same token makes the retry safe.
+                Err(CtrError::Module(kind, _)) if !is_transient(kind) => flusher.stats.dropped += 1,
+                Err(CtrError::Reply(_)) => flusher.stats.dropped += 1,
+                // A lost connection, a timeout, a node failing over, a holder being moved:
+                // the sum may or may not have counted; the same token makes the retry safe.
                 Err(e) => {
                     flusher.connection = None;
                     if retries == self.config.retries {
@@ -396,7 +423,55 @@ impl<C: Connector> Shared<C> {
     }
 }
 
+/// Module errors that go away by themselves (`TRYAGAIN`): the sum is sent again, same key.
+fn is_transient(kind: ModuleError) -> bool {
+    matches!(
+        kind,
+        ModuleError::HolderMoving | ModuleError::BudgetInFlight
+    )
+}
+
 impl<C: Connector> Flusher<C> {
+    /// After `sum`'s target refused it as a holder folded back: true when it is to be sent on,
+    /// to its token's holder in the holder list read again (not from the cache), or to the
+    /// home key when that one refused it too (a home is never folded); false when its target
+    /// was the home key already (then the refusal is final).
+    fn reroute(&mut self, sum: &mut Sum, timeout: Duration) -> Result<bool, CtrError> {
+        let target = sum.target.take().unwrap_or_else(|| sum.key.clone());
+        if target == sum.key {
+            sum.target = Some(target);
+            return Ok(false);
+        }
+        sum.folded.push(target);
+        let chosen = match &self.router {
+            None => sum.key.clone(),
+            Some(router) => {
+                let connection = match self.connection.take() {
+                    Some(connection) => connection,
+                    None => self.connector.connect(timeout)?,
+                };
+                let connection = self.connection.insert(connection);
+                router.forget(&sum.key);
+                let holders = router.holders(connection, &sum.key);
+                let token = sum.options.token.as_deref().unwrap_or_default();
+                match holders {
+                    Ok(holders) => holder_for_token(&holders, token).to_vec(),
+                    Err(e) => {
+                        // Sent again later: to the same holder, which refuses it again.
+                        sum.target = sum.folded.pop();
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        sum.target = Some(if sum.folded.contains(&chosen) {
+            sum.key.clone()
+        } else {
+            chosen
+        });
+        Ok(true)
+    }
+
     fn send_once(&mut self, sum: &mut Sum, timeout: Duration) -> Result<Option<i64>, CtrError> {
         let connection = match self.connection.take() {
             Some(connection) => connection,

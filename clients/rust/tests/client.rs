@@ -201,6 +201,28 @@ fn the_module_errors_have_their_kinds() {
     );
     let off_grid = c.ctr_reconcile("r", 5, Some(w + 1));
     assert_eq!(module_error(off_grid), ModuleError::BadWatermark);
+    // Issue 26, finding 8: these were plain redis errors.
+    let holders = c.ctr_spread("home", 3).unwrap();
+    assert_eq!(
+        module_error(c.ctr_floor("home", Some(0))),
+        ModuleError::FlooredSpread
+    );
+    c.ctr_add("floored", 5).unwrap();
+    c.ctr_floor("floored", Some(2)).unwrap();
+    assert_eq!(
+        module_error(c.ctr_clear("floored")),
+        ModuleError::BelowFloor
+    );
+    let negative = AddOptions::new().at(-1);
+    assert_eq!(
+        module_error(c.ctr_add_with("k", 1, &negative)),
+        ModuleError::InvalidTime
+    );
+    assert_eq!(
+        module_error(c.ctr_clear(&holders[1])),
+        ModuleError::UseHomeKey
+    );
+    assert_eq!(c.ctr_get("floored").unwrap(), 5);
     // Other server errors stay redis errors.
     let unknown: Result<i64, CtrError> = redis::cmd("CTR.NOSUCH")
         .query::<i64>(c)
@@ -292,7 +314,10 @@ fn cluster_sync_async_and_writer() {
         flush_every: 500,
         ..WriterConfig::default()
     };
-    let writer = CoalescingWriter::new(redis::cluster::ClusterClient::new(seeds).unwrap(), config);
+    let writer = CoalescingWriter::new(
+        redis::cluster::ClusterClient::new(seeds.clone()).unwrap(),
+        config,
+    );
     for n in 0..3000 {
         writer.add(&keys[n % keys.len()], 1).unwrap();
     }
@@ -304,6 +329,10 @@ fn cluster_sync_async_and_writer() {
         assert_eq!(direct.ctr_get(key).unwrap(), 100, "{key}");
     }
     assert_eq!(stats.adds, 3000);
+
+    // A writer's sums through shrinks and grows of a spread counter: none lost.
+    let writer_client = redis::cluster::ClusterClient::new(seeds.clone()).unwrap();
+    check_writer_through_shrinks(writer_client, &mut con, "folds", false);
 
     // A spread counter: holders on every master, written over all of them, the total exact.
     let holders = check_spread_writes(&mut con, "hot");
@@ -645,6 +674,109 @@ fn writer_counts_each_sum_once_when_replies_are_lost() {
     assert_eq!(proxy.dropped.load(Ordering::SeqCst), 3);
     assert_eq!(stats.retries, 3);
     assert_eq!(ctr_stat(&server, "ctr_duplicates_ignored"), 3);
+}
+
+/// (holders another client spreads the key to, adds made through the writer after it).
+const STEPS: [(u32, i64); 6] = [(16, 100), (1, 100), (8, 100), (2, 100), (16, 100), (1, 100)];
+
+/// Another client changes the spread of a fresh key under a writer whose holder list is
+/// trusted for `REFRESH`. After a grow the test waits that long (the writer reads the grown
+/// list at its next sum); at a shrink the writer still holds the longer list, so its sums meet
+/// folded holders. Each must be sent on: the total is exact after every step and no sum is
+/// dropped. `folds_at_once`: on one server a shrink folds its holders before it replies, so
+/// every shrink reroutes some sums; across masters folds run in the background (a sum may land
+/// on a holder before its fold and be folded with it).
+fn check_writer_through_shrinks<W, C>(writer_client: W, con: &mut C, key: &str, folds_at_once: bool)
+where
+    W: redis_ctr_client::Connector,
+    C: CtrCommands,
+{
+    const REFRESH: Duration = Duration::from_millis(1000);
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        spread_refresh: Some(REFRESH),
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(writer_client, config);
+    let (mut total, mut previous) = (0, 1);
+    for (holders, adds) in STEPS {
+        con.ctr_spread(key, holders).unwrap();
+        if holders > previous {
+            std::thread::sleep(REFRESH + Duration::from_millis(50));
+        }
+        let rerouted = writer.stats().rerouted;
+        for n in 0..adds {
+            writer.add(key, 1).unwrap();
+            if n % 10 == 9 {
+                writer.flush().unwrap(); // ten sums per step, each on its token's holder
+            }
+        }
+        total += adds;
+        let step = format!("the step from {previous} to {holders} holders");
+        assert_eq!(con.ctr_get(key).unwrap(), total, "{step}");
+        let stats = writer.stats();
+        assert_eq!(stats.dropped, 0, "{step}");
+        if folds_at_once || holders > previous {
+            assert_eq!(stats.rerouted > rerouted, holders < previous, "{step}");
+        }
+        previous = holders;
+    }
+    let stats = writer.close().unwrap();
+    assert_eq!((stats.flushed_sums, stats.dropped), (60, 0));
+    assert_eq!(con.ctr_get(key).unwrap(), total);
+}
+
+#[test]
+fn writer_sums_count_once_through_shrinks_and_grows() {
+    let server = Server::start();
+    let mut direct = redis::Client::open(url(server.port, true)).unwrap();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    check_writer_through_shrinks(client, &mut direct, "folds", true);
+}
+
+/// A router whose holder list is out of date after a shrink to 1: tokened and untokened adds
+/// go on to the home (none fails), a tokened retry counts once, and an add whose first send
+/// landed before the fold is replayed by the folded holder, not sent on.
+#[test]
+fn router_adds_meeting_a_folded_holder_go_on_and_count_once() {
+    let server = Server::start();
+    let mut con = redis::Client::open(url(server.port, false)).unwrap();
+    let stale = SpreadRouter::new(Duration::from_secs(60));
+    let holders: Vec<Vec<u8>> = stale
+        .spread(&mut con, "add-folds", 16)
+        .unwrap()
+        .into_iter()
+        .map(String::into_bytes)
+        .collect();
+    let landed = (0..100)
+        .map(|i| format!("t{i}"))
+        .find(|t| holder_for_token(&holders, t.as_bytes()) != b"add-folds")
+        .unwrap();
+    let tokened = |t: &str| AddOptions::new().token(t);
+    let first = stale.add(&mut con, "add-folds", 5, &tokened(&landed));
+    assert_eq!(first.unwrap(), Some(5));
+    SpreadRouter::default()
+        .spread(&mut con, "add-folds", 1)
+        .unwrap();
+    // Replayed by the folded holder (its value, 0 now that its units are home): not sent on.
+    let retry = stale.add(&mut con, "add-folds", 5, &tokened(&landed));
+    assert_eq!(retry.unwrap(), Some(0));
+    for i in 0..20 {
+        let token = tokened(&format!("after-{i}"));
+        stale.add(&mut con, "add-folds", 1, &token).unwrap();
+        stale.add(&mut con, "add-folds", 1, &token).unwrap();
+        SpreadRouter::default()
+            .add(&mut con, "add-folds", 1, &token)
+            .unwrap();
+        stale
+            .add(&mut con, "add-folds", 1, &AddOptions::new())
+            .unwrap();
+    }
+    assert_eq!(con.ctr_get("add-folds").unwrap(), 5 + 20 + 20);
+    assert_eq!(
+        *stale.holders(&mut con, b"add-folds").unwrap(),
+        [b"add-folds".to_vec()]
+    );
 }
 
 #[test]

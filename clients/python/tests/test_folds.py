@@ -1,0 +1,192 @@
+"""The coalescing writers on a spread counter that shrinks and grows under them: every sum
+reaches the counter exactly once (issue 26, finding 1: sums meeting a holder folded back were
+dropped). On one server and on the 3-master cluster, sync and asyncio."""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from redis_ctr import AsyncCoalescingWriter, CoalescingWriter, Ctr, HolderFolded
+from redis_ctr._spread import holder_for_token
+from redis_ctr.asyncio import AsyncCtr
+
+from .proxy import ReplyDroppingProxy
+from .servers import CLUSTER_PORT, PORT, fresh, info_stat
+from .test_writer import client
+
+# (holders the other client spreads the key to, adds made through the writer after it)
+STEPS = ((16, 100), (1, 100), (8, 100), (2, 100), (16, 100), (1, 100))
+
+
+def check_writer_through_shrinks(
+    test: unittest.TestCase, r: Any, other: Any, folds_at_once: bool = True
+) -> None:
+    """Another client changes the spread under a writer that trusts its holder list for a
+    minute. After a grow the writer is made to read the list again (as it would once its
+    refresh time is over); at a shrink it still holds the longer list, so its sums meet
+    folded holders: they must be sent on (none dropped, at least one rerouted) and the total
+    must be exact after every step. ``folds_at_once``: on one server a shrink folds its
+    holders before it replies, so every shrink makes sums meet folded holders; across masters
+    they are folded in the background, and a sum may still land on a holder before its fold
+    (and be folded with it)."""
+    key = fresh("folds")
+    ctr = Ctr(other)
+    total, previous = 0, 1
+    with CoalescingWriter(r, flush_interval_ms=60_000, spread_refresh_ms=60_000) as writer:
+        for holders, adds in STEPS:
+            ctr.spread(key, holders)
+            if holders > previous:
+                writer._ctr._holders_after_fold(key)  # the writer learns the grown list
+            rerouted = writer.stats.rerouted
+            for n in range(adds):
+                writer.add(key)
+                if n % 10 == 9:
+                    writer.flush()  # ten sums per step, each on its token's holder
+            total += adds
+            step = f"the step from {previous} to {holders} holders"
+            test.assertEqual(ctr.get(key), total, step)
+            test.assertEqual(writer.stats.dropped, 0, (step, writer.last_error))
+            if folds_at_once or holders > previous:
+                test.assertEqual(writer.stats.rerouted > rerouted, holders < previous, step)
+            previous = holders
+    test.assertEqual(writer.stats.flushed_sums, sum(adds for _, adds in STEPS) // 10)
+    test.assertEqual(writer.stats.dropped, 0)
+    test.assertEqual(ctr.get(key), total)
+
+
+async def check_async_writer_through_shrinks(
+    test: unittest.TestCase, r: Any, other: Any, folds_at_once: bool = True
+) -> None:
+    """:func:`check_writer_through_shrinks` with the asyncio writer."""
+    key = fresh("async-folds")
+    ctr = AsyncCtr(other)
+    total, previous = 0, 1
+    writer = AsyncCoalescingWriter(r, flush_interval_ms=60_000, spread_refresh_ms=60_000)
+    async with writer:
+        for holders, adds in STEPS:
+            await ctr.spread(key, holders)
+            if holders > previous:
+                await writer._ctr._holders_after_fold(key)
+            rerouted = writer.stats.rerouted
+            for n in range(adds):
+                await writer.add(key)
+                if n % 10 == 9:
+                    await writer.flush()
+            total += adds
+            step = f"the step from {previous} to {holders} holders"
+            test.assertEqual(await ctr.get(key), total, step)
+            test.assertEqual(writer.stats.dropped, 0, (step, writer.last_error))
+            if folds_at_once or holders > previous:
+                test.assertEqual(writer.stats.rerouted > rerouted, holders < previous, step)
+            previous = holders
+    test.assertEqual(writer.stats.flushed_sums, sum(adds for _, adds in STEPS) // 10)
+    test.assertEqual(writer.stats.dropped, 0)
+    test.assertEqual(await ctr.get(key), total)
+
+
+class FoldTest(unittest.TestCase):
+    def test_writer_sums_count_once_through_shrinks_and_grows(self) -> None:
+        check_writer_through_shrinks(self, client(), client())
+
+    def test_a_sum_whose_reply_was_lost_counts_once_after_its_holder_folded(self) -> None:
+        """A sum lands on a holder and its reply is lost; the holder is folded back before the
+        retry. The retry goes to the same holder, which replays it: counted once, not sent on
+        (sending it elsewhere would count it twice)."""
+        key, r = fresh("lost-fold"), client()
+        holders = Ctr(r).spread(key, 16)
+        # A writer id whose first token picks a holder other than the home key.
+        writer_id = next(
+            w for w in (f"lost-{i}" for i in range(100))
+            if holder_for_token(holders, f"{w}:1") != key
+        )
+        before = info_stat(r, "ctr_duplicates_ignored")
+        proxy = ReplyDroppingProxy(PORT, b"CTR.ADD", drops=1)
+        try:
+            writer = CoalescingWriter(
+                client(proxy.port), flush_interval_ms=60_000, writer_id=writer_id, retries=0
+            )
+            for _ in range(7):
+                writer.add(key)
+            with self.assertRaises(redis.exceptions.ConnectionError):
+                writer.flush()  # applied, its reply lost, no retry left
+            self.assertEqual(Ctr(r).get(key), 7)
+            Ctr(r).spread(key, 1)  # folds the holder that counted it
+            with self.assertRaises(HolderFolded):
+                Ctr(r, spread_refresh_ms=None).add(holder_for_token(holders, f"{writer_id}:1"), 1)
+            writer.close()  # the retry: the folded holder replays its first answer
+        finally:
+            proxy.close()
+        self.assertEqual(Ctr(r).get(key), 7)
+        self.assertEqual(info_stat(r, "ctr_duplicates_ignored") - before, 1)
+        self.assertEqual((writer.stats.dropped, writer.stats.rerouted), (0, 0))
+        self.assertEqual(writer.stats.flushed_sums, 1)
+
+    def test_adds_meeting_a_folded_holder_go_on_and_count_once(self) -> None:
+        """Ctr.add with a stale holder list after a shrink to 1: tokened and untokened adds go
+        on to the home (none raises), a tokened retry counts once, and one whose first send
+        landed before the fold is replayed by the folded holder, not sent on."""
+        key, r = fresh("add-folds"), client()
+        stale = Ctr(r, spread_refresh_ms=60_000)
+        holders = stale.spread(key, 16)
+        landed = next(f"t{i}" for i in range(100) if holder_for_token(holders, f"t{i}") != key)
+        self.assertEqual(stale.add(key, 5, token=landed), 5)  # on its holder, before the fold
+        Ctr(r).spread(key, 1)
+        # Replayed by the folded holder (a replayed add replies the holder's value, 0 now
+        # that its units are home), not sent on: the total below counts it once.
+        self.assertEqual(stale.add(key, 5, token=landed), 0)
+        tokens = [f"after-{i}" for i in range(20)]
+        for token in tokens:
+            stale.add(key, 1, token=token)
+            stale.add(key, 1, token=token)  # a retry: on the holder the first send went to
+            Ctr(r).add(key, 1, token=token)  # another process, which knows the new list
+        for _ in range(20):
+            stale.add(key, 1)
+        self.assertEqual(Ctr(r).get(key), 5 + 20 + 20)
+        self.assertEqual(stale.holders(key), (key,))
+
+    @unittest.skipUnless(CLUSTER_PORT, "no cluster")
+    def test_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
+        rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        other = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT, decode_responses=True)
+        try:
+            check_writer_through_shrinks(self, rc, other, folds_at_once=False)
+        finally:
+            rc.close()
+            other.close()
+
+
+class AsyncFoldTest(unittest.IsolatedAsyncioTestCase):
+    async def test_async_writer_sums_count_once_through_shrinks_and_grows(self) -> None:
+        r, other = redis.asyncio.Redis(port=PORT), redis.asyncio.Redis(port=PORT, protocol=3)
+        self.addAsyncCleanup(r.aclose)
+        self.addAsyncCleanup(other.aclose)
+        await check_async_writer_through_shrinks(self, r, other)
+
+    async def test_async_adds_meeting_a_folded_holder_go_on_and_count_once(self) -> None:
+        key, r = fresh("async-add-folds"), redis.asyncio.Redis(port=PORT)
+        self.addAsyncCleanup(r.aclose)
+        stale = AsyncCtr(r, spread_refresh_ms=60_000)
+        holders = await stale.spread(key, 16)
+        landed = next(f"t{i}" for i in range(100) if holder_for_token(holders, f"t{i}") != key)
+        self.assertEqual(await stale.add(key, 5, token=landed), 5)
+        await AsyncCtr(r).spread(key, 1)
+        self.assertEqual(await stale.add(key, 5, token=landed), 0, "replayed where it landed")
+        for i in range(20):
+            await stale.add(key, 1, token=f"after-{i}")
+            await stale.add(key, 1, token=f"after-{i}")
+            await stale.add(key, 1)
+        self.assertEqual(await AsyncCtr(r).get(key), 5 + 20 + 20)
+
+    @unittest.skipUnless(CLUSTER_PORT, "no cluster")
+    async def test_async_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
+        rc = AsyncRedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        other = AsyncRedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        self.addAsyncCleanup(rc.aclose)
+        self.addAsyncCleanup(other.aclose)
+        await check_async_writer_through_shrinks(self, rc, other, folds_at_once=False)
