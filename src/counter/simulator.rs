@@ -33,11 +33,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
+use super::headroom::{floored_spread_of, whole_headroom, HeadroomView, Refusal};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     spread_id_from, Standalone,
 };
-use super::headroom::{floored_spread_of, whole_headroom, HeadroomView, Refusal};
 use super::transfer::{
     purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
     TransferError,
@@ -535,7 +535,10 @@ impl Sim {
             && self.masters[master_of(&key)].headroom.refusal(amount, now) == Refusal::Retry;
         if gathers {
             // TRYAGAIN: budget to gather; nothing changes.
-            self.note(format_args!("purchase {amount} at {} waits to gather", show(&key)));
+            self.note(format_args!(
+                "purchase {amount} at {} waits to gather",
+                show(&key)
+            ));
             return;
         }
         let op = DecrOp {
@@ -617,7 +620,9 @@ impl Sim {
         }));
         let truth = self.total() - floor;
         if units < truth {
-            return Err(format!("a round's bound {units} is below the headroom {truth}"));
+            return Err(format!(
+                "a round's bound {units} is below the headroom {truth}"
+            ));
         }
         self.note(format_args!("round: whole headroom {units}"));
         for to in 0..MASTERS {
