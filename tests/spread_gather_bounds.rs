@@ -26,12 +26,15 @@ fn served(server: &Server) -> u64 {
         .expect("ctr_gather_requests_served")
 }
 
-fn used_memory(conn: &mut Conn) -> i64 {
+fn memory_field(conn: &mut Conn, field: &str) -> Option<i64> {
     let info = conn.cmd(&["INFO", "memory"]).text();
     info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
+}
+
+fn used_memory(conn: &mut Conn) -> i64 {
+    memory_field(conn, "used_memory").expect("used_memory")
 }
 
 /// Freezes `server` for `secs` (DEBUG SLEEP) from a thread of its own.
@@ -130,12 +133,15 @@ fn a_read_storm_while_a_master_sleeps_stays_within_20_mb() {
         let stop = stop.clone();
         let mut conn = Conn::connect(port).unwrap();
         std::thread::spawn(move || {
-            let mut peak = 0;
+            // used_memory, and the cluster bus links' share of it (mem_cluster_links, where the
+            // server reports it).
+            let (mut peak, mut links) = (0, 0);
             while !stop.load(SeqCst) {
                 peak = peak.max(used_memory(&mut conn));
+                links = links.max(memory_field(&mut conn, "mem_cluster_links").unwrap_or(0));
                 std::thread::sleep(Duration::from_millis(10));
             }
-            peak.max(used_memory(&mut conn))
+            (peak.max(used_memory(&mut conn)), links)
         })
     };
     let sleeping = freeze(&cluster.nodes[sleeper], "1.5");
@@ -168,11 +174,12 @@ fn a_read_storm_while_a_master_sleeps_stays_within_20_mb() {
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, SeqCst);
     readers.into_iter().for_each(|r| r.join().unwrap());
-    let peak = sampler.join().unwrap();
+    let (peak, links) = sampler.join().unwrap();
     let growth = peak - baseline;
     note(&format!(
-        "50 readers, 1,024 holders of 1 KB names, a master asleep 1.5 s: used_memory {baseline} -> peak {peak} (+{:.1} MB) in {:?}; {} reads answered, {} failed",
+        "50 readers, 1,024 holders of 1 KB names, a master asleep 1.5 s: used_memory {baseline} -> peak {peak} (+{:.1} MB; bus links at most {:.1} MB) in {:?}; {} reads answered, {} failed",
         growth as f64 / 1e6,
+        links as f64 / 1e6,
         started.elapsed(),
         answered.load(SeqCst),
         failed.load(SeqCst),

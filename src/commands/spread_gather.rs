@@ -74,9 +74,13 @@ const TOO_MANY_NAMES: CommandError = CommandError::fixed(
     "ERR spread counter total unavailable: pending gathers already hold 64 MB of holder names on this node, retry later",
 );
 
-/// How often a gather asks again the masters that have not answered yet: bus delivery is best
+/// When a gather first asks again the masters that have not answered yet: bus delivery is best
 /// effort (a message queued on a link that drops is lost, and a link can be down for a moment).
+/// Each resend waits twice as long as the one before, up to [`RESEND_MAX_MS`]: a master that
+/// does not answer (asleep, or its link's buffer filling) is sent a gather's requests about
+/// log2(timeout / 100 ms) + 1 times, not ten times a second (4 sends in the default 1 s).
 const RESEND_MS: i64 = 100;
+const RESEND_MAX_MS: i64 = 1000;
 
 /// True when a read of `key` gives its own units only: a key named as a holder never gathers
 /// (whatever holder list it carries, say after a home was renamed onto a holder's name), nor
@@ -348,6 +352,8 @@ struct Round {
     /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
     locals: Vec<usize>,
     locals_read: bool,
+    /// The wait before the next resend (doubling from RESEND_MS).
+    resend_ms: i64,
     /// The reads waiting for it (their blocked clients' addresses).
     waiters: Vec<usize>,
     name_bytes: usize,
@@ -478,6 +484,7 @@ impl Gathers {
                 requests: Vec::new(),
                 locals: Vec::new(),
                 locals_read: false,
+                resend_ms: RESEND_MS,
                 waiters: Vec::new(),
                 name_bytes,
             },
@@ -927,26 +934,28 @@ fn wait_for_gathers(
 
 /// Sends a started round's requests and arms its timers.
 fn launch(ctx: *mut raw::RedisModuleCtx, id: u64) {
-    send_requests(ctx, id);
-    arm_timer(ctx, id, 0, on_local_reads);
-    arm_timer(ctx, id, RESEND_MS, on_resend);
+    if let Some(wait) = send_requests(ctx, id) {
+        arm_timer(ctx, id, 0, on_local_reads);
+        arm_timer(ctx, id, wait, on_resend);
+    }
 }
 
 /// Sends (again) the requests of round `id` that have not been answered. A send that fails (no
 /// link right now) is retried at the next resend; the timeout bounds the whole wait. Each
-/// request is encoded from the round's one copy of the names.
-fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> bool {
+/// request is encoded from the round's one copy of the names. Returns the wait before the
+/// next resend (None: the round is gone).
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
     GATHERS.with(|g| {
-        let g = g.borrow();
-        let Some(round) = g.rounds.get(&id) else {
-            return false;
-        };
+        let mut g = g.borrow_mut();
+        let round = g.rounds.get_mut(&id)?;
+        let wait = round.resend_ms;
+        round.resend_ms = wait.saturating_mul(2).min(RESEND_MAX_MS);
         for request in round.requests.iter().filter(|r| !r.answered) {
             let names = request.asked.iter().map(|&h| round.holders[h].as_slice());
             let payload = gather_msg::encode_request(request.id, names);
             cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
         }
-        true
+        Some(wait)
     })
 }
 
@@ -961,8 +970,8 @@ fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: Timer
 unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if send_requests(ctx, id) {
-            arm_timer(ctx, id, RESEND_MS, on_resend);
+        if let Some(wait) = send_requests(ctx, id) {
+            arm_timer(ctx, id, wait, on_resend);
         }
     }));
 }
