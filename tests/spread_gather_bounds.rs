@@ -221,3 +221,40 @@ fn mget_of_four_homes_of_1024_holders_answers_exactly() {
     let info = client.cmd(&["CTR.INFO", homes[2]]);
     assert_eq!(info.field("value"), totals[2]);
 }
+
+/// Pending gathers hold at most 64 MB of holder names: a CTR.MGET of 66 homes of 1,024 holders
+/// with 1 KB names (about 71 MB of names, each home a gather of its own) is refused at once with
+/// the bound's error and leaves nothing pending; a read of a few of them then answers.
+#[test]
+fn reads_past_the_bound_on_pending_holder_names_are_refused_at_once() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let homes: Vec<String> = (0..66)
+        .map(|i| format!("{{t}}{i:02}{}", "x".repeat(1015)))
+        .collect();
+    for home in &homes {
+        assert_eq!(
+            names(&client.cmd(&["CTR.SPREAD", home, "1024"])).len(),
+            1024
+        );
+        client.cmd(&["CTR.ADD", home, "1"]);
+    }
+    let mut mget = vec!["CTR.MGET".to_string()];
+    mget.extend(homes.iter().cloned());
+    let started = Instant::now();
+    let e = client.cmd(&mget).error();
+    assert!(
+        e.contains("spread counter total unavailable") && e.contains("64 MB"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    let few = ["CTR.MGET", &homes[0], &homes[1], &homes[65]];
+    assert_eq!(
+        client.cmd(&few),
+        Value::Array(vec![Value::Int(1), Value::Int(1), Value::Int(1)])
+    );
+}
