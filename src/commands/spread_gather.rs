@@ -1305,3 +1305,176 @@ unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_vo
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
     cluster::register_receiver::<GatherMessages>(ctx, &[MSG_GATHER_REQUEST, MSG_GATHER_RESPONSE]);
 }
+
+#[cfg(test)]
+mod tests {
+    //! The sharing rules of the gather table, without a server (request ids counted from 1).
+    use super::*;
+
+    fn reading(home: &str, holders: usize) -> Reading {
+        let names = (0..holders).map(|i| format!("{{ctr.{i}.0}}{home}").into_bytes());
+        Reading {
+            home: home.as_bytes().to_vec(),
+            holders: Rc::new(names.collect()),
+            current: holders,
+            values: vec![Some(1)],
+            ages: vec![0],
+            floors: vec![None],
+        }
+    }
+
+    /// Places a read as `wait_for_gathers` does (with a plan that asks one master for every
+    /// holder when it must start a gather); returns the round it waits for and whether that
+    /// round started now.
+    fn arrive(g: &mut Gathers, bc: usize, readings: Vec<Reading>) -> Vec<(u64, bool)> {
+        let mut started = Vec::new();
+        let mut waits = Vec::new();
+        let mut readings = readings;
+        let mut placed = Vec::new();
+        for (i, r) in readings.iter_mut().enumerate() {
+            let start = g.home_rounds(0, r).is_none_or(|h| h.in_flight.is_none());
+            let id = match g.join(0, r, &started) {
+                Some(id) => id,
+                None if start => {
+                    let id = g.new_round(0, r, true);
+                    let plan = Plan {
+                        asks: vec![([b'n'; 40], (0..r.holders.len()).collect())],
+                        locals: Vec::new(),
+                    };
+                    g.plan(id, plan);
+                    started.push(id);
+                    g.list(0, r, id, true);
+                    id
+                }
+                None => {
+                    let id = g.new_round(0, r, true);
+                    g.list(0, r, id, false);
+                    id
+                }
+            };
+            g.rounds.get_mut(&id).unwrap().waiters.push(bc);
+            waits.push((i, id));
+            placed.push((id, started.contains(&id)));
+        }
+        let reader = Reader {
+            bc: bc as *mut raw::RedisModuleBlockedClient,
+            started_ms: 0,
+            readings,
+            waits,
+            finish: Finish::Get,
+        };
+        g.readers.insert(bc, reader);
+        placed
+    }
+
+    fn answer_all(g: &mut Gathers, id: u64, value: i64) -> Vec<Effect> {
+        let round = g.rounds.get_mut(&id).unwrap();
+        round.values.iter_mut().for_each(|v| *v = Some(value));
+        round.requests.iter_mut().for_each(|r| r.answered = true);
+        assert!(round.complete());
+        let mut effects = Vec::new();
+        g.settle(id, Ok(()), 0, &mut effects);
+        effects
+    }
+
+    fn done(effects: &[Effect]) -> Vec<usize> {
+        let mut bcs: Vec<usize> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Done(r) => Some(r.bc as usize),
+                _ => None,
+            })
+            .collect();
+        bcs.sort_unstable();
+        bcs
+    }
+
+    fn starts(effects: &[Effect]) -> Vec<u64> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Start(id) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reads_arriving_during_a_gather_share_the_next_one_and_never_that_one() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let first = arrive(&mut g, 8, vec![reading("h", 1000)])[0];
+        assert!(first.1, "nothing in flight: the first read starts a gather");
+        let second = arrive(&mut g, 16, vec![reading("h", 1000)])[0];
+        let third = arrive(&mut g, 24, vec![reading("h", 1000)])[0];
+        assert!(!second.1 && second.0 != first.0, "not the gather in flight");
+        assert_eq!(second, third, "one queued gather for every later read");
+        // The names are held once per gather, shared with the reads.
+        let holders = &g.rounds[&second.0].holders;
+        assert!(Rc::ptr_eq(holders, &g.readers[&24].readings[0].holders));
+        assert_eq!(g.rounds.len(), 2);
+        // The first gather answers: its read is done, the queued one starts.
+        let effects = answer_all(&mut g, first.0, 5);
+        assert_eq!(done(&effects), vec![8]);
+        assert_eq!(starts(&effects), vec![second.0]);
+        // A read arriving now queues behind the promoted gather (once it has started).
+        g.plan(second.0, Plan::default());
+        let fourth = arrive(&mut g, 32, vec![reading("h", 1000)])[0];
+        assert!(fourth.0 != second.0);
+        let effects = answer_all(&mut g, second.0, 7);
+        assert_eq!(done(&effects), vec![16, 24]);
+        let Some(Effect::Done(r)) = effects.iter().find(|e| matches!(e, Effect::Done(_))) else {
+            unreachable!()
+        };
+        assert_eq!(r.readings[0].values.len(), 1001);
+        assert_eq!(r.readings[0].total().unwrap(), 1 + 7 * 1000);
+        assert_eq!(starts(&effects), vec![fourth.0]);
+        g.plan(fourth.0, Plan::default());
+        assert_eq!(done(&answer_all(&mut g, fourth.0, 1)), vec![32]);
+        assert!(g.rounds.is_empty() && g.homes.is_empty() && g.requests.is_empty());
+        assert_eq!(g.name_bytes, 0);
+    }
+
+    #[test]
+    fn a_read_that_leaves_drops_a_gather_nobody_waits_for_and_errors_fail_every_waiter() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let a = arrive(&mut g, 8, vec![reading("a", 3)])[0];
+        let queued = arrive(&mut g, 16, vec![reading("a", 3), reading("b", 2)]);
+        assert_eq!(g.readers.len(), 2);
+        // The first read times out: its gather is dropped, the queued one moves up.
+        let mut effects = Vec::new();
+        g.remove_reader(8, &mut effects);
+        assert!(!g.rounds.contains_key(&a.0));
+        assert_eq!(starts(&effects), vec![queued[0].0]);
+        assert!(g
+            .requests
+            .keys()
+            .all(|r| g.rounds.contains_key(&g.requests[r])));
+        // An error in one of its gathers fails the read, which leaves the other one.
+        let mut effects = Vec::new();
+        g.settle(queued[1].0, Err(OVERFLOW), 0, &mut effects);
+        assert!(matches!(effects.as_slice(), [Effect::Fail(r, _)] if r.bc as usize == 16));
+        assert!(g.rounds.is_empty() && g.homes.is_empty() && g.readers.is_empty());
+        assert_eq!(g.name_bytes, 0);
+    }
+
+    #[test]
+    fn an_mget_of_one_home_twice_waits_for_one_gather() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let placed = arrive(&mut g, 8, vec![reading("h", 4), reading("h", 4)]);
+        assert_eq!(placed[0], placed[1]);
+        assert!(placed[0].1);
+        assert_eq!(done(&answer_all(&mut g, placed[0].0, 2)), vec![8]);
+    }
+
+    #[test]
+    fn another_holder_list_of_the_same_home_gathers_apart() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let four = arrive(&mut g, 8, vec![reading("h", 4)])[0];
+        let five = arrive(&mut g, 16, vec![reading("h", 5)])[0];
+        assert!(four.1 && five.1 && four.0 != five.0);
+    }
+}
