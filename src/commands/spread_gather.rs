@@ -173,20 +173,56 @@ pub type ApplyClear = fn(Ctx, &[u8], Vec<(&[u8], i64)>, Option<TokenStamp>) -> C
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
     let own_units_only = reads_own_units_only(string_bytes(key));
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    let home = string_bytes(key);
     with_counter(ctx, key, |c| {
-        let (holders, current) = if own_units_only {
-            (Vec::new(), 0)
-        } else {
-            all_holders_of(c)
+        let (holders, current) = match c {
+            _ if own_units_only => (Rc::default(), 0),
+            // A home with gathers pending shares their holder names (a storm of reads of one
+            // home of 1,024 long names copies none of them).
+            Some(CounterRef::Boxed(b)) => match pending_names(db, home, b) {
+                Some(shared) => shared,
+                None => {
+                    let (holders, current) = all_holders_of(c);
+                    (Rc::new(holders), current)
+                }
+            },
+            _ => (Rc::default(), 0),
         };
         Reading {
-            home: string_bytes(key).to_vec(),
-            holders: Rc::new(holders),
+            home: home.to_vec(),
+            holders,
             current,
             values: vec![Some(c.map_or(0, held))],
             ages: vec![0],
             floors: vec![value_and_floor(c).1],
         }
+    })
+}
+
+/// The holder names of a pending gather of `home` whose holder list is the counter's own
+/// (current holders, then leaving ones), with the count of current ones.
+fn pending_names(
+    db: i32,
+    home: &[u8],
+    b: &crate::counter::Counter,
+) -> Option<(Rc<Vec<Vec<u8>>>, usize)> {
+    let current = b.spread().map_or(&[][..], |s| &s.holders[..]);
+    let leaving = b.leaving();
+    GATHERS.with(|g| {
+        let g = g.borrow();
+        let list = g.homes.get(&(db, home.to_vec()))?;
+        let found = list.iter().find(|h| {
+            h.current == current.len()
+                && h.holders.len() == current.len() + leaving.len()
+                && h.holders[..current.len()] == *current
+                && h.holders[current.len()..]
+                    .iter()
+                    .zip(leaving)
+                    .all(|(a, l)| *a == l.name)
+        })?;
+        Some((found.holders.clone(), found.current))
     })
 }
 
