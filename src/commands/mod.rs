@@ -22,6 +22,7 @@ mod replication_gate;
 mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
+mod spread_gather;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;

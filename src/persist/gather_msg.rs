@@ -13,11 +13,21 @@
 //! across masters gives a holder: a cluster that never spread one never sends it.
 //! Answers come in request order. Anything malformed is dropped by the receiver (the asker
 //! then times out, which is the same outcome as a lost message).
+//!
+//! A receiver takes at most [`MAX_REQUEST_NAMES`] names in one request (and answers as many),
+//! so an asker splits what it asks one master into requests of at most that many names and
+//! about [`MAX_REQUEST_BYTES`] bytes ([`split_request`]), each with its own request id: a read
+//! of several homes of 1,024 holders asks one master for more names than one request carries.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 
 const VERSION: u8 = 1;
+/// The most names a receiver accepts in one request (and so the most answers in a response).
+pub const MAX_REQUEST_NAMES: usize = MAX_HOLDERS;
+/// The most name bytes an asker puts in one request (one name longer than this goes alone):
+/// bus messages stay small, and a resend to a master that does not answer copies little.
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
 /// Longest error text carried back.
 const MAX_ERROR_TEXT: usize = 256;
 
@@ -40,10 +50,32 @@ pub fn encode_request<'a>(id: u64, names: impl ExactSizeIterator<Item = &'a [u8]
     w.finish()
 }
 
+/// Splits names of the given lengths, in order, into consecutive ranges, each one request: at
+/// most [`MAX_REQUEST_NAMES`] names and, unless a single name is longer, at most
+/// [`MAX_REQUEST_BYTES`] bytes of names.
+pub fn split_request(name_lens: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, &len) in name_lens.iter().enumerate() {
+        let count = i - start;
+        if count > 0
+            && (count == MAX_REQUEST_NAMES || bytes.saturating_add(len) > MAX_REQUEST_BYTES)
+        {
+            ranges.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(len);
+    }
+    if start < name_lens.len() {
+        ranges.push(start..name_lens.len());
+    }
+    ranges
+}
+
 pub fn decode_request(buf: &[u8]) -> Result<(u64, Vec<&[u8]>), DecodeError> {
     let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
     let id = r.fixed_u64()?;
-    let n = r.count(MAX_HOLDERS, 2)?;
+    let n = r.count(MAX_REQUEST_NAMES, 2)?;
     if n == 0 {
         return decode_error("gather request for no holders");
     }
@@ -75,7 +107,7 @@ pub fn encode_response(id: u64, answers: &[HolderAnswer]) -> Vec<u8> {
 pub fn decode_response(buf: &[u8]) -> Result<(u64, Vec<HolderAnswer>), DecodeError> {
     let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
     let id = r.fixed_u64()?;
-    let n = r.count(MAX_HOLDERS, 1)?;
+    let n = r.count(MAX_REQUEST_NAMES, 1)?;
     let answers = (0..n)
         .map(|_| {
             Ok(match r.u8()? {
@@ -117,6 +149,44 @@ mod tests {
             panic!("{back:?}")
         };
         assert!(text.len() <= MAX_ERROR_TEXT && text.starts_with("WRONGTYPE é"));
+    }
+
+    #[test]
+    fn requests_are_split_to_the_receivers_limits() {
+        assert!(split_request(&[]).is_empty());
+        assert_eq!(split_request(&[10; 3]), vec![0..3]);
+        // Many short names: MAX_REQUEST_NAMES per request, every name once, in order.
+        let short = vec![1; 2 * MAX_REQUEST_NAMES + 5];
+        let ranges = split_request(&short);
+        assert_eq!(ranges, vec![0..1024, 1024..2048, 2048..2053]);
+        // Long names: by bytes; a name longer than the byte bound goes alone.
+        let long = vec![1088; 200];
+        let ranges = split_request(&long);
+        assert!(ranges.iter().all(|r| r.len() * 1088 <= MAX_REQUEST_BYTES));
+        assert_eq!(ranges.iter().map(|r| r.len()).sum::<usize>(), 200);
+        assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+        let huge = [MAX_REQUEST_BYTES + 1, 5, MAX_REQUEST_BYTES + 1];
+        assert_eq!(split_request(&huge), vec![0..1, 1..2, 2..3]);
+        // Each split request decodes at the receiver, with its names in order.
+        let names: Vec<Vec<u8>> = (0..3000)
+            .map(|i| format!("{{ctr.{i}.0}}k").into_bytes())
+            .collect();
+        let lens: Vec<usize> = names.iter().map(Vec::len).collect();
+        let mut back = Vec::new();
+        for r in split_request(&lens) {
+            let buf = encode_request(1, names[r].iter().map(Vec::as_slice));
+            back.extend(
+                decode_request(&buf)
+                    .unwrap()
+                    .1
+                    .into_iter()
+                    .map(<[u8]>::to_vec),
+            );
+        }
+        assert_eq!(back, names);
+        // One request over the receiver's limit is refused there.
+        let over = encode_request(1, names[..MAX_REQUEST_NAMES + 1].iter().map(Vec::as_slice));
+        assert!(decode_request(&over).is_err());
     }
 
     #[test]

@@ -1,0 +1,1516 @@
+//! Gathered reads of a spread counter: CTR.GET, CTR.MGET and CTR.INFO of a home key give the
+//! total over every holder, and CTR.CLEAR of a home gathers its holders the same way.
+//!
+//! Outside a cluster a read takes every holder at once. In a cluster it blocks the client and
+//! waits for a **gather**: one per home (database, name and holder list, which names the
+//! spread's id), which asks each other master for its holders over the cluster bus (requests
+//! split to what a receiver takes, each with its own request id, resent until answered), reads
+//! the holders this node serves from a timer, all through `RM_Call`, which checks slot
+//! ownership, and hands every read waiting for it the holders' values once everything is in.
+//! A holder that a master no longer serves (resharded, migrating) fails the reads with
+//! TRYAGAIN; after `ctr.gather-timeout-ms` a read fails, never with a partial sum. Where a
+//! client cannot block (MULTI/EXEC, scripts), a read in a cluster whose holders are not in the
+//! cache (`ctr.gather-cache-ms`) fails with a clear error.
+//!
+//! **Shared gathers.** A read must count every add completed before it began, so it may only
+//! use a gather that starts after it arrived: requests already sent may have missed those adds.
+//! Per home there is at most one gather in flight and one queued: a read that finds none starts
+//! one at once; a read that finds one in flight joins the queued one (made if needed), which
+//! starts when the one in flight settles (answered, failed, or left by all its reads). One
+//! gather serves every read waiting for it, and a read waits for one gather only. A clear
+//! gathers alone (it writes), as before.
+//!
+//! **Bounds** (docs/RELIABILITY.md): at most [`MAX_WAITING_READS`] reads wait at once and
+//! pending gathers hold at most [`MAX_GATHER_NAME_BYTES`] of holder names (each gather's names
+//! once, shared by its reads); past either, a read fails at once with
+//! `ERR spread counter total unavailable: ... retry later`. A waiting read keeps no copy of the
+//! holder names; a resend copies only the requests of the masters still silent, once per
+//! gather, never per read.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use super::ctr_floor_spread::{self as floored, FlooredView};
+use super::ctr_store::{value_and_floor, with_counter};
+use super::spread_cluster::{self as cluster, NodeId, Topology};
+use crate::config;
+use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::counter::{exact_sum, CounterRef, TokenStamp};
+use crate::ffi::{
+    rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, RawString, Reply,
+};
+use crate::metrics;
+use crate::persist::gather_msg::{self, HolderAnswer};
+
+/// Bus message types (0-254): a gather request and its response.
+const MSG_GATHER_REQUEST: u8 = 0xC7;
+const MSG_GATHER_RESPONSE: u8 = 0xC8;
+
+const CANNOT_BLOCK: CommandError = CommandError::fixed(
+    "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
+);
+/// The same wait refused for a clear of a spread counter's total (which never uses the cache:
+/// it must clear every add completed before it).
+const CANNOT_BLOCK_CLEAR: CommandError = CommandError::fixed(
+    "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (clear it outside)",
+);
+const OVERFLOW: CommandError = CommandError::fixed("ERR counter overflow");
+
+/// The most reads of spread counters that wait for gathers at once on this node.
+pub const MAX_WAITING_READS: usize = 10_000;
+/// The most bytes of holder names that pending gathers hold on this node (each gather holds
+/// its home's names once; a home has at most two gathers pending).
+pub const MAX_GATHER_NAME_BYTES: usize = 64 << 20;
+const TOO_MANY_READS: CommandError = CommandError::fixed(
+    "ERR spread counter total unavailable: 10000 reads are already waiting for gathers on this node, retry later",
+);
+const TOO_MANY_NAMES: CommandError = CommandError::fixed(
+    "ERR spread counter total unavailable: pending gathers already hold 64 MB of holder names on this node, retry later",
+);
+
+/// When a gather first asks again the masters that have not answered yet: bus delivery is best
+/// effort (a message queued on a link that drops is lost, and a link can be down for a moment).
+/// Each resend waits twice as long as the one before, up to [`RESEND_MAX_MS`]: a master that
+/// does not answer (asleep, or its link's buffer filling) is sent a gather's requests about
+/// log2(timeout / 100 ms) + 1 times, not ten times a second (4 sends in the default 1 s).
+const RESEND_MS: i64 = 100;
+const RESEND_MAX_MS: i64 = 1000;
+
+/// True when a read of `key` gives its own units only: a key named as a holder never gathers
+/// (whatever holder list it carries, say after a home was renamed onto a holder's name), nor
+/// does any read made while gathering, so no read ever recurses into a holder's holders.
+fn reads_own_units_only(key: &[u8]) -> bool {
+    parse_holder_name(key).is_some() || cluster::reading_a_holder()
+}
+
+fn holders_of(c: Option<CounterRef>) -> Option<Vec<Vec<u8>>> {
+    match c {
+        Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()),
+        _ => None,
+    }
+}
+
+/// The holders a read of the total asks: the current ones, then those still folding back.
+fn all_holders_of(c: Option<CounterRef>) -> (Vec<Vec<u8>>, usize) {
+    let mut holders = holders_of(c).unwrap_or_default();
+    let current = holders.len();
+    if let Some(CounterRef::Boxed(b)) = c {
+        holders.extend(b.leaving().iter().map(|l| l.name.clone()));
+    }
+    (holders, current)
+}
+
+/// The indexes of `holders` that the counter `c` lists neither as current nor as leaving.
+fn unlisted(c: CounterRef, holders: &[Vec<u8>]) -> Vec<usize> {
+    let CounterRef::Boxed(b) = c else {
+        return (0..holders.len()).collect();
+    };
+    let current = b.spread().map_or(&[][..], |s| &s.holders[..]);
+    let listed = || {
+        let leaving = b.leaving().iter().map(|l| l.name.as_slice());
+        current.iter().map(Vec::as_slice).chain(leaving)
+    };
+    if listed().count() == holders.len() && listed().zip(holders).all(|(a, b)| a == b.as_slice()) {
+        return Vec::new(); // the common case: the lists the read was made of, unchanged
+    }
+    let set: HashSet<&[u8]> = listed().collect();
+    (0..holders.len())
+        .filter(|&i| !set.contains(holders[i].as_slice()))
+        .collect()
+}
+
+pub(super) fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
+    let mut names = vec![Reply::Bulk(home.to_vec())];
+    names.extend(holders.map(|h| Reply::Bulk(h.clone())));
+    Reply::Array(names)
+}
+
+/// One key being read: its own value and, for a home, its other holders.
+struct Reading {
+    home: Vec<u8>,
+    /// The current holders, then (from `current` on) those still folding back; shared with
+    /// the gather that reads them (a waiting read holds no copy of its own).
+    holders: Rc<Vec<Vec<u8>>>,
+    current: usize,
+    /// Holder values, holder 0 (the key itself) first. Only holder 0 while a gather is
+    /// awaited: the others arrive all at once with the gather's answer.
+    values: Vec<Option<i64>>,
+    /// How old each value is, in ms: 0 when read for this command, else its age in the cache.
+    ages: Vec<i64>,
+    /// Each holder's own floor as read with its value (None: no floor, or not read yet).
+    floors: Vec<Option<i64>>,
+}
+
+impl Reading {
+    fn total(&self) -> Result<i64, CommandError> {
+        let values = self.values.iter().map(|v| v.unwrap_or(0));
+        exact_sum(values).ok_or(OVERFLOW)
+    }
+}
+
+/// How a finished read replies.
+enum Finish {
+    Get,
+    MGet,
+    /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
+    /// for a floored home read on one server, the floor fields).
+    Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
+    /// CTR.CLEAR of a home (with its token stamp): the gathered holders go to the caller's
+    /// `apply` (`spread_clear`'s), in the step that replies.
+    Clear(Option<TokenStamp>, ApplyClear),
+}
+
+/// What completes a clear of a home once every holder answered: the home's name, each
+/// holder's gathered units by name, and the clear's token stamp. Passed in by the clear's
+/// own module, so that reads never depend on it.
+pub type ApplyClear = fn(Ctx, &[u8], Vec<(&[u8], i64)>, Option<TokenStamp>) -> CommandResult;
+
+fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
+    let own_units_only = reads_own_units_only(string_bytes(key));
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    let home = string_bytes(key);
+    with_counter(ctx, key, |c| {
+        let (holders, current) = match c {
+            _ if own_units_only => (Rc::default(), 0),
+            // A home with gathers pending shares their holder names (a storm of reads of one
+            // home of 1,024 long names copies none of them).
+            Some(CounterRef::Boxed(b)) => match pending_names(db, home, b) {
+                Some(shared) => shared,
+                None => {
+                    let (holders, current) = all_holders_of(c);
+                    (Rc::new(holders), current)
+                }
+            },
+            _ => (Rc::default(), 0),
+        };
+        Reading {
+            home: home.to_vec(),
+            holders,
+            current,
+            values: vec![Some(c.map_or(0, held))],
+            ages: vec![0],
+            floors: vec![value_and_floor(c).1],
+        }
+    })
+}
+
+/// The holder names of a pending gather of `home` whose holder list is the counter's own
+/// (current holders, then leaving ones), with the count of current ones.
+fn pending_names(
+    db: i32,
+    home: &[u8],
+    b: &crate::counter::Counter,
+) -> Option<(Rc<Vec<Vec<u8>>>, usize)> {
+    let current = b.spread().map_or(&[][..], |s| &s.holders[..]);
+    let leaving = b.leaving();
+    GATHERS.with(|g| {
+        let g = g.borrow();
+        let list = g.homes.get(&(db, home.to_vec()))?;
+        let found = list.iter().find(|h| {
+            h.current == current.len()
+                && h.holders.len() == current.len() + leaving.len()
+                && h.holders[..current.len()] == *current
+                && h.holders[current.len()..]
+                    .iter()
+                    .zip(leaving)
+                    .all(|(a, l)| *a == l.name)
+        })?;
+        Some((found.holders.clone(), found.current))
+    })
+}
+
+/// What a key counts for in a total: its value plus the value units it has sent and not had
+/// acknowledged (a sealed holder's whole value until its home has it). A sum that overflows
+/// (only a forged state holds one) counts the value alone.
+fn held(c: CounterRef) -> i64 {
+    match c {
+        CounterRef::Boxed(b) => b.units_in_hand().unwrap_or(b.value()),
+        other => other.value(),
+    }
+}
+
+/// CTR.GET key: the value, or a spread counter's total.
+pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
+    let own_units_only = reads_own_units_only(string_bytes(key));
+    let r = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b))
+            if !own_units_only && (b.spread().is_some() || !b.leaving().is_empty()) =>
+        {
+            None
+        }
+        other => Some(other.map_or(0, held)),
+    })?;
+    match r {
+        Some(value) => Ok(Reply::Integer(value)),
+        None => gather(ctx, vec![reading(ctx, key)?], Finish::Get),
+    }
+}
+
+/// CTR.MGET key...: each value, or each spread counter's total.
+pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
+    let readings = (1..args.len())
+        .map(|i| reading(ctx, args.raw(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if readings.iter().all(|r| r.holders.is_empty()) {
+        let values = readings.iter().map(|r| r.total().map(Reply::Integer));
+        return Ok(Reply::Array(values.collect::<Result<_, _>>()?));
+    }
+    gather(ctx, readings, Finish::MGet)
+}
+
+/// CTR.CLEAR of a spread home (a home with holders, current or leaving): gathers the holders
+/// afresh (never from the cache, never sharing another read's gather), then clears the total
+/// in one step on this master (`apply`). A failed gather fails the clear and changes nothing.
+pub fn clear_total(
+    ctx: Ctx,
+    key: RawString,
+    token: Option<TokenStamp>,
+    apply: ApplyClear,
+) -> CommandResult {
+    let r = reading(ctx, key)?;
+    let home = r.home.clone();
+    let reply = gather(ctx, vec![r], Finish::Clear(token, apply));
+    if reply.is_ok() {
+        forget_cached(&home);
+    }
+    reply
+}
+
+/// CTR.INFO key: `fields` as built for the key itself; a home's gains its total and holders.
+pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
+    let Reply::Map(fields) = reply else {
+        return Ok(reply);
+    };
+    let r = reading(ctx, key)?;
+    if r.holders.is_empty() {
+        return Ok(Reply::Map(fields));
+    }
+    let spread_floor = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
+        _ => None,
+    })?;
+    let view = spread_floor.map(|f| floored::floored_view(ctx, key, f, &r.holders));
+    gather(ctx, vec![r], Finish::Info(fields, view))
+}
+
+fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
+    match how {
+        Finish::Clear(token, apply) => {
+            let r = &readings[0];
+            // Every holder answered (a gather completes only then): never a partial sum.
+            let gathered = r
+                .holders
+                .iter()
+                .zip(r.values.get(1..).unwrap_or_default())
+                .map(|(name, v)| v.map(|v| (name.as_slice(), v)))
+                .collect::<Option<Vec<_>>>()
+                .filter(|g| g.len() == r.holders.len())
+                .ok_or(CommandError::fixed(
+                    "ERR spread counter total unavailable: a holder was not read",
+                ))?;
+            apply(ctx, &r.home, gathered, token)
+        }
+        Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
+        Finish::MGet => Ok(Reply::Array(
+            readings
+                .iter()
+                .map(|r| r.total().map(Reply::Integer))
+                .collect::<Result<_, _>>()?,
+        )),
+        Finish::Info(mut fields, view) => {
+            let r = &readings[0];
+            let total = r.total()?;
+            // A floored counter shrunk to one key, its folds under way: its floor is the home's
+            // own plus what its leaving holders hold (each sealed holder's floor is in hand until
+            // the home has it), not the home's part alone.
+            let folding_floor = match (&view, r.current, r.floors[0]) {
+                (None, 0, Some(_)) => exact_sum(r.floors.iter().map(|f| f.unwrap_or(0))),
+                _ => None,
+            };
+            if let Some(mut view) = view {
+                let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
+                // A holder without a floor of its own (never given budget) counts as floor 0.
+                view.holder_floors = r.floors.iter().map(|f| f.unwrap_or(0)).collect();
+                floored::info_fields(&mut fields, total, &values, &view);
+            }
+            for (name, value) in fields.iter_mut() {
+                match (*name, folding_floor) {
+                    ("value", _) => *value = Reply::Integer(total),
+                    ("floor", Some(floor)) => *value = Reply::Integer(floor),
+                    _ => {}
+                }
+            }
+            let (current, leaving) = r.holders.split_at(r.current);
+            fields.push(("holders", names_reply(&r.home, current.iter())));
+            let leaving = leaving.iter().map(|n| Reply::Bulk(n.clone()));
+            fields.push(("leaving", Reply::Array(leaving.collect())));
+            let values = r.values.iter().map(|v| Reply::Integer(v.unwrap_or(0)));
+            fields.push(("holder_values", Reply::Array(values.collect())));
+            let ages = r.ages.iter().copied().map(Reply::Integer);
+            fields.push(("holder_ages_ms", Reply::Array(ages.collect())));
+            Ok(Reply::Map(fields))
+        }
+    }
+}
+
+/// One request of a gather: some holders asked of one master (at most what a receiver takes).
+struct Request {
+    id: u64,
+    node: NodeId,
+    /// Indexes into the gather's holders, in request order.
+    asked: Vec<usize>,
+    answered: bool,
+}
+
+/// One gather of a home's holders, shared by every read waiting for it.
+struct Round {
+    db: i32,
+    home: Vec<u8>,
+    holders: Rc<Vec<Vec<u8>>>,
+    /// False for a clear's gather, which no read joins (it is not listed in `homes`).
+    shared: bool,
+    /// Requests are sent (false while queued behind the home's gather in flight).
+    started: bool,
+    /// Each holder's value and own floor (index: holder - 1), filled as answers come.
+    values: Vec<Option<i64>>,
+    floors: Vec<Option<i64>>,
+    requests: Vec<Request>,
+    /// Holders this node serves, in a cluster. They are read from a timer, not from inside the
+    /// command: Valkey looks keys up in the slot of the command being executed (an
+    /// optimisation that a nested `RM_Call` of another slot's key does not escape), so a holder
+    /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
+    locals: Vec<usize>,
+    locals_read: bool,
+    /// The wait before the next resend (doubling from RESEND_MS).
+    resend_ms: i64,
+    /// The reads waiting for it (their blocked clients' addresses).
+    waiters: Vec<usize>,
+    name_bytes: usize,
+}
+
+impl Round {
+    fn complete(&self) -> bool {
+        self.started && self.locals_read && self.requests.iter().all(|r| r.answered)
+    }
+
+    fn silent_nodes(&self) -> impl Iterator<Item = &NodeId> {
+        self.requests
+            .iter()
+            .filter(|r| !r.answered)
+            .map(|r| &r.node)
+    }
+}
+
+/// A home's gathers: the one in flight and the one queued behind it, for one holder list.
+struct HomeRounds {
+    holders: Rc<Vec<Vec<u8>>>,
+    current: usize,
+    in_flight: Option<u64>,
+    next: Option<u64>,
+}
+
+/// A blocked read.
+struct Reader {
+    bc: *mut raw::RedisModuleBlockedClient,
+    started_ms: i64,
+    readings: Vec<Reading>,
+    /// (reading, gather) still awaited.
+    waits: Vec<(usize, u64)>,
+    finish: Finish,
+}
+
+/// What must happen once the table is no longer borrowed.
+enum Effect {
+    /// A queued gather whose turn came: plan and send its requests.
+    Start(u64),
+    /// A read with every value in: sum and reply.
+    Done(Reader),
+    Fail(Reader, CommandError),
+}
+
+#[derive(Default)]
+struct Gathers {
+    rounds: HashMap<u64, Round>,
+    /// Request id -> its gather.
+    requests: HashMap<u64, u64>,
+    /// (db, home) -> its gathers, one entry per holder list being read.
+    homes: HashMap<(i32, Vec<u8>), Vec<HomeRounds>>,
+    /// Blocked client address -> its read.
+    readers: HashMap<usize, Reader>,
+    /// Bytes of holder names the pending gathers hold.
+    name_bytes: usize,
+}
+
+impl Gathers {
+    fn home_rounds(&self, db: i32, r: &Reading) -> Option<&HomeRounds> {
+        self.homes
+            .get(&(db, r.home.clone()))?
+            .iter()
+            .find(|h| h.current == r.current && *h.holders == *r.holders)
+    }
+
+    /// The round a read of `r` may join: one started by this very command (`started_now`), or
+    /// the home's queued one; None when it must start one or queue one. Shares the round's
+    /// holder names with the reading.
+    fn join(&self, db: i32, r: &mut Reading, started_now: &[u64]) -> Option<u64> {
+        let home = self.home_rounds(db, r)?;
+        // The gather in flight may be joined only when it starts after this read arrived: it
+        // was started by this very command, or its turn came and it has not started yet.
+        let joinable =
+            |id: &u64| started_now.contains(id) || self.rounds.get(id).is_some_and(|r| !r.started);
+        let id = match home.in_flight.filter(joinable) {
+            Some(id) => id,
+            None => home.next?,
+        };
+        r.holders = home.holders.clone();
+        Some(id)
+    }
+
+    /// Lists round `id` as the home's gather in flight, or queued behind it.
+    fn list(&mut self, db: i32, r: &mut Reading, id: u64, in_flight: bool) {
+        let list = self.homes.entry((db, r.home.clone())).or_default();
+        let pos = list
+            .iter()
+            .position(|h| h.current == r.current && *h.holders == *r.holders);
+        let home = match pos {
+            Some(p) => &mut list[p],
+            None => {
+                list.push(HomeRounds {
+                    holders: r.holders.clone(),
+                    current: r.current,
+                    in_flight: None,
+                    next: None,
+                });
+                let last = list.len() - 1;
+                &mut list[last]
+            }
+        };
+        if in_flight {
+            home.in_flight = Some(id);
+        } else {
+            home.next = Some(id);
+        }
+        r.holders = home.holders.clone();
+        if let Some(round) = self.rounds.get_mut(&id) {
+            round.holders = r.holders.clone();
+        }
+    }
+
+    fn new_round(&mut self, db: i32, r: &Reading, shared: bool) -> u64 {
+        let id = next_request_id();
+        let name_bytes = r.holders.iter().map(Vec::len).sum();
+        self.name_bytes = self.name_bytes.saturating_add(name_bytes);
+        self.rounds.insert(
+            id,
+            Round {
+                db,
+                home: r.home.clone(),
+                holders: r.holders.clone(),
+                shared,
+                started: false,
+                values: vec![None; r.holders.len()],
+                floors: vec![None; r.holders.len()],
+                requests: Vec::new(),
+                locals: Vec::new(),
+                locals_read: false,
+                resend_ms: RESEND_MS,
+                waiters: Vec::new(),
+                name_bytes,
+            },
+        );
+        id
+    }
+
+    /// Gives a started round its requests (ids registered) and local holders.
+    fn plan(&mut self, id: u64, plan: Plan) {
+        let Some(round) = self.rounds.get_mut(&id) else {
+            return;
+        };
+        for (node, asked) in plan.asks {
+            let lens: Vec<usize> = asked.iter().map(|&h| round.holders[h].len()).collect();
+            for range in gather_msg::split_request(&lens) {
+                let rid = next_request_id();
+                self.requests.insert(rid, id);
+                round.requests.push(Request {
+                    id: rid,
+                    node,
+                    asked: asked[range].to_vec(),
+                    answered: false,
+                });
+            }
+        }
+        round.locals_read = plan.locals.is_empty();
+        round.locals = plan.locals;
+        round.started = true;
+    }
+
+    /// Removes a round from every table; the home's queued round, if this one was in flight,
+    /// moves up and is to be started.
+    fn unlink(&mut self, id: u64, effects: &mut Vec<Effect>) -> Option<Round> {
+        let round = self.rounds.remove(&id)?;
+        self.name_bytes = self.name_bytes.saturating_sub(round.name_bytes);
+        for r in &round.requests {
+            self.requests.remove(&r.id);
+        }
+        if round.shared {
+            let key = (round.db, round.home.clone());
+            if let Some(list) = self.homes.get_mut(&key) {
+                for h in list.iter_mut() {
+                    if h.in_flight == Some(id) {
+                        h.in_flight = h.next.take();
+                        if let Some(next) = h.in_flight {
+                            effects.push(Effect::Start(next));
+                        }
+                    } else if h.next == Some(id) {
+                        h.next = None;
+                    }
+                }
+                list.retain(|h| h.in_flight.is_some() || h.next.is_some());
+                if list.is_empty() {
+                    self.homes.remove(&key);
+                }
+            }
+        }
+        Some(round)
+    }
+
+    /// A read stops waiting for a round; a round no read waits for any more is dropped.
+    fn leave(&mut self, bc: usize, id: u64, effects: &mut Vec<Effect>) {
+        let Some(round) = self.rounds.get_mut(&id) else {
+            return;
+        };
+        round.waiters.retain(|&w| w != bc);
+        if round.waiters.is_empty() {
+            self.unlink(id, effects);
+        }
+    }
+
+    fn remove_reader(&mut self, bc: usize, effects: &mut Vec<Effect>) -> Option<Reader> {
+        let reader = self.readers.remove(&bc)?;
+        for &(_, id) in &reader.waits {
+            self.leave(bc, id, effects);
+        }
+        Some(reader)
+    }
+
+    /// Ends round `id`: its reads get its values (and reply once they have every value they
+    /// wait for), or all fail with its error.
+    fn settle(
+        &mut self,
+        id: u64,
+        outcome: Result<(), CommandError>,
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(round) = self.unlink(id, effects) else {
+            return;
+        };
+        if let Err(e) = outcome {
+            for &bc in &round.waiters {
+                if let Some(reader) = self.remove_reader(bc, effects) {
+                    effects.push(Effect::Fail(reader, e.clone()));
+                }
+            }
+            return;
+        }
+        remember(&round, now);
+        for &bc in &round.waiters {
+            let Some(reader) = self.readers.get_mut(&bc) else {
+                continue;
+            };
+            for &(i, _) in reader.waits.iter().filter(|&&(_, w)| w == id) {
+                let reading = &mut reader.readings[i];
+                reading.values.truncate(1);
+                reading.floors.truncate(1);
+                reading.ages.truncate(1);
+                reading.values.extend_from_slice(&round.values);
+                reading.floors.extend_from_slice(&round.floors);
+                reading.ages.resize(round.values.len() + 1, 0);
+            }
+            reader.waits.retain(|&(_, w)| w != id);
+            if reader.waits.is_empty() {
+                if let Some(reader) = self.readers.remove(&bc) {
+                    effects.push(Effect::Done(reader));
+                }
+            }
+        }
+    }
+
+    /// The masters that have not answered what `reader` waits for: those of its gathers in
+    /// flight, and, for a gather still queued, those of the home's gather in flight ahead.
+    fn silent_for(&self, reader: &Reader) -> usize {
+        let mut silent: HashSet<&NodeId> = HashSet::new();
+        for &(_, id) in &reader.waits {
+            let Some(round) = self.rounds.get(&id) else {
+                continue;
+            };
+            let ahead = if round.started {
+                Some(round)
+            } else {
+                self.homes
+                    .get(&(round.db, round.home.clone()))
+                    .and_then(|l| l.iter().find(|h| h.next == Some(id)))
+                    .and_then(|h| self.rounds.get(&h.in_flight?))
+            };
+            silent.extend(ahead.into_iter().flat_map(Round::silent_nodes));
+        }
+        silent.len()
+    }
+}
+
+thread_local! {
+    static GATHERS: RefCell<Gathers> = RefCell::new(Gathers::default());
+    static NEXT_ID: Cell<u64> = const { Cell::new(0) };
+    static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
+    /// Bytes of the holder names the cache keeps (bounded by CACHE_NAME_BYTES).
+    static CACHE_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A home key's holder values as last gathered, with the holder names they were read from.
+struct Gathered {
+    at: i64,
+    /// The holders read (current ones, then leaving ones), holder 0 implicit.
+    holders: Rc<Vec<Vec<u8>>>,
+    /// Value by holder index, holder 0 first.
+    values: Vec<Option<i64>>,
+}
+
+impl Gathered {
+    /// True when these values may stand for a read of `holders` (of which the first `current`
+    /// are current) at `now`: no older than `cache_ms`, no holder folding back, and gathered
+    /// from exactly these holder names. Names are never reused (a spread made again has a new
+    /// id, growing skips folded names), so a holder list changed in any way since (a fold, a
+    /// shrink and a growth back to the same count, the spread deleted and made again) never
+    /// reuses a value. A replica needs this: it learns of such changes only as replicated
+    /// states, and keeps its own cache.
+    fn serves(&self, holders: &[Vec<u8>], current: usize, now: i64, cache_ms: i64) -> bool {
+        now.saturating_sub(self.at) <= cache_ms
+            && current == holders.len()
+            && *self.holders == holders
+            && self.values.len() == holders.len() + 1
+    }
+
+    fn name_bytes(&self) -> usize {
+        self.holders.iter().map(Vec::len).sum()
+    }
+}
+
+/// Bound on cached totals; past it the cache starts over.
+const CACHE_LIMIT: usize = 10_000;
+/// Bound on the bytes of holder names cached; past it the cache starts over.
+const CACHE_NAME_BYTES: usize = 64 << 20;
+
+pub(super) fn forget_cached(home: &[u8]) {
+    let gone = CACHE.with(|c| c.borrow_mut().remove(home));
+    if let Some(g) = gone {
+        CACHE_BYTES.with(|b| b.set(b.get().saturating_sub(g.name_bytes())));
+    }
+}
+
+fn next_request_id() -> u64 {
+    NEXT_ID.with(|n| {
+        // Start from a random id so that a late answer to a previous life of this node cannot
+        // match a new request.
+        let id = match n.get() {
+            0 => u64::from_le_bytes(crate::ffi::random_bytes()) | 1,
+            id => id,
+        };
+        n.set(id.wrapping_add(1).max(1));
+        id
+    })
+}
+
+/// A holder's value and own floor (None: it has none), as one read.
+type HolderRead = (i64, Option<i64>);
+
+/// A holder's read, or the error its answer makes of the read.
+fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, CommandError> {
+    match answer {
+        HolderAnswer::Value(v) => Ok((v, None)),
+        HolderAnswer::Floored(v, f) => Ok((v, Some(f))),
+        HolderAnswer::NotHere => {
+            cluster::forget_topology();
+            Err(CommandError(
+                format!(
+                    "TRYAGAIN spread counter holder '{}' is moving between masters",
+                    String::from_utf8_lossy(name)
+                )
+                .into(),
+            ))
+        }
+        HolderAnswer::Failed(text) => Err(CommandError(
+            format!(
+                "ERR spread counter holder '{}': {text}",
+                String::from_utf8_lossy(name)
+            )
+            .into(),
+        )),
+    }
+}
+
+/// Where a gather's holders are: the masters to ask (holder indexes by node) and the holders
+/// this node serves.
+#[derive(Default)]
+struct Plan {
+    asks: Vec<(NodeId, Vec<usize>)>,
+    locals: Vec<usize>,
+}
+
+fn plan_round(topology: &Topology, holders: &[Vec<u8>]) -> Result<Plan, CommandError> {
+    let mut plan = Plan::default();
+    for (h, name) in holders.iter().enumerate() {
+        match topology.remote_owner(key_slot(name))? {
+            None => plan.locals.push(h),
+            Some(node) => match plan.asks.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, asked)) => asked.push(h),
+                None => plan.asks.push((node, vec![h])),
+            },
+        }
+    }
+    Ok(plan)
+}
+
+/// Fills what can be had without waiting: outside a cluster every holder, read at once; in a
+/// cluster the cached values (only when `use_cache`). Returns the readings that need a gather.
+fn fill_at_once(
+    ctx: Ctx,
+    readings: &mut [Reading],
+    use_cache: bool,
+    in_cluster: bool,
+) -> Result<Vec<usize>, CommandError> {
+    let cache_ms = config::GATHER_CACHE_MS.load(Relaxed);
+    let now = ctx.now_ms();
+    let mut waiting = Vec::new();
+    for (i, reading) in readings.iter_mut().enumerate() {
+        if reading.holders.is_empty() {
+            continue;
+        }
+        if !in_cluster {
+            let holders = reading.holders.clone();
+            for name in holders.iter() {
+                let (v, f) = answer_error(name, cluster::read_holder(ctx.ptr, name))?;
+                reading.values.push(Some(v));
+                reading.floors.push(f);
+                reading.ages.push(0);
+            }
+            continue;
+        }
+        let cached = if use_cache && cache_ms > 0 {
+            CACHE.with(|c| {
+                c.borrow()
+                    .get(&reading.home)
+                    .filter(|g| g.serves(&reading.holders, reading.current, now, cache_ms))
+                    .map(|g| (now.saturating_sub(g.at), g.values.clone()))
+            })
+        } else {
+            None
+        };
+        match cached {
+            Some((age, values)) => {
+                let n = reading.holders.len();
+                reading.values.extend_from_slice(&values[1..]);
+                reading.floors.resize(n + 1, None);
+                reading.ages.resize(n + 1, age);
+            }
+            None => waiting.push(i),
+        }
+    }
+    Ok(waiting)
+}
+
+/// What a read has once it asked for its values: all of them, or a blocked client.
+enum Waited {
+    Ready(Vec<Reading>, Finish),
+    Blocked,
+}
+
+/// Takes what it can from the cache and, outside a cluster, reads every holder at once; in a
+/// cluster it blocks the client until the gathers it waits for (shared with other reads of the
+/// same homes) have answered.
+fn gather(ctx: Ctx, readings: Vec<Reading>, how: Finish) -> CommandResult {
+    metrics::GATHERS.incr();
+    match wait_for_gathers(ctx, readings, how) {
+        Ok(Waited::Blocked) => Ok(Reply::Blocked),
+        Ok(Waited::Ready(readings, how)) => {
+            metrics::record_gather_latency(0);
+            finish(ctx, &readings, how)
+        }
+        Err(e) => {
+            metrics::GATHER_FAILURES.incr();
+            Err(e)
+        }
+    }
+}
+
+fn wait_for_gathers(
+    ctx: Ctx,
+    mut readings: Vec<Reading>,
+    how: Finish,
+) -> Result<Waited, CommandError> {
+    let clearing = matches!(how, Finish::Clear(..));
+    let in_cluster = cluster::in_cluster(ctx);
+    let topology = if in_cluster {
+        Some(cluster::topology(ctx, false)?)
+    } else {
+        None
+    };
+    let waiting = fill_at_once(ctx, &mut readings, !clearing, in_cluster)?;
+    let Some(topology) = topology.filter(|_| !waiting.is_empty()) else {
+        return Ok(Waited::Ready(readings, how));
+    };
+    if ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        != 0
+    {
+        return Err(if clearing {
+            CANNOT_BLOCK_CLEAR
+        } else {
+            CANNOT_BLOCK
+        });
+    }
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    // Which readings start a gather now (no gather of their home in flight), planned before
+    // blocking so that a slot map error fails the read right here; and the bounds.
+    let mut plans: HashMap<usize, Plan> = HashMap::new();
+    let mut new_bytes = 0usize;
+    let (reads, held_bytes) = GATHERS.with(|g| {
+        let g = g.borrow();
+        for &i in &waiting {
+            let r = &readings[i];
+            let home = if clearing { None } else { g.home_rounds(db, r) };
+            if home.is_none_or(|h| h.next.is_none()) {
+                new_bytes = new_bytes.saturating_add(r.holders.iter().map(Vec::len).sum());
+            }
+            if home.is_none_or(|h| h.in_flight.is_none()) {
+                plans.insert(i, plan_round(&topology, &r.holders)?);
+            }
+        }
+        Ok::<_, CommandError>((g.readers.len(), g.name_bytes))
+    })?;
+    if reads >= MAX_WAITING_READS {
+        return Err(TOO_MANY_READS);
+    }
+    if new_bytes > 0 && held_bytes.saturating_add(new_bytes) > MAX_GATHER_NAME_BYTES {
+        return Err(TOO_MANY_NAMES);
+    }
+    let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
+    // SAFETY: ctx is the live context of a command that may block (checked above).
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.ptr,
+            Some(on_reply),
+            Some(on_timeout),
+            Some(free_result),
+            timeout,
+        )
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    let started_ms = ctx.now_ms();
+    let started = GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        let mut started = Vec::new();
+        let mut waits = Vec::new();
+        for &i in &waiting {
+            let reading = &mut readings[i];
+            let joined = if clearing {
+                None
+            } else {
+                g.join(db, reading, &started)
+            };
+            let id = match (joined, plans.remove(&i)) {
+                (Some(id), _) => id,
+                (None, Some(plan)) => {
+                    // Nothing of this home in flight: a gather starts now.
+                    let id = g.new_round(db, reading, !clearing);
+                    g.plan(id, plan);
+                    started.push(id);
+                    if !clearing {
+                        g.list(db, reading, id, true);
+                    }
+                    id
+                }
+                (None, None) => {
+                    // One in flight, none queued yet: queue one behind it.
+                    let id = g.new_round(db, reading, true);
+                    g.list(db, reading, id, false);
+                    id
+                }
+            };
+            if let Some(round) = g.rounds.get_mut(&id) {
+                round.waiters.push(bc as usize);
+            }
+            waits.push((i, id));
+        }
+        let reader = Reader {
+            bc,
+            started_ms,
+            readings,
+            waits,
+            finish: how,
+        };
+        g.readers.insert(bc as usize, reader);
+        started
+    });
+    for id in started {
+        launch(ctx.ptr, id);
+    }
+    Ok(Waited::Blocked)
+}
+
+/// Sends a started round's requests and arms its timers.
+fn launch(ctx: *mut raw::RedisModuleCtx, id: u64) {
+    if let Some(wait) = send_requests(ctx, id) {
+        arm_timer(ctx, id, 0, on_local_reads);
+        arm_timer(ctx, id, wait, on_resend);
+    }
+}
+
+/// Sends (again) the requests of round `id` that have not been answered. A send that fails (no
+/// link right now) is retried at the next resend; the timeout bounds the whole wait. Each
+/// request is encoded from the round's one copy of the names. Returns the wait before the
+/// next resend (None: the round is gone).
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
+    GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        let round = g.rounds.get_mut(&id)?;
+        let wait = round.resend_ms;
+        round.resend_ms = wait.saturating_mul(2).min(RESEND_MAX_MS);
+        for request in round.requests.iter().filter(|r| !r.answered) {
+            let names = request.asked.iter().map(|&h| round.holders[h].as_slice());
+            let payload = gather_msg::encode_request(request.id, names);
+            cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
+        }
+        Some(wait)
+    })
+}
+
+type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: TimerProc) {
+    // SAFETY: ctx is live; the timer's data is the round id itself, not a pointer.
+    unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
+}
+
+/// Timer: resends what is unanswered while the round is pending, then re-arms.
+unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(wait) = send_requests(ctx, id) {
+            arm_timer(ctx, id, wait, on_resend);
+        }
+    }));
+}
+
+/// Timer: reads the holders this node serves (outside any command, so each key is looked up
+/// in its own slot), then completes the round if the other masters have answered.
+unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    let _ = catch_unwind(AssertUnwindSafe(|| read_locals(ctx, id)));
+}
+
+fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
+    // The names are shared out first: no table borrow is held across the reads.
+    let Some((holders, locals)) = GATHERS.with(|g| {
+        let g = g.borrow();
+        let round = g.rounds.get(&id).filter(|r| r.started && !r.locals_read)?;
+        Some((round.holders.clone(), round.locals.clone()))
+    }) else {
+        return;
+    };
+    let read: Result<Vec<(usize, HolderRead)>, CommandError> = locals
+        .into_iter()
+        .map(|h| {
+            Ok((
+                h,
+                answer_error(&holders[h], cluster::read_holder(ctx, &holders[h]))?,
+            ))
+        })
+        .collect();
+    let now = Ctx { ptr: ctx }.now_ms();
+    let mut effects = Vec::new();
+    GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        let Some(round) = g.rounds.get_mut(&id) else {
+            return;
+        };
+        let outcome = read.map(|values| {
+            for (h, (v, f)) in values {
+                round.values[h] = Some(v);
+                round.floors[h] = f;
+            }
+            round.locals_read = true;
+        });
+        if outcome.is_err() || round.complete() {
+            g.settle(id, outcome, now, &mut effects);
+        }
+    });
+    run(ctx, effects);
+}
+
+/// Timer: starts a queued round whose turn came in a callback that should not start it itself
+/// (a timed-out or disconnected client's).
+unsafe extern "C" fn on_start(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
+    let _ = catch_unwind(AssertUnwindSafe(|| run(ctx, vec![Effect::Start(id)])));
+}
+
+/// Carries out what settling rounds left to do, with no table borrowed: starts queued rounds
+/// (which may fail at once and settle in turn), and replies to the reads that are done.
+fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
+    while let Some(effect) = effects.pop() {
+        match effect {
+            Effect::Start(id) => {
+                let c = Ctx { ptr: ctx };
+                let topology = cluster::topology(c, false);
+                let launched = GATHERS.with(|g| {
+                    let mut g = g.borrow_mut();
+                    let holders = g.rounds.get(&id).filter(|r| !r.started)?.holders.clone();
+                    match topology.and_then(|t| plan_round(&t, &holders)) {
+                        Ok(plan) => {
+                            g.plan(id, plan);
+                            Some(true)
+                        }
+                        Err(e) => {
+                            if let Some(round) = g.rounds.get_mut(&id) {
+                                round.started = true;
+                            }
+                            g.settle(id, Err(e), c.now_ms(), &mut effects);
+                            Some(false)
+                        }
+                    }
+                });
+                if launched == Some(true) {
+                    launch(ctx, id);
+                }
+            }
+            Effect::Done(reader) => {
+                let c = Ctx { ptr: ctx };
+                let mut readings = reader.readings;
+                metrics::record_gather_latency(c.now_ms().saturating_sub(reader.started_ms));
+                sum_time_view(c, &mut readings);
+                let result = finish(c, &readings, reader.finish);
+                unblock(reader.bc, result);
+            }
+            Effect::Fail(reader, e) => unblock(reader.bc, Err(e)),
+        }
+    }
+}
+
+fn unblock(bc: *mut raw::RedisModuleBlockedClient, result: CommandResult) {
+    if result.is_err() {
+        metrics::GATHER_FAILURES.incr();
+    }
+    let boxed = Box::into_raw(Box::new(result)).cast::<c_void>();
+    // SAFETY: bc is blocked and unblocked once: its read was just removed from the table.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, boxed) };
+}
+
+/// The gather's bus messages: a request (answered for each holder this node serves) and a
+/// response (recorded; once every master has answered, the reads waiting are unblocked).
+struct GatherMessages;
+
+impl cluster::BusReceiver for GatherMessages {
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        match kind {
+            MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),
+            MSG_GATHER_RESPONSE => record_gather_answers(ctx, from, payload),
+            _ => {}
+        }
+    }
+}
+
+fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
+    let Ok((id, names)) = gather_msg::decode_request(bytes) else {
+        return; // malformed: the asker times out
+    };
+    let answers: Vec<HolderAnswer> = names
+        .iter()
+        .map(|name| cluster::read_holder(ctx.ptr, name))
+        .collect();
+    let response = gather_msg::encode_response(id, &answers);
+    metrics::GATHER_REQUESTS_SERVED.incr();
+    cluster::send(ctx.ptr, &from, MSG_GATHER_RESPONSE, &response);
+}
+
+fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
+    let Ok((rid, answers)) = gather_msg::decode_response(bytes) else {
+        return;
+    };
+    let now = ctx.now_ms();
+    let mut effects = Vec::new();
+    GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        let Some(&id) = g.requests.get(&rid) else {
+            return; // a late or repeated answer, or one to a round that is gone
+        };
+        let Some(round) = g.rounds.get_mut(&id) else {
+            return;
+        };
+        let outcome = record_answers(round, rid, &from, answers);
+        let complete = round.complete();
+        match outcome {
+            Some(Err(e)) => g.settle(id, Err(e), now, &mut effects),
+            Some(Ok(())) if complete => g.settle(id, Ok(()), now, &mut effects),
+            _ => {}
+        }
+    });
+    run(ctx.ptr, effects);
+}
+
+/// Stores one request's answers in its round. None when the sender was not asked that (or
+/// answered already); Some(Err) when an answer fails the read.
+fn record_answers(
+    round: &mut Round,
+    rid: u64,
+    from: &NodeId,
+    answers: Vec<HolderAnswer>,
+) -> Option<Result<(), CommandError>> {
+    let request = round
+        .requests
+        .iter_mut()
+        .find(|r| r.id == rid && &r.node == from && !r.answered)?;
+    if answers.len() != request.asked.len() {
+        return None;
+    }
+    request.answered = true;
+    for (&h, answer) in request.asked.iter().zip(answers) {
+        match answer_error(&round.holders[h], answer) {
+            Ok((v, f)) => {
+                round.values[h] = Some(v);
+                round.floors[h] = f;
+            }
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Takes each home's own state as it is now, when the total is summed (the holders were read
+/// earlier, one by one): its value, and which holders still count. A holder that is neither a
+/// current holder nor still leaving has been folded back since it answered: its units are in
+/// the home's value now, so its answer counts 0. A leaving holder still listed has not had its
+/// credit applied (the credit removes it from `leaving` in the same write that adds its units
+/// to the home), so its answer, which includes whatever it sent, is counted once. Both facts
+/// come from one read of the home on this thread, between two writes: every unit is counted
+/// exactly once at every step of a fold.
+fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
+    for r in readings.iter_mut().filter(|r| !r.holders.is_empty()) {
+        let home = KeyName::new(ctx, &r.home);
+        let now = with_counter(ctx, home.raw, |c| {
+            c.map(|c| (held(c), value_and_floor(Some(c)).1, unlisted(c, &r.holders)))
+        });
+        let Ok(Some((value, floor, gone))) = now else {
+            continue; // the home moved away or changed type: keep what was read
+        };
+        r.values[0] = Some(value);
+        r.floors[0] = floor;
+        for i in gone {
+            if let (Some(v), Some(f)) = (r.values.get_mut(i + 1), r.floors.get_mut(i + 1)) {
+                *v = Some(0);
+                *f = None;
+            }
+        }
+    }
+}
+
+/// Caches a round's holder values (only when a cache is configured, and for unfloored holders:
+/// floored holders are read afresh every time, the cache keeps values, not floors).
+fn remember(round: &Round, now: i64) {
+    if config::GATHER_CACHE_MS.load(Relaxed) == 0 || round.floors.iter().any(Option::is_some) {
+        return;
+    }
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() >= CACHE_LIMIT || CACHE_BYTES.with(Cell::get) >= CACHE_NAME_BYTES {
+            cache.clear();
+            CACHE_BYTES.with(|b| b.set(0));
+        }
+        let mut values = Vec::with_capacity(round.values.len() + 1);
+        values.push(None);
+        values.extend_from_slice(&round.values);
+        let entry = Gathered {
+            at: now,
+            holders: round.holders.clone(),
+            values,
+        };
+        let added = entry.name_bytes();
+        let replaced = cache
+            .insert(round.home.clone(), entry)
+            .map_or(0, |g| g.name_bytes());
+        CACHE_BYTES.with(|b| b.set(b.get().saturating_add(added).saturating_sub(replaced)));
+    });
+}
+
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed result given to UnblockClient.
+    let result =
+        unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<CommandResult>();
+    let ctx = Ctx { ptr: ctx };
+    // SAFETY: non-null results are ours and live until free_result.
+    match unsafe { result.as_ref() } {
+        Some(Ok(reply)) => ctx.reply(reply),
+        Some(Err(e)) => ctx.reply_error(e),
+        None => ctx.reply_error(&CommandError::fixed(
+            "ERR spread counter read lost its result",
+        )),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Removes a blocked read (timed out or gone) from the gathers it waits for; a gather no read
+/// waits for any more is dropped, and the home's queued gather, if any, starts from a timer.
+/// Returns how many masters had not answered what it waited for (None: no such read).
+fn drop_reader(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) -> Option<usize> {
+    let mut effects = Vec::new();
+    let silent = GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        let silent = g.silent_for(g.readers.get(&(bc as usize))?);
+        g.remove_reader(bc as usize, &mut effects);
+        Some(silent)
+    });
+    for effect in effects {
+        if let Effect::Start(id) = effect {
+            arm_timer(ctx, id, 0, on_start);
+        }
+    }
+    silent
+}
+
+unsafe extern "C" fn on_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: ctx is the timeout context of a blocked client.
+    let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
+    let silent = catch_unwind(AssertUnwindSafe(|| drop_reader(ctx, bc)))
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    metrics::GATHER_FAILURES.incr();
+    metrics::GATHER_TIMEOUTS.incr();
+    Ctx { ptr: ctx }.reply_error(&CommandError(
+        format!(
+            "ERR spread counter total unavailable: {silent} master(s) did not answer within ctr.gather-timeout-ms"
+        )
+        .into(),
+    ));
+    // A client blocked without keys is released only by UnblockClient, timed out or not.
+    // SAFETY: bc is live until this call; its read is gone, so no answer unblocks it again.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    let found = catch_unwind(AssertUnwindSafe(|| drop_reader(ctx, bc).is_some()));
+    if found.unwrap_or(false) {
+        // SAFETY: as in on_timeout.
+        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient, freed once here.
+        drop(unsafe { Box::from_raw(data.cast::<CommandResult>()) });
+    }
+}
+
+/// Registers the bus receivers (harmless outside a cluster).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    cluster::register_receiver::<GatherMessages>(ctx, &[MSG_GATHER_REQUEST, MSG_GATHER_RESPONSE]);
+}
+
+#[cfg(test)]
+mod tests {
+    //! The sharing rules of the gather table, without a server (request ids counted from 1).
+    use super::*;
+
+    fn reading(home: &str, holders: usize) -> Reading {
+        let names = (0..holders).map(|i| format!("{{ctr.{i}.0}}{home}").into_bytes());
+        Reading {
+            home: home.as_bytes().to_vec(),
+            holders: Rc::new(names.collect()),
+            current: holders,
+            values: vec![Some(1)],
+            ages: vec![0],
+            floors: vec![None],
+        }
+    }
+
+    /// Places a read as `wait_for_gathers` does (with a plan that asks one master for every
+    /// holder when it must start a gather); returns the round it waits for and whether that
+    /// round started now.
+    fn arrive(g: &mut Gathers, bc: usize, readings: Vec<Reading>) -> Vec<(u64, bool)> {
+        let mut started = Vec::new();
+        let mut waits = Vec::new();
+        let mut readings = readings;
+        let mut placed = Vec::new();
+        for (i, r) in readings.iter_mut().enumerate() {
+            let start = g.home_rounds(0, r).is_none_or(|h| h.in_flight.is_none());
+            let id = match g.join(0, r, &started) {
+                Some(id) => id,
+                None if start => {
+                    let id = g.new_round(0, r, true);
+                    let plan = Plan {
+                        asks: vec![([b'n'; 40], (0..r.holders.len()).collect())],
+                        locals: Vec::new(),
+                    };
+                    g.plan(id, plan);
+                    started.push(id);
+                    g.list(0, r, id, true);
+                    id
+                }
+                None => {
+                    let id = g.new_round(0, r, true);
+                    g.list(0, r, id, false);
+                    id
+                }
+            };
+            g.rounds.get_mut(&id).unwrap().waiters.push(bc);
+            waits.push((i, id));
+            placed.push((id, started.contains(&id)));
+        }
+        let reader = Reader {
+            bc: bc as *mut raw::RedisModuleBlockedClient,
+            started_ms: 0,
+            readings,
+            waits,
+            finish: Finish::Get,
+        };
+        g.readers.insert(bc, reader);
+        placed
+    }
+
+    fn answer_all(g: &mut Gathers, id: u64, value: i64) -> Vec<Effect> {
+        let round = g.rounds.get_mut(&id).unwrap();
+        round.values.iter_mut().for_each(|v| *v = Some(value));
+        round.requests.iter_mut().for_each(|r| r.answered = true);
+        assert!(round.complete());
+        let mut effects = Vec::new();
+        g.settle(id, Ok(()), 0, &mut effects);
+        effects
+    }
+
+    fn done(effects: &[Effect]) -> Vec<usize> {
+        let mut bcs: Vec<usize> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Done(r) => Some(r.bc as usize),
+                _ => None,
+            })
+            .collect();
+        bcs.sort_unstable();
+        bcs
+    }
+
+    fn starts(effects: &[Effect]) -> Vec<u64> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Start(id) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reads_arriving_during_a_gather_share_the_next_one_and_never_that_one() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let first = arrive(&mut g, 8, vec![reading("h", 1000)])[0];
+        assert!(first.1, "nothing in flight: the first read starts a gather");
+        let second = arrive(&mut g, 16, vec![reading("h", 1000)])[0];
+        let third = arrive(&mut g, 24, vec![reading("h", 1000)])[0];
+        assert!(!second.1 && second.0 != first.0, "not the gather in flight");
+        assert_eq!(second, third, "one queued gather for every later read");
+        // The names are held once per gather, shared with the reads.
+        let holders = &g.rounds[&second.0].holders;
+        assert!(Rc::ptr_eq(holders, &g.readers[&24].readings[0].holders));
+        assert_eq!(g.rounds.len(), 2);
+        // The first gather answers: its read is done, the queued one starts.
+        let effects = answer_all(&mut g, first.0, 5);
+        assert_eq!(done(&effects), vec![8]);
+        assert_eq!(starts(&effects), vec![second.0]);
+        // A read arriving now queues behind the promoted gather (once it has started).
+        g.plan(second.0, Plan::default());
+        let fourth = arrive(&mut g, 32, vec![reading("h", 1000)])[0];
+        assert!(fourth.0 != second.0);
+        let effects = answer_all(&mut g, second.0, 7);
+        assert_eq!(done(&effects), vec![16, 24]);
+        let Some(Effect::Done(r)) = effects.iter().find(|e| matches!(e, Effect::Done(_))) else {
+            unreachable!()
+        };
+        assert_eq!(r.readings[0].values.len(), 1001);
+        assert_eq!(r.readings[0].total().unwrap(), 1 + 7 * 1000);
+        assert_eq!(starts(&effects), vec![fourth.0]);
+        g.plan(fourth.0, Plan::default());
+        assert_eq!(done(&answer_all(&mut g, fourth.0, 1)), vec![32]);
+        assert!(g.rounds.is_empty() && g.homes.is_empty() && g.requests.is_empty());
+        assert_eq!(g.name_bytes, 0);
+    }
+
+    #[test]
+    fn a_read_that_leaves_drops_a_gather_nobody_waits_for_and_errors_fail_every_waiter() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let a = arrive(&mut g, 8, vec![reading("a", 3)])[0];
+        let queued = arrive(&mut g, 16, vec![reading("a", 3), reading("b", 2)]);
+        assert_eq!(g.readers.len(), 2);
+        // The first read times out: its gather is dropped, the queued one moves up.
+        let mut effects = Vec::new();
+        g.remove_reader(8, &mut effects);
+        assert!(!g.rounds.contains_key(&a.0));
+        assert_eq!(starts(&effects), vec![queued[0].0]);
+        assert!(g
+            .requests
+            .keys()
+            .all(|r| g.rounds.contains_key(&g.requests[r])));
+        // An error in one of its gathers fails the read, which leaves the other one.
+        let mut effects = Vec::new();
+        g.settle(queued[1].0, Err(OVERFLOW), 0, &mut effects);
+        assert!(matches!(effects.as_slice(), [Effect::Fail(r, _)] if r.bc as usize == 16));
+        assert!(g.rounds.is_empty() && g.homes.is_empty() && g.readers.is_empty());
+        assert_eq!(g.name_bytes, 0);
+    }
+
+    #[test]
+    fn an_mget_of_one_home_twice_waits_for_one_gather() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let placed = arrive(&mut g, 8, vec![reading("h", 4), reading("h", 4)]);
+        assert_eq!(placed[0], placed[1]);
+        assert!(placed[0].1);
+        assert_eq!(done(&answer_all(&mut g, placed[0].0, 2)), vec![8]);
+    }
+
+    #[test]
+    fn another_holder_list_of_the_same_home_gathers_apart() {
+        NEXT_ID.with(|n| n.set(1));
+        let mut g = Gathers::default();
+        let four = arrive(&mut g, 8, vec![reading("h", 4)])[0];
+        let five = arrive(&mut g, 16, vec![reading("h", 5)])[0];
+        assert!(four.1 && five.1 && four.0 != five.0);
+    }
+}
