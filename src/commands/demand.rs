@@ -22,9 +22,9 @@ thread_local! {
     static HEADROOM: RefCell<HashMap<SpreadKey, HeadroomView>> = RefCell::new(HashMap::new());
 }
 
-/// A floored spread counter on this master: its database, home and spread id (a home name
-/// alone could be a later spread of the same name).
-pub type SpreadKey = (i32, Vec<u8>, u64);
+/// A floored spread counter on this master: its database and spread id (its identity: a home
+/// name alone could be a later spread of the same name, and a renamed home keeps its id).
+pub type SpreadKey = (i32, u64);
 
 /// A rebalance round that ran at `round_ms` saw `units` of headroom in the whole counter; its
 /// bound arrived here at `now_ms`.

@@ -36,7 +36,7 @@ use super::demand::{saw_headroom, SpreadKey};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer as transfer;
 use crate::config;
-use crate::counter::headroom::{floored_spread_of, whole_headroom, Refusal};
+use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
 use crate::counter::rebalance::apply_moves;
 use crate::counter::rebalance::{plan_moves, HolderReport};
 use crate::counter::spread::{key_slot, parse_holder_name};
@@ -181,7 +181,7 @@ fn folding(ctx: Ctx, home: &[u8]) -> bool {
 /// The spread a round's names (the home first, then its holders) belong to.
 fn spread_of_names(db: i32, names: &[Vec<u8>]) -> Option<SpreadKey> {
     let holder = parse_holder_name(names.get(1)?)?;
-    Some((db, names[0].clone(), holder.spread_id))
+    Some((db, holder.spread_id))
 }
 
 /// Every report is in: plans the moves and sends each giver's master its give; tells every
@@ -208,8 +208,8 @@ fn finish(ctx: Ctx, poll: Poll) {
         let units = whole_headroom(in_hand);
         let now = ctx.precise_now_ms();
         let bound = msg::encode_headroom(&Headroom {
-            home: spread.1.clone(),
-            spread_id: spread.2,
+            home: poll.home.clone(),
+            spread_id: spread.1,
             units,
             round_ms: now,
         });
@@ -306,7 +306,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         MSG_HEADROOM => {
             if let Ok(m) = msg::decode_headroom(payload) {
                 let now = ctx.precise_now_ms();
-                saw_headroom((DB, m.home, m.spread_id), m.units, m.round_ms, now);
+                saw_headroom((DB, m.spread_id), m.units, m.round_ms, now);
             }
         }
         _ => {}
@@ -346,10 +346,10 @@ pub fn refusal_waits_for_rebalance(
     if config::REBALANCE_DELAY_MS.load(Relaxed) == 0 {
         return false;
     }
-    let Some((home, spread_id)) = floored_spread_of(key, c) else {
+    let Some(spread_id) = floored_spread_id(key, c) else {
         return false;
     };
-    let spread = (selected_db(ctx), home.to_vec(), spread_id);
+    let spread = (selected_db(ctx), spread_id);
     demand::refusal_fate(spread, amount, now_ms) == Refusal::Retry
 }
 

@@ -99,16 +99,15 @@ pub fn whole_headroom(holders: impl IntoIterator<Item = (i64, i64)>) -> i64 {
         .fold(0, i64::saturating_add)
 }
 
-/// The floored spread counter the counter `c` at `key` belongs to, as (home, spread id): a
-/// holder by its name, a home by its spread. None for any other counter (its refusals are
-/// final: it is the whole counter).
-pub fn floored_spread_of<'a>(key: &'a [u8], c: &'a Counter) -> Option<(&'a [u8], u64)> {
+/// The id of the floored spread counter that the counter `c` at `key` belongs to: a holder's
+/// by its name, a home's by its spread. None for any other counter (its refusals are final: it
+/// is the whole counter). The id, not the home's name, is the spread's identity: a renamed
+/// home keeps it, and its holders' names still carry the old name.
+pub fn floored_spread_id(key: &[u8], c: &Counter) -> Option<u64> {
     if let Some(h) = parse_holder_name(key) {
-        return is_floored_id(h.spread_id).then_some((h.home, h.spread_id));
+        return is_floored_id(h.spread_id).then_some(h.spread_id);
     }
-    c.spread()
-        .filter(|s| s.floor.is_some())
-        .map(|s| (key, s.id))
+    c.spread().filter(|s| s.floor.is_some()).map(|s| s.id)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
-use super::headroom::{floored_spread_of, whole_headroom, HeadroomView, Refusal};
+use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     spread_id_from, Standalone,
@@ -531,7 +531,7 @@ impl Sim {
             return;
         }
         let gathers = purchase_refused(&c, amount, floor_by_name(&key))
-            && floored_spread_of(&key, &c).is_some()
+            && floored_spread_id(&key, &c).is_some()
             && self.masters[master_of(&key)].headroom.refusal(amount, now) == Refusal::Retry;
         if gathers {
             // TRYAGAIN: budget to gather; nothing changes.

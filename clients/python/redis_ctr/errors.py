@@ -79,7 +79,8 @@ class InvalidExpire(CtrError):
 class InvalidState(CtrError):
     """A ``PNC.MERGE`` blob (or a CTR/PNC state) that does not decode; also what only the
     internal commands meet (``CTR.APPLY``, ``PNC.APPLY``, ``*.SETSTATE``): an effect, replica id
-    or replicated operation that no master would produce."""
+    or replicated operation that no master would produce, or the call itself (the module
+    refuses those commands to clients)."""
 
 
 class TooManyReplicas(CtrError):
@@ -190,6 +191,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR invalid PNC state", InvalidState),
     ("ERR invalid CTR state", InvalidState),
     ("ERR invalid CTR effect", InvalidState),
+    ("ERR {} is an internal command", InvalidState),
     ("ERR invalid counter operation", InvalidState),
     ("ERR invalid replica id", InvalidState),
     ("ERR PNC.ADD replayed on a PN-counter without a home record", InvalidState),

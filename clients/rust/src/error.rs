@@ -135,6 +135,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR invalid PNC state", InvalidState),
         ("ERR invalid CTR state", InvalidState),
         ("ERR invalid CTR effect", InvalidState),
+        ("ERR {} is an internal command", InvalidState),
         ("ERR invalid counter operation", InvalidState),
         ("ERR invalid replica id", InvalidState),
         (
