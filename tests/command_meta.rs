@@ -117,6 +117,14 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k 16", &[("k", RW)])],
     },
     Meta {
+        name: "ctr.holders",
+        arity: 2,
+        flags: &["readonly", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RO],
+        calls: &[("k", &[("k", RO)])],
+    },
+    Meta {
         name: "ctr.apply",
         arity: 3,
         flags: &["write", "denyoom", "module"],

@@ -23,6 +23,7 @@ mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
 mod spread_gather;
+pub mod spread_holders;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
@@ -253,6 +254,18 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Makes a counter a spread counter of N holders (the key is holder 0; the others hash to their own slots, spread evenly over the masters) and returns every holder's name.",
         complexity: c"O(N) where N is the number of holders",
         since: c"0.5.0",
+    },
+    CommandDef {
+        name: c"ctr.holders",
+        entry: entry!(spread_holders::holders),
+        flags: c"readonly fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Read,
+        keyword_keys: &[],
+        arity: 2,
+        summary: c"Returns the holder names of a spread counter, the key first, as CTR.SPREAD replies them ([key] when it is not spread), from the key's master alone: no gather.",
+        complexity: c"O(N) where N is the number of holders",
+        since: c"0.6.0",
     },
     CommandDef {
         name: c"ctr.apply",

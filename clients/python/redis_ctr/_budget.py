@@ -24,18 +24,19 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from redis.exceptions import ClusterError
-
 from ._calls import KeyT
-from .errors import BudgetInFlight
+from .errors import BudgetInFlight, HolderMoving, cluster_gave_up
 
 DEFAULT_PURCHASE_WAIT = 2.0
 """Seconds a purchase asks a holder again while it answers that budget is in flight."""
 
 
-def _cluster_gave_up(error: Exception) -> bool:
-    """redis-py's cluster client's error after its own retries of ``TRYAGAIN`` (or redirects)."""
-    return isinstance(error, ClusterError) and "TTL exhausted" in str(error)
+def _cluster_gave_up(error: BaseException) -> bool:
+    """redis-py's cluster client's error after its own retries of ``TRYAGAIN`` (or redirects),
+    as it is or as the :class:`HolderMoving` the library made of it."""
+    if isinstance(error, HolderMoving):
+        return error.__cause__ is not None and cluster_gave_up(error.__cause__)
+    return cluster_gave_up(error)
 
 
 def _text(key: KeyT) -> str:
@@ -68,11 +69,12 @@ class BudgetWait:
         if left <= 0:
             if gave_up:
                 # The text as redis-py leaves a TRYAGAIN reply's: without the code.
+                cause = error.__cause__ if isinstance(error, HolderMoving) else error
                 raise BudgetInFlight(
                     f"budget in flight: the cluster client gave up on spread counter holder "
-                    f"'{_text(self.holder)}' after its own TRYAGAIN retries ({error}); retry "
+                    f"'{_text(self.holder)}' after its own TRYAGAIN retries ({cause}); retry "
                     "the purchase"
-                ) from error
+                ) from cause
             raise error
         pause = min(self._next, left)
         self._next = min(self._next * 2, BudgetWait.MOST)

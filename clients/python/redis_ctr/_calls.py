@@ -201,6 +201,10 @@ def spread(key: KeyT, holders: int) -> Call[List[str]]:
     return Call(("CTR.SPREAD", key, integer("holders", holders)), _names)
 
 
+def holders(key: KeyT) -> Call[List[str]]:
+    return Call(("CTR.HOLDERS", key), _names)
+
+
 def info(key: KeyT) -> Call[Optional[CounterInfo]]:
     return Call(("CTR.INFO", key), _counter_info)
 

@@ -1,12 +1,17 @@
 """Spread-aware writes, the part without I/O: which holder an add goes to.
 
-A spread counter's holders (``CTR.INFO`` field ``holders``, the home key first) are cached per
-key for ``refresh_ms``; the first write to a key after that re-reads them, so a counter spread
+A spread counter's holders (``CTR.HOLDERS``, the home key first: read from the home's master
+alone, it never waits for other masters) are cached per key for ``refresh_ms``, one read at a
+time per key (concurrent adds on a cold cache wait for that one read); the first write to a key after that re-reads them, so a counter spread
 since (by ``CTR.SPREAD`` or an auto-spread) is written over its holders at most ``refresh_ms``
 after its first write past the spread. Until then its adds go where they went before (the home
 key, or the holders known), which is always right.
 
-- An untokened add goes to a holder picked at random.
+- An untokened add goes to a holder picked at random among those not known to be out of reach:
+  a holder whose master could not be connected to, or that this (non-cluster) client's server
+  answered ``MOVED`` for, is left out for a while (:meth:`HolderCache.unreachable`). Neither
+  error means the add counted (``MOVED`` and a failed connect come before the command runs), so
+  the add is sent on to another holder.
 - A tokened add goes to ``holders[crc16(token) % len(holders)]`` (CRC16/XMODEM of the token's
   bytes, the hash Redis Cluster hashes keys with), the documented token rule; the Rust library
   picks the same holder for the same token and holder list. The holder a token was first sent
@@ -37,9 +42,13 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
-from .types import CounterInfo
-
 Holders = Tuple[KeyT, ...]
+
+UNREACHABLE_MS = 1000
+"""How long a holder whose master could not be reached is left out of untokened adds."""
+ELSEWHERE_MS = 10_000
+"""How long a holder that this client's (non-cluster) server does not serve is left out."""
+_LOCK_STRIPES = 64
 
 
 def token_hash(token: KeyT) -> int:
@@ -84,10 +93,9 @@ def probe_order(token: KeyT, n: int) -> List[int]:
     return order_from_seed(token_hash(token), n)
 
 
-def holders_of(info: Optional[CounterInfo], key: KeyT) -> Holders:
-    """The holder names in a ``CTR.INFO`` reply; ``(key,)`` for a missing or unspread key."""
-    names = None if info is None else info.get("holders")
-    if not names or not _is_text(key):
+def holders_of(names: Optional[Sequence[str]], key: KeyT) -> Holders:
+    """The holder names of a ``CTR.HOLDERS`` reply; ``(key,)`` for a missing or unspread key."""
+    if not names or len(names) < 2 or not _is_text(key):
         # Replies are decoded as UTF-8 text: the holder names of a key that is not could not
         # be spelled back, so its adds stay on the home key (always right).
         return (key,)
@@ -109,26 +117,53 @@ class HolderCache:
         self._holders: Dict[KeyT, Tuple[float, Holders]] = {}
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
         self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
+        self._away: Dict[KeyT, float] = {}
+        # One holder read at a time per key (striped: bounded, nothing to clean up).
+        self._refresh_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+
+    def refresh_lock(self, key: KeyT) -> threading.Lock:
+        """The lock a sync client holds while it reads the holders of ``key``: threads that
+        find the cache stale at once send one ``CTR.HOLDERS``, not one each."""
+        return self._refresh_locks[hash(key) % _LOCK_STRIPES]
+
+    def unreachable(self, holder: KeyT, for_ms: float = UNREACHABLE_MS) -> None:
+        """Leaves ``holder`` out of the holders untokened adds and new sums pick, for
+        ``for_ms``: its master could not be connected to, or the client's server does not serve
+        it (``MOVED`` to a non-cluster client)."""
+        with self._lock:
+            self._away.pop(holder, None)
+            _bounded_put(self._away, holder, _now_ms() + for_ms, self.max_keys)
+
+    def reachable(self, holders: Holders) -> Holders:
+        """``holders`` without those left out (all of them when that would leave none)."""
+        if not self._away:
+            return holders
+        now = _now_ms()
+        with self._lock:
+            kept = tuple(h for h in holders if self._away.get(h, 0.0) <= now)
+        return kept or holders
 
     def fresh(self, key: KeyT) -> Optional[Holders]:
         """The cached holders of ``key`` when read less than ``refresh_ms`` ago, else None
-        (then the caller reads ``CTR.INFO`` and calls :meth:`learned`)."""
+        (then the caller reads ``CTR.HOLDERS`` and calls :meth:`learned`)."""
         with self._lock:
             entry = self._holders.get(key)
         if entry is None or _now_ms() - entry[0] >= self.refresh_ms:
             return None
         return entry[1]
 
-    def learned(self, key: KeyT, info: Optional[CounterInfo], failed: bool = False) -> Holders:
-        """Stores what ``CTR.INFO key`` replied. When it ``failed`` (a gather that could not
-        finish, a wrong type), the holders known before are kept for another ``refresh_ms``
+    def learned(
+        self, key: KeyT, names: Optional[Sequence[str]], failed: bool = False
+    ) -> Holders:
+        """Stores what ``CTR.HOLDERS key`` replied. When it ``failed`` (the home's master out of
+        reach, a wrong type), the holders known before are kept for another ``refresh_ms``
         (the home key when none): the add itself reports a real error."""
         with self._lock:
             entry = self._holders.pop(key, None)
             if failed:
                 holders: Holders = (key,) if entry is None else entry[1]
             else:
-                holders = holders_of(info, key)
+                holders = holders_of(names, key)
             _bounded_put(self._holders, key, (_now_ms(), holders), self.max_keys)
             return holders
 
@@ -139,19 +174,32 @@ class HolderCache:
             self._holders.pop(key, None)
 
     def target(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> KeyT:
-        """The key an add goes to: a random holder, or the token's holder (the one it was
-        first sent to, when remembered)."""
+        """The key an add goes to: a random holder (among those in reach), or the token's
+        holder (the one it was first sent to, when remembered; else picked among those in
+        reach)."""
         if token is None:
-            return holders[0] if len(holders) == 1 else random.choice(holders)
+            if len(holders) == 1:
+                return holders[0]
+            return random.choice(self.reachable(holders))
         with self._lock:
             remembered = self._tokens.get((key, token))
             if remembered is not None:
                 return remembered
+        holders = self.reachable(holders)
+        with self._lock:
             # Remembered even for an unspread key: a retry after the key spreads must still
             # reach the home key its first send went to.
             chosen = holder_for_token(holders, token)
             _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
             return chosen
+
+    def remembers(self, key: KeyT, token: Optional[KeyT]) -> bool:
+        """True when ``token`` was sent for ``key`` before (its holder is remembered): a retry,
+        which must reach that holder whatever happens there."""
+        if token is None:
+            return False
+        with self._lock:
+            return (key, token) in self._tokens
 
     def retarget(
         self, key: KeyT, holders: Holders, token: Optional[KeyT], folded: Sequence[KeyT]
@@ -159,7 +207,9 @@ class HolderCache:
         """The key an add goes to after the ``folded`` holders refused it as folded back into
         their home (so it did not count there): a random one of ``holders`` (re-read) that
         did not refuse it, or the token's holder, remembered from now on; the home key when
-        that one refused it too (a home is never folded)."""
+        that one refused it too (a home is never folded). Also after holders that did not run
+        it at all (a failed connect, ``MOVED``): then ``folded`` lists those."""
+        holders = self.reachable(holders)
         if token is None:
             current = [h for h in holders if h not in folded]
             return random.choice(current) if current else key

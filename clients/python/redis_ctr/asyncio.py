@@ -5,16 +5,17 @@ same normalised replies, awaited. Each method's documentation is its sync twin's
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, List, Optional, Protocol, TypeVar
+from typing import Any, Awaitable, Dict, List, Optional, Protocol, TypeVar
 
-from redis.exceptions import ClusterError, ResponseError
+from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._spread import Holders
-from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache
-from .errors import BudgetInFlight, HolderFolded, classify
+from ._spread import HolderCache, Holders
+from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, not_run
+from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
+from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -32,6 +33,8 @@ async def run(client: AsyncClient, call: Call[T]) -> T:
         raw = await client.execute_command(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
+    except ClusterError as e:
+        raise classify_cluster(e) from e
     return call.parse(raw)
 
 
@@ -49,19 +52,32 @@ class AsyncCtr:
         self.client = client
         self._holders = holder_cache(spread_refresh_ms)
         self.purchase_wait = checked_wait(purchase_wait)
+        self._refreshing: Dict[KeyT, asyncio.Task[Holders]] = {}
 
     async def holders(self, key: KeyT) -> Holders:
-        """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`)."""
+        """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`): one
+        ``CTR.HOLDERS`` at a time per key, awaited by every add that finds the cache stale."""
         cache = self._holders
         if cache is None:
             return (key,)
         known = cache.fresh(key)
         if known is not None:
             return known
+        task = self._refreshing.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._read_holders(cache, key))
+            self._refreshing[key] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _read_holders(self, cache: HolderCache, key: KeyT) -> Holders:
         try:
-            return cache.learned(key, await run(self.client, _calls.info(key)))
-        except ResponseError:
+            names = await run(self.client, _calls.holders(key))
+        except UseHomeKey:
+            return cache.learned(key, None)  # a holder's name: written as it is
+        except (ResponseError, ConnectionError, TimeoutError, HolderMoving, ClusterError):
             return cache.learned(key, None, failed=True)
+        return cache.learned(key, names)
 
     async def _holders_after_fold(self, key: KeyT) -> Holders:
         """The holders of ``key`` read again (not from the cache): a write met one of them
@@ -85,7 +101,9 @@ class AsyncCtr:
         cache = self._holders
         if cache is None or ex is not None or px is not None:
             return await run(self.client, call)
-        target = cache.target(key, await self.holders(key), token)
+        holders = await self.holders(key)
+        retry = cache.remembers(key, token)
+        target = cache.target(key, holders, token)
         folded: List[KeyT] = []
         while True:
             try:
@@ -95,6 +113,12 @@ class AsyncCtr:
                     raise
                 folded.append(target)
                 target = cache.retarget(key, await self._holders_after_fold(key), token, folded)
+            except (MovedError, ConnectionError, TimeoutError) as e:
+                if target == key or retry or not not_run(e):
+                    raise
+                cache.unreachable(target, away_for_ms(e))
+                folded.append(target)
+                target = cache.retarget(key, holders, token, folded)
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""
@@ -135,7 +159,7 @@ class AsyncCtr:
         while True:
             try:
                 return await run(self.client, call)
-            except (BudgetInFlight, ClusterError) as e:
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 await asyncio.sleep(wait.pause_after(e))
 
     async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
@@ -156,7 +180,7 @@ class AsyncCtr:
         """``CTR.SPREAD key holders``: every holder's name, the home first."""
         names = await run(self.client, _calls.spread(key, holders))
         if self._holders is not None:
-            self._holders.learned(key, {"holders": names})
+            self._holders.learned(key, names)
         return names
 
     async def info(self, key: KeyT) -> Optional[CounterInfo]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any, List, Optional, Protocol, TypeVar
 
-from redis.exceptions import ClusterError, ResponseError
+from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._spread import HolderCache, Holders
-from .errors import BudgetInFlight, HolderFolded, classify
+from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
+from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
+from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
 
 T = TypeVar("T")
@@ -29,7 +30,23 @@ def run(client: SyncClient, call: Call[T]) -> T:
         raw = client.execute_command(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
+    except ClusterError as e:
+        raise classify_cluster(e) from e
     return call.parse(raw)
+
+
+def not_run(error: BaseException) -> bool:
+    """True when ``error`` means that the command never ran: ``MOVED`` (a non-cluster client's
+    server does not serve the key), or a connection that could not be made (the master is
+    down). Then an add can go to another holder without counting twice."""
+    if isinstance(error, MovedError):
+        return True
+    return isinstance(error, (ConnectionError, TimeoutError)) and "connecting to" in str(error)
+
+
+def away_for_ms(error: BaseException) -> int:
+    """How long a holder that failed with ``error`` (see :func:`not_run`) is left out."""
+    return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
 
 
 DEFAULT_REFRESH_MS = 1000
@@ -59,11 +76,11 @@ class Ctr:
     command uses together (``mget``, ``reconcile_from``) must share a ``{hash tag}``.
 
     Spread counters: :meth:`add` sends an add of a spread counter to one of its holders (a
-    random one; with a token, the token's holder), learned from ``CTR.INFO`` and trusted for
-    ``spread_refresh_ms`` (default 1000; the first add after that reads ``CTR.INFO`` again, so
+    random one; with a token, the token's holder), learned from ``CTR.HOLDERS`` and trusted for
+    ``spread_refresh_ms`` (default 1000; the first add after that reads ``CTR.HOLDERS`` again, so
     a counter spread since, e.g. an auto-spread, is written over its holders within that
     time). Reads (:meth:`get`, :meth:`mget`, :meth:`info`) go to the home key, which replies
-    the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.INFO``).
+    the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.HOLDERS``).
 
     ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` asks a holder
     again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it at once).
@@ -83,17 +100,24 @@ class Ctr:
     def holders(self, key: KeyT) -> Holders:
         """The holders the adds of ``key`` go to (the home key first; ``(key,)`` when it is not
         spread), from the cache or, when that is older than ``spread_refresh_ms``, from
-        ``CTR.INFO``."""
+        ``CTR.HOLDERS`` (one read at a time per key)."""
         cache = self._holders
         if cache is None:
             return (key,)
         known = cache.fresh(key)
         if known is not None:
             return known
-        try:
-            return cache.learned(key, run(self.client, _calls.info(key)))
-        except ResponseError:
-            return cache.learned(key, None, failed=True)
+        with cache.refresh_lock(key):
+            # Threads that found it stale together: the first reads, the others use that.
+            known = cache.fresh(key)
+            if known is not None:
+                return known
+            try:
+                return cache.learned(key, run(self.client, _calls.holders(key)))
+            except UseHomeKey:
+                return cache.learned(key, None)  # a holder's name: written as it is
+            except (ResponseError, ConnectionError, TimeoutError, HolderMoving, ClusterError):
+                return cache.learned(key, None, failed=True)
 
     def _holders_after_fold(self, key: KeyT) -> Holders:
         """The holders of ``key`` read again (not from the cache): a write met one of them
@@ -127,7 +151,9 @@ class Ctr:
         # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
         if cache is None or ex is not None or px is not None:
             return run(self.client, call)
-        target = cache.target(key, self.holders(key), token)
+        holders = self.holders(key)
+        retry = cache.remembers(key, token)
+        target = cache.target(key, holders, token)
         folded: List[KeyT] = []
         while True:
             try:
@@ -138,6 +164,13 @@ class Ctr:
                     raise
                 folded.append(target)
                 target = cache.retarget(key, self._holders_after_fold(key), token, folded)
+            except (MovedError, ConnectionError, TimeoutError) as e:
+                # Never ran there (MOVED, no connection): on to another holder in reach.
+                if target == key or retry or not not_run(e):
+                    raise
+                cache.unreachable(target, away_for_ms(e))
+                folded.append(target)
+                target = cache.retarget(key, holders, token, folded)
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""
@@ -192,7 +225,7 @@ class Ctr:
         while True:
             try:
                 return run(self.client, call)
-            except (BudgetInFlight, ClusterError) as e:
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 time.sleep(wait.pause_after(e))
 
     def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
@@ -218,7 +251,7 @@ class Ctr:
         holder's name, the home first. This client's adds go over them from the next one on."""
         names = run(self.client, _calls.spread(key, holders))
         if self._holders is not None:
-            self._holders.learned(key, {"holders": names})
+            self._holders.learned(key, names)
         return names
 
     def info(self, key: KeyT) -> Optional[CounterInfo]:

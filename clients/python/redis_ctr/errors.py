@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
+from redis.exceptions import ClusterDownError, ClusterError, ResponseError, TryAgainError
 
 
 class CtrError(ResponseError):
@@ -113,7 +113,11 @@ class SpreadUnavailable(CtrError):
 class HolderMoving(CtrError, TryAgainError):
     """``TRYAGAIN``: a holder of the spread counter read is being resharded between masters, or
     the home's own slot moved (or failed over) while a clear of its total read the holders.
-    Nothing changed. Also a ``TryAgainError``, which cluster clients retry by themselves."""
+    Nothing changed. Also a ``TryAgainError``, which cluster clients retry by themselves.
+
+    Also what redis-py's cluster client's own give-up during a slot move becomes:
+    ``ClusterError("TTL exhausted.")`` after its retries of ``TRYAGAIN``, ``MOVED`` and ``ASK``
+    replies (the redis-py error is its ``__cause__``)."""
 
 
 class BudgetInFlight(CtrError, TryAgainError):
@@ -248,6 +252,23 @@ def error_class(message: str) -> type[CtrError] | None:
         if pattern.match(text):
             return cls
     return None
+
+
+def cluster_gave_up(error: BaseException) -> bool:
+    """redis-py's cluster client's error after its own retries of ``TRYAGAIN``, ``MOVED`` or
+    ``ASK`` replies (a slot moving): ``ClusterError("TTL exhausted.")``."""
+    return isinstance(error, ClusterError) and "TTL exhausted" in str(error)
+
+
+def classify_cluster(error: ClusterError) -> BaseException:
+    """A redis-py cluster error as the module's class when it means a slot move
+    (:class:`HolderMoving`), else ``error`` itself."""
+    if cluster_gave_up(error):
+        return HolderMoving(
+            "spread counter key moving between masters: the cluster client gave up after its "
+            f"own retries of TRYAGAIN/MOVED/ASK replies ({error}); retry"
+        )
+    return error
 
 
 def classify(error: ResponseError) -> ResponseError:

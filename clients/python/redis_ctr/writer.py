@@ -22,16 +22,16 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Deque, Dict, Generic, Optional, Tuple, TypeVar
+from typing import Any, Deque, Dict, Generic, Optional, Tuple, TypeVar
 
-from redis.exceptions import ClusterError, ConnectionError, TimeoutError, TryAgainError
+from redis.exceptions import ClusterError, ConnectionError, MovedError, TimeoutError, TryAgainError
 
 from . import _calls
 from ._calls import KeyT
-from ._spread import Holders, holder_for_token
+from ._spread import HolderCache, Holders, holder_for_token
 from .asyncio import AsyncClient, AsyncCtr
 from .asyncio import run as run_async
-from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, run
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, not_run, run
 from .errors import CtrError, HolderFolded
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 # Errors after which a sum may or may not have counted, or that a moment later go away (a lost
 # connection, a timeout, a holder or slot being moved, a failover): the same sum is sent again
 # to the same key with the same token, which makes that safe.
-_RETRYABLE = (ConnectionError, TimeoutError, TryAgainError, ClusterError)
+_RETRYABLE = (ConnectionError, TimeoutError, TryAgainError, ClusterError, MovedError)
 
 
 class WriterFull(Exception):
@@ -79,7 +79,9 @@ class _Sum:
     target: Optional[KeyT] = None
     """The holder the sum is sent to, chosen at its first send and kept for its retries."""
     folded: Tuple[KeyT, ...] = ()
-    """Holders that refused it as folded back (so it did not count there)."""
+    """Holders that refused it as folded back, or where it never ran (so it did not count)."""
+    maybe_counted: bool = False
+    """True once a send of it may have run (a reply lost): from then on it goes nowhere else."""
 
     def routed(self, holders: Holders) -> _Sum:
         """The sum with its target: the token's holder (the home key when not spread)."""
@@ -100,6 +102,18 @@ class _Sum:
         chosen = holder_for_token(holders, self.token)
         if chosen in folded:
             chosen = self.key
+        return replace(self, target=chosen, folded=folded)
+
+    def elsewhere(self, holders: Holders) -> Optional[_Sum]:
+        """The sum sent on after its target did not run it (``MOVED``, a failed connect) and no
+        earlier send of it may have: to the token's holder among ``holders`` (those in reach),
+        or the home key. None when it may have counted, or the home key itself failed."""
+        target = self.key if self.target is None else self.target
+        if self.maybe_counted or target == self.key:
+            return None
+        folded = (*self.folded, target)
+        current = [h for h in holders if h not in folded]
+        chosen = holder_for_token(current, self.token) if current else self.key
         return replace(self, target=chosen, folded=folded)
 
     def call(self) -> _calls.Call[Optional[int]]:
@@ -243,6 +257,35 @@ class _Writer(Generic[ClientT]):
     def _backoff_seconds(self, attempt: int) -> float:
         return self.retry_backoff_ms * (attempt + 1) / 1000
 
+    def _cache(self) -> Optional[HolderCache]:
+        ctr: Any = getattr(self, "_ctr", None)
+        cache: Optional[HolderCache] = None if ctr is None else ctr._holders
+        return cache
+
+    def _reachable(self, holders: Holders) -> Holders:
+        """``holders`` without those out of reach: a new sum's holder is picked among them (its
+        token goes with it to that holder, so any holder is right)."""
+        cache = self._cache()
+        return holders if cache is None else cache.reachable(holders)
+
+    def _sent_elsewhere(self, s: _Sum, error: Exception, holders: Holders) -> bool:
+        """After a retryable ``error`` on the first unsettled sum ``s``: True when it never ran
+        (``MOVED``, a failed connect) and no earlier send may have, so it is now addressed to
+        another holder in reach (its holder left out for a while); else it is marked as
+        maybe counted (it stays with its holder) and False."""
+        sums = self._sums
+        target = s.key if s.target is None else s.target
+        moved = s.elsewhere(self._reachable(holders)) if not_run(error) else None
+        if moved is None:
+            sums.unsettled[0] = replace(s, maybe_counted=True)
+            return False
+        cache = self._cache()
+        if cache is not None:
+            cache.unreachable(target, away_for_ms(error))
+        sums.unsettled[0] = moved
+        sums.stats.rerouted += 1
+        return True
+
 
 class CoalescingWriter(_Writer[SyncClient]):
     """Sums adds per key and flushes them every ``flush_interval_ms`` (default 100) or every
@@ -309,9 +352,23 @@ class CoalescingWriter(_Writer[SyncClient]):
             self._send_unsettled()
 
     def _send_unsettled(self) -> None:
+        """Sends every unsettled sum; one whose holder stays out of reach is held back (kept,
+        same token and holder, for the next flush) while the others go on; then its error is
+        raised."""
         sums = self._sums
-        while sums.unsettled:
-            self._send_first()
+        held: Deque[_Sum] = deque()
+        error: Optional[Exception] = None
+        try:
+            while sums.unsettled:
+                try:
+                    self._send_first()
+                except _RETRYABLE as e:
+                    held.append(sums.unsettled.popleft())
+                    error = e
+        finally:
+            sums.unsettled.extendleft(reversed(held))
+        if error is not None:
+            raise error
 
     def _send_first(self) -> None:
         """Sends the first unsettled sum until the server decides on it: applied, refused by a
@@ -322,14 +379,16 @@ class CoalescingWriter(_Writer[SyncClient]):
             s = sums.unsettled[0]
             try:
                 if s.target is None:
-                    s = sums.unsettled[0] = s.routed(self._ctr.holders(s.key))
+                    s = sums.unsettled[0] = s.routed(self._reachable(self._ctr.holders(s.key)))
                 sums.stats.commands += 1
                 sums.settled(run(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
                     return
-            except _RETRYABLE:
+            except _RETRYABLE as e:
+                if self._sent_elsewhere(s, e, self._ctr.holders(s.key)):
+                    continue
                 if attempt == self.retries:
                     raise
                 sums.stats.retries += 1
@@ -418,9 +477,21 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
             await self._send_unsettled()
 
     async def _send_unsettled(self) -> None:
+        """See :meth:`CoalescingWriter._send_unsettled`."""
         sums = self._sums
-        while sums.unsettled:
-            await self._send_first()
+        held: Deque[_Sum] = deque()
+        error: Optional[Exception] = None
+        try:
+            while sums.unsettled:
+                try:
+                    await self._send_first()
+                except _RETRYABLE as e:
+                    held.append(sums.unsettled.popleft())
+                    error = e
+        finally:
+            sums.unsettled.extendleft(reversed(held))
+        if error is not None:
+            raise error
 
     async def _send_first(self) -> None:
         """See :meth:`CoalescingWriter._send_first`."""
@@ -430,14 +501,17 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
             s = sums.unsettled[0]
             try:
                 if s.target is None:
-                    s = sums.unsettled[0] = s.routed(await self._ctr.holders(s.key))
+                    holders = self._reachable(await self._ctr.holders(s.key))
+                    s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
                 sums.settled(await run_async(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
                     return
-            except _RETRYABLE:
+            except _RETRYABLE as e:
+                if self._sent_elsewhere(s, e, await self._ctr.holders(s.key)):
+                    continue
                 if attempt == self.retries:
                     raise
                 sums.stats.retries += 1

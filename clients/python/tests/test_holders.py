@@ -1,0 +1,146 @@
+"""Holder lists from CTR.HOLDERS: one read per key for a stampede of adds on a cold cache (sync
+threads and asyncio tasks), a non-cluster client on the home's master that never raises
+MovedError on a spread counter, and redis-py's cluster give-up during a slot move raised as
+HolderMoving."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import unittest
+from typing import Any, Dict, Tuple
+
+import redis
+import redis.asyncio
+from redis.cluster import RedisCluster
+
+import redis_ctr
+from redis_ctr.asyncio import AsyncCtr
+
+from .servers import CLUSTER_PORT, PORT, fresh
+
+
+def calls(client: Any) -> Dict[str, int]:
+    """Calls of CTR.HOLDERS and CTR.INFO so far, from INFO commandstats."""
+    stats = client.info("commandstats")
+    return {
+        name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+        for name in ("ctr.holders", "ctr.info")
+    }
+
+
+class StampedeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.r = redis.Redis(port=PORT)
+        self.addCleanup(self.r.close)
+
+    def test_200_async_adds_on_a_cold_cache_read_the_holders_once(self) -> None:
+        key = fresh("stampede")
+        redis_ctr.Ctr(self.r).spread(key, 4)
+        before = calls(self.r)
+
+        async def main() -> None:
+            client = redis.asyncio.Redis(port=PORT, max_connections=1000)
+            ctr = AsyncCtr(client)
+            await asyncio.gather(*(ctr.add(key, 1) for _ in range(200)))
+            await client.aclose()
+
+        asyncio.run(main())
+        after = calls(self.r)
+        self.assertEqual(after["ctr.holders"] - before["ctr.holders"], 1)
+        self.assertEqual(after["ctr.info"], before["ctr.info"])
+        self.assertEqual(redis_ctr.Ctr(self.r).get(key), 200)
+
+    def test_50_threads_on_a_cold_cache_read_the_holders_once(self) -> None:
+        key = fresh("stampede-sync")
+        redis_ctr.Ctr(self.r).spread(key, 4)
+        ctr = redis_ctr.Ctr(redis.Redis(port=PORT, max_connections=100))
+        before = calls(self.r)
+        start = threading.Barrier(50)
+
+        def one() -> None:
+            start.wait()
+            ctr.add(key, 1)
+
+        threads = [threading.Thread(target=one) for _ in range(50)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = calls(self.r)
+        self.assertEqual(after["ctr.holders"] - before["ctr.holders"], 1)
+        self.assertEqual(after["ctr.info"], before["ctr.info"])
+        self.assertEqual(redis_ctr.Ctr(self.r).get(key), 50)
+
+    def test_a_holders_name_is_written_as_it_is(self) -> None:
+        ctr = redis_ctr.Ctr(self.r)
+        key = fresh("home")
+        holder = ctr.spread(key, 2)[1]
+        self.assertEqual(ctr.holders(holder), (holder,))
+        self.assertEqual(ctr.add(holder, 3), 3)
+        self.assertEqual(ctr.get(key), 3)
+
+
+@unittest.skipUnless(CLUSTER_PORT, "no cluster")
+class ClusterHoldersTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
+        self.addCleanup(self.rc.close)
+
+    def home_master(self, key: str) -> Tuple[redis.Redis, int]:
+        node = self.rc.get_node_from_key(key)
+        direct = redis.Redis(host=node.host, port=node.port)
+        self.addCleanup(direct.close)
+        return direct, node.port
+
+    def test_a_non_cluster_client_on_the_home_master_never_raises_moved(self) -> None:
+        key = fresh("plain-client")
+        holders = redis_ctr.Ctr(self.rc).spread(key, 16)
+        direct, port = self.home_master(key)
+        ports = {self.rc.get_node_from_key(h).port for h in holders}
+        self.assertGreater(len(ports - {port}), 0, "holders on other masters")
+        ctr = redis_ctr.Ctr(direct)
+        for i in range(50):
+            ctr.add(key, 1)
+            ctr.add(key, 2, token=f"t{i}")
+            ctr.add(key, 2, token=f"t{i}")  # a retry: counted once
+        self.assertEqual(redis_ctr.Ctr(self.rc).get(key), 150)
+        with redis_ctr.CoalescingWriter(direct) as writer:
+            for _ in range(300):
+                writer.add(key)
+                writer.flush()
+        self.assertEqual(writer.stats.dropped, 0)
+        self.assertEqual(redis_ctr.Ctr(self.rc).get(key), 450)
+
+    def test_cluster_give_up_during_a_slot_move_is_holder_moving(self) -> None:
+        key = fresh("moving")
+        ctr = redis_ctr.Ctr(self.rc)
+        holders = ctr.spread(key, 6)
+        ctr.add(key, 1)
+        home_port = self.rc.get_node_from_key(key).port
+        holder = next(h for h in holders[1:] if self.rc.get_node_from_key(h).port != home_port)
+        src = self.rc.get_node_from_key(holder)
+        dst = next(n for n in self.rc.get_primaries() if n.port != src.port)
+        slot = self.rc.keyslot(holder)
+        src_conn = redis.Redis(host=src.host, port=src.port, decode_responses=True)
+        dst_conn = redis.Redis(host=dst.host, port=dst.port, decode_responses=True)
+        self.addCleanup(src_conn.close)
+        self.addCleanup(dst_conn.close)
+        src_id, dst_id = src_conn.execute_command("CLUSTER MYID"), dst_conn.execute_command(
+            "CLUSTER MYID"
+        )
+        dst_conn.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src_conn.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        try:
+            with self.assertRaises(redis_ctr.HolderMoving) as raised:
+                ctr.get(key)
+            self.assertIsInstance(raised.exception.__cause__, redis.exceptions.ClusterError)
+            self.assertIsInstance(raised.exception, redis.exceptions.TryAgainError)
+        finally:
+            src_conn.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+            dst_conn.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+        self.assertEqual(ctr.get(key), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
