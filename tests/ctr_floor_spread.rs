@@ -135,6 +135,30 @@ fn a_purchase_larger_than_any_share_is_granted_once_budget_gathers() {
     assert_eq!(sold_out, Value::Nil);
 }
 
+/// A floored home renamed: its holders still carry the old name, and their demand still
+/// reaches the home under its new name (a purchase larger than a holder's share is gathered
+/// and granted, not refused for good after its wait).
+#[test]
+fn a_renamed_floored_home_still_gathers_budget_for_its_holders() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD shop 400");
+    c.q("CTR.FLOOR shop 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD shop 4")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(c.q("RENAME shop store"), Value::Simple("OK".into()));
+    let (granted, waits) = purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[2], "150"]);
+    assert!(
+        matches!(granted, Value::Int(_)),
+        "{granted:?} after {waits} waits"
+    );
+    assert_eq!(c.q("CTR.GET store"), Value::Int(250));
+}
+
 #[test]
 fn a_holder_key_of_another_type_refuses_the_spread_and_changes_nothing() {
     let server = Server::start();

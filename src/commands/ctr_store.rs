@@ -517,7 +517,7 @@ impl<'a> Write<'a> {
 
 /// The refusal of a write to a holder a shrink folded back into its home.
 pub const SEALED: CommandError = CommandError::fixed(
-    "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.INFO home) and write the home or a current holder",
+    "ERR this key was a spread counter holder and has been folded back into its home: re-read the holders (CTR.HOLDERS home) and write the home or a current holder",
 );
 
 /// Every user write's first check: a sealed holder takes no write.

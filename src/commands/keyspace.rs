@@ -4,6 +4,8 @@
 //!   just stashed (`spread_collect`);
 //! - `rename_to`, `move_to`: the transfer registry tracks the key under its new name
 //!   (`spread_transfer`);
+//! - `rename_to`: a floored spread home renamed keeps getting its holders' demand
+//!   (`floor_moves`);
 //! - `restore`: a spread home restored under another name while the home lives is detached
 //!   into a counter of its own (`spread_restore`).
 //!
@@ -30,6 +32,11 @@ unsafe extern "C" fn on_keyspace(
     if event == c"rename_to" || event == c"move_to" {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             super::spread_transfer::track_key(ctx, key);
+        }));
+    }
+    if event == c"rename_to" {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            super::floor_moves::follow_renamed_home(ctx, key);
         }));
     }
     if event == c"restore" {
