@@ -66,6 +66,9 @@ pub static DECREMENTS_REFUSED: Counter = Counter::new();
 /// CTR.DECRFLOOR refusals answered TRYAGAIN because budget was still travelling (not final,
 /// not recorded against a token).
 pub static DECREMENTS_AWAITING_BUDGET: Counter = Counter::new();
+/// Holders of a spread home moved to another database (`MOVE`) that could not follow it: the
+/// destination already had a key of that name.
+pub static HOLDERS_LEFT_BEHIND: Counter = Counter::new();
 /// Spread homes restored under another name while the home lived, detached into counters of
 /// their own units.
 pub static RESTORED_COPIES_DETACHED: Counter = Counter::new();
@@ -191,6 +194,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("decrements_granted", &DECREMENTS_GRANTED),
         ("decrements_refused", &DECREMENTS_REFUSED),
         ("decrements_awaiting_budget", &DECREMENTS_AWAITING_BUDGET),
+        ("holders_left_behind", &HOLDERS_LEFT_BEHIND),
         ("restored_copies_detached", &RESTORED_COPIES_DETACHED),
         ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
         ("late_adds", &LATE_ADDS),

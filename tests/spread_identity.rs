@@ -369,6 +369,71 @@ fn a_counter_spread_again_after_shrinking_to_one_gets_a_new_id() {
 }
 
 #[test]
+fn a_moved_spread_home_takes_its_holders_along() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    assert_eq!(c.cmd(&["CTR.ADD", "views", "5"]), Value::Int(5));
+    let holders = spread(&mut c, "views", 3);
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "4"]), Value::Int(4));
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[2], "6"]), Value::Int(6));
+    assert_eq!(c.cmd(&["CTR.GET", "views"]), Value::Int(15));
+    assert_eq!(c.cmd(&["MOVE", "views", "1"]), Value::Int(1));
+    // The connection stays in its database (Valkey 8.1 would leave it in database 1, and
+    // propagate its next writes there, without the module's repair).
+    assert_eq!(c.cmd(&["CTR.ADD", "after", "1"]), Value::Int(1));
+    assert_eq!(
+        server.conn().cmd(&["EXISTS", "after"]),
+        Value::Int(1),
+        "in database 0"
+    );
+    // The holders follow (in the same command, or the next timer tick on Redis 7.0); the
+    // total is whole again in database 1.
+    assert_eq!(c.q("SELECT 1"), Value::Simple("OK".into()));
+    eventually(5, || {
+        (c.cmd(&["CTR.GET", "views"]) == Value::Int(15)).then_some(())
+    });
+    for h in &holders[1..] {
+        assert_eq!(c.cmd(&["EXISTS", h]), Value::Int(1), "{h} in database 1");
+    }
+    assert_eq!(c.q("SELECT 0"), Value::Simple("OK".into()));
+    for h in holders.iter() {
+        assert_eq!(c.cmd(&["EXISTS", h]), Value::Int(0), "{h} left database 0");
+    }
+    // The old database's name is free and shares nothing.
+    assert_eq!(c.cmd(&["CTR.GET", "views"]), Value::Int(0));
+    // Replicas follow the same moves.
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(
+        r.cmd(&["EXISTS", "after"]),
+        Value::Int(1),
+        "the replica's database 0"
+    );
+    assert_eq!(r.q("SELECT 1"), Value::Simple("OK".into()));
+    assert_eq!(r.cmd(&["CTR.GET", "views"]), Value::Int(15));
+    // A holder the destination already has a key for stays behind, and says so.
+    assert_eq!(c.cmd(&["CTR.ADD", "likes", "1"]), Value::Int(1));
+    let likes = spread(&mut c, "likes", 2);
+    assert_eq!(c.cmd(&["CTR.ADD", &likes[1], "2"]), Value::Int(2));
+    assert_eq!(c.q("SELECT 2"), Value::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["SET", &likes[1], "squatter"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.q("SELECT 0"), Value::Simple("OK".into()));
+    assert_eq!(c.cmd(&["MOVE", "likes", "2"]), Value::Int(1));
+    eventually(5, || {
+        (server.info_field("ctr", "ctr_holders_left_behind") == "1").then_some(())
+    });
+    assert_eq!(
+        c.cmd(&["EXISTS", &likes[1]]),
+        Value::Int(1),
+        "stayed behind"
+    );
+}
+
+#[test]
 fn a_home_restored_under_another_name_is_a_counter_of_its_own_units() {
     let server = Server::start();
     let replica = server.start_replica();

@@ -24,6 +24,7 @@ mod spread_cluster;
 pub mod spread_collect;
 mod spread_gather;
 pub mod spread_holders;
+mod spread_move;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
