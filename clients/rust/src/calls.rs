@@ -127,6 +127,10 @@ pub(crate) fn spread<K: ToRedisArgs>(key: K, holders: u32) -> Call<Vec<String>> 
     call(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
 }
 
+pub(crate) fn holders<K: ToRedisArgs>(key: K) -> Call<Vec<String>> {
+    call(keyed("CTR.HOLDERS", key), reply::plain)
+}
+
 pub(crate) fn info<K: ToRedisArgs>(key: K) -> Call<Option<CounterInfo>> {
     call(keyed("CTR.INFO", key), reply::counter_info)
 }

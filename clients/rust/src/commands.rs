@@ -120,6 +120,11 @@ commands! {
     /// [`SpreadRouter`](crate::SpreadRouter) (its `spread` also tells the router at once).
     fn ctr_spread<K: ToRedisArgs>(key: K, holders: u32) -> Vec<String> = calls::spread;
 
+    /// `CTR.HOLDERS key`: a spread counter's holder names, the home first, read from the home's
+    /// master alone (it never waits for other masters); `[key]` when the key is not spread or
+    /// missing. On a holder's name: [`ModuleError::UseHomeKey`](crate::ModuleError::UseHomeKey).
+    fn ctr_holders<K: ToRedisArgs>(key: K) -> Vec<String> = calls::holders;
+
     /// `CTR.INFO key`: None when the key is missing. On the home key of a spread counter,
     /// `value` is the total and `holders`, `holder_values`, `holder_ages_ms` are set.
     fn ctr_info<K: ToRedisArgs>(key: K) -> Option<CounterInfo> = calls::info;

@@ -1,18 +1,28 @@
 //! Spread-aware writes: [`SpreadRouter`] sends an add of a spread counter to one of its
-//! holders, learned from `CTR.INFO` (field `holders`, the home key first).
+//! holders, learned from `CTR.HOLDERS` (the home key first; read from the home's master alone,
+//! it never waits for other masters, so a master down or frozen does not slow it).
 //!
 //! - The holders of a key are trusted for [`SpreadRouter::refresh`] (default 1 s); the first
-//!   write after that reads `CTR.INFO` again, so a counter spread since (by `CTR.SPREAD` or an
-//!   auto-spread) is written over its holders at most that long after its first write past the
-//!   spread. Until then its adds go where they went before (the home key, or the holders
-//!   known), which is always right. A `CTR.INFO` that fails with a server error (a gather that
-//!   could not finish) keeps the holders known for another period.
-//! - An untokened add goes to a holder picked at random; a tokened add to
-//!   `holders[crc16(token) % holders.len()]` (CRC16/XMODEM of the token's bytes, the hash
-//!   Redis Cluster hashes keys with): the documented token rule, the same holder the Python
-//!   library picks. The holder a token was first sent to is remembered (the last
-//!   [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router reaches it even when the
-//!   holder list grew in between.
+//!   write after that reads `CTR.HOLDERS` again, so a counter spread since (by `CTR.SPREAD` or
+//!   an auto-spread) is written over its holders at most that long after its first write past
+//!   the spread. Until then its adds go where they went before (the home key, or the holders
+//!   known), which is always right. A `CTR.HOLDERS` that fails (the home's master out of reach,
+//!   a wrong type) keeps the holders known for another period (the home key when none): the add
+//!   itself reports a real error. One read at a time per key: threads (or async tasks) that
+//!   find the cache stale together wait for the one `CTR.HOLDERS` in flight.
+//! - An untokened add goes to a holder picked at random among those not left out (below); a
+//!   tokened add to `holders[crc16(token) % holders.len()]` (CRC16/XMODEM of the token's
+//!   bytes, the hash Redis Cluster hashes keys with), over the holders not left out: the
+//!   documented token rule, the same holder the Python library picks. The holder a token was
+//!   first sent to is remembered (the last [`SpreadRouter::MAX_TOKENS`]), so a retry through
+//!   the same router reaches it even when the holder list grew in between.
+//! - An add that did not run on a holder goes on to another one: `MOVED` (a non-cluster
+//!   connection, e.g. a `redis::Connection` to the home's master, whose server does not serve
+//!   that holder) or a refused connection (the holder's master is down) both come before the
+//!   command runs. The holder is left out of new adds for [`SpreadRouter::UNREACHABLE`] (a
+//!   refused connection) or [`SpreadRouter::ELSEWHERE`] (`MOVED`). This applies to untokened
+//!   adds and to the first send of a tokened one; a tokened add this router sent before (a
+//!   retry) stays with its holder, whatever it answers.
 //! - An add that meets a holder a shrink folded back (`HolderFolded`) did not count there: a
 //!   folded holder answers a retry of a write it counted (same token) with that write's first
 //!   reply and refuses any other. So the add re-reads the holders and goes on to a current one
@@ -43,7 +53,7 @@ use redis::ConnectionLike;
 use crate::calls;
 use crate::commands::run;
 use crate::error::{CtrError, ModuleError};
-use crate::types::{AddOptions, CounterInfo};
+use crate::types::AddOptions;
 
 /// A counter's holders, the home key first (just the home key when it is not spread).
 pub type Holders = Arc<[Vec<u8>]>;
@@ -136,6 +146,8 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
 
 struct Cache {
     holders: Bounded<Vec<u8>, (Instant, Holders)>,
+    /// Holders left out of new adds until the time given (see [`SpreadRouter::UNREACHABLE`]).
+    away: Bounded<Vec<u8>, Instant>,
     tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
     /// The holder list each purchase token first used, by (key, token).
     purchases: Bounded<(Vec<u8>, Vec<u8>), Holders>,
@@ -149,7 +161,14 @@ pub struct SpreadRouter {
     purchase_wait: Duration,
     cache: Mutex<Cache>,
     random: std::collections::hash_map::RandomState,
+    /// Held while a key's holders are read (striped by key: bounded, nothing to clean up).
+    refreshing: Vec<Mutex<()>>,
+    #[cfg(feature = "aio")]
+    refreshing_async: Vec<tokio::sync::Mutex<()>>,
 }
+
+/// Stripes of the single-flight refresh locks.
+const REFRESH_STRIPES: usize = 64;
 
 impl Default for SpreadRouter {
     fn default() -> SpreadRouter {
@@ -166,6 +185,11 @@ impl SpreadRouter {
     pub const MAX_TOKENS: usize = 10_000;
     /// How long a purchase asks a holder again while it answers that budget is in flight.
     pub const DEFAULT_PURCHASE_WAIT: Duration = Duration::from_secs(2);
+    /// How long a holder whose master refused a connection is left out of new adds.
+    pub const UNREACHABLE: Duration = Duration::from_secs(1);
+    /// How long a holder that the connection's server answered `MOVED` for (a non-cluster
+    /// connection) is left out of new adds.
+    pub const ELSEWHERE: Duration = Duration::from_secs(10);
 
     /// A router that trusts a key's holders for `refresh`.
     pub fn new(refresh: Duration) -> SpreadRouter {
@@ -174,12 +198,23 @@ impl SpreadRouter {
             purchase_wait: SpreadRouter::DEFAULT_PURCHASE_WAIT,
             cache: Mutex::new(Cache {
                 holders: Bounded::new(SpreadRouter::MAX_KEYS),
+                away: Bounded::new(SpreadRouter::MAX_KEYS),
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
                 purchases: Bounded::new(SpreadRouter::MAX_TOKENS),
                 picks: 0,
             }),
             random: Default::default(),
+            refreshing: (0..REFRESH_STRIPES).map(|_| Mutex::new(())).collect(),
+            #[cfg(feature = "aio")]
+            refreshing_async: (0..REFRESH_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         }
+    }
+
+    /// The stripe of the refresh locks `key` takes.
+    fn stripe(&self, key: &[u8]) -> usize {
+        (self.random.hash_one(key) % REFRESH_STRIPES as u64) as usize
     }
 
     /// How long a key's holders are trusted.
@@ -198,26 +233,47 @@ impl SpreadRouter {
         (read.elapsed() < self.refresh).then(|| Arc::clone(holders))
     }
 
-    /// Stores what `CTR.INFO key` replied; on a server error keeps the holders known before
-    /// (the home key when none) for another period. A connection error is returned.
-    fn learned(
-        &self,
-        key: &[u8],
-        info: Result<Option<CounterInfo>, CtrError>,
-    ) -> Result<Holders, CtrError> {
+    /// Stores what `CTR.HOLDERS key` replied. A holder's name (`UseHomeKey`) is written as it
+    /// is; on any other error the holders known before (the home key when none) are kept for
+    /// another period: the add itself reports a real error.
+    fn learned(&self, key: &[u8], names: Result<Vec<String>, CtrError>) -> Holders {
         let mut cache = self.cache();
-        let holders = match info {
-            Ok(info) => holders_of(key, info.and_then(|i| i.holders)),
-            Err(e) if e.is_connection_error() => return Err(e),
+        let holders = match names {
+            Ok(names) => holders_of(key, Some(names)),
+            Err(CtrError::Module(ModuleError::UseHomeKey, _)) => holders_of(key, None),
             Err(_) => match cache.holders.map.get(key) {
                 Some((_, known)) => Arc::clone(known),
                 None => holders_of(key, None),
             },
         };
+        cache.holders.remove(&key.to_vec());
         cache
             .holders
             .insert(key.to_vec(), (Instant::now(), Arc::clone(&holders)));
-        Ok(holders)
+        holders
+    }
+
+    /// Leaves `holder` out of new adds for `time` (see the [module](self) docs).
+    pub(crate) fn leave_out(&self, holder: &[u8], time: Duration) {
+        let mut cache = self.cache();
+        cache.away.remove(&holder.to_vec());
+        cache.away.insert(holder.to_vec(), Instant::now() + time);
+    }
+
+    /// `holders` without those left out (all of them when that would leave none).
+    pub(crate) fn reachable(&self, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let cache = self.cache();
+        reachable(&cache, holders)
+    }
+
+    /// True when this router sent `token` for `key` before (a retry: it stays with its holder).
+    fn remembers(&self, key: &[u8], token: Option<&[u8]>) -> bool {
+        token.is_some_and(|t| {
+            self.cache()
+                .tokens
+                .map
+                .contains_key(&(key.to_vec(), t.to_vec()))
+        })
     }
 
     /// Drops the cached holders of `key` (a write met one of them folded back): the next
@@ -243,10 +299,15 @@ impl SpreadRouter {
     }
 
     /// The key an add goes to: the token's holder (the one it was first sent to, when
-    /// remembered), or a holder picked at random.
+    /// remembered, else picked among the holders not left out), or a holder picked at random
+    /// among those not left out.
     fn target(&self, key: &[u8], holders: &[Vec<u8>], token: Option<&[u8]>) -> Vec<u8> {
         let mut cache = self.cache();
         let Some(token) = token else {
+            if holders.len() == 1 {
+                return holders[0].clone();
+            }
+            let holders = reachable(&cache, holders);
             return holders[(self.pick(&mut cache) % holders.len() as u64) as usize].clone();
         };
         let remembered = (key.to_vec(), token.to_vec());
@@ -255,7 +316,7 @@ impl SpreadRouter {
         }
         // Remembered even for an unspread key: a retry after the key spreads must still reach
         // the home key its first send went to.
-        let target = holder_for_token(holders, token).to_vec();
+        let target = holder_for_token(&reachable(&cache, holders), token).to_vec();
         cache.tokens.insert(remembered, target.clone());
         target
     }
@@ -338,12 +399,20 @@ impl SpreadRouter {
         self.purchase_wait
     }
 
-    /// The holders the adds of `key` go to, from the cache or `CTR.INFO`.
+    /// The holders the adds of `key` go to, from the cache or `CTR.HOLDERS` (one read at a
+    /// time per key: threads that find the cache stale together wait for the one in flight).
+    /// A failed read keeps the holders known before (see the [module](self) docs).
     pub fn holders<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<Holders, CtrError> {
-        match self.fresh(key) {
-            Some(holders) => Ok(holders),
-            None => self.learned(key, run(con, calls::info(key))),
+        if let Some(holders) = self.fresh(key) {
+            return Ok(holders);
         }
+        let _one = self.refreshing[self.stripe(key)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(holders) = self.fresh(key) {
+            return Ok(holders); // read by the thread that held the lock
+        }
+        Ok(self.learned(key, run(con, calls::holders(key))))
     }
 
     /// `CTR.ADD` routed to a holder: the reply is that holder's value (read the total with
@@ -359,26 +428,59 @@ impl SpreadRouter {
         if options.expire.is_some() {
             return run(con, calls::add_with(key, delta, options));
         }
-        let holders = self.holders(con, key)?;
+        let mut holders = self.holders(con, key)?;
         let token = options.token.as_deref();
+        let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token);
-        let mut folded = Vec::new();
+        let mut skipped = Vec::new();
         loop {
             let added = run(con, calls::add_with(target.as_slice(), delta, options));
-            if !is_folded(&added) || target == key {
-                return added;
+            match self.next_target(&added, &target, key, retry) {
+                Next::Done => return added,
+                Next::Elsewhere => {}
+                Next::Folded => {
+                    self.forget(key);
+                    holders = self.holders(con, key)?;
+                }
             }
-            folded.push(target);
-            self.forget(key);
-            let holders = self.holders(con, key)?;
-            target = self.retarget(key, &holders, token, &folded);
+            skipped.push(target);
+            target = self.retarget(key, &holders, token, &skipped);
         }
     }
 
-    /// The key an add goes to after the `folded` holders refused it as folded back into their
-    /// home (so it did not count there): a random holder of the list read again that did not
-    /// refuse it, or the token's holder, remembered from now on; the home key when that one
-    /// refused it too (a home is never folded).
+    /// What an add does after `added`, its reply from `target`: done (a reply, or an error
+    /// that is final or may mean it ran), on to another holder because `target` was folded
+    /// back (re-read the holders), or because it did not run there (`MOVED`, a refused
+    /// connection: `target` is left out for a while). Never past the home key, and a retry of
+    /// a token sent before stays with its holder unless that one was folded.
+    fn next_target<T>(
+        &self,
+        added: &Result<T, CtrError>,
+        target: &[u8],
+        key: &[u8],
+        retry: bool,
+    ) -> Next {
+        let Err(e) = added else { return Next::Done };
+        if target == key {
+            return Next::Done;
+        }
+        if e.module_error() == Some(ModuleError::HolderFolded) {
+            return Next::Folded;
+        }
+        match not_run(e) {
+            Some(away) if !retry => {
+                self.leave_out(target, away);
+                Next::Elsewhere
+            }
+            _ => Next::Done,
+        }
+    }
+
+    /// The key an add goes to after the `skipped` holders refused it as folded back into their
+    /// home, or did not run it (`MOVED`, a refused connection), so it did not count there: a
+    /// random holder (not left out) of `holders` that did not refuse it, or the token's
+    /// holder among those not left out, remembered from now on; the home key when that one
+    /// was skipped too (a home is never folded).
     fn retarget(
         &self,
         key: &[u8],
@@ -387,6 +489,7 @@ impl SpreadRouter {
         folded: &[Vec<u8>],
     ) -> Vec<u8> {
         let mut cache = self.cache();
+        let holders = reachable(&cache, holders);
         let Some(token) = token else {
             let current: Vec<&Vec<u8>> = holders.iter().filter(|h| !folded.contains(h)).collect();
             if current.is_empty() {
@@ -395,7 +498,7 @@ impl SpreadRouter {
             let i = (self.pick(&mut cache) % current.len() as u64) as usize;
             return current[i].clone();
         };
-        let mut chosen = holder_for_token(holders, token).to_vec();
+        let mut chosen = holder_for_token(&holders, token).to_vec();
         if folded.contains(&chosen) {
             chosen = key.to_vec();
         }
@@ -427,8 +530,12 @@ impl SpreadRouter {
         if let Some(holders) = self.fresh(key) {
             return Ok(holders);
         }
-        let info = crate::commands::run_async(con, calls::info(key)).await;
-        self.learned(key, info)
+        let _one = self.refreshing_async[self.stripe(key)].lock().await;
+        if let Some(holders) = self.fresh(key) {
+            return Ok(holders); // read by the task that held the lock
+        }
+        let names = crate::commands::run_async(con, calls::holders(key)).await;
+        Ok(self.learned(key, names))
     }
 
     /// The async twin of [`SpreadRouter::decrfloor`].
@@ -477,27 +584,60 @@ impl SpreadRouter {
         if options.expire.is_some() {
             return run_async(con, calls::add_with(key, delta, options)).await;
         }
-        let holders = self.holders_async(con, key).await?;
+        let mut holders = self.holders_async(con, key).await?;
         let token = options.token.as_deref();
+        let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token);
-        let mut folded = Vec::new();
+        let mut skipped = Vec::new();
         loop {
             let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
-            if !is_folded(&added) || target == key {
-                return added;
+            match self.next_target(&added, &target, key, retry) {
+                Next::Done => return added,
+                Next::Elsewhere => {}
+                Next::Folded => {
+                    self.forget(key);
+                    holders = self.holders_async(con, key).await?;
+                }
             }
-            folded.push(target);
-            self.forget(key);
-            let holders = self.holders_async(con, key).await?;
-            target = self.retarget(key, &holders, token, &folded);
+            skipped.push(target);
+            target = self.retarget(key, &holders, token, &skipped);
         }
     }
 }
 
-/// True when a write met a holder a shrink folded back into its home: nothing changed there (a
-/// folded holder replays a write it counted, by its token, and refuses any other).
-fn is_folded<T>(result: &Result<T, CtrError>) -> bool {
-    matches!(result, Err(CtrError::Module(ModuleError::HolderFolded, _)))
+/// What an add does after a reply (see [`SpreadRouter::next_target`]).
+enum Next {
+    Done,
+    Folded,
+    Elsewhere,
+}
+
+/// `holders` without those left out until later than now (all of them when that would leave
+/// none).
+fn reachable(cache: &Cache, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let now = Instant::now();
+    let kept: Vec<Vec<u8>> = holders
+        .iter()
+        .filter(|h| cache.away.map.get(*h).is_none_or(|until| *until <= now))
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        holders.to_vec()
+    } else {
+        kept
+    }
+}
+
+/// When `error` means that the command never ran, so that an add can go to another holder
+/// without counting twice: how long to leave that holder out. `MOVED` (a non-cluster
+/// connection's server does not serve the key; a cluster connection follows it itself) or a
+/// refused connection (the master is down).
+pub(crate) fn not_run(error: &CtrError) -> Option<Duration> {
+    match error {
+        CtrError::Redis(e) if e.kind() == redis::ErrorKind::Moved => Some(SpreadRouter::ELSEWHERE),
+        CtrError::Redis(e) if e.is_connection_refusal() => Some(SpreadRouter::UNREACHABLE),
+        _ => None,
+    }
 }
 
 /// The pauses of a purchase that asks one holder again while it answers that budget is in
@@ -546,7 +686,8 @@ fn purchase_call(
     }
 }
 
-/// The holders named by `CTR.INFO`, the home keeping the caller's spelling; `[key]` when none.
+/// The holders named by `CTR.HOLDERS`, the home keeping the caller's spelling; `[key]` when
+/// none or just the key.
 fn holders_of(key: &[u8], names: Option<Vec<String>>) -> Holders {
     let others = names.unwrap_or_default().into_iter().skip(1);
     std::iter::once(key.to_vec())

@@ -23,6 +23,15 @@
 //! key given is not a home). [`ModuleError::HolderMoving`] and [`ModuleError::BudgetInFlight`]
 //! (`TRYAGAIN`) are retried like a lost connection.
 //!
+//! Holders out of reach: a sum that did not run on its holder (`MOVED` from the server of a
+//! non-cluster connection, a connection to the holder's master refused), no earlier send of
+//! which may have run, is sent on with the same token to its token's holder among the others
+//! (counted in [`WriterStats::rerouted`]), and that holder is left out of new sums for a while
+//! (as [`SpreadRouter`] does). A sum whose holder stays out of reach after its retries is held
+//! back (same token, same holder, for the next flush) while the other sums of the flush go on;
+//! the flush then fails with its error. When the writer cannot connect at all, the flush stops
+//! at once.
+//!
 //! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
 //! many sums sent and not yet acknowledged). An add of a new key when that many are pending
 //! flushes first, in the caller's thread, and fails with [`WriterError::Full`] when that flush
@@ -38,7 +47,7 @@ use redis::{ConnectionLike, RedisResult};
 use crate::calls;
 use crate::commands::run;
 use crate::error::{CtrError, ModuleError};
-use crate::spread::{holder_for_token, SpreadRouter};
+use crate::spread::{holder_for_token, not_run, SpreadRouter};
 use crate::types::AddOptions;
 
 /// How the writer makes connections (again, after one fails).
@@ -85,8 +94,8 @@ pub struct WriterConfig {
     pub retry_backoff: Duration,
     /// Connect, read and write timeout of the writer's connection.
     pub timeout: Duration,
-    /// How long a spread counter's holders are trusted before `CTR.INFO` is read again; None
-    /// sends every sum to its key as given (no `CTR.INFO`).
+    /// How long a spread counter's holders are trusted before `CTR.HOLDERS` is read again;
+    /// None sends every sum to its key as given (no `CTR.HOLDERS`).
     pub spread_refresh: Option<Duration>,
 }
 
@@ -136,7 +145,8 @@ pub struct WriterStats {
     /// Sums the server refused with an error: not applied.
     pub dropped: u64,
     /// Sums sent to another holder (or the home key) because a shrink had folded their holder
-    /// back into its home before they reached it: not applied there, so sent on.
+    /// back into its home before they reached it, or because it did not run them (`MOVED`, a
+    /// refused connection): not applied there, so sent on.
     pub rerouted: u64,
 }
 
@@ -169,8 +179,10 @@ struct Sum {
     options: AddOptions,
     /// The holder it is sent to: chosen at its first send, kept for its retries.
     target: Option<Vec<u8>>,
-    /// Holders that refused it as folded back (so it did not count there).
+    /// Holders that refused it as folded back, or where it never ran (so it did not count).
     folded: Vec<Vec<u8>>,
+    /// True once a send of it may have run (a reply lost): from then on it goes nowhere else.
+    maybe_counted: bool,
 }
 
 #[derive(Default)]
@@ -185,6 +197,8 @@ struct Pending {
 struct Flusher<C: Connector> {
     connector: C,
     connection: Option<C::Connection>,
+    /// The last send failed to connect at all (not to one holder's master): nothing can go.
+    connect_failed: bool,
     router: Option<SpreadRouter>,
     unacked: VecDeque<Sum>,
     sequence: u64,
@@ -226,6 +240,7 @@ impl<C: Connector> CoalescingWriter<C> {
             flusher: Mutex::new(Flusher {
                 connector,
                 connection: None,
+                connect_failed: false,
                 router,
                 unacked: VecDeque::new(),
                 sequence: 0,
@@ -347,7 +362,11 @@ impl<C: Connector> Shared<C> {
 
     fn flush(&self) -> Result<(), CtrError> {
         let mut flusher = lock(&self.flusher);
-        self.send_unacked(&mut flusher)?;
+        // Sums held back from before do not hold back the new ones, unless nothing can go.
+        let held = self.send_unacked(&mut flusher);
+        if held.is_err() && flusher.connect_failed {
+            return held;
+        }
         let sums = {
             let mut pending = lock(&self.pending);
             pending.since_flush = 0;
@@ -365,19 +384,32 @@ impl<C: Connector> Shared<C> {
                 options,
                 target: None,
                 folded: Vec::new(),
+                maybe_counted: false,
             });
         }
-        self.send_unacked(&mut flusher)
+        let sent = self.send_unacked(&mut flusher);
+        held.and(sent)
     }
 
+    /// Sends every unacknowledged sum. One whose holder stays out of reach is held back (kept,
+    /// same token and holder, for the next flush) while the others go on; then the last such
+    /// error is returned. When no connection can be made at all, it stops at once.
     fn send_unacked(&self, flusher: &mut Flusher<C>) -> Result<(), CtrError> {
+        let mut held = VecDeque::new();
+        let mut error = None;
         while let Some(mut sum) = flusher.unacked.pop_front() {
             if let Err(e) = self.send(flusher, &mut sum) {
-                flusher.unacked.push_front(sum);
-                return Err(e);
+                held.push_back(sum);
+                error = Some(e);
+                if flusher.connect_failed {
+                    break;
+                }
             }
         }
-        Ok(())
+        while let Some(sum) = held.pop_back() {
+            flusher.unacked.push_front(sum);
+        }
+        error.map_or(Ok(()), Err)
     }
 
     /// Ok once the server has decided on the sum (applied, refused by a floor, or rejected
@@ -405,9 +437,16 @@ impl<C: Connector> Shared<C> {
                 Ok(None) => flusher.stats.refused += 1,
                 Err(CtrError::Module(kind, _)) if !is_transient(kind) => flusher.stats.dropped += 1,
                 Err(CtrError::Reply(_)) => flusher.stats.dropped += 1,
+                // Never ran there (MOVED, a refused connection to the holder's master) and no
+                // earlier send may have: on to another holder.
+                Err(e) if !flusher.connect_failed && flusher.elsewhere(sum, &e) => {
+                    flusher.stats.rerouted += 1;
+                    continue;
+                }
                 // A lost connection, a timeout, a node failing over, a holder being moved:
                 // the sum may or may not have counted; the same token makes the retry safe.
                 Err(e) => {
+                    sum.maybe_counted |= !flusher.connect_failed;
                     flusher.connection = None;
                     if retries == self.config.retries {
                         return Err(e);
@@ -432,6 +471,40 @@ fn is_transient(kind: ModuleError) -> bool {
 }
 
 impl<C: Connector> Flusher<C> {
+    /// After `error` from `sum`'s holder: true when the sum is to be sent on because it never
+    /// ran there (`MOVED`, a refused connection) and no earlier send of it may have, to its
+    /// token's holder among the others not left out (or the home key); that holder is left
+    /// out of new sums for a while. False for the home key itself, or without a router.
+    fn elsewhere(&mut self, sum: &mut Sum, error: &CtrError) -> bool {
+        let (Some(router), Some(away)) = (&self.router, not_run(error)) else {
+            return false;
+        };
+        let target = sum.target.clone().unwrap_or_else(|| sum.key.clone());
+        if sum.maybe_counted || target == sum.key {
+            return false;
+        }
+        let Some(connection) = self.connection.as_mut() else {
+            return false;
+        };
+        router.leave_out(&target, away);
+        sum.folded.push(target);
+        let holders = match router.holders(connection, &sum.key) {
+            Ok(holders) => router.reachable(&holders),
+            Err(_) => Vec::new(),
+        };
+        let current: Vec<Vec<u8>> = holders
+            .into_iter()
+            .filter(|h| !sum.folded.contains(h))
+            .collect();
+        let token = sum.options.token.as_deref().unwrap_or_default();
+        sum.target = Some(if current.is_empty() {
+            sum.key.clone()
+        } else {
+            holder_for_token(&current, token).to_vec()
+        });
+        true
+    }
+
     /// After `sum`'s target refused it as a holder folded back: true when it is to be sent on,
     /// to its token's holder in the holder list read again (not from the cache), or to the
     /// home key when that one refused it too (a home is never folded); false when its target
@@ -473,16 +546,22 @@ impl<C: Connector> Flusher<C> {
     }
 
     fn send_once(&mut self, sum: &mut Sum, timeout: Duration) -> Result<Option<i64>, CtrError> {
+        self.connect_failed = false;
         let connection = match self.connection.take() {
             Some(connection) => connection,
-            None => self.connector.connect(timeout)?,
+            None => self.connector.connect(timeout).map_err(|e| {
+                self.connect_failed = true;
+                CtrError::from(e)
+            })?,
         };
         let connection = self.connection.insert(connection);
         let target = match (&sum.target, &self.router) {
             (Some(target), _) => target,
             (None, None) => &sum.key,
             (None, Some(router)) => {
-                let holders = router.holders(connection, &sum.key)?;
+                // A new sum: its token's holder among those not left out (its token goes with
+                // it, so any holder is right).
+                let holders = router.reachable(&router.holders(connection, &sum.key)?);
                 let token = sum.options.token.as_deref().unwrap_or_default();
                 sum.target
                     .insert(holder_for_token(&holders, token).to_vec())

@@ -817,3 +817,172 @@ fn writer_memory_is_bounded_and_drop_flushes() {
     }
     assert_eq!(server.conn().q("CTR.GET dropped"), common::Value::Int(10));
 }
+
+/// Calls of `command` (lower case) so far, from `INFO commandstats`.
+fn command_calls<C: redis::ConnectionLike>(con: &mut C, command: &str) -> i64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// 50 threads and 200 async tasks sharing one router, all adding to a spread counter on a cold
+/// cache at once: one `CTR.HOLDERS` each time (single-flight per key), no `CTR.INFO`, every
+/// add counted.
+#[test]
+fn concurrent_adds_on_a_cold_cache_read_the_holders_once() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut direct = client.get_connection().unwrap();
+    direct.ctr_spread("stampede", 4).unwrap();
+    let (holders_before, info_before) = (
+        command_calls(&mut direct, "ctr.holders"),
+        command_calls(&mut direct, "ctr.info"),
+    );
+    let router = Arc::new(SpreadRouter::default());
+    let start = Arc::new(std::sync::Barrier::new(50));
+    let threads: Vec<_> = (0..50)
+        .map(|_| {
+            let (router, start) = (Arc::clone(&router), Arc::clone(&start));
+            let mut con = client.get_connection().unwrap();
+            std::thread::spawn(move || {
+                start.wait();
+                router
+                    .add(&mut con, "stampede", 1, &AddOptions::new())
+                    .unwrap();
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(
+        command_calls(&mut direct, "ctr.holders") - holders_before,
+        1
+    );
+    assert_eq!(command_calls(&mut direct, "ctr.info"), info_before);
+    assert_eq!(direct.ctr_get("stampede").unwrap(), 50);
+    // CTR.HOLDERS itself, and a holder's name, which the router writes as it is.
+    let names = direct.ctr_holders("stampede").unwrap();
+    assert_eq!((names.len(), names[0].as_str()), (4, "stampede"));
+    assert_eq!(
+        module_error(direct.ctr_holders(&names[1])),
+        ModuleError::UseHomeKey
+    );
+    let holder = router.holders(&mut direct, names[1].as_bytes()).unwrap();
+    assert_eq!(*holder, [names[1].clone().into_bytes()]);
+
+    direct.ctr_spread("stampede-async", 4).unwrap();
+    let holders_before = command_calls(&mut direct, "ctr.holders");
+    let router = Arc::new(SpreadRouter::default());
+    block_on(async {
+        let con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..200 {
+            let (router, mut con) = (Arc::clone(&router), con.clone());
+            tasks.spawn(async move {
+                router
+                    .add_async(&mut con, "stampede-async", 1, &AddOptions::new())
+                    .await
+                    .unwrap()
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    });
+    assert_eq!(
+        command_calls(&mut direct, "ctr.holders") - holders_before,
+        1
+    );
+    assert_eq!(command_calls(&mut direct, "ctr.info"), info_before);
+    assert_eq!(direct.ctr_get("stampede-async").unwrap(), 200);
+}
+
+/// A router and a writer on a plain connection to the home's master of a spread counter whose
+/// holders are on all 3 masters: no add fails (none sees `MOVED`), sync and async, tokened
+/// retries count once, and the total read through the cluster is exact.
+#[test]
+fn a_plain_connection_on_the_home_master_never_fails_with_moved() {
+    let cluster = Cluster::start(3, &[]);
+    let seeds = vec![url(cluster.nodes[0].port, false)];
+    let mut rc = redis::cluster::ClusterClient::new(seeds)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let key = "plain-client";
+    let holders = rc.ctr_spread(key, 16).unwrap();
+    let master_of = |k: &str| cluster.owner(common::cluster::key_slot(k.as_bytes()));
+    let home = master_of(key);
+    assert!(
+        holders.iter().any(|h| master_of(h) != home),
+        "holders elsewhere"
+    );
+    let client = redis::Client::open(url(cluster.nodes[home].port, false)).unwrap();
+    let mut direct = client.get_connection().unwrap();
+    let router = SpreadRouter::default();
+    for i in 0..50 {
+        router.add(&mut direct, key, 1, &AddOptions::new()).unwrap();
+        let token = AddOptions::new().token(format!("t{i}"));
+        router.add(&mut direct, key, 2, &token).unwrap();
+        router.add(&mut direct, key, 2, &token).unwrap(); // a retry: counted once
+    }
+    assert_eq!(rc.ctr_get(key).unwrap(), 150);
+    let router = SpreadRouter::default();
+    block_on(async {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        for i in 0..50 {
+            let token = AddOptions::new().token(format!("a{i}"));
+            router.add_async(&mut con, key, 1, &token).await.unwrap();
+            router
+                .add_async(&mut con, key, 1, &AddOptions::new())
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(rc.ctr_get(key).unwrap(), 250);
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(client, config);
+    for _ in 0..100 {
+        writer.add(key, 1).unwrap();
+        writer.flush().unwrap();
+    }
+    let stats = writer.close().unwrap();
+    assert_eq!((stats.flushed_sums, stats.dropped), (100, 0));
+    assert_eq!(rc.ctr_get(key).unwrap(), 350);
+}
+
+/// A sum whose replies are always lost (it may have counted: it stays with its key, same
+/// token) is held back while the sums flushed after it go on: each is on the server once the
+/// flush returns its error.
+#[test]
+fn writer_holds_back_only_the_sum_out_of_reach() {
+    let server = Server::start();
+    let mut direct = redis::Client::open(url(server.port, false)).unwrap();
+    let proxy = ReplyDroppingProxy::start(server.port, b"stuck", 1000);
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        retries: 1,
+        retry_backoff: Duration::from_millis(1),
+        ..WriterConfig::default()
+    };
+    let writer =
+        CoalescingWriter::new(redis::Client::open(url(proxy.port, false)).unwrap(), config);
+    writer.add("stuck", 1).unwrap();
+    assert!(matches!(writer.flush(), Err(WriterError::Flush(_))));
+    for key in ["a", "b", "c"] {
+        writer.add(key, 5).unwrap();
+    }
+    assert!(matches!(writer.flush(), Err(WriterError::Flush(_))));
+    for key in ["a", "b", "c"] {
+        assert_eq!(direct.ctr_get(key).unwrap(), 5, "{key}");
+    }
+    // Applied by the server on its first send, its retries deduplicated by its token.
+    assert_eq!(direct.ctr_get("stuck").unwrap(), 1);
+    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+}
