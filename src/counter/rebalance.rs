@@ -222,10 +222,11 @@ pub fn plan_moves(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
     moves
 }
 
-/// Every holder refused: when the headroom covers the largest refused purchase, the holder
-/// that refused it (of equals, the one holding most) takes from the others (largest first)
-/// until it covers it. The buyer retries where it was refused (a `TRYAGAIN` is retried at the
-/// same holder), so the budget goes there, not to whichever holder has most.
+/// Every holder refused: the holder with the largest refused purchase that the headroom
+/// covers and its own budget does not (of equals, the one holding most) takes from the others
+/// (largest first) until it covers it. The buyer retries where it was refused (a `TRYAGAIN` is
+/// retried at the same holder), so the budget goes there, not to whichever holder has most.
+/// A refusal larger than the whole headroom (final, or about to be) never blocks the others.
 fn gather_for_largest(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
     let headroom: i64 = holders
         .iter()
@@ -235,13 +236,11 @@ fn gather_for_largest(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
         .iter()
         .enumerate()
         .map(|(i, h)| (i, clamp(h.demand.largest_refused), h.budget.max(0)))
+        .filter(|&(_, largest, held)| largest > held && largest <= headroom)
         .max_by_key(|&(i, largest, held)| (largest, held, std::cmp::Reverse(i)))
     else {
         return Vec::new();
     };
-    if largest == 0 || largest > headroom || held >= largest {
-        return Vec::new();
-    }
     let mut others: Vec<(usize, i64)> = holders
         .iter()
         .enumerate()
@@ -445,6 +444,11 @@ mod tests {
             [2, 0, 10],
             "the poorest holder gathers its buyer's 10"
         );
+        // Near sold out: a refusal beyond the whole headroom (5) does not keep a purchase the
+        // headroom covers from being gathered.
+        let near_sold_out = [report(1, 9, 1, 9), report(2, 3, 1, 3), report(2, 1, 1, 1)];
+        let after = budgets_after(&near_sold_out, &plan_moves(&near_sold_out, 16));
+        assert_eq!(after[1], 3, "holder 1 gathers its buyer's 3: {after:?}");
         // More than the whole headroom: nothing to gather.
         let short = [report(3, 20, 1, 20), report(4, 20, 1, 20)];
         assert!(plan_moves(&short, 16).is_empty());
