@@ -11,6 +11,7 @@ pub mod ffi;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guard;
 pub mod memsize;
 pub mod metrics;
 pub mod persist;
