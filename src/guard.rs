@@ -94,7 +94,7 @@ pub fn guard<T>(
     })) {
         Ok(v) => Some(v),
         Err(payload) => {
-            log_panic(ctx, name, payload.as_ref());
+            log_panic(ctx, &format!("callback {name}"), payload.as_ref());
             None
         }
     }
@@ -113,16 +113,39 @@ fn debug_panic(name: &str) {
     }
 }
 
+thread_local! {
+    /// Where the last panic on this thread happened (file:line), noted by the panic hook.
+    static LAST_PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Replaces the default panic hook (from the module's load) with one that only notes where the
+/// panic happened, for [`log_panic`]: the default hook writes to the server's stderr and, with
+/// `RUST_BACKTRACE` set, symbolizes a backtrace inside the server process, which aborted
+/// Valkey 8.1 (Debian 13's libraries) before the panic could be contained.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()));
+        LAST_PANIC_AT.with(|last| *last.borrow_mut() = at);
+    }));
+}
+
+/// Writes a contained panic to the server log at warning level: what panicked (`callback
+/// <name>`, `command <name>`), its message and where.
 #[cold]
 #[inline(never)]
-fn log_panic(ctx: *mut raw::RedisModuleCtx, name: &str, payload: &(dyn std::any::Any + Send)) {
-    let what = payload
+pub fn log_panic(ctx: *mut raw::RedisModuleCtx, what: &str, payload: &(dyn std::any::Any + Send)) {
+    let message = payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)");
+    let at = LAST_PANIC_AT
+        .with(|last| last.borrow_mut().take())
+        .map_or(String::new(), |at| format!(" at {at}"));
     Ctx { ptr: ctx }.log_warning(&format!(
-        "ctr: panic in callback {name}, contained (a defect in redis-ctr, please report it): {what}"
+        "ctr: panic in {what}, contained (a defect in redis-ctr, please report it): {message}{at}"
     ));
 }
 

@@ -428,9 +428,17 @@ where
     match result {
         Ok(Ok(reply)) => ctx.reply(&reply),
         Ok(Err(err)) => ctx.reply_error(&err),
-        Err(_) => ctx.reply_error(&CommandError::fixed(
-            "ERR internal error in redis-ctr (a bug: please report it)",
-        )),
+        Err(payload) => {
+            let name = if args.is_empty() {
+                std::borrow::Cow::Borrowed("")
+            } else {
+                String::from_utf8_lossy(args.bytes(0))
+            };
+            crate::guard::log_panic(ctx.ptr, &format!("command {name}"), payload.as_ref());
+            ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr (a bug: please report it)",
+            ))
+        }
     }
     raw::REDISMODULE_OK as c_int
 }
