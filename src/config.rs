@@ -301,6 +301,20 @@ pub fn register(
         ConfigurationFlags::IMMUTABLE,
         None,
     );
+    // `ctr.debug-panic-in` (load argument only, for tests; not a server config): the named
+    // callbacks panic on their next run, to show their panic guards hold (`crate::guard`).
+    let panic_in =
+        get_string_default_config_value(args, crate::guard::DEBUG_PANIC_IN_CONFIG, "")
+            .map_err(|e| format!("load argument {}: {e}", crate::guard::DEBUG_PANIC_IN_CONFIG))?;
+    let panic_in = crate::guard::parse_panic_in(panic_in)
+        .map_err(|e| format!("load argument {}: {e}", crate::guard::DEBUG_PANIC_IN_CONFIG))?;
+    if panic_in != 0 {
+        ctx.log_warning(&format!(
+            "ctr: {} is set: callbacks will panic on purpose (a test setting; never in production)",
+            crate::guard::DEBUG_PANIC_IN_CONFIG
+        ));
+    }
+    crate::guard::set_panic_in(panic_in);
     let track = get_string_default_config_value(args, TRACK_HISTORY_CONFIG, "no")
         .map_err(|e| format!("load argument {TRACK_HISTORY_CONFIG}: {e}"))?;
     let track = parse_yes_no(track)

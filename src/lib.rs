@@ -11,6 +11,7 @@ pub mod ffi;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guard;
 pub mod memsize;
 pub mod metrics;
 pub mod persist;
@@ -45,6 +46,7 @@ mod module {
         ctx.set_module_options(
             raw::ModuleOptions::HANDLE_IO_ERRORS | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
         );
+        crate::guard::install_panic_hook();
         crate::config::register(ctx, args)?;
         let hide_internal =
             !crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed);

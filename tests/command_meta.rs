@@ -38,7 +38,8 @@ const COMMANDS: &[Meta] = &[
     Meta {
         name: "ctr.get",
         arity: 2,
-        flags: &["readonly", "module", "fast"],
+        // Not fast: on a spread home it gathers from every master.
+        flags: &["readonly", "module"],
         range: (1, 1, 1),
         specs: &[RO],
         calls: &[("k", &[("k", RO)])],
@@ -46,7 +47,7 @@ const COMMANDS: &[Meta] = &[
     Meta {
         name: "ctr.mget",
         arity: -2,
-        flags: &["readonly", "module", "fast"],
+        flags: &["readonly", "module"],
         range: (1, -1, 1),
         specs: &[RO],
         calls: &[
@@ -57,7 +58,7 @@ const COMMANDS: &[Meta] = &[
     Meta {
         name: "ctr.clear",
         arity: -2,
-        flags: &["write", "denyoom", "module", "fast"],
+        flags: &["write", "denyoom", "module"],
         range: (1, 1, 1),
         specs: &[RW],
         calls: &[("k", &[("k", RW)]), ("k TOKEN t", &[("k", RW)])],
@@ -304,4 +305,37 @@ fn command_docs_give_every_command_a_summary() {
         assert_eq!(doc.field("group").text(), "module", "{}", m.name);
         assert_eq!(doc.field("module").text(), "ctr", "{}", m.name);
     }
+}
+
+/// The commands that gather a spread counter's total from every master (a blocked client, up
+/// to `ctr.gather-timeout-ms`): what a user sees of them through COMMAND INFO and COMMAND DOCS
+/// says so. Not `fast` (the server's latency monitor and clients take `fast` as O(1) and never
+/// blocking), and a complexity that names the spread case.
+const GATHERING: &[&str] = &["ctr.get", "ctr.mget", "ctr.info", "ctr.clear"];
+
+#[test]
+fn commands_that_gather_are_not_fast_and_say_the_spread_case() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for name in GATHERING {
+        let info = c.cmd(&["COMMAND", "INFO", name]).array();
+        let flags = words(&info[0].array()[2]);
+        assert!(
+            !flags.iter().any(|f| f == "fast"),
+            "{name} is flagged fast but gathers on a spread counter: {flags:?}"
+        );
+        let docs = c.cmd(&["COMMAND", "DOCS", name]).array();
+        let complexity = docs[1].field("complexity").text();
+        assert!(
+            complexity.contains("O(H) for")
+                && complexity.contains("spread counter")
+                && complexity.contains("gathered from every master")
+                && complexity.contains("ctr.gather-timeout-ms"),
+            "{name}: complexity {complexity:?} does not say the spread case"
+        );
+    }
+    // Commands that never gather keep `fast` where they had it: CTR.HOLDERS answers from the
+    // home's master alone.
+    let info = c.cmd(&["COMMAND", "INFO", "ctr.holders"]).array();
+    assert!(words(&info[0].array()[2]).iter().any(|f| f == "fast"));
 }

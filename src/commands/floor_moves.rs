@@ -136,9 +136,11 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     };
 }
 
-unsafe extern "C" fn on_poll_timeout(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
-    POLLS.with(|p| p.borrow_mut().remove(&id));
+    crate::guard::guard(ctx, "floor-poll-timeout", || {
+        POLLS.with(|p| p.borrow_mut().remove(&id))
+    });
 }
 
 /// A holder's budget, budget moving out and demand meter on this master (NotHere unless it
@@ -317,6 +319,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
 struct Messages;
 
 impl cluster::BusReceiver for Messages {
+    const CALLBACK: &'static str = "bus-floor-moves";
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         handle(ctx, from, kind, payload);
         transfer::tick_soon(ctx);
@@ -413,7 +416,7 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
 /// Timer: rebalances every home with refusals since the last run (on a master only).
 unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rebalance_due(ctx)));
+    crate::guard::guard(ctx.ptr, "rebalance", || rebalance_due(ctx));
 }
 
 /// Rebalances every home with refusals since the last run.

@@ -29,13 +29,13 @@ unsafe extern "C" fn on_keyspace(
     // SAFETY: the server passes a NUL-terminated event name.
     let event = unsafe { std::ffi::CStr::from_ptr(event) };
     let ctx = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    crate::guard::guard(ctx.ptr, "keyspace", || {
         super::spread_collect::on_event(ctx, event.to_bytes(), key);
-    }));
+    });
     if event == c"rename_to" || event == c"move_to" {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::guard::guard(ctx.ptr, "keyspace", || {
             super::spread_transfer::track_key(ctx, key);
-        }));
+        });
     }
     if event == c"rename_to" {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -43,9 +43,9 @@ unsafe extern "C" fn on_keyspace(
         }));
     }
     if event == c"restore" {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::guard::guard(ctx.ptr, "keyspace", || {
             super::spread_restore::on_restored(ctx, key);
-        }));
+        });
     }
     if event == c"move_from" || event == c"move_to" {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

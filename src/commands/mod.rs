@@ -162,37 +162,37 @@ pub static COMMANDS: &[CommandDef] = &[
     CommandDef {
         name: c"ctr.get",
         entry: entry!(ctr::get),
-        flags: c"readonly fast",
+        flags: c"readonly",
         keys: SINGLE_KEY,
         access: KeyAccess::Read,
         keyword_keys: &[],
         arity: 2,
         summary: c"Returns the value of a counter (0 when missing).",
-        complexity: c"O(1)",
+        complexity: c"O(1) for a counter; O(H) for a spread counter of H holders, gathered from every master (blocks up to ctr.gather-timeout-ms)",
         since: c"0.1.0",
     },
     CommandDef {
         name: c"ctr.mget",
         entry: entry!(ctr::mget),
-        flags: c"readonly fast",
+        flags: c"readonly",
         keys: ALL_KEYS,
         access: KeyAccess::Read,
         keyword_keys: &[],
         arity: -2,
         summary: c"Returns the values of several counters (0 for a missing one).",
-        complexity: c"O(N) where N is the number of keys",
+        complexity: c"O(N) where N is the number of keys; plus O(H) for the spread counters among them, H their holders in all, gathered from every master (blocks up to ctr.gather-timeout-ms)",
         since: c"0.1.0",
     },
     CommandDef {
         name: c"ctr.clear",
         entry: entry!(ctr::clear),
-        flags: c"write deny-oom fast",
+        flags: c"write deny-oom",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
         keyword_keys: &[],
         arity: -2,
         summary: c"Resets a counter to 0 keeping its settings, and returns the value before. Option: TOKEN.",
-        complexity: c"O(N) where N is the number of shards",
+        complexity: c"O(N) where N is the number of shards; O(H) for a spread counter's home of H holders, gathered from every master (blocks up to ctr.gather-timeout-ms)",
         since: c"0.2.0",
     },
     CommandDef {
@@ -204,7 +204,7 @@ pub static COMMANDS: &[CommandDef] = &[
         keyword_keys: &[],
         arity: 2,
         summary: c"Describes a counter: value, shards, add rate, tokens remembered, duplicates ignored.",
-        complexity: c"O(N + L) where N is the number of shards and L the ledger entries (counted by kind)",
+        complexity: c"O(N + L) where N is the number of shards and L the ledger entries (counted by kind); plus O(H) for a spread counter of H holders, gathered from every master (blocks up to ctr.gather-timeout-ms)",
         since: c"0.2.0",
     },
     CommandDef {
@@ -429,9 +429,17 @@ where
     match result {
         Ok(Ok(reply)) => ctx.reply(&reply),
         Ok(Err(err)) => ctx.reply_error(&err),
-        Err(_) => ctx.reply_error(&CommandError::fixed(
-            "ERR internal error in redis-ctr (a bug: please report it)",
-        )),
+        Err(payload) => {
+            let name = if args.is_empty() {
+                std::borrow::Cow::Borrowed("")
+            } else {
+                String::from_utf8_lossy(args.bytes(0))
+            };
+            crate::guard::log_panic(ctx.ptr, &format!("command {name}"), payload.as_ref());
+            ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr (a bug: please report it)",
+            ))
+        }
     }
     raw::REDISMODULE_OK as c_int
 }

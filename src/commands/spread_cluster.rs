@@ -344,6 +344,9 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
 /// What receives some kinds of bus message, as Rust values (after [`on_bus_message`]'s checks,
 /// with a panic contained): one implementation per file that owns those kinds.
 pub trait BusReceiver {
+    /// The receiver's name in the panic log and `ctr.debug-panic-in` (one of
+    /// [`crate::guard::CALLBACKS`]).
+    const CALLBACK: &'static str;
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]);
 }
 
@@ -366,7 +369,7 @@ unsafe extern "C" fn receive<R: BusReceiver>(
 ) {
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
     unsafe {
-        on_bus_message(ctx, sender, payload, len, |c, from, bytes| {
+        on_bus_message(ctx, R::CALLBACK, sender, payload, len, |c, from, bytes| {
             R::receive(c, from, kind, bytes)
         })
     }
@@ -379,6 +382,7 @@ unsafe extern "C" fn receive<R: BusReceiver>(
 /// As [`received`]; `ctx` is the receiver's live context.
 pub unsafe fn on_bus_message(
     ctx: *mut raw::RedisModuleCtx,
+    callback: &'static str,
     sender: *const c_char,
     payload: *const std::ffi::c_uchar,
     len: u32,
@@ -387,7 +391,7 @@ pub unsafe fn on_bus_message(
     // SAFETY: per the caller's contract.
     let (from, bytes) = unsafe { received(sender, payload, len) };
     let c = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(c, from, bytes)));
+    crate::guard::guard(ctx, callback, || handle(c, from, bytes));
 }
 
 /// The sender's id (40 bytes, not terminated on Redis) and the payload of a received bus

@@ -47,7 +47,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -62,6 +61,7 @@ use crate::counter::collect::{self, Collection, EventRule, Found, Pending, Seen,
 use crate::counter::spread::key_slot;
 use crate::counter::{Counter, CounterCell, CounterRef};
 use crate::ffi::{rm, string_bytes, Ctx, KeyName, RawString};
+use crate::guard::guard;
 use crate::metrics;
 use crate::persist::collect_msg;
 use crate::persist::ctr_type::ctr_type;
@@ -476,6 +476,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
 struct Messages;
 
 impl cluster::BusReceiver for Messages {
+    const CALLBACK: &'static str = "bus-collect";
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         handle(ctx, from, kind, payload);
     }
@@ -499,7 +500,7 @@ unsafe extern "C" fn on_flush(
     if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_START || data.is_null() {
         return;
     }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guard(ctx, "flush", || {
         let c = Ctx { ptr: ctx };
         if !cluster::in_cluster(c) || !is_master(c) {
             return;
@@ -514,7 +515,7 @@ unsafe extern "C" fn on_flush(
             claim(homes);
             soon(c);
         }
-    }));
+    });
 }
 
 fn walk_homes(ctx: Ctx, db: c_int) -> Vec<Left> {
@@ -549,7 +550,7 @@ unsafe extern "C" fn visit_home(
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
 ) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guard(_ctx, "flush-scan", || {
         if key.is_null() {
             return;
         }
@@ -580,12 +581,12 @@ unsafe extern "C" fn visit_home(
                 gate: Gate::default(),
             });
         }
-    }));
+    });
 }
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     // A panic here is a defect; it must not take the server down or stop the timer.
-    let _ = catch_unwind(AssertUnwindSafe(|| tick(Ctx { ptr: ctx })));
+    guard(ctx, "collect-tick", || tick(Ctx { ptr: ctx }));
     arm(ctx);
 }
 
@@ -604,7 +605,7 @@ fn soon(ctx: Ctx) {
 
 unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     SOON.store(false, Relaxed);
-    let _ = catch_unwind(AssertUnwindSafe(|| tick(Ctx { ptr: ctx })));
+    guard(ctx, "collect-tick", || tick(Ctx { ptr: ctx }));
 }
 
 /// Registers the bus receivers and the flush event, and starts the timer (from the module's

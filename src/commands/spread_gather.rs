@@ -30,7 +30,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -45,6 +44,7 @@ use crate::counter::{exact_sum, CounterRef, TokenStamp};
 use crate::ffi::{
     rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, RawString, Reply,
 };
+use crate::guard::guard;
 use crate::metrics;
 use crate::persist::gather_msg::{self, HolderAnswer};
 
@@ -1005,18 +1005,18 @@ fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: Timer
 /// Timer: resends what is unanswered while the round is pending, then re-arms.
 unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guard(ctx, "gather-resend", || {
         if let Some(wait) = send_requests(ctx, id) {
             arm_timer(ctx, id, wait, on_resend);
         }
-    }));
+    });
 }
 
 /// Timer: reads the holders this node serves (outside any command, so each key is looked up
 /// in its own slot), then completes the round if the other masters have answered.
 unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
-    let _ = catch_unwind(AssertUnwindSafe(|| read_locals(ctx, id)));
+    guard(ctx, "gather-local-reads", || read_locals(ctx, id));
 }
 
 fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
@@ -1062,7 +1062,7 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
 /// (a timed-out or disconnected client's).
 unsafe extern "C" fn on_start(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
-    let _ = catch_unwind(AssertUnwindSafe(|| run(ctx, vec![Effect::Start(id)])));
+    guard(ctx, "gather-start", || run(ctx, vec![Effect::Start(id)]));
 }
 
 /// Carries out what settling rounds left to do, with no table borrowed: starts queued rounds
@@ -1121,6 +1121,7 @@ fn unblock(bc: *mut raw::RedisModuleBlockedClient, result: CommandResult) {
 struct GatherMessages;
 
 impl cluster::BusReceiver for GatherMessages {
+    const CALLBACK: &'static str = "bus-gather";
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         match kind {
             MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),
@@ -1261,13 +1262,21 @@ unsafe extern "C" fn on_reply(
     let result =
         unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<CommandResult>();
     let ctx = Ctx { ptr: ctx };
-    // SAFETY: non-null results are ours and live until free_result.
-    match unsafe { result.as_ref() } {
-        Some(Ok(reply)) => ctx.reply(reply),
-        Some(Err(e)) => ctx.reply_error(e),
-        None => ctx.reply_error(&CommandError::fixed(
-            "ERR spread counter read lost its result",
-        )),
+    // A panic before the reply still answers the client (as a command's panic does).
+    let replied = guard(ctx.ptr, "gather-reply", || {
+        // SAFETY: non-null results are ours and live until free_result.
+        match unsafe { result.as_ref() } {
+            Some(Ok(reply)) => ctx.reply(reply),
+            Some(Err(e)) => ctx.reply_error(e),
+            None => ctx.reply_error(&CommandError::fixed(
+                "ERR spread counter read lost its result",
+            )),
+        }
+    });
+    if replied.is_none() {
+        ctx.reply_error(&CommandError::fixed(
+            "ERR internal error in redis-ctr (a bug: please report it)",
+        ));
     }
     raw::REDISMODULE_OK as c_int
 }
@@ -1301,8 +1310,7 @@ unsafe extern "C" fn on_timeout(
 ) -> c_int {
     // SAFETY: ctx is the timeout context of a blocked client.
     let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
-    let silent = catch_unwind(AssertUnwindSafe(|| drop_reader(ctx, bc)))
-        .ok()
+    let silent = guard(ctx, "gather-timeout", || drop_reader(ctx, bc))
         .flatten()
         .unwrap_or(0);
     metrics::GATHER_FAILURES.incr();
@@ -1323,17 +1331,18 @@ unsafe extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    let found = catch_unwind(AssertUnwindSafe(|| drop_reader(ctx, bc).is_some()));
+    let found = guard(ctx, "gather-disconnect", || drop_reader(ctx, bc).is_some());
     if found.unwrap_or(false) {
         // SAFETY: as in on_timeout.
         unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
     }
 }
 
-unsafe extern "C" fn free_result(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+unsafe extern "C" fn free_result(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: the box given to UnblockClient, freed once here.
-        drop(unsafe { Box::from_raw(data.cast::<CommandResult>()) });
+        let result = unsafe { Box::from_raw(data.cast::<CommandResult>()) };
+        guard(ctx, "gather-free", || drop(result));
     }
 }
 

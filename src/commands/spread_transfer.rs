@@ -654,7 +654,7 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     TICK_SOON.with(|t| t.set(false));
     let c = Ctx { ptr: ctx };
     // A panic here is a defect; it must not take the server down or stop the timer.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c)));
+    crate::guard::guard(ctx, "transfer-tick", || tick(c));
     arm(ctx);
 }
 
@@ -673,13 +673,14 @@ pub fn tick_soon(ctx: Ctx) {
 
 unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let c = Ctx { ptr: ctx };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c)));
+    crate::guard::guard(ctx, "transfer-tick", || tick(c));
 }
 
 /// This file's bus messages.
 struct Messages;
 
 impl cluster::BusReceiver for Messages {
+    const CALLBACK: &'static str = "bus-transfer";
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         handle(ctx, Some(from), kind, payload);
         tick_soon(ctx);

@@ -71,7 +71,7 @@ fn arm(ctx: &redis_module::Context, busy: bool) {
 fn on_tick(ctx: &redis_module::Context, (): ()) {
     let c = Ctx { ptr: ctx.ctx };
     // A panic here is a defect; it must not take the server down or stop the timer.
-    let busy = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(c))).unwrap_or(false);
+    let busy = crate::guard::guard(ctx.ctx, "sweep", || tick(c)).unwrap_or(false);
     arm(ctx, busy);
 }
 
@@ -169,34 +169,36 @@ fn restart(walk: &Walk) {
 /// The scan callback: notes counters whose entries have all expired. It only reads; the sweep
 /// happens after the scan step returns (the keyspace must not change under a scan step).
 unsafe extern "C" fn visit(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
 ) {
-    // SAFETY: privdata is the `Found` passed to RedisModule_Scan by `tick`.
-    let found = unsafe { &mut *privdata.cast::<Found>() };
-    found.visited += 1;
-    if key.is_null() {
-        return;
-    }
-    // SAFETY: key is the open key of this scan step.
-    let value = unsafe {
-        if rm!(RedisModule_ModuleTypeGetType)(key) != ctr_type() {
+    crate::guard::guard(ctx, "sweep-scan", || {
+        // SAFETY: privdata is the `Found` passed to RedisModule_Scan by `tick`.
+        let found = unsafe { &mut *privdata.cast::<Found>() };
+        found.visited += 1;
+        if key.is_null() {
             return;
         }
-        rm!(RedisModule_ModuleTypeGetValue)(key)
-    };
-    // SAFETY: a live counter of our type, read only during this callback.
-    if let CounterRef::Boxed(c) = unsafe { CounterCell::borrow(value) } {
-        let held = c.token_count();
-        if held > 0 {
-            found.examined += held as i64;
-            if c.has_only_expired_tokens(found.now) {
-                found.due.push(crate::ffi::string_bytes(keyname).to_vec());
+        // SAFETY: key is the open key of this scan step.
+        let value = unsafe {
+            if rm!(RedisModule_ModuleTypeGetType)(key) != ctr_type() {
+                return;
+            }
+            rm!(RedisModule_ModuleTypeGetValue)(key)
+        };
+        // SAFETY: a live counter of our type, read only during this callback.
+        if let CounterRef::Boxed(c) = unsafe { CounterCell::borrow(value) } {
+            let held = c.token_count();
+            if held > 0 {
+                found.examined += held as i64;
+                if c.has_only_expired_tokens(found.now) {
+                    found.due.push(crate::ffi::string_bytes(keyname).to_vec());
+                }
             }
         }
-    }
+    });
 }
 
 /// Sweeps one counter and replicates the sweep; true when it released something.
