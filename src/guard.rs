@@ -28,6 +28,7 @@ pub const CALLBACKS: &[&str] = &[
     "gather-start",
     "floor-poll-timeout",
     "rebalance",
+    "move-follow",
     // Scan callbacks (the idle sweep's, and the flush event's walk of spread homes).
     "sweep-scan",
     "flush-scan",

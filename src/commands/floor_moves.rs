@@ -416,16 +416,17 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
 /// Timer: rebalances every home with refusals since the last run (on a master only).
 unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Ctx { ptr: ctx };
-    crate::guard::guard(ctx.ptr, "rebalance", || rebalance_due(ctx));
-}
-
-/// Rebalances every home with refusals since the last run.
-fn rebalance_due(ctx: Ctx) {
+    // Taken before the guarded body: a panic in it must not leave the timer disarmed for good.
     let homes = DUE.with(|d| {
         let (homes, armed) = &mut *d.borrow_mut();
         *armed = false;
         std::mem::take(homes)
     });
+    crate::guard::guard(ctx.ptr, "rebalance", || rebalance_due(ctx, homes));
+}
+
+/// Rebalances every home with refusals since the last run.
+fn rebalance_due(ctx: Ctx, homes: HashSet<DbKey>) {
     if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
         return;
     }

@@ -38,9 +38,9 @@ unsafe extern "C" fn on_keyspace(
         });
     }
     if event == c"rename_to" {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::guard::guard(ctx.ptr, "keyspace", || {
             super::floor_moves::follow_renamed_home(ctx, key);
-        }));
+        });
     }
     if event == c"restore" {
         crate::guard::guard(ctx.ptr, "keyspace", || {
@@ -48,9 +48,9 @@ unsafe extern "C" fn on_keyspace(
         });
     }
     if event == c"move_from" || event == c"move_to" {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::guard::guard(ctx.ptr, "keyspace", || {
             super::spread_move::on_event(ctx, event, key);
-        }));
+        });
     }
     keep_the_clients_database(ctx, event);
     0

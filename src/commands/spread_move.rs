@@ -95,13 +95,13 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 /// database again (a job may run on the client's own context).
 fn move_due(ctx: Ctx) {
     let selected = selected_db(ctx);
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    crate::guard::guard(ctx.ptr, "move-follow", || {
         for follow in DUE.with(|d| std::mem::take(&mut *d.borrow_mut())) {
             for holder in &follow.holders {
                 move_holder(ctx, holder, follow.from, follow.to);
             }
         }
-    }));
+    });
     // SAFETY: ctx is live; `selected` is the database it had.
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, selected) };
 }
