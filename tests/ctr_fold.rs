@@ -67,7 +67,10 @@ fn shrinking_8_to_3_to_1_folds_every_unit_back_once() {
     );
     for gone in &holders[3..] {
         let e = c.cmd(&["CTR.ADD", gone, "1"]).error();
-        assert!(e.contains("folded back") && e.contains("CTR.HOLDERS"), "{e}");
+        assert!(
+            e.contains("folded back") && e.contains("CTR.HOLDERS"),
+            "{e}"
+        );
         for write in [
             vec!["CTR.DECRFLOOR", gone, "1"],
             vec!["CTR.RECONCILE", gone, "5"],
