@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::cluster::{key_slot, Cluster};
 use common::{names, Conn, Server, Value};
 
-/// Every guarded callback, as `src/guard.rs` names them.
+/// Every guarded callback, as `src/guard.rs` names them (checked against the module's own list
+/// by `an_unknown_callback_name_is_refused_at_load`).
 const CALLBACKS: &[&str] = &[
     "sweep",
     "transfer-tick",
@@ -288,4 +289,13 @@ fn an_unknown_callback_name_is_refused_at_load() {
         .err()
         .expect("the load is refused");
     assert!(log.contains("unknown callback"), "{log}");
+    // The refusal lists the module's guarded callbacks: exactly the ones this file triggers,
+    // so a callback guarded later cannot go untested here.
+    let known = log
+        .split("(known: ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the known callbacks in the refusal");
+    let known: Vec<&str> = known.split(", ").collect();
+    assert_eq!(known, CALLBACKS, "{log}");
 }
