@@ -6,19 +6,19 @@
 //!   (`spread_transfer`);
 //! - `rename_to`: a floored spread home renamed keeps getting its holders' demand
 //!   (`floor_moves`);
-//! - `move_from`, `move_to`: a spread home moved to another database takes its holders along
-//!   (`spread_move`);
+//! - `move_from`, `move_to` (paired here): a spread home moved to another database takes its
+//!   holders along (`spread_move`), and the client's database is selected again (Valkey 8.1);
 //! - `restore`: a spread home restored under another name while the home lives is detached
 //!   into a counter of its own (`spread_restore`).
 //!
 //! One subscriber at the top of the glue, so that none of those imports another for it.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 
 use redis_module::raw;
 
-use crate::ffi::{rm, Ctx};
+use crate::ffi::{rm, string_bytes, Ctx, RawString};
 
 unsafe extern "C" fn on_keyspace(
     ctx: *mut raw::RedisModuleCtx,
@@ -47,35 +47,38 @@ unsafe extern "C" fn on_keyspace(
             super::spread_restore::on_restored(ctx, key);
         });
     }
-    if event == c"move_from" || event == c"move_to" {
-        crate::guard::guard(ctx.ptr, "keyspace", || {
-            super::spread_move::on_event(ctx, event, key);
-        });
+    if event == c"move_from" {
+        let db = super::spread_transfer::selected_db(ctx);
+        MOVED_FROM.with(|m| *m.borrow_mut() = Some((string_bytes(key).to_vec(), db)));
+    } else if event == c"move_to" {
+        on_move_to(ctx, key);
     }
-    keep_the_clients_database(ctx, event);
     0
 }
 
 thread_local! {
-    /// The database of the last `move_from` event, until its `move_to`.
-    static MOVED_FROM_DB: Cell<Option<c_int>> = const { Cell::new(None) };
+    /// The key and database of the last `move_from` event, until its `move_to`.
+    static MOVED_FROM: RefCell<Option<(Vec<u8>, c_int)>> = const { RefCell::new(None) };
 }
 
-/// Valkey 8.1 runs keyspace subscribers on the client that runs the command and selects the
-/// event's database on it without selecting the client's own back (valkey-io/valkey#4024):
-/// after `MOVE`, whose `move_to` fires in the destination database, the client (and what the
-/// server propagates for it: replicas and the AOF) would go on in that database. `move_from`
-/// fires first, in the client's own database: it is selected again after `move_to`. Elsewhere
-/// the subscriber's context is a client of its own, and selecting on it changes nothing.
-fn keep_the_clients_database(ctx: Ctx, event: &std::ffi::CStr) {
-    if event == c"move_from" {
-        MOVED_FROM_DB.with(|d| d.set(Some(super::spread_transfer::selected_db(ctx))));
-    } else if event == c"move_to" {
-        if let Some(db) = MOVED_FROM_DB.with(Cell::take) {
-            // SAFETY: ctx is the notification's live context; db is a database it just had.
-            unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) };
-        }
+/// `MOVE` fires `move_from` in the client's database, then `move_to` in the destination: the
+/// pair gives both. The home's holders follow it (`spread_move`), and the client's database is
+/// selected again: Valkey 8.1 runs keyspace subscribers on the client that runs the command
+/// and selects the event's database on it without selecting the client's own back
+/// (valkey-io/valkey#4024), so after `MOVE` the client, and what the server propagates for it
+/// (replicas, the AOF), would go on in the destination database. Elsewhere the subscriber's
+/// context is a client of its own, and selecting on it changes nothing.
+fn on_move_to(ctx: Ctx, key: RawString) {
+    let Some((name, from)) = MOVED_FROM.with(|m| m.borrow_mut().take()) else {
+        return;
+    };
+    if name == string_bytes(key) {
+        crate::guard::guard(ctx.ptr, "keyspace", || {
+            super::spread_move::on_moved(ctx, key, from);
+        });
     }
+    // SAFETY: ctx is the notification's live context; `from` is a database it just had.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, from) };
 }
 
 /// Subscribes (from the module's load).

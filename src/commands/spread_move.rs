@@ -9,17 +9,17 @@
 //! behind (logged, counted in `ctr_holders_left_behind`).
 //!
 //! `MOVE` fires `move_from` in the source database, then `move_to` in the destination, for the
-//! same key in the same command: the pair gives both databases.
+//! same key in the same command: the pair gives both databases (`keyspace` pairs them).
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
 use super::spread_transfer::{is_master, selected_db};
 use crate::counter::CounterRef;
-use crate::ffi::{rm, string_bytes, Ctx, RawString};
+use crate::ffi::{rm, Ctx, RawString};
 use crate::metrics;
 
 /// Holders to move: from database, to database, their names.
@@ -30,27 +30,13 @@ struct Follow {
 }
 
 thread_local! {
-    /// The key and database of the last `move_from`, until its `move_to`.
-    static MOVED_FROM: RefCell<Option<(Vec<u8>, c_int)>> = const { RefCell::new(None) };
-    /// Holders waiting for the timer to move them.
+    /// Holders waiting for the job or timer to move them.
     static DUE: RefCell<Vec<Follow>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Keyspace events `move_from` / `move_to`: a spread home that moved schedules its holders.
-pub fn on_event(ctx: Ctx, event: &CStr, key: RawString) {
-    let name = string_bytes(key);
-    if event == c"move_from" {
-        MOVED_FROM.with(|m| *m.borrow_mut() = Some((name.to_vec(), selected_db(ctx))));
-    } else if event == c"move_to" {
-        let from = MOVED_FROM.with(|m| m.borrow_mut().take());
-        if let Some((_, from)) = from.filter(|(n, _)| n == name) {
-            schedule(ctx, key, from);
-        }
-    }
-}
-
-/// Schedules the holders of the counter at `key` (just moved from database `from`) to follow.
-fn schedule(ctx: Ctx, key: RawString, from: c_int) {
+/// A key just arrived by `MOVE` from database `from` (its `move_to` event, in the selected
+/// database): a spread home schedules its holders to follow.
+pub fn on_moved(ctx: Ctx, key: RawString, from: c_int) {
     let Ok(holders) = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) => {
             let current = b.spread().map(|s| s.holders.clone()).unwrap_or_default();
