@@ -55,7 +55,7 @@ use redis_module::raw;
 use super::ctr_store::with_counter;
 use super::replication_gate::{self, Gate};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_transfer::{route, selected_db, serves};
+use super::spread_transfer::{is_master, route, selected_db, serves};
 use crate::config;
 use crate::counter::collect::{self, Collection, EventRule, Found, Pending, Seen, Verdict};
 use crate::counter::spread::key_slot;
@@ -186,12 +186,6 @@ fn claim(lefts: Vec<Left>) {
         s.claim_bytes += size;
         s.claims.push(l);
     }
-}
-
-fn is_master(ctx: Ctx) -> bool {
-    let flags = ctx.flags();
-    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
-        && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
 }
 
 fn select_db(ctx: Ctx, db: c_int) -> bool {

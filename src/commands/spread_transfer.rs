@@ -125,10 +125,7 @@ fn enter(db: c_int, name: &[u8]) {
     });
 }
 
-pub fn selected_db(ctx: Ctx) -> c_int {
-    // SAFETY: ctx is live.
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) }
-}
+pub use super::demand::selected_db;
 
 /// The transfer API: see the module docs. Runs on the giver's master.
 pub fn start(
