@@ -36,9 +36,7 @@ pub fn note_home_name(db: i32, carried: &[u8], current: &[u8]) {
             table.remove(&entry);
             return;
         }
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-            table.clear(); // soft state: a home renamed long ago rebalances as before
-        }
+        make_room(&mut table, &entry); // a home renamed long ago rebalances as before
         table.insert(entry, current.to_vec());
     });
 }
@@ -68,9 +66,7 @@ pub fn refusal_fate(spread: SpreadKey, amount: i64, now_ms: i64) -> Refusal {
 fn with_headroom<R>(spread: SpreadKey, f: impl FnOnce(&mut HeadroomView) -> R) -> R {
     HEADROOM.with(|h| {
         let mut table = h.borrow_mut();
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&spread) {
-            table.clear(); // soft state: a counter forgotten waits for its next round
-        }
+        make_room(&mut table, &spread); // a counter forgotten waits for its next round
         f(table.entry(spread).or_default())
     })
 }
@@ -81,15 +77,21 @@ pub fn record(db: i32, key: &[u8], amount: i64, waiting_since: Option<i64>) {
     DEMAND.with(|d| {
         let mut table = d.borrow_mut();
         let entry = (db, key.to_vec());
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-            table.clear();
-        }
+        make_room(&mut table, &entry);
         let meter = table.entry(entry).or_default();
         match waiting_since {
             Some(now) => meter.record_wait(amount, now),
             None => meter.record_refusal(amount),
         }
     });
+}
+
+/// Before an entry for `key` is added to one of these soft-state tables: a table at
+/// [`DEMAND_LIMIT`] entries without it starts over (what it forgets only costs a round).
+fn make_room<K: Eq + std::hash::Hash, V>(table: &mut HashMap<K, V>, key: &K) {
+    if table.len() >= DEMAND_LIMIT && !table.contains_key(key) {
+        table.clear();
+    }
 }
 
 /// A key name in its database.
@@ -121,9 +123,7 @@ pub fn since_last_rebalance(db: i32, key: &[u8], meter: DemandMeter) -> Demand {
     let entry = (db, key.to_vec());
     let seen = SEEN.with(|s| {
         let mut table = s.borrow_mut();
-        if table.len() >= DEMAND_LIMIT && !table.contains_key(&entry) {
-            table.clear();
-        }
+        make_room(&mut table, &entry);
         table.insert(entry, meter)
     });
     meter.since(&seen.unwrap_or_default())
