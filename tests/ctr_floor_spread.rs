@@ -137,12 +137,13 @@ fn a_purchase_larger_than_any_share_is_granted_once_budget_gathers() {
 
 /// A floored home renamed: its holders still carry the old name, and their demand still
 /// reaches the home under its new name (a purchase larger than a holder's share is gathered
-/// and granted, not refused for good after its wait).
+/// and granted, not refused for good after its wait), also after restarts that forgot
+/// everything held in memory.
 #[test]
 fn a_renamed_floored_home_still_gathers_budget_for_its_holders() {
-    let server = Server::start();
+    let mut server = Server::start_with(&["--appendonly", "yes"], &[]);
     let mut c = server.conn();
-    c.q("CTR.ADD shop 400");
+    c.q("CTR.ADD shop 600");
     c.q("CTR.FLOOR shop 0");
     let holders: Vec<String> = c
         .q("CTR.SPREAD shop 4")
@@ -156,7 +157,32 @@ fn a_renamed_floored_home_still_gathers_budget_for_its_holders() {
         matches!(granted, Value::Int(_)),
         "{granted:?} after {waits} waits"
     );
-    assert_eq!(c.q("CTR.GET store"), Value::Int(250));
+    assert_eq!(c.q("CTR.GET store"), Value::Int(450));
+    let buy_more = |server: &Server, holder: &str, left: i64| {
+        let mut c = server.conn();
+        let budget = ints(&info_field(&mut c, "store", "holder_budgets"));
+        let amount = budget.iter().max().copied().unwrap_or(0) + 20;
+        let (granted, waits) =
+            purchase_until_final(&mut c, &["CTR.DECRFLOOR", holder, &amount.to_string()]);
+        assert!(
+            matches!(granted, Value::Int(_)),
+            "{amount} after a restart: {granted:?} after {waits} waits"
+        );
+        assert_eq!(c.q("CTR.GET store"), Value::Int(left - amount));
+        left - amount
+    };
+    // Restarts from an AOF rewritten with an RDB preamble (the type's load), then from one
+    // without (the state's CTR.SETSTATE).
+    let mut left = 450;
+    for (preamble, holder) in [("yes", &holders[1]), ("no", &holders[3])] {
+        let mut c = server.conn();
+        c.cmd(&["CONFIG", "SET", "aof-use-rdb-preamble", preamble]);
+        server.wait_persistence_idle();
+        assert!(matches!(c.q("BGREWRITEAOF"), Value::Simple(_)));
+        server.wait_persistence_idle();
+        server.restart();
+        left = buy_more(&server, holder, left);
+    }
 }
 
 #[test]

@@ -95,6 +95,45 @@ fn a_gone_home_takes_its_holders_with_it_on_one_server() {
     assert_eq!(replica.conn().q("DBSIZE"), Value::Int(0));
 }
 
+/// A home overwritten by a command of another type (`SET`, `SORT ... STORE`, `SUNIONSTORE`,
+/// whose events are not the generic ones the module follows) is gone like a deleted one: its
+/// holders are collected, and the new value stays.
+#[test]
+fn a_home_overwritten_by_another_type_takes_its_holders_with_it() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    c.q("RPUSH src 3 1 2");
+    c.q("SADD members a b");
+    let overwrite: [(&str, Remove); 3] = [
+        ("SET", |c, k| assert_eq!(c.cmd(&["SET", k, "text"]), ok())),
+        ("SORT STORE", |c, k| {
+            assert_eq!(c.cmd(&["SORT", "src", "STORE", k]), Value::Int(3))
+        }),
+        ("SUNIONSTORE", |c, k| {
+            assert_eq!(c.cmd(&["SUNIONSTORE", k, "members"]), Value::Int(2))
+        }),
+    ];
+    for (i, (what, write)) in overwrite.into_iter().enumerate() {
+        let (holders, _) = spread_one_server(&mut c, "views");
+        write(&mut c, "views");
+        wait_gone_here(&mut c, &holders[1..]);
+        assert_eq!(
+            info_u64(&server, "ctr_holders_collected"),
+            3 * (i as u64 + 1)
+        );
+        assert_eq!(
+            c.q("EXISTS views"),
+            Value::Int(1),
+            "{what}: the new value stays"
+        );
+        assert_eq!(c.q("DEL views"), Value::Int(1));
+    }
+    assert_eq!(c.q("DBSIZE"), Value::Int(2), "src and members only");
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DBSIZE"), Value::Int(2));
+}
+
 #[test]
 fn holders_are_collected_only_once_the_replicas_hold_the_deletion() {
     // A failover that lost the DEL would bring the home back: its holders must still be there.

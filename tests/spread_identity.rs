@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{eventually, names, Conn, Server, Value};
+use common::{eventually, lists_holders, names, Conn, Server, Value};
 
 fn spread(c: &mut Conn, key: &str, holders: usize) -> Vec<String> {
     names(&c.cmd(&["CTR.SPREAD", key, &holders.to_string()]))
@@ -474,4 +474,54 @@ fn a_home_restored_under_another_name_is_a_counter_of_its_own_units() {
         Value::Simple("OK".into())
     );
     assert_eq!(c.cmd(&["CTR.GET", "k"]), Value::Int(3));
+}
+
+/// A home renamed (its holders still carry the old name), then restored under a third name of
+/// its slot: a copy of its own units, not a second home, also once the server restarted (the
+/// renamed home is known again from what it loads), and on a replica promoted since.
+#[test]
+fn a_renamed_home_restored_under_a_third_name_is_a_copy() {
+    let mut server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    assert_eq!(c.cmd(&["CTR.ADD", "{r}h", "5"]), Value::Int(5));
+    let holders = spread(&mut c, "{r}h", 3);
+    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "4"]), Value::Int(4));
+    assert_eq!(
+        c.cmd(&["RENAME", "{r}h", "{r}h2"]),
+        Value::Simple("OK".into())
+    );
+    let dump = c.cmd(&["DUMP", "{r}h2"]).bytes();
+    let restore_copy = |c: &mut Conn, name: &str| {
+        let reply = c.cmd(&[b"RESTORE".as_slice(), name.as_bytes(), b"0", &dump]);
+        assert_eq!(reply, Value::Simple("OK".into()));
+        assert_eq!(
+            c.cmd(&["CTR.GET", name]),
+            Value::Int(5),
+            "{name}: its own units"
+        );
+        assert!(
+            !lists_holders(&c.cmd(&["CTR.INFO", name])),
+            "{name} lists no holder"
+        );
+        assert_eq!(
+            c.cmd(&["CTR.GET", "{r}h2"]),
+            Value::Int(9),
+            "the home whole"
+        );
+    };
+    restore_copy(&mut c, "{r}h3");
+    server.restart_saving();
+    let mut c = server.conn();
+    restore_copy(&mut c, "{r}h4");
+    // A replica knows the renamed home too (it replayed the RENAME, then resynced): promoted,
+    // it tells a copy apart the same way.
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
+    restore_copy(&mut r, "{r}h5");
+    // The home folds its holders back, whole, and no copy took any of it.
+    spread(&mut c, "{r}h2", 1);
+    assert_eq!(c.cmd(&["CTR.GET", "{r}h2"]), Value::Int(9));
+    assert_eq!(c.cmd(&["CTR.GET", "{r}h3"]), Value::Int(5));
 }

@@ -99,6 +99,8 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     update_counter(&key, |c, _| {
         // A replica or a restarted server resumes the transfers this state has under way.
         super::spread_transfer::track(db, args.bytes(1), &counter);
+        // The AOF and a replica's stream enter a renamed home as a load does: the first one.
+        super::home_names::note(db, args.bytes(1), &counter, false);
         *c = counter;
         Ok(())
     })?;

@@ -20,32 +20,6 @@ thread_local! {
     static DEMAND: RefCell<HashMap<DbKey, DemandMeter>> = RefCell::new(HashMap::new());
     /// What this master knows of each floored spread counter's whole headroom.
     static HEADROOM: RefCell<HashMap<SpreadKey, HeadroomView>> = RefCell::new(HashMap::new());
-    /// Floored spread homes renamed on this master: the name their holders carry (what their
-    /// demand names) to the home's current name.
-    static RENAMED_HOMES: RefCell<HashMap<DbKey, Vec<u8>>> = RefCell::new(HashMap::new());
-}
-
-/// The home whose holders carry the name `carried` now lives under `current` in `db` (a
-/// `RENAME`; in a cluster a rename stays in its slot, so on this same master). The same name
-/// again forgets the entry.
-pub fn note_home_name(db: i32, carried: &[u8], current: &[u8]) {
-    RENAMED_HOMES.with(|r| {
-        let mut table = r.borrow_mut();
-        let entry = (db, carried.to_vec());
-        if carried == current {
-            table.remove(&entry);
-            return;
-        }
-        make_room(&mut table, &entry); // a home renamed long ago rebalances as before
-        table.insert(entry, current.to_vec());
-    });
-}
-
-/// The current name of the home whose holders carry `carried` (itself unless renamed here).
-pub fn current_home(db: i32, carried: Vec<u8>) -> Vec<u8> {
-    RENAMED_HOMES
-        .with(|r| r.borrow().get(&(db, carried.clone())).cloned())
-        .unwrap_or(carried)
 }
 
 /// A floored spread counter on this master: its database and spread id (its identity: a home

@@ -39,9 +39,9 @@ use crate::config;
 use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
 use crate::counter::rebalance::apply_moves;
 use crate::counter::rebalance::{plan_moves, HolderReport};
-use crate::counter::spread::{carried_home, key_slot, parse_holder_name};
+use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{Counter, CounterRef};
-use crate::ffi::{rm, string_bytes, CommandError, Ctx, KeyName, RawString};
+use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::metrics;
 use crate::persist::demand_msg::{self as msg, Give, Headroom, HolderDemand};
 
@@ -334,21 +334,6 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) {
     );
 }
 
-/// After a `RENAME` to `key` (its `rename_to` event): a floored spread home whose holders
-/// carry another name is remembered under that name, so their demand still reaches it.
-pub fn follow_renamed_home(ctx: Ctx, key: RawString) {
-    let carried = with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) => b
-            .spread()
-            .filter(|s| s.floor.is_some())
-            .and_then(|s| carried_home(s.holders.iter().map(Vec::as_slice)).map(<[u8]>::to_vec)),
-        _ => None,
-    });
-    if let Ok(Some(carried)) = carried {
-        demand::note_home_name(selected_db(ctx), &carried, string_bytes(key));
-    }
-}
-
 /// True when a purchase of `amount` that the counter `c` at `key` cannot cover should wait for
 /// budget to gather from the other holders (`TRYAGAIN`, nothing recorded) rather than be
 /// refused for good: `c` belongs to a floored spread counter whose whole headroom may cover
@@ -431,12 +416,12 @@ fn rebalance_due(ctx: Ctx, homes: HashSet<DbKey>) {
         return;
     }
     for (db, home) in homes {
-        // Holders name their home by the name it had when it spread.
-        let home = demand::current_home(db, home);
         // SAFETY: ctx is the timer's live context; database 0 is selected again below.
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
             continue;
         }
+        // Holders name their home by the name it had when it spread.
+        let home = super::home_names::current_home(ctx, home);
         if super::spread_cluster::in_cluster(ctx) {
             // Across masters: the home's master polls the holders and asks givers to move.
             rebalance(ctx, &home);

@@ -4,8 +4,8 @@
 //!   just stashed (`spread_collect`);
 //! - `rename_to`, `move_to`: the transfer registry tracks the key under its new name
 //!   (`spread_transfer`);
-//! - `rename_to`: a floored spread home renamed keeps getting its holders' demand
-//!   (`floor_moves`);
+//! - `rename_to`, `move_to`: a spread home renamed is remembered under the name its holders carry
+//!   (`home_names`: its holders' demand reaches it, a copy of it is told apart);
 //! - `move_from`, `move_to` (paired here): a spread home moved to another database takes its
 //!   holders along (`spread_move`), and the client's database is selected again (Valkey 8.1);
 //! - `restore`: a spread home restored under another name while the home lives is detached
@@ -37,9 +37,9 @@ unsafe extern "C" fn on_keyspace(
             super::spread_transfer::track_key(ctx, key);
         });
     }
-    if event == c"rename_to" {
+    if event == c"rename_to" || event == c"move_to" {
         crate::guard::guard(ctx.ptr, "keyspace", || {
-            super::floor_moves::follow_renamed_home(ctx, key);
+            super::home_names::note_key(ctx, key);
         });
     }
     if event == c"restore" {

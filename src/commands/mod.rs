@@ -15,6 +15,7 @@ mod ctr_store;
 mod decide;
 mod demand;
 mod floor_moves;
+mod home_names;
 mod keyspace;
 pub mod parse;
 pub mod pnc;

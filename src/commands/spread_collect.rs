@@ -7,7 +7,9 @@
 //!    that follows in the same call decides (`collect::event_rule`): `del`, `expired`,
 //!    `evicted`, or its name overwritten (`rename_to`, `restore`, `copy_to`) claim it;
 //!    `rename_from` and `move_from` (the counter lives on under another name or database)
-//!    forget it; whatever is still stashed at the next tick is forgotten. Never collect on a
+//!    forget it; what is still stashed at the next tick is claimed when its name now holds a
+//!    value of another type (`SET`, `SORT ... STORE`, `SUNIONSTORE` and the like overwrote it:
+//!    their events are of classes the module does not subscribe to), and forgotten otherwise. Never collect on a
 //!    doubt: a leak is better than a lost unit. `FLUSHALL`/`FLUSHDB` unlink nothing: in a
 //!    cluster, the flush's start event walks the database (O(keys), like the flush; a flush
 //!    with `ASYNC` pays that walk on the main thread) and claims every spread home in it.
@@ -193,11 +195,13 @@ fn select_db(ctx: Ctx, db: c_int) -> bool {
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
 }
 
-/// One pass: forgets what no event claimed, checks the claims and starts their collections
+/// One pass: claims what was overwritten by another type and forgets what else no event
+/// claimed, checks the claims and starts their collections
 /// (a master), sends what is due, drops what is past the timeout.
 fn tick(ctx: Ctx) {
-    // An unlink is claimed by its event in the same call: what is left now never will be.
-    drop(crate::persist::ctr_type::take_unlinked());
+    // An unlink is claimed by its event in the same call: what is left now never will be,
+    // unless its name now holds another type (`claim_overwritten`).
+    take_unlinked();
     let now = ctx.now_ms();
     let timeout = config::COLLECT_TIMEOUT_MS.load(Relaxed);
     let idle = {
@@ -207,11 +211,10 @@ fn tick(ctx: Ctx) {
     if idle {
         return;
     }
+    claim_overwritten(ctx, now);
     let master = is_master(ctx);
     let claims = {
         let mut s = state();
-        s.stash.clear();
-        STASHED.store(false, Relaxed);
         if master {
             s.claim_bytes = 0;
             std::mem::take(&mut s.claims)
@@ -289,6 +292,30 @@ fn tick(ctx: Ctx) {
     metrics::COLLECTIONS_PENDING.set(left as u64);
 }
 
+/// Claims what is still stashed (no subscribed event claimed or forgot it) when its name now
+/// holds a value of another type: a command of another event class (`SET`, `SORT ... STORE`,
+/// `SUNIONSTORE` ...) overwrote the home, and the counter is gone. Anything else stashed is
+/// forgotten (a doubt: a leak is better than a lost unit).
+fn claim_overwritten(ctx: Ctx, now: i64) {
+    let stashed = {
+        let mut s = state();
+        STASHED.store(false, Relaxed);
+        std::mem::take(&mut s.stash)
+    };
+    let overwritten: Vec<Left> = stashed
+        .into_iter()
+        .filter(|l| select_db(ctx, l.db) && holds_another_type(ctx, &l.name))
+        .map(|l| Left { at_ms: now, ..l })
+        .collect();
+    select_db(ctx, 0);
+    claim(overwritten);
+}
+
+fn holds_another_type(ctx: Ctx, name: &[u8]) -> bool {
+    let key = KeyName::new(ctx, name);
+    with_counter(ctx, key.raw, |_| ()).is_err()
+}
+
 /// The checks of `collect::still_to_collect`, on this master (the selected database).
 fn still_to_collect(ctx: Ctx, c: &Collection, deleted_name: &[u8], in_cluster: bool) -> bool {
     // What a name holds, as a counter (another type, or an inline counter: not a home).
@@ -305,13 +332,13 @@ fn still_to_collect(ctx: Ctx, c: &Collection, deleted_name: &[u8], in_cluster: b
         // cluster, another slot is itself a reason not to collect).
         let carried_here =
             c.home != deleted_name && (!in_cluster || key_slot(&c.home) == key_slot(deleted_name));
-        let check = |under_the_carried_home: Option<&Counter>| {
+        let check = |other_home: Option<&Counter>| {
             collect::still_to_collect(
                 c,
                 &Seen {
                     deleted_name,
                     now_under_the_name,
-                    under_the_carried_home,
+                    other_home,
                     in_cluster,
                 },
             )

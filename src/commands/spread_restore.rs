@@ -2,57 +2,39 @@
 //! second home: a second home of the same holders would read their units into its own total
 //! (counted twice) and could take a fold's credit meant for the real one. So when a counter
 //! arrives by `RESTORE` and [`Copy::is_copy`] says it is a copy (its holders carry another
-//! home name, which holds a home of the same spread on this master, or, in a cluster, lies in
-//! another slot, where only a copy can be), it is detached into an independent counter of its
+//! home name, which holds a home of the same spread on this master, or was renamed on this
+//! master to a name that still does (`home_names`), or, in a cluster, lies in another slot,
+//! where only a copy can be), it is detached into an independent counter of its
 //! own units (`Counter::detach_from_spread`), replicated as its resulting state. A restore
 //! under the home's own name (`RESTORE ... REPLACE`, `MIGRATE`), or after the home is gone,
 //! keeps the holders. Counted in `ctr_restored_copies_detached`.
 
 use super::ctr_store::{publish_state, update_counter, with_counter};
+use super::home_names;
 use super::spread_cluster::in_cluster;
 use super::spread_transfer::is_master;
-use crate::counter::collect::Copy;
-use crate::counter::spread::{carried_home, parse_holder_name};
-use crate::counter::CounterRef;
+use crate::counter::collect::{carried_by, Copy};
+use crate::counter::{Counter, CounterRef};
 use crate::ffi::{string_bytes, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::ctr_format;
 
-/// After the `restore` event of `key`: detaches it when it is a copy of a living home.
+/// After the `restore` event of `key`: detaches it when it is a copy of a living home;
+/// otherwise a home restored under another name than its holders carry is remembered
+/// (`home_names`: the `MIGRATE` of a renamed home).
 pub fn on_restored(ctx: Ctx, key: RawString) {
     if !is_master(ctx) {
         return; // the master's detach reaches replicas and the AOF as a state
     }
     let name = string_bytes(key);
     let Ok(Some((carried, spread_id))) = with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) => {
-            let current = b.spread().map(|s| s.holders.as_slice()).unwrap_or(&[]);
-            let leaving = b.leaving().iter().map(|l| l.name.as_slice());
-            let holders: Vec<&[u8]> = current.iter().map(Vec::as_slice).chain(leaving).collect();
-            let carried = carried_home(holders.iter().copied())?.to_vec();
-            let id = holders.iter().find_map(|h| parse_holder_name(h))?.spread_id;
-            Some((carried, id))
-        }
+        Some(CounterRef::Boxed(b)) => carried_by(b),
         _ => None,
     }) else {
         return;
     };
-    let carried_key = KeyName::new(ctx, &carried);
-    let is_copy = with_counter(ctx, carried_key.raw, |c| {
-        let under = match c {
-            Some(CounterRef::Boxed(b)) => Some(b),
-            _ => None,
-        };
-        Copy {
-            name,
-            carried_home: &carried,
-            spread_id,
-            under_the_carried_home: under,
-            in_cluster: in_cluster(ctx),
-        }
-        .is_copy()
-    });
-    if spread_id == 0 || is_copy != Ok(true) {
+    if !is_copy(ctx, name, &carried, spread_id) {
+        home_names::note_key(ctx, key);
         return;
     }
     let opened = Key::open(ctx, key, true);
@@ -70,5 +52,33 @@ pub fn on_restored(ctx: Ctx, key: RawString) {
                 String::from_utf8_lossy(&carried)
             ));
         }
+    }
+}
+
+/// `collect::Copy` on this master: the home `name` of spread `spread_id` whose holders carry
+/// `carried` is a copy when the carried name, or the name this master saw that home renamed
+/// to, holds a home of that spread (or, in a cluster, the carried name is in another slot).
+fn is_copy(ctx: Ctx, name: &[u8], carried: &[u8], spread_id: u64) -> bool {
+    let other = home_names::living_home(ctx, carried, spread_id).filter(|h| h != name);
+    let read = |other_home: Option<&Counter>| {
+        Copy {
+            name,
+            carried_home: carried,
+            spread_id,
+            other_home,
+            in_cluster: in_cluster(ctx),
+        }
+        .is_copy()
+    };
+    match other {
+        Some(home_name) => {
+            let home_key = KeyName::new(ctx, &home_name);
+            let copy = with_counter(ctx, home_key.raw, |c| match c {
+                Some(CounterRef::Boxed(b)) => read(Some(b)),
+                _ => read(None),
+            });
+            copy == Ok(true)
+        }
+        None => read(None),
     }
 }

@@ -572,6 +572,7 @@ fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
 /// A replica only drops the keys its master has finished with (it resumes the others once
 /// promoted).
 fn tick(ctx: Ctx) {
+    super::home_names::take_loaded(); // what loading left for it, without waiting for a lookup
     for (db, name) in crate::persist::ctr_type::take_loaded_with_transfers() {
         enter(db, &name);
     }

@@ -82,6 +82,16 @@ pub fn left_by(home_name: &[u8], c: &Counter) -> Vec<Collection> {
     out
 }
 
+/// The name a home's holders carry (its name when it spread) and its spread id, when `c` is a
+/// home with holders, current or leaving, of a spread with an id.
+pub fn carried_by(c: &Counter) -> Option<(Vec<u8>, u64)> {
+    let current = c.spread().map(|s| s.holders.as_slice()).unwrap_or(&[]);
+    let leaving = c.leaving().iter().map(|l| l.name.as_slice());
+    let mut holders = current.iter().map(Vec::as_slice).chain(leaving);
+    let h = holders.find_map(parse_holder_name)?;
+    (h.spread_id != 0).then(|| (h.home.to_vec(), h.spread_id))
+}
+
 /// True when `c` is a home of the spread `spread_id`: it lists a holder of that spread, current
 /// or leaving.
 pub fn is_home_of(c: &Counter, spread_id: u64) -> bool {
@@ -92,12 +102,13 @@ pub fn is_home_of(c: &Counter, spread_id: u64) -> bool {
 }
 
 /// What the home's master sees when it checks a claimed collection: the counter now under the
-/// name the home was deleted from, the counter under the home name its holders carry (when that
-/// is another name this master can read), and whether it runs in a cluster.
+/// name the home was deleted from, the counter under the home name its holders carry or under
+/// the name this master saw that home renamed to (when that is another name this master can
+/// read), and whether it runs in a cluster.
 pub struct Seen<'a> {
     pub deleted_name: &'a [u8],
     pub now_under_the_name: Option<&'a Counter>,
-    pub under_the_carried_home: Option<&'a Counter>,
+    pub other_home: Option<&'a Counter>,
     pub in_cluster: bool,
 }
 
@@ -118,27 +129,29 @@ pub fn still_to_collect(c: &Collection, seen: &Seen) -> bool {
         name: seen.deleted_name,
         carried_home: &c.home,
         spread_id: c.spread_id,
-        under_the_carried_home: seen.under_the_carried_home,
+        other_home: seen.other_home,
         in_cluster: seen.in_cluster,
     };
     !copy.is_copy()
 }
 
 /// A home of spread `spread_id` under `name`, whose holders carry the home name
-/// `carried_home`, and what this master sees under that name.
+/// `carried_home`, and what this master sees under that name or under the name it saw that
+/// home renamed to (`other_home`: never `name` itself).
 pub struct Copy<'a> {
     pub name: &'a [u8],
     pub carried_home: &'a [u8],
     pub spread_id: u64,
-    pub under_the_carried_home: Option<&'a Counter>,
+    pub other_home: Option<&'a Counter>,
     pub in_cluster: bool,
 }
 
 impl Copy<'_> {
     /// True when the home is a copy of another home of the same holders (restored under
     /// another name): it is not the spread's first home (its holders carry another name), and
-    /// that name holds a home of the same spread here, or, in a cluster, is in another slot
-    /// (`RENAME` keeps a key in its slot, so only a copy can be elsewhere).
+    /// that name, or the name the first home was renamed to, holds a home of the same spread
+    /// here, or, in a cluster, the carried name is in another slot (`RENAME` keeps a key in
+    /// its slot, so only a copy can be elsewhere).
     pub fn is_copy(&self) -> bool {
         if self.carried_home == self.name {
             return false;
@@ -146,7 +159,7 @@ impl Copy<'_> {
         let other_slot = self.in_cluster && key_slot(self.carried_home) != key_slot(self.name);
         other_slot
             || self
-                .under_the_carried_home
+                .other_home
                 .is_some_and(|home| is_home_of(home, self.spread_id))
     }
 }
@@ -381,7 +394,7 @@ mod tests {
             name,
             carried_home: b"k",
             spread_id: 0x10,
-            under_the_carried_home: under,
+            other_home: under,
             in_cluster,
         };
         let original: &'static Counter = Box::leak(Box::new(original));
@@ -483,7 +496,7 @@ mod tests {
             let seen = Seen {
                 deleted_name: b"k",
                 now_under_the_name: now,
-                under_the_carried_home: None,
+                other_home: None,
                 in_cluster: true,
             };
             still_to_collect(&left, &seen)
@@ -506,7 +519,7 @@ mod tests {
             let seen = Seen {
                 deleted_name: b"copy",
                 now_under_the_name: None,
-                under_the_carried_home: carried,
+                other_home: carried,
                 in_cluster,
             };
             still_to_collect(&left, &seen)
@@ -520,7 +533,7 @@ mod tests {
         let renamed = Seen {
             deleted_name: b"{t}renamed",
             now_under_the_name: None,
-            under_the_carried_home: None,
+            other_home: None,
             in_cluster: true,
         };
         assert!(still_to_collect(&left, &renamed), "renamed within its slot");

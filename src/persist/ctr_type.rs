@@ -12,6 +12,7 @@ use super::{
 };
 
 use super::ctr_format;
+use crate::counter::collect::carried_by;
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::rm;
 use crate::metrics;
@@ -78,11 +79,32 @@ pub fn take_loaded_with_transfers() -> Vec<(c_int, Vec<u8>)> {
     LOADED_WITH_TRANSFERS.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 
+/// A spread home loaded under a name other than the one its holders carry: its database and
+/// name, the carried name and its spread id.
+pub type LoadedHome = (c_int, Vec<u8>, Vec<u8>, u64);
+
+thread_local! {
+    /// Homes loaded under another name than their holders carry, until the renamed-home table
+    /// of the glue (`commands::home_names`) takes them.
+    static LOADED_HOMES: std::cell::RefCell<std::collections::VecDeque<LoadedHome>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// Loaded homes kept for the glue at most (past it the oldest go: the table is a hint).
+const LOADED_HOMES_LIMIT: usize = 100_000;
+
+/// Every home loaded under another name than its holders carry since the last call.
+pub fn take_loaded_homes() -> std::collections::VecDeque<LoadedHome> {
+    LOADED_HOMES.with(|l| std::mem::take(&mut *l.borrow_mut()))
+}
+
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCell, String> {
     let buffer = load_blob(rdb, encver, CTR_ENCVER)?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
-    if counter.transfers().is_some_and(|t| t.has_pending()) {
+    let with_transfers = counter.transfers().is_some_and(|t| t.has_pending());
+    let home = carried_by(&counter);
+    if with_transfers || home.is_some() {
         // SAFETY: rdb is the live IO handle of this load (RDB or RESTORE); the name is
         // borrowed for this call only.
         let (name, db) = unsafe {
@@ -93,7 +115,19 @@ fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCe
         };
         if !name.is_null() {
             let name = crate::ffi::string_bytes(name).to_vec();
-            LOADED_WITH_TRANSFERS.with(|l| l.borrow_mut().push((db, name)));
+            match home {
+                Some((carried, spread_id)) if carried != name => LOADED_HOMES.with(|l| {
+                    let mut loaded = l.borrow_mut();
+                    if loaded.len() >= LOADED_HOMES_LIMIT {
+                        loaded.pop_front();
+                    }
+                    loaded.push_back((db, name.clone(), carried, spread_id));
+                }),
+                _ => {}
+            }
+            if with_transfers {
+                LOADED_WITH_TRANSFERS.with(|l| l.borrow_mut().push((db, name)));
+            }
         }
     }
     Ok(CounterCell::new(counter))
