@@ -423,3 +423,54 @@ fn an_expired_home_is_collected_and_a_paused_master_once_it_wakes() {
         .collect();
     assert!(existing_in(&cluster, &served_elsewhere).is_empty());
 }
+
+/// A receiver answers a collection only once its replicas hold the deletions: with the
+/// replica of a holder's master frozen, the holder is deleted at once but the home's master
+/// keeps the collection pending (a failover to that replica would bring the holder back, and
+/// the collection must still be asking then) until the replica wakes.
+#[test]
+fn a_receiver_answers_only_once_its_replicas_hold_the_deletion() {
+    let cluster = Cluster::start(3, &[]);
+    let home = "watched";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let receiver = holders
+        .iter()
+        .map(|h| cluster.owner(key_slot(h.as_bytes())))
+        .find(|&n| n != home_node)
+        .expect("a holder on another master");
+    let replica = cluster.start_replica_of(receiver);
+    cluster.nodes[receiver].wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 2"));
+    std::thread::sleep(Duration::from_millis(200));
+    let deleted = Instant::now();
+    assert_eq!(cluster.client().cmd(&["DEL", home]), Value::Int(1));
+    let on_receiver: Vec<String> = holders[1..]
+        .iter()
+        .filter(|h| cluster.owner(key_slot(h.as_bytes())) == receiver)
+        .cloned()
+        .collect();
+    wait_collected(&cluster, &on_receiver, deleted, Duration::from_secs(1));
+    let home_master = &cluster.nodes[home_node];
+    assert_eq!(
+        info_u64(home_master, "ctr_collections_pending"),
+        1,
+        "answered before the receiver's replica holds the deletion"
+    );
+    sleeper.join().unwrap();
+    eventually(5, || {
+        (info_u64(home_master, "ctr_collections_pending") == 0).then_some(())
+    });
+    let answered_after = deleted.elapsed();
+    assert!(
+        answered_after >= Duration::from_millis(1500),
+        "{answered_after:?}"
+    );
+    cluster.nodes[receiver].wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.q("READONLY"), ok());
+    for h in &on_receiver {
+        assert_eq!(r.cmd(&["EXISTS", h.as_str()]), Value::Int(0), "{h}");
+    }
+    assert_eq!(sum_info(&cluster, "ctr_collections_abandoned"), 0);
+}

@@ -32,7 +32,10 @@
 //! 4. **Deleted** by a receiver only when it serves the name's slot as a master, the key is a
 //!    counter of this module and its name is a holder of exactly that spread id and carried
 //!    home (`collect::verdict`); with `DEL` through `RM_Call`, replicated to its replicas and
-//!    the AOF, with the server's own `del` event.
+//!    the AOF, with the server's own `del` event. It answers once its online replicas hold
+//!    those deletions (the same gate as claims; at most 1024 answers held, past that a request
+//!    goes unanswered and is asked again): a failover to a replica that lacked them brings the
+//!    holders back while the sender still asks.
 //!
 //! Bounds: the stash holds 1024 homes at most (oldest dropped), claims and pending collections
 //! 8 MB of names each (past that a home's collection is abandoned at once), a tick sends or
@@ -43,9 +46,8 @@
 //! timeout, and sends it if it is promoted within it (a receiver answers a holder already
 //! deleted as gone); a failover to a replica that never got the `DEL` finds the home and every
 //! holder (nothing was collected before the replicas held it). What leaks (never a loss): collections pending on a master that restarts,
-//! a flush's claims when its master fails over right after it (replicas do not walk), holders
-//! whose master does not answer within the timeout, and an acknowledged deletion that a
-//! receiver's failover loses.
+//! a flush's claims when its master fails over right after it (replicas do not walk), and
+//! holders whose master does not answer within the timeout.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -79,6 +81,8 @@ const MAX_PENDING_BYTES: usize = 8 << 20;
 const MAX_NAMES_PER_TICK: usize = 4096;
 const MAX_NAMES_PER_MESSAGE: usize = 4096;
 const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+/// Answers held for the replicas, at most (past it a request goes unanswered: asked again).
+const MAX_HELD_ANSWERS: usize = 1024;
 
 /// What a home left when it was unlinked (stashed), or the claim the event made of it.
 struct Left {
@@ -91,11 +95,21 @@ struct Left {
     gate: Gate,
 }
 
+/// A receiver's answer, held until this master's replicas hold the deletions it answers: a
+/// failover to a replica that never got them would bring the holders back after the sender
+/// stopped asking.
+struct HeldAnswer {
+    to: NodeId,
+    answered: Vec<Collection>,
+    gate: Gate,
+}
+
 struct State {
     stash: Vec<Left>,
     claims: Vec<Left>,
     claim_bytes: usize,
     pending: Pending,
+    held: Vec<HeldAnswer>,
 }
 
 /// Behind a lock rather than thread-local: `unlink2` and keyspace events run on whichever
@@ -106,6 +120,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     claims: Vec::new(),
     claim_bytes: 0,
     pending: Pending::with_cap(MAX_PENDING_BYTES),
+    held: Vec::new(),
 });
 /// Something is stashed: the keyspace event handler's fast path.
 static STASHED: AtomicBool = AtomicBool::new(false);
@@ -206,7 +221,7 @@ fn tick(ctx: Ctx) {
     let timeout = config::COLLECT_TIMEOUT_MS.load(Relaxed);
     let idle = {
         let s = state();
-        s.stash.is_empty() && s.claims.is_empty() && s.pending.is_empty()
+        s.stash.is_empty() && s.claims.is_empty() && s.pending.is_empty() && s.held.is_empty()
     };
     if idle {
         return;
@@ -224,6 +239,7 @@ fn tick(ctx: Ctx) {
             s.claims.retain(|l| now.saturating_sub(l.at_ms) <= timeout);
             s.claim_bytes = s.claims.iter().map(|l| bytes_of(&l.collections)).sum();
             s.pending.clear();
+            s.held.clear(); // the senders ask the new master
             metrics::COLLECTIONS_PENDING.set(0);
             return;
         }
@@ -231,6 +247,9 @@ fn tick(ctx: Ctx) {
     let in_cluster = cluster::in_cluster(ctx);
     // Read once per tick, after the deletions of earlier commands were propagated.
     let replication = replication_gate::read(ctx);
+    if let Some(r) = &replication {
+        send_held_answers(ctx, r);
+    }
     let mut started: Vec<(Collection, i64)> = Vec::new();
     let mut waiting: Vec<Left> = Vec::new();
     for mut left in claims {
@@ -464,6 +483,24 @@ fn delete(ctx: Ctx, name: &[u8]) -> bool {
     ran
 }
 
+/// Sends every held answer whose deletions this master's replicas hold.
+fn send_held_answers(ctx: Ctx, replication: &replication_gate::Replication) {
+    let ready: Vec<HeldAnswer> = {
+        let mut s = state();
+        let (ready, held) = std::mem::take(&mut s.held)
+            .into_iter()
+            .map(|mut h| (h.gate.open(replication), h))
+            .partition::<Vec<_>, _>(|(open, _)| *open);
+        s.held = held.into_iter().map(|(_, h)| h).collect();
+        ready.into_iter().map(|(_, h)| h).collect()
+    };
+    for h in ready {
+        for m in collect_msg::encode_chunked(&h.answered, MAX_MESSAGE_BYTES) {
+            cluster::send(ctx.ptr, &h.to, MSG_COLLECTED, &m);
+        }
+    }
+}
+
 fn on_answer(answered: &[Collection]) {
     let mut s = state();
     for c in answered {
@@ -480,9 +517,19 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
             };
             select_db(ctx, 0);
             let answered = collect_here(ctx, &collections, MAX_NAMES_PER_MESSAGE);
-            for m in collect_msg::encode_chunked(&answered, MAX_MESSAGE_BYTES) {
-                cluster::send(ctx.ptr, &from, MSG_COLLECTED, &m);
+            if answered.is_empty() {
+                return;
             }
+            let mut s = state();
+            if s.held.len() < MAX_HELD_ANSWERS {
+                s.held.push(HeldAnswer {
+                    to: from,
+                    answered,
+                    gate: Gate::default(),
+                });
+            }
+            drop(s);
+            soon(ctx);
         }
         MSG_COLLECTED => {
             if let Ok(answered) = collect_msg::decode(payload) {
