@@ -474,3 +474,41 @@ fn a_receiver_answers_only_once_its_replicas_hold_the_deletion() {
     }
     assert_eq!(sum_info(&cluster, "ctr_collections_abandoned"), 0);
 }
+
+/// A home's master that restarts with a collection still claimed (its replica frozen, so the
+/// claim waited) claims the deletion again from its AOF and collects the holders.
+#[test]
+fn a_collection_lost_to_a_restart_is_claimed_again_from_the_aof() {
+    let mut cluster = Cluster::start(3, &[]);
+    let home = "restarted";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let mut m = cluster.nodes[home_node].conn();
+    assert_eq!(m.q("CONFIG SET appendonly yes"), ok());
+    cluster.nodes[home_node].wait_persistence_idle();
+    let replica = cluster.start_replica_of(home_node);
+    cluster.nodes[home_node].wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 2"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(m.cmd(&["DEL", home]), Value::Int(1));
+    std::thread::sleep(Duration::from_millis(300));
+    let elsewhere: Vec<String> = holders[1..]
+        .iter()
+        .filter(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .cloned()
+        .collect();
+    assert_eq!(
+        existing_in(&cluster, &elsewhere).len(),
+        elsewhere.len(),
+        "the claim waits for the frozen replica"
+    );
+    cluster.nodes[home_node].restart_adding(&["--appendonly", "yes"]);
+    let restarted = Instant::now();
+    sleeper.join().unwrap();
+    // The replica comes back through a full sync (its replication id is gone with the
+    // restart: about 5 s of diskless-sync delay), and the claim waits for it to hold the DEL.
+    let took = wait_collected(&cluster, &elsewhere, restarted, Duration::from_secs(20));
+    note(&format!(
+        "spread_collect: a restart lost a claimed collection: collected {took:?} after the restart"
+    ));
+}

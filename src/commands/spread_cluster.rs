@@ -127,6 +127,23 @@ fn holder_floor(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<i64> {
 /// served here and, when migrating, the key has not moved yet): `RM_Call` of `EXISTS`, which
 /// the server refuses (a null reply) for a key it would redirect.
 pub fn routed_here(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> bool {
+    route(ctx, name) == Route::Here
+}
+
+/// Where the server's routing check sends a command on a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Here,
+    /// Its slot is served elsewhere (or the key is migrating away).
+    Elsewhere,
+    /// The cluster is down (`cluster_state:fail`, e.g. a node just restarted that has not
+    /// heard from the others yet): nothing can be said about the slot.
+    ClusterDown,
+}
+
+/// The routing check of [`routed_here`], telling a cluster that is down (`RM_Call` sets
+/// `ENETDOWN` or `EROFS`) from a slot served elsewhere.
+pub fn route(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Route {
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {
         rm!(RedisModule_Call)(
@@ -138,11 +155,19 @@ pub fn routed_here(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> bool {
         )
     };
     if reply.is_null() {
-        return false;
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        return match errno {
+            Some(e) if e == ENETDOWN || e == EROFS => Route::ClusterDown,
+            _ => Route::Elsewhere,
+        };
     }
     drop(CallReply(reply));
-    true
+    Route::Here
 }
+
+/// Linux's errno values that `RM_Call` sets when the cluster is down.
+const ENETDOWN: i32 = 100;
+const EROFS: i32 = 30;
 
 /// Which master serves each slot, and who this node is.
 pub struct Topology {

@@ -45,9 +45,12 @@
 //! Failover: a replica claims what its master's replicated `DEL`s unlink, keeps it for the
 //! timeout, and sends it if it is promoted within it (a receiver answers a holder already
 //! deleted as gone); a failover to a replica that never got the `DEL` finds the home and every
-//! holder (nothing was collected before the replicas held it). What leaks (never a loss): collections pending on a master that restarts,
-//! a flush's claims when its master fails over right after it (replicas do not walk), and
-//! holders whose master does not answer within the timeout.
+//! holder (nothing was collected before the replicas held it). A master that restarts from
+//! its AOF claims the deletions it replays again (checked as above once loading is over, the
+//! cluster waited for while it is down; holders already collected answer as gone). What leaks
+//! (never a loss): collections pending on a master that restarts from an RDB alone, a flush's
+//! claims when its master fails over right after it (replicas do not walk), and holders whose
+//! master does not answer within the timeout.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -81,6 +84,8 @@ const MAX_PENDING_BYTES: usize = 8 << 20;
 const MAX_NAMES_PER_TICK: usize = 4096;
 const MAX_NAMES_PER_MESSAGE: usize = 4096;
 const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+/// The claim time of a deletion replayed while loading, stamped at the first tick after.
+const LOADED: i64 = i64::MIN;
 /// Answers held for the replicas, at most (past it a request goes unanswered: asked again).
 const MAX_HELD_ANSWERS: usize = 1024;
 
@@ -183,11 +188,14 @@ pub fn on_event(ctx: Ctx, event: &[u8], key: RawString) {
     if rule == EventRule::Forget {
         return;
     }
-    // An AOF or RDB replay: whatever it deletes was collected (or not) when it happened.
-    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
-        return;
-    }
-    left.at_ms = ctx.now_ms();
+    // An AOF replay: the deletion may have been claimed before a restart that lost its
+    // collection, so it is claimed again and checked like any other once loading is over
+    // (holders already collected are answered as gone). Its time starts at the first tick.
+    left.at_ms = if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
+        LOADED
+    } else {
+        ctx.now_ms()
+    };
     claim(vec![left]);
     soon(ctx);
 }
@@ -230,6 +238,9 @@ fn tick(ctx: Ctx) {
     let master = is_master(ctx);
     let claims = {
         let mut s = state();
+        for l in s.claims.iter_mut().filter(|l| l.at_ms == LOADED) {
+            l.at_ms = now;
+        }
         if master {
             s.claim_bytes = 0;
             std::mem::take(&mut s.claims)
@@ -268,9 +279,19 @@ fn tick(ctx: Ctx) {
             continue;
         }
         // The home's slot is not served here now (a slot migration's MIGRATE, a slot this
-        // node lost, a cluster down): a doubt, so nothing is collected.
-        if in_cluster && !cluster::routed_here(ctx.ptr, &left.name) {
-            continue;
+        // node lost): a doubt, so nothing is collected. A cluster down (a node that just
+        // restarted and has not heard from the others yet) says nothing: the claim waits,
+        // within the timeout.
+        if in_cluster {
+            match cluster::route(ctx.ptr, &left.name) {
+                cluster::Route::Here => {}
+                // Down (a node just restarted, before it heard from the others): wait.
+                cluster::Route::ClusterDown => {
+                    waiting.push(left);
+                    continue;
+                }
+                cluster::Route::Elsewhere => continue,
+            }
         }
         let todo: Vec<Collection> = left
             .collections

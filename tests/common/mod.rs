@@ -281,6 +281,14 @@ impl Server {
         self.launch();
     }
 
+    /// Like [`Server::restart`], with `extra` server options from now on (e.g. the
+    /// `--appendonly yes` a `CONFIG SET` gave it, so that it loads its AOF).
+    pub fn restart_adding(&mut self, extra: &[&str]) {
+        self.stop("SHUTDOWN NOSAVE");
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.launch();
+    }
+
     /// Like [`Server::restart`] but SHUTDOWN SAVE first, so an RDB is written.
     pub fn restart_saving(&mut self) {
         self.stop("SHUTDOWN SAVE");
