@@ -115,6 +115,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_GetDbIdFromOptCtx,
         RedisModule_SubscribeToServerEvent,
         RedisModule_ScanCursorDestroy,
+        RedisModule_AvoidReplicaTraffic,
     )
 }
 
@@ -143,8 +144,9 @@ pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
 }
 
 /// Set when the context flags last showed a primary that is not loading; cleared by the
-/// role-change and loading server events ([`forget_role`]). While it holds, no command can be
-/// replayed (from a master link or the AOF), so the hot writes need not ask the flags:
+/// role-change and loading server events ([`forget_role`]), and never set while an atomic slot
+/// import runs here ([`set_importing`]). While it holds, no command can be replayed (from a
+/// master link, the AOF or a slot import), so the hot writes need not ask the flags:
 /// `RM_GetContextFlags` computes every one of them, about 130 instructions per call.
 static KNOWN_PRIMARY: AtomicBool = AtomicBool::new(false);
 
@@ -153,9 +155,41 @@ pub fn known_primary() -> bool {
     KNOWN_PRIMARY.load(Ordering::Relaxed)
 }
 
+/// True when context flags say the running command is a replay, which applies what a master
+/// decided and decides nothing itself: sent by our master, loaded from the AOF, or run by the
+/// client of an atomic slot import (Redis 8.4+ and Valkey 9 mark that client as a master's:
+/// `REPLICATED`; Valkey also sets its own `SLOT_IMPORT_CLIENT` flag). No client a user opens
+/// ever carries either flag.
+pub fn replayed(flags: u32) -> bool {
+    flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+}
+
 /// The server's role or loading state changed: the next command asks the flags again.
 pub fn forget_role() {
     KNOWN_PRIMARY.store(false, Ordering::Relaxed);
+}
+
+/// Set while this primary imports slots by atomic slot migration: the import's client runs on
+/// a primary the commands the slots' source decided (its snapshot, then the writes made there
+/// meanwhile), so a primary's commands may be replays then, and every command asks the flags
+/// ([`KNOWN_PRIMARY`] is not trusted). Without this, the import's `CTR.SETSTATE` is refused as
+/// an internal command and Valkey fails the whole migration (measured on 9.1.2).
+static IMPORTING: AtomicBool = AtomicBool::new(false);
+
+/// An atomic slot import started (true) or every one ended (false) on this server.
+pub fn set_importing(importing: bool) {
+    IMPORTING.store(importing, Ordering::Relaxed);
+    if importing {
+        forget_role();
+    }
+}
+
+/// True while the server pauses writes (`CLIENT PAUSE WRITE`, a manual failover, the handoff
+/// of an atomic slot migration): what it still runs is not to be sent to replicas, nor, on a
+/// slot migration's source, to the slots' new master.
+pub fn writes_paused() -> bool {
+    // SAFETY: plain API call, no context needed.
+    unsafe { rm!(RedisModule_AvoidReplicaTraffic)() != 0 }
 }
 
 /// A command's arguments (argv[0] is the command name).
@@ -379,8 +413,7 @@ impl Ctx {
         if known_primary() {
             return false;
         }
-        self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
-            != 0
+        replayed(self.flags())
     }
 
     /// The server's context flags (`REDISMODULE_CTX_FLAGS_*`).
@@ -390,7 +423,10 @@ impl Ctx {
         let not_local = raw::REDISMODULE_CTX_FLAGS_SLAVE
             | raw::REDISMODULE_CTX_FLAGS_LOADING
             | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
-        if flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & not_local == 0 {
+        if flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+            && flags & not_local == 0
+            && !IMPORTING.load(Ordering::Relaxed)
+        {
             KNOWN_PRIMARY.store(true, Ordering::Relaxed);
         }
         flags
@@ -434,10 +470,19 @@ impl Ctx {
     /// Writes a warning to the server log. The text is passed as an argument, never as the
     /// printf format.
     pub fn log_warning(&self, msg: &str) {
+        self.log(c"warning", msg);
+    }
+
+    /// Writes a notice (the default log level shows it) to the server log.
+    pub fn log_notice(&self, msg: &str) {
+        self.log(c"notice", msg);
+    }
+
+    fn log(&self, level: &CStr, msg: &str) {
         let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
         // SAFETY: ctx is live; "%s" consumes exactly one C string.
         unsafe {
-            rm!(RedisModule_Log)(self.ptr, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr());
+            rm!(RedisModule_Log)(self.ptr, level.as_ptr(), c"%s".as_ptr(), msg.as_ptr());
         }
     }
 

@@ -35,6 +35,7 @@ pub const CALLBACKS: &[&str] = &[
     // Server and keyspace events.
     "flush",
     "keyspace",
+    "slot-migration",
     // A blocked gathered read's callbacks.
     "gather-reply",
     "gather-timeout",

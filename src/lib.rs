@@ -43,9 +43,18 @@ mod module {
         // instead of failing the command. NO_IMPLICIT_SIGNAL_MODIFIED: a key opened for writing
         // is not reported modified on close; each write that changes something says so itself
         // (`Ctx::key_changed`), so a duplicate or refused write leaves `WATCH` holding.
-        ctx.set_module_options(
-            raw::ModuleOptions::HANDLE_IO_ERRORS | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
-        );
+        // Valkey 9 (HANDLE_ATOMIC_SLOT_MIGRATION): the module handles atomic slot migration
+        // (`commands::slot_migration`); without the declaration a loaded module switches it off
+        // for the whole cluster. Added only where the server lists the option.
+        crate::commands::slot_migration::detect();
+        let options = raw::ModuleOptions::HANDLE_IO_ERRORS.bits()
+            | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED.bits()
+            | crate::commands::slot_migration::module_options();
+        // SAFETY: ctx is the live load context; every supported server has the API.
+        if let Some(set) = unsafe { raw::RedisModule_SetModuleOptions } {
+            // SAFETY: as above.
+            unsafe { set(ctx.ctx, options) };
+        }
         crate::guard::install_panic_hook();
         crate::config::register(ctx, args)?;
         let hide_internal =

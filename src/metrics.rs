@@ -168,6 +168,15 @@ pub static COLLECTIONS: Counter = Counter::new();
 pub static COLLECTIONS_PENDING: Counter = Counter::new();
 pub static COLLECTIONS_ABANDONED: Counter = Counter::new();
 pub static HOLDERS_COLLECTED: Counter = Counter::new();
+/// Atomic slot migrations (Valkey 9 `CLUSTER MIGRATESLOTS`, Redis 8.4+ `CLUSTER MIGRATION
+/// IMPORT`, see `commands::slot_migration`) this node took part in: imports and exports
+/// started, and of those, ended without moving the slots (failed or cancelled); a gauge of
+/// the ones under way (module work on keys of their slots waits for them).
+pub static SLOT_IMPORTS: Counter = Counter::new();
+pub static SLOT_IMPORTS_ABORTED: Counter = Counter::new();
+pub static SLOT_EXPORTS: Counter = Counter::new();
+pub static SLOT_EXPORTS_ABORTED: Counter = Counter::new();
+pub static SLOT_MIGRATIONS_IN_PROGRESS: Counter = Counter::new();
 
 /// Records the latency of one successful gather.
 pub fn record_gather_latency(ms: i64) {
@@ -238,6 +247,11 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("collections_pending", &COLLECTIONS_PENDING),
         ("collections_abandoned", &COLLECTIONS_ABANDONED),
         ("holders_collected", &HOLDERS_COLLECTED),
+        ("slot_imports", &SLOT_IMPORTS),
+        ("slot_imports_aborted", &SLOT_IMPORTS_ABORTED),
+        ("slot_exports", &SLOT_EXPORTS),
+        ("slot_exports_aborted", &SLOT_EXPORTS_ABORTED),
+        ("slot_migrations_in_progress", &SLOT_MIGRATIONS_IN_PROGRESS),
     ]
 }
 

@@ -8,13 +8,18 @@ use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
 
 /// Refuses an internal command unless the master decided it: it runs from the master's
-/// replication stream and while loading (the AOF), or for anyone when the module was loaded
+/// replication stream, an atomic slot import (the slots' source decided) and while loading
+/// (the AOF), or for anyone when the module was loaded
 /// with `expose-internal-commands yes`. Checked by the module itself because Redis 7.0 and
 /// Valkey have no `internal` command flag, and an ACL rule an operator forgot would let any
 /// client (a script too) write any state into any key.
+///
+/// The flags are read afresh here, never through the shortcut that skips them on a known
+/// primary (`Ctx::is_replaying`): an atomic slot import runs these commands on a primary, and a
+/// refusal there fails the whole migration (measured on Valkey 9.1.2).
 pub fn refuse_client_call(ctx: Ctx, command: &str) -> Result<(), CommandError> {
     if crate::config::EXPOSE_INTERNAL.load(std::sync::atomic::Ordering::Relaxed)
-        || ctx.is_replaying()
+        || crate::ffi::replayed(ctx.flags())
     {
         return Ok(());
     }

@@ -20,6 +20,7 @@ mod keyspace;
 pub mod parse;
 pub mod pnc;
 mod replication_gate;
+pub mod slot_migration;
 mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
@@ -529,6 +530,7 @@ pub fn register(
     spread_collect::register(ctx);
     floor_moves::register(ctx);
     keyspace::register(ctx);
+    slot_migration::register(ctx);
     Ok(internal)
 }
 
