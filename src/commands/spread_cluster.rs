@@ -75,9 +75,14 @@ impl CallReply {
 }
 
 /// Reads one holder with `CTR.GET`, through the server's routing check: a holder whose slot
-/// this node does not serve (moved, migrating and already gone, cluster down) is `NotHere`,
-/// never a silent 0.
+/// this node does not serve (moved, migrating and already gone, cluster down, or being handed
+/// over by an atomic slot migration) is `NotHere`, never a silent 0.
 pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
+    // The slot is being handed over to another master (atomic slot migration): it may be the
+    // other master's already, and this copy no longer the counter's.
+    if super::slot_migration::handing_off(name) {
+        return HolderAnswer::NotHere;
+    }
     let was_reading = READING_A_HOLDER.with(|r| r.replace(true));
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {

@@ -855,6 +855,20 @@ fn wait_for_gathers(
     how: Finish,
 ) -> Result<Waited, CommandError> {
     let clearing = matches!(how, Finish::Clear(..));
+    // The home's slot is being handed over to another master (atomic slot migration): the
+    // home here may no longer be the counter's.
+    if let Some(r) = readings
+        .iter()
+        .find(|r| !r.holders.is_empty() && super::slot_migration::handing_off(&r.home))
+    {
+        return Err(CommandError(
+            format!(
+                "TRYAGAIN spread counter '{}' is moving between masters",
+                String::from_utf8_lossy(&r.home)
+            )
+            .into(),
+        ));
+    }
     let in_cluster = cluster::in_cluster(ctx);
     let topology = if in_cluster {
         Some(cluster::topology(ctx, false)?)

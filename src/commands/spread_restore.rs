@@ -27,6 +27,11 @@ pub fn on_restored(ctx: Ctx, key: RawString) {
         return; // the master's detach reaches replicas and the AOF as a state
     }
     let name = string_bytes(key);
+    // A key arriving by an atomic slot import (Redis sends its snapshot as RESTOREs): the
+    // source judged it, and this master does not serve its slot yet.
+    if super::slot_migration::importing_key(name) {
+        return;
+    }
     let Ok(Some((carried, spread_id))) = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) => carried_by(b),
         _ => None,

@@ -284,11 +284,14 @@ pub(super) fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandErro
 /// A counter key this server serves and may write: a master, the slot here and, in a cluster,
 /// not migrating away (asked through the server's routing check, which `RM_OpenKey` skips: a
 /// holder already moved to the importing node must not be sealed here as a missing key at 0,
-/// nor a credit stranded in a slot this node is giving up).
+/// nor a credit stranded in a slot this node is giving up), nor in an atomic slot migration
+/// either way (`slot_migration`, rule 1: a write the source made once the handoff began would
+/// reach no snapshot nor stream, and be lost with the trimmed key after it was acknowledged).
 pub(super) fn serves(ctx: Ctx, name: &[u8]) -> bool {
     is_master(ctx)
         && matches!(route(ctx, name), Ok(None))
-        && (!cluster::in_cluster(ctx) || cluster::routed_here(ctx.ptr, name))
+        && (!cluster::in_cluster(ctx)
+            || (cluster::routed_here(ctx.ptr, name) && !super::slot_migration::moving_key(name)))
 }
 
 /// Sends one message toward the master of `to_key`, or handles it here when that is us.
@@ -616,6 +619,12 @@ fn tick(ctx: Ctx) {
         });
         if !replicas_hold_it {
             continue; // asked again next tick
+        }
+        // A key whose slot moves (atomic slot migration, either way) sends nothing until the
+        // move ends: then its new master sends (kept here, it goes on from here if the move
+        // was aborted).
+        if super::slot_migration::moving_key(&name) {
+            continue;
         }
         let resend = attempts > 0;
         let sent = send_seals(ctx, &name) + send_credits(ctx, &name, resend);

@@ -136,6 +136,11 @@ fn tick(ctx: Ctx) -> bool {
             )
         };
         for name in &found.due {
+            // A key in an atomic slot migration is swept once it has settled (rule 1 of
+            // `slot_migration`).
+            if super::slot_migration::moving_key(name) {
+                continue;
+            }
             swept |= sweep_key(ctx, name, now);
             budget -= SWEEP_COST;
         }
