@@ -122,9 +122,7 @@ fn origin(ctx: Ctx, name: &str) -> Result<Origin, CommandError> {
         return Ok(Origin::Local);
     }
     let flags = ctx.flags();
-    let from_master_or_load = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
-        | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if flags & from_master_or_load != 0 {
+    if crate::ffi::replayed(flags) {
         Ok(Origin::Replayed)
     } else if flags & redis_module::raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
         Err(CommandError(
@@ -178,7 +176,8 @@ enum Form {
 /// the current one) replicates as sent: a replica or the AOF replaying it adds to the
 /// counter's home slot, which is the same slot since the home record is part of the replicated
 /// state. Any other local add (a new key, a key last written under another id, after a failover
-/// or a change of `ctr.replica-id`) stamps the key and replicates as `PNC.APPLY`.
+/// or a change of `ctr.replica-id`), and any add while the key's slot moves by atomic slot
+/// migration, stamps the key and replicates as `PNC.APPLY`.
 pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 3, "pnc.add")?;
     if origin(ctx, "PNC.ADD")? == Origin::Replayed {
@@ -208,6 +207,15 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         })
     })?;
     let (value, form) = outcome.result;
+    // While the key's slot moves to another master (atomic slot migration), the write goes as
+    // its effect too: Redis sends the slot's snapshot as RESTOREs, which drop the home record,
+    // so the add replayed verbatim there would find no home slot (and be lost with an error
+    // on the import's stream).
+    let form = if form == Form::Verbatim && super::slot_migration::moving_key(args.bytes(1)) {
+        Form::Effect
+    } else {
+        form
+    };
     // Only the effect needs the home, after the lock is released (a keyspace event handler may
     // run a PNC command).
     let stamped = (outcome.changed && form == Form::Effect).then(|| current.clone());
@@ -372,10 +380,23 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             changed: true,
         })
     })?;
-    identity().observe(&home);
+    observe_if_ours(ctx, &home);
     ctx.replicate_verbatim();
     ctx.key_changed(c"pnc.apply", args.raw(1));
     Ok(Reply::Integer(outcome.result))
+}
+
+/// A stamp that an internal command carries is this deployment's own when it is replayed from
+/// its own AOF or its master's stream (a replica follows its master's stamps): then it tells
+/// which id is in use. On a primary that is not loading it comes from elsewhere (an atomic slot
+/// import replays what the slots' source master wrote, under the source's id), and, like a
+/// `RESTORE`d value's, it must never make this master adopt another master's id.
+fn observe_if_ours(ctx: Ctx, home: &Home) {
+    let ours = redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING
+        | redis_module::raw::REDISMODULE_CTX_FLAGS_SLAVE;
+    if ctx.flags() & ours != 0 {
+        identity().observe(home);
+    }
 }
 
 /// PNC.SETSTATE key stored-state (internal: what the AOF rewrite emits).
@@ -393,7 +414,7 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
         })
     })?;
     if let Some(home) = home {
-        identity().observe(&home);
+        observe_if_ours(ctx, &home);
     }
     ctx.replicate_verbatim();
     ctx.key_changed(c"pnc.setstate", args.raw(1));
