@@ -42,6 +42,15 @@
 //!    keys of a moving slot have to send wait too, on both nodes; once the move has ended the
 //!    slots' master sends them (the target after a completed move, the source after an
 //!    aborted one).
+//! 4. **A `PNC.ADD` made while its slot moves replicates as its effect** (`pnc`): Redis's
+//!    `RESTORE` drops the home record that a verbatim add replays into (measured: the adds
+//!    failed on the target and were lost). And `PNC.APPLY`/`PNC.SETSTATE` adopt the stamp
+//!    they carry only while loading or on a replica, never from an import.
+//!
+//! The table of migrations under way comes from the servers' events; while it is not empty it
+//! is checked once a second against the server's own list (`CLUSTER GETSLOTMIGRATIONS`,
+//! `CLUSTER MIGRATION STATUS ALL`), so that a missed end never leaves the module's work on a
+//! slot waiting for ever.
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
@@ -242,9 +251,134 @@ pub fn handing_off(name: &[u8]) -> bool {
     ANY.load(Relaxed) && find(key_slot(name), Some(Side::Export)) && crate::ffi::writes_paused()
 }
 
-/// Applies one server event to the table, the metrics and the log.
-fn record(ctx: Ctx, change: Change, id: Vec<u8>, ranges: Vec<(u16, u16)>) {
-    let slots = ranges
+/// How often the table is checked against the server's own list while it is not empty.
+const CHECK_MS: i64 = 1000;
+/// The check's timer is armed.
+static CHECK_ARMED: AtomicBool = AtomicBool::new(false);
+
+/// Checks the table against the migrations the server lists as under way, once a second while
+/// it is not empty: a migration whose end event this module missed (a contained panic, or an
+/// event the server did not send) is dropped, so that the module's work on its keys resumes
+/// instead of waiting for ever. An entry the server does not list is dropped too; a call that
+/// fails changes nothing.
+fn check(ctx: Ctx) {
+    let listed = match flavor() {
+        Flavor::Valkey => listed_migrations(ctx, &[c"GETSLOTMIGRATIONS"], b"name"),
+        Flavor::Redis => listed_migrations(ctx, &[c"MIGRATION", c"STATUS", c"ALL"], b"id"),
+        Flavor::None => return,
+    };
+    let Some(listed) = listed else {
+        return;
+    };
+    let ended = |state: &[u8]| {
+        matches!(
+            state,
+            b"success" | b"failed" | b"cancelled" | b"completed" | b"canceled"
+        )
+    };
+    let under_way = |id: &[u8]| listed.iter().any(|(i, s)| i == id && !ended(s));
+    let dropped: Vec<Job> = JOBS.with(|jobs| {
+        let mut jobs = jobs.borrow_mut();
+        let (keep, drop): (Vec<Job>, Vec<Job>) = std::mem::take(&mut *jobs)
+            .into_iter()
+            .partition(|j| under_way(&j.id));
+        *jobs = keep;
+        drop
+    });
+    for job in &dropped {
+        ctx.log_warning(&format!(
+            "ctr: atomic slot migration: {} of slots {} is no longer under way on the server              (its end was not seen): the module's own work on their keys resumes",
+            job.side.name(),
+            slot_list(&job.ranges)
+        ));
+    }
+    if !dropped.is_empty() {
+        settle();
+    }
+}
+
+/// `(id, state)` of every migration the server lists: `CLUSTER <args>` replies an array of
+/// maps (flat `field value ...` arrays: `RM_Call` speaks RESP2) holding `id_field` and `state`.
+/// None when the call fails or the reply is not such a list.
+fn listed_migrations(
+    ctx: Ctx,
+    args: &[&std::ffi::CStr],
+    id_field: &[u8],
+) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    // SAFETY: ctx is live; "c" and "ccc" take one C string per argument.
+    let reply = unsafe {
+        match args {
+            [a] => rm!(RedisModule_Call)(ctx.ptr, c"CLUSTER".as_ptr(), c"c".as_ptr(), a.as_ptr()),
+            [a, b, c] => rm!(RedisModule_Call)(
+                ctx.ptr,
+                c"CLUSTER".as_ptr(),
+                c"ccc".as_ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                c.as_ptr(),
+            ),
+            _ => return None,
+        }
+    };
+    if reply.is_null() {
+        return None;
+    }
+    // SAFETY (every call below): `reply` is live until it is freed at the end; its elements
+    // and their strings belong to it.
+    let kind = |r| unsafe { rm!(RedisModule_CallReplyType)(r) } as isize;
+    let len = |r| unsafe { rm!(RedisModule_CallReplyLength)(r) };
+    let at = |r, i| unsafe { rm!(RedisModule_CallReplyArrayElement)(r, i) };
+    let bytes = |r| -> Vec<u8> {
+        let mut n = 0usize;
+        let p = unsafe { rm!(RedisModule_CallReplyStringPtr)(r, &mut n) };
+        if p.is_null() {
+            return Vec::new();
+        }
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }.to_vec()
+    };
+    let field = |entry, name: &[u8]| -> Option<Vec<u8>> {
+        (0..len(entry) / 2)
+            .find(|&i| bytes(at(entry, 2 * i)) == name)
+            .map(|i| bytes(at(entry, 2 * i + 1)))
+    };
+    let listed = (kind(reply) == raw::REDISMODULE_REPLY_ARRAY)
+        .then(|| {
+            (0..len(reply))
+                .map(|i| {
+                    let entry = at(reply, i);
+                    if entry.is_null() || kind(entry) != raw::REDISMODULE_REPLY_ARRAY {
+                        return None;
+                    }
+                    Some((field(entry, id_field)?, field(entry, b"state")?))
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+        .flatten();
+    // SAFETY: freed once, nothing of it used after.
+    unsafe { rm!(RedisModule_FreeCallReply)(reply) };
+    listed
+}
+
+unsafe extern "C" fn on_check(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    CHECK_ARMED.store(false, Relaxed);
+    guard(ctx, "slot-migration", || check(Ctx { ptr: ctx }));
+    if ANY.load(Relaxed) {
+        arm_check(ctx);
+    }
+}
+
+fn arm_check(ctx: *mut raw::RedisModuleCtx) {
+    if !CHECK_ARMED.swap(true, Relaxed) {
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer)(ctx, CHECK_MS, Some(on_check), std::ptr::null_mut())
+        };
+    }
+}
+
+/// Slot ranges as the log shows them (`5`, `100-200`).
+fn slot_list(ranges: &[(u16, u16)]) -> String {
+    ranges
         .iter()
         .map(|&(a, b)| {
             if a == b {
@@ -254,44 +388,58 @@ fn record(ctx: Ctx, change: Change, id: Vec<u8>, ranges: Vec<(u16, u16)>) {
             }
         })
         .collect::<Vec<_>>()
-        .join(",");
+        .join(",")
+}
+
+/// After the table changed: the fast-path flag, the gauge, and the replay shortcut.
+fn settle() {
     let (importing, jobs) = JOBS.with(|jobs| {
-        let mut jobs = jobs.borrow_mut();
-        match change {
-            Change::Started(side) => {
-                jobs.retain(|j| j.id != id);
-                jobs.push(Job { id, side, ranges });
-                match side {
-                    Side::Import => metrics::SLOT_IMPORTS.incr(),
-                    Side::Export => metrics::SLOT_EXPORTS.incr(),
-                }
-                ctx.log_notice(&format!(
-                    "ctr: atomic slot migration: {} of slots {slots} started; the module's own \
-                     work on their keys waits for it",
-                    side.name()
-                ));
-            }
-            Change::Ended { side, moved } => {
-                jobs.retain(|j| j.id != id);
-                if !moved {
-                    match side {
-                        Side::Import => metrics::SLOT_IMPORTS_ABORTED.incr(),
-                        Side::Export => metrics::SLOT_EXPORTS_ABORTED.incr(),
-                    }
-                }
-                ctx.log_notice(&format!(
-                    "ctr: atomic slot migration: {} of slots {slots} {}",
-                    side.name(),
-                    if moved { "completed" } else { "aborted" }
-                ));
-            }
-            Change::Other => {}
-        }
+        let jobs = jobs.borrow();
         (jobs.iter().any(|j| j.side == Side::Import), jobs.len())
     });
     ANY.store(jobs > 0, Relaxed);
     metrics::SLOT_MIGRATIONS_IN_PROGRESS.set(jobs as u64);
     crate::ffi::set_importing(importing);
+}
+
+/// Applies one server event to the table, the metrics and the log.
+fn record(ctx: Ctx, change: Change, id: Vec<u8>, ranges: Vec<(u16, u16)>) {
+    let slots = slot_list(&ranges);
+    match change {
+        Change::Started(side) => {
+            JOBS.with(|jobs| {
+                let mut jobs = jobs.borrow_mut();
+                jobs.retain(|j| j.id != id);
+                jobs.push(Job { id, side, ranges });
+            });
+            match side {
+                Side::Import => metrics::SLOT_IMPORTS.incr(),
+                Side::Export => metrics::SLOT_EXPORTS.incr(),
+            }
+            ctx.log_notice(&format!(
+                "ctr: atomic slot migration: {} of slots {slots} started; the module's own work \
+                 on their keys waits for it",
+                side.name()
+            ));
+            arm_check(ctx.ptr);
+        }
+        Change::Ended { side, moved } => {
+            JOBS.with(|jobs| jobs.borrow_mut().retain(|j| j.id != id));
+            if !moved {
+                match side {
+                    Side::Import => metrics::SLOT_IMPORTS_ABORTED.incr(),
+                    Side::Export => metrics::SLOT_EXPORTS_ABORTED.incr(),
+                }
+            }
+            ctx.log_notice(&format!(
+                "ctr: atomic slot migration: {} of slots {slots} {}",
+                side.name(),
+                if moved { "completed" } else { "aborted" }
+            ));
+        }
+        Change::Other => return,
+    }
+    settle();
 }
 
 /// `ValkeyModuleSlotRange`.
