@@ -172,8 +172,9 @@ pub fn forget_role() {
 /// Set while this primary imports slots by atomic slot migration: the import's client runs on
 /// a primary the commands the slots' source decided (its snapshot, then the writes made there
 /// meanwhile), so a primary's commands may be replays then, and every command asks the flags
-/// ([`KNOWN_PRIMARY`] is not trusted). Without this, the import's `CTR.SETSTATE` is refused as
-/// an internal command and Valkey fails the whole migration (measured on 9.1.2).
+/// ([`KNOWN_PRIMARY`] is not trusted): a replayed write (a verbatim `CTR.ADD` or `PNC.ADD`)
+/// must decide nothing there. (The internal commands read the flags afresh anyway: with the
+/// shortcut Valkey 9.1.2 refused the import's `CTR.SETSTATE` and failed the migration.)
 static IMPORTING: AtomicBool = AtomicBool::new(false);
 
 /// An atomic slot import started (true) or every one ended (false) on this server.
