@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{eventually, names, note, Conn, Server, Value};
+use common::{eventually, names, note, Conn, FloorView, Lcg, Server, Value};
 use redis_ctr_client::spread::probe_order;
 
 /// The server's atomic slot migration.
@@ -173,41 +173,26 @@ impl Migration {
                     .map(|j| j.field("state").text())
                     .unwrap_or_default()
             }
-            Asm::Redis => {
-                let tasks = cluster.nodes[self.target].conn().cmd(&[
-                    "CLUSTER",
-                    "MIGRATION",
-                    "STATUS",
-                    "ID",
-                    &self.id,
-                ]);
-                tasks
-                    .array()
-                    .first()
-                    .map(|t| t.field("state").text())
-                    .unwrap_or_default()
-            }
+            Asm::Redis => self.redis_task_state(cluster, self.target),
         }
+    }
+
+    /// The state of this migration's task as Redis's node `node` lists it.
+    fn redis_task_state(&self, cluster: &Cluster, node: usize) -> String {
+        let status = ["CLUSTER", "MIGRATION", "STATUS", "ID", self.id.as_str()];
+        let tasks = cluster.nodes[node].conn().cmd(&status);
+        tasks
+            .array()
+            .first()
+            .map(|t| t.field("state").text())
+            .unwrap_or_default()
     }
 
     /// The source's state (Redis keeps the task on both nodes, by the same id).
     fn source_state(&self, cluster: &Cluster) -> String {
         match self.asm {
             Asm::Valkey => self.state(cluster),
-            Asm::Redis => {
-                let tasks = cluster.nodes[self.source].conn().cmd(&[
-                    "CLUSTER",
-                    "MIGRATION",
-                    "STATUS",
-                    "ID",
-                    &self.id,
-                ]);
-                tasks
-                    .array()
-                    .first()
-                    .map(|t| t.field("state").text())
-                    .unwrap_or_default()
-            }
+            Asm::Redis => self.redis_task_state(cluster, self.source),
         }
     }
 
@@ -329,28 +314,8 @@ fn ctr_stat(node: &Server, field: &str) -> i64 {
         .unwrap_or_else(|_| panic!("INFO ctr has no ctr_{field}"))
 }
 
-fn ints(v: &Value) -> Vec<i64> {
-    v.array().iter().map(Value::int).collect()
-}
-
-/// The floor fields of a floored home's CTR.INFO.
-#[derive(Debug)]
-struct FloorView {
-    total: i64,
-    headroom: i64,
-    floors: Vec<i64>,
-    budgets: Vec<i64>,
-    in_flight: i64,
-}
-
 fn floor_view(info: &Value) -> FloorView {
-    FloorView {
-        total: info.field("value").int(),
-        headroom: info.field("headroom").int(),
-        floors: ints(&info.field("holder_floors")),
-        budgets: ints(&info.field("holder_budgets")),
-        in_flight: info.field("units_in_flight").int(),
-    }
+    FloorView::of(info).expect("a floored home's CTR.INFO")
 }
 
 /// One purchase by the probe rule: Some(true) granted, Some(false) refused by every holder,
@@ -386,19 +351,6 @@ fn purchase_until_answered(
         }
         assert!(Instant::now() < deadline, "{token} never answered");
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A small deterministic generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound
     }
 }
 

@@ -13,20 +13,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{assert_awaits_budget, eventually, names, Conn, Server, Value};
+use common::{assert_awaits_budget, eventually, names, Conn, FloorView, Server, Value};
 use redis_ctr_client::spread::probe_order;
 
 fn ints(v: &Value) -> Vec<i64> {
     v.array().iter().map(Value::int).collect()
-}
-
-/// The floor fields of a floored home's CTR.INFO.
-struct FloorView {
-    total: i64,
-    headroom: i64,
-    floors: Vec<i64>,
-    budgets: Vec<i64>,
-    in_flight: i64,
 }
 
 fn floor_view(client: &mut ClusterClient, home: &str) -> Option<FloorView> {
@@ -40,16 +31,7 @@ fn floor_view_at(port: u16, home: &str) -> Option<FloorView> {
 }
 
 fn floor_view_of(info: &Value) -> Option<FloorView> {
-    if info.is_error() {
-        return None; // a master down or failing over: the gather fails clearly
-    }
-    Some(FloorView {
-        total: info.field("value").int(),
-        headroom: info.field("headroom").int(),
-        floors: ints(&info.field("holder_floors")),
-        budgets: ints(&info.field("holder_budgets")),
-        in_flight: info.field("units_in_flight").int(),
-    })
+    FloorView::of(info)
 }
 
 /// The shares of the first spread: `headroom` split evenly over `n` holders, the home keeping

@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{eventually, names, Conn, Server, Value};
+use common::{eventually, names, Conn, Lcg, Server, Value};
 
 fn ok() -> Value {
     Value::Simple("OK".into())
@@ -24,19 +24,6 @@ fn owners(cluster: &Cluster, holders: &[String]) -> Vec<usize> {
         .iter()
         .map(|h| cluster.owner(key_slot(h.as_bytes())))
         .collect()
-}
-
-/// A small deterministic generator (no dependency needed for test randomness).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound
-    }
 }
 
 /// Writes `adds` random deltas to random holders from `clients` threads; returns their sum.

@@ -640,3 +640,43 @@ pub fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The floor fields of a floored spread home's `CTR.INFO`.
+#[derive(Debug)]
+pub struct FloorView {
+    pub total: i64,
+    pub headroom: i64,
+    pub floors: Vec<i64>,
+    pub budgets: Vec<i64>,
+    pub in_flight: i64,
+}
+
+impl FloorView {
+    /// None when the reply is an error (a master down or failing over: the gather fails).
+    pub fn of(info: &Value) -> Option<FloorView> {
+        if info.is_error() {
+            return None;
+        }
+        let ints = |v: Value| -> Vec<i64> { v.array().iter().map(Value::int).collect() };
+        Some(FloorView {
+            total: info.field("value").int(),
+            headroom: info.field("headroom").int(),
+            floors: ints(info.field("holder_floors")),
+            budgets: ints(info.field("holder_budgets")),
+            in_flight: info.field("units_in_flight").int(),
+        })
+    }
+}
+
+/// A small deterministic generator (no dependency needed for test randomness).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
