@@ -576,7 +576,9 @@ impl Key {
 impl Key {
     /// The key's absolute expiry (unix ms), None without one.
     pub fn abs_expire(&self) -> Option<i64> {
-        if self.kp.is_null() {
+        // An empty key has none; Redis 8.6 does not check (RM_GetAbsExpire reads the value
+        // object, NULL for an empty key opened for writing, and crashes: redis/redis#14155).
+        if self.kind() == KeyKind::Empty {
             return None;
         }
         // SAFETY: kp is an open key.
