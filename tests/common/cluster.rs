@@ -203,7 +203,43 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(100));
         }
         replica.wait_link_up();
+        self.wait_replica_known(&replica, master);
         replica
+    }
+
+    /// Waits until every master lists `replica` as a replica of `master`, and the replica knows
+    /// every master. A failover needs the votes of the other masters, which they give only to a
+    /// replica they know, and gossip spreads the new node from the one it met; a test that kills
+    /// that master at once (before, a full sync's 5 s delay left time to spread) would leave a
+    /// replica no one votes for.
+    fn wait_replica_known(&self, replica: &Server, master: usize) {
+        let id = replica.conn().q("CLUSTER MYID").text();
+        let lists_it = |nodes: &str| {
+            nodes.lines().any(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                fields.len() > 3
+                    && fields[0] == id
+                    && (fields[2].contains("slave") || fields[2].contains("replica"))
+                    && fields[3] == self.ids[master]
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let masters_know = self
+                .nodes
+                .iter()
+                .all(|n| lists_it(&n.conn().q("CLUSTER NODES").text()));
+            let own = replica.conn().q("CLUSTER NODES").text();
+            let knows_masters = self.ids.iter().all(|m| own.contains(m.as_str()));
+            if masters_know && knows_masters {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the masters never all learned replica {id}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn client(&self) -> ClusterClient {

@@ -162,6 +162,11 @@ impl Server {
                 .arg(self.port.to_string())
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--enable-debug-command", "yes", "--daemonize", "no"])
+                // A master's full sync starts at once instead of waiting 5 s (the default) for
+                // more replicas to share its transfer: the tests start them one at a time, and
+                // every replica, failover and resync paid those 5 s. A test's own value (in
+                // `args`, which come later) wins.
+                .args(["--repl-diskless-sync-delay", "0"])
                 .arg("--dir")
                 .arg(&self.dir)
                 .arg("--logfile")
