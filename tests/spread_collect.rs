@@ -506,7 +506,7 @@ fn a_collection_lost_to_a_restart_is_claimed_again_from_the_aof() {
     let restarted = Instant::now();
     sleeper.join().unwrap();
     // The replica comes back through a full sync (its replication id is gone with the
-    // restart: about 5 s of diskless-sync delay), and the claim waits for it to hold the DEL.
+    // restart), and the claim waits for it to hold the DEL and for the cluster to be up.
     let took = wait_collected(&cluster, &elsewhere, restarted, Duration::from_secs(20));
     note(&format!(
         "spread_collect: a restart lost a claimed collection: collected {took:?} after the restart"
