@@ -208,7 +208,7 @@ impl Cluster {
     }
 
     /// Waits until every master lists `replica` as a replica of `master`, and the replica knows
-    /// every master. A failover needs the votes of the other masters, which they give only to a
+    /// every master and sees the cluster up. A failover needs the votes of the other masters, which they give only to a
     /// replica they know, and gossip spreads the new node from the one it met; a test that kills
     /// that master at once (before, a full sync's 5 s delay left time to spread) would leave a
     /// replica no one votes for.
@@ -231,7 +231,13 @@ impl Cluster {
                 .all(|n| lists_it(&n.conn().q("CLUSTER NODES").text()));
             let own = replica.conn().q("CLUSTER NODES").text();
             let knows_masters = self.ids.iter().all(|m| own.contains(m.as_str()));
-            if masters_know && knows_masters {
+            // A replica that has not seen the cluster up yet answers CLUSTERDOWN to reads.
+            let up = replica
+                .conn()
+                .q("CLUSTER INFO")
+                .text()
+                .contains("cluster_state:ok");
+            if masters_know && knows_masters && up {
                 return;
             }
             assert!(
