@@ -173,7 +173,7 @@ fn a_spread_shares_the_headroom_across_masters_and_buyers_never_oversell() {
 /// replays its answer after it.
 #[test]
 fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
-    let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
+    let mut cluster = Cluster::start_for_failovers(3, &["debug-hold-credits", "yes"]);
     let mut client = cluster.client();
     let home = "{stock}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
@@ -406,7 +406,7 @@ fn flash_sale_with_a_failover_never_oversells_and_retries_replay() {
     use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
     use std::sync::Arc;
     quiet_connection_panics();
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start_for_failovers(3, &[]);
     let mut client = cluster.client();
     let home = "{flash}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
@@ -574,7 +574,7 @@ fn token_visiting_first(prefix: &str, holders: &[String], first: usize) -> Strin
 /// headroom, and the retry is granted from that holder's share, once.
 #[test]
 fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
-    let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
+    let mut cluster = Cluster::start_for_failovers(3, &["debug-hold-credits", "yes"]);
     let mut client = cluster.client();
     let home = "{receiver}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
@@ -651,7 +651,7 @@ fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
 /// kill replays, and the new home's master coordinates the next rebalance.
 #[test]
 fn a_failover_of_the_coordinator_mid_rebalance_keeps_the_move_exact() {
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start_for_failovers(3, &[]);
     let mut client = cluster.client();
     let home = "{coordinator}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
@@ -768,7 +768,7 @@ fn a_failover_of_the_coordinator_mid_rebalance_keeps_the_move_exact() {
 /// Either way each holder there is credited exactly once, budgets plus units in flight are the
 /// headroom throughout, and every move ends acknowledged.
 fn failover_between_credit_and_ack(kill_the_receiver: bool) {
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start_for_failovers(3, &[]);
     let mut client = cluster.client();
     let home = "{unacked}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));

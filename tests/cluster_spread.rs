@@ -286,7 +286,7 @@ fn a_killed_master_makes_reads_fail_clearly_within_the_timeout() {
 
 #[test]
 fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start_for_failovers(3, &[]);
     let mut client = cluster.client();
     // A home on one master; a replica of another master, which serves some holders.
     let home = "{views}";
@@ -432,7 +432,7 @@ fn shrinking_during_writes_keeps_the_total_exact_and_reads_never_go_back() {
 /// credits, applies them. The total is exact at every step and the fold completes.
 #[test]
 fn a_fold_survives_the_death_of_a_holders_master_and_of_the_homes_master() {
-    let mut cluster = Cluster::start(3, &["debug-hold-credits", "yes"]);
+    let mut cluster = Cluster::start_for_failovers(3, &["debug-hold-credits", "yes"]);
     let mut client = cluster.client();
     let home = "{survivor}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
