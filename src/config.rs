@@ -33,9 +33,14 @@ pub static REBALANCE_DELAY_MS: AtomicI64 = AtomicI64::new(20);
 /// Spread counters: how long a master keeps asking other masters to delete the holders of a
 /// deleted home before it gives up (counted in `ctr_collections_abandoned`).
 pub static COLLECT_TIMEOUT_MS: AtomicI64 = AtomicI64::new(10_000);
+/// Spread counters, the orphan audit (`commands::spread_audit`): how long after one walk of a
+/// master's keys for holders began the next one begins (0 = never), and how long a spread must
+/// stay answered gone before its holders here are deleted.
+pub static AUDIT_INTERVAL_MS: AtomicI64 = AtomicI64::new(60_000);
+pub static ORPHAN_GRACE_MS: AtomicI64 = AtomicI64::new(600_000);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 15] = [
+pub const I64_CONFIGS: [I64Config; 17] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -94,6 +99,8 @@ pub const I64_CONFIGS: [I64Config; 15] = [
         1,
         3_600_000,
     ),
+    ("audit-interval-ms", &AUDIT_INTERVAL_MS, 60_000, 0, DAY_MS),
+    ("orphan-grace-ms", &ORPHAN_GRACE_MS, 600_000, 0, 7 * DAY_MS),
 ];
 
 /// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any

@@ -23,15 +23,18 @@ pub const CALLBACKS: &[&str] = &[
     "sweep",
     "transfer-tick",
     "collect-tick",
+    "audit-tick",
     "gather-resend",
     "gather-local-reads",
     "gather-start",
     "floor-poll-timeout",
     "rebalance",
     "move-follow",
-    // Scan callbacks (the idle sweep's, and the flush event's walk of spread homes).
+    // Scan callbacks (the idle sweep's, the flush event's walk of spread homes, the orphan
+    // audit's walk of holders).
     "sweep-scan",
     "flush-scan",
+    "audit-scan",
     // Server and keyspace events.
     "flush",
     "keyspace",
@@ -44,6 +47,7 @@ pub const CALLBACKS: &[&str] = &[
     // Cluster bus receivers, one per file that owns message kinds.
     "bus-gather",
     "bus-collect",
+    "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
 ];

@@ -168,6 +168,12 @@ pub static COLLECTIONS: Counter = Counter::new();
 pub static COLLECTIONS_PENDING: Counter = Counter::new();
 pub static COLLECTIONS_ABANDONED: Counter = Counter::new();
 pub static HOLDERS_COLLECTED: Counter = Counter::new();
+/// The orphan audit (see `commands::spread_audit`): walks of this master's keys finished,
+/// questions it asked about the spreads of the holders it found, and spreads found gone for
+/// good whose holders here it deleted (the keys count in `HOLDERS_COLLECTED`).
+pub static AUDIT_PASSES: Counter = Counter::new();
+pub static AUDIT_QUESTIONS: Counter = Counter::new();
+pub static AUDIT_ORPHANS: Counter = Counter::new();
 /// Atomic slot migrations (Valkey 9 `CLUSTER MIGRATESLOTS`, Redis 8.4+ `CLUSTER MIGRATION
 /// IMPORT`, see `commands::slot_migration`) this node took part in: imports and exports
 /// started, and of those, ended without moving the slots (failed or cancelled); a gauge of
@@ -247,6 +253,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("collections_pending", &COLLECTIONS_PENDING),
         ("collections_abandoned", &COLLECTIONS_ABANDONED),
         ("holders_collected", &HOLDERS_COLLECTED),
+        ("audit_passes", &AUDIT_PASSES),
+        ("audit_questions", &AUDIT_QUESTIONS),
+        ("audit_orphans", &AUDIT_ORPHANS),
         ("slot_imports", &SLOT_IMPORTS),
         ("slot_imports_aborted", &SLOT_IMPORTS_ABORTED),
         ("slot_exports", &SLOT_EXPORTS),

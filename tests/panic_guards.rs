@@ -23,6 +23,7 @@ const CALLBACKS: &[&str] = &[
     "sweep",
     "transfer-tick",
     "collect-tick",
+    "audit-tick",
     "gather-resend",
     "gather-local-reads",
     "gather-start",
@@ -31,6 +32,7 @@ const CALLBACKS: &[&str] = &[
     "move-follow",
     "sweep-scan",
     "flush-scan",
+    "audit-scan",
     "flush",
     "keyspace",
     "slot-migration",
@@ -40,6 +42,7 @@ const CALLBACKS: &[&str] = &[
     "gather-free",
     "bus-gather",
     "bus-collect",
+    "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
 ];
@@ -93,6 +96,10 @@ fn a_panic_in_any_callback_is_logged_and_the_cluster_goes_on() {
             &armed.join(","),
             "gather-timeout-ms",
             "400",
+            // The audit walks every 200 ms (audit-scan) and asks other masters about the
+            // holders it finds (bus-audit).
+            "audit-interval-ms",
+            "200",
         ],
     );
     let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();

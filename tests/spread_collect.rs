@@ -248,13 +248,21 @@ fn existing_in(cluster: &Cluster, keys: &[String]) -> Vec<String> {
 
 /// Waits until none of `keys` exists on its master; returns how long since `since`.
 fn wait_collected(cluster: &Cluster, keys: &[String], since: Instant, bound: Duration) -> Duration {
-    let mut conns: Vec<(Conn, String)> = keys
-        .iter()
+    wait_gone_from(serving(cluster, keys), since, bound)
+}
+
+/// A connection to the master serving each key, with the key.
+fn serving(cluster: &Cluster, keys: &[String]) -> Vec<(Conn, String)> {
+    keys.iter()
         .map(|k| {
             let owner = cluster.owner(key_slot(k.as_bytes()));
             (cluster.nodes[owner].conn(), k.clone())
         })
-        .collect();
+        .collect()
+}
+
+/// Waits until no key exists on its connection's server; returns how long since `since`.
+fn wait_gone_from(mut conns: Vec<(Conn, String)>, since: Instant, bound: Duration) -> Duration {
     loop {
         conns.retain_mut(|(c, k)| c.cmd(&["EXISTS", k.as_str()]) == Value::Int(1));
         if conns.is_empty() {
@@ -511,4 +519,144 @@ fn a_collection_lost_to_a_restart_is_claimed_again_from_the_aof() {
     note(&format!(
         "spread_collect: a restart lost a claimed collection: collected {took:?} after the restart"
     ));
+}
+
+/// The orphan audit, fast for a test: a walk every 200 ms, and a spread answered gone twice,
+/// 300 ms apart, before its holders go.
+const AUDIT_FAST: &[&str] = &["audit-interval-ms", "200", "orphan-grace-ms", "300"];
+
+/// The holders on other masters than the home's.
+fn elsewhere(cluster: &Cluster, holders: &[String], home_node: usize) -> Vec<String> {
+    holders
+        .iter()
+        .filter(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .cloned()
+        .collect()
+}
+
+/// A home's master that restarts from an RDB alone, with its collection still waiting for a
+/// frozen replica, loses the claim (nothing records it): the other masters' audit finds the
+/// holders of a spread whose home is gone and deletes them.
+#[test]
+fn holders_a_restart_from_an_rdb_left_are_found_by_the_audit() {
+    let mut cluster = Cluster::start(3, AUDIT_FAST);
+    let home = "lost:rdb";
+    let (home_node, holders, _) = spread_over_masters(&cluster, home);
+    let replica = cluster.start_replica_of(home_node);
+    cluster.nodes[home_node].wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 2"));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut m = cluster.nodes[home_node].conn();
+    assert_eq!(m.cmd(&["DEL", home]), Value::Int(1));
+    assert_eq!(m.q("SAVE"), ok());
+    let others = elsewhere(&cluster, &holders[1..], home_node);
+    assert_eq!(
+        existing_in(&cluster, &others).len(),
+        others.len(),
+        "the claim waits for the frozen replica"
+    );
+    cluster.nodes[home_node].kill();
+    cluster.nodes[home_node].restart();
+    let restarted = Instant::now();
+    sleeper.join().unwrap();
+    let took = wait_collected(&cluster, &others, restarted, Duration::from_secs(20));
+    note(&format!(
+        "spread_collect: a claim lost to a restart from an RDB: the audit collected {} holders {took:?} after the restart (audit-interval-ms 200, orphan-grace-ms 300)",
+        others.len()
+    ));
+    assert!(sum_info(&cluster, "ctr_audit_orphans") >= 1);
+}
+
+/// A `FLUSHALL` whose master dies before its replicas acknowledged it: the promoted replica
+/// applied the flush but never walked it (only a master claims), so no collection is left;
+/// the audit finds the flushed spread's holders on the other masters.
+#[test]
+fn holders_a_flush_left_behind_a_failover_are_found_by_the_audit() {
+    let mut cluster = Cluster::start_for_failovers(3, AUDIT_FAST);
+    let home = "lost:flush";
+    let (home_node, holders, total) = spread_over_masters(&cluster, home);
+    let others = serving(&cluster, &elsewhere(&cluster, &holders[1..], home_node));
+    let count = others.len();
+    let replica = cluster.start_replica_of(home_node);
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(cluster.client().cmd(&["CTR.GET", home]), Value::Int(total));
+    assert_eq!(cluster.nodes[home_node].conn().q("FLUSHALL"), ok());
+    let mut r = replica.conn();
+    eventually(5, || (r.q("DBSIZE") == Value::Int(0)).then_some(()));
+    // The replica holds the flush but acknowledges nothing while it sleeps: the master's
+    // claims wait for it, and die with the master.
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1"));
+    std::thread::sleep(Duration::from_millis(100));
+    cluster.nodes[home_node].kill();
+    let killed = Instant::now();
+    sleeper.join().unwrap();
+    eventually(30, || {
+        (replica.info_field("replication", "role") == "master").then_some(())
+    });
+    let took = wait_gone_from(others, killed, Duration::from_secs(30));
+    note(&format!(
+        "spread_collect: a FLUSHALL's claims lost to a failover: the audit collected {count} holders {took:?} after the kill"
+    ));
+}
+
+/// The audit never takes a holder of a living spread: a home renamed within its slot keeps
+/// its holders through many passes, and a home restored after its holders (as a tool that
+/// copies keys in any order does), within the grace, finds them all there.
+#[test]
+fn the_audit_keeps_the_holders_of_a_living_home() {
+    let cluster = Cluster::start(3, &["audit-interval-ms", "100", "orphan-grace-ms", "3000"]);
+    let home = "{keep}views";
+    let (_, holders, total) = spread_over_masters(&cluster, home);
+    let mut client = cluster.client();
+    let renamed = "{keep}views:renamed";
+    assert_eq!(client.cmd(&["RENAME", home, renamed]), ok());
+    let passes = |c: &Cluster| {
+        c.nodes
+            .iter()
+            .map(|n| info_u64(n, "ctr_audit_passes"))
+            .min()
+            .unwrap_or(0)
+    };
+    let before = passes(&cluster);
+    eventually(10, || (passes(&cluster) >= before + 5).then_some(()));
+    assert!(sum_info(&cluster, "ctr_audit_questions") >= 2);
+    assert_eq!(
+        existing_in(&cluster, &holders[1..]).len(),
+        holders.len() - 1
+    );
+    assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(total));
+    assert_eq!(sum_info(&cluster, "ctr_audit_orphans"), 0);
+
+    // Every key dumped; the home deleted (its holders collected); the holders restored first,
+    // the home a second later: within the grace, so nothing goes and the total is whole.
+    let dump = |c: &mut common::cluster::ClusterClient, k: &str| match c.cmd(&["DUMP", k]) {
+        Value::Bulk(b) => b,
+        other => panic!("DUMP {k}: {other:?}"),
+    };
+    let home_dump = dump(&mut client, renamed);
+    let holder_dumps: Vec<Vec<u8>> = holders[1..].iter().map(|h| dump(&mut client, h)).collect();
+    let deleted = Instant::now();
+    assert_eq!(client.cmd(&["DEL", renamed]), Value::Int(1));
+    wait_collected(&cluster, &holders[1..], deleted, Duration::from_secs(3));
+    for (h, d) in holders[1..].iter().zip(&holder_dumps) {
+        let r = client.cmd(&[b"RESTORE".as_slice(), h.as_bytes(), b"0".as_slice(), d]);
+        assert_eq!(r, ok(), "{h}");
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let r = client.cmd(&[
+        b"RESTORE".as_slice(),
+        renamed.as_bytes(),
+        b"0".as_slice(),
+        &home_dump,
+    ]);
+    assert_eq!(r, ok());
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(
+        existing_in(&cluster, &holders[1..]).len(),
+        holders.len() - 1
+    );
+    assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(total));
+    assert_eq!(sum_info(&cluster, "ctr_audit_orphans"), 0);
 }

@@ -21,6 +21,7 @@ pub mod parse;
 pub mod pnc;
 mod replication_gate;
 pub mod slot_migration;
+pub mod spread_audit;
 mod spread_clear;
 mod spread_cluster;
 pub mod spread_collect;
@@ -528,6 +529,7 @@ pub fn register(
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
     spread_collect::register(ctx);
+    spread_audit::register(ctx);
     floor_moves::register(ctx);
     keyspace::register(ctx);
     slot_migration::register(ctx);

@@ -4,7 +4,7 @@
 //! `CLUSTER SHARDS`: Redis 7.0 has no slot API for modules), and cluster-bus sends.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, CStr};
 use std::rc::Rc;
 
 use redis_module::raw;
@@ -168,6 +168,62 @@ pub fn route(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Route {
     }
     drop(CallReply(reply));
     Route::Here
+}
+
+/// Every key of `slot` in the selected database (`CLUSTER COUNTKEYSINSLOT`, then
+/// `CLUSTER GETKEYSINSLOT`, O(keys of the slot)); None when the slot holds more than `max` keys
+/// or a reply cannot be read (the caller cannot then say a name is missing from the slot).
+pub fn keys_in_slot(ctx: Ctx, slot: u16, max: i64) -> Option<Vec<Vec<u8>>> {
+    let slot = slot.to_string();
+    let call = |sub: &CStr, count: Option<&str>| {
+        let count = count.unwrap_or("");
+        // SAFETY: ctx is live; "cbb" takes a C string and two (pointer, length) pairs; the
+        // empty count is not passed when absent ("cb").
+        let reply = unsafe {
+            if count.is_empty() {
+                rm!(RedisModule_Call)(
+                    ctx.ptr,
+                    c"CLUSTER".as_ptr(),
+                    c"cb".as_ptr(),
+                    sub.as_ptr(),
+                    slot.as_ptr().cast::<c_char>(),
+                    slot.len(),
+                )
+            } else {
+                rm!(RedisModule_Call)(
+                    ctx.ptr,
+                    c"CLUSTER".as_ptr(),
+                    c"cbb".as_ptr(),
+                    sub.as_ptr(),
+                    slot.as_ptr().cast::<c_char>(),
+                    slot.len(),
+                    count.as_ptr().cast::<c_char>(),
+                    count.len(),
+                )
+            }
+        };
+        (!reply.is_null()).then(|| CallReply(reply))
+    };
+    let counted = call(c"COUNTKEYSINSLOT", None)?;
+    let root = counted.root();
+    if root.kind() as isize != raw::REDISMODULE_REPLY_INTEGER
+        || !(0..=max).contains(&root.integer())
+    {
+        return None;
+    }
+    let n = root.integer();
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let listed = call(c"GETKEYSINSLOT", Some(&n.to_string()))?;
+    let root = listed.root();
+    if root.kind() as isize != raw::REDISMODULE_REPLY_ARRAY {
+        return None;
+    }
+    let keys: Vec<Vec<u8>> = (0..root.len())
+        .filter_map(|i| root.element(i).map(|e| e.bytes().to_vec()))
+        .collect();
+    (keys.len() as i64 == n).then_some(keys)
 }
 
 /// Linux's errno values that `RM_Call` sets when the cluster is down.

@@ -47,10 +47,10 @@
 //! deleted as gone); a failover to a replica that never got the `DEL` finds the home and every
 //! holder (nothing was collected before the replicas held it). A master that restarts from
 //! its AOF claims the deletions it replays again (checked as above once loading is over, the
-//! cluster waited for while it is down; holders already collected answer as gone). What leaks
-//! (never a loss): collections pending on a master that restarts from an RDB alone, a flush's
-//! claims when its master fails over right after it (replicas do not walk), and holders whose
-//! master does not answer within the timeout.
+//! cluster waited for while it is down; holders already collected answer as gone). What no collection reaches (collections
+//! pending on a master that restarts from an RDB alone, a flush's claims when its master fails
+//! over right after it: replicas do not walk, holders whose master does not answer within the
+//! timeout) the orphan audit finds from the holders' side (`spread_audit`).
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -474,7 +474,7 @@ fn collect_here(ctx: Ctx, collections: &[Collection], budget: usize) -> Vec<Coll
 
 /// `DEL name` through the server (`!`: replicated to the replicas and the AOF, with its
 /// keyspace event); true when it ran.
-fn delete(ctx: Ctx, name: &[u8]) -> bool {
+pub(super) fn delete(ctx: Ctx, name: &[u8]) -> bool {
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {
         rm!(RedisModule_Call)(

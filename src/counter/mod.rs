@@ -6,6 +6,7 @@
 //! master makes the decisions, applies the operation, and replicates the same operation, so
 //! replicas and the AOF reach the same state bit for bit.
 
+pub mod audit;
 mod cell;
 pub mod collect;
 mod error;

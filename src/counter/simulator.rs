@@ -18,7 +18,10 @@
 //!   `collect::Copy` rule must detach it), COPY of a holder, RENAME of a sealed holder and of
 //!   the home, expiry of a folded holder, DEL of the home and a new spread under the same name,
 //!   with the collection of the gone spread's holders (`collect::left_by`, `still_to_collect`,
-//!   `verdict`; requests and answers lost, duplicated, reordered; a restart loses the claims).
+//!   `verdict`; requests and answers lost, duplicated, reordered; a restart loses the claims),
+//!   and the orphan audit behind it (`audit`: each master's walk asks the master of a holder's
+//!   home slot whether its spread lives; a `Gone` waits for that master's replica; a spread
+//!   gone twice, the schedule's grace apart, has its holders deleted).
 //!
 //! After every step it checks: the gathered total (the glue's rule: the home's value, every
 //! current holder's units in hand, every leaving holder's units in hand) equals every
@@ -26,10 +29,9 @@
 //! members' floors plus the floor units in flight equal `F`, no counter is below its floor
 //! (so no purchase beyond stock); a round's bound is never below the counter's true headroom
 //! (the total minus `F`: a bound below it would refuse for good what the counter covers). Once
-//! the faults stop it checks that every fold finished, every transfer of the spread was
-//! answered and every holder of a deleted spread was collected (unless a restart lost the
-//! claim, or a message sent before the collection made the key again after it: the bus's
-//! ordered link rules that out, this network does not).
+//! the faults stop (and the audit's passes ran) it checks that every fold finished, every
+//! transfer of the spread was answered and no key is a holder of a spread that no key is the
+//! home of (but a folded holder whose fold was answered: the glue gives it an expiry).
 //!
 //! A failing schedule panics with its seed and the steps it took; `CTR_SIM_SEED=<seed>` replays
 //! that one schedule. `CTR_SIM_SCHEDULES` sets how many schedules a run takes (10,000 by
@@ -38,6 +40,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
+use super::audit::{self, Answer, Audit, Question};
 use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::spread::{
@@ -97,6 +100,17 @@ enum Message {
         to: usize,
         c: Collection,
     },
+    /// The orphan audit: a holder's master asks the master of a carried home's slot.
+    AuditAsk {
+        from: usize,
+        to: usize,
+        questions: Vec<Question>,
+    },
+    /// The answers, back to `to`.
+    AuditAnswer {
+        to: usize,
+        answers: Vec<(Question, Answer)>,
+    },
 }
 
 /// A write the replica does not hold yet (one command: RENAME writes two keys at once): each
@@ -106,6 +120,9 @@ struct Pending {
     keys: Vec<(Vec<u8>, Option<Counter>)>,
     client_units: i64,
 }
+
+/// Audit answers held for the replica: (asker, answers, writes the replica must hold).
+type HeldAudit = (usize, Vec<(Question, Answer)>, u64);
 
 #[derive(Default)]
 struct Master {
@@ -121,6 +138,14 @@ struct Master {
     /// a restart loses them, a failover hands them to the promoted replica, which claimed
     /// them from the replicated deletion).
     collecting: Vec<Collection>,
+    /// The orphan audit's questions (soft state: a restart or a failover starts from nothing).
+    audit: Audit,
+    /// Audit answers holding a `Gone`, waiting for the replica to hold every write made before
+    /// them (the count of writes then): (asker, answers, writes).
+    held_audit: Vec<HeldAudit>,
+    /// Writes made, and writes the replica holds (the replication offsets).
+    written: u64,
+    replicated: u64,
 }
 
 impl Master {
@@ -148,16 +173,15 @@ struct Sim {
     /// counts the listed name (now missing), so the total dips by the units until the fold's
     /// credit lands: the checks count them at the new name meanwhile.
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Every gone spread's holders to collect (what its home left) and whether a restart
-    /// lost a collection of it (the documented leak: it is then not checked).
-    gone: Vec<(Collection, bool)>,
-    /// Holder names a receiver handled for a collection (deleted or already gone): a message
-    /// of the gone spread sent before the collection and delivered after it may make such a
-    /// key again (on the bus
-    /// the home's master's link is ordered, so the collection comes after it; the network
-    /// here reorders everything, docs/CLUSTER.md).
-    collected: Vec<Vec<u8>>,
+    /// `ctr.orphan-grace-ms` of this schedule.
+    grace: i64,
     log: String,
+}
+
+/// A key that would carry an expiry in the glue: a folded holder whose fold was answered (the
+/// glue sets the sealed grace period then).
+fn expiring(c: &Counter) -> bool {
+    c.is_sealed() && c.transfers().is_none_or(|t| t.outbox.is_empty())
 }
 
 fn master_of(key: &[u8]) -> usize {
@@ -177,10 +201,10 @@ impl Sim {
             next_index: 1,
             faults: true,
             renamed: Vec::new(),
-            gone: Vec::new(),
-            collected: Vec::new(),
+            grace: 0,
             log: String::new(),
         };
+        sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         let floored = sim.rng.percent(50);
         sim.create_and_spread(floored);
         sim
@@ -209,6 +233,7 @@ impl Sim {
             };
         }
         m.unreplicated.push_back(Pending { keys, client_units });
+        m.written += 1;
         self.expected += client_units;
     }
 
@@ -347,6 +372,7 @@ impl Sim {
             95 if self.faults => self.copy_holder(),
             96 | 97 => return self.rebalance_round(),
             98 if self.faults => return self.restore_home_copy(),
+            99 => self.audit_pass(master),
             _ => self.tick(master),
         }
         Ok(())
@@ -415,6 +441,16 @@ impl Sim {
                 self.masters[to].headroom.saw(units, round_ms, now);
             }
             Message::Collect { from, c } => self.on_collect(from, c),
+            Message::AuditAsk {
+                from,
+                to,
+                questions,
+            } => self.on_audit_ask(from, to, questions),
+            Message::AuditAnswer { to, answers } => {
+                for (q, a) in answers {
+                    self.on_audit_answer(to, &q, a);
+                }
+            }
             Message::Collected { to, c } => {
                 for pending in &mut self.masters[to].collecting {
                     if pending.spread_id == c.spread_id && pending.home == c.home {
@@ -469,7 +505,6 @@ impl Sim {
                 }
                 Verdict::Gone | Verdict::Leave => {}
             }
-            self.collected.push(name.clone());
         }
         self.network.push(Message::Collected { to: from, c });
     }
@@ -491,6 +526,15 @@ impl Sim {
                 out.extend(credits.into_iter().map(Message::Credit));
             }
         }
+        let replicated = m.replicated;
+        let (open, held): (Vec<_>, Vec<_>) = std::mem::take(&mut m.held_audit)
+            .into_iter()
+            .partition(|(_, _, writes)| replicated >= *writes);
+        m.held_audit = held;
+        out.extend(
+            open.into_iter()
+                .map(|(to, answers, _)| Message::AuditAnswer { to, answers }),
+        );
         for c in &m.collecting {
             for to in 0..MASTERS {
                 let holders: Vec<Vec<u8>> = c
@@ -521,6 +565,7 @@ impl Sim {
     fn replicate_one(&mut self, master: usize) {
         let m = &mut self.masters[master];
         if let Some(p) = m.unreplicated.pop_front() {
+            m.replicated += 1;
             for (key, state) in p.keys {
                 match state {
                     Some(c) => m.replica.insert(key, c),
@@ -535,8 +580,11 @@ impl Sim {
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
         m.keys = m.replica.clone();
         m.unreplicated.clear();
+        m.written = m.replicated;
         m.answers.clear();
         m.headroom = HeadroomView::default();
+        m.audit = Audit::default();
+        m.held_audit.clear();
         self.expected -= lost;
         self.note(format_args!(
             "failover of master {master} (lost {lost} client units)"
@@ -547,16 +595,13 @@ impl Sim {
         while !self.masters[master].unreplicated.is_empty() {
             self.replicate_one(master);
         }
-        self.masters[master].answers.clear();
-        self.masters[master].headroom = HeadroomView::default();
-        // Pending collections are lost with the process: what they had left leaks.
-        for c in std::mem::take(&mut self.masters[master].collecting) {
-            for (gone, lost) in &mut self.gone {
-                if gone.spread_id == c.spread_id && gone.home == c.home {
-                    *lost = true;
-                }
-            }
-        }
+        let m = &mut self.masters[master];
+        m.answers.clear();
+        m.headroom = HeadroomView::default();
+        // Pending collections are lost with the process (the audit finds what they left).
+        m.collecting.clear();
+        m.audit = Audit::default();
+        m.held_audit.clear();
         self.note(format_args!("restart of master {master}"));
     }
 
@@ -839,7 +884,11 @@ impl Sim {
             Message::Seal(s) => s.holder == name,
             Message::Credit(c) => c.receiver == name,
             Message::Answer(a) => a.giver == name,
-            Message::Headroom { .. } | Message::Collect { .. } | Message::Collected { .. } => false,
+            Message::Headroom { .. }
+            | Message::Collect { .. }
+            | Message::Collected { .. }
+            | Message::AuditAsk { .. }
+            | Message::AuditAnswer { .. } => false,
         };
         let in_outbox = self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
             let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
@@ -945,8 +994,7 @@ impl Sim {
                     c.holders.len(),
                     c.spread_id
                 ));
-                self.masters[master].collecting.push(c.clone());
-                self.gone.push((c, false));
+                self.masters[master].collecting.push(c);
             }
         }
     }
@@ -998,6 +1046,83 @@ impl Sim {
         ));
         self.write(&name, Some(restored), 0);
         Ok(())
+    }
+
+    /// The orphan audit's walk of master `m` (the glue's `spread_audit`): every holder of a
+    /// spread with an id that has no expiry (here: not a folded holder whose fold was
+    /// answered) and no transfer of its own in flight is followed; what is due is asked of the
+    /// master of the carried home's slot (this one answers its own at once).
+    fn audit_pass(&mut self, m: usize) {
+        let now = self.now;
+        let master = &mut self.masters[m];
+        for (name, c) in &master.keys {
+            if let Some(q) = audit::question_for(name, Some(c)).filter(|_| !expiring(c)) {
+                master.audit.saw(q, name, now);
+            }
+        }
+        master.audit.end_pass();
+        let due = master.audit.due(now);
+        let mut remote: BTreeMap<usize, Vec<Question>> = BTreeMap::new();
+        for q in due {
+            let to = master_of(&q.home);
+            if to == m {
+                let a = self.home_side(m, &q);
+                self.on_audit_answer(m, &q, a);
+            } else {
+                remote.entry(to).or_default().push(q);
+            }
+        }
+        for (to, questions) in remote {
+            self.network.push(Message::AuditAsk {
+                from: m,
+                to,
+                questions,
+            });
+        }
+    }
+
+    /// The home side (`audit::answer`): master `m` reads every key of the home name's slot.
+    fn home_side(&self, m: usize, q: &Question) -> Answer {
+        let slot = key_slot(&q.home);
+        let found = self.masters[m]
+            .keys
+            .iter()
+            .any(|(k, c)| key_slot(k) == slot && collect::is_home_of(c, q.spread_id));
+        audit::answer(true, Some(found))
+    }
+
+    /// A master answers at once unless an answer is `Gone`: then it waits for its replica to
+    /// hold every write made before (the glue's gate).
+    fn on_audit_ask(&mut self, from: usize, to: usize, questions: Vec<Question>) {
+        let answers: Vec<(Question, Answer)> = questions
+            .into_iter()
+            .map(|q| {
+                let a = self.home_side(to, &q);
+                (q, a)
+            })
+            .collect();
+        let m = &mut self.masters[to];
+        if answers.iter().any(|(_, a)| *a == Answer::Gone) {
+            m.held_audit.push((from, answers, m.written));
+        } else {
+            self.network
+                .push(Message::AuditAnswer { to: from, answers });
+        }
+    }
+
+    /// A spread gone for good: master `m` deletes its holders with the receiver's rule.
+    fn on_audit_answer(&mut self, m: usize, q: &Question, a: Answer) {
+        let (now, grace) = (self.now, self.grace);
+        let Some(orphans) = self.masters[m].audit.answered(q, a, now, grace) else {
+            return;
+        };
+        for name in &orphans.holders {
+            let c = self.masters[m].keys.get(name);
+            if c.and_then(|c| audit::question_for(name, Some(c))).as_ref() == Some(q) {
+                self.note(format_args!("audit deletes {}", show(name)));
+                self.write(name, None, 0);
+            }
+        }
     }
 
     /// What the glue finds on master `m` as the living home of a spread (`home_names`): the
@@ -1129,19 +1254,40 @@ impl Sim {
                 self.handle(m);
             }
         }
+        // The audit's passes, each after the grace: a spread answered gone twice goes.
+        for _ in 0..4 {
+            self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
+            for m in 0..MASTERS {
+                self.audit_pass(m);
+            }
+            for _ in 0..4 {
+                for m in 0..MASTERS {
+                    while !self.masters[m].unreplicated.is_empty() {
+                        self.replicate_one(m);
+                    }
+                    self.tick(m);
+                }
+                while let Some(m) = self.network.pop() {
+                    self.handle(m);
+                }
+            }
+        }
     }
 
     /// After healing: every fold finished, every transfer of the counter answered, and no
     /// current member of a floored spread keeps a purchase waiting for budget (a `TRYAGAIN`
     /// that never ends would stall every walk that reaches it).
     fn check_settled(&self) -> Result<(), String> {
-        // Every gone spread's holders collected, unless a restart lost the collection (the
-        // documented leak) or a message of it sent before the collection made a key again.
-        for (c, lost) in &self.gone {
-            for name in c.holders.iter().filter(|_| !lost) {
-                if self.get(name).is_some() && !self.collected.contains(name) {
-                    return Err(format!("{} of a gone spread leaked", show(name)));
-                }
+        // No holder of a gone spread is left: every holder that would not expire by itself
+        // belongs to a spread some key is the home of (collections, and the audit behind them).
+        let all = || self.masters.iter().flat_map(|m| m.keys.iter());
+        for (name, c) in all() {
+            let Some(h) = parse_holder_name(name).filter(|h| h.spread_id != 0) else {
+                continue;
+            };
+            let lives = all().any(|(_, k)| collect::is_home_of(k, h.spread_id));
+            if !lives && !expiring(c) {
+                return Err(format!("{} of a gone spread leaked", show(name)));
             }
         }
         let current = self
@@ -1243,6 +1389,21 @@ fn describe(m: &Message) -> String {
             "collected {} holders of {:x} to master {to}",
             c.holders.len(),
             c.spread_id
+        ),
+        Message::AuditAsk {
+            from,
+            to,
+            questions,
+        } => format!(
+            "audit ask {} spread(s) from master {from} to master {to}",
+            questions.len()
+        ),
+        Message::AuditAnswer { to, answers } => format!(
+            "audit answers {:?} to master {to}",
+            answers
+                .iter()
+                .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
+                .collect::<Vec<_>>()
         ),
         Message::Answer(a) => format!(
             "answer {} -> {} seq {} refused {}",

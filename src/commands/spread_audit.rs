@@ -1,0 +1,392 @@
+//! The orphan audit, the Redis glue (the rules are in `crate::counter::audit`, the bus payloads
+//! in `crate::persist::audit_msg`): the backstop that deletes the holders of a spread whose
+//! home is gone when no collection (`spread_collect`) did: its claim was lost with a master
+//! that restarted from an RDB alone, with a `FLUSHALL` whose master failed over before the
+//! claims went, or given up after `ctr.collect-timeout-ms` while a holder's master did not
+//! answer.
+//!
+//! 1. **Walk.** In a cluster, every master walks its keys with an incremental cursor
+//!    (`RedisModule_Scan`), at most [`KEYS_PER_TICK`] keys per 100 ms tick, one whole pass every
+//!    `ctr.audit-interval-ms` (default 60 s; 0 stops it). It notes every holder of a spread with
+//!    an id that has no expiry (a folded holder kept for the token window, a windowed holder,
+//!    goes by itself).
+//! 2. **Ask.** For each spread it found, it asks the master serving the slot of the home name
+//!    the holders carry (type 0xCE; itself directly when that is this master): does the spread
+//!    live there? Unanswered questions are asked again after 5 s.
+//! 3. **Answer** (type 0xCF, `audit::answer`): lives when a counter of that slot is a home of
+//!    the spread (the carried name first, then every key of the slot, `CLUSTER
+//!    GETKEYSINSLOT`: `RENAME`, `RESTORE` and `MIGRATE` keep a home in its slot); gone only when
+//!    this node serves the slot as a master, nothing moves it (the routing check, an atomic slot
+//!    migration) and it read all of the slot's keys (at most 100,000); otherwise unsure, asked
+//!    again a second later. A message holding a gone answer goes only once this master's
+//!    replicas hold what it read (a failover must not bring back a home whose holders went).
+//! 4. **Delete.** A spread answered gone twice, the second at least `ctr.orphan-grace-ms`
+//!    after the first (default 10 min: a home restored after its holders, by a tool that copies
+//!    keys in any order, arrives within it), has its holders here deleted with the receiver's
+//!    rule of collections (`collect::verdict`: `DEL`, replicated, only a counter whose name is a
+//!    holder of exactly that spread id and carried home, in a slot this master serves).
+//!
+//! Cost: a pass reads every key once (about 0.1 µs each); one question per spread per pass; a
+//! gone answer reads the home slot's keys. Nothing runs outside a cluster (a home's holders sit
+//! in its own database and go with it, `spread_collect`) or on a replica.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use redis_module::raw;
+
+use super::ctr_store::with_counter;
+use super::replication_gate::{self, Gate};
+use super::spread_cluster::{self as cluster, NodeId};
+use super::spread_collect::delete;
+use super::spread_transfer::{is_master, route, serves};
+use crate::config::{AUDIT_INTERVAL_MS, ORPHAN_GRACE_MS};
+use crate::counter::audit::{self, Answer, Audit, Question};
+use crate::counter::collect::is_home_of;
+use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::counter::{CounterCell, CounterRef};
+use crate::ffi::{rm, string_bytes, Ctx, KeyName};
+use crate::guard::guard;
+use crate::metrics;
+use crate::persist::audit_msg;
+use crate::persist::ctr_type::ctr_type;
+
+const MSG_ASK: u8 = 0xCE;
+const MSG_ANSWER: u8 = 0xCF;
+
+const TICK_MS: i64 = 100;
+/// Keys one tick reads at most, and the most main-thread time it walks.
+const KEYS_PER_TICK: usize = 1_000;
+const TICK_TIME_CAP: Duration = Duration::from_micros(500);
+const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+/// A slot holding more keys than this is not read: its spreads are answered unsure.
+const MAX_SLOT_KEYS: i64 = 100_000;
+/// Answers held for the replicas, at most (past it a question goes unanswered: asked again).
+const MAX_HELD: usize = 1024;
+
+/// Where the walk stands.
+struct Walk {
+    cursor: *mut raw::RedisModuleScanCursor,
+    in_pass: bool,
+    /// When the next pass may begin.
+    next_pass_ms: i64,
+}
+
+/// Answers that wait for this master's replicas.
+struct Held {
+    to: NodeId,
+    answers: Vec<(Question, Answer)>,
+    gate: Gate,
+}
+
+thread_local! {
+    // Timers and bus receivers run on the main thread.
+    static WALK: RefCell<Option<Walk>> = const { RefCell::new(None) };
+    static AUDIT: RefCell<Audit> = RefCell::new(Audit::default());
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+}
+
+fn tick(ctx: Ctx) {
+    let interval = AUDIT_INTERVAL_MS.load(Relaxed);
+    if interval <= 0 || !cluster::in_cluster(ctx) {
+        return;
+    }
+    if !is_master(ctx) {
+        // A replica (or a node loading) follows nothing; promoted, it walks anew.
+        AUDIT.with(|a| a.borrow_mut().clear());
+        HELD.with(|h| h.borrow_mut().clear());
+        WALK.with(|w| {
+            if let Some(w) = w.borrow_mut().as_mut() {
+                w.in_pass = false;
+            }
+        });
+        return;
+    }
+    let now = ctx.now_ms();
+    if HELD.with(|h| !h.borrow().is_empty()) {
+        if let Some(r) = replication_gate::read(ctx) {
+            send_held(ctx, &r);
+        }
+    }
+    walk(ctx, now, interval);
+    ask(ctx, now);
+}
+
+/// Walks up to [`KEYS_PER_TICK`] keys of database 0 (a cluster's only one), noting holders.
+fn walk(ctx: Ctx, now: i64, interval: i64) {
+    let mut found = Found::default();
+    let ended = WALK.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let w = cell.get_or_insert_with(|| Walk {
+            // SAFETY: plain constructor; one cursor for the server's life.
+            cursor: unsafe { rm!(RedisModule_ScanCursorCreate)() },
+            in_pass: false,
+            next_pass_ms: now,
+        });
+        if !w.in_pass {
+            if now < w.next_pass_ms {
+                return false;
+            }
+            w.in_pass = true;
+            w.next_pass_ms = now.saturating_add(interval);
+            // SAFETY: the cursor is ours and live.
+            unsafe { rm!(RedisModule_ScanCursorRestart)(w.cursor) };
+        }
+        // SAFETY: ctx is live; database 0 always exists.
+        unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+        let started = Instant::now();
+        while found.visited < KEYS_PER_TICK && started.elapsed() < TICK_TIME_CAP {
+            // SAFETY: ctx is live, the cursor ours, `found` outlives the call.
+            let more = unsafe {
+                rm!(RedisModule_Scan)(
+                    ctx.ptr,
+                    w.cursor,
+                    Some(visit),
+                    (&mut found as *mut Found).cast(),
+                )
+            };
+            if more == 0 {
+                w.in_pass = false;
+                return true;
+            }
+        }
+        false
+    });
+    AUDIT.with(|a| {
+        let mut a = a.borrow_mut();
+        for (q, name) in found.holders {
+            a.saw(q, &name, now);
+        }
+        if ended {
+            a.end_pass();
+            metrics::AUDIT_PASSES.incr();
+        }
+    });
+}
+
+#[derive(Default)]
+struct Found {
+    visited: usize,
+    holders: Vec<(Question, Vec<u8>)>,
+}
+
+/// The scan callback: notes holders of spreads with an id that hold a counter and have no
+/// expiry, with the question to ask about each (`audit::question_for`). It only reads.
+unsafe extern "C" fn visit(
+    ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    guard(ctx, "audit-scan", || {
+        // SAFETY: privdata is the `Found` passed to RedisModule_Scan by `walk`.
+        let found = unsafe { &mut *privdata.cast::<Found>() };
+        found.visited += 1;
+        let name = string_bytes(keyname);
+        if key.is_null() || parse_holder_name(name).is_none_or(|h| h.spread_id == 0) {
+            return; // not a holder of a spread with an id (the cheap test first)
+        }
+        // SAFETY: key is the open key of this scan step.
+        let value = unsafe {
+            let mine = rm!(RedisModule_ModuleTypeGetType)(key) == ctr_type();
+            if !mine || rm!(RedisModule_GetExpire)(key) != raw::REDISMODULE_NO_EXPIRE as i64 {
+                return;
+            }
+            rm!(RedisModule_ModuleTypeGetValue)(key)
+        };
+        // SAFETY: a live counter of our type, read only during this callback.
+        let q = match unsafe { CounterCell::borrow(value) } {
+            CounterRef::Boxed(c) => audit::question_for(name, Some(c)),
+            CounterRef::Inline(_) => audit::question_for(name, None),
+        };
+        if let Some(q) = q {
+            found.holders.push((q, name.to_vec()));
+        }
+    });
+}
+
+/// Asks what is due: this master answers its own homes' questions, the others get messages.
+fn ask(ctx: Ctx, now: i64) {
+    let due = AUDIT.with(|a| a.borrow_mut().due(now));
+    if due.is_empty() {
+        return;
+    }
+    metrics::AUDIT_QUESTIONS.add(due.len() as u64);
+    let mut remote: BTreeMap<NodeId, Vec<Question>> = BTreeMap::new();
+    for q in due {
+        match route(ctx, &q.home) {
+            // The home's master is this one: its deletions and ours share one replication
+            // stream, in order, so nothing waits for the replicas.
+            Ok(None) => {
+                let a = home_side(ctx, &q);
+                on_answer(ctx, &q, a, now);
+            }
+            Ok(Some(node)) => remote.entry(node).or_default().push(q),
+            // No master known for the slot now: asked again after the answer's timeout.
+            Err(_) => cluster::forget_topology(),
+        }
+    }
+    for (node, questions) in remote {
+        for part in audit_msg::chunks(&questions, |q| &q.home, MAX_MESSAGE_BYTES) {
+            cluster::send(ctx.ptr, &node, MSG_ASK, &audit_msg::encode_ask(part));
+        }
+    }
+}
+
+/// The home side's answer, on this master (database 0).
+fn home_side(ctx: Ctx, q: &Question) -> Answer {
+    if !serves(ctx, &q.home) {
+        return Answer::Unsure;
+    }
+    if is_home_at(ctx, &q.home, q.spread_id) {
+        return Answer::Lives;
+    }
+    let found = cluster::keys_in_slot(ctx, key_slot(&q.home), MAX_SLOT_KEYS)
+        .map(|keys| keys.iter().any(|k| is_home_at(ctx, k, q.spread_id)));
+    audit::answer(true, found)
+}
+
+fn is_home_at(ctx: Ctx, name: &[u8], spread_id: u64) -> bool {
+    let key = KeyName::new(ctx, name);
+    with_counter(
+        ctx,
+        key.raw,
+        |c| matches!(c, Some(CounterRef::Boxed(b)) if is_home_of(b, spread_id)),
+    )
+    .unwrap_or(false)
+}
+
+/// An answer to one of this master's questions: a spread gone for good has its holders here
+/// deleted.
+fn on_answer(ctx: Ctx, q: &Question, answer: Answer, now: i64) {
+    let grace = ORPHAN_GRACE_MS.load(Relaxed);
+    let Some(orphans) = AUDIT.with(|a| a.borrow_mut().answered(q, answer, now, grace)) else {
+        return;
+    };
+    metrics::AUDIT_ORPHANS.incr();
+    // SAFETY: ctx is live; database 0 always exists.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+    let deleted = orphans
+        .holders
+        .iter()
+        .filter(|name| still_asked_with(ctx, name, q) && delete(ctx, name))
+        .count();
+    ctx.log_notice(&format!(
+        "ctr: the audit deleted {deleted} holder(s) of spread {:016x}, whose home is gone",
+        orphans.spread_id
+    ));
+}
+
+/// True when `name` is still a holder this master serves that the walk would ask about with
+/// `q` (read again: it may have changed since the walk).
+fn still_asked_with(ctx: Ctx, name: &[u8], q: &Question) -> bool {
+    if !serves(ctx, name) {
+        return false;
+    }
+    let key = KeyName::new(ctx, name);
+    with_counter(ctx, key.raw, |c| match c {
+        Some(CounterRef::Boxed(c)) => audit::question_for(name, Some(c)).as_ref() == Some(q),
+        Some(CounterRef::Inline(_)) => audit::question_for(name, None).as_ref() == Some(q),
+        None => false,
+    })
+    .unwrap_or(false)
+}
+
+fn send_held(ctx: Ctx, replication: &replication_gate::Replication) {
+    let ready: Vec<Held> = HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let mut ready = Vec::new();
+        let mut kept = Vec::new();
+        for mut held in h.drain(..) {
+            if held.gate.open(replication) {
+                ready.push(held);
+            } else {
+                kept.push(held);
+            }
+        }
+        *h = kept;
+        ready
+    });
+    for held in ready {
+        send_answers(ctx, &held.to, &held.answers);
+    }
+}
+
+fn send_answers(ctx: Ctx, to: &NodeId, answers: &[(Question, Answer)]) {
+    for part in audit_msg::chunks(answers, |(q, _)| &q.home, MAX_MESSAGE_BYTES) {
+        cluster::send(ctx.ptr, to, MSG_ANSWER, &audit_msg::encode_answers(part));
+    }
+}
+
+fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+    match kind {
+        MSG_ASK => {
+            let Ok(questions) = audit_msg::decode_ask(payload) else {
+                return; // malformed or another version: as if lost
+            };
+            // SAFETY: ctx is live; database 0 always exists.
+            unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+            let answers: Vec<(Question, Answer)> = questions
+                .into_iter()
+                .map(|q| {
+                    let a = home_side(ctx, &q);
+                    (q, a)
+                })
+                .collect();
+            if !answers.iter().any(|(_, a)| *a == Answer::Gone) {
+                send_answers(ctx, &from, &answers);
+                return;
+            }
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if h.len() < MAX_HELD {
+                    h.push(Held {
+                        to: from,
+                        answers,
+                        gate: Gate::default(),
+                    });
+                }
+            });
+        }
+        MSG_ANSWER => {
+            let Ok(answers) = audit_msg::decode_answers(payload) else {
+                return;
+            };
+            let now = ctx.now_ms();
+            for (q, a) in answers {
+                on_answer(ctx, &q, a, now);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// This file's bus messages.
+struct Messages;
+
+impl cluster::BusReceiver for Messages {
+    const CALLBACK: &'static str = "bus-audit";
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        handle(ctx, from, kind, payload);
+    }
+}
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // A panic here is a defect; it must not take the server down or stop the timer.
+    guard(ctx, "audit-tick", || tick(Ctx { ptr: ctx }));
+    arm(ctx);
+}
+
+fn arm(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: ctx is live; the timer carries no data.
+    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_timer), std::ptr::null_mut()) };
+}
+
+/// Registers the bus receivers and starts the timer (from the module's load).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    cluster::register_receiver::<Messages>(ctx, &[MSG_ASK, MSG_ANSWER]);
+    arm(ctx);
+}

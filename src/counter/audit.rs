@@ -1,0 +1,395 @@
+//! The orphan audit, the pure rules (the glue is `crate::commands::spread_audit`, the bus
+//! payloads `crate::persist::audit_msg`): the backstop of collections (`collect`).
+//!
+//! A collection lives in the memory of the master that saw the home go. It is lost when that
+//! master restarts from an RDB alone, when a `FLUSHALL`'s master fails over before its claims
+//! went, and it gives up on a holder whose master does not answer within
+//! `ctr.collect-timeout-ms`. The audit finds such holders from their own side: every master
+//! walks its keys, and for every holder of a spread (a counter whose name carries a spread id,
+//! without an expiry: a holder with one goes by itself, like a folded holder kept for the token
+//! window) asks the master serving the slot of the home name it carries whether that spread
+//! still lives there.
+//!
+//! - [`answer`]: the home side. `Lives` when a counter of that slot is a home of the spread
+//!   (under the carried name or any other: `RENAME`, `RESTORE` and `MIGRATE` keep a home in its
+//!   slot); `Gone` only when this node serves the slot as a master, nothing is moving it, and
+//!   every key of the slot was read; anything else is `Unsure` (asked again later). The glue
+//!   sends a `Gone` only once this master's replicas hold the state it read (a failover must
+//!   not bring back a home whose holders went).
+//! - [`Audit`]: the holder side. A spread answered `Gone` twice, the second time at least
+//!   `grace` after the first (`ctr.orphan-grace-ms`: a home restored after its holders, by a
+//!   tool that copies keys in any order, comes within it), has its holders here deleted with the
+//!   receiver's rule of collections (`collect::verdict`: exactly that spread id and carried
+//!   home, a counter of this module).
+//!
+//! Bounded: at most [`MAX_SUSPECTS`] spreads and [`MAX_SUSPECT_BYTES`] of names are followed at
+//! once (the rest wait for a later pass); a spread not seen again in a whole pass is forgotten.
+
+use std::collections::BTreeMap;
+
+use super::collect::Collection;
+use super::spread::parse_holder_name;
+use super::Counter;
+
+/// What the master serving a home name's slot says of a spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// A home of the spread is there: its holders stay.
+    Lives,
+    /// No key of the slot is a home of the spread, read by its master with nothing moving.
+    Gone,
+    /// Nothing can be said now (not a master of the slot, the slot moving, the cluster down,
+    /// too many keys to read): asked again later.
+    Unsure,
+}
+
+impl Answer {
+    pub fn code(self) -> u8 {
+        match self {
+            Answer::Lives => 0,
+            Answer::Gone => 1,
+            Answer::Unsure => 2,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Answer> {
+        match code {
+            0 => Some(Answer::Lives),
+            1 => Some(Answer::Gone),
+            2 => Some(Answer::Unsure),
+            _ => None,
+        }
+    }
+}
+
+/// The home side's rule. `serves`: this node serves the home name's slot as a master and
+/// nothing is moving it; `home_found`: whether a key of that slot is a home of the spread,
+/// None when the slot's keys could not all be read.
+pub fn answer(serves: bool, home_found: Option<bool>) -> Answer {
+    match (serves, home_found) {
+        (false, _) | (true, None) => Answer::Unsure,
+        (true, Some(true)) => Answer::Lives,
+        (true, Some(false)) => Answer::Gone,
+    }
+}
+
+/// What the walk asks about the holder `name` holding `c` (None: an inline counter, no
+/// transfer state), when it has no expiry; None when it is not a holder of a spread with an
+/// id. The spread id is its name's; the home is the one it was sealed into when it was folded,
+/// else the one its name carries (a sealed holder renamed by a user carries another name in
+/// its new name, while its fold still goes to its own home). What it may have in flight does
+/// not matter: once its spread is gone a fold credit has no home to land on, and a budget
+/// move toward another spread is refused there (a receiver applies only transfers it
+/// expects), so deleting it loses no unit that counts anywhere.
+pub fn question_for(name: &[u8], c: Option<&Counter>) -> Option<Question> {
+    let h = parse_holder_name(name).filter(|h| h.spread_id != 0)?;
+    let sealed_into = c
+        .and_then(Counter::transfers)
+        .and_then(|t| t.sealed_into.as_deref());
+    Some(Question {
+        spread_id: h.spread_id,
+        home: sealed_into.unwrap_or(h.home).to_vec(),
+    })
+}
+
+/// The question about one spread: its id and the home name its holders carry.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Question {
+    pub spread_id: u64,
+    pub home: Vec<u8>,
+}
+
+/// Spreads followed at most.
+pub const MAX_SUSPECTS: usize = 10_000;
+/// Bytes of names followed at most.
+pub const MAX_SUSPECT_BYTES: usize = 8 << 20;
+/// How long an asked question waits for its answer before it is asked again.
+pub const ASK_TIMEOUT_MS: i64 = 5_000;
+/// How long an `Unsure` waits before it is asked again.
+pub const RETRY_MS: i64 = 1_000;
+
+struct Suspect {
+    holders: Vec<Vec<u8>>,
+    /// When the first `Gone` came.
+    gone_since: Option<i64>,
+    /// When to ask (again).
+    next_ms: i64,
+    /// The pass that last saw one of its holders.
+    seen_pass: u64,
+}
+
+fn suspect_bytes(home: &[u8], holders: &[Vec<u8>]) -> usize {
+    home.len() + 64 + holders.iter().map(|h| h.len() + 32).sum::<usize>()
+}
+
+/// The holder side: the spreads this master holds holders of, and where each question stands.
+#[derive(Default)]
+pub struct Audit {
+    suspects: BTreeMap<Question, Suspect>,
+    bytes: usize,
+    pass: u64,
+}
+
+impl Audit {
+    pub fn len(&self) -> usize {
+        self.suspects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.suspects.is_empty()
+    }
+
+    /// The walk found the holder `name`, asked about with `q` ([`question_for`]). False when
+    /// the bounds are reached.
+    pub fn saw(&mut self, q: Question, name: &[u8], now: i64) -> bool {
+        let pass = self.pass;
+        if let Some(s) = self.suspects.get_mut(&q) {
+            s.seen_pass = pass;
+            if !s.holders.iter().any(|n| n == name) {
+                if self.bytes + name.len() + 32 > MAX_SUSPECT_BYTES {
+                    return false;
+                }
+                self.bytes += name.len() + 32;
+                s.holders.push(name.to_vec());
+            }
+            return true;
+        }
+        let holders = vec![name.to_vec()];
+        let size = suspect_bytes(&q.home, &holders);
+        if self.suspects.len() >= MAX_SUSPECTS || self.bytes + size > MAX_SUSPECT_BYTES {
+            return false;
+        }
+        self.bytes += size;
+        self.suspects.insert(
+            q,
+            Suspect {
+                holders,
+                gone_since: None,
+                next_ms: now,
+                seen_pass: pass,
+            },
+        );
+        true
+    }
+
+    /// A walk of every key ended: spreads none of whose holders it saw are forgotten (their
+    /// holders went some other way).
+    pub fn end_pass(&mut self) {
+        let pass = self.pass;
+        let mut freed = 0;
+        self.suspects.retain(|q, s| {
+            let keep = s.seen_pass == pass;
+            if !keep {
+                freed += suspect_bytes(&q.home, &s.holders);
+            }
+            keep
+        });
+        self.bytes -= freed;
+        self.pass += 1;
+    }
+
+    /// The questions to ask now (each then waits [`ASK_TIMEOUT_MS`] for its answer).
+    pub fn due(&mut self, now: i64) -> Vec<Question> {
+        let mut out = Vec::new();
+        for (q, s) in &mut self.suspects {
+            if s.next_ms <= now {
+                s.next_ms = now.saturating_add(ASK_TIMEOUT_MS);
+                out.push(q.clone());
+            }
+        }
+        out
+    }
+
+    /// An answer came. Some(collection) when the spread is gone for good: its holders here,
+    /// each to delete if [`question_for`] it is still `q` (read again: it may have changed).
+    pub fn answered(
+        &mut self,
+        q: &Question,
+        answer: Answer,
+        now: i64,
+        grace: i64,
+    ) -> Option<Collection> {
+        let s = self.suspects.get_mut(q)?;
+        match answer {
+            Answer::Lives => {
+                self.forget(q);
+                None
+            }
+            Answer::Unsure => {
+                s.next_ms = now.saturating_add(RETRY_MS);
+                None
+            }
+            Answer::Gone => {
+                let since = *s.gone_since.get_or_insert(now);
+                if now.saturating_sub(since) >= grace {
+                    let s = self.forget(q)?;
+                    return Some(Collection {
+                        spread_id: q.spread_id,
+                        home: q.home.clone(),
+                        holders: s.holders,
+                    });
+                }
+                s.next_ms = since.saturating_add(grace);
+                None
+            }
+        }
+    }
+
+    fn forget(&mut self, q: &Question) -> Option<Suspect> {
+        let s = self.suspects.remove(q)?;
+        self.bytes -= suspect_bytes(&q.home, &s.holders);
+        Some(s)
+    }
+
+    /// Everything followed is dropped (this node is no longer a master).
+    pub fn clear(&mut self) {
+        self.suspects.clear();
+        self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counter::spread::holder_name;
+
+    /// What the walk does with a name holding an inline counter.
+    fn see(a: &mut Audit, name: &[u8], now: i64) -> bool {
+        question_for(name, None).is_some_and(|q| a.saw(q, name, now))
+    }
+
+    fn question(id: u64) -> Question {
+        Question {
+            spread_id: id,
+            home: b"{p}views".to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_holders_of_a_spread_with_an_id_are_followed_once_each() {
+        let mut a = Audit::default();
+        assert!(!see(&mut a, b"plain", 0));
+        assert!(
+            !see(&mut a, b"{ctr.1.0}views", 0),
+            "a spread made before ids"
+        );
+        let h1 = holder_name(b"{p}views", 7, 1, 0);
+        let h2 = holder_name(b"{p}views", 7, 2, 0);
+        assert!(see(&mut a, &h1, 0) && see(&mut a, &h2, 0) && see(&mut a, &h1, 0));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.due(0), vec![question(7)]);
+        assert!(a.due(1).is_empty(), "asked: waits for its answer");
+        assert_eq!(a.due(ASK_TIMEOUT_MS), vec![question(7)], "asked again");
+    }
+
+    #[test]
+    fn a_living_spread_is_forgotten_and_an_unsure_one_asked_again() {
+        let mut a = Audit::default();
+        see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
+        a.due(0);
+        assert_eq!(a.answered(&question(7), Answer::Unsure, 10, 0), None);
+        assert!(a.due(10 + RETRY_MS - 1).is_empty());
+        assert_eq!(a.due(10 + RETRY_MS).len(), 1);
+        assert_eq!(a.answered(&question(7), Answer::Lives, 20, 0), None);
+        assert!(a.is_empty());
+        assert_eq!(
+            a.answered(&question(7), Answer::Gone, 30, 0),
+            None,
+            "an answer nobody asked for does nothing"
+        );
+    }
+
+    #[test]
+    fn a_gone_spread_is_collected_only_after_a_second_answer_past_the_grace() {
+        let mut a = Audit::default();
+        let h = holder_name(b"{p}views", 7, 1, 0);
+        see(&mut a, &h, 0);
+        a.due(0);
+        assert_eq!(a.answered(&question(7), Answer::Gone, 100, 1_000), None);
+        assert!(a.due(1_099).is_empty(), "not before the grace");
+        assert_eq!(a.due(1_100).len(), 1);
+        // A home restored within the grace: it lives, nothing goes.
+        assert_eq!(a.answered(&question(7), Answer::Lives, 1_100, 1_000), None);
+        see(&mut a, &h, 2_000);
+        a.due(2_000);
+        a.answered(&question(7), Answer::Gone, 2_000, 1_000);
+        a.due(3_000);
+        let c = a
+            .answered(&question(7), Answer::Gone, 3_000, 1_000)
+            .unwrap();
+        assert_eq!((c.spread_id, c.holders), (7, vec![h]));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn without_a_grace_the_first_gone_collects() {
+        let mut a = Audit::default();
+        see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
+        a.due(0);
+        assert!(a.answered(&question(7), Answer::Gone, 5, 0).is_some());
+    }
+
+    #[test]
+    fn a_pass_forgets_spreads_it_did_not_see_again() {
+        let mut a = Audit::default();
+        see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
+        a.end_pass();
+        assert_eq!(a.len(), 1, "seen in the pass that ended");
+        see(&mut a, &holder_name(b"{p}views", 8, 1, 0), 0);
+        a.end_pass();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.due(0), vec![question(8)]);
+        a.end_pass();
+        assert!(a.is_empty() && a.bytes == 0);
+    }
+
+    #[test]
+    fn a_folded_holder_is_asked_about_the_home_it_was_sealed_into() {
+        let h = holder_name(b"{p}views", 7, 1, 0);
+        let mut sealed = Counter::plain(0);
+        let holder = crate::counter::transfer::Giver {
+            name: &h,
+            new_id: 9,
+        };
+        sealed.seal_into(b"{p}views", 5, 0, holder).unwrap();
+        // Renamed by a user: its name carries another home, its fold still goes to its own.
+        let renamed = b"{ctr.0000000000000007.1.0}elsewhere";
+        assert_eq!(question_for(renamed, Some(&sealed)), Some(question(7)));
+        assert_eq!(
+            question_for(renamed, None).map(|q| q.home),
+            Some(b"elsewhere".to_vec())
+        );
+        // A budget move in flight changes nothing.
+        let mut giving = Counter::plain(10);
+        let other = holder_name(b"{p}views", 7, 2, 0);
+        let from = crate::counter::transfer::Giver {
+            name: &h,
+            new_id: 3,
+        };
+        giving.start_transfer(&other, 0, -4, 0, from).unwrap();
+        assert_eq!(question_for(&h, Some(&giving)), Some(question(7)));
+        assert_eq!(question_for(b"{p}views", None), None, "a home");
+    }
+
+    #[test]
+    fn the_home_side_says_gone_only_when_it_read_every_key_of_a_slot_it_serves() {
+        assert_eq!(answer(true, Some(false)), Answer::Gone);
+        assert_eq!(answer(true, Some(true)), Answer::Lives);
+        assert_eq!(answer(true, None), Answer::Unsure);
+        assert_eq!(answer(false, Some(false)), Answer::Unsure);
+        for a in [Answer::Lives, Answer::Gone, Answer::Unsure] {
+            assert_eq!(Answer::from_code(a.code()), Some(a));
+        }
+        assert_eq!(Answer::from_code(3), None);
+    }
+
+    #[test]
+    fn the_bounds_hold() {
+        let mut a = Audit::default();
+        for id in 1..=MAX_SUSPECTS as u64 + 5 {
+            see(&mut a, &holder_name(b"{p}views", id, 1, 0), 0);
+        }
+        assert_eq!(a.len(), MAX_SUSPECTS);
+        assert!(a.bytes <= MAX_SUSPECT_BYTES);
+    }
+}
