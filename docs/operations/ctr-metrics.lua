@@ -1,10 +1,12 @@
+#!lua flags=no-writes,allow-cross-slot-keys
 -- redis-ctr metrics for redis_exporter's --script option (docs/OPERATIONS.md).
 --
 --   prometheus-redis-exporter --redis.addr redis://HOST:PORT --script ctr-metrics.lua
 --
 -- The exporter runs this script with EVAL on every scrape and turns each (name, value) pair of
--- its reply into a sample of redis_script_values{key="<name>"} (and redis_script_result 1 when
--- every value parsed as a number, 0 when the script or a value failed).
+-- its reply into a sample of redis_script_values{key="<name>"}. When the script or a value
+-- fails, the scrape reports redis_up 0 and redis_exporter_last_scrape_error with the reason
+-- (Debian's 1.45; newer exporters also export redis_script_result).
 --
 -- 1. Every field of INFO ctr, under its INFO name: ctr_adds, ctr_gather_failures, ... (all of
 --    them, whatever this module version has: the section is copied field by field).
@@ -15,10 +17,16 @@
 --    home whose total needs a gather, which cannot wait inside a script).
 --    Each exporter scrapes one server: list there the keys that server serves.
 --
+-- The first line (script flags, Redis 7.0+ and Valkey) declares the script read-only, so that
+-- it also runs on replicas, and reading keys of several slots, which a script with flags must
+-- declare in a cluster.
+--
 -- Cost: INFO ctr is a fixed list of integers; each watched key costs one CTR.INFO, run on the
 -- server thread while the script runs (a few microseconds for a plain counter). Keep WATCH
--- short: tens of keys, not thousands. A spread counter's holders can be watched one by one
--- (each is a counter of its own, on its own master); its home's total is read from a client.
+-- short: tens of keys, not thousands. Do not list a spread counter's home in a cluster: its
+-- CTR.INFO needs a gather from the other masters, which cannot wait inside a script, so each
+-- scrape would count a failed gather (ctr_gather_failures). Its holders can be watched one by
+-- one (each is a counter of its own, on its own master); its total is read from a client.
 
 -- The counters to watch (edit this list): exact key names, e.g. { "orders:paid", "sale:stock" }.
 local WATCH = {}
