@@ -17,8 +17,8 @@
 //!    the spread (the carried name first, then every key of the slot, `CLUSTER
 //!    GETKEYSINSLOT`: `RENAME`, `RESTORE` and `MIGRATE` keep a home in its slot); gone only when
 //!    this node serves the slot as a master, nothing moves it (the routing check, an atomic slot
-//!    migration) and it read all of the slot's keys (at most 100,000); otherwise unsure, asked
-//!    again a second later. A message holding a gone answer goes only once this master's
+//!    migration) and it read all of the slot's keys (at most 20,000, and 20,000 slot keys per
+//!    tick or received message); otherwise unsure, asked again a second later. A message holding a gone answer goes only once this master's
 //!    replicas hold what it read (a failover must not bring back a home whose holders went).
 //! 4. **Delete.** A spread answered gone twice, the second at least `ctr.orphan-grace-ms`
 //!    after the first (default 10 min: a home restored after its holders, by a tool that copies
@@ -26,8 +26,8 @@
 //!    rule of collections (`collect::verdict`: `DEL`, replicated, only a counter whose name is a
 //!    holder of exactly that spread id and carried home, in a slot this master serves).
 //!
-//! Cost: a pass reads every key once (about 0.1 µs each); one question per spread per pass; a
-//! gone answer reads the home slot's keys. Nothing runs outside a cluster (a home's holders sit
+//! Cost: a pass reads every key once (about 0.1 µs each); one question per spread per pass (at
+//! most 512 asked per tick); a gone answer reads the home slot's keys. Nothing runs outside a cluster (a home's holders sit
 //! in its own database and go with it, `spread_collect`) or on a replica.
 
 use std::cell::RefCell;
@@ -63,7 +63,12 @@ const KEYS_PER_TICK: usize = 1_000;
 const TICK_TIME_CAP: Duration = Duration::from_micros(500);
 const MAX_MESSAGE_BYTES: usize = 32 * 1024;
 /// A slot holding more keys than this is not read: its spreads are answered unsure.
-const MAX_SLOT_KEYS: i64 = 100_000;
+const MAX_SLOT_KEYS: i64 = 20_000;
+/// Slot keys read at most per tick and per received message (about 2 ms of main thread):
+/// past it a question is answered unsure (asked again a second later).
+const SLOT_KEYS_BUDGET: i64 = 20_000;
+/// Questions this master asks (or answers itself) per tick at most.
+const QUESTIONS_PER_TICK: usize = 512;
 /// Answers held for the replicas, at most (past it a question goes unanswered: asked again).
 const MAX_HELD: usize = 1024;
 
@@ -87,6 +92,8 @@ thread_local! {
     static WALK: RefCell<Option<Walk>> = const { RefCell::new(None) };
     static AUDIT: RefCell<Audit> = RefCell::new(Audit::default());
     static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    /// Slot keys the home side may still read in this tick or message.
+    static SLOT_KEYS_LEFT: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
 fn tick(ctx: Ctx) {
@@ -210,10 +217,11 @@ unsafe extern "C" fn visit(
 
 /// Asks what is due: this master answers its own homes' questions, the others get messages.
 fn ask(ctx: Ctx, now: i64) {
-    let due = AUDIT.with(|a| a.borrow_mut().due(now));
+    let due = AUDIT.with(|a| a.borrow_mut().due(now, QUESTIONS_PER_TICK));
     if due.is_empty() {
         return;
     }
+    SLOT_KEYS_LEFT.set(SLOT_KEYS_BUDGET);
     metrics::AUDIT_QUESTIONS.add(due.len() as u64);
     let mut remote: BTreeMap<NodeId, Vec<Question>> = BTreeMap::new();
     for q in due {
@@ -244,8 +252,11 @@ fn home_side(ctx: Ctx, q: &Question) -> Answer {
     if is_home_at(ctx, &q.home, q.spread_id) {
         return Answer::Lives;
     }
-    let found = cluster::keys_in_slot(ctx, key_slot(&q.home), MAX_SLOT_KEYS)
-        .map(|keys| keys.iter().any(|k| is_home_at(ctx, k, q.spread_id)));
+    let budget = SLOT_KEYS_LEFT.get().min(MAX_SLOT_KEYS);
+    let found = cluster::keys_in_slot(ctx, key_slot(&q.home), budget).map(|keys| {
+        SLOT_KEYS_LEFT.set(SLOT_KEYS_LEFT.get() - keys.len() as i64);
+        keys.iter().any(|k| is_home_at(ctx, k, q.spread_id))
+    });
     audit::answer(true, found)
 }
 
@@ -329,6 +340,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
             };
             // SAFETY: ctx is live; database 0 always exists.
             unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+            SLOT_KEYS_LEFT.set(SLOT_KEYS_BUDGET);
             let answers: Vec<(Question, Answer)> = questions
                 .into_iter()
                 .map(|q| {

@@ -188,10 +188,14 @@ impl Audit {
         self.pass += 1;
     }
 
-    /// The questions to ask now (each then waits [`ASK_TIMEOUT_MS`] for its answer).
-    pub fn due(&mut self, now: i64) -> Vec<Question> {
+    /// The questions to ask now, at most `max` (each then waits [`ASK_TIMEOUT_MS`] for its
+    /// answer; the rest wait for a later call).
+    pub fn due(&mut self, now: i64, max: usize) -> Vec<Question> {
         let mut out = Vec::new();
         for (q, s) in &mut self.suspects {
+            if out.len() >= max {
+                break;
+            }
             if s.next_ms <= now {
                 s.next_ms = now.saturating_add(ASK_TIMEOUT_MS);
                 out.push(q.clone());
@@ -277,19 +281,26 @@ mod tests {
         let h2 = holder_name(b"{p}views", 7, 2, 0);
         assert!(see(&mut a, &h1, 0) && see(&mut a, &h2, 0) && see(&mut a, &h1, 0));
         assert_eq!(a.len(), 1);
-        assert_eq!(a.due(0), vec![question(7)]);
-        assert!(a.due(1).is_empty(), "asked: waits for its answer");
-        assert_eq!(a.due(ASK_TIMEOUT_MS), vec![question(7)], "asked again");
+        assert_eq!(a.due(0, usize::MAX), vec![question(7)]);
+        assert!(
+            a.due(1, usize::MAX).is_empty(),
+            "asked: waits for its answer"
+        );
+        assert_eq!(
+            a.due(ASK_TIMEOUT_MS, usize::MAX),
+            vec![question(7)],
+            "asked again"
+        );
     }
 
     #[test]
     fn a_living_spread_is_forgotten_and_an_unsure_one_asked_again() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
-        a.due(0);
+        a.due(0, usize::MAX);
         assert_eq!(a.answered(&question(7), Answer::Unsure, 10, 0), None);
-        assert!(a.due(10 + RETRY_MS - 1).is_empty());
-        assert_eq!(a.due(10 + RETRY_MS).len(), 1);
+        assert!(a.due(10 + RETRY_MS - 1, usize::MAX).is_empty());
+        assert_eq!(a.due(10 + RETRY_MS, usize::MAX).len(), 1);
         assert_eq!(a.answered(&question(7), Answer::Lives, 20, 0), None);
         assert!(a.is_empty());
         assert_eq!(
@@ -304,16 +315,16 @@ mod tests {
         let mut a = Audit::default();
         let h = holder_name(b"{p}views", 7, 1, 0);
         see(&mut a, &h, 0);
-        a.due(0);
+        a.due(0, usize::MAX);
         assert_eq!(a.answered(&question(7), Answer::Gone, 100, 1_000), None);
-        assert!(a.due(1_099).is_empty(), "not before the grace");
-        assert_eq!(a.due(1_100).len(), 1);
+        assert!(a.due(1_099, usize::MAX).is_empty(), "not before the grace");
+        assert_eq!(a.due(1_100, usize::MAX).len(), 1);
         // A home restored within the grace: it lives, nothing goes.
         assert_eq!(a.answered(&question(7), Answer::Lives, 1_100, 1_000), None);
         see(&mut a, &h, 2_000);
-        a.due(2_000);
+        a.due(2_000, usize::MAX);
         a.answered(&question(7), Answer::Gone, 2_000, 1_000);
-        a.due(3_000);
+        a.due(3_000, usize::MAX);
         let c = a
             .answered(&question(7), Answer::Gone, 3_000, 1_000)
             .unwrap();
@@ -325,8 +336,19 @@ mod tests {
     fn without_a_grace_the_first_gone_collects() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
-        a.due(0);
+        a.due(0, usize::MAX);
         assert!(a.answered(&question(7), Answer::Gone, 5, 0).is_some());
+    }
+
+    #[test]
+    fn at_most_the_asked_number_of_questions_go_at_once() {
+        let mut a = Audit::default();
+        for id in 1..=5 {
+            see(&mut a, &holder_name(b"{p}views", id, 1, 0), 0);
+        }
+        assert_eq!(a.due(0, 2).len(), 2);
+        assert_eq!(a.due(0, 10).len(), 3, "the rest, at the next call");
+        assert!(a.due(0, 10).is_empty());
     }
 
     #[test]
@@ -338,7 +360,7 @@ mod tests {
         see(&mut a, &holder_name(b"{p}views", 8, 1, 0), 0);
         a.end_pass();
         assert_eq!(a.len(), 1);
-        assert_eq!(a.due(0), vec![question(8)]);
+        assert_eq!(a.due(0, usize::MAX), vec![question(8)]);
         a.end_pass();
         assert!(a.is_empty() && a.bytes == 0);
     }

@@ -1061,7 +1061,7 @@ impl Sim {
             }
         }
         master.audit.end_pass();
-        let due = master.audit.due(now);
+        let due = master.audit.due(now, usize::MAX);
         let mut remote: BTreeMap<usize, Vec<Question>> = BTreeMap::new();
         for q in due {
             let to = master_of(&q.home);
