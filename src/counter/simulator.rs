@@ -1240,10 +1240,23 @@ impl Sim {
         Ok(())
     }
 
-    /// No more faults: every message delivered, replicas caught up, until quiet.
+    /// No more faults: every message delivered, replicas caught up, until quiet; then the
+    /// audit's passes, each after the grace (a spread answered gone twice goes).
     fn heal(&mut self) {
         self.faults = false;
-        for _ in 0..60 {
+        self.quiet_rounds(60);
+        for _ in 0..4 {
+            self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
+            for m in 0..MASTERS {
+                self.audit_pass(m);
+            }
+            self.quiet_rounds(4);
+        }
+    }
+
+    /// `n` rounds of: every replica catches up, every master ticks, every message delivered.
+    fn quiet_rounds(&mut self, n: usize) {
+        for _ in 0..n {
             for m in 0..MASTERS {
                 while !self.masters[m].unreplicated.is_empty() {
                     self.replicate_one(m);
@@ -1252,24 +1265,6 @@ impl Sim {
             }
             while let Some(m) = self.network.pop() {
                 self.handle(m);
-            }
-        }
-        // The audit's passes, each after the grace: a spread answered gone twice goes.
-        for _ in 0..4 {
-            self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
-            for m in 0..MASTERS {
-                self.audit_pass(m);
-            }
-            for _ in 0..4 {
-                for m in 0..MASTERS {
-                    while !self.masters[m].unreplicated.is_empty() {
-                        self.replicate_one(m);
-                    }
-                    self.tick(m);
-                }
-                while let Some(m) = self.network.pop() {
-                    self.handle(m);
-                }
             }
         }
     }
