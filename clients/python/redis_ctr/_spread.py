@@ -93,7 +93,7 @@ def probe_order(token: KeyT, n: int) -> List[int]:
     return order_from_seed(token_hash(token), n)
 
 
-def holders_of(names: Optional[Sequence[str]], key: KeyT) -> Holders:
+def holders_of(names: Optional[Sequence[KeyT]], key: KeyT) -> Holders:
     """The holder names of a ``CTR.HOLDERS`` reply; ``(key,)`` for a missing or unspread key."""
     if not names or len(names) < 2 or not _is_text(key):
         # Replies are decoded as UTF-8 text: the holder names of a key that is not could not
@@ -153,7 +153,7 @@ class HolderCache:
         return entry[1]
 
     def learned(
-        self, key: KeyT, names: Optional[Sequence[str]], failed: bool = False
+        self, key: KeyT, names: Optional[Sequence[KeyT]], failed: bool = False
     ) -> Holders:
         """Stores what ``CTR.HOLDERS key`` replied. When it ``failed`` (the home's master out of
         reach, a wrong type), the holders known before are kept for another ``refresh_ms``

@@ -76,7 +76,7 @@ class StampedeTest(unittest.TestCase):
         ctr = redis_ctr.Ctr(self.r)
         key = fresh("home")
         holder = ctr.spread(key, 2)[1]
-        self.assertEqual(ctr.holders(holder), (holder,))
+        self.assertEqual(ctr.holders(holder), [holder])
         self.assertEqual(ctr.add(holder, 3), 3)
         self.assertEqual(ctr.get(key), 3)
 
