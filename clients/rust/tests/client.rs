@@ -986,3 +986,94 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
     assert_eq!(direct.ctr_get("stuck").unwrap(), 1);
     assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
 }
+
+#[test]
+fn pipelines_and_transactions_queue_the_commands_with_typed_replies() {
+    use redis_ctr_client::CtrPipelineCommands;
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let mut con = redis::Client::open(url(server.port, resp3))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let tag = if resp3 { "{pipe3}" } else { "{pipe2}" };
+        let k = |name: &str| format!("{tag}:{name}");
+        let before = command_calls(&mut con, "exec");
+        let holders_before = command_calls(&mut con, "ctr.holders");
+        type Replies = (
+            Option<i64>,
+            Option<i64>,
+            i64,
+            (),
+            Option<i64>,
+            Option<i64>,
+            Option<CounterInfo>,
+            Reconciled,
+            i64,
+            PncInfo,
+        );
+        let once = AddOptions::new().token("t1");
+        let replies: Replies = redis::pipe()
+            .atomic()
+            .ctr_add(k("stock"), 5)
+            .ctr_add_with(k("stock"), 1, &once)
+            .ctr_get(k("stock"))
+            .ctr_floor(k("stock"), Some(0))
+            .ctr_decrfloor_with(k("stock"), 10, "o1", None)
+            .ctr_decrfloor_with(k("stock"), 4, "o2", None)
+            .ctr_info(k("stock"))
+            .ctr_reconcile(k("views"), 7, None)
+            .pnc_add(k("likes"), 3)
+            .pnc_info(k("likes"))
+            .query_ctr(&mut con)
+            .unwrap();
+        let (added, tokened, got, (), refused, bought, info, reconciled, likes, pnc) = replies;
+        assert_eq!((added, tokened, got), (Some(5), Some(6), 6));
+        assert_eq!((refused, bought), (None, Some(2)));
+        let info = info.expect("the counter exists");
+        assert_eq!((info.value, info.floor), (2, Some(0)));
+        assert_eq!(
+            reconciled,
+            Reconciled {
+                value: 7,
+                drift: -7
+            }
+        );
+        assert_eq!((likes, pnc.value), (3, 3));
+        assert_eq!(
+            command_calls(&mut con, "exec") - before,
+            1,
+            "one MULTI/EXEC"
+        );
+        assert_eq!(command_calls(&mut con, "ctr.holders"), holders_before);
+
+        // A module error in a pipeline is its kind; every command ran.
+        con.ctr_add(k("big"), i64::MAX).unwrap();
+        let result: Result<(Option<i64>, i64), CtrError> = redis::pipe()
+            .ctr_add(k("big"), 1)
+            .ctr_get(k("big"))
+            .query_ctr(&mut con);
+        assert_eq!(module_error(result), ModuleError::Overflow);
+
+        // Native commands on the same pipeline, and an async connection.
+        let (n, value): (i64, i64) = redis::pipe()
+            .cmd("INCR")
+            .arg(k("plain"))
+            .ctr_add(k("mixed"), 9)
+            .query_ctr(&mut con)
+            .unwrap();
+        assert_eq!((n, value), (1, 9));
+        let async_replies: (Option<i64>, i64) = block_on(async {
+            let client = redis::Client::open(url(server.port, resp3)).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            redis::pipe()
+                .atomic()
+                .ctr_add(k("mixed"), 1)
+                .ctr_get(k("mixed"))
+                .query_ctr_async(&mut con)
+                .await
+                .unwrap()
+        });
+        assert_eq!(async_replies, (Some(10), 10));
+    }
+}
