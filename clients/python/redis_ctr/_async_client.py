@@ -16,7 +16,7 @@ from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
-from .client import names_like, not_run, refused
+from .client import failed_node, names_like, not_run, refused
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
@@ -75,7 +75,7 @@ class AsyncCtr:
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
     ) -> None:
         self.client = async_client(client, "AsyncCtr")
-        self._holders = holder_cache(spread_refresh_ms)
+        self._holders = holder_cache(spread_refresh_ms, self.client)
         self.purchase_wait = checked_wait(purchase_wait)
         self._refreshing: Dict[KeyT, asyncio.Task[Holders]] = {}
 
@@ -190,7 +190,7 @@ class AsyncCtr:
             except (MovedError, ConnectionError, TimeoutError) as e:
                 if target == key or retry or not not_run(e):
                     raise
-                cache.unreachable(target, away_for_ms(e))
+                cache.unreachable(target, away_for_ms(e), failed_node(e))
                 folded.append(target)
                 target = cache.retarget(key, holders, token, folded)
 

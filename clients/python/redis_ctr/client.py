@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import re
 import time
-from typing import TYPE_CHECKING, Any, List, Literal, Optional, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, TypeVar, Union, overload
 
 from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
 
@@ -106,12 +107,44 @@ def away_for_ms(error: BaseException) -> int:
     return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
 
 
+_CONNECTING_TO = re.compile(r"connecting to (\S+):(\d+)\.")
+
+
+def failed_node(error: BaseException) -> Optional[str]:
+    """The server (``host:port``) that a connection error could not connect to, from redis-py's
+    text ("Error 111 connecting to host:port. ..."); None for any other error."""
+    if isinstance(error, MovedError) or not isinstance(error, (ConnectionError, TimeoutError)):
+        return None
+    found = _CONNECTING_TO.search(str(error))
+    return None if found is None else f"{found.group(1)}:{found.group(2)}"
+
+
+def slot_map_lookup(client: Any) -> Optional[Callable[[KeyT], Optional[str]]]:
+    """For a cluster client (sync or asyncio ``RedisCluster``): the ``host:port`` of the master
+    its slot map gives for a key, read locally (no I/O). None for any other client."""
+    node_from_key = getattr(client, "get_node_from_key", None)
+    if node_from_key is None:
+        return None
+
+    def node_of(key: KeyT) -> Optional[str]:
+        try:
+            node = node_from_key(key)
+        except Exception:  # a slot map being refreshed, a slot with no owner
+            return None
+        name = getattr(node, "name", None)
+        return name if isinstance(name, str) else None
+
+    return node_of
+
+
 DEFAULT_REFRESH_MS = 1000
 
 
-def holder_cache(spread_refresh_ms: Optional[int]) -> Optional[HolderCache]:
+def holder_cache(spread_refresh_ms: Optional[int], client: Any = None) -> Optional[HolderCache]:
     """The cache of a spread-aware client; None for a client that writes the key given."""
-    return None if spread_refresh_ms is None else HolderCache(spread_refresh_ms)
+    if spread_refresh_ms is None:
+        return None
+    return HolderCache(spread_refresh_ms, node_of=slot_map_lookup(client))
 
 
 def checked_wait(purchase_wait: float) -> float:
@@ -151,7 +184,7 @@ class Ctr:
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
     ) -> None:
         self.client = sync_client(client, "Ctr")
-        self._holders = holder_cache(spread_refresh_ms)
+        self._holders = holder_cache(spread_refresh_ms, self.client)
         self.purchase_wait = checked_wait(purchase_wait)
 
     def pipeline(self, transaction: bool = True) -> CtrPipeline:
@@ -275,7 +308,7 @@ class Ctr:
                 # Never ran there (MOVED, no connection): on to another holder in reach.
                 if target == key or retry or not not_run(e):
                     raise
-                cache.unreachable(target, away_for_ms(e))
+                cache.unreachable(target, away_for_ms(e), failed_node(e))
                 folded.append(target)
                 target = cache.retarget(key, holders, token, folded)
 

@@ -31,7 +31,8 @@ from ._calls import KeyT
 from ._spread import HolderCache, Holders, holder_for_token
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
-from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, not_run, run, sync_client
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
+from .client import sync_client
 from .errors import CtrError, HolderFolded
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class _Writer(Generic[ClientT]):
             return False
         cache = self._cache()
         if cache is not None:
-            cache.unreachable(target, away_for_ms(error))
+            cache.unreachable(target, away_for_ms(error), failed_node(error))
         sums.unsettled[0] = moved
         sums.stats.rerouted += 1
         return True
