@@ -1,6 +1,10 @@
 //! The Python client library (clients/python) against the module: its unittest suite, run
 //! with the Makefile's Python (redis-py in target/venv), against one server and a 3-master
-//! cluster started here.
+//! cluster started here; and the outage test (`tests/outage.py`), on a cluster of its own with
+//! a replica, whose master it shuts down.
+//!
+//! `CTR_PYTHON_TESTS="tests.test_pipeline tests.test_types.TypesTest"` runs those unittest names
+//! instead of the whole suite (the servers are the same).
 
 mod common;
 
@@ -22,15 +26,56 @@ fn python_client_suite_passes() {
     // Short buckets, so that the reconcile errors can be reached in a fraction of a second.
     let server = Server::start_with(&[], &["bucket-ms", "100"]);
     let cluster = Cluster::start(3, &[]);
+    let only = std::env::var("CTR_PYTHON_TESTS").unwrap_or_default();
+    let mut args = vec!["-m", "unittest"];
+    if only.trim().is_empty() {
+        args.extend(["discover", "-v", "-s", "tests", "-t", "."]);
+    } else {
+        args.push("-v");
+        args.extend(only.split_whitespace());
+    }
+    run_python(
+        &python,
+        &args,
+        &[
+            ("REDIS_PORT", server.port.to_string()),
+            ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
+        ],
+    );
+}
+
+/// One master of three shut down while `Ctr.add` (plain and tokened) and the coalescing writer
+/// write a spread counter with holders on every master: each keeps at least half its healthy
+/// rate, and once the master's replica has taken over, the total is every acknowledged add.
+#[test]
+fn python_adds_keep_their_rate_with_a_master_down() {
+    let Some(python) = python_with_redis_py() else {
+        note("Python outage test skipped: no Python with the redis package");
+        return;
+    };
+    let cluster = Cluster::start(3, &[]);
+    let replica = cluster.start_replica_of(2);
+    run_python(
+        &python,
+        &["-m", "unittest", "-v", "tests.outage"],
+        &[
+            ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
+            ("REDIS_DOWN_PORT", cluster.nodes[2].port.to_string()),
+            ("REDIS_REPLICA_PORT", replica.port.to_string()),
+        ],
+    );
+}
+
+fn run_python(python: &str, args: &[&str], env: &[(&str, String)]) {
     let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python");
-    let out = Command::new(python)
-        .args(["-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."])
+    let mut cmd = Command::new(python);
+    cmd.args(args)
         .current_dir(&package)
-        .env("PYTHONPATH", &package)
-        .env("REDIS_PORT", server.port.to_string())
-        .env("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string())
-        .output()
-        .expect("run the Python tests");
+        .env("PYTHONPATH", &package);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let out = cmd.output().expect("run the Python tests");
     let report = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("\nOK"), "{report}");

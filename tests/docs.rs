@@ -1,10 +1,15 @@
-//! The docs run as written. Every fenced block of README.md and docs/*.md that is a redis-cli
+//! The docs run as written. Every fenced block of README.md, docs/*.md and the client
+//! libraries' READMEs (clients/python/README.md, clients/rust/README.md) that is a redis-cli
 //! transcript (a ```text block with `127.0.0.1:6379>` or `redis>` prompts) or a client snippet
 //! (```python, ```rust) is run against a fresh server (one per file, blocks in order, so a
 //! file's examples may build on each other) and its output compared with what the doc shows.
+//! Each Python snippet runs alone, so it carries its own imports and client.
 //!
-//! A block that cannot run here is marked, on the line just before its fence, with
-//! `<!-- doc-test: skip: <reason> -->`; the reason is required (e.g. "needs a cluster").
+//! A client snippet that is not a whole program says so to its reader on its first line:
+//! `# fragment: <what it needs>` (Python) or `// fragment: <what it needs>` (Rust); it is not
+//! run. A transcript that cannot run here is marked, on the line just before its fence, with
+//! `<!-- doc-test: skip: <reason> -->`; the reason is required (e.g. "needs a cluster"). A
+//! client snippet may not use that hidden marker: its reader would not see why it does not run.
 //! Python snippets check each line that ends with `# -> <python literal>`; the port 6379 in a
 //! snippet is replaced by the test server's. Other blocks (```sh build and ops steps, formats)
 //! are not examples of the commands and are not run.
@@ -35,12 +40,28 @@ fn doc_files() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files.insert(0, root.join("README.md"));
+    files.push(root.join("clients/python/README.md"));
+    files.push(root.join("clients/rust/README.md"));
     files
+}
+
+/// The reason a client snippet gives on its first line for being a fragment, if it does.
+fn fragment_reason(b: &Block) -> Option<&str> {
+    let first = b.body.first()?.trim_start();
+    first
+        .strip_prefix("# fragment:")
+        .or_else(|| first.strip_prefix("// fragment:"))
+        .map(str::trim)
 }
 
 fn blocks(path: &Path) -> Vec<Block> {
     let text = std::fs::read_to_string(path).expect("read a doc");
-    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -293,6 +314,24 @@ fn every_transcript_and_client_snippet_in_the_docs_runs_as_written() {
             .collect();
         let mut server: Option<Server> = None;
         for b in runnable {
+            let snippet = b.lang == "python" || b.lang == "rust";
+            if snippet && b.skip.is_some() {
+                failures.push(format!(
+                    "{}:{}: a client snippet says that it does not run on its first line \
+                     (`# fragment: ...` or `// fragment: ...`), not in a hidden marker",
+                    b.file, b.line
+                ));
+                continue;
+            }
+            if let Some(reason) = fragment_reason(&b) {
+                assert!(
+                    reason.len() >= 8,
+                    "{}:{}: a fragment needs a written reason",
+                    b.file,
+                    b.line
+                );
+                continue;
+            }
             if let Some(reason) = &b.skip {
                 assert!(
                     reason.len() >= 8,
@@ -316,7 +355,8 @@ fn every_transcript_and_client_snippet_in_the_docs_runs_as_written() {
                 }
             } else {
                 failures.push(format!(
-                    "{}:{}: a {} snippet has no runner here: mark it with a skip reason",
+                    "{}:{}: a {} snippet has no runner here: say on its first line that it is \
+                     a fragment (// fragment: ...)",
                     b.file, b.line, b.lang
                 ));
             }

@@ -197,8 +197,23 @@ def _names(raw: Any) -> List[str]:
     return [_text(name) for name in raw]
 
 
-def spread(key: KeyT, holders: int) -> Call[List[str]]:
-    return Call(("CTR.SPREAD", key, integer("holders", holders)), _names)
+def _bytes(value: Any) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _byte_names(raw: Any) -> List[bytes]:
+    return [_bytes(name) for name in raw]
+
+
+def names_parser(key: KeyT) -> Callable[[Any], List[Any]]:
+    """How holder names are returned: in the type of the key given (str for a str key, bytes
+    for a bytes key), whatever ``decode_responses`` says."""
+    return _byte_names if isinstance(key, bytes) else _names
+
+
+def spread(key: KeyT, holders: int) -> Call[List[Any]]:
+    options = {} if isinstance(key, str) else {NEVER_DECODE: True}
+    return Call(("CTR.SPREAD", key, integer("holders", holders)), names_parser(key), options)
 
 
 def holders(key: KeyT) -> Call[List[str]]:

@@ -39,7 +39,7 @@ import binascii
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
 Holders = Tuple[KeyT, ...]
@@ -48,6 +48,11 @@ UNREACHABLE_MS = 1000
 """How long a holder whose master could not be reached is left out of untokened adds."""
 ELSEWHERE_MS = 10_000
 """How long a holder that this client's (non-cluster) server does not serve is left out."""
+NODE_AWAY_MS = 5000
+"""How long a master that refused a connection is left out (every holder it serves), doubled
+while it keeps refusing, up to :data:`NODE_AWAY_MAX_MS`. Its replica taking over is a new
+master in the slot map, whose holders are in at once."""
+NODE_AWAY_MAX_MS = 30_000
 _LOCK_STRIPES = 64
 
 
@@ -93,7 +98,7 @@ def probe_order(token: KeyT, n: int) -> List[int]:
     return order_from_seed(token_hash(token), n)
 
 
-def holders_of(names: Optional[Sequence[str]], key: KeyT) -> Holders:
+def holders_of(names: Optional[Sequence[KeyT]], key: KeyT) -> Holders:
     """The holder names of a ``CTR.HOLDERS`` reply; ``(key,)`` for a missing or unspread key."""
     if not names or len(names) < 2 or not _is_text(key):
         # Replies are decoded as UTF-8 text: the holder names of a key that is not could not
@@ -107,10 +112,21 @@ class HolderCache:
     """Holder lists per key, each trusted for ``refresh_ms``; at most ``max_keys`` keys and
     ``max_tokens`` remembered tokens (the oldest entries leave first). Thread-safe."""
 
-    def __init__(self, refresh_ms: int, max_keys: int = 10_000, max_tokens: int = 10_000) -> None:
+    def __init__(
+        self,
+        refresh_ms: int,
+        max_keys: int = 10_000,
+        max_tokens: int = 10_000,
+        node_of: Optional[Callable[[KeyT], Optional[str]]] = None,
+    ) -> None:
         if refresh_ms <= 0 or max_keys <= 0 or max_tokens <= 0:
             raise ValueError("refresh_ms, max_keys and max_tokens must be positive")
         self.refresh_ms = refresh_ms
+        self.node_of = node_of
+        """The server (``host:port``) that serves a key, from a cluster client's slot map
+        (None without one): a master out of reach leaves out every holder it serves."""
+        self._away_nodes: Dict[str, float] = {}
+        self._node_strikes: Dict[str, Tuple[int, float]] = {}
         self.max_keys = max_keys
         self.max_tokens = max_tokens
         self._lock = threading.Lock()
@@ -126,21 +142,45 @@ class HolderCache:
         find the cache stale at once send one ``CTR.HOLDERS``, not one each."""
         return self._refresh_locks[hash(key) % _LOCK_STRIPES]
 
-    def unreachable(self, holder: KeyT, for_ms: float = UNREACHABLE_MS) -> None:
+    def unreachable(
+        self, holder: KeyT, for_ms: float = UNREACHABLE_MS, node: Optional[str] = None
+    ) -> None:
         """Leaves ``holder`` out of the holders untokened adds and new sums pick, for
         ``for_ms``: its master could not be connected to, or the client's server does not serve
-        it (``MOVED`` to a non-cluster client)."""
+        it (``MOVED`` to a non-cluster client). With the ``node`` (``host:port``) that could
+        not be connected to, every holder that node serves (by :attr:`node_of`) is left out
+        too, for :data:`NODE_AWAY_MS`, doubled each time it refuses again (up to
+        :data:`NODE_AWAY_MAX_MS`): one failed connect per master now and then, not one per
+        holder every second (each costs a cluster client its retries and slot map refreshes,
+        about 0.1 s with redis-py 8.1)."""
+        now = _now_ms()
         with self._lock:
             self._away.pop(holder, None)
-            _bounded_put(self._away, holder, _now_ms() + for_ms, self.max_keys)
+            _bounded_put(self._away, holder, now + for_ms, self.max_keys)
+            if node is not None and self.node_of is not None:
+                strikes, last_until = self._node_strikes.pop(node, (0, 0.0))
+                if now - last_until > NODE_AWAY_MAX_MS:
+                    strikes = 0  # it was back for a while: a new outage
+                away = min(NODE_AWAY_MS * 2**strikes, NODE_AWAY_MAX_MS)
+                self._away_nodes.pop(node, None)
+                _bounded_put(self._away_nodes, node, now + away, self.max_keys)
+                _bounded_put(self._node_strikes, node, (strikes + 1, now + away), self.max_keys)
+
+    def _node_away(self, holder: KeyT, now: float) -> bool:
+        if not self._away_nodes or self.node_of is None:
+            return False
+        node = self.node_of(holder)
+        return node is not None and self._away_nodes.get(node, 0.0) > now
 
     def reachable(self, holders: Holders) -> Holders:
         """``holders`` without those left out (all of them when that would leave none)."""
-        if not self._away:
+        if not self._away and not self._away_nodes:
             return holders
         now = _now_ms()
         with self._lock:
-            kept = tuple(h for h in holders if self._away.get(h, 0.0) <= now)
+            kept = tuple(
+                h for h in holders if self._away.get(h, 0.0) <= now and not self._node_away(h, now)
+            )
         return kept or holders
 
     def fresh(self, key: KeyT) -> Optional[Holders]:
@@ -153,7 +193,7 @@ class HolderCache:
         return entry[1]
 
     def learned(
-        self, key: KeyT, names: Optional[Sequence[str]], failed: bool = False
+        self, key: KeyT, names: Optional[Sequence[KeyT]], failed: bool = False
     ) -> Holders:
         """Stores what ``CTR.HOLDERS key`` replied. When it ``failed`` (the home's master out of
         reach, a wrong type), the holders known before are kept for another ``refresh_ms``

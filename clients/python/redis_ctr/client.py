@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import time
-from typing import Any, List, Optional, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, TypeVar, Union, overload
 
 from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
 
@@ -11,23 +13,79 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
-from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
-from .errors import classify_cluster
+from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
+from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
+
+if TYPE_CHECKING:
+    from .pipeline import CtrPipeline
 
 T = TypeVar("T")
 
 
-class SyncClient(Protocol):
-    """What the library needs of a client: redis-py's ``execute_command``."""
+if TYPE_CHECKING:
+    import redis
+    import redis.cluster
 
-    def execute_command(self, *args: Any, **options: Any) -> Any: ...
+SyncClient = Union["redis.Redis", "redis.cluster.RedisCluster"]
+"""The clients :class:`Ctr`, :class:`Pnc` and the coalescing writer take: redis-py's sync
+``Redis`` or ``RedisCluster`` (or a subclass). An asyncio client is refused (``TypeError``), and
+so is a pipeline: queue commands on one with :class:`redis_ctr.CtrPipeline`."""
+
+
+def is_pipeline(client: object) -> bool:
+    """True for a redis-py pipeline (sync or asyncio, cluster or not)."""
+    from redis.asyncio.client import Pipeline as AsyncPipeline
+    from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
+
+    return isinstance(client, (Pipeline, ClusterPipeline, AsyncPipeline, AsyncClusterPipeline))
+
+
+def sync_client(client: SyncClient, what: str) -> SyncClient:
+    """``client`` when it is a sync client; ``TypeError`` for an asyncio one or a pipeline,
+    at construction, not at the first command."""
+    if is_pipeline(client):
+        raise TypeError(
+            f"{what} sends each command at once and returns its reply, so it takes a client, "
+            f"not a pipeline ({type(client).__name__}): queue the commands with "
+            "redis_ctr.CtrPipeline(pipeline) (or Ctr(client).pipeline()), whose execute() "
+            "returns the typed replies"
+        )
+    if inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
+        raise TypeError(
+            f"{what} needs a sync redis-py client, not {type(client).__name__} (asyncio): "
+            f"use redis_ctr.asyncio.Async{what}"
+        )
+    if not callable(getattr(client, "execute_command", None)):
+        raise TypeError(f"{what} needs a redis-py client, not {type(client).__name__}")
+    return client
+
+
+def names_like(key: KeyT, names: Holders) -> List[Any]:
+    """Holder names in the type of the key given: str for a str key, bytes for a bytes key."""
+    if isinstance(key, bytes):
+        return [n.encode("utf-8") if isinstance(n, str) else n for n in names]
+    return [n.decode("utf-8") if isinstance(n, bytes) else n for n in names]
+
+
+def refused(key: KeyT, delta: int) -> FloorRefused:
+    """The error of an add the floor refused (a nil reply), for ``add`` without
+    ``refusable=True``."""
+    name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    return FloorRefused(
+        f"add of {delta} to '{name}' refused by the counter's floor (nothing changed); "
+        "add(..., refusable=True) returns None instead"
+    )
 
 
 def run(client: SyncClient, call: Call[T]) -> T:
     """Sends one command and normalises its reply; the module's errors become its classes."""
     try:
-        raw = client.execute_command(*call.args, **call.options)
+        # redis-py's execute_command is not annotated (RedisCluster's is).
+        send: Any = client.execute_command
+        raw = send(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
     except ClusterError as e:
@@ -49,12 +107,44 @@ def away_for_ms(error: BaseException) -> int:
     return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
 
 
+_CONNECTING_TO = re.compile(r"connecting to (\S+):(\d+)\.")
+
+
+def failed_node(error: BaseException) -> Optional[str]:
+    """The server (``host:port``) that a connection error could not connect to, from redis-py's
+    text ("Error 111 connecting to host:port. ..."); None for any other error."""
+    if isinstance(error, MovedError) or not isinstance(error, (ConnectionError, TimeoutError)):
+        return None
+    found = _CONNECTING_TO.search(str(error))
+    return None if found is None else f"{found.group(1)}:{found.group(2)}"
+
+
+def slot_map_lookup(client: Any) -> Optional[Callable[[KeyT], Optional[str]]]:
+    """For a cluster client (sync or asyncio ``RedisCluster``): the ``host:port`` of the master
+    its slot map gives for a key, read locally (no I/O). None for any other client."""
+    node_from_key = getattr(client, "get_node_from_key", None)
+    if node_from_key is None:
+        return None
+
+    def node_of(key: KeyT) -> Optional[str]:
+        try:
+            node = node_from_key(key)
+        except Exception:  # a slot map being refreshed, a slot with no owner
+            return None
+        name = getattr(node, "name", None)
+        return name if isinstance(name, str) else None
+
+    return node_of
+
+
 DEFAULT_REFRESH_MS = 1000
 
 
-def holder_cache(spread_refresh_ms: Optional[int]) -> Optional[HolderCache]:
+def holder_cache(spread_refresh_ms: Optional[int], client: Any = None) -> Optional[HolderCache]:
     """The cache of a spread-aware client; None for a client that writes the key given."""
-    return None if spread_refresh_ms is None else HolderCache(spread_refresh_ms)
+    if spread_refresh_ms is None:
+        return None
+    return HolderCache(spread_refresh_ms, node_of=slot_map_lookup(client))
 
 
 def checked_wait(purchase_wait: float) -> float:
@@ -93,14 +183,29 @@ class Ctr:
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
     ) -> None:
-        self.client = client
-        self._holders = holder_cache(spread_refresh_ms)
+        self.client = sync_client(client, "Ctr")
+        self._holders = holder_cache(spread_refresh_ms, self.client)
         self.purchase_wait = checked_wait(purchase_wait)
 
-    def holders(self, key: KeyT) -> Holders:
-        """The holders the adds of ``key`` go to (the home key first; ``(key,)`` when it is not
-        spread), from the cache or, when that is older than ``spread_refresh_ms``, from
-        ``CTR.HOLDERS`` (one read at a time per key)."""
+    def pipeline(self, transaction: bool = True) -> CtrPipeline:
+        """A :class:`redis_ctr.CtrPipeline` on a new pipeline of this client (``MULTI``/``EXEC``
+        when ``transaction``): its methods queue, ``execute()`` returns the typed replies."""
+        from .pipeline import CtrPipeline
+
+        return CtrPipeline(self.client.pipeline(transaction=transaction))
+
+    @overload
+    def holders(self, key: str) -> List[str]: ...
+    @overload
+    def holders(self, key: bytes) -> List[bytes]: ...
+    def holders(self, key: KeyT) -> List[Any]:
+        """The holders the adds of ``key`` go to, the home key first (``[key]`` when it is not
+        spread), in the type of ``key`` (str or bytes), from the cache or, when that is older
+        than ``spread_refresh_ms``, from ``CTR.HOLDERS`` (one read at a time per key)."""
+        return names_like(key, self._route_holders(key))
+
+    def _route_holders(self, key: KeyT) -> Holders:
+        """The holders adds of ``key`` go to, as the cache keeps them."""
         cache = self._holders
         if cache is None:
             return (key,)
@@ -124,8 +229,9 @@ class Ctr:
         folded back into the home, so the cached list is out of date."""
         if self._holders is not None:
             self._holders.forget(key)
-        return self.holders(key)
+        return self._route_holders(key)
 
+    @overload
     def add(
         self,
         key: KeyT,
@@ -135,23 +241,57 @@ class Ctr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        refusable: Literal[False] = False,
+    ) -> int: ...
+    @overload
+    def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        refusable: bool,
+    ) -> Optional[int]: ...
+    def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        refusable: bool = False,
     ) -> Optional[int]:
-        """``CTR.ADD``: adds ``delta`` and returns the new value.
+        """``CTR.ADD``: adds ``delta`` and returns the new value (an ``int``).
 
         ``token`` makes a retry count once (inside ``ctr.token-window-ms``); ``at`` is the
         event's time (unix ms); ``ex``/``px`` set a TTL only when this call creates the key.
-        Returns None when a negative delta is refused by the counter's floor (nothing changed).
+        A negative delta that the counter's floor refuses (nothing changed) raises
+        :class:`~redis_ctr.errors.FloorRefused` (a ``BelowFloor``); with ``refusable=True`` it
+        returns None instead (the return type is then ``Optional[int]``).
 
         On a spread counter the add goes to one holder (see the class) and the reply is that
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
         add through this client reaches the holder its first send went to.
         """
         call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
+        value = self._add(key, call, token, ex is not None or px is not None)
+        if value is None and not refusable:
+            raise refused(key, delta)
+        return value
+
+    def _add(
+        self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
+    ) -> Optional[int]:
         cache = self._holders
         # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
-        if cache is None or ex is not None or px is not None:
+        if cache is None or with_ttl:
             return run(self.client, call)
-        holders = self.holders(key)
+        holders = self._route_holders(key)
         retry = cache.remembers(key, token)
         target = cache.target(key, holders, token)
         folded: List[KeyT] = []
@@ -168,7 +308,7 @@ class Ctr:
                 # Never ran there (MOVED, no connection): on to another holder in reach.
                 if target == key or retry or not not_run(e):
                     raise
-                cache.unreachable(target, away_for_ms(e))
+                cache.unreachable(target, away_for_ms(e), failed_node(e))
                 folded.append(target)
                 target = cache.retarget(key, holders, token, folded)
 
@@ -212,7 +352,7 @@ class Ctr:
         cache = self._holders
         if cache is None:
             return self._purchase(call)
-        holders = cache.remembered_purchase(key, token) or self.holders(key)
+        holders = cache.remembered_purchase(key, token) or self._route_holders(key)
         for holder in cache.probe_targets(key, holders, token):
             value = self._purchase(call.on(holder))
             if value is not None:
@@ -245,13 +385,18 @@ class Ctr:
         0 when missing); returns the earliest watermark a reconcile ``AT`` accepts."""
         return run(self.client, _calls.reconcile_start(key))
 
-    def spread(self, key: KeyT, holders: int) -> List[str]:
+    @overload
+    def spread(self, key: str, holders: int) -> List[str]: ...
+    @overload
+    def spread(self, key: bytes, holders: int) -> List[bytes]: ...
+    def spread(self, key: KeyT, holders: int) -> List[Any]:
         """``CTR.SPREAD key holders``: makes ``key`` the home of a spread counter of ``holders``
         holders (fewer than it has folds the others back into the home) and returns every
-        holder's name, the home first. This client's adds go over them from the next one on."""
+        holder's name, the home first, in the type of ``key`` (as :meth:`holders`). This
+        client's adds go over them from the next one on."""
         names = run(self.client, _calls.spread(key, holders))
         if self._holders is not None:
-            self._holders.learned(key, names)
+            self._holders.learned(key, names_like(key, tuple(names)))
         return names
 
     def info(self, key: KeyT) -> Optional[CounterInfo]:
@@ -265,7 +410,14 @@ class Pnc:
     """``PNC.*`` commands (PN-counter CRDT) on a redis-py client."""
 
     def __init__(self, client: SyncClient) -> None:
-        self.client = client
+        self.client = sync_client(client, "Pnc")
+
+    def pipeline(self, transaction: bool = True) -> CtrPipeline:
+        """A :class:`redis_ctr.CtrPipeline` (its ``pnc_*`` methods) on a new pipeline of this
+        client; see :meth:`Ctr.pipeline`."""
+        from .pipeline import CtrPipeline
+
+        return CtrPipeline(self.client.pipeline(transaction=transaction))
 
     def add(self, key: KeyT, delta: int) -> int:
         """``PNC.ADD``: adds to this deployment's slot; returns the new value."""

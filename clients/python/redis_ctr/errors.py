@@ -31,6 +31,13 @@ class BelowFloor(CtrError):
     first)."""
 
 
+class FloorRefused(BelowFloor):
+    """``add`` of a negative delta that the counter's floor refused (the server replied nil;
+    nothing changed; with a token, the refusal is remembered and a retry is refused again).
+    Raised by :meth:`redis_ctr.Ctr.add` unless it is called with ``refusable=True``, which
+    returns None instead. Not an error text of the module: the library's reading of that nil."""
+
+
 class TokenTooOld(CtrError):
     """A token's event time is older than the dedup window (``ctr.token-window-ms``): a retry
     of it could no longer be recognised, so the server refuses it."""

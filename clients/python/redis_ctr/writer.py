@@ -29,9 +29,10 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, TimeoutE
 from . import _calls
 from ._calls import KeyT
 from ._spread import HolderCache, Holders, holder_for_token
-from .asyncio import AsyncClient, AsyncCtr
-from .asyncio import run as run_async
-from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, not_run, run
+from ._async_client import AsyncClient, AsyncCtr, async_client
+from ._async_client import run as run_async
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
+from .client import sync_client
 from .errors import CtrError, HolderFolded
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class _Writer(Generic[ClientT]):
             return False
         cache = self._cache()
         if cache is not None:
-            cache.unreachable(target, away_for_ms(error))
+            cache.unreachable(target, away_for_ms(error), failed_node(error))
         sums.unsettled[0] = moved
         sums.stats.rerouted += 1
         return True
@@ -310,6 +311,7 @@ class CoalescingWriter(_Writer[SyncClient]):
     """
 
     def _setup(self) -> None:
+        sync_client(self.client, "CoalescingWriter")
         self._ctr = Ctr(self.client, spread_refresh_ms=self.spread_refresh_ms)
         self._lock = threading.Lock()  # guards the pending sums
         self._flush_lock = threading.Lock()  # one flush at a time; guards the unsettled sums
@@ -379,7 +381,8 @@ class CoalescingWriter(_Writer[SyncClient]):
             s = sums.unsettled[0]
             try:
                 if s.target is None:
-                    s = sums.unsettled[0] = s.routed(self._reachable(self._ctr.holders(s.key)))
+                    holders = self._reachable(self._ctr._route_holders(s.key))
+                    s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
                 sums.settled(run(self.client, s.call()))
                 return
@@ -387,7 +390,7 @@ class CoalescingWriter(_Writer[SyncClient]):
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
                     return
             except _RETRYABLE as e:
-                if self._sent_elsewhere(s, e, self._ctr.holders(s.key)):
+                if self._sent_elsewhere(s, e, self._ctr._route_holders(s.key)):
                     continue
                 if attempt == self.retries:
                     raise
@@ -447,6 +450,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
     """
 
     def _setup(self) -> None:
+        async_client(self.client, "AsyncCoalescingWriter")
         self._ctr = AsyncCtr(self.client, spread_refresh_ms=self.spread_refresh_ms)
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -501,7 +505,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
             s = sums.unsettled[0]
             try:
                 if s.target is None:
-                    holders = self._reachable(await self._ctr.holders(s.key))
+                    holders = self._reachable(await self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
                 sums.settled(await run_async(self.client, s.call()))
@@ -510,7 +514,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
                     return
             except _RETRYABLE as e:
-                if self._sent_elsewhere(s, e, await self._ctr.holders(s.key)):
+                if self._sent_elsewhere(s, e, await self._ctr._route_holders(s.key)):
                     continue
                 if attempt == self.retries:
                     raise

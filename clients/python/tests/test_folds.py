@@ -12,9 +12,9 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from redis_ctr import AsyncCoalescingWriter, CoalescingWriter, Ctr, HolderFolded
+from redis_ctr import CoalescingWriter, Ctr, HolderFolded
 from redis_ctr._spread import holder_for_token
-from redis_ctr.asyncio import AsyncCtr
+from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
 from .proxy import ReplyDroppingProxy
 from .servers import CLUSTER_PORT, PORT, fresh, info_stat
@@ -148,7 +148,7 @@ class FoldTest(unittest.TestCase):
         for _ in range(20):
             stale.add(key, 1)
         self.assertEqual(Ctr(r).get(key), 5 + 20 + 20)
-        self.assertEqual(stale.holders(key), (key,))
+        self.assertEqual(stale.holders(key), [key])
 
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     def test_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:

@@ -15,6 +15,7 @@ import redis.asyncio
 from redis.cluster import RedisCluster
 
 import redis_ctr
+import redis_ctr.asyncio
 from redis_ctr.asyncio import AsyncCtr
 
 from .servers import CLUSTER_PORT, PORT, fresh
@@ -76,7 +77,7 @@ class StampedeTest(unittest.TestCase):
         ctr = redis_ctr.Ctr(self.r)
         key = fresh("home")
         holder = ctr.spread(key, 2)[1]
-        self.assertEqual(ctr.holders(holder), (holder,))
+        self.assertEqual(ctr.holders(holder), [holder])
         self.assertEqual(ctr.add(holder, 3), 3)
         self.assertEqual(ctr.get(key), 3)
 
@@ -111,6 +112,28 @@ class ClusterHoldersTest(unittest.TestCase):
                 writer.flush()
         self.assertEqual(writer.stats.dropped, 0)
         self.assertEqual(redis_ctr.Ctr(self.rc).get(key), 450)
+
+    def test_an_asyncio_non_cluster_client_on_the_home_master_never_raises_moved(self) -> None:
+        key = fresh("plain-async")
+        redis_ctr.Ctr(self.rc).spread(key, 16)
+        port = self.rc.get_node_from_key(key).port
+
+        async def main() -> int:
+            direct = redis.asyncio.Redis(port=port)
+            ctr = AsyncCtr(direct)
+            for i in range(50):
+                await ctr.add(key, 1)
+                await ctr.add(key, 2, token=f"t{i}")
+                await ctr.add(key, 2, token=f"t{i}")
+            async with redis_ctr.asyncio.AsyncCoalescingWriter(direct) as writer:
+                for _ in range(100):
+                    await writer.add(key)
+                    await writer.flush()
+            await direct.aclose()
+            return writer.stats.dropped
+
+        self.assertEqual(asyncio.run(main()), 0)
+        self.assertEqual(redis_ctr.Ctr(self.rc).get(key), 250)
 
     def test_cluster_give_up_during_a_slot_move_is_holder_moving(self) -> None:
         key = fresh("moving")

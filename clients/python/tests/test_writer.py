@@ -17,7 +17,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_ctr import AsyncCoalescingWriter, CoalescingWriter, Ctr, WriterFull
+from redis_ctr import CoalescingWriter, Ctr, WriterFull
+from redis_ctr.asyncio import AsyncCoalescingWriter
 
 from .proxy import ReplyDroppingProxy
 from .servers import PORT, fresh, info_stat

@@ -60,6 +60,61 @@ macro_rules! commands {
 
         #[cfg(feature = "aio")]
         impl<C: redis::aio::ConnectionLike + Send> AsyncCtrCommands for C {}
+
+        /// The module's commands queued on a `redis::Pipeline` (`redis::pipe()`, `.atomic()` for
+        /// MULTI/EXEC), in the style of redis-rs's own command methods on a pipeline: the same
+        /// methods as [`CtrCommands`], each queueing its command and returning the pipeline.
+        /// Read the replies with [`CtrPipelineCommands::query_ctr`] (the module's errors as
+        /// [`CtrError::Module`]) into a tuple or a `Vec`; [`CounterInfo`], [`PncInfo`] and
+        /// [`Reconciled`] read from a reply as the connection methods return them.
+        ///
+        /// Nothing is read before the pipeline is sent (no `CTR.HOLDERS`): every command goes to
+        /// the key given; an add to a spread counter's home counts on the home, a
+        /// `ctr_decrfloor` asks that key alone (buy from a spread counter with
+        /// [`SpreadRouter::decrfloor`](crate::SpreadRouter::decrfloor)).
+        pub trait CtrPipelineCommands {
+            $(
+                $(#[$doc])*
+                fn $name<$($g: $bound),*>(&mut self, $($arg: $ty),*) -> &mut Self;
+            )*
+
+            /// Sends the pipeline and reads its replies as `T`; a module error (of any command)
+            /// is a [`CtrError::Module`].
+            fn query_ctr<T: redis::FromRedisValue, C: ConnectionLike>(
+                &self,
+                con: &mut C,
+            ) -> Result<T, CtrError>;
+
+            /// [`query_ctr`](CtrPipelineCommands::query_ctr) on an async connection.
+            #[cfg(feature = "aio")]
+            fn query_ctr_async<T: redis::FromRedisValue, C: redis::aio::ConnectionLike + Send>(
+                &self,
+                con: &mut C,
+            ) -> impl std::future::Future<Output = Result<T, CtrError>> + Send;
+        }
+
+        impl CtrPipelineCommands for redis::Pipeline {
+            $(
+                fn $name<$($g: $bound),*>(&mut self, $($arg: $ty),*) -> &mut Self {
+                    self.add_command($build($($arg),*).cmd)
+                }
+            )*
+
+            fn query_ctr<T: redis::FromRedisValue, C: ConnectionLike>(
+                &self,
+                con: &mut C,
+            ) -> Result<T, CtrError> {
+                Ok(self.query(con)?)
+            }
+
+            #[cfg(feature = "aio")]
+            fn query_ctr_async<T: redis::FromRedisValue, C: redis::aio::ConnectionLike + Send>(
+                &self,
+                con: &mut C,
+            ) -> impl std::future::Future<Output = Result<T, CtrError>> + Send {
+                async move { Ok(self.query_async(con).await?) }
+            }
+        }
     };
 }
 

@@ -27,7 +27,7 @@ pub mod writer;
 
 #[cfg(feature = "aio")]
 pub use commands::AsyncCtrCommands;
-pub use commands::CtrCommands;
+pub use commands::{CtrCommands, CtrPipelineCommands};
 pub use error::{CtrError, ModuleError};
 pub use spread::SpreadRouter;
 pub use types::{AddOptions, CounterInfo, PncInfo, PncReplica, Reconciled, Source};

@@ -106,3 +106,37 @@ pub(crate) fn pnc_info(value: Value) -> Result<PncInfo> {
             .collect::<Result<_>>()?,
     })
 }
+
+/// A parser's error as the `redis` crate's, for `FromRedisValue` (a pipeline's replies).
+fn as_redis_error(e: CtrError) -> redis::RedisError {
+    match e {
+        CtrError::Redis(e) => e,
+        other => redis::RedisError::from((
+            redis::ErrorKind::TypeError,
+            "unexpected reply",
+            other.to_string(),
+        )),
+    }
+}
+
+/// `CTR.INFO` of an existing key, as a pipeline reply (`Option<CounterInfo>` for a key that
+/// may be missing).
+impl FromRedisValue for CounterInfo {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<CounterInfo> {
+        counter_info(v.clone())
+            .map_err(as_redis_error)?
+            .ok_or_else(|| as_redis_error(unexpected("CTR.INFO of a missing key", v)))
+    }
+}
+
+impl FromRedisValue for PncInfo {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<PncInfo> {
+        pnc_info(v.clone()).map_err(as_redis_error)
+    }
+}
+
+impl FromRedisValue for Reconciled {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<Reconciled> {
+        reconciled(v.clone()).map_err(as_redis_error)
+    }
+}

@@ -986,3 +986,194 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
     assert_eq!(direct.ctr_get("stuck").unwrap(), 1);
     assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
 }
+
+#[test]
+fn pipelines_and_transactions_queue_the_commands_with_typed_replies() {
+    use redis_ctr_client::CtrPipelineCommands;
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let mut con = redis::Client::open(url(server.port, resp3))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let tag = if resp3 { "{pipe3}" } else { "{pipe2}" };
+        let k = |name: &str| format!("{tag}:{name}");
+        let before = command_calls(&mut con, "exec");
+        let holders_before = command_calls(&mut con, "ctr.holders");
+        type Replies = (
+            Option<i64>,
+            Option<i64>,
+            i64,
+            (),
+            Option<i64>,
+            Option<i64>,
+            Option<CounterInfo>,
+            Reconciled,
+            i64,
+            PncInfo,
+        );
+        let once = AddOptions::new().token("t1");
+        let replies: Replies = redis::pipe()
+            .atomic()
+            .ctr_add(k("stock"), 5)
+            .ctr_add_with(k("stock"), 1, &once)
+            .ctr_get(k("stock"))
+            .ctr_floor(k("stock"), Some(0))
+            .ctr_decrfloor_with(k("stock"), 10, "o1", None)
+            .ctr_decrfloor_with(k("stock"), 4, "o2", None)
+            .ctr_info(k("stock"))
+            .ctr_reconcile(k("views"), 7, None)
+            .pnc_add(k("likes"), 3)
+            .pnc_info(k("likes"))
+            .query_ctr(&mut con)
+            .unwrap();
+        let (added, tokened, got, (), refused, bought, info, reconciled, likes, pnc) = replies;
+        assert_eq!((added, tokened, got), (Some(5), Some(6), 6));
+        assert_eq!((refused, bought), (None, Some(2)));
+        let info = info.expect("the counter exists");
+        assert_eq!((info.value, info.floor), (2, Some(0)));
+        assert_eq!(
+            reconciled,
+            Reconciled {
+                value: 7,
+                drift: -7
+            }
+        );
+        assert_eq!((likes, pnc.value), (3, 3));
+        assert_eq!(
+            command_calls(&mut con, "exec") - before,
+            1,
+            "one MULTI/EXEC"
+        );
+        assert_eq!(command_calls(&mut con, "ctr.holders"), holders_before);
+
+        // A module error in a pipeline is its kind; every command ran.
+        con.ctr_add(k("big"), i64::MAX).unwrap();
+        let result: Result<(Option<i64>, i64), CtrError> = redis::pipe()
+            .ctr_add(k("big"), 1)
+            .ctr_get(k("big"))
+            .query_ctr(&mut con);
+        assert_eq!(module_error(result), ModuleError::Overflow);
+
+        // Native commands on the same pipeline, and an async connection.
+        let (n, value): (i64, i64) = redis::pipe()
+            .cmd("INCR")
+            .arg(k("plain"))
+            .ctr_add(k("mixed"), 9)
+            .query_ctr(&mut con)
+            .unwrap();
+        assert_eq!((n, value), (1, 9));
+        let async_replies: (Option<i64>, i64) = block_on(async {
+            let client = redis::Client::open(url(server.port, resp3)).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            redis::pipe()
+                .atomic()
+                .ctr_add(k("mixed"), 1)
+                .ctr_get(k("mixed"))
+                .query_ctr_async(&mut con)
+                .await
+                .unwrap()
+        });
+        assert_eq!(async_replies, (Some(10), 10));
+    }
+}
+
+/// One master of three shut down (issue 26, finding 2) while a `SpreadRouter` (plain and tokened
+/// adds) and the coalescing writer (one sum per flush) write a spread counter with holders on
+/// every master: each keeps at least half its healthy rate, measured against a control (adds
+/// to a counter on a master that stays up, through a connection of its own) taken in turn in
+/// 0.2 s windows; once the master's replica has taken over, the total is every acknowledged add.
+#[test]
+fn router_and_writer_keep_half_their_rate_with_a_master_down() {
+    use std::time::Instant;
+    let cluster = Cluster::start(3, &[]);
+    let replica = cluster.start_replica_of(2);
+    let seeds = vec![url(cluster.nodes[0].port, false)];
+    let client = redis::cluster::ClusterClient::new(seeds.clone()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let on = |key: &str| cluster.owner(common::cluster::key_slot(key.as_bytes()));
+    let key = (0..)
+        .map(|i| format!("outage:{i}"))
+        .find(|k| on(k) != 2)
+        .unwrap();
+    let control = (0..)
+        .map(|i| format!("control:{i}"))
+        .find(|k| on(k) != 2)
+        .unwrap();
+    let router = SpreadRouter::default();
+    let holders = router.spread(&mut con, &key, 16).unwrap();
+    assert!(holders.iter().filter(|h| on(h) == 2).count() > 2);
+    let writer = CoalescingWriter::new(
+        redis::cluster::ClusterClient::new(seeds.clone()).unwrap(),
+        WriterConfig {
+            flush_interval: Duration::from_secs(60),
+            ..WriterConfig::default()
+        },
+    );
+    let mut control_con = redis::cluster::ClusterClient::new(seeds.clone())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut acknowledged = 0i64;
+    let mut n = 0u64;
+    let mut rates = |con: &mut redis::cluster::ClusterConnection, acknowledged: &mut i64| {
+        let mut done = [0u64; 3];
+        for _ in 0..5 {
+            for (i, count) in done.iter_mut().enumerate() {
+                let end = Instant::now() + Duration::from_millis(200);
+                while Instant::now() < end {
+                    n += 1;
+                    match i {
+                        0 => {
+                            let token = format!("{key}:{n}");
+                            let options = if n.is_multiple_of(2) {
+                                AddOptions::new().token(token)
+                            } else {
+                                AddOptions::new()
+                            };
+                            router.add(con, &key, 1, &options).unwrap();
+                            *acknowledged += 1;
+                        }
+                        1 => {
+                            writer.add(&key, 1).unwrap();
+                            writer.flush().unwrap();
+                        }
+                        _ => {
+                            control_con.ctr_add(&control, 1).unwrap();
+                        }
+                    }
+                    *count += 1;
+                }
+            }
+        }
+        [
+            done[0] as f64 / done[2] as f64,
+            done[1] as f64 / done[2] as f64,
+        ]
+    };
+    let healthy = rates(&mut con, &mut acknowledged);
+    let mut down = redis::Client::open(url(cluster.nodes[2].port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut down);
+    let outage = rates(&mut con, &mut acknowledged);
+    let report =
+        format!("relative rates (router, writer): healthy {healthy:.2?}, outage {outage:.2?}");
+    println!("{report}");
+    assert!(outage[0] >= healthy[0] / 2.0, "{report}");
+    assert!(outage[1] >= healthy[1] / 2.0, "{report}");
+
+    // The replica takes over: nothing acknowledged is lost.
+    let mut r = replica.conn();
+    common::eventually(60, || {
+        let master = r.q("ROLE").array()[0].text() == "master";
+        let up = r.q("CLUSTER INFO").text().contains("cluster_state:ok");
+        (master && up).then_some(())
+    });
+    let stats = writer.close().unwrap();
+    assert_eq!(stats.dropped, 0, "{stats:?}");
+    let expected = acknowledged + stats.adds as i64;
+    let total = common::eventually(30, || con.ctr_get(&key).ok());
+    assert_eq!(total, expected, "{report}");
+}

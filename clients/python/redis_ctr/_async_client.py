@@ -1,0 +1,305 @@
+"""The asyncio twins of :class:`redis_ctr.Ctr` and :class:`redis_ctr.Pnc`, on
+``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``: the same methods, same arguments and
+same normalised replies, awaited. Each method's documentation is its sync twin's. Imported
+from :mod:`redis_ctr.asyncio`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, TypeVar, Union, overload
+
+from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
+
+from . import _calls
+from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
+from ._calls import Call, KeyT, Reconciled, Source
+from ._spread import HolderCache, Holders
+from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
+from .client import failed_node, names_like, not_run, refused
+from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
+from .errors import classify_cluster
+from .types import CounterInfo, PncInfo
+
+if TYPE_CHECKING:
+    import redis.asyncio
+    import redis.asyncio.cluster
+
+    from .pipeline import AsyncCtrPipeline
+
+T = TypeVar("T")
+
+
+AsyncClient = Union["redis.asyncio.Redis", "redis.asyncio.cluster.RedisCluster"]
+"""The clients :class:`AsyncCtr`, :class:`AsyncPnc` and the asyncio writer take: redis-py's
+``redis.asyncio.Redis`` or ``RedisCluster``. A sync client or a pipeline is refused
+(``TypeError``): queue commands on a pipeline with :class:`redis_ctr.asyncio.AsyncCtrPipeline`."""
+
+
+def async_client(client: AsyncClient, what: str) -> AsyncClient:
+    """``client`` when it is an asyncio client; ``TypeError`` for a sync one or a pipeline."""
+    if is_pipeline(client):
+        raise TypeError(
+            f"{what} takes a client, not a pipeline ({type(client).__name__}): queue the "
+            "commands with redis_ctr.asyncio.AsyncCtrPipeline(pipeline) (or "
+            f"{what}(client).pipeline()), whose execute() returns the typed replies"
+        )
+    if not inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
+        raise TypeError(
+            f"{what} needs a redis.asyncio client, not {type(client).__name__}: use "
+            f"redis_ctr.{what[len('Async'):]} on a sync client"
+        )
+    return client
+
+
+async def run(client: AsyncClient, call: Call[T]) -> T:
+    """Sends one command and normalises its reply; the module's errors become its classes."""
+    try:
+        raw = await client.execute_command(*call.args, **call.options)
+    except ResponseError as e:
+        raise classify(e) from e
+    except ClusterError as e:
+        raise classify_cluster(e) from e
+    return call.parse(raw)
+
+
+class AsyncCtr:
+    """``CTR.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Ctr`, spread
+    counters and ``purchase_wait`` included)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
+        purchase_wait: float = DEFAULT_PURCHASE_WAIT,
+    ) -> None:
+        self.client = async_client(client, "AsyncCtr")
+        self._holders = holder_cache(spread_refresh_ms, self.client)
+        self.purchase_wait = checked_wait(purchase_wait)
+        self._refreshing: Dict[KeyT, asyncio.Task[Holders]] = {}
+
+    def pipeline(self, transaction: bool = True) -> AsyncCtrPipeline:
+        """An :class:`~redis_ctr.asyncio.AsyncCtrPipeline` on a new pipeline of this client
+        (see :meth:`redis_ctr.Ctr.pipeline`); ``await execute()`` returns the typed replies."""
+        from .pipeline import AsyncCtrPipeline
+
+        return AsyncCtrPipeline(self.client.pipeline(transaction=transaction))
+
+    @overload
+    async def holders(self, key: str) -> List[str]: ...
+    @overload
+    async def holders(self, key: bytes) -> List[bytes]: ...
+    async def holders(self, key: KeyT) -> List[Any]:
+        """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`): one
+        ``CTR.HOLDERS`` at a time per key, awaited by every add that finds the cache stale."""
+        return names_like(key, await self._route_holders(key))
+
+    async def _route_holders(self, key: KeyT) -> Holders:
+        """The holders adds of ``key`` go to, as the cache keeps them."""
+        cache = self._holders
+        if cache is None:
+            return (key,)
+        known = cache.fresh(key)
+        if known is not None:
+            return known
+        task = self._refreshing.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._read_holders(cache, key))
+            self._refreshing[key] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _read_holders(self, cache: HolderCache, key: KeyT) -> Holders:
+        try:
+            names = await run(self.client, _calls.holders(key))
+        except UseHomeKey:
+            return cache.learned(key, None)  # a holder's name: written as it is
+        except (ResponseError, ConnectionError, TimeoutError, HolderMoving, ClusterError):
+            return cache.learned(key, None, failed=True)
+        return cache.learned(key, names)
+
+    async def _holders_after_fold(self, key: KeyT) -> Holders:
+        """The holders of ``key`` read again (not from the cache): a write met one of them
+        folded back into the home, so the cached list is out of date."""
+        if self._holders is not None:
+            self._holders.forget(key)
+        return await self._route_holders(key)
+
+    @overload
+    async def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        refusable: Literal[False] = False,
+    ) -> int: ...
+    @overload
+    async def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        refusable: bool,
+    ) -> Optional[int]: ...
+    async def add(
+        self,
+        key: KeyT,
+        delta: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        refusable: bool = False,
+    ) -> Optional[int]:
+        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders;
+        a floor's refusal raises ``FloorRefused`` unless ``refusable=True``)."""
+        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
+        value = await self._add(key, call, token, ex is not None or px is not None)
+        if value is None and not refusable:
+            raise refused(key, delta)
+        return value
+
+    async def _add(
+        self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
+    ) -> Optional[int]:
+        cache = self._holders
+        if cache is None or with_ttl:
+            return await run(self.client, call)
+        holders = await self._route_holders(key)
+        retry = cache.remembers(key, token)
+        target = cache.target(key, holders, token)
+        folded: List[KeyT] = []
+        while True:
+            try:
+                return await run(self.client, call.on(target))
+            except HolderFolded:
+                if target == key:
+                    raise
+                folded.append(target)
+                target = cache.retarget(key, await self._holders_after_fold(key), token, folded)
+            except (MovedError, ConnectionError, TimeoutError) as e:
+                if target == key or retry or not not_run(e):
+                    raise
+                cache.unreachable(target, away_for_ms(e), failed_node(e))
+                folded.append(target)
+                target = cache.retarget(key, holders, token, folded)
+
+    async def get(self, key: KeyT) -> int:
+        """``CTR.GET``."""
+        return await run(self.client, _calls.get(key))
+
+    async def mget(self, *keys: KeyT) -> List[int]:
+        """``CTR.MGET``."""
+        return await run(self.client, _calls.mget(keys))
+
+    async def clear(self, key: KeyT, *, token: Optional[KeyT] = None) -> int:
+        """``CTR.CLEAR``."""
+        return await run(self.client, _calls.clear(key, token))
+
+    async def floor(self, key: KeyT, floor: Optional[int]) -> None:
+        """``CTR.FLOOR`` (None removes the floor)."""
+        await run(self.client, _calls.floor(key, floor))
+
+    async def decrfloor(
+        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+    ) -> Optional[int]:
+        """``CTR.DECRFLOOR``: the new value, or None when refused (a purchase by the probe rule
+        on a spread counter, a holder whose budget is in flight asked again for up to
+        ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
+        cache = self._holders
+        if cache is None:
+            return await self._purchase(call)
+        holders = cache.remembered_purchase(key, token) or await self._route_holders(key)
+        for holder in cache.probe_targets(key, holders, token):
+            value = await self._purchase(call.on(holder))
+            if value is not None:
+                return value
+        return None
+
+    async def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+        wait = BudgetWait(self.purchase_wait, call.args[1])
+        while True:
+            try:
+                return await run(self.client, call)
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
+                await asyncio.sleep(wait.pause_after(e))
+
+    async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
+        """``CTR.RECONCILE key truth [AT at]``."""
+        return await run(self.client, _calls.reconcile(key, truth, at))
+
+    async def reconcile_from(
+        self, key: KeyT, kind: Source, source: KeyT, *, at: Optional[int] = None
+    ) -> Reconciled:
+        """``CTR.RECONCILE key FROM kind source [AT at]``."""
+        return await run(self.client, _calls.reconcile_from(key, kind, source, at))
+
+    async def reconcile_start(self, key: KeyT) -> int:
+        """``CTR.RECONCILE key START``: the earliest watermark a reconcile ``AT`` accepts."""
+        return await run(self.client, _calls.reconcile_start(key))
+
+    @overload
+    async def spread(self, key: str, holders: int) -> List[str]: ...
+    @overload
+    async def spread(self, key: bytes, holders: int) -> List[bytes]: ...
+    async def spread(self, key: KeyT, holders: int) -> List[Any]:
+        """``CTR.SPREAD key holders``: every holder's name, the home first, in the type of
+        ``key``."""
+        names = await run(self.client, _calls.spread(key, holders))
+        if self._holders is not None:
+            self._holders.learned(key, names_like(key, tuple(names)))
+        return names
+
+    async def info(self, key: KeyT) -> Optional[CounterInfo]:
+        """``CTR.INFO`` as a dict, or None when the key is missing."""
+        return await run(self.client, _calls.info(key))
+
+
+class AsyncPnc:
+    """``PNC.*`` commands on a redis-py asyncio client (see :class:`redis_ctr.Pnc`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = async_client(client, "AsyncPnc")
+
+    def pipeline(self, transaction: bool = True) -> AsyncCtrPipeline:
+        """An :class:`~redis_ctr.asyncio.AsyncCtrPipeline` (its ``pnc_*`` methods) on a new
+        pipeline of this client."""
+        from .pipeline import AsyncCtrPipeline
+
+        return AsyncCtrPipeline(self.client.pipeline(transaction=transaction))
+
+    async def add(self, key: KeyT, delta: int) -> int:
+        """``PNC.ADD``."""
+        return await run(self.client, _calls.pnc_add(key, delta))
+
+    async def get(self, key: KeyT) -> int:
+        """``PNC.GET``."""
+        return await run(self.client, _calls.pnc_get(key))
+
+    async def state(self, key: KeyT) -> Optional[bytes]:
+        """``PNC.STATE`` as bytes, or None when the key is missing."""
+        return await run(self.client, _calls.pnc_state(key))
+
+    async def merge(self, key: KeyT, state: bytes) -> int:
+        """``PNC.MERGE``."""
+        return await run(self.client, _calls.pnc_merge(key, state))
+
+    async def clear(self, key: KeyT) -> int:
+        """``PNC.CLEAR``."""
+        return await run(self.client, _calls.pnc_clear(key))
+
+    async def info(self, key: KeyT) -> PncInfo:
+        """``PNC.INFO`` as a dict."""
+        return await run(self.client, _calls.pnc_info(key))
