@@ -1,6 +1,7 @@
 //! Atomic slot migration of spread counters' slots on a real 3-master cluster: Valkey 9's
 //! `CLUSTER MIGRATESLOTS` and Redis 8.4+'s `CLUSTER MIGRATION IMPORT` (docs/CLUSTER.md, "Atomic
-//! slot migration"). On other servers every test notes that it was skipped and asserts nothing.
+//! slot migration"). On other servers the atomic tests note that they were skipped and assert
+//! nothing; the `MIGRATE` resharding tests run everywhere.
 //!
 //! - A holder's slot, and then the homes' slot, move while clients add to an unfloored spread
 //!   counter, buy from a floored one by the probe rule (each purchase retried with its token)
@@ -14,6 +15,8 @@
 //! - An import aborted halfway drops the target's copy of a spread home's slot (Valkey with a
 //!   `del` event per key): no holder is collected, the total stays exact.
 //! - The migration event's panic guard holds (`ctr.debug-panic-in slot-migration`).
+//! - The scene of the first item resharded the old way (`SETSLOT ... MIGRATING`/`IMPORTING`,
+//!   `MIGRATE` of the keys a few at a time under traffic, `SETSLOT ... NODE`), on every server.
 
 mod common;
 
@@ -540,83 +543,191 @@ enum Moving {
     Homes,
 }
 
+/// Two spread counters and a PN-counter whose homes share a slot on one master, which gets a
+/// replica, frozen for `freeze` seconds (`freezer`) while the floored counter spreads: a giver sends a
+/// credit only once its replicas hold the debit, so the shares are in flight when slots start
+/// moving.
+struct Scene {
+    u: &'static str,
+    s: &'static str,
+    p: &'static str,
+    home_slot: u16,
+    home_node: usize,
+    /// Kept running for the test (dropped, it stops).
+    _replica: Server,
+    freezer: Option<std::thread::JoinHandle<()>>,
+    u_holders: Vec<String>,
+    s_holders: Vec<String>,
+    source_pnc_id: String,
+}
+
+impl Scene {
+    fn set(cluster: &Cluster, freeze: &'static str) -> Scene {
+        let mut client = cluster.client();
+        let (u, s, p) = ("{asm}views", "{asm}stock", "{asm}likes");
+        let home_slot = key_slot(u.as_bytes());
+        let home_node = cluster.owner(home_slot);
+        let replica = cluster.start_replica_of(home_node);
+        assert_eq!(
+            client.cmd(&["CTR.ADD", u, &U_BASE.to_string()]),
+            Value::Int(U_BASE)
+        );
+        let u_holders = names(&client.cmd(&["CTR.SPREAD", u, "6"]));
+        assert_eq!(
+            client.cmd(&["CTR.ADD", s, &S_STOCK.to_string()]),
+            Value::Int(S_STOCK)
+        );
+        ok(client.cmd(&["CTR.FLOOR", s, "0"]));
+        assert_eq!(client.cmd(&["PNC.ADD", p, "5"]), Value::Int(5));
+        let source_pnc_id = client.cmd(&["PNC.INFO", p]).field("replica-id").text();
+        let freezer = freeze_replica(&replica, freeze);
+        let s_holders = names(&client.cmd(&["CTR.SPREAD", s, "6"]));
+        let spread = floor_view(&client.cmd(&["CTR.INFO", s]));
+        assert!(
+            spread.in_flight > 0,
+            "the shares wait for the replica: {spread:?}"
+        );
+        Scene {
+            u,
+            s,
+            p,
+            home_slot,
+            home_node,
+            _replica: replica,
+            freezer: Some(freezer),
+            u_holders,
+            s_holders,
+            source_pnc_id,
+        }
+    }
+
+    /// What moves: a holder the shrink to 3 removes, and a holder of the floored counter on
+    /// the same master (one migration takes slots of one source); or the homes' slot. The
+    /// slots and their master.
+    fn moving_slots(&self, cluster: &Cluster, moving: Moving) -> (Vec<u16>, usize) {
+        match moving {
+            Moving::Homes => (vec![self.home_slot], self.home_node),
+            Moving::Holders => {
+                let (leaving, held) = self.u_holders[3..]
+                    .iter()
+                    .find_map(|h| {
+                        let node = cluster.owner(key_slot(h.as_bytes()));
+                        self.s_holders[1..]
+                            .iter()
+                            .find(|x| cluster.owner(key_slot(x.as_bytes())) == node)
+                            .map(|x| (h.clone(), x.clone()))
+                    })
+                    .expect("a leaving holder and a floored one on one master");
+                let source = cluster.owner(key_slot(leaving.as_bytes()));
+                let mut slots = vec![key_slot(leaving.as_bytes()), key_slot(held.as_bytes())];
+                slots.sort_unstable();
+                (slots, source)
+            }
+        }
+    }
+
+    /// Freezes the replica again for `secs` seconds.
+    fn freeze(&mut self, secs: &'static str) {
+        self.thaw();
+        self.freezer = Some(freeze_replica(&self._replica, secs));
+    }
+
+    /// Waits until the replica is awake again.
+    fn thaw(&mut self) {
+        if let Some(f) = self.freezer.take() {
+            f.join().unwrap();
+        }
+    }
+
+    /// PN-counter adds through the move (200, one every 5 ms).
+    fn pnc_adds(&self, cluster: &Cluster) -> std::thread::JoinHandle<()> {
+        let seed = cluster.nodes[0].port;
+        let p = self.p;
+        std::thread::spawn(move || {
+            let mut c = ClusterClient::connect(seed);
+            for _ in 0..200 {
+                let reply = c.cmd(&["PNC.ADD", p, "1"]);
+                assert!(!reply.is_error(), "{reply:?}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    }
+
+    /// Once the slots moved and the traffic stopped: the fold is done, nothing is in flight,
+    /// every total is exact on every master, the floors sum to the floor, the moved keys live
+    /// on the target and nothing was collected as if a home had gone.
+    fn check_settled(&self, cluster: &Cluster, seen: &Seen, slots: &[u16], moved: (usize, usize)) {
+        let (source, target) = moved;
+        let mut client = cluster.client();
+        let (u, s, p) = (self.u, self.s, self.p);
+        let settled = eventually(30, || {
+            let info = client.cmd(&["CTR.INFO", u]);
+            if info.is_error() || !info.field("leaving").array().is_empty() {
+                return None;
+            }
+            let v = floor_view(&client.cmd(&["CTR.INFO", s]));
+            (v.in_flight == 0).then_some(v)
+        });
+        let u_total = U_BASE + seen.added;
+        let s_total = S_STOCK - seen.granted;
+        for node in &cluster.nodes {
+            let mut c = ClusterClient::connect(node.port);
+            assert_eq!(c.cmd(&["CTR.GET", u]), Value::Int(u_total), "{u}");
+            assert_eq!(c.cmd(&["CTR.GET", s]), Value::Int(s_total), "{s}");
+            assert_eq!(c.cmd(&["PNC.GET", p]), Value::Int(205), "{p}");
+        }
+        assert_eq!(settled.total, s_total);
+        assert_eq!(settled.floors.iter().sum::<i64>(), 0, "{settled:?}");
+        assert_eq!(settled.budgets.iter().sum::<i64>(), s_total, "{settled:?}");
+        assert!(seen.granted > 0 && seen.purchases > 0, "purchases went on");
+        assert!(seen.exact_reads > 0, "reads went on");
+        for &slot in slots {
+            let count = |i: usize| {
+                cluster.nodes[i]
+                    .conn()
+                    .cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+                    .int()
+            };
+            assert!(count(target) > 0, "slot {slot} on the target");
+            eventually(10, || (count(source) == 0).then_some(()));
+            assert_eq!(cluster.owner(slot), target);
+        }
+        for node in &cluster.nodes {
+            assert_eq!(ctr_stat(node, "collections"), 0);
+            assert_eq!(ctr_stat(node, "slot_migrations_in_progress"), 0);
+        }
+    }
+}
+
+/// `DEBUG SLEEP secs` on `replica`, from a thread (joined when it wakes); returns once the
+/// sleep has begun.
+fn freeze_replica(replica: &Server, secs: &'static str) -> std::thread::JoinHandle<()> {
+    let port = replica.port;
+    let freezer = std::thread::spawn(move || {
+        let _ = Conn::connect(port).map(|mut c| c.cmd(&["DEBUG", "SLEEP", secs]));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    freezer
+}
+
 fn migrate_during_traffic(moving: Moving, test: &str) {
     let cluster = Cluster::start(3, &[]);
     let Some(asm) = asm_of(&cluster, test) else {
         return;
     };
     let mut client = cluster.client();
-    // Both homes in one slot (one hash tag), on one master, which gets a replica: frozen, it
-    // holds back the floored counter's shares (a giver sends a credit only once its replicas
-    // hold the debit), so they are in flight when the slots start moving.
-    let (u, s, p) = ("{asm}views", "{asm}stock", "{asm}likes");
-    let home_slot = key_slot(u.as_bytes());
-    let home_node = cluster.owner(home_slot);
-    let replica = cluster.start_replica_of(home_node);
-    assert_eq!(
-        client.cmd(&["CTR.ADD", u, &U_BASE.to_string()]),
-        Value::Int(U_BASE)
-    );
-    let u_holders = names(&client.cmd(&["CTR.SPREAD", u, "6"]));
-    assert_eq!(
-        client.cmd(&["CTR.ADD", s, &S_STOCK.to_string()]),
-        Value::Int(S_STOCK)
-    );
-    ok(client.cmd(&["CTR.FLOOR", s, "0"]));
-    assert_eq!(client.cmd(&["PNC.ADD", p, "5"]), Value::Int(5));
-    let source_pnc_id = client.cmd(&["PNC.INFO", p]).field("replica-id").text();
-    let replica_port = replica.port;
-    let freezer = std::thread::spawn(move || {
-        let _ = Conn::connect(replica_port).map(|mut c| c.cmd(&["DEBUG", "SLEEP", "2"]));
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    let s_holders = names(&client.cmd(&["CTR.SPREAD", s, "6"]));
-    let spread = floor_view(&client.cmd(&["CTR.INFO", s]));
-    assert!(
-        spread.in_flight > 0,
-        "the shares wait for the replica: {spread:?}"
-    );
-
-    // What moves: a holder the shrink to 3 removes, and a holder of the floored counter on the
-    // same master (one migration takes slots of one source); or the homes' slot.
-    let (slots, source) = match moving {
-        Moving::Homes => (vec![home_slot], home_node),
-        Moving::Holders => {
-            let (leaving, held) = u_holders[3..]
-                .iter()
-                .find_map(|h| {
-                    let node = cluster.owner(key_slot(h.as_bytes()));
-                    s_holders[1..]
-                        .iter()
-                        .find(|x| cluster.owner(key_slot(x.as_bytes())) == node)
-                        .map(|x| (h.clone(), x.clone()))
-                })
-                .expect("a leaving holder and a floored one on one master");
-            let source = cluster.owner(key_slot(leaving.as_bytes()));
-            let mut slots = vec![key_slot(leaving.as_bytes()), key_slot(held.as_bytes())];
-            slots.sort_unstable();
-            (slots, source)
-        }
-    };
+    let mut scene = Scene::set(&cluster, "2");
+    let (u, s, p) = (scene.u, scene.s, scene.p);
+    let (slots, source) = scene.moving_slots(&cluster, moving);
     let target = (source + 1) % 3;
-    let traffic = Traffic::start(&cluster, u, s, &s_holders);
-    let pnc_adds = {
-        let seed = cluster.nodes[0].port;
-        std::thread::spawn(move || {
-            let mut c = ClusterClient::connect(seed);
-            for _ in 0..200 {
-                let reply = c.cmd(&["PNC.ADD", "{asm}likes", "1"]);
-                assert!(!reply.is_error(), "{reply:?}");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
+    let traffic = Traffic::start(&cluster, u, s, &scene.s_holders);
+    let pnc_adds = scene.pnc_adds(&cluster);
     std::thread::sleep(Duration::from_millis(100));
     let migration = Migration::start(&cluster, asm, &slots, source, target, Hold::Stream);
     migration.wait_streaming(&cluster);
     // A fold while the slots move: the removed holders seal and their credits go to the home.
     assert_eq!(names(&client.cmd(&["CTR.SPREAD", u, "3"])).len(), 3);
-    freezer.join().unwrap();
+    scene.thaw();
     // The replica is awake: the shares go out, but the module's own writes to keys of moving
     // slots wait for the move (the moving holder's share, or every credit and answer of the
     // moving homes), so the fold and a budget move are still in flight.
@@ -635,52 +746,18 @@ fn migrate_during_traffic(moving: Moving, test: &str) {
     std::thread::sleep(Duration::from_millis(500));
     let seen = traffic.stop();
     pnc_adds.join().unwrap();
-
-    // Everything settles: the fold is done, nothing is in flight.
-    let settled = eventually(30, || {
-        let info = client.cmd(&["CTR.INFO", u]);
-        if info.is_error() || !info.field("leaving").array().is_empty() {
-            return None;
-        }
-        let v = floor_view(&client.cmd(&["CTR.INFO", s]));
-        (v.in_flight == 0).then_some(v)
-    });
-    let u_total = U_BASE + seen.added;
-    let s_total = S_STOCK - seen.granted;
-    for node in &cluster.nodes {
-        let mut c = ClusterClient::connect(node.port);
-        assert_eq!(c.cmd(&["CTR.GET", u]), Value::Int(u_total), "{u}");
-        assert_eq!(c.cmd(&["CTR.GET", s]), Value::Int(s_total), "{s}");
-        assert_eq!(c.cmd(&["PNC.GET", p]), Value::Int(205), "{p}");
-    }
+    scene.check_settled(&cluster, &seen, &slots, (source, target));
     // The PN-counter's writes made on the source while it moved count on the target, and the
     // target writes under its own replica id (the source's stamps never make it adopt theirs).
     assert_eq!(client.cmd(&["PNC.ADD", p, "1"]), Value::Int(206));
     let pnc = client.cmd(&["PNC.INFO", p]);
     if moving == Moving::Homes {
-        assert_ne!(pnc.field("replica-id").text(), source_pnc_id, "{pnc:?}");
+        assert_ne!(
+            pnc.field("replica-id").text(),
+            scene.source_pnc_id,
+            "{pnc:?}"
+        );
         assert_eq!(pnc.field("replicas").array().len(), 2, "{pnc:?}");
-    }
-    assert_eq!(settled.total, s_total);
-    assert_eq!(settled.floors.iter().sum::<i64>(), 0, "{settled:?}");
-    assert_eq!(settled.budgets.iter().sum::<i64>(), s_total, "{settled:?}");
-    assert!(seen.granted > 0 && seen.purchases > 0, "purchases went on");
-    assert!(seen.exact_reads > 0, "reads went on");
-    // The moved keys live on the target; nothing was collected as if a home had gone.
-    for &slot in &slots {
-        let count = |i: usize| {
-            cluster.nodes[i]
-                .conn()
-                .cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
-                .int()
-        };
-        assert!(count(target) > 0, "slot {slot} on the target");
-        eventually(10, || (count(source) == 0).then_some(()));
-        assert_eq!(cluster.owner(slot), target);
-    }
-    for node in &cluster.nodes {
-        assert_eq!(ctr_stat(node, "collections"), 0);
-        assert_eq!(ctr_stat(node, "slot_migrations_in_progress"), 0);
     }
     assert!(ctr_stat(&cluster.nodes[source], "slot_exports") >= 1);
     assert!(ctr_stat(&cluster.nodes[target], "slot_imports") >= 1);
@@ -688,7 +765,6 @@ fn migrate_during_traffic(moving: Moving, test: &str) {
         "{asm:?}, {moving:?} moving: {} added, {} of {S_STOCK} sold in {} purchases, reads: {} exact, {} TRYAGAIN",
         seen.added, seen.granted, seen.purchases, seen.exact_reads, seen.tryagain_reads
     );
-    drop(replica);
 }
 
 #[test]
@@ -705,6 +781,88 @@ fn the_homes_slot_moves_atomically_under_traffic_with_a_fold_and_a_move_in_fligh
         Moving::Homes,
         "the_homes_slot_moves_atomically_under_traffic_with_a_fold_and_a_move_in_flight",
     );
+}
+
+/// The same scene resharded the old way, on every server: `CLUSTER SETSLOT ... IMPORTING` and
+/// `MIGRATING`, the keys moved by `MIGRATE` a few at a time while clients add, buy and read
+/// (a key already moved is served by `ASK`; a read that needs it says `TRYAGAIN`), a fold in
+/// flight across the move, then `SETSLOT ... NODE` on every master. (Valkey replicates
+/// `SETSLOT` and waits for the replicas, so the frozen replica that holds the floored
+/// counter's first shares in flight must wake before the slots are set migrating: here the
+/// budget in flight is what purchases move, not asserted.)
+fn reshard_with_migrate_during_traffic(moving: Moving) {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let mut scene = Scene::set(&cluster, "2");
+    let (u, s) = (scene.u, scene.s);
+    let (slots, source) = scene.moving_slots(&cluster, moving);
+    let target = (source + 1) % 3;
+    let traffic = Traffic::start(&cluster, u, s, &scene.s_holders);
+    let pnc_adds = scene.pnc_adds(&cluster);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut src = cluster.nodes[source].conn();
+    let mut dst = cluster.nodes[target].conn();
+    let (from_id, to_id) = (&cluster.ids[source], &cluster.ids[target]);
+    // Valkey replicates SETSLOT and waits for the replicas: not while one is frozen.
+    scene.thaw();
+    for slot in slots.iter().map(u16::to_string) {
+        ok(dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", from_id]));
+        ok(src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", to_id]));
+    }
+    // A fold while the slots move, held back by the home's frozen replica (the seal requests
+    // and the credits' answers wait for it), in flight as the keys move; the floored
+    // counter's purchases move budget meanwhile.
+    scene.freeze("2");
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", u, "3"])).len(), 3);
+    let leaving = client.cmd(&["CTR.INFO", u]).field("leaving").array().len();
+    assert!(leaving > 0, "the fold is in flight");
+    let to_port = cluster.nodes[target].port.to_string();
+    let mut batches = 0;
+    for slot in slots.iter().map(u16::to_string) {
+        loop {
+            let keys: Vec<String> = src
+                .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "2"])
+                .array()
+                .iter()
+                .map(Value::text)
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            ok(src.cmd(&args));
+            batches += 1;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        scene.thaw();
+        // The target first, then the source (a source that points at a target still
+        // importing would bounce clients between them), then the other master.
+        for node in [target, source, 3 - source - target] {
+            ok(cluster.nodes[node]
+                .conn()
+                .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", to_id]));
+        }
+    }
+    slot_maps_agree(&cluster);
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = traffic.stop();
+    pnc_adds.join().unwrap();
+    scene.check_settled(&cluster, &seen, &slots, (source, target));
+    eprintln!(
+        "MIGRATE, {moving:?} moving in {batches} batches: {} added, {} of {S_STOCK} sold in {} purchases, reads: {} exact, {} TRYAGAIN",
+        seen.added, seen.granted, seen.purchases, seen.exact_reads, seen.tryagain_reads
+    );
+}
+
+#[test]
+fn a_holders_slot_resharded_by_migrate_under_traffic_with_a_fold_in_flight() {
+    reshard_with_migrate_during_traffic(Moving::Holders);
+}
+
+#[test]
+fn the_homes_slot_resharded_by_migrate_under_traffic_with_a_fold_in_flight() {
+    reshard_with_migrate_during_traffic(Moving::Homes);
 }
 
 /// While the source pauses writes for the handoff and the target does not take over, a read of

@@ -270,7 +270,11 @@ fn reads_past_the_bound_on_pending_holder_names_are_refused_at_once() {
         e.contains("spread counter total unavailable") && e.contains("64 MB"),
         "{e}"
     );
-    assert_eq!(served(&cluster), before, "requests went out for a refused read");
+    assert_eq!(
+        served(&cluster),
+        before,
+        "requests went out for a refused read"
+    );
     let few = ["CTR.MGET", &homes[0], &homes[1], &homes[65]];
     assert_eq!(
         client.cmd(&few),
