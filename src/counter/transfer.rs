@@ -315,6 +315,15 @@ impl Transfers {
         if self.leaving.iter().any(|l| l.fold_id == 0) {
             return bad("a leaving holder without a fold id");
         }
+        // Only holders fold back: a forged `leaving` naming another key would have its master
+        // seal that key into this one (its units credited here, the key refusing writes).
+        if self
+            .leaving
+            .iter()
+            .any(|l| parse_holder_name(&l.name).is_none())
+        {
+            return bad("a leaving key that is not a holder");
+        }
         let folding = self.outbox.iter().filter(|o| o.fold_id != 0).count();
         let fold_to_home = |home: &[u8]| {
             self.outbox
@@ -1850,7 +1859,10 @@ mod tests {
                 applied(5, b"x", 2),
             ],
             sealed_into: None,
-            leaving: vec![leaving(b"z", 40), leaving(b"w", LEGACY_FOLD)],
+            leaving: vec![
+                leaving(b"{ctr.1.0}k", 40),
+                leaving(b"{ctr.2.0}k", LEGACY_FOLD),
+            ],
             retired: vec![9, 4],
         };
         ok.validate().unwrap();
@@ -1890,15 +1902,15 @@ mod tests {
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 4), leaving(b"z", 5)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 4), leaving(b"{ctr.1.0}k", 5)],
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 4), leaving(b"y", 4)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 4), leaving(b"{ctr.2.0}k", 4)],
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 0)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 0)],
                 ..ok.clone()
             },
             Transfers {
@@ -1907,6 +1919,10 @@ mod tests {
             },
             Transfers {
                 leaving: vec![leaving(&[b'n'; MAX_NAME + 1], 4)],
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(b"bank", 40)],
                 ..ok.clone()
             },
             Transfers {

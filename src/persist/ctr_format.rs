@@ -899,8 +899,12 @@ mod tests {
             w.u8(TAG_END);
             decode(&w.finish())
         };
-        assert!(with_names(&[b"{a}1", b"{b}1"]).is_ok());
-        assert!(with_names(&[b"{a}1", b"{a}2"]).is_err(), "shared slot");
+        assert!(with_names(&[b"{ctr.1.0}a", b"{ctr.2.0}a"]).is_ok());
+        assert!(
+            with_names(&[b"{ctr.1.0}a", b"{ctr.1.0}b"]).is_err(),
+            "shared slot"
+        );
+        assert!(with_names(&[b"{a}1", b"{b}1"]).is_err(), "not holder names");
         assert!(with_names(&[]).is_err(), "no holders");
         assert!(with_names(&[b""]).is_err(), "empty name");
     }
@@ -1057,7 +1061,7 @@ mod tests {
             w.uvarint(5).u8(1).bytes(b"home").uvarint(1);
             w.bytes(b"home").uvarint(5).ivarint(0).ivarint(0);
             w.uvarint(1).bytes(b"g").uvarint(3);
-            w.uvarint(1).bytes(b"h");
+            w.uvarint(1).bytes(b"{ctr.1.0}home");
         };
         let old = section(&legacy_fold).unwrap();
         let t = old.transfers().unwrap();
@@ -1073,7 +1077,11 @@ mod tests {
         let both = |w: &mut Writer| {
             legacy_fold(w);
             w.u8(TAG_TRANSFER_IDS).fixed_u64(1).uvarint(1).u8(0);
-            w.uvarint(0).uvarint(0).uvarint(1).bytes(b"z").fixed_u64(5);
+            w.uvarint(0)
+                .uvarint(0)
+                .uvarint(1)
+                .bytes(b"{ctr.1.0}z")
+                .fixed_u64(5);
         };
         assert!(section(&both).is_err(), "two transfer sections");
         let ok = |w: &mut Writer| {
