@@ -1,6 +1,7 @@
 //! Panic guards for the callbacks the server calls outside a command: timers, cluster bus
 //! receivers, the server and keyspace events, the scan callbacks and a blocked read's reply,
-//! timeout, disconnect and free callbacks. A panic there is a defect; unwinding out of an
+//! timeout, disconnect and free callbacks, and the data types' callbacks but `rdb_save` and
+//! `aof_rewrite` (the type's own `NULL`, 0 or nothing then). A panic there is a defect; unwinding out of an
 //! `extern "C"` function aborts the server, so each callback runs its body through [`guard`],
 //! which contains the panic and writes it to the server log at warning level
 //! (`ctr: panic in callback <name> ...`). Commands have their own guard
@@ -50,6 +51,15 @@ pub const CALLBACKS: &[&str] = &[
     "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
+    // The data types' callbacks (CTR and PNC alike; `free` also guards `free_effort`). Not
+    // `rdb_save` and `aof_rewrite`: a contained panic would write a wrong or unreadable value;
+    // they run in the fork child of BGSAVE and BGREWRITEAOF, where an abort fails that save.
+    "type-rdb-load",
+    "type-mem-usage",
+    "type-digest",
+    "type-free",
+    "type-copy",
+    "type-unlink",
 ];
 
 /// The load argument's name.
