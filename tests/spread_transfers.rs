@@ -708,7 +708,28 @@ fn a_restored_payload_naming_another_key_seals_and_credits_nothing() {
         "bank untouched ({restored:?}, {spread:?})"
     );
     assert_eq!(c.q("CTR.ADD bank 1"), Value::Int(1001), "bank takes writes");
-    for forger in ["atk:x", "atk:y"] {
+    // A holder of another spread named in `leaving` (the forged state claims to fold it):
+    // the restored key is told apart as a copy of that spread's home and detached, so the
+    // holder is never asked to seal.
+    c.q("CTR.ADD vic 1");
+    let vic = names(&c.q("CTR.SPREAD vic 3"));
+    c.cmd(&["CTR.ADD", &vic[1], "50"]);
+    let z = c.cmd(&[
+        b"RESTORE".as_slice(),
+        b"atk:z",
+        b"0",
+        &frame.with_blob(&forged_leaving(&[vic[1].as_str()])),
+    ]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(c.cmd(&["CTR.GET", &vic[1]]), Value::Int(50), "{z:?}");
+    assert_eq!(
+        c.cmd(&["CTR.ADD", &vic[1], "1"]),
+        Value::Int(51),
+        "not sealed"
+    );
+    assert_eq!(c.q("CTR.GET vic"), Value::Int(52));
+    assert_eq!(leaving(&mut c, "atk:z"), Vec::<String>::new());
+    for forger in ["atk:x", "atk:y", "atk:z"] {
         let got = c.cmd(&["CTR.GET", forger]);
         assert!(
             matches!(got, Value::Int(0) | Value::Nil),
