@@ -1,6 +1,7 @@
 //! Panic guards for the callbacks the server calls outside a command: timers, cluster bus
 //! receivers, the server and keyspace events, the scan callbacks and a blocked read's reply,
-//! timeout, disconnect and free callbacks. A panic there is a defect; unwinding out of an
+//! timeout, disconnect and free callbacks, and the data types' callbacks but `rdb_save` and
+//! `aof_rewrite` (the type's own `NULL`, 0 or nothing then). A panic there is a defect; unwinding out of an
 //! `extern "C"` function aborts the server, so each callback runs its body through [`guard`],
 //! which contains the panic and writes it to the server log at warning level
 //! (`ctr: panic in callback <name> ...`). Commands have their own guard
@@ -11,7 +12,7 @@
 //! atomic load per callback run.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw;
 
@@ -50,22 +51,31 @@ pub const CALLBACKS: &[&str] = &[
     "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
+    // The data types' callbacks (CTR and PNC alike; `free` also guards `free_effort`). Not
+    // `rdb_save` and `aof_rewrite`: a contained panic would write a wrong or unreadable value;
+    // they run in the fork child of BGSAVE and BGREWRITEAOF, where an abort fails that save.
+    "type-rdb-load",
+    "type-mem-usage",
+    "type-digest",
+    "type-free",
+    "type-copy",
+    "type-unlink",
 ];
 
 /// The load argument's name.
 pub const DEBUG_PANIC_IN_CONFIG: &str = "debug-panic-in";
 
 /// Bit i set: `CALLBACKS[i]` panics on its next run (then the bit is cleared).
-static PANIC_IN: AtomicU32 = AtomicU32::new(0);
+static PANIC_IN: AtomicU64 = AtomicU64::new(0);
 
-const _: () = assert!(CALLBACKS.len() <= 32);
+const _: () = assert!(CALLBACKS.len() <= 64);
 
 /// Parses `ctr.debug-panic-in`: callback names separated by commas (or `all`); empty = none.
-pub fn parse_panic_in(value: &str) -> Result<u32, String> {
-    let mut bits = 0u32;
+pub fn parse_panic_in(value: &str) -> Result<u64, String> {
+    let mut bits = 0u64;
     for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         if name.eq_ignore_ascii_case("all") {
-            bits |= u32::MAX >> (32 - CALLBACKS.len());
+            bits |= u64::MAX >> (64 - CALLBACKS.len());
             continue;
         }
         let Some(i) = CALLBACKS.iter().position(|c| c.eq_ignore_ascii_case(name)) else {
@@ -80,7 +90,7 @@ pub fn parse_panic_in(value: &str) -> Result<u32, String> {
 }
 
 /// Arms the callbacks `ctr.debug-panic-in` names (from the module's load).
-pub fn set_panic_in(bits: u32) {
+pub fn set_panic_in(bits: u64) {
     PANIC_IN.store(bits, Relaxed);
 }
 
@@ -113,7 +123,7 @@ fn debug_panic(name: &str) {
     let Some(i) = CALLBACKS.iter().position(|c| *c == name) else {
         return;
     };
-    let bit = 1u32 << i;
+    let bit = 1u64 << i;
     if PANIC_IN.fetch_and(!bit, Relaxed) & bit != 0 {
         panic!("ctr.debug-panic-in {name}");
     }
@@ -166,7 +176,7 @@ mod tests {
         let rebalance = CALLBACKS.iter().position(|&n| n == "rebalance").unwrap();
         assert_eq!(parse_panic_in("sweep, rebalance"), Ok(1 | 1 << rebalance));
         assert_eq!(
-            parse_panic_in("all").map(u32::count_ones),
+            parse_panic_in("all").map(u64::count_ones),
             Ok(CALLBACKS.len() as u32)
         );
         assert!(parse_panic_in("sweep,nope").is_err());

@@ -558,3 +558,38 @@ fn transfer_messages_wait_until_the_senders_replicas_hold_the_write() {
     });
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(expected));
 }
+
+/// Issue 23, item 3, on a 3-master cluster: a home spread to 16 and shrunk to 1, again and
+/// again (one add on a holder each time). Each fold completes in the background, the total
+/// is exact, and the home's state grows by one retired spread id a cycle at most (8 bytes,
+/// the last 64 kept), not by its holders: a spread whose folds have all landed is retired (its
+/// holders' inbox entries go). Before, each cycle left 15 inbox entries in the home for ever.
+#[test]
+fn grow_and_shrink_cycles_complete_every_fold_and_keep_the_home_small() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "cycling";
+    let cycles = 20;
+    let mut sizes = Vec::new();
+    for cycle in 0..cycles {
+        let holders = names(&client.cmd(&["CTR.SPREAD", home, "16"]));
+        assert_eq!(holders.len(), 16, "cycle {cycle}");
+        client
+            .cmd(&["CTR.ADD", &holders[1 + cycle % 15], "1"])
+            .int();
+        assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+        eventually(20, || (still_leaving(&mut client, home) == 0).then_some(()));
+        assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(cycle as i64 + 1));
+        match client.cmd(&["DUMP", home]) {
+            Value::Bulk(b) => sizes.push(b.len()),
+            other => panic!("DUMP: {other:?}"),
+        }
+    }
+    common::note(&format!("home DUMP bytes per cycle: {sizes:?}"));
+    // The home keeps the id of each retired spread (8 bytes, the last 64), nothing per holder.
+    let grown = sizes.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        grown <= 9,
+        "the home's state grew {grown} bytes a cycle: {sizes:?}"
+    );
+}

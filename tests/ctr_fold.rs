@@ -280,3 +280,50 @@ fn a_shrink_that_cannot_fold_every_holder_is_refused_and_changes_nothing() {
     assert_eq!(names(&c.q("CTR.SPREAD views 1")), vec!["views"]);
     assert_eq!(c.q("CTR.GET views"), Value::Int(total - 4 + 1));
 }
+
+fn dump_len(c: &mut Conn, key: &str) -> usize {
+    match c.cmd(&["DUMP", key]) {
+        Value::Bulk(b) => b.len(),
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
+
+/// Issue 23, item 3: every folded holder used to leave an entry in its home's inbox for ever;
+/// past 65,536 of them every fold credit was refused ("too many givers") and the shrink
+/// failed (about 950 cycles of 70 holders here; before, the home's DUMP grew by about 3 KB a
+/// cycle). A spread shrunk to 1 whose folds have all landed is retired now: its holders'
+/// entries go and the home keeps its id only (the last 64). 1,000 cycles: every shrink
+/// completes, the total is exact, the home's state stops growing.
+#[test]
+fn a_thousand_grow_and_shrink_cycles_never_stall_a_fold_and_the_home_stays_small() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (cycles, holders) = (1_000, 70);
+    let mut sizes = Vec::new();
+    for cycle in 0..cycles {
+        let spread = names(&c.cmd(&["CTR.SPREAD", "cycling", &holders.to_string()]));
+        assert_eq!(spread.len(), holders, "cycle {cycle}");
+        // One unit a cycle, on the home or on one of its holders.
+        c.cmd(&["CTR.ADD", &spread[cycle % holders], "1"]).int();
+        match c.cmd(&["CTR.SPREAD", "cycling", "1"]) {
+            Value::Array(kept) => assert_eq!(kept.len(), 1, "cycle {cycle}"),
+            other => panic!("cycle {cycle}: the shrink failed: {other:?}"),
+        }
+        assert!(
+            info_field(&mut c, "cycling", "leaving").is_none_or(|l| l.array().is_empty()),
+            "cycle {cycle}: a fold did not complete"
+        );
+        if cycle % 100 == 99 {
+            sizes.push(dump_len(&mut c, "cycling"));
+        }
+    }
+    assert_eq!(c.q("CTR.GET cycling"), Value::Int(cycles as i64));
+    common::note(&format!("home DUMP bytes every 100 cycles: {sizes:?}"));
+    let (first, last) = (sizes[0], *sizes.last().unwrap());
+    assert!(last <= first + 16, "the home's state grew: {sizes:?}");
+    assert!(last < 1_200, "the home's state: {last} bytes");
+    // The state survives a reload, and a folded name is still never reused.
+    c.q("DEBUG RELOAD");
+    assert_eq!(c.q("CTR.GET cycling"), Value::Int(cycles as i64));
+    assert_eq!(dump_len(&mut c, "cycling"), last);
+}

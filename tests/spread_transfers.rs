@@ -634,3 +634,106 @@ fn a_home_renamed_mid_fold_across_masters_receives_its_folds() {
     assert_eq!(client.cmd(&["EXISTS", &home]), Value::Int(0));
     assert_eq!(client.cmd(&["CTR.GET", &home2]).int(), total);
 }
+
+/// A home's state with section 16 alone: nothing sent, nothing applied, `leaving` the given
+/// names (each with its own fold id).
+fn forged_leaving(leaving: &[&str]) -> Vec<u8> {
+    use common::{ivarint, uvarint};
+    let mut s = vec![1u8, 1];
+    s.extend(ivarint(0));
+    s.push(16);
+    s.extend(0u64.to_le_bytes()); // giver id
+    s.extend(uvarint(0)); // last seq
+    s.push(0); // not sealed
+    s.extend(uvarint(0)); // outbox
+    s.extend(uvarint(0)); // inbox
+    s.extend(uvarint(leaving.len() as u64));
+    for (i, name) in leaving.iter().enumerate() {
+        s.extend(uvarint(name.len() as u64));
+        s.extend(name.as_bytes());
+        s.extend((0x7700 + i as u64).to_le_bytes()); // fold id
+    }
+    s.push(0); // END
+    s
+}
+
+/// A spread home's state from before spread ids (id 0, section 11 without 15) whose holder
+/// list names `holders`.
+fn forged_spread(holders: &[&str]) -> Vec<u8> {
+    use common::{ivarint, uvarint};
+    let mut s = vec![1u8, 1];
+    s.extend(ivarint(0));
+    s.push(11);
+    s.extend(uvarint(holders.len() as u64));
+    for name in holders {
+        s.extend(uvarint(name.len() as u64));
+        s.extend(name.as_bytes());
+    }
+    s.push(0); // END
+    s
+}
+
+/// Item 2 of issue 23: a restored payload carries no power over other keys. A RESTORE of a
+/// crafted DUMP whose `leaving` names another counter (`bank`), or whose holder list (a spread
+/// from before ids) names it and is then shrunk, must not seal `bank`: `bank` keeps its 1,000
+/// units and takes writes, the forger is credited nothing. Before, the home's seal request
+/// sealed `bank` and its fold credit moved every unit of it into the forger.
+#[test]
+fn a_restored_payload_naming_another_key_seals_and_credits_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD bank 1000");
+    c.q("CTR.ADD frame 1");
+    let frame = common::dump::DumpFrame::of_key(&mut c, "frame");
+    let restored = c.cmd(&[
+        b"RESTORE".as_slice(),
+        b"atk:x",
+        b"0",
+        &frame.with_blob(&forged_leaving(&["bank"])),
+    ]);
+    let spread = c.cmd(&[
+        b"RESTORE".as_slice(),
+        b"atk:y",
+        b"0",
+        &frame.with_blob(&forged_spread(&["bank"])),
+    ]);
+    if spread == Value::Simple("OK".into()) {
+        c.q("CTR.SPREAD atk:y 1");
+    }
+    // The transfer registry's tick (every 100 ms) would send the seal requests by now.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        c.q("CTR.GET bank"),
+        Value::Int(1000),
+        "bank untouched ({restored:?}, {spread:?})"
+    );
+    assert_eq!(c.q("CTR.ADD bank 1"), Value::Int(1001), "bank takes writes");
+    // A holder of another spread named in `leaving` (the forged state claims to fold it):
+    // the restored key is told apart as a copy of that spread's home and detached, so the
+    // holder is never asked to seal.
+    c.q("CTR.ADD vic 1");
+    let vic = names(&c.q("CTR.SPREAD vic 3"));
+    c.cmd(&["CTR.ADD", &vic[1], "50"]);
+    let z = c.cmd(&[
+        b"RESTORE".as_slice(),
+        b"atk:z",
+        b"0",
+        &frame.with_blob(&forged_leaving(&[vic[1].as_str()])),
+    ]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(c.cmd(&["CTR.GET", &vic[1]]), Value::Int(50), "{z:?}");
+    assert_eq!(
+        c.cmd(&["CTR.ADD", &vic[1], "1"]),
+        Value::Int(51),
+        "not sealed"
+    );
+    assert_eq!(c.q("CTR.GET vic"), Value::Int(52));
+    assert_eq!(leaving(&mut c, "atk:z"), Vec::<String>::new());
+    for forger in ["atk:x", "atk:y", "atk:z"] {
+        let got = c.cmd(&["CTR.GET", forger]);
+        assert!(
+            matches!(got, Value::Int(0) | Value::Nil),
+            "{forger} credited: {got:?}"
+        );
+    }
+}

@@ -17,6 +17,7 @@ use crate::counter::spread::{
     carried_home, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError, SlotOwners,
     Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
+use crate::counter::transfer::Transfers;
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString};
 use crate::metrics;
@@ -103,18 +104,20 @@ fn grow(
     let is_floored = super::ctr_store::floor_of(ctx, key_name)?.is_some();
     // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
     // then keeps it at or above 0 until its first budget credit gives it a floor.
-    let spread_id =
-        spread_id.unwrap_or_else(|| spread_id_from(crate::ffi::random_bytes(), is_floored));
-    let folded: Vec<Vec<u8>> = with_counter(ctx, key_name, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.transfers().map_or_else(Vec::new, |t| {
-            let givers = t.inbox.iter().map(|e| e.name.clone());
-            givers
-                .chain(t.leaving.iter().map(|l| l.name.clone()))
-                .collect()
-        }),
-        _ => Vec::new(),
+    // What the home knows of its earlier holders: names a new holder must not take (a folded
+    // one may still exist, sealed), and spread ids it retired (never drawn again).
+    let known: Option<Transfers> = with_counter(ctx, key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().cloned(),
+        _ => None,
     })?;
-    let taken = |name: &[u8]| folded.iter().any(|f| f == name);
+    let retired = |id: u64| known.as_ref().is_some_and(|t| t.retired.contains(&id));
+    let spread_id = spread_id.unwrap_or_else(|| loop {
+        let id = spread_id_from(crate::ffi::random_bytes(), is_floored);
+        if !retired(id) {
+            break id;
+        }
+    });
+    let taken = |name: &[u8]| known.as_ref().is_some_and(|t| t.knows_name(name));
     // New holders carry the home name the others carry (a home renamed since keeps it).
     let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
     let added = if in_cluster {

@@ -52,7 +52,7 @@ use super::ctr_store::{update_counter, with_counter};
 use super::replication_gate::{self, Gate, Replication};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
-use crate::counter::spread::key_slot;
+use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::transfer::{
     AckEffect, CreditOutcome, Giver, Outgoing, TransferError, LEGACY_FOLD,
 };
@@ -316,7 +316,9 @@ fn handle(ctx: Ctx, from: Option<NodeId>, kind: u8, payload: &[u8]) {
 
 /// On the holder's master: seals the holder into its home (once), then sends the credit.
 fn on_seal(ctx: Ctx, m: Seal) {
-    if !serves(ctx, &m.holder) {
+    // Only a key named as a holder is ever sealed (a home's state that names another key is
+    // refused when it is decoded; this holds also for a request from an older version).
+    if !serves(ctx, &m.holder) || parse_holder_name(&m.holder).is_none() {
         return;
     }
     let name = KeyName::new(ctx, &m.holder);

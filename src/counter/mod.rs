@@ -163,6 +163,9 @@ impl Counter {
         }
         if let Some(t) = &transfers {
             t.validate()?;
+            if spread.as_ref().is_some_and(|s| t.retired.contains(&s.id)) {
+                return Err(CounterError::InvalidOperation("a retired spread id"));
+            }
         }
         let transfers = transfers.filter(|t| !t.is_empty());
         let shards = if shards.len() == 1 {
@@ -236,6 +239,9 @@ impl Counter {
     /// Makes this counter the home of a spread counter with these other holders.
     pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
         spread.validate()?;
+        if self.has_retired(spread.id) {
+            return Err(CounterError::InvalidOperation("a retired spread id"));
+        }
         self.ext_mut().spread = Some(Box::new(spread));
         Ok(())
     }

@@ -713,7 +713,7 @@ impl Sim {
             return;
         };
         let Some(mut spread) = c.spread().cloned() else {
-            return;
+            return self.spread_again(c);
         };
         if spread.holders.len() >= 6 {
             return;
@@ -728,6 +728,47 @@ impl Sim {
         self.note(format_args!("grow: {}", show(&name)));
         if self.floor.is_some() {
             self.start_move(&home, &name, 0);
+        }
+        self.wait_replica(&home);
+    }
+
+    /// `CTR.SPREAD home n` on a home shrunk to 1 (the glue's grow of a counter not spread): a
+    /// new spread id, never one the home retired, while the old spread's holders may still
+    /// be folding back; a floored home sends each new holder a share.
+    fn spread_again(&mut self, mut c: Counter) {
+        if self.floor.is_some() && !c.leaving().is_empty() {
+            return;
+        }
+        let home = self.home.clone();
+        let floored = self.floor.is_some();
+        let id = loop {
+            let id = spread_id_from(self.rng.next().to_le_bytes(), floored);
+            if !c.has_retired(id) {
+                break id;
+            }
+        };
+        let count = 2 + self.rng.below(4);
+        let Ok(holders) = plan_holders(&home, id, &[], count, &Standalone) else {
+            return;
+        };
+        self.next_index = self.next_index.max(count);
+        let spread = Spread {
+            id,
+            holders: holders.clone(),
+            floor: self.floor,
+        };
+        if c.set_spread(spread).is_err() {
+            return;
+        }
+        let share = c
+            .floor()
+            .map_or(0, |f| (c.value() - f.floor) / (holders.len() as i64 + 1));
+        self.write(&home, Some(c), 0);
+        self.note(format_args!("spread again {id:x}: {}", holders.len()));
+        if floored {
+            for h in holders {
+                self.start_move(&home, &h, share);
+            }
         }
         self.wait_replica(&home);
     }
@@ -1183,10 +1224,11 @@ impl Sim {
     /// the home did under the name it was renamed to since.
     fn applied(&self, name: &[u8], giver: &Counter, o: &super::Outgoing) -> bool {
         let id = giver.transfers().map_or(0, |t| t.giver_id);
+        let from = if o.from.is_empty() { name } else { &o.from };
         let by = |key: &[u8]| {
             self.get(key)
                 .and_then(Counter::transfers)
-                .is_some_and(|t| t.applied_from(id, name) >= o.seq)
+                .is_some_and(|t| t.has_applied(id, from, o.seq))
         };
         let to_a_home = parse_holder_name(&o.receiver).is_none();
         by(&o.receiver) || (to_a_home && by(&self.home))

@@ -90,8 +90,11 @@ impl Spread {
             if name.is_empty() || name.len() > MAX_HOLDER_NAME {
                 return Err(CounterError::InvalidOperation("holder name length"));
             }
-            let of_this_spread = parse_holder_name(name).is_some_and(|h| h.spread_id == self.id);
-            if self.id != 0 && !of_this_spread {
+            // Also a spread from before ids (id 0) names holders only (`{ctr.<i>.<k>}home`): a
+            // holder list that names another key (a forged state) would let this home fold it.
+            let of_this_spread =
+                parse_holder_name(name).is_some_and(|h| h.spread_id == self.id || self.id == 0);
+            if !of_this_spread {
                 return Err(CounterError::InvalidOperation(
                     "a holder name without the spread's id",
                 ));
@@ -348,7 +351,9 @@ mod tests {
             counts.sort_unstable();
             assert_eq!(counts, vec![5, 5, 6], "{home:?}");
             let spread = Spread::of(holders);
-            spread.validate().unwrap();
+            if !home.is_empty() {
+                spread.validate().unwrap();
+            }
             assert!(
                 spread.holders.iter().all(|h| key_slot(h) != key_slot(home)),
                 "no holder shares the home's slot"
@@ -525,8 +530,12 @@ mod tests {
         };
         assert!(unnamed.validate().is_err(), "not a holder name");
         assert!(
-            Spread::of(vec![b"{a}1".to_vec()]).validate().is_ok(),
+            Spread::of(vec![b"{ctr.1.0}a".to_vec()]).validate().is_ok(),
             "before ids"
+        );
+        assert!(
+            Spread::of(vec![b"{a}1".to_vec()]).validate().is_err(),
+            "before ids too, a holder list names holders only (issue 23, item 2)"
         );
     }
 

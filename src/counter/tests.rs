@@ -706,7 +706,7 @@ fn clear_total(c: &mut Counter, total: i64, token: Option<u64>) -> Result<i64, C
 
 #[test]
 fn a_clear_of_a_spread_total_lowers_the_home_by_it_and_keeps_later_adds() {
-    let (h1, h2, h3): (&[u8], &[u8], &[u8]) = (b"{a}x", b"{b}x", b"{c}x");
+    let (h1, h2, h3): (&[u8], &[u8], &[u8]) = (b"{ctr.1.0}x", b"{ctr.2.0}x", b"{ctr.3.0}x");
     let mut home = spread_home(5, &[h1, h2, h3]);
     // Holders read at 10, 20, 30; h2 gains 7 after it was read, the home 4 before the sum.
     add(&mut home, 4).unwrap();
@@ -729,7 +729,7 @@ fn a_clear_of_a_spread_total_lowers_the_home_by_it_and_keeps_later_adds() {
 
 #[test]
 fn a_clear_of_a_spread_total_counts_only_holders_still_listed() {
-    let (h1, h2): (&[u8], &[u8]) = (b"{a}x", b"{b}x");
+    let (h1, h2): (&[u8], &[u8]) = (b"{ctr.1.0}x", b"{ctr.2.0}x");
     let mut home = spread_home(1, &[h1]);
     home.begin_fold(&[h2.to_vec()], &mut || 77).unwrap();
     // h2 is leaving: its answer counts; a name the home no longer lists counts 0.
@@ -752,21 +752,21 @@ fn a_clear_of_a_spread_total_spans_shards_and_overflow_changes_nothing() {
     let untouched = c.clone();
     assert_eq!(clear_total(&mut c, 2, Some(1)), Err(CounterError::Overflow));
     assert_eq!(c, untouched);
-    let home = spread_home(i64::MAX, &[b"{a}x"]);
+    let home = spread_home(i64::MAX, &[b"{ctr.1.0}x"]);
     assert_eq!(
-        home.total_at_clear([(&b"{a}x"[..], 1)]),
+        home.total_at_clear([(&b"{ctr.1.0}x"[..], 1)]),
         Err(CounterError::Overflow)
     );
 }
 
 #[test]
 fn a_floored_spread_is_not_cleared() {
-    let mut home = spread_home(10, &[b"{a}x"]);
+    let mut home = spread_home(10, &[b"{ctr.1.0}x"]);
     home.set_floor(Some(2)).unwrap();
     assert!(home.is_floored_spread());
     let untouched = home.clone();
     assert_eq!(
-        home.total_at_clear([(&b"{a}x"[..], 1)]),
+        home.total_at_clear([(&b"{ctr.1.0}x"[..], 1)]),
         Err(CounterError::ClearFlooredSpread)
     );
     assert_eq!(

@@ -49,6 +49,8 @@ use crate::counter::spread::{
 pub const MAX_NAME: usize = MAX_HOLDER_NAME;
 /// Most outbox entries, inbox entries, or leaving holders one counter keeps.
 pub const MAX_ENTRIES: usize = 1 << 16;
+/// Most retired spread ids a home keeps ([`Transfers::retired`]); past it the oldest goes.
+pub const MAX_RETIRED: usize = 64;
 
 /// A transfer sent and not yet acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +173,11 @@ pub struct Transfers {
     pub sealed_into: Option<Vec<u8>>,
     /// Home only: holders being folded back (sealed or about to be), not yet credited.
     pub leaving: Vec<Leaving>,
+    /// Home only: the spread ids this home had and no longer has, each of whose folds it
+    /// applied (oldest first, at most [`MAX_RETIRED`]). Their givers' inbox entries were
+    /// dropped: every credit a holder of such a spread can still send is a repeat
+    /// ([`Counter::retire_spread`]).
+    pub retired: Vec<u64>,
 }
 
 /// Why a transfer step was refused.
@@ -227,10 +234,25 @@ impl Transfers {
             .map_or(0, |i| self.inbox[i].seq)
     }
 
+    /// True when the credit `seq` of the giver `giver_id`, debited under the name `from`, was
+    /// applied here: its inbox entry is at or above it, or `from` is a holder of a spread this
+    /// home retired (every credit such a holder can send was applied or answered).
+    pub fn has_applied(&self, giver_id: u64, from: &[u8], seq: u64) -> bool {
+        self.applied_from(giver_id, from) >= seq || self.is_retired_holder(from)
+    }
+
+    /// True when `name` is a holder of a spread this home retired.
+    pub fn is_retired_holder(&self, name: &[u8]) -> bool {
+        parse_holder_name(name)
+            .is_some_and(|h| h.spread_id != 0 && self.retired.contains(&h.spread_id))
+    }
+
     /// True when `name` was ever folded into (or is folding into) this counter, or gave it
     /// anything: a name a new holder must not take (the old key may still be sealed).
     pub fn knows_name(&self, name: &[u8]) -> bool {
-        self.inbox.iter().any(|e| e.name == name) || self.leaving.iter().any(|l| l.name == name)
+        self.inbox.iter().any(|e| e.name == name)
+            || self.leaving.iter().any(|l| l.name == name)
+            || self.is_retired_holder(name)
     }
 
     /// The leaving holder a fold credit ends, if this home still expects it.
@@ -247,8 +269,17 @@ impl Transfers {
         if self.outbox.len() > MAX_ENTRIES
             || self.inbox.len() > MAX_ENTRIES
             || self.leaving.len() > MAX_HOLDERS
+            || self.retired.len() > MAX_RETIRED
         {
             return bad("too many transfer entries");
+        }
+        let mut retired = self.retired.clone();
+        retired.sort_unstable();
+        if retired.windows(2).any(|w| w[0] == w[1]) || retired.first() == Some(&0) {
+            return bad("a retired spread id repeated or 0");
+        }
+        if self.leaving.iter().any(|l| self.is_retired_holder(&l.name)) {
+            return bad("a holder of a retired spread still leaving");
         }
         if !self
             .outbox
@@ -284,6 +315,15 @@ impl Transfers {
         if self.leaving.iter().any(|l| l.fold_id == 0) {
             return bad("a leaving holder without a fold id");
         }
+        // Only holders fold back: a forged `leaving` naming another key would have its master
+        // seal that key into this one (its units credited here, the key refusing writes).
+        if self
+            .leaving
+            .iter()
+            .any(|l| parse_holder_name(&l.name).is_none())
+        {
+            return bad("a leaving key that is not a holder");
+        }
         let folding = self.outbox.iter().filter(|o| o.fold_id != 0).count();
         let fold_to_home = |home: &[u8]| {
             self.outbox
@@ -316,6 +356,7 @@ impl Transfers {
             .chain(self.leaving.iter().map(|l| l.name.capacity()))
             .chain(self.sealed_into.iter().map(Vec::capacity))
             .sum::<usize>()
+            + self.retired.capacity() * std::mem::size_of::<u64>()
             + self.outbox.capacity() * std::mem::size_of::<Outgoing>()
             + self.inbox.capacity() * std::mem::size_of::<Applied>()
             + self.leaving.capacity() * std::mem::size_of::<Leaving>()
@@ -627,8 +668,8 @@ impl Counter {
     pub fn credit_outcome(&self, c: &Credit) -> Option<CreditOutcome> {
         let applied = self
             .transfers()
-            .map_or(0, |t| t.applied_from(c.giver_id, &c.from));
-        if c.seq <= applied {
+            .is_some_and(|t| t.has_applied(c.giver_id, &c.from, c.seq));
+        if applied {
             return Some(CreditOutcome::Repeat);
         }
         match self.expects(c) {
@@ -689,8 +730,51 @@ impl Counter {
             if let Some(i) = t.leaving_slot(c.fold_id, &c.from) {
                 t.leaving.remove(i);
             }
+            if let Some(h) = parse_holder_name(&c.from) {
+                self.retire_spread(h.spread_id);
+            }
         }
         Ok(CreditOutcome::Applied)
+    }
+
+    /// On a home, after a fold credit: when the spread `spread_id` is no longer this home's
+    /// (shrunk to 1, spread again under a new id) and none of its holders is leaving any more,
+    /// every fold of it was applied here. Its givers' inbox entries then go, and the id is
+    /// kept instead ([`Transfers::retired`]): a credit from a holder of it is a repeat from
+    /// then on. That is exact: a holder seals only once its own moves are answered and sends
+    /// nothing after its seal but its fold credit, so what such a holder (or a copy of it,
+    /// DUMP/RESTORE, RENAME) can still send is a copy of a credit applied or answered already,
+    /// and a spread id is never drawn again by this home while it is retired. Holders of the
+    /// current spread keep their entries (the names must not be reused while their sealed keys
+    /// may live). Spreads made before ids (0) are never retired. True when it retired one.
+    pub fn retire_spread(&mut self, spread_id: u64) -> bool {
+        let current = self.spread().map(|s| s.id);
+        let Some(t) = self.ext.as_mut().and_then(|e| e.transfers.as_deref_mut()) else {
+            return false;
+        };
+        let of_it = |name: &[u8]| parse_holder_name(name).is_some_and(|h| h.spread_id == spread_id);
+        if spread_id == 0
+            || current == Some(spread_id)
+            || t.retired.contains(&spread_id)
+            || t.leaving.iter().any(|l| of_it(&l.name))
+        {
+            return false;
+        }
+        t.inbox.retain(|e| !of_it(&e.name));
+        t.inbox.shrink_to_fit();
+        t.leaving.shrink_to_fit();
+        if t.retired.len() >= MAX_RETIRED {
+            t.retired.remove(0);
+        }
+        t.retired.push(spread_id);
+        true
+    }
+
+    /// True when this home retired the spread `spread_id` ([`Counter::retire_spread`]): a new
+    /// spread must draw another id.
+    pub fn has_retired(&self, spread_id: u64) -> bool {
+        self.transfers()
+            .is_some_and(|t| t.retired.contains(&spread_id))
     }
 
     /// Step 3 on the giver: forgets the outbox entry to `receiver` when it is the one of
@@ -1382,6 +1466,159 @@ mod tests {
         assert!(holder.is_sealed(), "stays sealed until it expires");
     }
 
+    /// Item 3 of issue 23: a home spread and shrunk back to 1 again and again. Before, every
+    /// folded holder left an inbox entry for ever, and past MAX_ENTRIES credits were refused
+    /// ("too many givers"): folds stalled. Now a spread whose folds all landed is retired: its
+    /// givers' entries go, a late copy of any of its credits is a repeat (acknowledged, never
+    /// applied twice, never refused), and its id is not drawn again.
+    #[test]
+    fn spreads_shrunk_to_one_are_retired_and_the_inbox_stays_small() {
+        let mut home = Counter::plain(0);
+        let mut late: Vec<(Credit, Counter)> = Vec::new();
+        let holders_per_spread = 40;
+        let cycles = MAX_ENTRIES / holders_per_spread + 10;
+        for cycle in 0..cycles {
+            let id = 2 * (cycle as u64 + 1);
+            let names = crate::counter::spread::plan_holders(
+                HOME,
+                id,
+                &[],
+                holders_per_spread + 1,
+                &crate::counter::spread::Standalone,
+            )
+            .unwrap();
+            home.set_spread(crate::counter::Spread {
+                id,
+                holders: names.clone(),
+                floor: None,
+            })
+            .unwrap();
+            home.begin_shrink(1, &mut fold_ids()).unwrap();
+            for (i, name) in names.iter().enumerate() {
+                let fold = home
+                    .leaving()
+                    .iter()
+                    .find(|l| &l.name == name)
+                    .unwrap()
+                    .fold_id;
+                let mut h = Counter::plain(1);
+                let giver = Giver {
+                    name,
+                    new_id: id * 1000 + i as u64 + 2,
+                };
+                let out = h.seal_into(HOME, fold, 5, giver).unwrap().unwrap();
+                let c = credit(name, HOME, giver.new_id, &out);
+                assert_eq!(
+                    home.apply_credit(&c),
+                    Ok(CreditOutcome::Applied),
+                    "cycle {cycle}"
+                );
+                if i == 0 && (cycle % 500 == 0 || cycle == cycles - 3) {
+                    late.push((c, h));
+                }
+            }
+            assert!(home.leaving().is_empty());
+            let t = home.transfers().unwrap();
+            assert!(
+                t.inbox.is_empty(),
+                "cycle {cycle}: {} entries",
+                t.inbox.len()
+            );
+            assert!(t.retired.len() <= MAX_RETIRED);
+            assert!(home.has_retired(id));
+        }
+        assert_eq!(home.value(), (cycles * holders_per_spread) as i64);
+        let bytes = home.transfers().unwrap().heap_bytes();
+        assert!(bytes <= MAX_RETIRED * 8, "{bytes} bytes");
+        // A spread id retired lately is refused to a new spread.
+        let id = 2 * cycles as u64;
+        let again = crate::counter::Spread {
+            id,
+            holders: vec![holder_name(HOME, id, 1, 0)],
+            floor: None,
+        };
+        assert!(home.set_spread(again).is_err());
+        // A late copy of a fold credit of a spread still retired is a repeat: the giver hears
+        // an acknowledgement and forgets it; nothing is applied twice.
+        let value = home.value();
+        let (c, mut h) = late.pop().unwrap();
+        assert_eq!(home.credit_outcome(&c), Some(CreditOutcome::Repeat));
+        assert_eq!(home.apply_credit(&c), Ok(CreditOutcome::Repeat));
+        assert_eq!(home.value(), value);
+        let ack = Ack {
+            giver: c.giver.clone(),
+            receiver: c.receiver.clone(),
+            seq: c.seq,
+            refused: false,
+        };
+        assert_eq!(
+            h.apply_answer(&ack),
+            Ok(AckEffect::Acknowledged {
+                sealed_and_done: true
+            })
+        );
+        // One of a spread retired so long ago that its id was dropped is refused, also
+        // harmless: a fold is kept by its giver (never applied: its fold is not leaving).
+        let (c, _) = late.remove(0);
+        assert_eq!(home.credit_outcome(&c), Some(CreditOutcome::Refused));
+        assert_eq!(home.apply_credit(&c), Ok(CreditOutcome::Refused));
+        assert_eq!(home.value(), value);
+    }
+
+    /// A spread keeps its inbox entries while it is the home's, or while one of its holders is
+    /// still leaving: the entries are what makes a late budget move a repeat, and their names
+    /// are what a grow must not take again.
+    #[test]
+    fn a_spread_is_retired_only_once_it_is_gone_and_every_fold_landed() {
+        let (h1, h2) = (holder(1), holder(2));
+        let mut home = Counter::plain(0);
+        home.set_spread(crate::counter::Spread {
+            id: 7,
+            holders: vec![h1.clone(), h2.clone()],
+            floor: None,
+        })
+        .unwrap();
+        home.begin_shrink(2, &mut fold_ids()).unwrap();
+        let fold = |home: &Counter, name: &[u8]| {
+            home.leaving()
+                .iter()
+                .find(|l| l.name == name)
+                .unwrap()
+                .fold_id
+        };
+        let mut holder2 = Counter::plain(3);
+        let out = holder2
+            .seal_into(HOME, fold(&home, &h2), 5, g(22))
+            .unwrap()
+            .unwrap();
+        send(&holder2, &h2, &mut home, HOME, &out).unwrap();
+        assert!(!home.has_retired(7), "still the home's spread");
+        assert!(home.transfers().unwrap().knows_name(&h2));
+        home.begin_shrink(1, &mut fold_ids()).unwrap();
+        home.set_spread(crate::counter::Spread {
+            id: 12,
+            holders: vec![holder_name(HOME, 12, 1, 0)],
+            floor: None,
+        })
+        .unwrap();
+        assert!(!home.has_retired(7), "h1 is still leaving");
+        let mut holder1 = Counter::plain(4);
+        let out = holder1
+            .seal_into(HOME, fold(&home, &h1), 6, g(11))
+            .unwrap()
+            .unwrap();
+        send(&holder1, &h1, &mut home, HOME, &out).unwrap();
+        assert!(home.has_retired(7));
+        assert!(!home.has_retired(12));
+        let t = home.transfers().unwrap();
+        assert!(t.inbox.is_empty());
+        assert!(
+            t.knows_name(&h1) && t.knows_name(&h2),
+            "names of a retired spread"
+        );
+        assert_eq!(home.value(), 7);
+    }
+
     /// Finding 1 of the spread issue: a budget move from a holder into its home, in flight when
     /// a shrink makes that holder leave, neither ends the fold nor is lost; the holder seals
     /// once the move is acknowledged and its fold then completes.
@@ -1622,7 +1859,11 @@ mod tests {
                 applied(5, b"x", 2),
             ],
             sealed_into: None,
-            leaving: vec![leaving(b"z", 40), leaving(b"w", LEGACY_FOLD)],
+            leaving: vec![
+                leaving(b"{ctr.1.0}k", 40),
+                leaving(b"{ctr.2.0}k", LEGACY_FOLD),
+            ],
+            retired: vec![9, 4],
         };
         ok.validate().unwrap();
         let sealed = Transfers {
@@ -1661,15 +1902,15 @@ mod tests {
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 4), leaving(b"z", 5)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 4), leaving(b"{ctr.1.0}k", 5)],
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 4), leaving(b"y", 4)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 4), leaving(b"{ctr.2.0}k", 4)],
                 ..ok.clone()
             },
             Transfers {
-                leaving: vec![leaving(b"z", 0)],
+                leaving: vec![leaving(b"{ctr.1.0}k", 0)],
                 ..ok.clone()
             },
             Transfers {
@@ -1678,6 +1919,26 @@ mod tests {
             },
             Transfers {
                 leaving: vec![leaving(&[b'n'; MAX_NAME + 1], 4)],
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(b"bank", 40)],
+                ..ok.clone()
+            },
+            Transfers {
+                retired: vec![4, 9, 4],
+                ..ok.clone()
+            },
+            Transfers {
+                retired: vec![0],
+                ..ok.clone()
+            },
+            Transfers {
+                retired: (1..=MAX_RETIRED as u64 + 1).collect(),
+                ..ok.clone()
+            },
+            Transfers {
+                leaving: vec![leaving(&holder_name(b"k", 9, 1, 0), 40)],
                 ..ok.clone()
             },
         ];

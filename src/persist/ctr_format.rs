@@ -48,6 +48,10 @@
 //!             uvarint n, n x (bytes leaving holder, u64 LE fold id >= 1) (distinct names
 //!             and ids). Written when any part is non-empty (see `crate::counter::transfer`);
 //!             never together with section 12.
+//!  17 RETIRED uvarint n (1..=MAX_RETIRED), n x u64 LE spread id (nonzero, distinct), oldest
+//!             first: spreads this home had and retired, all their folds applied (their
+//!             givers' inbox entries dropped; `Transfers::retired`). Written when not empty;
+//!             files without it retire nothing.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -61,7 +65,7 @@ use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
-    Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME,
+    Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
 use crate::counter::{
     Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
@@ -85,6 +89,7 @@ const TAG_SPREAD_FLOOR: u8 = 13;
 /// A spread's id (14 is reserved).
 const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
+const TAG_RETIRED: u8 = 17;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -146,6 +151,24 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
 }
 
 fn encode_transfers(w: &mut Writer, t: &Transfers) {
+    let retired = &t.retired;
+    let rest = Transfers {
+        retired: Vec::new(),
+        ..t.clone()
+    };
+    if !rest.is_empty() {
+        encode_transfer_ids(w, t);
+    }
+    if !retired.is_empty() {
+        w.u8(TAG_RETIRED).uvarint(retired.len() as u64);
+        for id in retired {
+            w.fixed_u64(*id);
+        }
+    }
+}
+
+/// Section 16 (every part of the transfer state but the retired spreads).
+fn encode_transfer_ids(w: &mut Writer, t: &Transfers) {
     w.u8(TAG_TRANSFER_IDS)
         .fixed_u64(t.giver_id)
         .uvarint(t.last_seq);
@@ -233,6 +256,7 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
         inbox,
         sealed_into,
         leaving,
+        retired: Vec::new(),
     };
     if t.is_empty() {
         return decode_error("CTR transfer section with nothing in it");
@@ -325,6 +349,17 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
                 return decode_error("two CTR transfer sections")
             }
             TAG_TRANSFER_IDS => transfers = Some(decode_transfers(r, true)?),
+            TAG_RETIRED => {
+                let n = r.count(MAX_RETIRED, 8)?;
+                if n == 0 {
+                    return decode_error("CTR retired section with nothing in it");
+                }
+                let ids = (0..n)
+                    .map(|_| r.fixed_u64())
+                    .collect::<Result<Vec<_>, DecodeError>>()?;
+                // Zero and repeated ids are refused by Counter::from_parts.
+                transfers.get_or_insert_with(Transfers::default).retired = ids;
+            }
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -864,8 +899,12 @@ mod tests {
             w.u8(TAG_END);
             decode(&w.finish())
         };
-        assert!(with_names(&[b"{a}1", b"{b}1"]).is_ok());
-        assert!(with_names(&[b"{a}1", b"{a}2"]).is_err(), "shared slot");
+        assert!(with_names(&[b"{ctr.1.0}a", b"{ctr.2.0}a"]).is_ok());
+        assert!(
+            with_names(&[b"{ctr.1.0}a", b"{ctr.1.0}b"]).is_err(),
+            "shared slot"
+        );
+        assert!(with_names(&[b"{a}1", b"{b}1"]).is_err(), "not holder names");
         assert!(with_names(&[]).is_err(), "no holders");
         assert!(with_names(&[b""]).is_err(), "empty name");
     }
@@ -898,6 +937,95 @@ mod tests {
         c.start_transfer(b"{x}budget", 2, 0, 1_001, giver(b"{tag}home", 8))
             .unwrap();
         c
+    }
+
+    /// A home with every holder of spread `id` folded back (shrunk to 1): retired.
+    fn retired_home(id: u64) -> Counter {
+        let home = b"{tag}home";
+        let mut c = Counter::plain(4);
+        let holders = crate::counter::spread::plan_holders(
+            home,
+            id,
+            &[],
+            3,
+            &crate::counter::spread::Standalone,
+        )
+        .unwrap();
+        c.set_spread(Spread {
+            id,
+            holders: holders.clone(),
+            floor: None,
+        })
+        .unwrap();
+        let mut ids = 40..;
+        c.begin_shrink(1, &mut || ids.next().unwrap()).unwrap();
+        for (i, name) in holders.iter().enumerate() {
+            let fold_id = c
+                .leaving()
+                .iter()
+                .find(|l| &l.name == name)
+                .unwrap()
+                .fold_id;
+            let mut holder = Counter::plain(3);
+            let out = holder
+                .seal_into(home, fold_id, 1_000, giver(name, 9 + i as u64))
+                .unwrap()
+                .unwrap();
+            let credit = crate::counter::transfer::Credit {
+                giver: name.clone(),
+                from: name.clone(),
+                receiver: home.to_vec(),
+                giver_id: 9 + i as u64,
+                seq: out.seq,
+                dv: out.dv,
+                df: out.df,
+                fold_id: out.fold_id,
+            };
+            c.apply_credit(&credit).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn retired_spreads_roundtrip_in_their_own_section_and_forged_ones_are_refused() {
+        let c = retired_home(6);
+        let t = c.transfers().unwrap();
+        assert_eq!((t.retired.clone(), t.inbox.len()), (vec![6], 0));
+        let bytes = encode(&c);
+        assert!(!bytes.contains(&TAG_TRANSFER_IDS) || bytes.contains(&TAG_RETIRED));
+        assert_eq!(decode(&bytes).unwrap(), c);
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len]).is_err(), "prefix {len}");
+        }
+        // With a transfer section too (a move in flight).
+        let mut both = c.clone();
+        both.start_transfer(b"{x}budget", 1, 0, 1_001, giver(b"{tag}home", 8))
+            .unwrap();
+        assert_eq!(decode(&encode(&both)).unwrap(), both);
+        // Forged: empty, a 0 id, a repeated id, the current spread's id, too many.
+        let section = |ids: &[u64], spread_id: Option<u64>| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            if let Some(id) = spread_id {
+                let name = crate::counter::spread::holder_name(b"{tag}home", id, 1, 0);
+                w.u8(TAG_SPREAD).uvarint(1).bytes(&name);
+                w.u8(TAG_SPREAD_ID).fixed_u64(id);
+            }
+            w.u8(TAG_RETIRED).uvarint(ids.len() as u64);
+            for id in ids {
+                w.fixed_u64(*id);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(section(&[6, 4], None).is_ok());
+        assert!(section(&[6, 4], Some(8)).is_ok());
+        assert!(section(&[], None).is_err());
+        assert!(section(&[0], None).is_err());
+        assert!(section(&[6, 6], None).is_err());
+        assert!(section(&[6, 8], Some(8)).is_err());
+        let many: Vec<u64> = (1..=MAX_RETIRED as u64 + 1).collect();
+        assert!(section(&many, None).is_err());
     }
 
     #[test]
@@ -933,7 +1061,7 @@ mod tests {
             w.uvarint(5).u8(1).bytes(b"home").uvarint(1);
             w.bytes(b"home").uvarint(5).ivarint(0).ivarint(0);
             w.uvarint(1).bytes(b"g").uvarint(3);
-            w.uvarint(1).bytes(b"h");
+            w.uvarint(1).bytes(b"{ctr.1.0}home");
         };
         let old = section(&legacy_fold).unwrap();
         let t = old.transfers().unwrap();
@@ -949,7 +1077,11 @@ mod tests {
         let both = |w: &mut Writer| {
             legacy_fold(w);
             w.u8(TAG_TRANSFER_IDS).fixed_u64(1).uvarint(1).u8(0);
-            w.uvarint(0).uvarint(0).uvarint(1).bytes(b"z").fixed_u64(5);
+            w.uvarint(0)
+                .uvarint(0)
+                .uvarint(1)
+                .bytes(b"{ctr.1.0}z")
+                .fixed_u64(5);
         };
         assert!(section(&both).is_err(), "two transfer sections");
         let ok = |w: &mut Writer| {

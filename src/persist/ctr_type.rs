@@ -15,7 +15,9 @@ use super::ctr_format;
 use crate::counter::collect::carried_by;
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::rm;
+use crate::guard::guard;
 use crate::metrics;
+use std::ptr::null_mut;
 
 /// The type name stored in every RDB file: 9 characters, fixed forever.
 pub const CTR_TYPE_NAME: &str = "ctr-count";
@@ -60,10 +62,14 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    match load_counter(rdb, encver) {
-        Ok(cell) => cell.into_raw(),
-        Err(why) => refuse_value(rdb, "CTR", &why),
-    }
+    // A contained panic is a load error (NULL), as a refused value is.
+    guard(null_mut(), "type-rdb-load", || {
+        match load_counter(rdb, encver) {
+            Ok(cell) => cell.into_raw(),
+            Err(why) => refuse_value(rdb, "CTR", &why),
+        }
+    })
+    .unwrap_or_else(null_mut)
 }
 
 thread_local! {
@@ -146,23 +152,31 @@ unsafe extern "C" fn aof_rewrite(
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // Each allocation as the allocator rounds it: used_memory counts usable sizes.
     // SAFETY: Redis passes a live value of this type.
-    unsafe { borrow(value) }.allocated_bytes()
+    guard(null_mut(), "type-mem-usage", || {
+        unsafe { borrow(value) }.allocated_bytes()
+    })
+    .unwrap_or(0)
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // The canonical encoding is the state: equal digests mean equal counters.
     // SAFETY: Redis passes a live value of this type.
-    let blob = ctr_format::encode(&unsafe { borrow(value) }.to_counter());
-    digest_blob(md, &blob);
+    guard(null_mut(), "type-digest", || {
+        let blob = ctr_format::encode(&unsafe { borrow(value) }.to_counter());
+        digest_blob(md, &blob);
+    });
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    // May run on a lazy-free thread: only Rust memory and atomics are touched here.
-    // SAFETY: Redis hands over ownership of a value of this type.
-    let cell = unsafe { CounterCell::from_raw(value) };
-    // SAFETY: the cell is alive until dropped below.
-    metrics::TOKENS_HELD.sub(unsafe { borrow(value) }.token_count() as u64);
-    drop(cell);
+    // May run on a lazy-free thread: only Rust memory and atomics are touched here (and the
+    // log, on a contained panic).
+    guard(null_mut(), "type-free", || {
+        // SAFETY: Redis hands over ownership of a value of this type.
+        let cell = unsafe { CounterCell::from_raw(value) };
+        // SAFETY: the cell is alive until dropped below.
+        metrics::TOKENS_HELD.sub(unsafe { borrow(value) }.token_count() as u64);
+        drop(cell);
+    });
 }
 
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
@@ -170,10 +184,11 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
     // counter owns nothing: 1, since 0 would mean "unlimited" and send it to the lazy-free
     // thread.
     // SAFETY: Redis passes a live value of this type.
-    match unsafe { borrow(value) } {
+    guard(null_mut(), "type-free", || match unsafe { borrow(value) } {
         CounterRef::Inline(_) => 1,
         CounterRef::Boxed(c) => 2 + c.token_count() / 8,
-    }
+    })
+    .unwrap_or(1)
 }
 
 unsafe extern "C" fn copy(
@@ -181,6 +196,11 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
+    // A contained panic refuses the copy (NULL), as a spread home's is.
+    guard(null_mut(), "type-copy", || copy_value(value)).unwrap_or_else(null_mut)
+}
+
+fn copy_value(value: *const c_void) -> *mut c_void {
     // SAFETY: Redis passes a live value of this type.
     let original = unsafe { borrow(value) };
     // A spread home's total lives partly in its holders (current or still folding back): a
@@ -241,7 +261,7 @@ pub fn take_unlinked() -> Vec<Unlinked> {
 /// No server API beyond reading the key's name and database runs here, nothing is written, and
 /// a panic is contained.
 unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    guard(null_mut(), "type-unlink", || {
         // SAFETY: the server passes a live value of this type, still in the keyspace's hands.
         let CounterRef::Boxed(c) = (unsafe { borrow(value) }) else {
             return; // an inline counter is never a home
@@ -270,5 +290,5 @@ unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const 
                 u.push((db, name.to_vec(), left));
             });
         }
-    }));
+    });
 }

@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::guard::guard;
+use std::ptr::null_mut;
+
 use super::{
     digest_blob, emit_aof_blob, load_blob, refuse_value, save_blob, type_methods, TypeCallbacks,
 };
@@ -80,13 +83,17 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    match load_counter(rdb, encver) {
-        Ok(counter) => into_raw(counter),
-        Err(why) => {
-            crate::metrics::PNC_REFUSED_BLOBS.incr();
-            refuse_value(rdb, "PNC", &why)
+    // A contained panic is a load error (NULL), as a refused value is.
+    guard(null_mut(), "type-rdb-load", || {
+        match load_counter(rdb, encver) {
+            Ok(counter) => into_raw(counter),
+            Err(why) => {
+                crate::metrics::PNC_REFUSED_BLOBS.incr();
+                refuse_value(rdb, "PNC", &why)
+            }
         }
-    }
+    })
+    .unwrap_or_else(null_mut)
 }
 
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<PnCounter, String> {
@@ -119,26 +126,34 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // Each allocation as the allocator rounds it, the box included: used_memory counts
     // usable sizes.
     // SAFETY: Redis passes a live value of this type.
-    unsafe { borrow(value) }.allocated_bytes()
+    guard(null_mut(), "type-mem-usage", || {
+        unsafe { borrow(value) }.allocated_bytes()
+    })
+    .unwrap_or(0)
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // Entries are always kept sorted by id, so the stored form is canonical: equal digests
     // mean equal states and equal home records.
     // SAFETY: Redis passes a live value of this type.
-    let blob = pnc_format::encode_stored(unsafe { borrow(value) });
-    digest_blob(md, &blob);
+    guard(null_mut(), "type-digest", || {
+        let blob = pnc_format::encode_stored(unsafe { borrow(value) });
+        digest_blob(md, &blob);
+    });
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
     // May run on a lazy-free thread: only Rust memory is released here.
     // SAFETY: Redis hands over ownership of a value of this type.
-    drop(unsafe { from_raw(value) });
+    guard(null_mut(), "type-free", || drop(unsafe { from_raw(value) }));
 }
 
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     // SAFETY: Redis passes a live value of this type.
-    1 + unsafe { borrow(value) }.allocations()
+    guard(null_mut(), "type-free", || {
+        1 + unsafe { borrow(value) }.allocations()
+    })
+    .unwrap_or(1)
 }
 
 unsafe extern "C" fn copy(
@@ -147,6 +162,10 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     // A deep copy, home record included: COPY stays inside this deployment.
+    // A contained panic refuses the copy (NULL).
     // SAFETY: Redis passes a live value of this type.
-    into_raw(unsafe { borrow(value) }.clone())
+    guard(null_mut(), "type-copy", || {
+        into_raw(unsafe { borrow(value) }.clone())
+    })
+    .unwrap_or_else(null_mut)
 }
