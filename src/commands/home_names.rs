@@ -99,7 +99,8 @@ pub fn living_home(ctx: Ctx, carried: &[u8], spread_id: u64) -> Option<Vec<u8>> 
         .find(|name| holds_home(ctx, name, spread_id))
 }
 
-fn holds_home(ctx: Ctx, name: &[u8], spread_id: u64) -> bool {
+/// True when `name` holds a home of the spread `spread_id` (in the selected database).
+pub fn holds_home(ctx: Ctx, name: &[u8], spread_id: u64) -> bool {
     let key = KeyName::new(ctx, name);
     let home = with_counter(
         ctx,

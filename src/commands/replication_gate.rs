@@ -105,6 +105,26 @@ impl Gate {
     }
 }
 
+/// Takes out of `held` every item whose gate the replicas' state `now` opens (an item seen for
+/// the first time fixes its gate's offset), keeping the others in order.
+pub fn take_open<T>(
+    held: &mut Vec<T>,
+    now: &Replication,
+    gate: impl Fn(&mut T) -> &mut Gate,
+) -> Vec<T> {
+    let mut ready = Vec::new();
+    let mut kept = Vec::with_capacity(held.len());
+    for mut item in held.drain(..) {
+        if gate(&mut item).open(now) {
+            ready.push(item);
+        } else {
+            kept.push(item);
+        }
+    }
+    *held = kept;
+    ready
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +151,26 @@ mod tests {
         assert_eq!(r.slowest_replica, None);
         assert!(r.holds(i64::MAX));
         assert_eq!(parse_info("role:master\r\n"), None);
+    }
+
+    #[test]
+    fn only_the_items_whose_gate_opens_are_taken_the_rest_kept_in_order() {
+        let r = Replication {
+            master_offset: 100,
+            slowest_replica: Some(50),
+        };
+        let fixed = |offset| Gate {
+            offset: Some(offset),
+        };
+        let mut held = vec![
+            (1, fixed(40)),
+            (2, fixed(60)),
+            (3, fixed(50)),
+            (4, fixed(70)),
+        ];
+        let ready = take_open(&mut held, &r, |h| &mut h.1);
+        assert_eq!(ready.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(held.iter().map(|h| h.0).collect::<Vec<_>>(), [2, 4]);
     }
 
     #[test]

@@ -39,13 +39,13 @@ use std::time::{Duration, Instant};
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
+use super::home_names;
 use super::replication_gate::{self, Gate};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_collect::delete;
+use super::spread_collect::{delete, select_db};
 use super::spread_transfer::{is_master, route, serves};
 use crate::config::{AUDIT_INTERVAL_MS, ORPHAN_GRACE_MS};
 use crate::counter::audit::{self, Answer, Audit, Question};
-use crate::counter::collect::is_home_of;
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::{rm, string_bytes, Ctx, KeyName};
@@ -142,8 +142,7 @@ fn walk(ctx: Ctx, now: i64, interval: i64) {
             // SAFETY: the cursor is ours and live.
             unsafe { rm!(RedisModule_ScanCursorRestart)(w.cursor) };
         }
-        // SAFETY: ctx is live; database 0 always exists.
-        unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+        select_db(ctx, 0);
         let started = Instant::now();
         while found.visited < KEYS_PER_TICK && started.elapsed() < TICK_TIME_CAP {
             // SAFETY: ctx is live, the cursor ours, `found` outlives the call.
@@ -205,11 +204,7 @@ unsafe extern "C" fn visit(
             rm!(RedisModule_ModuleTypeGetValue)(key)
         };
         // SAFETY: a live counter of our type, read only during this callback.
-        let q = match unsafe { CounterCell::borrow(value) } {
-            CounterRef::Boxed(c) => audit::question_for(name, Some(c)),
-            CounterRef::Inline(_) => audit::question_for(name, None),
-        };
-        if let Some(q) = q {
+        if let Some(q) = question_at(name, unsafe { CounterCell::borrow(value) }) {
             found.holders.push((q, name.to_vec()));
         }
     });
@@ -249,25 +244,17 @@ fn home_side(ctx: Ctx, q: &Question) -> Answer {
     if !serves(ctx, &q.home) {
         return Answer::Unsure;
     }
-    if is_home_at(ctx, &q.home, q.spread_id) {
+    // The carried name, or the name this node saw that home renamed to: no slot to read.
+    if home_names::living_home(ctx, &q.home, q.spread_id).is_some() {
         return Answer::Lives;
     }
     let budget = SLOT_KEYS_LEFT.get().min(MAX_SLOT_KEYS);
     let found = cluster::keys_in_slot(ctx, key_slot(&q.home), budget).map(|keys| {
         SLOT_KEYS_LEFT.set(SLOT_KEYS_LEFT.get() - keys.len() as i64);
-        keys.iter().any(|k| is_home_at(ctx, k, q.spread_id))
+        keys.iter()
+            .any(|k| home_names::holds_home(ctx, k, q.spread_id))
     });
     audit::answer(true, found)
-}
-
-fn is_home_at(ctx: Ctx, name: &[u8], spread_id: u64) -> bool {
-    let key = KeyName::new(ctx, name);
-    with_counter(
-        ctx,
-        key.raw,
-        |c| matches!(c, Some(CounterRef::Boxed(b)) if is_home_of(b, spread_id)),
-    )
-    .unwrap_or(false)
 }
 
 /// An answer to one of this master's questions: a spread gone for good has its holders here
@@ -278,8 +265,7 @@ fn on_answer(ctx: Ctx, q: &Question, answer: Answer, now: i64) {
         return;
     };
     metrics::AUDIT_ORPHANS.incr();
-    // SAFETY: ctx is live; database 0 always exists.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+    select_db(ctx, 0);
     let deleted = orphans
         .holders
         .iter()
@@ -298,29 +284,23 @@ fn still_asked_with(ctx: Ctx, name: &[u8], q: &Question) -> bool {
         return false;
     }
     let key = KeyName::new(ctx, name);
-    with_counter(ctx, key.raw, |c| match c {
-        Some(CounterRef::Boxed(c)) => audit::question_for(name, Some(c)).as_ref() == Some(q),
-        Some(CounterRef::Inline(_)) => audit::question_for(name, None).as_ref() == Some(q),
-        None => false,
+    with_counter(ctx, key.raw, |c| {
+        c.and_then(|c| question_at(name, c)).as_ref() == Some(q)
     })
     .unwrap_or(false)
 }
 
+/// The question the walk asks about the holder `name` holding `c` (`audit::question_for`).
+fn question_at(name: &[u8], c: CounterRef) -> Option<Question> {
+    match c {
+        CounterRef::Boxed(c) => audit::question_for(name, Some(c)),
+        CounterRef::Inline(_) => audit::question_for(name, None),
+    }
+}
+
 fn send_held(ctx: Ctx, replication: &replication_gate::Replication) {
-    let ready: Vec<Held> = HELD.with(|h| {
-        let mut h = h.borrow_mut();
-        let mut ready = Vec::new();
-        let mut kept = Vec::new();
-        for mut held in h.drain(..) {
-            if held.gate.open(replication) {
-                ready.push(held);
-            } else {
-                kept.push(held);
-            }
-        }
-        *h = kept;
-        ready
-    });
+    let ready: Vec<Held> = HELD
+        .with(|h| replication_gate::take_open(&mut h.borrow_mut(), replication, |h| &mut h.gate));
     for held in ready {
         send_answers(ctx, &held.to, &held.answers);
     }
@@ -338,8 +318,7 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
             let Ok(questions) = audit_msg::decode_ask(payload) else {
                 return; // malformed or another version: as if lost
             };
-            // SAFETY: ctx is live; database 0 always exists.
-            unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+            select_db(ctx, 0);
             SLOT_KEYS_LEFT.set(SLOT_KEYS_BUDGET);
             let answers: Vec<(Question, Answer)> = questions
                 .into_iter()

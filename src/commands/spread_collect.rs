@@ -213,7 +213,7 @@ fn claim(lefts: Vec<Left>) {
     }
 }
 
-fn select_db(ctx: Ctx, db: c_int) -> bool {
+pub(super) fn select_db(ctx: Ctx, db: c_int) -> bool {
     // SAFETY: ctx is live.
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
 }
@@ -506,15 +506,8 @@ pub(super) fn delete(ctx: Ctx, name: &[u8]) -> bool {
 
 /// Sends every held answer whose deletions this master's replicas hold.
 fn send_held_answers(ctx: Ctx, replication: &replication_gate::Replication) {
-    let ready: Vec<HeldAnswer> = {
-        let mut s = state();
-        let (ready, held) = std::mem::take(&mut s.held)
-            .into_iter()
-            .map(|mut h| (h.gate.open(replication), h))
-            .partition::<Vec<_>, _>(|(open, _)| *open);
-        s.held = held.into_iter().map(|(_, h)| h).collect();
-        ready.into_iter().map(|(_, h)| h).collect()
-    };
+    let ready: Vec<HeldAnswer> =
+        replication_gate::take_open(&mut state().held, replication, |h| &mut h.gate);
     for h in ready {
         for m in collect_msg::encode_chunked(&h.answered, MAX_MESSAGE_BYTES) {
             cluster::send(ctx.ptr, &h.to, MSG_COLLECTED, &m);

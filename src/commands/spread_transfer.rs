@@ -478,19 +478,8 @@ fn queue_ack(to: NodeId, ack: Ack) {
 
 /// Sends the acknowledgements whose credits the replicas hold.
 fn send_acks(ctx: Ctx, now: &Replication) {
-    let ready: Vec<PendingAck> = PENDING_ACKS.with(|p| {
-        let mut pending = p.borrow_mut();
-        let mut ready = Vec::new();
-        let mut i = 0;
-        while i < pending.len() {
-            if pending[i].gate.open(now) {
-                ready.push(pending.swap_remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        ready
-    });
+    let ready: Vec<PendingAck> = PENDING_ACKS
+        .with(|p| replication_gate::take_open(&mut p.borrow_mut(), now, |a| &mut a.gate));
     for a in ready {
         cluster::send(ctx.ptr, &a.to, MSG_ACK, &msg::encode_ack(&a.ack));
     }
