@@ -83,7 +83,10 @@ pub fn set(ctx: *mut raw::RedisModuleCtx, def: &CommandDef) -> Result<(), String
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    let mut specs = vec![key_spec(def)];
+    let mut specs: Vec<_> = (def.keys.first > 0)
+        .then(|| key_spec(def))
+        .into_iter()
+        .collect();
     specs.extend(def.keyword_keys.iter().map(keyword_spec));
     specs.push(terminator());
     let info = raw::RedisModuleCommandInfo {

@@ -150,6 +150,98 @@ pub fn parse_replica_id(
 #[cfg(feature = "module")]
 static REPLICA_ID_STRING: std::sync::Mutex<Option<(String, usize)>> = std::sync::Mutex::new(None);
 
+/// A string for Redis to read as a config's value: Redis copies the string a getter returns and
+/// never frees it (and redis-module hands it over as is), so the module keeps owning it. One
+/// string per config, replaced when the value changes; a new string per call leaked one per
+/// CONFIG GET / CONFIG SET.
+#[cfg(feature = "module")]
+fn owned_reply_string(
+    cache: &std::sync::Mutex<Option<(String, usize)>>,
+    text: &str,
+) -> redis_module::RedisString {
+    let mut cached = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let raw = match &*cached {
+        Some((held, raw)) if held == text => *raw,
+        _ => {
+            // SAFETY: creates a context-free string from `text`'s bytes.
+            let raw = unsafe {
+                crate::ffi::rm!(RedisModule_CreateString)(
+                    std::ptr::null_mut(),
+                    text.as_ptr().cast(),
+                    text.len(),
+                )
+            } as usize;
+            if let Some((_, old)) = cached.replace((text.to_string(), raw)) {
+                // SAFETY: `old` was made above and nobody else holds it: Redis used it only
+                // inside the getter call that returned it.
+                unsafe { crate::ffi::rm!(RedisModule_FreeString)(std::ptr::null_mut(), old as _) };
+            }
+            raw
+        }
+    };
+    // No retain: the crate passes the pointer to Redis without freeing it.
+    redis_module::RedisString::from_redis_module_string(std::ptr::null_mut(), raw as _)
+}
+
+/// A plain string config (`ctr.read-link-user`, `ctr.read-link-password`).
+pub struct StringConfig {
+    value: std::sync::Mutex<String>,
+    #[cfg(feature = "module")]
+    returned: std::sync::Mutex<Option<(String, usize)>>,
+}
+
+impl StringConfig {
+    const fn new() -> StringConfig {
+        StringConfig {
+            value: std::sync::Mutex::new(String::new()),
+            #[cfg(feature = "module")]
+            returned: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn get(&self) -> String {
+        self.value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[cfg(feature = "module")]
+impl redis_module::configuration::ConfigurationValue<redis_module::RedisString> for StringConfig {
+    fn get(
+        &self,
+        _ctx: &redis_module::configuration::ConfigurationContext,
+    ) -> redis_module::RedisString {
+        owned_reply_string(&self.returned, &StringConfig::get(self))
+    }
+
+    fn set(
+        &self,
+        _ctx: &redis_module::configuration::ConfigurationContext,
+        val: redis_module::RedisString,
+    ) -> Result<(), redis_module::RedisError> {
+        let text = val.try_as_str()?.to_string();
+        *self
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = text;
+        Ok(())
+    }
+}
+
+/// `ctr.read-links yes|no`: gathers send their requests to the other masters' client ports on
+/// the module's own connections (`commands::read_links`); no: over the cluster bus only.
+pub const READ_LINKS_CONFIG: &str = "read-links";
+pub static READ_LINKS: AtomicBool = AtomicBool::new(true);
+/// The credentials read links authenticate with (empty: none).
+pub const READ_LINK_USER_CONFIG: &str = "read-link-user";
+pub static READ_LINK_USER: StringConfig = StringConfig::new();
+pub const READ_LINK_PASSWORD_CONFIG: &str = "read-link-password";
+pub static READ_LINK_PASSWORD: StringConfig = StringConfig::new();
+
 /// The holder of `ctr.replica-id` (reads and writes go through the identity).
 pub struct ReplicaIdConfig;
 pub static REPLICA_ID: ReplicaIdConfig = ReplicaIdConfig;
@@ -164,35 +256,7 @@ impl redis_module::configuration::ConfigurationValue<redis_module::RedisString>
     ) -> redis_module::RedisString {
         let identity = crate::pncounter::identity();
         let text = identity.configured().map_or("", |id| id.as_str());
-        // Redis copies the string a getter returns and never frees it (and redis-module hands
-        // it over as is): the module keeps owning it. One string, replaced when the value
-        // changes; a new string per call leaked one per CONFIG GET / CONFIG SET.
-        let mut cached = REPLICA_ID_STRING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let raw = match &*cached {
-            Some((held, raw)) if held == text => *raw,
-            _ => {
-                // SAFETY: creates a context-free string from `text`'s bytes.
-                let raw = unsafe {
-                    crate::ffi::rm!(RedisModule_CreateString)(
-                        std::ptr::null_mut(),
-                        text.as_ptr().cast(),
-                        text.len(),
-                    )
-                } as usize;
-                if let Some((_, old)) = cached.replace((text.to_string(), raw)) {
-                    // SAFETY: `old` was made above and nobody else holds it: Redis used it only
-                    // inside the getter call that returned it.
-                    unsafe {
-                        crate::ffi::rm!(RedisModule_FreeString)(std::ptr::null_mut(), old as _)
-                    };
-                }
-                raw
-            }
-        };
-        // No retain: the crate passes the pointer to Redis without freeing it.
-        redis_module::RedisString::from_redis_module_string(std::ptr::null_mut(), raw as _)
+        owned_reply_string(&REPLICA_ID_STRING, text)
     }
 
     fn set(
@@ -346,6 +410,34 @@ pub fn register(
         ConfigurationFlags::DEFAULT,
         None,
     );
+    let links = get_string_default_config_value(args, READ_LINKS_CONFIG, "yes")
+        .map_err(|e| format!("load argument {READ_LINKS_CONFIG}: {e}"))?;
+    let links = parse_yes_no(links)
+        .ok_or_else(|| format!("load argument {READ_LINKS_CONFIG} must be yes or no"))?;
+    register_bool_configuration(
+        ctx,
+        READ_LINKS_CONFIG,
+        &READ_LINKS,
+        links,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
+    for (name, holder, flags) in [
+        (
+            READ_LINK_USER_CONFIG,
+            &READ_LINK_USER,
+            ConfigurationFlags::DEFAULT,
+        ),
+        (
+            READ_LINK_PASSWORD_CONFIG,
+            &READ_LINK_PASSWORD,
+            ConfigurationFlags::SENSITIVE,
+        ),
+    ] {
+        let value = get_string_default_config_value(args, name, "")
+            .map_err(|e| format!("load argument {name}: {e}"))?;
+        register_string_configuration(ctx, name, holder, value, flags, None);
+    }
     // SAFETY: called from OnLoad with its live context.
     match unsafe { redis_module::raw::RedisModule_LoadConfigs } {
         Some(load) if unsafe { load(ctx.ctx) } == redis_module::raw::REDISMODULE_OK as i32 => {

@@ -116,6 +116,9 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SubscribeToServerEvent,
         RedisModule_ScanCursorDestroy,
         RedisModule_AvoidReplicaTraffic,
+        RedisModule_EventLoopAdd,
+        RedisModule_EventLoopDel,
+        RedisModule_GetDetachedThreadSafeContext,
     )
 }
 

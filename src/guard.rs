@@ -28,6 +28,9 @@ pub const CALLBACKS: &[&str] = &[
     "gather-resend",
     "gather-local-reads",
     "gather-start",
+    // The read links' delivery timer, and their sockets' event loop callback.
+    "link-deliver",
+    "link-io",
     "floor-poll-timeout",
     "rebalance",
     "move-follow",

@@ -132,6 +132,11 @@ pub static GATHERS: Counter = Counter::new();
 pub static GATHER_FAILURES: Counter = Counter::new();
 pub static GATHER_TIMEOUTS: Counter = Counter::new();
 pub static GATHER_REQUESTS_SERVED: Counter = Counter::new();
+/// Read links (`commands::read_links`): gather requests sent on them, requests that went over
+/// the bus after their link failed, and links made.
+pub static LINK_REQUESTS: Counter = Counter::new();
+pub static LINK_FALLBACKS: Counter = Counter::new();
+pub static LINKS_OPENED: Counter = Counter::new();
 pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
     Counter::new(),
     Counter::new(),
@@ -234,6 +239,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("gather_failures", &GATHER_FAILURES),
         ("gather_timeouts", &GATHER_TIMEOUTS),
         ("gather_requests_served", &GATHER_REQUESTS_SERVED),
+        ("read_link_requests", &LINK_REQUESTS),
+        ("read_link_fallbacks", &LINK_FALLBACKS),
+        ("read_links_opened", &LINKS_OPENED),
         ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),
         ("gather_latency_1_9ms", &GATHER_LATENCY_HISTOGRAM[1]),
         ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),

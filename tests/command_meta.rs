@@ -126,6 +126,14 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k", &[("k", RO)])],
     },
     Meta {
+        name: "ctr.gather",
+        arity: 2,
+        flags: &["readonly", "module"],
+        range: (0, 0, 0),
+        specs: &[],
+        calls: &[],
+    },
+    Meta {
         name: "ctr.apply",
         arity: 3,
         flags: &["write", "denyoom", "module"],

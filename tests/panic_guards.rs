@@ -27,6 +27,8 @@ const CALLBACKS: &[&str] = &[
     "gather-resend",
     "gather-local-reads",
     "gather-start",
+    "link-deliver",
+    "link-io",
     "floor-poll-timeout",
     "rebalance",
     "move-follow",

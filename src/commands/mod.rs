@@ -19,6 +19,7 @@ mod home_names;
 mod keyspace;
 pub mod parse;
 pub mod pnc;
+mod read_links;
 mod replication_gate;
 pub mod slot_migration;
 pub mod spread_audit;
@@ -62,6 +63,11 @@ pub const SINGLE_KEY: KeyRange = KeyRange {
     first: 1,
     last: 1,
     step: 1,
+};
+pub const NO_KEYS: KeyRange = KeyRange {
+    first: 0,
+    last: 0,
+    step: 0,
 };
 pub const ALL_KEYS: KeyRange = KeyRange {
     first: 1,
@@ -270,6 +276,20 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Returns the holder names of a spread counter, the key first, as CTR.SPREAD replies them ([key] when it is not spread), from the key's master alone: no gather.",
         complexity: c"O(N) where N is the number of holders",
         since: c"0.6.0",
+    },
+    CommandDef {
+        name: c"ctr.gather",
+        entry: entry!(spread_gather::answer_link_request),
+        // No keys: the holders it reads may sit in any slot this master serves, each read
+        // through the server's routing check and the caller's ACL rights.
+        flags: c"readonly",
+        keys: NO_KEYS,
+        access: KeyAccess::Read,
+        keyword_keys: &[],
+        arity: 2,
+        summary: c"Answers a gather request of another node's spread counter read (module to module: sent on the read links of ctr.read-links).",
+        complexity: c"O(H) where H is the number of holders the request names",
+        since: c"0.7.0",
     },
     CommandDef {
         name: c"ctr.apply",

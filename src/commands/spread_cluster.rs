@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
+use std::net::SocketAddr;
 use std::rc::Rc;
 
 use redis_module::raw;
@@ -78,24 +79,48 @@ impl CallReply {
 /// this node does not serve (moved, migrating and already gone, cluster down, or being handed
 /// over by an atomic slot migration) is `NotHere`, never a silent 0.
 pub fn read_holder(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> HolderAnswer {
+    read_holder_as(ctx, name, Caller::Module)
+}
+
+/// Whose rights a holder read runs with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The module's own (a bus request, a timer): no ACL user.
+    Module,
+    /// The client of the command being run (`CTR.GATHER` on a read link): its ACL user must
+    /// be allowed to read the holder.
+    Client,
+}
+
+/// [`read_holder`], checking the calling client's ACL rights when `caller` is a client.
+pub fn read_holder_as(ctx: *mut raw::RedisModuleCtx, name: &[u8], caller: Caller) -> HolderAnswer {
     // The slot is being handed over to another master (atomic slot migration): it may be the
     // other master's already, and this copy no longer the counter's.
     if super::slot_migration::handing_off(name) {
         return HolderAnswer::NotHere;
     }
     let was_reading = READING_A_HOLDER.with(|r| r.replace(true));
+    // "C": run as the calling client's ACL user.
+    let format = match caller {
+        Caller::Module => c"b",
+        Caller::Client => c"bC",
+    };
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {
         rm!(RedisModule_Call)(
             ctx,
             c"CTR.GET".as_ptr(),
-            c"b".as_ptr(),
+            format.as_ptr(),
             name.as_ptr().cast::<c_char>(),
             name.len(),
         )
     };
+    let refused = std::io::Error::last_os_error().raw_os_error();
     READING_A_HOLDER.with(|r| r.set(was_reading));
     if reply.is_null() {
+        if refused == Some(libc::EACCES) && caller == Caller::Client {
+            return HolderAnswer::Failed("NOPERM this user has no permissions to read it".into());
+        }
         return HolderAnswer::NotHere;
     }
     let reply = CallReply(reply);
@@ -239,6 +264,8 @@ pub struct Topology {
     pub masters: Vec<NodeId>,
     /// slot -> index in `masters`, or UNASSIGNED.
     owners: Vec<u16>,
+    /// Each master's plain client address, when `CLUSTER SHARDS` lists one (for read links).
+    addresses: Vec<Option<SocketAddr>>,
 }
 
 impl SlotOwners for Topology {
@@ -254,6 +281,12 @@ impl SlotOwners for Topology {
 }
 
 impl Topology {
+    /// The plain client address of master `node` (None: unknown, or TLS only).
+    pub fn client_address(&self, node: &NodeId) -> Option<SocketAddr> {
+        let index = self.masters.binary_search(node).ok()?;
+        *self.addresses.get(index)?
+    }
+
     /// The master serving `slot`, when it is not this node; Ok(None) when it is this node.
     pub fn remote_owner(&self, slot: u16) -> Result<Option<NodeId>, CommandError> {
         let master = self
@@ -342,6 +375,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         return Err(BAD);
     }
     let mut ranges: Vec<(usize, usize, NodeId)> = Vec::new();
+    let mut addresses: Vec<(NodeId, Option<SocketAddr>)> = Vec::new();
     for i in 0..root.len() {
         let shard = root.element(i).ok_or(BAD)?;
         let slots = map_field(shard, b"slots").ok_or(BAD)?;
@@ -369,6 +403,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
             .bytes()
             .try_into()
             .map_err(|_| BAD)?;
+        addresses.push((id, client_address(master)));
         for pair in 0..slots.len() / 2 {
             let first = slot_number(slots.element(2 * pair)).ok_or(BAD)?;
             let last = slot_number(slots.element(2 * pair + 1)).ok_or(BAD)?;
@@ -386,12 +421,38 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         let index = masters.binary_search(&id).map_err(|_| BAD)?;
         owners[first..=last].fill(index as u16);
     }
+    let addresses = masters
+        .iter()
+        .map(|m| {
+            addresses
+                .iter()
+                .find(|(id, _)| id == m)
+                .and_then(|(_, a)| *a)
+        })
+        .collect();
     Ok(Topology {
         fetched_ms: now,
         myself: my_id(),
         masters,
         owners,
+        addresses,
     })
+}
+
+/// A node's plain (not TLS) client address from its `CLUSTER SHARDS` entry.
+fn client_address(node: ReplyRef) -> Option<SocketAddr> {
+    let ip: std::net::IpAddr = std::str::from_utf8(map_field(node, b"ip")?.bytes())
+        .ok()?
+        .parse()
+        .ok()?;
+    let port = map_field(node, b"port")?;
+    let port = if port.kind() as isize == raw::REDISMODULE_REPLY_INTEGER {
+        port.integer()
+    } else {
+        std::str::from_utf8(port.bytes()).ok()?.parse().ok()?
+    };
+    let port = u16::try_from(port).ok().filter(|&p| p != 0)?;
+    Some(SocketAddr::new(ip, port))
 }
 
 /// A slot bound of `CLUSTER SHARDS` (an integer; a string on some servers), within 0..SLOTS.

@@ -30,6 +30,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -37,7 +38,8 @@ use redis_module::raw;
 
 use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{value_and_floor, with_counter};
-use super::spread_cluster::{self as cluster, NodeId, Topology};
+use super::read_links;
+use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{exact_sum, CounterRef, TokenStamp};
@@ -364,6 +366,10 @@ fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
 struct Request {
     id: u64,
     node: NodeId,
+    /// The master's plain client address, for its read link (None: over the bus only).
+    addr: Option<SocketAddr>,
+    /// Sent once already (on its read link or over the bus): resends go over the bus.
+    sent: bool,
     /// Indexes into the gather's holders, in request order.
     asked: Vec<usize>,
     answered: bool,
@@ -533,7 +539,7 @@ impl Gathers {
         let Some(round) = self.rounds.get_mut(&id) else {
             return;
         };
-        for (node, asked) in plan.asks {
+        for (node, addr, asked) in plan.asks {
             let lens: Vec<usize> = asked.iter().map(|&h| round.holders[h].len()).collect();
             for range in gather_msg::split_request(&lens) {
                 let rid = next_request_id();
@@ -541,6 +547,8 @@ impl Gathers {
                 round.requests.push(Request {
                     id: rid,
                     node,
+                    addr,
+                    sent: false,
                     asked: asked[range].to_vec(),
                     answered: false,
                 });
@@ -759,7 +767,7 @@ fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, Command
 /// this node serves.
 #[derive(Default)]
 struct Plan {
-    asks: Vec<(NodeId, Vec<usize>)>,
+    asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)>,
     locals: Vec<usize>,
 }
 
@@ -768,9 +776,11 @@ fn plan_round(topology: &Topology, holders: &[Vec<u8>]) -> Result<Plan, CommandE
     for (h, name) in holders.iter().enumerate() {
         match topology.remote_owner(key_slot(name))? {
             None => plan.locals.push(h),
-            Some(node) => match plan.asks.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, asked)) => asked.push(h),
-                None => plan.asks.push((node, vec![h])),
+            Some(node) => match plan.asks.iter_mut().find(|(n, _, _)| *n == node) {
+                Some((_, _, asked)) => asked.push(h),
+                None => plan
+                    .asks
+                    .push((node, topology.client_address(&node), vec![h])),
             },
         }
     }
@@ -990,23 +1000,51 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64) {
     }
 }
 
-/// Sends (again) the requests of round `id` that have not been answered. A send that fails (no
-/// link right now) is retried at the next resend; the timeout bounds the whole wait. Each
-/// request is encoded from the round's one copy of the names. Returns the wait before the
-/// next resend (None: the round is gone).
+/// Sends (again) the requests of round `id` that have not been answered: the first time on
+/// the master's read link when it has one ready (`read_links`), else and always after over the
+/// bus. A send that fails (no link right now) is retried at the next resend; the timeout bounds
+/// the whole wait. Each request is encoded from the round's one copy of the names. Returns the
+/// wait before the next resend (None: the round is gone).
 fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
         let round = g.rounds.get_mut(&id)?;
         let wait = round.resend_ms;
         round.resend_ms = wait.saturating_mul(2).min(RESEND_MAX_MS);
-        for request in round.requests.iter().filter(|r| !r.answered) {
-            let names = request.asked.iter().map(|&h| round.holders[h].as_slice());
+        let holders = &round.holders;
+        for request in round.requests.iter_mut().filter(|r| !r.answered) {
+            let names = request.asked.iter().map(|&h| holders[h].as_slice());
             let payload = gather_msg::encode_request(request.id, names);
-            cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
+            let first = !std::mem::replace(&mut request.sent, true);
+            if !(first && read_links::send(&request.node, request.addr, request.id, &payload)) {
+                cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
+            }
         }
         Some(wait)
     })
+}
+
+/// What a read link delivers: an answer (recorded exactly as one from the bus), or a request
+/// its link lost, sent over the bus now.
+fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
+    match delivery {
+        read_links::Delivery::Answer(node, bytes) => record_gather_answers(ctx, node, &bytes),
+        read_links::Delivery::Lost(node, rid) => {
+            let payload = GATHERS.with(|g| {
+                let g = g.borrow();
+                let round = g.rounds.get(g.requests.get(&rid)?)?;
+                let request = round
+                    .requests
+                    .iter()
+                    .find(|r| r.id == rid && r.node == node && !r.answered)?;
+                let names = request.asked.iter().map(|&h| round.holders[h].as_slice());
+                Some(gather_msg::encode_request(rid, names))
+            });
+            if let Some(payload) = payload {
+                cluster::send(ctx.ptr, &node, MSG_GATHER_REQUEST, &payload);
+            }
+        }
+    }
 }
 
 type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
@@ -1146,16 +1184,34 @@ impl cluster::BusReceiver for GatherMessages {
 }
 
 fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
-    let Ok((id, names)) = gather_msg::decode_request(bytes) else {
+    let Some(response) = answer_request(ctx, bytes, Caller::Module) else {
         return; // malformed: the asker times out
     };
+    cluster::send(ctx.ptr, &from, MSG_GATHER_RESPONSE, &response);
+}
+
+/// The response to a gather request's bytes (None: malformed), each holder read with the
+/// rights of `caller`.
+fn answer_request(ctx: Ctx, bytes: &[u8], caller: Caller) -> Option<Vec<u8>> {
+    let (id, names) = gather_msg::decode_request(bytes).ok()?;
     let answers: Vec<HolderAnswer> = names
         .iter()
-        .map(|name| cluster::read_holder(ctx.ptr, name))
+        .map(|name| cluster::read_holder_as(ctx.ptr, name, caller))
         .collect();
-    let response = gather_msg::encode_response(id, &answers);
     metrics::GATHER_REQUESTS_SERVED.incr();
-    cluster::send(ctx.ptr, &from, MSG_GATHER_RESPONSE, &response);
+    Some(gather_msg::encode_response(id, &answers))
+}
+
+/// `CTR.GATHER request`: a gather request from another node's read link, answered with the
+/// response's bytes. Each holder is read with the calling client's ACL rights, through the
+/// server's routing check, as a bus request is.
+pub fn answer_link_request(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 2 {
+        return Err(super::wrong_arity("ctr.gather"));
+    }
+    answer_request(ctx, args.bytes(1), Caller::Client)
+        .map(Reply::Bulk)
+        .ok_or(CommandError::fixed("ERR malformed gather request"))
 }
 
 fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
@@ -1363,6 +1419,7 @@ unsafe extern "C" fn free_result(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
 /// Registers the bus receivers (harmless outside a cluster).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
     cluster::register_receiver::<GatherMessages>(ctx, &[MSG_GATHER_REQUEST, MSG_GATHER_RESPONSE]);
+    read_links::register(ctx, on_link_delivery);
 }
 
 #[cfg(test)]
