@@ -10,12 +10,18 @@
 #      replica of it (clients sending READONLY), with and without ctr.gather-cache-ms:
 #      reads/s, latency, and what the reads cost the cluster (gathers, the home master's
 #      CTR.GET calls, gather answers the other masters sent);
-#   4. bytes per holder (MEMORY USAGE).
+#   4. bytes per holder (MEMORY USAGE);
+#   5. exact reads (issue 24's table): one counter of 16 holders read by 1 and by 10 clients on
+#      its home's master and on a replica of it, next to a plain counter in the same slot read
+#      the same way, and with ctr.gather-cache-ms 100: reads/s, p50/p99/max, and the reads/s as
+#      a share of the plain counter's. `ONLY=reads` runs just this table (REDIS_SERVER picks the
+#      server: run it once per server of the matrix).
 #
 # Usage (from the repository root, after `make build-tests`, which builds the module and the
 # client examples): bash bench/spread.sh
 # Environment: CTR_MODULE (module path), READS (default 20000 per read row), CLIENTS (default
-# 10, for the reads), WRITES (default 320000), HOT_SECONDS (default 3).
+# 10, for the reads), WRITES (default 320000), HOT_SECONDS (default 3), ONLY (reads: the exact
+# reads table alone), REDIS_SERVER (server binary, as for bench/lib.sh).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -25,6 +31,7 @@ READS=${READS:-20000}
 CLIENTS=${CLIENTS:-10}
 WRITES=${WRITES:-320000}
 HOT_SECONDS=${HOT_SECONDS:-3}
+ONLY=${ONLY:-}
 READ_BENCH=$PWD/target/release/examples/read_bench
 [ -f "$MODULE" ] || { echo "module not found at $MODULE (run make build-tests)" >&2; exit 1; }
 [ -x "$READ_BENCH" ] || { echo "$READ_BENCH missing (run make build-tests)" >&2; exit 1; }
@@ -43,6 +50,7 @@ latency() {
 }
 
 log "cluster on ports ${ports[*]}; reads $READS per row, writes $WRITES"
+if [ "$ONLY" != reads ]; then
 echo "## Read latency (CTR.GET, $CLIENTS clients, ms)"
 echo
 echo "| counter | requests/s | p50 | p99 |"
@@ -94,6 +102,8 @@ echo "|---|---|---|"
 node_stats
 echo
 
+fi
+
 # Hot reads. info_field PORT SECTION FIELD: one field of INFO; sum_field SECTION FIELD PORT...:
 # its sum over nodes; cpu_ms PORT...: the nodes' CPU time (user + system) so far, in ms.
 info_field() { cli "$1" INFO "$2" | tr -d '\r' | sed -n "s/^$3://p"; }
@@ -107,6 +117,7 @@ cpu_ms() {
   for p in "$@"; do cli "$p" INFO cpu; done | tr -d '\r' |
     awk -F: '/^used_cpu_(user|sys):/ { ms += $2 * 1000 } END { printf "%d", ms }'
 }
+[ "$ONLY" != reads ] || cli "${ports[0]}" -c CTR.SPREAD read16 16 >/dev/null
 home=$(owner read16)
 others=()
 for p in "${ports[@]}"; do [ "$p" = "$home" ] || others+=("$p"); done
@@ -123,9 +134,43 @@ hot_row() {
   o0=$(cpu_ms "${others[@]}")
   # shellcheck disable=SC2086
   out=$("$READ_BENCH" "$at" read16 "$CLIENTS" "$HOT_SECONDS" $mode)
-  read -r reads rps p50 p99 errors <<<"$out"
+  read -r reads rps p50 p99 errors _ <<<"$out"
   echo "| $label | $reads | $rps | $p50 | $p99 | $errors | $(($(cpu_ms "$home") - h0)) | $(($(cpu_ms "${others[@]}") - o0)) | $(($(sum_field ctr ctr_gather_requests_served "${others[@]}") - s0)) |"
 }
+# exact_row LABEL PORT KEY READERS CACHE_MS [readonly]: one row of the exact reads table (the
+# plain counter's reads/s, $plain_rps, must be set for the share).
+exact_row() {
+  local label=$1 at=$2 key=$3 readers=$4 cache=$5 mode=${6:-} out reads rps p50 p99 errors max share
+  cli "$home" CONFIG SET ctr.gather-cache-ms "$cache" >/dev/null
+  cli "$replica_port" CONFIG SET ctr.gather-cache-ms "$cache" >/dev/null
+  # shellcheck disable=SC2086
+  out=$("$READ_BENCH" "$at" "$key" "$readers" "$HOT_SECONDS" $mode)
+  read -r reads rps p50 p99 errors max <<<"$out"
+  [ "$errors" = 0 ] || die "$label: $errors reads failed"
+  [ -n "${plain_rps:-}" ] || plain_rps=$rps
+  share=$(awk -v a="$rps" -v b="$plain_rps" 'BEGIN { printf "%.0f%%", 100 * a / b }')
+  echo "| $server_name | $label | $readers | $rps | $p50 | $p99 | $max | $share |"
+}
+# The plain counter sits in the home's slot: on the same master and replica.
+cli "$home" CTR.ADD "{read16}plain" 1 >/dev/null
+server_name=$("$(command -v "${REDIS_SERVER:-redis-server}")" --version | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^v=/) { sub("v=", "", $i); v = $i } } END { print ($1 == "Valkey" ? "Valkey " : "Redis ") v }')
+echo "## Exact reads of a spread counter (16 holders on 3 masters, $HOT_SECONDS s per row, module at $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC'))"
+echo
+echo "| server | read | readers | reads/s | p50 ms | p99 ms | max ms | share of the plain counter's reads/s |"
+echo "|---|---|---|---|---|---|---|---|"
+for where in master replica; do
+  if [ "$where" = master ]; then at=$home mode=""; else at=$replica_port mode=readonly; fi
+  plain_rps=""
+  exact_row "plain counter, $where" "$at" "{read16}plain" "$CLIENTS" 0 $mode
+  exact_row "spread, $where" "$at" read16 1 0 $mode
+  exact_row "spread, $where" "$at" read16 "$CLIENTS" 0 $mode
+  exact_row "spread, $where, gather-cache-ms 100" "$at" read16 "$CLIENTS" 100 $mode
+done
+cli "$home" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
+cli "$replica_port" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
+echo
+[ "$ONLY" != reads ] || exit 0
+
 echo "## Hot reads of one counter (16 holders, $CLIENTS clients, $HOT_SECONDS s per row)"
 echo
 echo "| reads served by | reads | reads/s | p50 ms | p99 ms | failed reads | home master CPU ms | other masters CPU ms | gather requests answered by the other masters |"

@@ -1,7 +1,7 @@
 //! Hot reads of one counter: CLIENTS threads, each on its own connection to 127.0.0.1:PORT
 //! (after `READONLY` when the last argument is `readonly`, so that a cluster replica serves
 //! them), send `CTR.GET KEY` one at a time for SECONDS. Prints one line:
-//! `reads reads_per_s p50_ms p99_ms errors`. Run by bench/spread.sh:
+//! `reads reads_per_s p50_ms p99_ms errors max_ms`. Run by bench/spread.sh:
 //! `read_bench PORT KEY CLIENTS SECONDS [readonly]`.
 
 use std::thread;
@@ -76,12 +76,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = start.elapsed().as_secs_f64();
     latencies.sort_unstable();
     println!(
-        "{} {:.0} {:.3} {:.3} {}",
+        "{} {:.0} {:.3} {:.3} {} {:.3}",
         latencies.len(),
         latencies.len() as f64 / elapsed,
         percentile_ms(&latencies, 0.50),
         percentile_ms(&latencies, 0.99),
-        errors
+        errors,
+        percentile_ms(&latencies, 1.0)
     );
     Ok(())
 }
