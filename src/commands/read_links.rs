@@ -50,6 +50,9 @@ use crate::persist::resp::{self, Parsed, RespReply};
 pub const GATHER_COMMAND: &[u8] = b"CTR.GATHER";
 /// How long a link that failed stays unused before it is made again.
 const RETRY_MS: u64 = 1000;
+/// How long a connect may take before the link is given up (a master whose host does not
+/// answer at all would otherwise hold a link "connecting" for the kernel's SYN retries).
+const CONNECT_TIMEOUT_MS: u64 = 1000;
 /// The most requests awaiting answers on one link.
 const MAX_AWAITED: usize = 4096;
 /// The most bytes waiting to be written on one link.
@@ -83,6 +86,7 @@ struct Link {
     /// This link's number: the I/O callback's data, so events of a closed link are ignored.
     number: usize,
     connected: bool,
+    opened: Instant,
     unsent: Vec<u8>,
     received: Vec<u8>,
     awaited: VecDeque<Awaited>,
@@ -134,6 +138,14 @@ pub fn send(node: &NodeId, addr: Option<SocketAddr>, id: u64, request: &[u8]) ->
             links.open(node, addr);
             return false;
         };
+        let timeout = Duration::from_millis(CONNECT_TIMEOUT_MS);
+        if !link.connected && link.opened.elapsed() > timeout {
+            links.fail(
+                node,
+                &format!("cannot connect to {addr}: no answer within 1 s"),
+            );
+            return false;
+        }
         let room = link.awaited.len() < MAX_AWAITED && link.unsent.len() < MAX_UNSENT;
         // Requests wait for the handshake's answers: a link that cannot authenticate is never
         // sent one.
@@ -179,6 +191,7 @@ impl Links {
             stream,
             number,
             connected: false,
+            opened: Instant::now(),
             unsent: Vec::new(),
             received: Vec::new(),
             awaited: VecDeque::new(),

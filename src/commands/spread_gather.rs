@@ -1454,7 +1454,7 @@ mod tests {
                 None if start => {
                     let id = g.new_round(0, r, true);
                     let plan = Plan {
-                        asks: vec![([b'n'; 40], (0..r.holders.len()).collect())],
+                        asks: vec![([b'n'; 40], None, (0..r.holders.len()).collect())],
                         locals: Vec::new(),
                     };
                     g.plan(id, plan);
