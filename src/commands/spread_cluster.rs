@@ -119,7 +119,7 @@ pub fn read_holder_as(ctx: *mut raw::RedisModuleCtx, name: &[u8], caller: Caller
     READING_A_HOLDER.with(|r| r.set(was_reading));
     if reply.is_null() {
         if refused == Some(libc::EACCES) && caller == Caller::Client {
-            return HolderAnswer::Failed("NOPERM this user has no permissions to read it".into());
+            return HolderAnswer::Failed("the user has no permissions to read it (NOPERM)".into());
         }
         return HolderAnswer::NotHere;
     }

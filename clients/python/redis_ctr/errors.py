@@ -205,6 +205,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR {} is an internal command", InvalidState),
     ("ERR invalid counter operation", InvalidState),
     ("ERR invalid replica id", InvalidState),
+    ("ERR malformed gather request", InvalidState),
     ("ERR PNC.ADD replayed on a PN-counter without a home record", InvalidState),
     ("ERR too many replica ids", TooManyReplicas),
     ("ERR {} must run on a primary", NotPrimary),

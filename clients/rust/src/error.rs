@@ -138,6 +138,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR {} is an internal command", InvalidState),
         ("ERR invalid counter operation", InvalidState),
         ("ERR invalid replica id", InvalidState),
+        ("ERR malformed gather request", InvalidState),
         (
             "ERR PNC.ADD replayed on a PN-counter without a home record",
             InvalidState,
