@@ -83,6 +83,12 @@ const TOO_MANY_NAMES: CommandError = CommandError::fixed(
 /// log2(timeout / 100 ms) + 1 times, not ten times a second (4 sends in the default 1 s).
 const RESEND_MS: i64 = 100;
 const RESEND_MAX_MS: i64 = 1000;
+/// How often one timer looks for rounds due a resend. One timer for every round, not one per
+/// round: a module timer due within the next millisecond delays every 0 ms timer made after the
+/// server's timer handler last ran by up to a millisecond (the handler reschedules itself at
+/// least 1 ms ahead), and per-round timers, one made for each of a thousand rounds a second,
+/// kept one always due.
+const RESEND_TICK_MS: i64 = 100;
 
 /// True when a read of `key` gives its own units only: a key named as a holder never gathers
 /// (whatever holder list it carries, say after a home was renamed onto a holder's name), nor
@@ -394,8 +400,9 @@ struct Round {
     /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
     locals: Vec<usize>,
     locals_read: bool,
-    /// The wait before the next resend (doubling from RESEND_MS).
+    /// The wait before the next resend (doubling from RESEND_MS), and when it is due (ms).
     resend_ms: i64,
+    resend_at: i64,
     /// The reads waiting for it (their blocked clients' addresses).
     waiters: Vec<usize>,
     name_bytes: usize,
@@ -527,6 +534,7 @@ impl Gathers {
                 locals: Vec::new(),
                 locals_read: false,
                 resend_ms: RESEND_MS,
+                resend_at: i64::MAX,
                 waiters: Vec::new(),
                 name_bytes,
             },
@@ -987,16 +995,33 @@ fn wait_for_gathers(
         started
     });
     for id in started {
-        launch(ctx.ptr, id);
+        launch(ctx.ptr, id, Within::Command);
     }
     Ok(Waited::Blocked)
 }
 
-/// Sends a started round's requests and arms its timers.
-fn launch(ctx: *mut raw::RedisModuleCtx, id: u64) {
-    if let Some(wait) = send_requests(ctx, id) {
-        arm_timer(ctx, id, 0, on_local_reads);
-        arm_timer(ctx, id, wait, on_resend);
+/// Where a round is launched from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Within {
+    /// A command (the read that starts the round).
+    Command,
+    /// A callback outside any command (a timer, a bus message, a read link's delivery).
+    Callback,
+}
+
+/// Sends a started round's requests, arms its resend timer and reads the holders this node
+/// serves: from a 0 ms timer when launched by a command (not inside it: see `Round::locals`),
+/// at once from a callback. A timer armed from a module timer's callback fires a millisecond
+/// later (the server's timer handler reschedules itself at least 1 ms ahead), which made every
+/// queued round wait that long.
+fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
+    if send_requests(ctx, id).is_none() {
+        return;
+    }
+    arm_resend_tick(ctx);
+    match within {
+        Within::Command => arm_timer(ctx, id, 0, on_local_reads),
+        Within::Callback => read_locals(ctx, id),
     }
 }
 
@@ -1004,13 +1029,15 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64) {
 /// the master's read link when it has one ready (`read_links`), else and always after over the
 /// bus. A send that fails (no link right now) is retried at the next resend; the timeout bounds
 /// the whole wait. Each request is encoded from the round's one copy of the names. Returns the
-/// wait before the next resend (None: the round is gone).
+/// time of the next resend (None: the round is gone).
 fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
+    let now = Ctx { ptr: ctx }.now_ms();
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
         let round = g.rounds.get_mut(&id)?;
         let wait = round.resend_ms;
         round.resend_ms = wait.saturating_mul(2).min(RESEND_MAX_MS);
+        round.resend_at = now.saturating_add(wait);
         let holders = &round.holders;
         for request in round.requests.iter_mut().filter(|r| !r.answered) {
             let names = request.asked.iter().map(|&h| holders[h].as_slice());
@@ -1020,7 +1047,7 @@ fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
                 cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
             }
         }
-        Some(wait)
+        Some(round.resend_at)
     })
 }
 
@@ -1054,14 +1081,37 @@ fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: Timer
     unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
 }
 
-/// Timer: resends what is unanswered while the round is pending, then re-arms.
-unsafe extern "C" fn on_resend(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    let id = data as usize as u64;
+thread_local! {
+    static RESEND_TICK_ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn arm_resend_tick(ctx: *mut raw::RedisModuleCtx) {
+    if !RESEND_TICK_ARMED.with(|a| a.replace(true)) {
+        arm_timer(ctx, 0, RESEND_TICK_MS, on_resend_tick);
+    }
+}
+
+/// Timer: resends what is unanswered of every round due a resend; armed again while rounds
+/// are pending (outside the guard, so that a contained panic does not stop resends).
+unsafe extern "C" fn on_resend_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    RESEND_TICK_ARMED.with(|a| a.set(false));
     guard(ctx, "gather-resend", || {
-        if let Some(wait) = send_requests(ctx, id) {
-            arm_timer(ctx, id, wait, on_resend);
+        let now = Ctx { ptr: ctx }.now_ms();
+        let due: Vec<u64> = GATHERS.with(|g| {
+            let g = g.borrow();
+            let due = g
+                .rounds
+                .iter()
+                .filter(|(_, r)| r.started && r.resend_at <= now);
+            due.map(|(&id, _)| id).collect()
+        });
+        for id in due {
+            send_requests(ctx, id);
         }
     });
+    if GATHERS.with(|g| !g.borrow().rounds.is_empty()) {
+        arm_resend_tick(ctx);
+    }
 }
 
 /// Timer: reads the holders this node serves (outside any command, so each key is looked up
@@ -1143,7 +1193,7 @@ fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
                     }
                 });
                 if launched == Some(true) {
-                    launch(ctx, id);
+                    launch(ctx, id, Within::Callback);
                 }
             }
             Effect::Done(reader) => {
