@@ -86,6 +86,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     let floor_if_none = floor_by_name(args.bytes(1));
+    let named_holder = parse_holder_name(args.bytes(1)).is_some();
     if w.token.is_none() && is_missing(&key) {
         if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
             return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
@@ -93,7 +94,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
         metrics::DECREMENTS_REFUSED.incr();
-        if parse_holder_name(args.bytes(1)).is_some() {
+        if named_holder {
             super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
@@ -131,7 +132,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             shards,
             token: w.token,
         };
-        let result = c.apply_decrement(&op)?;
+        let result = c.apply_purchase(&op, named_holder)?;
         if result.is_none() && op.token.is_none() {
             return Ok(Decremented::Refused);
         }
