@@ -78,6 +78,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let (key, _) = open_for_retry_as(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_decrement)?;
+    super::spread_holders::refuse_look_alike(ctx, &key, args.bytes(1))?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     // A purchase retried on a holder folded since replays its first answer (the probe rule's
     // walk then stops where it stopped the first time): never granted a second time elsewhere.

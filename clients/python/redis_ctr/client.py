@@ -339,8 +339,9 @@ class Ctr:
 
         On a spread counter it is a purchase by the probe rule: the holders are visited in the
         order the token gives (:func:`redis_ctr.probe_order`; a random one without a token)
-        until one grants, and the reply is that holder's new value (not the total); None when
-        every holder refused. A retry through this client walks the holder list the token
+        until one grants, and the reply is what that holder can still sell (its value minus its
+        own floor, never below 0: not the total, see the module's COMMANDS.md); None when every
+        holder refused. A retry through this client walks the holder list the token
         first used, so every holder replays its first outcome: nothing is granted twice.
 
         A holder (or the key itself) that answers :class:`~redis_ctr.errors.BudgetInFlight`
