@@ -178,14 +178,14 @@ fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_cre
     assert_eq!(settled.0, vec![150; 6]);
     assert_eq!(settled.2, 1000);
     // The purchases that waited are decided afresh on their retry: granted from the share
-    // (the reply is the holder's own value: 0 - 1, its floor -150).
+    // (the reply is what the holder can still sell: 149 of its 150; its value is -1).
     assert_eq!(
         client.cmd(&["CTR.DECRFLOOR", &holders[2], "1", "TOKEN", "d2"]),
-        Value::Int(-1)
+        Value::Int(149)
     );
     assert_eq!(
         client.cmd(&["CTR.DECRFLOOR", &holders[2], "1", "TOKEN", "d2"]),
-        Value::Int(-1),
+        Value::Int(149),
         "and that answer is final"
     );
     // The tokened refusals replay (they were recorded, and a restock does not change them).

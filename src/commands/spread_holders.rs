@@ -47,10 +47,13 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
 /// that exists is a holder made by an earlier write or by the spread protocol (budget credits
 /// create floored holders), and a replayed write was decided by its master: both go on.
 pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), CommandError> {
+    if !is_missing(key) {
+        return Ok(()); // the common case, checked first: a write to a key that exists
+    }
     let Some(holder) = parse_holder_name(name) else {
         return Ok(());
     };
-    if !is_missing(key) || ctx.is_replaying() {
+    if ctx.is_replaying() {
         return Ok(());
     }
     if in_cluster(ctx) && route(ctx.ptr, holder.home) != Route::Here {
