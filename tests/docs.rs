@@ -523,7 +523,7 @@ fn the_cluster_transcripts_run_on_a_cluster() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let transcripts: Vec<Block> = blocks(&root.join("docs/CLUSTER.md"))
         .into_iter()
-        .filter(|b| is_transcript(b))
+        .filter(is_transcript)
         .filter(|b| {
             b.skip
                 .as_deref()
