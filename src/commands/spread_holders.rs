@@ -1,6 +1,6 @@
 //! CTR.HOLDERS: a spread counter's holder names, read from the home key alone; and the
 //! refusal of writes that would make a look-alike holder (a key named like a holder that its
-//! home does not list), checked where the home's record is at hand.
+//! home does not list), checked where the home's record can be read: outside a cluster.
 //!
 //! Unlike `CTR.INFO` (which gathers every holder's value from the other masters and so waits
 //! for the slowest), this reads only what the home's master has recorded: it answers at once
@@ -9,7 +9,7 @@
 use super::ctr_spread::refuse_holder;
 use super::ctr_store::{is_missing, with_counter};
 use super::home_names::living_home;
-use super::spread_cluster::{in_cluster, route, Route};
+use super::spread_cluster::in_cluster;
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
@@ -39,13 +39,14 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
 }
 
 /// Refuses a client write that would create `name` (the missing key `key`), a key named like a
-/// holder, when this server can tell that it is no holder: the home it names is served here
-/// (always on one server; in a cluster when the home's slot is this master's and the home has
-/// not moved away) and no home of that spread here (under the name the holders carry, or the
-/// name this server saw it renamed to) lists it. Such a key would count toward no counter.
-/// Where the home lives on another master nothing is checked: that needs a round trip. A key
-/// that exists is a holder made by an earlier write or by the spread protocol (budget credits
-/// create floored holders), and a replayed write was decided by its master: both go on.
+/// holder, when this server can tell that it is no holder: outside a cluster, where the home it
+/// names is a key of this server, no home of that spread (under the name the holders carry, or
+/// the name this server saw it renamed to) lists it. Such a key would count toward no counter.
+/// In a cluster nothing is checked: the home lives in another slot, usually on another master
+/// (telling would take a round trip), and a command cannot read another slot's key on every
+/// server (Valkey looks keys up in the slot of the command being executed). A key that exists
+/// is a holder made by an earlier write or by the spread protocol (budget credits create
+/// floored holders), and a replayed write was decided by its master: both go on.
 pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), CommandError> {
     if !is_missing(key) {
         return Ok(()); // the common case, checked first: a write to a key that exists
@@ -53,11 +54,8 @@ pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), Command
     let Some(holder) = parse_holder_name(name) else {
         return Ok(());
     };
-    if ctx.is_replaying() {
+    if ctx.is_replaying() || in_cluster(ctx) {
         return Ok(());
-    }
-    if in_cluster(ctx) && route(ctx.ptr, holder.home) != Route::Here {
-        return Ok(()); // the home is another master's (or moving): not known here
     }
     let listed = living_home(ctx, holder.home, holder.spread_id).is_some_and(|home| {
         let home = KeyName::new(ctx, &home);
