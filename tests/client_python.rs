@@ -1,7 +1,8 @@
 //! The Python client library (clients/python) against the module: its unittest suite, run
 //! with the Makefile's Python (redis-py in target/venv), against one server and a 3-master
-//! cluster started here; and the outage test (`tests/outage.py`), on a cluster of its own with
-//! a replica, whose master it shuts down.
+//! cluster started here; and the outage tests (`tests/outage.py`), each on a cluster of its own:
+//! one with a replica, whose master it shuts down, one whose master it freezes (SIGSTOP of the
+//! server this test started, then SIGCONT).
 //!
 //! `CTR_PYTHON_TESTS="tests.test_pipeline tests.test_types.TypesTest"` runs those unittest names
 //! instead of the whole suite (the servers are the same).
@@ -57,11 +58,40 @@ fn python_adds_keep_their_rate_with_a_master_down() {
     let replica = cluster.start_replica_of(2);
     run_python(
         &python,
-        &["-m", "unittest", "-v", "tests.outage"],
+        &["-m", "unittest", "-v", "tests.outage.MasterDownTest"],
         &[
             ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
             ("REDIS_DOWN_PORT", cluster.nodes[2].port.to_string()),
             ("REDIS_REPLICA_PORT", replica.port.to_string()),
+        ],
+    );
+}
+
+/// One master of three frozen (SIGSTOP, for about 6 s, less than this cluster's node timeout
+/// of 15 s, so that nothing fails over) while `Ctr.add` (plain and tokened) and the coalescing writer write a
+/// spread counter with holders on every master, through a cluster client with a socket timeout:
+/// each keeps at least half its healthy rate, and once the master wakes (SIGCONT) the total
+/// counts every add acknowledged and every add of the writer exactly once (the tokened adds
+/// whose reply timed out retried with their tokens, the writer's held sums flushed), and each
+/// plain add whose reply timed out at most once (maybe counted, as a lost reply).
+#[test]
+fn python_adds_keep_their_rate_with_a_master_frozen() {
+    let Some(python) = python_with_redis_py() else {
+        note("Python outage test skipped: no Python with the redis package");
+        return;
+    };
+    let cluster = Cluster::start_patient(3, &[]);
+    let frozen = &cluster.nodes[2];
+    run_python(
+        &python,
+        &["-m", "unittest", "-v", "tests.outage.MasterFrozenTest"],
+        &[
+            ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
+            ("REDIS_FROZEN_PORT", frozen.port.to_string()),
+            (
+                "REDIS_FROZEN_PID",
+                frozen.pid().expect("started here").to_string(),
+            ),
         ],
     );
 }

@@ -6,7 +6,9 @@
 //! master (a move debited and not credited, or credited and not acknowledged) and of the
 //! coordinator (the home's master, in the middle
 //! of a rebalance between two other holders) credits every move once, keeps budgets plus units
-//! in flight equal to the headroom, and grants no token twice.
+//! in flight equal to the headroom, and grants no token twice. A granted purchase replies the
+//! units its holder can still sell (never a holder's raw value, which reads like negative
+//! stock), and a retry replays that reply after budget moves changed the holder's floor.
 
 mod common;
 
@@ -190,7 +192,8 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
     // A purchase from the home's own budget, before the kill (a walk reaching a holder whose
     // share is held would wait there: TRYAGAIN).
     let before_kill = ["CTR.DECRFLOOR", home, "7", "TOKEN", "before-kill"];
-    assert_eq!(client.cmd(&before_kill), Value::Int(993));
+    let granted = Value::Int(share[0] - 7); // what the home can still sell
+    assert_eq!(client.cmd(&before_kill), granted);
 
     let on_home_master: Vec<usize> = (1..16)
         .filter(|&i| cluster.owner(key_slot(holders[i].as_bytes())) == home_node)
@@ -229,7 +232,7 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_share_once() {
     check_accounting(&v, 993, 100);
     assert_eq!(
         after.cmd(&before_kill),
-        Value::Int(993),
+        granted,
         "the retry replays the grant"
     );
     assert_eq!(
@@ -875,4 +878,62 @@ fn a_failover_of_the_receivers_master_between_credit_and_ack_credits_each_share_
 #[test]
 fn a_failover_of_the_givers_master_between_credit_and_ack_credits_each_share_once() {
     failover_between_credit_and_ack(false);
+}
+
+/// Finding 11 of issue 26: a grant on a holder of a spread counter replied the holder's own
+/// value, `-100` while 700 units remained (its floor is -125 once its share of 125 landed). It
+/// replies the units the granting key can still sell (value minus its own floor), as one key
+/// with floor 0 replies its new value; a retry with the token replays that first reply, also
+/// once a rebalance moved the holder's floor.
+#[test]
+fn a_granted_purchase_replies_the_units_its_holder_can_still_sell() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{stock}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "8"]));
+    let settled = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(v)
+    });
+    assert_eq!(settled.budgets, shares(1000, 8));
+    // A holder on another master than the home's.
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let i = (1..holders.len())
+        .find(|&i| cluster.owner(key_slot(holders[i].as_bytes())) != home_node)
+        .expect("a holder on another master");
+    let buy = ["CTR.DECRFLOOR", &holders[i], "100", "TOKEN", "order-1"];
+    assert_eq!(
+        client.cmd(&buy),
+        Value::Int(25),
+        "125 - 100 left at that holder"
+    );
+    assert_eq!(client.cmd(&["CTR.GET", &holders[i]]), Value::Int(-100));
+    assert_eq!(client.cmd(&buy), Value::Int(25), "a retry replays");
+    // The home's own budget, the same way.
+    assert_eq!(client.cmd(&["CTR.DECRFLOOR", home, "5"]), Value::Int(120));
+    let v = eventually(30, || floor_view(&mut client, home));
+    assert_eq!((v.total, v.headroom), (895, 895));
+    // More than holder i holds: it waits while budget gathers there (its floor moves), then
+    // is granted; every reply is what the holder could still sell, never below 0.
+    let mut holder_master = cluster.nodes[cluster.owner(key_slot(holders[i].as_bytes()))].conn();
+    let (granted, _) = common::purchase_until_final(
+        &mut holder_master,
+        &["CTR.DECRFLOOR", &holders[i], "60", "TOKEN", "order-2"],
+    );
+    let left = granted.int();
+    assert!((0..=895 - 60).contains(&left), "{left}");
+    let floors = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(v.floors)
+    });
+    assert_ne!(floors[i], settled.floors[i], "budget moved to holder {i}");
+    assert_eq!(
+        client.cmd(&buy),
+        Value::Int(25),
+        "the first reply, whatever moved since"
+    );
+    let retried = ["CTR.DECRFLOOR", &holders[i], "60", "TOKEN", "order-2"];
+    assert_eq!(client.cmd(&retried), Value::Int(left));
 }

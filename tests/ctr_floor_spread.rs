@@ -55,10 +55,10 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
 
     // Every holder keeps its own floor: a negative add cannot take it below.
     assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "-226"]), Value::Nil);
-    assert_eq!(
-        c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]),
-        Value::Int(-225)
-    );
+    // A grant replies what the holder can still sell (its value -225 is above its own floor
+    // by 0), not its value: -225 read like negative stock while 675 units remained.
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]), Value::Int(0));
+    assert_eq!(c.cmd(&["CTR.GET", &holders[1]]), Value::Int(-225));
     // Holder 1 is out of budget, not the counter (675 units left): the purchase waits for
     // budget (retryable), and its refusal is demand.
     assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), &holders[1]);
@@ -350,7 +350,8 @@ fn shrinking_keeps_the_floor_and_the_headroom() {
         .iter()
         .map(Value::text)
         .collect();
-    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "5"]), Value::Int(-5));
+    // Holder 2's share of the headroom 90 is 22: 17 left to sell there after 5.
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "5"]), Value::Int(17));
     assert_eq!(c.q("CTR.SPREAD s 2").array().len(), 2);
     assert_eq!(info_field(&mut c, "s", "floor"), Value::Int(10));
     assert_eq!(c.q("CTR.GET s"), Value::Int(95));

@@ -19,6 +19,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::cluster::{key_slot, slot_map, Cluster};
 use common::{note, python_with_redis_py, Conn, Server, Value};
 
 const SKIP_MARK: &str = "<!-- doc-test: skip:";
@@ -212,6 +213,17 @@ fn render(v: &Value, prefix: &str) -> String {
 /// Runs a transcript: every prompt line's command, its printed reply compared with the lines
 /// that follow it. Returns the differences.
 fn run_transcript(c: &mut Conn, b: &Block) -> Vec<String> {
+    run_transcript_with(&mut |args| c.cmd(args), b, &mut Names::default())
+}
+
+/// [`run_transcript`] through `send` (a connection, or a cluster client that follows
+/// redirections as `redis-cli -c` does), with the spread holder names the doc shows bound to
+/// those the server made (`names`: a spread's id is random, so its names differ on every run).
+fn run_transcript_with(
+    send: &mut dyn FnMut(&[Vec<u8>]) -> Value,
+    b: &Block,
+    names: &mut Names,
+) -> Vec<String> {
     let mut failures = Vec::new();
     let mut i = 0;
     while i < b.body.len() {
@@ -244,8 +256,9 @@ fn run_transcript(c: &mut Conn, b: &Block) -> Vec<String> {
             ));
             continue;
         }
-        let reply = c.cmd(&args);
-        let got = render(&reply, "");
+        let args: Vec<Vec<u8>> = args.iter().map(|a| names.actual(a)).collect();
+        let reply = send(&args);
+        let got = names.doc_form(&render(&reply, ""), &expected);
         if got != expected {
             failures.push(format!(
                 "{}:{at}: {command}\n  doc says:\n{expected}  server says:\n{got}",
@@ -254,6 +267,104 @@ fn run_transcript(c: &mut Conn, b: &Block) -> Vec<String> {
         }
     }
     failures
+}
+
+/// Holder names a doc shows (a spread's, `{ctr.<id>.<i>.<k>}<home>`) bound to the names the
+/// server made in their place: the spread id is drawn at random, so a transcript of a spread
+/// cannot show the names of the next run. Each pair is (doc name, server's name).
+#[derive(Default)]
+struct Names(Vec<(String, String)>);
+
+/// What a holder name says: (spread id, index, attempt k, home).
+fn holder_parts(name: &str) -> Option<(&str, &str, &str, &str)> {
+    let rest = name.strip_prefix("{ctr.")?;
+    let (tag, home) = rest.split_once('}')?;
+    let mut fields = tag.split('.');
+    let parts = (fields.next()?, fields.next()?, fields.next()?, home);
+    (fields.next().is_none() && parts.0.len() == 16).then_some(parts)
+}
+
+/// The holder name quoted in a printed reply line (`2) "{ctr....}home"`), if any.
+fn quoted_holder(line: &str) -> Option<&str> {
+    let start = line.find("\"{ctr.")? + 1;
+    let len = line[start..].find('"')?;
+    Some(&line[start..start + len])
+}
+
+impl Names {
+    /// `arg` with a doc's holder name replaced by the server's.
+    fn actual(&self, arg: &[u8]) -> Vec<u8> {
+        let text = String::from_utf8_lossy(arg);
+        match self.0.iter().find(|(doc, _)| *doc == text) {
+            Some((_, actual)) => actual.clone().into_bytes(),
+            None => arg.to_vec(),
+        }
+    }
+
+    /// The server's printed reply `got` written with the doc's names: a holder name the doc
+    /// shows on a line where the server printed another holder of the same index and home
+    /// (the doc's spread ids standing each for one of the server's) is bound to it.
+    fn doc_form(&mut self, got: &str, expected: &str) -> String {
+        let shown: Vec<&str> = expected.lines().collect();
+        let mut out = String::new();
+        for (n, line) in got.lines().enumerate() {
+            let doc = shown.get(n).and_then(|l| quoted_holder(l));
+            if let (Some(doc), Some(actual)) = (doc, quoted_holder(line)) {
+                if self.may_bind(doc, actual) {
+                    self.0.push((doc.to_string(), actual.to_string()));
+                }
+            }
+            let mut line = line.to_string();
+            for (doc, actual) in &self.0 {
+                line = line.replace(actual.as_str(), doc);
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    fn may_bind(&self, doc: &str, actual: &str) -> bool {
+        let (Some(d), Some(a)) = (holder_parts(doc), holder_parts(actual)) else {
+            return false;
+        };
+        let same_id = |x: &(String, String)| {
+            let (xd, xa) = (holder_parts(&x.0), holder_parts(&x.1));
+            xd.map(|p| p.0) == Some(d.0) && xa.map(|p| p.0) != Some(a.0)
+        };
+        (d.1, d.3) == (a.1, a.3)
+            && doc != actual
+            && !self.0.iter().any(|x| x.0 == doc || same_id(x))
+    }
+}
+
+/// The holders (1..count) the module names for a spread of `home` with id `id` made on a
+/// cluster whose slot `s` is served by master `owner[s]`, the masters ranked `rank` for ties
+/// (the module ranks them by its slot map's order): each on the master with the fewest
+/// holders so far, in the first slot no other holder (nor the home) has (`plan_holders`).
+fn planned(home: &str, id: &str, count: usize, owner: &[usize], rank: &[usize]) -> Vec<String> {
+    let mut used = vec![false; owner.len()];
+    let mut per = vec![0usize; rank.len()];
+    let home_slot = key_slot(home.as_bytes()) as usize;
+    used[home_slot] = true;
+    per[rank[owner[home_slot]]] += 1;
+    let mut names = Vec::new();
+    for index in 1..count {
+        let m = (0..per.len())
+            .min_by_key(|&m| (per[m], m))
+            .expect("masters");
+        let name = (0..)
+            .map(|k| format!("{{ctr.{id}.{index}.{k}}}{home}"))
+            .find(|n| {
+                let slot = key_slot(n.as_bytes()) as usize;
+                !used[slot] && rank[owner[slot]] == m
+            })
+            .expect("a slot on every master");
+        used[key_slot(name.as_bytes()) as usize] = true;
+        per[m] += 1;
+        names.push(name);
+    }
+    names
 }
 
 /// An `AT` argument that is a unix time in ms of this century: the example would work only
@@ -398,4 +509,67 @@ fn the_runner_reads_redis_cli_syntax_and_prints_like_it() {
         Some(1_764_412_800_000)
     );
     assert_eq!(at("CTR.RECONCILE v 100 AT 60000"), None);
+}
+
+/// The transcripts of docs/CLUSTER.md that need a cluster (marked skipped for the one-server
+/// run above, with a reason naming this test) run on a 3-master cluster started here, through
+/// a client that follows redirections as `redis-cli -c` does, their replies compared with the
+/// doc. A spread's holder names come from a random spread id: the doc's are bound to the
+/// server's by index and home, and must be the names the module gives with the doc's id on a
+/// cluster like this one (for some order of its masters), so that the doc shows a reply the
+/// module can give, and its later commands write the holders it made.
+#[test]
+fn the_cluster_transcripts_run_on_a_cluster() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let transcripts: Vec<Block> = blocks(&root.join("docs/CLUSTER.md"))
+        .into_iter()
+        .filter(is_transcript)
+        .filter(|b| {
+            b.skip
+                .as_deref()
+                .is_some_and(|r| r.contains("the_cluster_transcripts_run_on_a_cluster"))
+        })
+        .collect();
+    assert!(transcripts.len() >= 2, "{} transcripts", transcripts.len());
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let mut names = Names::default();
+    let mut failures = Vec::new();
+    for b in &transcripts {
+        failures.extend(run_transcript_with(
+            &mut |args| client.cmd(args),
+            b,
+            &mut names,
+        ));
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    assert!(!names.0.is_empty(), "a spread's holders were shown");
+
+    let ports = cluster.ports();
+    let map = slot_map(&mut cluster.nodes[0].conn()).expect("slot map");
+    let owner: Vec<usize> = map
+        .iter()
+        .map(|p| ports.iter().position(|q| q == p).expect("a master of ours"))
+        .collect();
+    let ranks: Vec<Vec<usize>> = (0..6)
+        .map(|n| {
+            let mut r = vec![0, 1, 2];
+            r.swap(0, n % 3);
+            if n >= 3 {
+                r.swap(1, 2);
+            }
+            r
+        })
+        .collect();
+    let (doc_names, actual_names): (Vec<String>, Vec<String>) = names.0.iter().cloned().unzip();
+    for shown in [&doc_names, &actual_names] {
+        let (id, _, _, home) = holder_parts(&shown[0]).expect("a holder name");
+        assert!(shown
+            .iter()
+            .all(|n| holder_parts(n).is_some_and(|p| p.0 == id)));
+        let made = ranks
+            .iter()
+            .any(|rank| planned(home, id, shown.len() + 1, &owner, rank) == *shown);
+        assert!(made, "not names the module gives with id {id}: {shown:?}");
+    }
 }

@@ -3,6 +3,9 @@
 //! unspread key (never creating it), WRONGTYPE, the holder error on a holder's name. On a
 //! 3-master cluster: the same names while another master is frozen (DEBUG SLEEP) or down,
 //! answered in milliseconds where CTR.INFO of the same key waits for the frozen master.
+//! Look-alike holders (issue 26, item 7): on one server a write that would create a key named
+//! like a holder that its home does not list is refused and creates nothing; in a cluster it
+//! is written and counts toward nothing.
 
 mod common;
 
@@ -125,4 +128,111 @@ fn holders_answer_at_once_while_a_master_is_frozen_or_down() {
         err.contains("is a holder of the spread counter hot:views"),
         "{err}"
     );
+}
+
+/// The look-alike refusal's error text, for `key` named like a holder of `home`.
+fn look_alike(key: &str, home: &str) -> String {
+    format!(
+        "ERR {key} is not a holder of the spread counter {home} (only named like one): write \
+         the home key, or a holder CTR.HOLDERS lists"
+    )
+}
+
+/// The names a made-up holder of `home` may take that are not `real` (a holder of its spread):
+/// another attempt number, another spread id, the names from before ids, an index it lacks.
+fn look_alikes(real: &str, home: &str) -> Vec<String> {
+    let tag = &real[1..real.find('}').expect("a holder's tag")];
+    let parts: Vec<&str> = tag.split('.').collect(); // ctr, id, i, k
+    let k: u32 = parts[3].parse().expect("k");
+    vec![
+        format!("{{ctr.{}.{}.{}}}{home}", parts[1], parts[2], k + 1),
+        format!("{{ctr.00000000000000a2.{}.{k}}}{home}", parts[2]),
+        format!("{{ctr.2.3}}{home}"),
+        format!("{{ctr.{}.9.0}}{home}", parts[1]),
+    ]
+}
+
+/// Item 7 of issue 26: `CTR.ADD {ctr.2.3}{page:1}:views 5` (CLUSTER.md's old transcript) was
+/// accepted with no holder of that name: the total stayed 0. On one server every home is at
+/// hand, so every look-alike is refused (CTR.ADD, CTR.DECRFLOOR, CTR.RECONCILE), with an error
+/// that names the home, and nothing is created; the real holders, a renamed home's holders and
+/// a key that already exists are written as before.
+#[test]
+fn a_write_to_a_look_alike_holder_is_refused_on_one_server() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let home = "{page:1}:views";
+    let holders = names(&c.cmd(&["CTR.SPREAD", home, "4"]));
+    let keys_before = c.q("DBSIZE");
+    let mut fakes = look_alikes(&holders[2], home);
+    fakes.push("{ctr.1.0}ghost".to_string());
+    for fake in &fakes {
+        let fake = fake.as_str();
+        let named = if fake.ends_with("ghost") {
+            "ghost"
+        } else {
+            home
+        };
+        for write in [
+            vec!["CTR.ADD", fake, "5"],
+            vec!["CTR.ADD", fake, "5", "TOKEN", "t"],
+            vec!["CTR.DECRFLOOR", fake, "1", "TOKEN", "t"],
+            vec!["CTR.RECONCILE", fake, "3"],
+            vec!["CTR.RECONCILE", fake, "START"],
+        ] {
+            assert_eq!(
+                c.cmd(&write),
+                Value::Error(look_alike(fake, named)),
+                "{write:?}"
+            );
+        }
+        assert_eq!(c.cmd(&["EXISTS", fake]), Value::Int(0), "{fake}");
+    }
+    assert_eq!(c.q("DBSIZE"), keys_before, "nothing was created");
+    assert_eq!(c.cmd(&["CTR.GET", home]), Value::Int(0));
+    // The holders CTR.SPREAD named are written, and count.
+    for holder in &holders[1..] {
+        assert_eq!(c.cmd(&["CTR.ADD", holder, "5"]), Value::Int(5));
+    }
+    assert_eq!(c.cmd(&["CTR.GET", home]), Value::Int(15));
+    // A renamed home still lists its holders (they carry the old name).
+    let grown = names(&c.cmd(&["CTR.SPREAD", home, "6"]));
+    assert_eq!(c.cmd(&["RENAME", home, "renamed"]).text(), "OK");
+    assert_eq!(c.cmd(&["CTR.ADD", &grown[5], "2"]), Value::Int(2));
+    assert_eq!(c.cmd(&["CTR.GET", "renamed"]), Value::Int(17));
+    // A key that exists is not checked (made here by a RENAME; what holds it is its own).
+    let fake = format!("{{ctr.2.3}}{home}");
+    assert_eq!(c.cmd(&["CTR.ADD", "made{ctr.2.3}x", "1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RENAME", "made{ctr.2.3}x", &fake]).text(), "OK");
+    assert_eq!(c.cmd(&["CTR.ADD", &fake, "1"]), Value::Int(2));
+    // Whole-counter commands keep their own error on a holder's name.
+    let e = c.cmd(&["CTR.CLEAR", "{ctr.7.0}nobody"]).error();
+    assert!(
+        e.contains("is a holder of the spread counter nobody"),
+        "{e}"
+    );
+}
+
+/// In a cluster a look-alike is not refused (docs/COMMANDS.md says why: its home lives in
+/// another slot, which a command cannot read on every server, usually on another master): the
+/// write applies and counts toward nothing, on the home's master as on the others; the
+/// holders CTR.SPREAD named count.
+#[test]
+fn a_look_alike_holder_in_a_cluster_is_written_and_counts_toward_nothing() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{page:1}:views";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    for holder in &holders[1..] {
+        assert_eq!(client.cmd(&["CTR.ADD", holder, "1"]), Value::Int(1));
+    }
+    let id = &holders[1][5..21];
+    for node in 0..3 {
+        let fake = (0..)
+            .map(|k| format!("{{ctr.{id}.1.{k}}}{home}"))
+            .find(|n| !holders.contains(n) && cluster.owner(key_slot(n.as_bytes())) == node)
+            .expect("a name on every master");
+        assert_eq!(client.cmd(&["CTR.ADD", &fake, "5"]), Value::Int(5));
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(5));
 }

@@ -389,15 +389,16 @@ fn a_retried_token_replays_on_a_folded_holder_for_the_token_window() {
         other => panic!("budgets of {h}: {other:?}"),
     };
     assert!(budget >= 10, "{h} holds a share: {budget}");
-    // (A holder's reply is its own value, above its floor: issue 26 is about that.)
+    // A grant replies what the holder can still sell (issue 26, finding 11).
     let granted = c.cmd(&["CTR.DECRFLOOR", h, "7", "TOKEN", "order-1"]);
-    assert!(matches!(granted, Value::Int(_)), "granted: {granted:?}");
+    assert_eq!(granted, Value::Int(budget - 7));
+    let value = c.cmd(&["CTR.GET", h]).int();
     // Beyond the whole stock: final once a rebalance round has seen the headroom.
     let (refused, _) =
         common::purchase_until_final(&mut c, &["CTR.DECRFLOOR", h, "100000", "TOKEN", "order-2"]);
     assert_eq!(refused, Value::Nil);
     let restocked = c.cmd(&["CTR.ADD", h, "5", "TOKEN", "restock-1"]);
-    assert_eq!(restocked, Value::Int(granted.int() + 5));
+    assert_eq!(restocked, Value::Int(value + 5));
     // One server: the shrink folds within the command; the holder is sealed and acknowledged.
     c.q("CTR.SPREAD stock 1");
     assert!(leaving(&mut c, "stock").is_empty());
@@ -518,12 +519,13 @@ fn a_budget_move_into_the_home_does_not_cancel_a_holders_fold() {
     let budgets: Vec<i64> = budgets.array().iter().map(Value::int).collect();
     assert_eq!(budgets.iter().sum::<i64>(), 281);
     // The home sells its whole budget, then refuses: holders give it budget.
+    // (A grant on a spread home replies what it can still sell: nothing.)
     let sold = budgets[0];
     assert_eq!(
         client
             .cmd(&["CTR.DECRFLOOR", &home, &sold.to_string()])
             .int(),
-        300 - sold
+        0
     );
     // The holders still hold 281 - sold units: the purchase waits for budget to gather
     // (`TRYAGAIN`), and its refusal is demand.

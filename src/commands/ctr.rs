@@ -39,6 +39,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     // A sealed holder is refused below, unless this is a retry it remembers (the fast path
     // takes no token and leaves a sealed counter, which holds transfers, to the general one).
     let (key, content) = open_for_retry_as(ctx, args.raw(1))?;
+    super::spread_holders::refuse_look_alike(ctx, &key, args.bytes(1))?;
     let mut advised_shards = None;
     // A holder of a floored spread is held at 0 until it has a floor of its own: the general
     // path decides its adds (the fast path knows no floor).

@@ -78,6 +78,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let (key, _) = open_for_retry_as(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_decrement)?;
+    super::spread_holders::refuse_look_alike(ctx, &key, args.bytes(1))?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     // A purchase retried on a holder folded since replays its first answer (the probe rule's
     // walk then stops where it stopped the first time): never granted a second time elsewhere.
@@ -86,6 +87,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     let floor_if_none = floor_by_name(args.bytes(1));
+    let named_holder = parse_holder_name(args.bytes(1)).is_some();
     if w.token.is_none() && is_missing(&key) {
         if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
             return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
@@ -93,7 +95,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
         metrics::DECREMENTS_REFUSED.incr();
-        if parse_holder_name(args.bytes(1)).is_some() {
+        if named_holder {
             super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
@@ -131,7 +133,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             shards,
             token: w.token,
         };
-        let result = c.apply_decrement(&op)?;
+        let result = c.apply_purchase(&op, named_holder)?;
         if result.is_none() && op.token.is_none() {
             return Ok(Decremented::Refused);
         }

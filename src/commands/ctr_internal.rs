@@ -2,7 +2,7 @@
 //! CTR.SETSTATE (AOF rewrite). Both are deterministic and validate everything first.
 
 use super::ctr_store::{update_counter, with_counter};
-use crate::counter::spread::floor_by_name;
+use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
@@ -48,11 +48,12 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     let mut created = false;
     // Decided as on the master, which applied the same rule to the same state.
     let floor_if_none = floor_by_name(args.bytes(1));
+    let named_holder = parse_holder_name(args.bytes(1)).is_some();
     let outcome = update_counter(&key, |c, before| {
         created = before.created;
         Ok(match effect.op {
             CounterOp::Add(op) => c.apply_add_under(&op, floor_if_none)?,
-            CounterOp::Decr(op) => c.apply_decrement(&op)?,
+            CounterOp::Decr(op) => c.apply_purchase(&op, named_holder)?,
             CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
             CounterOp::ClearTotal(op) => Some(c.apply_clear_total(&op)?),
             CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, floor_if_none)?.value),

@@ -161,6 +161,7 @@ fn start(ctx: Ctx, args: &Args) -> CommandResult {
     }
     refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
+    super::spread_holders::refuse_look_alike(ctx, &key, crate::ffi::string_bytes(w.key_name))?;
     let (op, earliest, before) = update_counter(&key, |c, before| {
         let op = StartOp {
             now,
@@ -245,6 +246,7 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     }
     refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
+    super::spread_holders::refuse_look_alike(ctx, &key, crate::ffi::string_bytes(w.key_name))?;
     let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
     let (repair, before) = update_counter(&key, |c, before| {
         Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))

@@ -1,13 +1,19 @@
-//! CTR.HOLDERS: a spread counter's holder names, read from the home key alone.
+//! CTR.HOLDERS: a spread counter's holder names, read from the home key alone; and the
+//! refusal of writes that would make a look-alike holder (a key named like a holder that its
+//! home does not list), checked where the home's record can be read: outside a cluster.
 //!
 //! Unlike `CTR.INFO` (which gathers every holder's value from the other masters and so waits
 //! for the slowest), this reads only what the home's master has recorded: it answers at once
 //! while another master is down or frozen. Client libraries refresh their holder lists with it.
 
 use super::ctr_spread::refuse_holder;
-use super::ctr_store::with_counter;
+use super::ctr_store::{is_missing, with_counter};
+use super::home_names::living_home;
+use super::spread_cluster::in_cluster;
+use crate::counter::collect::lists_holder;
+use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
-use crate::ffi::{Args, CommandResult, Ctx, Reply};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyName, Reply};
 
 /// CTR.HOLDERS key
 ///
@@ -30,4 +36,45 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
     names.push(Reply::Bulk(home.to_vec()));
     names.extend(others.into_iter().map(Reply::Bulk));
     Ok(Reply::Array(names))
+}
+
+/// Refuses a client write that would create `name` (the missing key `key`), a key named like a
+/// holder, when this server can tell that it is no holder: outside a cluster, where the home it
+/// names is a key of this server, no home of that spread (under the name the holders carry, or
+/// the name this server saw it renamed to) lists it. Such a key would count toward no counter.
+/// In a cluster nothing is checked: the home lives in another slot, usually on another master
+/// (telling would take a round trip), and a command cannot read another slot's key on every
+/// server (Valkey looks keys up in the slot of the command being executed). A key that exists
+/// is a holder made by an earlier write or by the spread protocol (budget credits create
+/// floored holders), and a replayed write was decided by its master: both go on.
+pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), CommandError> {
+    if !is_missing(key) {
+        return Ok(()); // the common case, checked first: a write to a key that exists
+    }
+    let Some(holder) = parse_holder_name(name) else {
+        return Ok(());
+    };
+    if ctx.is_replaying() || in_cluster(ctx) {
+        return Ok(());
+    }
+    let listed = living_home(ctx, holder.home, holder.spread_id).is_some_and(|home| {
+        let home = KeyName::new(ctx, &home);
+        with_counter(
+            ctx,
+            home.raw,
+            |c| matches!(c, Some(CounterRef::Boxed(b)) if lists_holder(b, name)),
+        ) == Ok(true)
+    });
+    if listed {
+        return Ok(());
+    }
+    Err(CommandError(
+        format!(
+            "ERR {} is not a holder of the spread counter {} (only named like one): write the \
+             home key, or a holder CTR.HOLDERS lists",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(holder.home)
+        )
+        .into(),
+    ))
 }

@@ -101,6 +101,14 @@ pub fn is_home_of(c: &Counter, spread_id: u64) -> bool {
             .any(|l| parse_holder_name(&l.name).is_some_and(|h| h.spread_id == spread_id))
 }
 
+/// True when `c`, a home, counts the units of the key `name`: `name` is one of its current
+/// holders or a holder a shrink is still folding back (whose units the fold brings home).
+pub fn lists_holder(c: &Counter, name: &[u8]) -> bool {
+    c.spread()
+        .is_some_and(|s| s.holders.iter().any(|h| h == name))
+        || c.leaving().iter().any(|l| l.name == name)
+}
+
 /// What the home's master sees when it checks a claimed collection: the counter now under the
 /// name the home was deleted from, the counter under the home name its holders carry or under
 /// the name this master saw that home renamed to (when that is another name this master can
@@ -381,6 +389,23 @@ mod tests {
         })
         .unwrap();
         c
+    }
+
+    /// Item 7 of issue 26: a home counts its current holders' units, not a look-alike's.
+    #[test]
+    fn a_home_lists_its_holders_and_no_look_alike() {
+        let holders = [holder_name(b"k", 0x10, 1, 0), holder_name(b"k", 0x10, 2, 5)];
+        let home = home_with(&holders, 0x10);
+        assert!(lists_holder(&home, &holders[0]) && lists_holder(&home, &holders[1]));
+        for other in [
+            holder_name(b"k", 0x10, 2, 3),
+            holder_name(b"k", 0x12, 1, 0),
+            holder_name(b"k", 0, 1, 0),
+            b"k".to_vec(),
+        ] {
+            assert!(!lists_holder(&home, &other));
+        }
+        assert!(!lists_holder(&Counter::plain(1), &holders[0]));
     }
 
     /// A home under another name than its holders carry is a copy only when the carried name

@@ -262,8 +262,22 @@ impl Counter {
 
     /// Applies a floored decrement: `Ok(Some(value))` when granted, `Ok(None)` when it would cross
     /// the floor (0 when none is set). With a token, the outcome is recorded in the ledger either
-    /// way, so a retry replays it.
+    /// way, so a retry replays it. A counter that takes no part in a spread: see
+    /// [`Counter::apply_purchase`].
     pub fn apply_decrement(&mut self, op: &DecrOp) -> Result<Option<i64>, CounterError> {
+        self.apply_purchase(op, false)
+    }
+
+    /// [`Counter::apply_decrement`] on a key that may take part in a spread counter
+    /// (`named_holder`: its name is a holder's). A grant replies, and records for a retry,
+    /// [`Counter::purchase_reply`]: on a spread counter's home or holder the units the key can
+    /// still sell, never its raw value (a holder's value sits below its own floor, which may be
+    /// far below 0, and reads like negative stock).
+    pub fn apply_purchase(
+        &mut self,
+        op: &DecrOp,
+        named_holder: bool,
+    ) -> Result<Option<i64>, CounterError> {
         check_shards(op.shard, op.shards)?;
         if op.amount <= 0 {
             return Err(CounterError::InvalidOperation("amount must be positive"));
@@ -301,10 +315,27 @@ impl Counter {
             self.record_bucket(bucket, op.now);
         }
         self.record_write(op.now);
+        let reply = granted.map(|value| self.purchase_reply(value, named_holder));
         if let Some(t) = op.token {
-            self.remember(t.fp, t.expires_at, WriteKind::Decr(op.amount), granted);
+            self.remember(t.fp, t.expires_at, WriteKind::Decr(op.amount), reply);
         }
-        Ok(granted)
+        Ok(reply)
+    }
+
+    /// What a granted purchase leaving the counter at `value` replies. On a counter that takes no
+    /// part in a spread: `value`, the counter's new value (the stock left, for the usual floor
+    /// 0). On a spread counter's home (it lists holders, or holders still folding back) or a key
+    /// named as a holder (`named_holder`): the key's headroom, `value` minus its own floor (0
+    /// when it has none), the units this key can still sell alone: never below 0, and a lower
+    /// bound of the whole counter's headroom (the others' budgets and what is in flight come on
+    /// top). On one key with floor 0 both are the same number.
+    pub fn purchase_reply(&self, value: i64, named_holder: bool) -> i64 {
+        let in_spread = named_holder || self.spread().is_some() || !self.leaving().is_empty();
+        if !in_spread {
+            return value;
+        }
+        let floor = self.floor().map_or(0, |f| f.floor);
+        value.saturating_sub(floor)
     }
 
     /// Adds `delta` to shard `shard`'s value and, when floored, its budget, without changing the

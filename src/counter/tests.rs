@@ -281,6 +281,67 @@ fn the_ledger_replays_the_first_outcome_even_after_a_restock() {
     assert_eq!(retry(&c, 43), TokenUse::Retry(Some(6)));
 }
 
+/// Finding 11 of issue 26: a grant on a spread counter's holder replied the holder's value
+/// (-100 while 700 units remained: its floor is -125). A key that takes part in a spread
+/// replies, and its ledger replays, the units it can still sell; a counter that is not spread
+/// replies its new value, as always.
+#[test]
+fn a_grant_on_a_spread_member_replies_its_headroom_and_replays_it() {
+    let purchase = |c: &mut Counter, amount, fp, named_holder| {
+        c.apply_purchase(
+            &DecrOp {
+                now: 1_000,
+                event: 1_000,
+                amount,
+                shard: 0,
+                shards: 1,
+                token: Some(TokenStamp {
+                    fp,
+                    expires_at: 10_000,
+                }),
+            },
+            named_holder,
+        )
+        .unwrap()
+    };
+    // A holder: value 0, its own floor -125 (its share of 125).
+    let mut holder = Counter::plain(0);
+    holder.set_floor(Some(-125)).unwrap();
+    assert_eq!(purchase(&mut holder, 100, 1, true), Some(25));
+    assert_eq!(holder.value(), -100);
+    assert_eq!(
+        holder.token_use(1, WriteKind::Decr(100), 1_000),
+        TokenUse::Retry(Some(25)),
+        "the ledger replays the reply, whatever budget moves do to the floor later"
+    );
+    holder.set_floor(Some(-200)).unwrap();
+    assert_eq!(
+        holder.token_use(1, WriteKind::Decr(100), 1_000),
+        TokenUse::Retry(Some(25))
+    );
+    assert_eq!(purchase(&mut holder, 100, 2, true), Some(0));
+    assert_eq!(purchase(&mut holder, 1, 3, true), None);
+    // A holder of a floored spread before its first credit (no floor of its own: 0).
+    let mut fresh = Counter::plain(7);
+    assert_eq!(purchase(&mut fresh, 2, 4, true), Some(5));
+    // A home: it lists holders; its own floor is above the counter's.
+    let mut home = Counter::plain(800);
+    home.set_floor(Some(700)).unwrap();
+    home.set_spread(Spread {
+        id: 3,
+        holders: vec![spread::holder_name(b"stock", 3, 1, 0)],
+        floor: Some(0),
+    })
+    .unwrap();
+    assert_eq!(purchase(&mut home, 30, 5, false), Some(70));
+    // Not spread: the new value, floor or not.
+    let mut one = Counter::plain(50);
+    one.set_floor(Some(10)).unwrap();
+    assert_eq!(purchase(&mut one, 5, 6, false), Some(45));
+    assert_eq!(one.purchase_reply(45, false), 45);
+    assert_eq!(one.purchase_reply(45, true), 35);
+}
+
 #[test]
 fn a_token_names_one_write_and_refuses_any_other() {
     let mut c = Counter::plain(100);

@@ -74,6 +74,17 @@ pub const FAILOVER_NODE_ARGS: &[&str] = &[
     "2000",
 ];
 
+/// The node options of a cluster whose test freezes a master (SIGSTOP) for several seconds
+/// without a failover ([`Cluster::start_patient`]): a node is failing only after 15 s.
+pub const PATIENT_NODE_ARGS: &[&str] = &[
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "15000",
+];
+
 pub struct Cluster {
     pub nodes: Vec<Server>,
     pub ids: Vec<String>,
@@ -117,6 +128,13 @@ impl Cluster {
     /// take over: the nodes detect a failure sooner ([`FAILOVER_NODE_ARGS`]).
     pub fn start_for_failovers(n: usize, module_args: &[&str]) -> Cluster {
         Cluster::start_nodes(FAILOVER_NODE_ARGS, &vec![module_args; n])
+    }
+
+    /// Like [`Cluster::start`], for a test that freezes a master for a few seconds and must
+    /// not see it failed ([`PATIENT_NODE_ARGS`]).
+    #[allow(dead_code)]
+    pub fn start_patient(n: usize, module_args: &[&str]) -> Cluster {
+        Cluster::start_nodes(PATIENT_NODE_ARGS, &vec![module_args; n])
     }
 
     /// Like [`Cluster::start`], one master per entry, each with its own module load arguments

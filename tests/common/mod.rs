@@ -264,6 +264,12 @@ impl Server {
         }
     }
 
+    /// The process id of the server this test started (None once it was killed).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn conn(&self) -> Conn {
         Conn::connect(self.port).expect("connect to test server")
     }

@@ -213,7 +213,8 @@ class AsyncCtr:
     async def decrfloor(
         self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
     ) -> Optional[int]:
-        """``CTR.DECRFLOOR``: the new value, or None when refused (a purchase by the probe rule
+        """``CTR.DECRFLOOR``: the new value (on a spread counter what the granting holder can
+        still sell), or None when refused (a purchase by the probe rule
         on a spread counter, a holder whose budget is in flight asked again for up to
         ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O

@@ -53,6 +53,10 @@ NODE_AWAY_MS = 5000
 while it keeps refusing, up to :data:`NODE_AWAY_MAX_MS`. Its replica taking over is a new
 master in the slot map, whose holders are in at once."""
 NODE_AWAY_MAX_MS = 30_000
+TIMED_OUT_AWAY_MS = 10_000
+"""How long a master whose reply timed out (frozen, or overloaded) is left out, doubled while
+it keeps timing out, up to :data:`NODE_AWAY_MAX_MS`: longer than a refused connection, since
+each probe of it costs the client a whole socket timeout."""
 _LOCK_STRIPES = 64
 
 
@@ -134,6 +138,10 @@ class HolderCache:
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
         self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
         self._away: Dict[KeyT, float] = {}
+        # What reachable() last kept from a holder list, until a holder is left out again or
+        # an absence may end (it asks the slot map for every holder: a cost on every add).
+        self._kept: Dict[Holders, Tuple[int, float, Holders]] = {}
+        self._epoch = 0
         # One holder read at a time per key (striped: bounded, nothing to clean up).
         self._refresh_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -143,7 +151,11 @@ class HolderCache:
         return self._refresh_locks[hash(key) % _LOCK_STRIPES]
 
     def unreachable(
-        self, holder: KeyT, for_ms: float = UNREACHABLE_MS, node: Optional[str] = None
+        self,
+        holder: KeyT,
+        for_ms: float = UNREACHABLE_MS,
+        node: Optional[str] = None,
+        node_away_ms: float = NODE_AWAY_MS,
     ) -> None:
         """Leaves ``holder`` out of the holders untokened adds and new sums pick, for
         ``for_ms``: its master could not be connected to, or the client's server does not serve
@@ -155,13 +167,14 @@ class HolderCache:
         about 0.1 s with redis-py 8.1)."""
         now = _now_ms()
         with self._lock:
+            self._epoch += 1
             self._away.pop(holder, None)
             _bounded_put(self._away, holder, now + for_ms, self.max_keys)
             if node is not None and self.node_of is not None:
                 strikes, last_until = self._node_strikes.pop(node, (0, 0.0))
                 if now - last_until > NODE_AWAY_MAX_MS:
                     strikes = 0  # it was back for a while: a new outage
-                away = min(NODE_AWAY_MS * 2**strikes, NODE_AWAY_MAX_MS)
+                away = min(node_away_ms * 2**strikes, NODE_AWAY_MAX_MS)
                 self._away_nodes.pop(node, None)
                 _bounded_put(self._away_nodes, node, now + away, self.max_keys)
                 _bounded_put(self._node_strikes, node, (strikes + 1, now + away), self.max_keys)
@@ -172,16 +185,38 @@ class HolderCache:
         node = self.node_of(holder)
         return node is not None and self._away_nodes.get(node, 0.0) > now
 
+    def timed_out(self, holder: KeyT) -> None:
+        """A write to ``holder`` timed out waiting for its reply (a frozen or overloaded master;
+        the write may still be applied): every holder its master serves is left out as for a
+        failed connect (:meth:`unreachable`), for :data:`TIMED_OUT_AWAY_MS`, so new adds and sums
+        go to the others."""
+        node = None if self.node_of is None else self.node_of(holder)
+        self.unreachable(holder, UNREACHABLE_MS, node, TIMED_OUT_AWAY_MS)
+
+    def away(self, holder: KeyT) -> bool:
+        """True while ``holder`` (or the master serving it) is left out."""
+        now = _now_ms()
+        with self._lock:
+            return self._away.get(holder, 0.0) > now or self._node_away(holder, now)
+
     def reachable(self, holders: Holders) -> Holders:
         """``holders`` without those left out (all of them when that would leave none)."""
         if not self._away and not self._away_nodes:
             return holders
         now = _now_ms()
         with self._lock:
+            memo = self._kept.get(holders)
+            if memo is not None and memo[0] == self._epoch and now < memo[1]:
+                return memo[2]
             kept = tuple(
                 h for h in holders if self._away.get(h, 0.0) <= now and not self._node_away(h, now)
             )
-        return kept or holders
+            # Valid until the first absence ends (none is added without a new epoch).
+            ends = [t for t in (*self._away.values(), *self._away_nodes.values()) if t > now]
+            result = kept or holders
+            until = min(ends, default=now)
+            _bounded_put(self._kept, holders, (self._epoch, until, result), self.max_keys)
+        return result
 
     def fresh(self, key: KeyT) -> Optional[Holders]:
         """The cached holders of ``key`` when read less than ``refresh_ms`` ago, else None

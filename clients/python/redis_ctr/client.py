@@ -102,6 +102,30 @@ def not_run(error: BaseException) -> bool:
     return isinstance(error, (ConnectionError, TimeoutError)) and "connecting to" in str(error)
 
 
+def timed_out(error: BaseException) -> bool:
+    """True when ``error`` is a reply that did not come in time (``socket_timeout``) for a
+    command that was sent: a frozen or overloaded server, which may still run it."""
+    return isinstance(error, TimeoutError) and not not_run(error)
+
+
+def pinned(client: Any, call: Call[T]) -> Call[T]:
+    """``call`` as a cluster client sends it to the master its slot map gives for the call's
+    key, with redis-py's own retries off (it still follows ``MOVED`` and ``ASK``): a write
+    whose reply timed out may be applied later (a frozen master runs what it had read when it
+    wakes), and redis-py would send it again, once more per retry, each counted. Other clients
+    (and a slot map that cannot say): ``call`` as it is."""
+    node_from_key = getattr(client, "get_node_from_key", None)
+    if node_from_key is None:
+        return call
+    try:
+        node = node_from_key(call.args[1])
+    except Exception:  # a slot map being refreshed, a slot with no owner
+        return call
+    if node is None:
+        return call
+    return Call(call.args, call.parse, {**call.options, "target_nodes": node})
+
+
 def away_for_ms(error: BaseException) -> int:
     """How long a holder that failed with ``error`` (see :func:`not_run`) is left out."""
     return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
@@ -297,7 +321,7 @@ class Ctr:
         folded: List[KeyT] = []
         while True:
             try:
-                return run(self.client, call.on(target))
+                return run(self.client, pinned(self.client, call.on(target)))
             except HolderFolded:
                 # Not counted there (see _spread): on to a current holder, or the home key.
                 if target == key:
@@ -305,6 +329,12 @@ class Ctr:
                 folded.append(target)
                 target = cache.retarget(key, self._holders_after_fold(key), token, folded)
             except (MovedError, ConnectionError, TimeoutError) as e:
+                if timed_out(e):
+                    # Its master took too long (frozen?): it may still count this add, so it
+                    # is not sent elsewhere (raised: maybe counted, as a lost reply); the next
+                    # adds leave that master out for a while.
+                    cache.timed_out(target)
+                    raise
                 # Never ran there (MOVED, no connection): on to another holder in reach.
                 if target == key or retry or not not_run(e):
                     raise
@@ -339,8 +369,9 @@ class Ctr:
 
         On a spread counter it is a purchase by the probe rule: the holders are visited in the
         order the token gives (:func:`redis_ctr.probe_order`; a random one without a token)
-        until one grants, and the reply is that holder's new value (not the total); None when
-        every holder refused. A retry through this client walks the holder list the token
+        until one grants, and the reply is what that holder can still sell (its value minus its
+        own floor, never below 0: not the total, see the module's COMMANDS.md); None when every
+        holder refused. A retry through this client walks the holder list the token
         first used, so every holder replays its first outcome: nothing is granted twice.
 
         A holder (or the key itself) that answers :class:`~redis_ctr.errors.BudgetInFlight`

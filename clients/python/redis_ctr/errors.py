@@ -153,9 +153,12 @@ class CannotShrink(CtrError):
 class HolderFolded(CtrError):
     """A write to a spread counter holder that a shrink folded back into its home: nothing
     changed (a folded holder answers a retry of a write it did count with that write's reply,
-    so this refusal means the write never counted there). Re-read the holders (``CTR.INFO`` of
-    the home) and write the home or a current holder: :meth:`redis_ctr.Ctr.add` and the
-    writers do. Raised to the caller only for a key that is itself a folded holder's name."""
+    so this refusal means the write never counted there). Re-read the holders (``CTR.HOLDERS``
+    of the home) and write the home or a current holder: :meth:`redis_ctr.Ctr.add` and the
+    writers do. Raised to the caller only for a key that is itself a folded holder's name.
+    Also a write that would create a key named like a holder that its home does not list
+    (``ERR <key> is not a holder of the spread counter <home> ...``: a stale or made-up name):
+    nothing changed, handled the same way."""
 
 
 class UseHomeKey(CtrError):
@@ -224,6 +227,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR spread counter total needs a gather", GatherInTransaction),
     ("ERR a spread counter cannot shrink yet", CannotShrink),
     ("ERR this key was a spread counter holder and has been folded back", HolderFolded),
+    ("ERR {} is not a holder of the spread counter ", HolderFolded),
     ("ERR {} is a holder of the spread counter ", UseHomeKey),
     ("ERR the floor of a spread counter is set before it spreads", FlooredSpread),
     ("ERR cannot clear a floored spread counter", FlooredSpread),

@@ -32,6 +32,7 @@ from ._spread import HolderCache, Holders, holder_for_token
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
 from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
+from .client import pinned, timed_out
 from .client import sync_client
 from .errors import CtrError, HolderFolded
 
@@ -42,6 +43,7 @@ I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 # Errors after which a sum may or may not have counted, or that a moment later go away (a lost
 # connection, a timeout, a holder or slot being moved, a failover): the same sum is sent again
 # to the same key with the same token, which makes that safe.
+HELD_BACK = "a sum is held back: its holder's master timed out lately (it may still count it)"
 _RETRYABLE = (ConnectionError, TimeoutError, TryAgainError, ClusterError, MovedError)
 
 
@@ -269,6 +271,16 @@ class _Writer(Generic[ClientT]):
         cache = self._cache()
         return holders if cache is None else cache.reachable(holders)
 
+    def _held_back(self, s: _Sum) -> bool:
+        """True for a sum that may have counted at a holder left out for now (its master timed
+        out): it is not sent (it waits for that holder, whose master may still apply the first
+        send) instead of costing every flush another timeout."""
+        if not s.maybe_counted:
+            return False
+        cache = self._cache()
+        target = s.key if s.target is None else s.target
+        return cache is not None and cache.away(target)
+
     def _sent_elsewhere(self, s: _Sum, error: Exception, holders: Holders) -> bool:
         """After a retryable ``error`` on the first unsettled sum ``s``: True when it never ran
         (``MOVED``, a failed connect) and no earlier send may have, so it is now addressed to
@@ -277,10 +289,12 @@ class _Writer(Generic[ClientT]):
         sums = self._sums
         target = s.key if s.target is None else s.target
         moved = s.elsewhere(self._reachable(holders)) if not_run(error) else None
+        cache = self._cache()
         if moved is None:
             sums.unsettled[0] = replace(s, maybe_counted=True)
+            if cache is not None and timed_out(error):
+                cache.timed_out(target)
             return False
-        cache = self._cache()
         if cache is not None:
             cache.unreachable(target, away_for_ms(error), failed_node(error))
         sums.unsettled[0] = moved
@@ -346,12 +360,20 @@ class CoalescingWriter(_Writer[SyncClient]):
         """Sends every pending sum now (first any sum still unacknowledged, with its token).
 
         Raises redis-py's ``ConnectionError``/``TimeoutError`` when the server stays out of
-        reach after ``retries`` tries; the unsent sums are kept and go with the next flush."""
+        reach after ``retries`` tries; the unsent sums are kept and go with the next flush. A
+        sum held back (its holder out of reach) does not hold back the pending ones: they are
+        sent all the same, then its error is raised."""
         with self._flush_lock:
-            self._send_unsettled()
+            held: Optional[Exception] = None
+            try:
+                self._send_unsettled()
+            except _RETRYABLE as e:
+                held = e
             with self._lock:
                 self._sums.seal()
             self._send_unsettled()
+            if held is not None:
+                raise held
 
     def _send_unsettled(self) -> None:
         """Sends every unsettled sum; one whose holder stays out of reach is held back (kept,
@@ -362,6 +384,10 @@ class CoalescingWriter(_Writer[SyncClient]):
         error: Optional[Exception] = None
         try:
             while sums.unsettled:
+                if self._held_back(sums.unsettled[0]):
+                    held.append(sums.unsettled.popleft())
+                    error = error or TimeoutError(HELD_BACK)
+                    continue
                 try:
                     self._send_first()
                 except _RETRYABLE as e:
@@ -384,7 +410,7 @@ class CoalescingWriter(_Writer[SyncClient]):
                     holders = self._reachable(self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(run(self.client, s.call()))
+                sums.settled(run(self.client, pinned(self.client, s.call())))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
@@ -392,7 +418,9 @@ class CoalescingWriter(_Writer[SyncClient]):
             except _RETRYABLE as e:
                 if self._sent_elsewhere(s, e, self._ctr._route_holders(s.key)):
                     continue
-                if attempt == self.retries:
+                if attempt == self.retries or timed_out(e):
+                    # A reply that timed out: its master is frozen or overloaded (it may still
+                    # count the sum); held back at once, the others go on.
                     raise
                 sums.stats.retries += 1
                 time.sleep(self._backoff_seconds(attempt))

@@ -17,6 +17,7 @@ import redis_ctr
 from redis_ctr import Ctr, Pnc
 
 from .servers import PORT, fresh, watermark_ms
+from .test_spread import waiting_holder
 
 CLIENT_FORMS = [
     {"protocol": 2, "decode_responses": False},
@@ -133,7 +134,7 @@ class ErrorsTest(unittest.TestCase):
         self.assert_raises(redis_ctr.InvalidState, self.pnc.merge, fresh("m"), b"\x02\x00")
         # A holder of a floored spread before its first credit, asked once (Ctr.decrfloor would
         # ask again for its purchase_wait: test_spread).
-        waiting = "{ctr.00000000000000ab.1.0}" + fresh("w")
+        waiting = waiting_holder(self.r)
         once = redis_ctr._calls.decrfloor(waiting, 1)
         self.assert_raises(redis_ctr.BudgetInFlight, redis_ctr.client.run, self.r, once)
         self.assertEqual(ctr.get(k), 2**63 - 1)

@@ -87,10 +87,25 @@ def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
     test.assertEqual(plain.decrfloor(holder_for_token(holders, "buy-0"), 1, token="buy-0"), first["buy-0"])
 
 
-def waiting_holder() -> str:
+def waiting_holder(r: Any) -> str:
     """A key named as holder 1 of a floored spread (odd spread id) before its first credit:
-    without a floor of its own it answers BudgetInFlight to any purchase it cannot cover."""
-    return "{ctr.00000000000000ab.1.0}" + fresh("sale")
+    without a floor of its own it answers BudgetInFlight to any purchase it cannot cover.
+    No home lists it, so a write may not create it (a look-alike): it is made at 0 under
+    another name of its slot and renamed (a real one is made by its home's first credit)."""
+    key = "{ctr.00000000000000ab.1.0}" + fresh("sale")
+    made = "made" + key  # the same hash tag, so the same slot; not a holder's name
+    r.execute_command("CTR.ADD", made, 0)
+    r.execute_command("RENAME", made, key)
+    return key
+
+
+async def waiting_holder_async(r: Any) -> str:
+    """:func:`waiting_holder` through an asyncio client."""
+    key = "{ctr.00000000000000ab.1.0}" + fresh("sale")
+    made = "made" + key
+    await r.execute_command("CTR.ADD", made, 0)
+    await r.execute_command("RENAME", made, key)
+    return key
 
 
 def check_budget_wait(
@@ -103,7 +118,7 @@ def check_budget_wait(
     """A purchase from a holder whose budget is in flight asks it again (same token) until its
     purchase wait is over, then raises BudgetInFlight (returned); with the budget landing
     (``CTR.ADD`` by ``other`` after ``restock_after`` seconds) it is granted once."""
-    key = waiting_holder()
+    key = waiting_holder(other)
     started = time.monotonic()
     with test.assertRaises(BudgetInFlight) as caught:
         Ctr(r, spread_refresh_ms=spread_refresh_ms, purchase_wait=0.2).decrfloor(key, 1, token="w1")
@@ -120,7 +135,7 @@ async def check_budget_wait_async(
     test: unittest.TestCase, r: Any, other: Any, restock_after: float = 0.1
 ) -> BudgetInFlight:
     """:func:`check_budget_wait` with AsyncCtr (the restock is a task: the pauses must yield)."""
-    key = waiting_holder()
+    key = await waiting_holder_async(other)
     started = time.monotonic()
     with test.assertRaises(BudgetInFlight) as caught:
         await AsyncCtr(r, purchase_wait=0.2).decrfloor(key, 1, token="w1")
@@ -168,7 +183,7 @@ class SpreadTest(unittest.TestCase):
         # purchase_wait=0: the error at once.
         started = time.monotonic()
         with self.assertRaises(BudgetInFlight):
-            Ctr(r, purchase_wait=0).decrfloor(waiting_holder(), 1, token="w0")
+            Ctr(r, purchase_wait=0).decrfloor(waiting_holder(r), 1, token="w0")
         self.assertLess(time.monotonic() - started, 0.5)
         with self.assertRaises(ValueError):
             Ctr(r, purchase_wait=-1)

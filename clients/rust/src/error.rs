@@ -74,8 +74,10 @@ pub enum ModuleError {
     /// A write to a spread counter holder that a shrink folded back into its home: nothing
     /// changed (a folded holder answers a retry of a write it did count with that write's
     /// reply, so this refusal means the write never counted there). Re-read the holders
-    /// (`CTR.INFO` of the home) and write the home or a current holder: [`crate::SpreadRouter`]
-    /// and the writer do.
+    /// (`CTR.HOLDERS` of the home) and write the home or a current holder:
+    /// [`crate::SpreadRouter`] and the writer do. Also a write that would create a key named
+    /// like a holder that its home does not list (`ERR <key> is not a holder of the spread
+    /// counter <home> ...`, a stale or made-up name): nothing changed, handled the same way.
     HolderFolded,
     /// `CTR.SPREAD`, `CTR.FLOOR` or `CTR.CLEAR` on a key named as a holder of a spread counter:
     /// those are the whole counter's, sent to its home key (the error names it).
@@ -164,6 +166,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR a spread counter cannot shrink yet", CannotShrink),
         (
             "ERR this key was a spread counter holder and has been folded back",
+            HolderFolded,
+        ),
+        (
+            "ERR {} is not a holder of the spread counter ",
             HolderFolded,
         ),
         ("ERR {} is a holder of the spread counter ", UseHomeKey),

@@ -354,7 +354,8 @@ impl SpreadRouter {
     }
 
     /// `CTR.DECRFLOOR` of a spread counter by the probe rule (see the [module](self) docs):
-    /// the granting holder's new value (not the total), or None when every holder visited
+    /// what the granting holder can still sell (its value minus its own floor, never below 0;
+    /// not the total), or None when every holder visited
     /// refused. With a token, a retry through this router replays the first outcome: the
     /// same holders in the same order, each replaying what it recorded. On a counter that is
     /// not spread it is one `CTR.DECRFLOOR` of the key.
