@@ -176,6 +176,8 @@ pub struct HolderName<'a> {
     /// The spread id in the tag; 0 for a name from before spread ids (`{ctr.<i>.<k>}`).
     pub spread_id: u64,
     pub index: usize,
+    /// The planner's search attempt (the tag's last field).
+    pub attempt: usize,
     pub home: &'a [u8],
 }
 
@@ -191,7 +193,7 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
         let canonical = !f.is_empty() && f.len() <= 10 && (f == b"0" || f[0] != b'0');
         canonical.then(|| std::str::from_utf8(f).ok()?.parse().ok())?
     };
-    let (spread_id, index, _attempt) = match fields.as_slice() {
+    let (spread_id, index, attempt) = match fields.as_slice() {
         [i, k] => (0, decimal(i)?, decimal(k)?),
         [id, i, k] => {
             let hex = id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -204,6 +206,7 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
     (index >= 1 && !home.is_empty() && id_ok).then_some(HolderName {
         spread_id,
         index,
+        attempt,
         home,
     })
 }

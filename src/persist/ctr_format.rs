@@ -52,6 +52,11 @@
 //!             first: spreads this home had and retired, all their folds applied (their
 //!             givers' inbox entries dropped; `Transfers::retired`). Written when not empty;
 //!             files without it retire nothing.
+//!  18 FOLDED  uvarint n (1..=MAX_MARKS), n x (u64 LE spread id (nonzero), uvarint index (>= 1),
+//!             uvarint attempt) by strictly increasing (spread id, index): holders of a spread
+//!             this home still has (or has not retired yet) folded back here, by place, their
+//!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
+//!             when not empty; files without it mark nothing.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -61,6 +66,7 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
@@ -90,6 +96,7 @@ const TAG_SPREAD_FLOOR: u8 = 13;
 const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
+const TAG_FOLDED: u8 = 18;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -154,6 +161,7 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
     let retired = &t.retired;
     let rest = Transfers {
         retired: Vec::new(),
+        folded: Vec::new(),
         ..t.clone()
     };
     if !rest.is_empty() {
@@ -165,9 +173,15 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
             w.fixed_u64(*id);
         }
     }
+    if !t.folded.is_empty() {
+        w.u8(TAG_FOLDED).uvarint(t.folded.len() as u64);
+        for m in &t.folded {
+            w.fixed_u64(m.spread_id).uvarint(m.index).uvarint(m.attempt);
+        }
+    }
 }
 
-/// Section 16 (every part of the transfer state but the retired spreads).
+/// Section 16 (every part of the transfer state but the retired spreads and the marks).
 fn encode_transfer_ids(w: &mut Writer, t: &Transfers) {
     w.u8(TAG_TRANSFER_IDS)
         .fixed_u64(t.giver_id)
@@ -257,12 +271,30 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
         sealed_into,
         leaving,
         retired: Vec::new(),
+        folded: Vec::new(),
     };
     if t.is_empty() {
         return decode_error("CTR transfer section with nothing in it");
     }
     // Order, uniqueness and seqs are checked by Counter::from_parts.
     Ok(t)
+}
+
+/// Section 18: order, ids and what the marks cover are checked by Counter::from_parts.
+fn decode_folded(r: &mut Reader) -> Result<Vec<FoldedMark>, DecodeError> {
+    let n = r.count(MAX_MARKS, 10)?;
+    if n == 0 {
+        return decode_error("CTR folded section with nothing in it");
+    }
+    (0..n)
+        .map(|_| {
+            Ok(FoldedMark {
+                spread_id: r.fixed_u64()?,
+                index: r.uvarint()?,
+                attempt: r.uvarint()?,
+            })
+        })
+        .collect()
 }
 
 fn encode_history(w: &mut Writer, h: &History) {
@@ -359,6 +391,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
                     .collect::<Result<Vec<_>, DecodeError>>()?;
                 // Zero and repeated ids are refused by Counter::from_parts.
                 transfers.get_or_insert_with(Transfers::default).retired = ids;
+            }
+            TAG_FOLDED => {
+                transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
             other => return decode_error(format!("unknown CTR section {other}")),
         }
