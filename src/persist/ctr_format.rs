@@ -976,6 +976,11 @@ mod tests {
 
     /// A home with every holder of spread `id` folded back (shrunk to 1): retired.
     fn retired_home(id: u64) -> Counter {
+        shrunk_home(id, 1)
+    }
+
+    /// A home of spread `id` with 3 holders shrunk to `target`, every fold landed.
+    fn shrunk_home(id: u64, target: usize) -> Counter {
         let home = b"{tag}home";
         let mut c = Counter::plain(4);
         let holders = crate::counter::spread::plan_holders(
@@ -993,14 +998,9 @@ mod tests {
         })
         .unwrap();
         let mut ids = 40..;
-        c.begin_shrink(1, &mut || ids.next().unwrap()).unwrap();
-        for (i, name) in holders.iter().enumerate() {
-            let fold_id = c
-                .leaving()
-                .iter()
-                .find(|l| &l.name == name)
-                .unwrap()
-                .fold_id;
+        c.begin_shrink(target, &mut || ids.next().unwrap()).unwrap();
+        for (i, gone) in c.leaving().to_vec().into_iter().enumerate() {
+            let (name, fold_id) = (&gone.name, gone.fold_id);
             let mut holder = Counter::plain(3);
             let out = holder
                 .seal_into(home, fold_id, 1_000, giver(name, 9 + i as u64))
@@ -1019,6 +1019,42 @@ mod tests {
             c.apply_credit(&credit).unwrap();
         }
         c
+    }
+
+    #[test]
+    fn folded_marks_roundtrip_in_their_own_section_and_forged_ones_are_refused() {
+        let c = shrunk_home(6, 2);
+        let t = c.transfers().unwrap();
+        assert_eq!((t.folded.len(), t.inbox.len()), (1, 0), "{t:?}");
+        let bytes = encode(&c);
+        assert_eq!(decode(&bytes).unwrap(), c);
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len]).is_err(), "prefix {len}");
+        }
+        let kept = c.spread().unwrap().holders[0].clone();
+        let section = |marks: &[(u64, u64, u64)]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            w.u8(TAG_SPREAD).uvarint(1).bytes(&kept);
+            w.u8(TAG_SPREAD_ID).fixed_u64(6);
+            w.u8(TAG_FOLDED).uvarint(marks.len() as u64);
+            for (id, index, attempt) in marks {
+                w.fixed_u64(*id).uvarint(*index).uvarint(*attempt);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        let place = crate::counter::folded::place(&kept).unwrap();
+        assert!(section(&[(6, 2, 9), (8, 1, 0)]).is_ok());
+        assert!(section(&[]).is_err(), "empty");
+        assert!(section(&[(0, 2, 9)]).is_err(), "no spread id");
+        assert!(section(&[(6, 0, 9)]).is_err(), "index 0");
+        assert!(section(&[(6, 3, 1), (6, 2, 1)]).is_err(), "out of order");
+        assert!(section(&[(6, 2, 1), (6, 2, 5)]).is_err(), "repeated");
+        assert!(
+            section(&[(6, 1, place.attempt)]).is_err(),
+            "a mark covering a current holder"
+        );
     }
 
     #[test]
