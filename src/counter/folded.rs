@@ -9,7 +9,7 @@
 //!
 //! A holder's name places it: spread id, index, planner attempt (`{ctr.<id>.<i>.<k>}<home>`).
 //! The planner gives a new holder at index `i` an attempt above every name its home knows at
-//! that place ([`Transfers::knows_name`]), so the holders of one index are made in increasing
+//! that place ([`first_attempts`]), so the holders of one index are made in increasing
 //! attempts. When the fold credit of the holder (S, i, k) lands and no holder of S at index i
 //! with an attempt up to k is still a holder or leaving, the home keeps the mark (S, i, k) and
 //! drops every inbox entry it covers (S, i, attempt <= k): every holder so covered was folded
@@ -18,6 +18,8 @@
 //! nothing after its seal but its fold credit): a credit from a covered name is a repeat. The
 //! marks are one per index of a spread (at most `MAX_HOLDERS`), and go when the spread is
 //! retired.
+
+use std::collections::BTreeMap;
 
 use super::spread::parse_holder_name;
 use super::transfer::{Transfers, MAX_ENTRIES};
@@ -61,18 +63,29 @@ pub fn covers(marks: &[FoldedMark], name: &[u8]) -> bool {
         .is_ok_and(|i| p.attempt <= marks[i].attempt)
 }
 
-/// True when a name `t` knows (an inbox entry or a leaving holder) has the place of `name` and
-/// an attempt at or above its own: a new holder must take a later attempt.
-pub fn shadowed(t: &Transfers, name: &[u8]) -> bool {
-    let Some(p) = place(name) else {
-        return false;
-    };
+/// Per index of the spread `spread_id`, the first attempt a new holder may take: one above
+/// every attempt `t` knows at that place (its inbox entries, leaving holders and marks), so
+/// that the holders of one place are made in increasing attempts. One pass over what `t`
+/// holds, for a whole grow.
+pub fn first_attempts(t: &Transfers, spread_id: u64) -> BTreeMap<u64, u64> {
     let known = t.inbox.iter().map(|e| e.name.as_slice());
     let leaving = t.leaving.iter().map(|l| l.name.as_slice());
-    known
-        .chain(leaving)
-        .filter_map(place)
-        .any(|q| same_place(&p, &q) && q.attempt >= p.attempt)
+    let named = known.chain(leaving).filter_map(place);
+    let mut first = BTreeMap::new();
+    for p in named.chain(t.folded.iter().copied()) {
+        if p.spread_id == spread_id {
+            let next = p.attempt.saturating_add(1);
+            let at = first.entry(p.index).or_insert(next);
+            *at = next.max(*at);
+        }
+    }
+    first
+}
+
+/// The first attempt at `index` in what [`first_attempts`] gave (0 when it names none).
+pub fn first_attempt_at(first: &BTreeMap<u64, u64>, index: usize) -> u32 {
+    let at = first.get(&(index as u64)).copied().unwrap_or(0);
+    u32::try_from(at).unwrap_or(u32::MAX)
 }
 
 /// On a home whose current spread is `current` (its id) with the holders `holders`, once the
@@ -212,8 +225,15 @@ mod tests {
         );
         assert!(!fold_landed(&mut t, Some(6), &[name(3, 5)], &name(3, 7)));
         assert_eq!(t.inbox.len(), 1);
-        assert!(shadowed(&t, &name(3, 6)) && shadowed(&t, &name(3, 1)));
-        assert!(!shadowed(&t, &name(3, 8)) && !shadowed(&t, &name(2, 0)));
+        t.folded.push(FoldedMark {
+            spread_id: 6,
+            index: 4,
+            attempt: 3,
+        });
+        let first = first_attempts(&t, 6);
+        assert_eq!(first.into_iter().collect::<Vec<_>>(), vec![(3, 8), (4, 4)]);
+        assert!(first_attempts(&t, 8).is_empty());
+        t.folded.clear();
         t.leaving.clear();
         assert!(fold_landed(&mut t, Some(6), &[], &name(3, 7)));
         assert!(t.inbox.is_empty());

@@ -42,6 +42,7 @@ use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Audit, Question};
 use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
+use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
@@ -344,9 +345,12 @@ impl Sim {
         let names = &spread.holders;
         let home = carried_home(names.iter().map(Vec::as_slice)).unwrap_or(&self.home);
         let taken = |n: &[u8]| c.transfers().is_some_and(|t| t.knows_name(n));
+        let later = c.transfers().map(|t| t.first_attempts(spread.id));
+        let first = |index| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
         let target = names.len() + 2;
         let mut added =
-            plan_holders_avoiding(home, spread.id, names, target, &Standalone, &taken).ok()?;
+            plan_holders_avoiding(home, spread.id, names, target, &Standalone, &taken, &first)
+                .ok()?;
         added.pop()
     }
 

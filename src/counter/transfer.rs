@@ -255,15 +255,19 @@ impl Transfers {
     }
 
     /// True when `name` was ever folded into (or is folding into) this counter, or gave it
-    /// anything: a name a new holder must not take (the old key may still be sealed). Nor may
-    /// it take an attempt at or below one this home knows at its place (spread, index): the
-    /// holders of one place are made in increasing attempts ([`folded`]).
+    /// anything, or a mark covers it: a name a new holder must not take (the old key may still
+    /// be sealed).
     pub fn knows_name(&self, name: &[u8]) -> bool {
         self.inbox.iter().any(|e| e.name == name)
             || self.leaving.iter().any(|l| l.name == name)
             || self.is_retired_holder(name)
             || folded::covers(&self.folded, name)
-            || folded::shadowed(self, name)
+    }
+
+    /// The first planner attempt a new holder of the spread `spread_id` may take at each index
+    /// (absent: 0): above every name this home knows at that place ([`folded`]).
+    pub fn first_attempts(&self, spread_id: u64) -> std::collections::BTreeMap<u64, u64> {
+        folded::first_attempts(self, spread_id)
     }
 
     /// The leaving holder a fold credit ends, if this home still expects it.
