@@ -218,11 +218,15 @@ impl Gen {
         };
         let mut step = vec![version, kind];
         match self.below(3) {
-            0 => step.extend(random_bytes(&mut self.rng, self.below(40) as usize)),
+            0 => {
+                let len = self.below(40) as usize;
+                step.extend(random_bytes(&mut self.rng, len));
+            }
             1 => {
                 step.push(1);
                 step.push(b'k');
-                step.extend(random_bytes(&mut self.rng, self.below(24) as usize));
+                let len = self.below(24) as usize;
+                step.extend(random_bytes(&mut self.rng, len));
             }
             _ => {}
         }

@@ -123,10 +123,7 @@ fn grow(
     let first_attempt = |index: usize| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
     // What a new holder's name must avoid: a name the home knows, an attempt before one it
     // knows at that index.
-    let avoid = (
-        &taken as &dyn Fn(&[u8]) -> bool,
-        &first_attempt as &dyn Fn(usize) -> u32,
-    );
+    let avoid: Avoid = (&taken, &first_attempt);
     // New holders carry the home name the others carry (a home renamed since keeps it).
     let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
     let added = if in_cluster {
@@ -203,13 +200,17 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     }
 }
 
+/// What a new holder's name must avoid: the names the home knows, and at each index the
+/// attempts before the first one it may take.
+type Avoid<'a> = (&'a dyn Fn(&[u8]) -> bool, &'a dyn Fn(usize) -> u32);
+
 fn plan(
     home: &[u8],
     spread_id: u64,
     current: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
-    (taken, first_attempt): (&dyn Fn(&[u8]) -> bool, &dyn Fn(usize) -> u32),
+    (taken, first_attempt): Avoid,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
     plan_holders_avoiding(
         home,
