@@ -13,13 +13,13 @@
 //!
 //! Delivery. Every step is one ordinary write on the key's master, replicated as the step it
 //! took (`CTR.STEP`, replayed through `Counter::apply_step`, never the key's whole state), and
-//! each message is idempotent (seal, credit by seq, ack
-//! by seq), so any message may be lost, repeated or late. A key with something to send (an
-//! outbox entry, a holder still leaving) sits in a registry that a 100 ms timer walks: it
-//! sends the key's seals and credits again, backing off to every 2 s while nothing answers.
-//! The registry is filled wherever such a state appears on this server: the master's own
-//! writes, a replicated or AOF `CTR.STEP` or `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica
-//! promoted by a failover, or a server restarted from its RDB or AOF, resumes every transfer.
+//! each message is idempotent (seal, credit by seq, ack by seq), so any message may be lost,
+//! repeated or late. A key with something to send (an outbox entry, a holder still leaving)
+//! sits in a registry that a 100 ms timer walks: it sends the key's seals and credits again,
+//! backing off to every 2 s while nothing answers. The registry is filled wherever such a
+//! state appears on this server: the master's own writes, a replicated or AOF `CTR.STEP` or
+//! `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica promoted by a failover, or a
+//! server restarted from its RDB or AOF, resumes every transfer.
 //! Why a registry rather than a keyspace walk like `sweep`: transfers are few and short-lived,
 //! and a walk would cost every tick a pass over all keys; the registry costs nothing per key
 //! that transfers nothing. Entries go only when their key has nothing left to send (or is
