@@ -62,14 +62,14 @@ mod module {
         let internal = crate::commands::register(ctx.ctx, hide_internal)?;
         ctx.log_notice(match (internal, hide_internal) {
             (crate::commands::InternalCommands::Hidden, _) => {
-                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are internal commands"
+                "ctr: CTR.APPLY, CTR.STEP, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are internal commands"
             }
             (crate::commands::InternalCommands::Visible, true) => {
-                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are listed as ordinary \
+                "ctr: CTR.APPLY, CTR.STEP, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are listed as ordinary \
                  commands (this server has no internal flag); the module refuses them to clients"
             }
             (crate::commands::InternalCommands::Visible, false) => {
-                "ctr: CTR.APPLY, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are open to every client \
+                "ctr: CTR.APPLY, CTR.STEP, CTR.SETSTATE, PNC.APPLY and PNC.SETSTATE are open to every client \
                  (expose-internal-commands yes)"
             }
         });

@@ -327,3 +327,112 @@ fn a_thousand_grow_and_shrink_cycles_never_stall_a_fold_and_the_home_stays_small
     assert_eq!(c.q("CTR.GET cycling"), Value::Int(cycles as i64));
     assert_eq!(dump_len(&mut c, "cycling"), last);
 }
+
+/// Bytes in the server's AOF files (the base and the increments).
+fn aof_bytes(server: &Server) -> u64 {
+    std::fs::read_dir(server.dir.join("appendonlydir"))
+        .expect("an AOF folder")
+        .map(|e| e.expect("an AOF file").metadata().expect("its size").len())
+        .sum()
+}
+
+/// Issue 23, finding 2: every step of a fold (the home's shrink, each holder's seal, each
+/// credit, each acknowledgement) was replicated as the whole state of the key it wrote, so a
+/// home with a 1 KB name and 256 holders wrote about 70 MB to the AOF for one `CTR.SPREAD home
+/// 1` (each of the 256 credits carried the home's whole holder and inbox lists). Each step is
+/// replicated as what it did now (`CTR.STEP`): the shrink writes less than 10 times the
+/// home's state, and a replica and the AOF replay every step to the master's state.
+#[test]
+fn a_shrink_of_256_holders_writes_to_the_aof_what_changed_not_the_whole_home() {
+    let mut server = Server::start_with(
+        &[
+            "--appendonly",
+            "yes",
+            "--aof-use-rdb-preamble",
+            "no",
+            "--auto-aof-rewrite-percentage",
+            "0",
+        ],
+        &[],
+    );
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let home = format!("fold:{}", "n".repeat(1019));
+    assert_eq!(home.len(), 1024);
+    let (holders, total) = spread_with_values(&mut c, &home, 257);
+    assert_eq!(holders.len(), 257);
+    // DUMP compresses the holder names (which repeat the home name): the state's size is
+    // what the home takes in memory.
+    let dump = dump_len(&mut c, &home);
+    let state = c.cmd(&["MEMORY", "USAGE", &home]).int() as u64;
+    let before = aof_bytes(&server);
+    assert_eq!(
+        names(&c.cmd(&["CTR.SPREAD", &home, "1"])),
+        vec![home.clone()]
+    );
+    wait_folded(&mut c, &home);
+    assert_eq!(c.cmd(&["CTR.GET", &home]).int(), total);
+    let written = aof_bytes(&server) - before;
+    common::note(&format!(
+        "shrink of 256 holders, 1 KB home name: {written} AOF bytes; home MEMORY USAGE {state} \
+         bytes, DUMP {dump}"
+    ));
+    assert!(
+        written <= 10 * state,
+        "the shrink wrote {written} AOF bytes for a home of {state}"
+    );
+
+    // Every step replays to the master's state: on the replica, and from the AOF.
+    server.wait_replicas(1);
+    let on_master = digests(&mut c, &holders);
+    assert_eq!(digests(&mut replica.conn(), &holders), on_master, "replica");
+    server.restart();
+    assert_eq!(digests(&mut server.conn(), &holders), on_master, "AOF load");
+}
+
+/// Issue 23, the inbox: spread/shrink cycles that keep the spread id (8 -> 3 -> 8 holders)
+/// left one inbox entry per folded holder in the home for ever (a spread is retired only once
+/// shrunk to 1); about 64 cycles of 1,024 holders would have filled the inbox and stalled every
+/// fold ("too many givers"). A folded holder of the current spread is remembered by its place
+/// (its index's highest folded attempt) once no holder at that index is older: 1,000 cycles
+/// keep the home's state bounded, every fold completes, the total is exact.
+#[test]
+fn a_thousand_shrinks_that_keep_the_spread_id_keep_the_inbox_bounded() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (cycles, wide, narrow) = (1_000, 8, 3);
+    let mut sizes = Vec::new();
+    let first = names(&c.cmd(&["CTR.SPREAD", "keeping", &wide.to_string()]));
+    for cycle in 0..cycles {
+        let spread = names(&c.cmd(&["CTR.SPREAD", "keeping", &wide.to_string()]));
+        assert_eq!(spread.len(), wide, "cycle {cycle}");
+        assert_eq!(
+            spread[..narrow],
+            first[..narrow],
+            "the id and the first holders stay"
+        );
+        c.cmd(&["CTR.ADD", &spread[wide - 1 - cycle % (wide - narrow)], "1"])
+            .int();
+        match c.cmd(&["CTR.SPREAD", "keeping", &narrow.to_string()]) {
+            Value::Array(kept) => assert_eq!(kept.len(), narrow, "cycle {cycle}"),
+            other => panic!("cycle {cycle}: the shrink failed: {other:?}"),
+        }
+        assert!(
+            info_field(&mut c, "keeping", "leaving").is_none_or(|l| l.array().is_empty()),
+            "cycle {cycle}: a fold did not complete"
+        );
+        if cycle % 100 == 99 {
+            sizes.push(dump_len(&mut c, "keeping"));
+        }
+    }
+    assert_eq!(c.q("CTR.GET keeping"), Value::Int(cycles as i64));
+    common::note(&format!(
+        "home DUMP bytes every 100 cycles (id kept): {sizes:?}"
+    ));
+    let (first_size, last) = (sizes[0], *sizes.last().unwrap());
+    assert!(last <= first_size + 64, "the home's state grew: {sizes:?}");
+    assert!(last < 2_000, "the home's state: {last} bytes");
+    c.q("DEBUG RELOAD");
+    assert_eq!(c.q("CTR.GET keeping"), Value::Int(cycles as i64));
+    assert_eq!(dump_len(&mut c, "keeping"), last);
+}

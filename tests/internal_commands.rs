@@ -1,4 +1,4 @@
-//! The internal commands (CTR.APPLY, CTR.SETSTATE, PNC.APPLY, PNC.SETSTATE) carry states and
+//! The internal commands (CTR.APPLY, CTR.STEP, CTR.SETSTATE, PNC.APPLY, PNC.SETSTATE) carry states and
 //! effects the master already decided. On every server the module refuses them to clients
 //! (scripts included) and runs them only from the master's replication stream and while
 //! loading. Where the server has the `internal` command flag (Redis 8.0 and later), the module
@@ -10,7 +10,13 @@ mod common;
 use common::{sharded_state, Server, Value, AOF_WITHOUT_PREAMBLE, EXPOSE_INTERNAL};
 
 const DEFAULTS: [&str; 2] = [EXPOSE_INTERNAL, "no"];
-const INTERNAL: [&str; 4] = ["CTR.APPLY", "CTR.SETSTATE", "PNC.APPLY", "PNC.SETSTATE"];
+const INTERNAL: [&str; 5] = [
+    "CTR.APPLY",
+    "CTR.STEP",
+    "CTR.SETSTATE",
+    "PNC.APPLY",
+    "PNC.SETSTATE",
+];
 
 /// A call of each internal command with its arity right (and arguments that do not parse).
 fn call_of(command: &str) -> Vec<&str> {
@@ -151,8 +157,9 @@ fn exposed_internal_commands_are_ordinary_commands_everywhere() {
 }
 
 /// Writes whose replication and AOF forms are the internal commands: a tokened add and a
-/// tokened floored decrement (effects with the master's time) and a PN-counter add (an effect
-/// on this deployment's slot).
+/// tokened floored decrement (effects with the master's time), a PN-counter add (an effect
+/// on this deployment's slot) and a spread counter shrunk to 1 (its holders sealed, credited
+/// and answered: transfer steps).
 fn write_effects(c: &mut common::Conn, round: usize) {
     for i in 0..20 {
         let token = format!("r{round}-t{i}");
@@ -168,6 +175,15 @@ fn write_effects(c: &mut common::Conn, round: usize) {
         "TOKEN",
         &format!("buy-{round}"),
     ]);
+    let home = format!("folding:{round}");
+    let holders = common::names(&c.cmd(&["CTR.SPREAD", &home, "4"]));
+    for h in &holders {
+        c.cmd(&["CTR.ADD", h, "5"]);
+    }
+    assert_eq!(
+        common::names(&c.cmd(&["CTR.SPREAD", &home, "1"])),
+        vec![home]
+    );
 }
 
 fn digests(c: &mut common::Conn) -> Vec<(String, Value)> {
@@ -192,11 +208,12 @@ fn aof_text(server: &Server) -> String {
 
 /// What the README tells operators of servers without the flag: deny the commands to clients
 /// with ACL rules (the replication link and AOF loading are not subject to ACLs).
-const ACL_RULES: [&str; 7] = [
+const ACL_RULES: [&str; 8] = [
     "ACL",
     "SETUSER",
     "default",
     "-ctr.apply",
+    "-ctr.step",
     "-ctr.setstate",
     "-pnc.apply",
     "-pnc.setstate",
@@ -225,7 +242,7 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     write_effects(&mut c, 0);
     master.wait_replicas(1);
     let on_master = digests(&mut c);
-    assert_eq!(on_master.len(), 41);
+    assert_eq!(on_master.len(), 45);
     assert_eq!(
         digests(&mut replica.conn()),
         on_master,
@@ -233,8 +250,8 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     );
     let aof = aof_text(&master);
     assert!(
-        aof.contains("CTR.APPLY") && aof.contains("PNC.APPLY"),
-        "effects in the AOF"
+        aof.contains("CTR.APPLY") && aof.contains("PNC.APPLY") && aof.contains("CTR.STEP"),
+        "effects and steps in the AOF"
     );
 
     // The rewrite writes full states (CTR.SETSTATE, PNC.SETSTATE); later effects follow it.

@@ -203,6 +203,36 @@ impl Gen {
         }
     }
 
+    /// A transfer step (`CTR.STEP`): version 1 (or another), a kind (1-6 or another), then
+    /// random bytes, a short name and numbers, or nothing.
+    fn ctr_step(&mut self) -> Vec<u8> {
+        let version = if self.one_in(8) {
+            self.below(256) as u8
+        } else {
+            1
+        };
+        let kind = if self.one_in(8) {
+            self.below(256) as u8
+        } else {
+            1 + self.below(6) as u8
+        };
+        let mut step = vec![version, kind];
+        match self.below(3) {
+            0 => {
+                let len = self.below(40) as usize;
+                step.extend(random_bytes(&mut self.rng, len));
+            }
+            1 => {
+                step.push(1);
+                step.push(b'k');
+                let len = self.below(24) as usize;
+                step.extend(random_bytes(&mut self.rng, len));
+            }
+            _ => {}
+        }
+        step
+    }
+
     fn ctr_state(&mut self) -> Vec<u8> {
         match self.below(4) {
             0 => random_ctr_state(&mut self.rng, self.now),
@@ -275,6 +305,7 @@ impl Gen {
             "CTR.DECRFLOOR",
             "CTR.RECONCILE",
             "CTR.APPLY",
+            "CTR.STEP",
             "CTR.SETSTATE",
             "CTR.SPREAD",
             "PNC.ADD",
@@ -338,6 +369,7 @@ impl Gen {
                 self.options(&["AT"], &mut args);
             }
             "CTR.APPLY" => args.push(random_effect(&mut self.rng, self.now, self.tame)),
+            "CTR.STEP" => args.push(self.ctr_step()),
             "CTR.SETSTATE" => args.push(self.ctr_state()),
             "CTR.SPREAD" => args.push(if self.tame {
                 (1 + self.below(8)).to_string().into_bytes()

@@ -1,11 +1,13 @@
-//! The internal commands that carry state between servers: CTR.APPLY (replicated effects) and
-//! CTR.SETSTATE (AOF rewrite). Both are deterministic and validate everything first.
+//! The internal commands that carry state between servers: CTR.APPLY (replicated effects),
+//! CTR.STEP (replicated transfer and fold steps) and CTR.SETSTATE (AOF rewrite). All are
+//! deterministic and validate everything first.
 
 use super::ctr_store::{update_counter, with_counter};
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
+use crate::persist::step_msg;
 
 /// Refuses an internal command unless the master decided it: it runs from the master's
 /// replication stream, an atomic slot import (the slots' source decided) and while loading
@@ -87,6 +89,32 @@ fn sweep(ctx: Ctx, key_name: RawString, now: i64) -> CommandResult {
     let dropped = update_counter(&key, |c, _| Ok(c.apply_sweep(now)))?;
     ctx.replicate_verbatim();
     Ok(Reply::Integer(dropped as i64))
+}
+
+/// CTR.STEP key step: replays a transfer or fold step its master took (`counter::step`)
+/// through the function the master ran; a step that does not decode, or does not fit the
+/// key's state, is refused and changes nothing.
+pub fn step(ctx: Ctx, args: &Args) -> CommandResult {
+    refuse_client_call(ctx, "CTR.STEP")?;
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.step"));
+    }
+    let step = step_msg::decode(args.bytes(1), args.bytes(2)).map_err(|e| {
+        CommandError(format!("ERR invalid CTR effect (a transfer step): {e}").into())
+    })?;
+    let key_name = args.raw(1);
+    let key = Key::open(ctx, key_name, true);
+    update_counter(&key, |c, _| {
+        super::spread_transfer::apply_step(ctx, key_name, c, &step)?;
+        // As for a state set (the AOF, a replica's stream): a renamed home is entered.
+        let db = super::spread_transfer::selected_db(ctx);
+        super::home_names::note(db, args.bytes(1), c, false);
+        Ok(())
+    })?;
+    drop(key);
+    ctx.replicate_verbatim();
+    ctx.key_changed(c"ctr.transfer", key_name);
+    Ok(Reply::Ok)
 }
 
 /// CTR.SETSTATE key payload: replaces the counter with a decoded `ctr_format` payload.

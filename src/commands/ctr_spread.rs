@@ -13,6 +13,7 @@ use super::spread_cluster as cluster;
 use super::spread_gather::{self, forget_cached, names_reply};
 pub use super::spread_gather::{clear_total, get, info, mget, ApplyClear};
 use crate::config;
+use crate::counter::folded::first_attempt_at;
 use crate::counter::spread::{
     carried_home, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError, SlotOwners,
     Standalone, MAX_HOLDERS, MAX_HOME_NAME,
@@ -118,6 +119,11 @@ fn grow(
         }
     });
     let taken = |name: &[u8]| known.as_ref().is_some_and(|t| t.knows_name(name));
+    let later = known.as_ref().map(|t| t.first_attempts(spread_id));
+    let first_attempt = |index: usize| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
+    // What a new holder's name must avoid: a name the home knows, an attempt before one it
+    // knows at that index.
+    let avoid: Avoid = (&taken, &first_attempt);
     // New holders carry the home name the others carry (a home renamed since keeps it).
     let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
     let added = if in_cluster {
@@ -127,10 +133,10 @@ fn grow(
             current,
             target,
             &*cluster::topology(ctx, true)?,
-            &taken,
+            avoid,
         )
     } else {
-        plan(carried, spread_id, current, target, &Standalone, &taken)
+        plan(carried, spread_id, current, target, &Standalone, avoid)
     }?;
     if is_floored && in_cluster {
         floored::spread_floored_across_masters(ctx, key_name, spread_id, current, &added)?;
@@ -194,19 +200,30 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     }
 }
 
+/// What a new holder's name must avoid: the names the home knows, and at each index the
+/// attempts before the first one it may take.
+type Avoid<'a> = (&'a dyn Fn(&[u8]) -> bool, &'a dyn Fn(usize) -> u32);
+
 fn plan(
     home: &[u8],
     spread_id: u64,
     current: &[Vec<u8>],
     target: usize,
     owners: &impl SlotOwners,
-    taken: &dyn Fn(&[u8]) -> bool,
+    (taken, first_attempt): Avoid,
 ) -> Result<Vec<Vec<u8>>, CommandError> {
-    plan_holders_avoiding(home, spread_id, current, target, owners, taken).map_err(
-        |PlanError::NoSlot| {
-            CommandError::fixed("ERR no free slot found for a holder on some master")
-        },
+    plan_holders_avoiding(
+        home,
+        spread_id,
+        current,
+        target,
+        owners,
+        taken,
+        first_attempt,
     )
+    .map_err(|PlanError::NoSlot| {
+        CommandError::fixed("ERR no free slot found for a holder on some master")
+    })
 }
 
 /// Registers the gather's bus receivers (harmless outside a cluster).

@@ -122,8 +122,13 @@ pub struct CommandDef {
 /// rewrite's full states). Where the server knows the `internal` command flag (Redis 8.0+),
 /// they are registered with it: ordinary clients cannot forge state with them, while the
 /// replication link and AOF loading still run them.
-pub const INTERNAL_COMMANDS: [&CStr; 4] =
-    [c"ctr.apply", c"ctr.setstate", c"pnc.apply", c"pnc.setstate"];
+pub const INTERNAL_COMMANDS: [&CStr; 5] = [
+    c"ctr.apply",
+    c"ctr.step",
+    c"ctr.setstate",
+    c"pnc.apply",
+    c"pnc.setstate",
+];
 
 impl CommandDef {
     pub fn is_internal(&self) -> bool {
@@ -302,6 +307,18 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Internal: applies a write effect replicated by a master (time, shard, token already decided).",
         complexity: c"O(log N) where N is the number of tokens remembered",
         since: c"0.2.0",
+    },
+    CommandDef {
+        name: c"ctr.step",
+        entry: entry!(ctr_internal::step),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 3,
+        summary: c"Internal: replays a transfer or fold step replicated by a master (a move, shrink, seal, credit or answer, with the time and ids it drew).",
+        complexity: c"O(N) where N is the number of transfer entries and holders of the key",
+        since: c"0.7.0",
     },
     CommandDef {
         name: c"ctr.setstate",

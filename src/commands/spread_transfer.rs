@@ -11,14 +11,15 @@
 //!   a cluster, within the command on one server.
 //! - [`super::ctr_store::refuse_sealed`]: what every user write checks first.
 //!
-//! Delivery. Every step is one ordinary write on the key's master, replicated as the
-//! resulting state (`CTR.SETSTATE`), and each message is idempotent (seal, credit by seq, ack
-//! by seq), so any message may be lost, repeated or late. A key with something to send (an
-//! outbox entry, a holder still leaving) sits in a registry that a 100 ms timer walks: it
-//! sends the key's seals and credits again, backing off to every 2 s while nothing answers.
-//! The registry is filled wherever such a state appears on this server: the master's own
-//! writes, a replicated or AOF `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica
-//! promoted by a failover, or a server restarted from its RDB or AOF, resumes every transfer.
+//! Delivery. Every step is one ordinary write on the key's master, replicated as the step it
+//! took (`CTR.STEP`, replayed through `Counter::apply_step`, never the key's whole state), and
+//! each message is idempotent (seal, credit by seq, ack by seq), so any message may be lost,
+//! repeated or late. A key with something to send (an outbox entry, a holder still leaving)
+//! sits in a registry that a 100 ms timer walks: it sends the key's seals and credits again,
+//! backing off to every 2 s while nothing answers. The registry is filled wherever such a
+//! state appears on this server: the master's own writes, a replicated or AOF `CTR.STEP` or
+//! `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica promoted by a failover, or a
+//! server restarted from its RDB or AOF, resumes every transfer.
 //! Why a registry rather than a keyspace walk like `sweep`: transfers are few and short-lived,
 //! and a walk would cost every tick a pass over all keys; the registry costs nothing per key
 //! that transfers nothing. Entries go only when their key has nothing left to send (or is
@@ -53,13 +54,12 @@ use super::replication_gate::{self, Gate, Replication};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
-use crate::counter::transfer::{
-    AckEffect, CreditOutcome, Giver, Outgoing, TransferError, LEGACY_FOLD,
-};
+use crate::counter::step::{Step, StepOutcome};
+use crate::counter::transfer::{AckEffect, CreditOutcome, Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
-use crate::persist::ctr_format;
+use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
 
 const MSG_SEAL: u8 = 0xC9;
@@ -135,15 +135,16 @@ pub fn start(
     dv: i64,
     df: i64,
 ) -> Result<Outgoing, CommandError> {
-    let now = ctx.now_ms();
-    let out = write_state(ctx, giver, |c| {
-        let from = Giver {
-            name: string_bytes(giver),
-            new_id: new_id(),
-        };
-        c.start_transfer(receiver, dv, df, now, from)
-            .map_err(transfer_error)
-    })?;
+    let step = Step::Move {
+        receiver: receiver.to_vec(),
+        dv,
+        df,
+        now_ms: ctx.now_ms(),
+        new_id: new_id(),
+    };
+    let StepOutcome::Moved(out) = write_step(ctx, giver, |_| step)? else {
+        return Err(unexpected());
+    };
     metrics::TRANSFERS_STARTED.incr();
     // A new credit goes at the next tick, not after the giver's backoff for older ones.
     REGISTRY.with(|r| {
@@ -185,11 +186,18 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
     if !in_cluster {
         check_local_fold(ctx, home, target)?;
     }
-    let (gone, kept) = write_state(ctx, home, |c| {
-        let gone = c.begin_shrink(target, &mut new_id)?;
-        let kept = c.spread().map(|s| s.holders.clone()).unwrap_or_default();
-        Ok((gone, kept))
-    })?;
+    let shrink = |c: &Counter| Step::Shrink {
+        target,
+        fold_ids: (0..c.folds_needed(target)).map(|_| new_id()).collect(),
+    };
+    let StepOutcome::Shrunk(gone) = write_step(ctx, home, shrink)? else {
+        return Err(unexpected());
+    };
+    let kept = with_counter(ctx, home, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()),
+        _ => None,
+    })?
+    .unwrap_or_default();
     metrics::FOLDS.add(gone.len() as u64);
     if in_cluster {
         tick_soon(ctx);
@@ -245,25 +253,50 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
     Ok(())
 }
 
-/// Runs `f` on the counter at `key` (made at 0 when missing) and replicates the resulting
-/// state; registers the key when it has something to send.
-fn write_state<R>(
+/// Takes the step `build` makes from the counter at `key` (made at 0 when missing) and
+/// replicates the step, not the resulting state (`CTR.STEP`: replicas and the AOF replay it
+/// through the same function); registers the key when it has something to send.
+fn write_step(
     ctx: Ctx,
     key_name: RawString,
-    f: impl FnOnce(&mut Counter) -> Result<R, CommandError>,
-) -> Result<R, CommandError> {
+    build: impl FnOnce(&Counter) -> Step,
+) -> Result<StepOutcome, CommandError> {
     let key = Key::open(ctx, key_name, true);
-    let (result, state) = update_counter(&key, |c, _| {
-        let r = f(c)?;
-        track(selected_db(ctx), string_bytes(key_name), c);
-        Ok((r, ctr_format::encode(c)))
+    let (outcome, payload) = update_counter(&key, |c, _| {
+        let step = build(c);
+        let outcome = apply_step(ctx, key_name, c, &step)?;
+        Ok((outcome, step_msg::encode(&step)))
     })?;
     drop(key);
-    if !ctx.replicate_effect(c"CTR.SETSTATE", key_name, &state) {
+    if !ctx.replicate_effect(STEP_COMMAND, key_name, &payload) {
         return Err(CommandError::fixed("ERR could not replicate the write"));
     }
     ctx.key_changed(c"ctr.transfer", key_name);
-    Ok(result)
+    Ok(outcome)
+}
+
+/// The command that replays a step on replicas and from the AOF.
+pub const STEP_COMMAND: &std::ffi::CStr = c"CTR.STEP";
+
+/// Applies `step` to the counter `c` at `key_name` and registers the key when it has something
+/// to send: the master's write and its replay (`CTR.STEP`) alike.
+pub fn apply_step(
+    ctx: Ctx,
+    key_name: RawString,
+    c: &mut Counter,
+    step: &Step,
+) -> Result<StepOutcome, CommandError> {
+    let name = string_bytes(key_name);
+    let outcome = c.apply_step(name, step).map_err(transfer_error)?;
+    track(selected_db(ctx), name, c);
+    Ok(outcome)
+}
+
+/// A step answered with another step's outcome (never: each step has its own).
+fn unexpected() -> CommandError {
+    CommandError::fixed(
+        "ERR internal error in redis-ctr: a transfer step gave another step's outcome",
+    )
 }
 
 pub fn is_master(ctx: Ctx) -> bool {
@@ -337,7 +370,8 @@ fn on_seal(ctx: Ctx, m: Seal) {
         _ => false,
     });
     if stale_move == Ok(true) {
-        let _ = write_state(ctx, name.raw, |c| Ok(c.retarget_moves_to(&m.home)));
+        let home = m.home.clone();
+        let _ = write_step(ctx, name.raw, |_| Step::RetargetMoves { home });
     }
     // Its own moves still unanswered: it seals later (the home asks again), nothing to write.
     let busy = with_counter(ctx, name.raw, |c| match c {
@@ -349,17 +383,9 @@ fn on_seal(ctx: Ctx, m: Seal) {
     if busy == Ok(true) {
         return;
     }
-    let now = ctx.now_ms();
-    match write_state(ctx, name.raw, |c| {
-        let holder = Giver {
-            name: &m.holder,
-            new_id: new_id(),
-        };
-        c.seal_into(&m.home, m.fold_id, now, holder)
-            .map_err(transfer_error)
-    }) {
-        Ok(Some(_)) => metrics::TRANSFERS_STARTED.incr(),
-        Ok(None) => {}
+    match write_step(ctx, name.raw, |_| seal_step(ctx, &m.home, m.fold_id)) {
+        Ok(StepOutcome::Sealed(Some(_))) => metrics::TRANSFERS_STARTED.incr(),
+        Ok(_) => {}
         Err(e) => ctx.log_warning(&format!("ctr: could not seal a holder: {}", e.0)),
     }
     // Sealed now or earlier: its credit goes (a repeat is harmless). Within one server's
@@ -393,7 +419,6 @@ fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
             .unwrap_or(false)
         })
         .collect();
-    let now = ctx.now_ms();
     for carrier in &carriers {
         let key = KeyName::new(ctx, carrier);
         let moved_home = with_counter(ctx, key.raw, |c| match c {
@@ -401,17 +426,20 @@ fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
             _ => None,
         });
         if moved_home.ok().flatten().is_some_and(|into| into != m.home) {
-            let _ = write_state(ctx, key.raw, |c| {
-                let giver = Giver {
-                    name: carrier,
-                    new_id: new_id(),
-                };
-                c.seal_into(&m.home, m.fold_id, now, giver)
-                    .map_err(transfer_error)
-            });
+            let _ = write_step(ctx, key.raw, |_| seal_step(ctx, &m.home, m.fold_id));
         }
     }
     !carriers.is_empty()
+}
+
+/// Sealing the key into `home` for the fold `fold_id`, now.
+fn seal_step(ctx: Ctx, home: &[u8], fold_id: u64) -> Step {
+    Step::Seal {
+        home: home.to_vec(),
+        fold_id,
+        now_ms: ctx.now_ms(),
+        new_id: new_id(),
+    }
 }
 
 /// On the receiver's master: applies a credit it expects, once, then acknowledges it (also a
@@ -432,10 +460,9 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     };
     let outcome = match decided {
         Some(outcome) => outcome,
-        None => match write_state(ctx, name.raw, |c| {
-            c.apply_credit(&m).map_err(transfer_error)
-        }) {
-            Ok(outcome) => outcome,
+        None => match write_step(ctx, name.raw, |_| Step::Credit(m.clone())) {
+            Ok(StepOutcome::Credited(outcome)) => outcome,
+            Ok(_) => return,
             Err(e) => {
                 ctx.log_warning(&format!("ctr: could not apply a transfer credit: {}", e.0));
                 return;
@@ -499,10 +526,9 @@ fn on_ack(ctx: Ctx, m: Ack) {
     if matters != Ok(true) {
         return;
     }
-    let effect = match write_state(ctx, name.raw, |c| {
-        c.apply_answer(&m).map_err(transfer_error)
-    }) {
-        Ok(effect) => effect,
+    let effect = match write_step(ctx, name.raw, |_| Step::Answer(m.clone())) {
+        Ok(StepOutcome::Answered(effect)) => effect,
+        Ok(_) => return,
         Err(e) => {
             ctx.log_warning(&format!("ctr: could not apply a transfer answer: {}", e.0));
             return;

@@ -11,6 +11,7 @@ mod cell;
 pub mod collect;
 mod error;
 pub mod floor;
+pub mod folded;
 pub mod headroom;
 pub mod history;
 mod ops;
@@ -20,6 +21,7 @@ pub mod rebalance;
 mod simulator;
 pub mod siphash;
 pub mod spread;
+pub mod step;
 pub mod tokens;
 pub mod transfer;
 
@@ -166,6 +168,9 @@ impl Counter {
             if spread.as_ref().is_some_and(|s| t.retired.contains(&s.id)) {
                 return Err(CounterError::InvalidOperation("a retired spread id"));
             }
+            if let Some(s) = &spread {
+                folded::validate(t, &s.holders)?;
+            }
         }
         let transfers = transfers.filter(|t| !t.is_empty());
         let shards = if shards.len() == 1 {
@@ -241,6 +246,9 @@ impl Counter {
         spread.validate()?;
         if self.has_retired(spread.id) {
             return Err(CounterError::InvalidOperation("a retired spread id"));
+        }
+        if let Some(t) = self.transfers() {
+            folded::validate(t, &spread.holders)?;
         }
         self.ext_mut().spread = Some(Box::new(spread));
         Ok(())

@@ -42,14 +42,15 @@ use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Audit, Question};
 use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
+use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
-    spread_id_from, Standalone,
+    plan_holders_avoiding, spread_id_from, Standalone,
 };
+use super::step::{Step, StepOutcome};
 use super::transfer::{
-    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
-    TransferError,
+    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Seal, TransferError,
 };
 use super::{AddOp, Counter, DecrOp, Spread};
 
@@ -119,6 +120,9 @@ enum Message {
 struct Pending {
     keys: Vec<(Vec<u8>, Option<Counter>)>,
     client_units: i64,
+    /// A transfer or fold step, replicated as the step (the glue's `CTR.STEP`): the replica
+    /// replays it on its own state, which must reach the master's (`keys`).
+    step: Option<Step>,
 }
 
 /// Audit answers held for the replica: (asker, answers, writes the replica must hold).
@@ -167,7 +171,6 @@ struct Sim {
     floor: Option<i64>,
     /// Every client unit acknowledged and not taken back by a failover.
     expected: i64,
-    next_index: usize,
     faults: bool,
     /// Sealed holders a user renamed, by their listed name: (new name, units). The glue's read
     /// counts the listed name (now missing), so the total dips by the units until the fold's
@@ -175,7 +178,33 @@ struct Sim {
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
     /// `ctr.orphan-grace-ms` of this schedule.
     grace: i64,
+    /// A replayed step that did not reach the master's state (reported by `check`).
+    replay_error: Option<String>,
     log: String,
+}
+
+/// The replica's replay of a step (the glue's `CTR.STEP`) on what it holds: why it did not
+/// reach the master's state `keys` (one key), None when it did.
+fn replay(
+    replica: &BTreeMap<Vec<u8>, Counter>,
+    step: &Step,
+    keys: &[(Vec<u8>, Option<Counter>)],
+) -> Option<String> {
+    let [(key, Some(want))] = keys else {
+        return Some("a step that wrote another key than its own".to_string());
+    };
+    let mut c = replica
+        .get(key)
+        .cloned()
+        .unwrap_or_else(|| Counter::plain(0));
+    let replayed = c.apply_step(key, step);
+    (c != *want).then(|| {
+        format!(
+            "the replica's replay of {step:?} on {} ({replayed:?}) did not reach the master's \
+             state",
+            show(key)
+        )
+    })
 }
 
 /// A key that would carry an expiry in the glue: a folded holder whose fold was answered (the
@@ -198,10 +227,10 @@ impl Sim {
             home: b"{sale}stock".to_vec(),
             floor: None,
             expected: 0,
-            next_index: 1,
             faults: true,
             renamed: Vec::new(),
             grace: 0,
+            replay_error: None,
             log: String::new(),
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
@@ -225,6 +254,16 @@ impl Sim {
 
     /// One command writing keys of one slot (so of one master).
     fn write_keys(&mut self, keys: Vec<(Vec<u8>, Option<Counter>)>, client_units: i64) {
+        self.write_replicated_as(keys, client_units, None);
+    }
+
+    /// A write whose replication is `step` when there is one, else the states it leaves.
+    fn write_replicated_as(
+        &mut self,
+        keys: Vec<(Vec<u8>, Option<Counter>)>,
+        client_units: i64,
+        step: Option<Step>,
+    ) {
         let m = &mut self.masters[master_of(&keys[0].0)];
         for (key, state) in &keys {
             match state {
@@ -232,19 +271,23 @@ impl Sim {
                 None => m.keys.remove(key),
             };
         }
-        m.unreplicated.push_back(Pending { keys, client_units });
+        m.unreplicated.push_back(Pending {
+            keys,
+            client_units,
+            step,
+        });
         m.written += 1;
         self.expected += client_units;
     }
 
-    /// Runs `f` on the key's counter (a fresh 0 when missing) and writes the result when it
-    /// changed anything.
-    fn update<R>(&mut self, key: &[u8], f: impl FnOnce(&mut Counter) -> R) -> R {
+    /// One transfer or fold step on `key`'s master (`Counter::apply_step`, the glue's
+    /// `write_step`), written when it changed anything and replicated as the step.
+    fn take_step(&mut self, key: &[u8], step: Step) -> Result<StepOutcome, TransferError> {
         let before = self.get(key).cloned();
         let mut c = before.clone().unwrap_or_else(|| Counter::plain(0));
-        let r = f(&mut c);
+        let r = c.apply_step(key, &step);
         if before.as_ref() != Some(&c) && !(before.is_none() && c == Counter::plain(0)) {
-            self.write(key, Some(c), 0);
+            self.write_replicated_as(vec![(key.to_vec(), Some(c))], 0, Some(step));
         }
         r
     }
@@ -256,7 +299,6 @@ impl Sim {
         let id = spread_id_from(self.rng.next().to_le_bytes(), floored);
         let count = 3 + self.rng.below(4);
         let holders = plan_holders(&home, id, &[], count, &Standalone).expect("free slots");
-        self.next_index = self.next_index.max(count);
         let value = 20 + self.rng.below(80) as i64;
         let floor = floored.then(|| self.rng.below(10) as i64);
         let mut c = Counter::plain(value);
@@ -296,16 +338,20 @@ impl Sim {
         }
     }
 
-    /// A new holder's name, carrying the home name the others carry (the glue's planner).
-    fn new_holder_name(&mut self, spread_id: u64) -> Vec<u8> {
-        self.next_index += 1;
-        let current = self
-            .home_counter()
-            .and_then(|h| h.spread())
-            .map(|s| s.holders.clone());
-        let names = current.unwrap_or_default();
+    /// A new holder's name as the glue's planner picks it: the next index, the home name the
+    /// others carry, never a name the home `c` knows (nor an attempt at or below one it knows
+    /// at that place, so that holders of one place are made in increasing attempts).
+    fn new_holder_name(&self, c: &Counter, spread: &Spread) -> Option<Vec<u8>> {
+        let names = &spread.holders;
         let home = carried_home(names.iter().map(Vec::as_slice)).unwrap_or(&self.home);
-        holder_name(home, spread_id, self.next_index, 0)
+        let taken = |n: &[u8]| c.transfers().is_some_and(|t| t.knows_name(n));
+        let later = c.transfers().map(|t| t.first_attempts(spread.id));
+        let first = |index| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
+        let target = names.len() + 2;
+        let mut added =
+            plan_holders_avoiding(home, spread.id, names, target, &Standalone, &taken, &first)
+                .ok()?;
+        added.pop()
     }
 
     fn home_counter(&self) -> Option<&Counter> {
@@ -335,17 +381,22 @@ impl Sim {
     }
 
     fn start_move(&mut self, giver: &[u8], receiver: &[u8], units: i64) {
-        let (now, id) = (self.now, self.rng.id());
-        let from = Giver {
-            name: giver,
-            new_id: id,
+        let step = Step::Move {
+            receiver: receiver.to_vec(),
+            dv: 0,
+            df: -units,
+            now_ms: self.now,
+            new_id: self.rng.id(),
         };
-        let started = self.update(giver, |c| c.start_transfer(receiver, 0, -units, now, from));
+        let started = match self.take_step(giver, step) {
+            Ok(StepOutcome::Moved(o)) => Ok(o.seq),
+            Ok(other) => panic!("a move gave {other:?}"),
+            Err(e) => Err(e),
+        };
         self.note(format_args!(
-            "move {units} {} -> {}: {:?}",
+            "move {units} {} -> {}: {started:?}",
             show(giver),
             show(receiver),
-            started.map(|o| o.seq)
         ));
     }
 
@@ -413,23 +464,18 @@ impl Sim {
                     .map(|(k, _)| k.clone())
                     .collect();
                 if self.get(&s.holder).is_none() && !carriers.is_empty() {
-                    let (now, id) = (self.now, self.rng.id());
+                    let seal = self.seal_step(&s);
                     for k in carriers {
-                        let g = Giver {
-                            name: &k,
-                            new_id: id,
-                        };
-                        let _ = self.update(&k, |c| c.seal_into(&s.home, s.fold_id, now, g));
+                        let _ = self.take_step(&k, seal.clone());
                     }
                     return;
                 }
-                let _ = self.update(&s.holder, |c| c.retarget_moves_to(&s.home));
-                let (now, id) = (self.now, self.rng.id());
-                let holder = Giver {
-                    name: &s.holder,
-                    new_id: id,
+                let retarget = Step::RetargetMoves {
+                    home: s.home.clone(),
                 };
-                let _ = self.update(&s.holder, |c| c.seal_into(&s.home, s.fold_id, now, holder));
+                let _ = self.take_step(&s.holder, retarget);
+                let seal = self.seal_step(&s);
+                let _ = self.take_step(&s.holder, seal);
             }
             Message::Credit(credit) => self.on_credit(credit),
             Message::Headroom {
@@ -463,10 +509,20 @@ impl Sim {
             }
             Message::Answer(a) => {
                 if self.get(&a.giver).is_some_and(|c| c.answer_matters(&a)) {
-                    let r = self.update(&a.giver, |c| c.apply_answer(&a));
+                    let r = self.take_step(&a.giver.clone(), Step::Answer(a));
                     r.expect("an answer that matters applies");
                 }
             }
+        }
+    }
+
+    /// The holder's master seals a key for the fold `s` asks, now.
+    fn seal_step(&mut self, s: &Seal) -> Step {
+        Step::Seal {
+            home: s.home.clone(),
+            fold_id: s.fold_id,
+            now_ms: self.now,
+            new_id: self.rng.id(),
         }
     }
 
@@ -474,9 +530,11 @@ impl Sim {
         let outcome = match Counter::credit_outcome_at(self.get(&credit.receiver), &credit) {
             Some(CreditOutcome::NotYet) => return, // sent again later
             Some(o) => o,
-            None => match self.update(&credit.receiver, |c| c.apply_credit(&credit)) {
-                Ok(CreditOutcome::NotYet) | Err(TransferError::Counter(_)) => return,
-                Ok(o) => o,
+            None => match self.take_step(&credit.receiver, Step::Credit(credit.clone())) {
+                Ok(StepOutcome::Credited(CreditOutcome::NotYet)) => return,
+                Err(TransferError::Counter(_)) => return,
+                Ok(StepOutcome::Credited(o)) => o,
+                Ok(other) => panic!("credit {credit:?}: {other:?}"),
                 Err(e) => panic!("credit {credit:?}: {e:?}"),
             },
         };
@@ -564,17 +622,24 @@ impl Sim {
 
     fn replicate_one(&mut self, master: usize) {
         let m = &mut self.masters[master];
-        if let Some(p) = m.unreplicated.pop_front() {
-            m.replicated += 1;
-            for (key, state) in p.keys {
-                match state {
-                    Some(c) => m.replica.insert(key, c),
-                    None => m.replica.remove(&key),
-                };
-            }
+        let Some(p) = m.unreplicated.pop_front() else {
+            return;
+        };
+        m.replicated += 1;
+        let diverged = p
+            .step
+            .as_ref()
+            .and_then(|step| replay(&m.replica, step, &p.keys));
+        for (key, state) in p.keys {
+            match state {
+                Some(c) => m.replica.insert(key, c),
+                None => m.replica.remove(&key),
+            };
+        }
+        if self.replay_error.is_none() {
+            self.replay_error = diverged;
         }
     }
-
     fn failover(&mut self, master: usize) {
         let m = &mut self.masters[master];
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
@@ -699,11 +764,11 @@ impl Sim {
         };
         let target = 1 + self.rng.below(count);
         let home = self.home.clone();
-        let mut ids: Vec<u64> = (0..count).map(|_| self.rng.id()).collect();
-        let mut c = self.home_counter().cloned().expect("a spread home");
-        let gone = c.begin_shrink(target, &mut || ids.pop().unwrap_or(2));
-        if let Ok(gone) = gone {
-            self.write(&home, Some(c), 0);
+        let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
+        let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
+        if let Ok(StepOutcome::Shrunk(gone)) =
+            self.take_step(&home, Step::Shrink { target, fold_ids })
+        {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
     }
@@ -718,7 +783,9 @@ impl Sim {
         if spread.holders.len() >= 6 {
             return;
         }
-        let name = self.new_holder_name(spread.id);
+        let Some(name) = self.new_holder_name(&c, &spread) else {
+            return;
+        };
         spread.holders.push(name.clone());
         if c.set_spread(spread).is_err() {
             return; // two holders in one slot: the planner would pick another name
@@ -751,7 +818,6 @@ impl Sim {
         let Ok(holders) = plan_holders(&home, id, &[], count, &Standalone) else {
             return;
         };
-        self.next_index = self.next_index.max(count);
         let spread = Spread {
             id,
             holders: holders.clone(),
@@ -1235,6 +1301,9 @@ impl Sim {
     }
 
     fn check(&self) -> Result<(), String> {
+        if let Some(e) = &self.replay_error {
+            return Err(e.clone());
+        }
         let keys = self.accounted_keys();
         let total = self.total();
         let expected = self.expected - self.renamed_units_out();

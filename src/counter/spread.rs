@@ -176,6 +176,8 @@ pub struct HolderName<'a> {
     /// The spread id in the tag; 0 for a name from before spread ids (`{ctr.<i>.<k>}`).
     pub spread_id: u64,
     pub index: usize,
+    /// The planner's search attempt (the tag's last field).
+    pub attempt: usize,
     pub home: &'a [u8],
 }
 
@@ -191,7 +193,7 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
         let canonical = !f.is_empty() && f.len() <= 10 && (f == b"0" || f[0] != b'0');
         canonical.then(|| std::str::from_utf8(f).ok()?.parse().ok())?
     };
-    let (spread_id, index, _attempt) = match fields.as_slice() {
+    let (spread_id, index, attempt) = match fields.as_slice() {
         [i, k] => (0, decimal(i)?, decimal(k)?),
         [id, i, k] => {
             let hex = id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -204,6 +206,7 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
     (index >= 1 && !home.is_empty() && id_ok).then_some(HolderName {
         spread_id,
         index,
+        attempt,
         home,
     })
 }
@@ -259,11 +262,21 @@ pub fn plan_holders(
     target: usize,
     owners: &impl SlotOwners,
 ) -> Result<Vec<Vec<u8>>, PlanError> {
-    plan_holders_avoiding(home, spread_id, existing, target, owners, &|_| false)
+    plan_holders_avoiding(
+        home,
+        spread_id,
+        existing,
+        target,
+        owners,
+        &|_| false,
+        &|_| 0,
+    )
 }
 
 /// [`plan_holders`], never choosing a name `taken` refuses (a holder folded back earlier may
-/// still exist, sealed, under its old name).
+/// still exist, sealed, under its old name), and at each index no attempt below
+/// `first_attempt(index)` (the home knows a name at that place with a later attempt: the
+/// holders of one place are made in increasing attempts, `crate::counter::folded`).
 pub fn plan_holders_avoiding(
     home: &[u8],
     spread_id: u64,
@@ -271,6 +284,7 @@ pub fn plan_holders_avoiding(
     target: usize,
     owners: &impl SlotOwners,
     taken: &dyn Fn(&[u8]) -> bool,
+    first_attempt: &dyn Fn(usize) -> u32,
 ) -> Result<Vec<Vec<u8>>, PlanError> {
     let masters = owners.masters().max(1);
     let mut used: Vec<bool> = vec![false; SLOTS as usize];
@@ -295,7 +309,8 @@ pub fn plan_holders_avoiding(
         // Each slot belongs to one master; 16384 attempts per master find one of its free
         // slots with overwhelming likelihood when it has any.
         let attempts = 16 * u32::from(SLOTS);
-        let name = (0..attempts)
+        let first = first_attempt(index).min(u32::MAX - attempts);
+        let name = (first..first + attempts)
             .map(|attempt| holder_name(home, spread_id, index, attempt))
             .find(|name| {
                 let slot = key_slot(name);
@@ -378,10 +393,9 @@ mod tests {
     fn regrowing_never_reuses_a_folded_name() {
         let first = plan_holders(b"k", 7, &[], 4, &Ranges(3)).unwrap();
         let folded = first[1..].to_vec();
-        let again = plan_holders_avoiding(b"k", 7, &first[..1], 4, &Ranges(3), &|n| {
-            folded.iter().any(|f| f == n)
-        })
-        .unwrap();
+        let taken = |n: &[u8]| folded.iter().any(|f| f == n);
+        let again =
+            plan_holders_avoiding(b"k", 7, &first[..1], 4, &Ranges(3), &taken, &|_| 0).unwrap();
         assert!(again.iter().all(|n| !folded.contains(n)));
         let all: Vec<Vec<u8>> = first[..1].iter().chain(&again).cloned().collect();
         assert_eq!(per_master(b"k", &all, &Ranges(3)), vec![2, 1, 1]);

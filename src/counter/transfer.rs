@@ -40,6 +40,7 @@
 //! had acknowledged) only while the home, when it sums, still lists it as leaving: before the
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
+use super::folded::{self, FoldedMark};
 use super::{exact_sum, Counter, CounterError};
 use crate::counter::spread::{
     carried_home, parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME,
@@ -178,6 +179,10 @@ pub struct Transfers {
     /// dropped: every credit a holder of such a spread can still send is a repeat
     /// ([`Counter::retire_spread`]).
     pub retired: Vec<u64>,
+    /// Home only: holders of its spreads folded back here, by place (one mark per index,
+    /// `crate::counter::folded`): their inbox entries were dropped, a credit from a name a
+    /// mark covers is a repeat.
+    pub folded: Vec<FoldedMark>,
 }
 
 /// Why a transfer step was refused.
@@ -238,7 +243,9 @@ impl Transfers {
     /// applied here: its inbox entry is at or above it, or `from` is a holder of a spread this
     /// home retired (every credit such a holder can send was applied or answered).
     pub fn has_applied(&self, giver_id: u64, from: &[u8], seq: u64) -> bool {
-        self.applied_from(giver_id, from) >= seq || self.is_retired_holder(from)
+        self.applied_from(giver_id, from) >= seq
+            || self.is_retired_holder(from)
+            || folded::covers(&self.folded, from)
     }
 
     /// True when `name` is a holder of a spread this home retired.
@@ -248,11 +255,19 @@ impl Transfers {
     }
 
     /// True when `name` was ever folded into (or is folding into) this counter, or gave it
-    /// anything: a name a new holder must not take (the old key may still be sealed).
+    /// anything, or a mark covers it: a name a new holder must not take (the old key may still
+    /// be sealed).
     pub fn knows_name(&self, name: &[u8]) -> bool {
         self.inbox.iter().any(|e| e.name == name)
             || self.leaving.iter().any(|l| l.name == name)
             || self.is_retired_holder(name)
+            || folded::covers(&self.folded, name)
+    }
+
+    /// The first planner attempt a new holder of the spread `spread_id` may take at each index
+    /// (absent: 0): above every name this home knows at that place ([`folded`]).
+    pub fn first_attempts(&self, spread_id: u64) -> std::collections::BTreeMap<u64, u64> {
+        folded::first_attempts(self, spread_id)
     }
 
     /// The leaving holder a fold credit ends, if this home still expects it.
@@ -266,6 +281,7 @@ impl Transfers {
     pub fn validate(&self) -> Result<(), CounterError> {
         let bad = |why| Err(CounterError::InvalidOperation(why));
         let name_ok = |n: &[u8]| !n.is_empty() && n.len() <= MAX_NAME;
+        folded::validate(self, &[])?;
         if self.outbox.len() > MAX_ENTRIES
             || self.inbox.len() > MAX_ENTRIES
             || self.leaving.len() > MAX_HOLDERS
@@ -357,6 +373,7 @@ impl Transfers {
             .chain(self.sealed_into.iter().map(Vec::capacity))
             .sum::<usize>()
             + self.retired.capacity() * std::mem::size_of::<u64>()
+            + self.folded.capacity() * std::mem::size_of::<FoldedMark>()
             + self.outbox.capacity() * std::mem::size_of::<Outgoing>()
             + self.inbox.capacity() * std::mem::size_of::<Applied>()
             + self.leaving.capacity() * std::mem::size_of::<Leaving>()
@@ -730,11 +747,25 @@ impl Counter {
             if let Some(i) = t.leaving_slot(c.fold_id, &c.from) {
                 t.leaving.remove(i);
             }
+            self.mark_folded(&c.from);
             if let Some(h) = parse_holder_name(&c.from) {
                 self.retire_spread(h.spread_id);
             }
         }
         Ok(CreditOutcome::Applied)
+    }
+
+    /// On a home, after the fold credit of `holder`: its place is marked when its spread is
+    /// this home's current one ([`folded::fold_landed`]).
+    fn mark_folded(&mut self, holder: &[u8]) {
+        let Some(ext) = self.ext.as_deref_mut() else {
+            return;
+        };
+        let spread = ext.spread.as_deref();
+        if let Some(t) = ext.transfers.as_deref_mut() {
+            let holders = spread.map_or(&[][..], |s| s.holders.as_slice());
+            folded::fold_landed(t, spread.map(|s| s.id), holders, holder);
+        }
     }
 
     /// On a home, after a fold credit: when the spread `spread_id` is no longer this home's
@@ -762,6 +793,7 @@ impl Counter {
         }
         t.inbox.retain(|e| !of_it(&e.name));
         t.inbox.shrink_to_fit();
+        folded::forget_spread(t, spread_id);
         t.leaving.shrink_to_fit();
         if t.retired.len() >= MAX_RETIRED {
             t.retired.remove(0);
@@ -1864,6 +1896,7 @@ mod tests {
                 leaving(b"{ctr.2.0}k", LEGACY_FOLD),
             ],
             retired: vec![9, 4],
+            folded: Vec::new(),
         };
         ok.validate().unwrap();
         let sealed = Transfers {

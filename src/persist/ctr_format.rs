@@ -52,6 +52,11 @@
 //!             first: spreads this home had and retired, all their folds applied (their
 //!             givers' inbox entries dropped; `Transfers::retired`). Written when not empty;
 //!             files without it retire nothing.
+//!  18 FOLDED  uvarint n (1..=MAX_MARKS), n x (u64 LE spread id (nonzero), uvarint index (>= 1),
+//!             uvarint attempt) by strictly increasing (spread id, index): holders of a spread
+//!             this home still has (or has not retired yet) folded back here, by place, their
+//!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
+//!             when not empty; files without it mark nothing.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -61,6 +66,7 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::tokens::TokenEntry;
@@ -90,6 +96,7 @@ const TAG_SPREAD_FLOOR: u8 = 13;
 const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
+const TAG_FOLDED: u8 = 18;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -154,6 +161,7 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
     let retired = &t.retired;
     let rest = Transfers {
         retired: Vec::new(),
+        folded: Vec::new(),
         ..t.clone()
     };
     if !rest.is_empty() {
@@ -165,9 +173,15 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
             w.fixed_u64(*id);
         }
     }
+    if !t.folded.is_empty() {
+        w.u8(TAG_FOLDED).uvarint(t.folded.len() as u64);
+        for m in &t.folded {
+            w.fixed_u64(m.spread_id).uvarint(m.index).uvarint(m.attempt);
+        }
+    }
 }
 
-/// Section 16 (every part of the transfer state but the retired spreads).
+/// Section 16 (every part of the transfer state but the retired spreads and the marks).
 fn encode_transfer_ids(w: &mut Writer, t: &Transfers) {
     w.u8(TAG_TRANSFER_IDS)
         .fixed_u64(t.giver_id)
@@ -257,12 +271,30 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
         sealed_into,
         leaving,
         retired: Vec::new(),
+        folded: Vec::new(),
     };
     if t.is_empty() {
         return decode_error("CTR transfer section with nothing in it");
     }
     // Order, uniqueness and seqs are checked by Counter::from_parts.
     Ok(t)
+}
+
+/// Section 18: order, ids and what the marks cover are checked by Counter::from_parts.
+fn decode_folded(r: &mut Reader) -> Result<Vec<FoldedMark>, DecodeError> {
+    let n = r.count(MAX_MARKS, 10)?;
+    if n == 0 {
+        return decode_error("CTR folded section with nothing in it");
+    }
+    (0..n)
+        .map(|_| {
+            Ok(FoldedMark {
+                spread_id: r.fixed_u64()?,
+                index: r.uvarint()?,
+                attempt: r.uvarint()?,
+            })
+        })
+        .collect()
 }
 
 fn encode_history(w: &mut Writer, h: &History) {
@@ -359,6 +391,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
                     .collect::<Result<Vec<_>, DecodeError>>()?;
                 // Zero and repeated ids are refused by Counter::from_parts.
                 transfers.get_or_insert_with(Transfers::default).retired = ids;
+            }
+            TAG_FOLDED => {
+                transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
             other => return decode_error(format!("unknown CTR section {other}")),
         }
@@ -941,6 +976,11 @@ mod tests {
 
     /// A home with every holder of spread `id` folded back (shrunk to 1): retired.
     fn retired_home(id: u64) -> Counter {
+        shrunk_home(id, 1)
+    }
+
+    /// A home of spread `id` with 3 holders shrunk to `target`, every fold landed.
+    fn shrunk_home(id: u64, target: usize) -> Counter {
         let home = b"{tag}home";
         let mut c = Counter::plain(4);
         let holders = crate::counter::spread::plan_holders(
@@ -958,14 +998,9 @@ mod tests {
         })
         .unwrap();
         let mut ids = 40..;
-        c.begin_shrink(1, &mut || ids.next().unwrap()).unwrap();
-        for (i, name) in holders.iter().enumerate() {
-            let fold_id = c
-                .leaving()
-                .iter()
-                .find(|l| &l.name == name)
-                .unwrap()
-                .fold_id;
+        c.begin_shrink(target, &mut || ids.next().unwrap()).unwrap();
+        for (i, gone) in c.leaving().to_vec().into_iter().enumerate() {
+            let (name, fold_id) = (&gone.name, gone.fold_id);
             let mut holder = Counter::plain(3);
             let out = holder
                 .seal_into(home, fold_id, 1_000, giver(name, 9 + i as u64))
@@ -984,6 +1019,42 @@ mod tests {
             c.apply_credit(&credit).unwrap();
         }
         c
+    }
+
+    #[test]
+    fn folded_marks_roundtrip_in_their_own_section_and_forged_ones_are_refused() {
+        let c = shrunk_home(6, 2);
+        let t = c.transfers().unwrap();
+        assert_eq!((t.folded.len(), t.inbox.len()), (1, 0), "{t:?}");
+        let bytes = encode(&c);
+        assert_eq!(decode(&bytes).unwrap(), c);
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len]).is_err(), "prefix {len}");
+        }
+        let kept = c.spread().unwrap().holders[0].clone();
+        let section = |marks: &[(u64, u64, u64)]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            w.u8(TAG_SPREAD).uvarint(1).bytes(&kept);
+            w.u8(TAG_SPREAD_ID).fixed_u64(6);
+            w.u8(TAG_FOLDED).uvarint(marks.len() as u64);
+            for (id, index, attempt) in marks {
+                w.fixed_u64(*id).uvarint(*index).uvarint(*attempt);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        let place = crate::counter::folded::place(&kept).unwrap();
+        assert!(section(&[(6, 2, 9), (8, 1, 0)]).is_ok());
+        assert!(section(&[]).is_err(), "empty");
+        assert!(section(&[(0, 2, 9)]).is_err(), "no spread id");
+        assert!(section(&[(6, 0, 9)]).is_err(), "index 0");
+        assert!(section(&[(6, 3, 1), (6, 2, 1)]).is_err(), "out of order");
+        assert!(section(&[(6, 2, 1), (6, 2, 5)]).is_err(), "repeated");
+        assert!(
+            section(&[(6, 1, place.attempt)]).is_err(),
+            "a mark covering a current holder"
+        );
     }
 
     #[test]

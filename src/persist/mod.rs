@@ -14,6 +14,7 @@ pub mod gather_msg;
 pub mod pnc_format;
 pub mod pnc_type;
 pub mod resp;
+pub mod step_msg;
 pub mod transfer_msg;
 
 use redis_module::raw;

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 CARGO=${CARGO:-cargo}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"ctr_state ctr_apply effect pnc_state ctr_args pnc_args"}
+targets=${FUZZ_TARGETS:-"ctr_state ctr_apply ctr_step effect pnc_state ctr_args pnc_args"}
 sanitizer=${FUZZ_SANITIZER:-none}
 timeout=${FUZZ_TIMEOUT:-5}
 max_len=${FUZZ_MAX_LEN:-524288}

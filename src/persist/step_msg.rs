@@ -1,0 +1,317 @@
+//! The encoding of a replicated transfer or fold step (`CTR.STEP key <step>`, see
+//! `crate::counter::step`): what the master did to the key, not the key's state. The key's
+//! name is not repeated: it is the giver of a move or a seal, the receiver of a credit, the
+//! giver an answer is for.
+//!
+//! ```text
+//! u8 version (= 1)
+//! u8 kind, then:
+//!   1 MOVE      (uvarint len, receiver), ivarint dv, ivarint df, ivarint now ms,
+//!               u64 LE new giver id (nonzero)
+//!   2 SHRINK    uvarint target holders (1..=MAX_HOLDERS), uvarint n (<= MAX_HOLDERS),
+//!               n x u64 LE fold id (one per holder that starts leaving, in holder order)
+//!   3 SEAL      (uvarint len, home), u64 LE fold id (nonzero), ivarint now ms,
+//!               u64 LE new giver id (nonzero)
+//!   4 RETARGET  (uvarint len, home)
+//!   5 CREDIT    (uvarint len, giver), u8 0 (the giver's name is its name at the debit) or
+//!               1 + (uvarint len, name at the debit), u64 LE giver id, uvarint seq (>= 1),
+//!               ivarint dv, ivarint df, u64 LE fold id (0: a budget move)
+//!   6 ANSWER    (uvarint len, receiver), uvarint seq (>= 1), u8 refused (0 or 1)
+//! nothing may follow
+//! ```
+//! An unknown version or kind, a truncation, trailing bytes, a name of 0 or more than
+//! `MAX_NAME` bytes are errors: the command refuses the step and changes nothing. A later
+//! change adds a kind, or a version (every old version keeps its decoder).
+
+use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::spread::MAX_HOLDERS;
+use crate::counter::step::Step;
+use crate::counter::transfer::{Ack, Credit, MAX_NAME};
+
+const VERSION: u8 = 1;
+const FAMILY: &str = "CTR step";
+
+const KIND_MOVE: u8 = 1;
+const KIND_SHRINK: u8 = 2;
+const KIND_SEAL: u8 = 3;
+const KIND_RETARGET: u8 = 4;
+const KIND_CREDIT: u8 = 5;
+const KIND_ANSWER: u8 = 6;
+
+pub fn encode(step: &Step) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(VERSION);
+    match step {
+        Step::Move {
+            receiver,
+            dv,
+            df,
+            now_ms,
+            new_id,
+        } => w
+            .u8(KIND_MOVE)
+            .bytes(receiver)
+            .ivarint(*dv)
+            .ivarint(*df)
+            .ivarint(*now_ms)
+            .fixed_u64(*new_id),
+        Step::Shrink { target, fold_ids } => {
+            w.u8(KIND_SHRINK)
+                .uvarint(*target as u64)
+                .uvarint(fold_ids.len() as u64);
+            for id in fold_ids {
+                w.fixed_u64(*id);
+            }
+            &mut w
+        }
+        Step::Seal {
+            home,
+            fold_id,
+            now_ms,
+            new_id,
+        } => w
+            .u8(KIND_SEAL)
+            .bytes(home)
+            .fixed_u64(*fold_id)
+            .ivarint(*now_ms)
+            .fixed_u64(*new_id),
+        Step::RetargetMoves { home } => w.u8(KIND_RETARGET).bytes(home),
+        Step::Credit(c) => {
+            w.u8(KIND_CREDIT).bytes(&c.giver);
+            match c.from == c.giver {
+                true => w.u8(0),
+                false => w.u8(1).bytes(&c.from),
+            };
+            w.fixed_u64(c.giver_id)
+                .uvarint(c.seq)
+                .ivarint(c.dv)
+                .ivarint(c.df)
+                .fixed_u64(c.fold_id)
+        }
+        Step::Answer(a) => w
+            .u8(KIND_ANSWER)
+            .bytes(&a.receiver)
+            .uvarint(a.seq)
+            .u8(u8::from(a.refused)),
+    };
+    w.finish()
+}
+
+/// The step `buf` carries for the key `key`.
+pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
+    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
+    let step = match r.u8()? {
+        KIND_MOVE => Step::Move {
+            receiver: name(&mut r)?,
+            dv: r.ivarint()?,
+            df: r.ivarint()?,
+            now_ms: r.ivarint()?,
+            new_id: nonzero(&mut r, "giver id")?,
+        },
+        KIND_SHRINK => {
+            let target = r.uvarint()?;
+            if target == 0 || target > MAX_HOLDERS as u64 {
+                return decode_error("shrink target out of range");
+            }
+            let n = r.count(MAX_HOLDERS, 8)?;
+            let fold_ids = (0..n)
+                .map(|_| r.fixed_u64())
+                .collect::<Result<Vec<_>, DecodeError>>()?;
+            Step::Shrink {
+                target: target as usize,
+                fold_ids,
+            }
+        }
+        KIND_SEAL => Step::Seal {
+            home: name(&mut r)?,
+            fold_id: nonzero(&mut r, "fold id")?,
+            now_ms: r.ivarint()?,
+            new_id: nonzero(&mut r, "giver id")?,
+        },
+        KIND_RETARGET => Step::RetargetMoves {
+            home: name(&mut r)?,
+        },
+        KIND_CREDIT => {
+            let giver = name(&mut r)?;
+            let from = match r.u8()? {
+                0 => giver.clone(),
+                1 => name(&mut r)?,
+                other => return decode_error(format!("unknown credit name form {other}")),
+            };
+            Step::Credit(Credit {
+                giver,
+                from,
+                receiver: key.to_vec(),
+                giver_id: r.fixed_u64()?,
+                seq: seq(&mut r)?,
+                dv: r.ivarint()?,
+                df: r.ivarint()?,
+                fold_id: r.fixed_u64()?,
+            })
+        }
+        KIND_ANSWER => Step::Answer(Ack {
+            giver: key.to_vec(),
+            receiver: name(&mut r)?,
+            seq: seq(&mut r)?,
+            refused: match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return decode_error(format!("unknown answer outcome {other}")),
+            },
+        }),
+        other => return decode_error(format!("unknown {FAMILY} kind {other}")),
+    };
+    r.end(step, FAMILY)
+}
+
+fn name(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
+    r.key_name(MAX_NAME, FAMILY)
+}
+
+/// A fixed-width id that must not be 0.
+fn nonzero(r: &mut Reader, what: &str) -> Result<u64, DecodeError> {
+    match r.fixed_u64()? {
+        0 => decode_error(format!("{what} 0 in a {FAMILY}")),
+        v => Ok(v),
+    }
+}
+
+fn seq(r: &mut Reader) -> Result<u64, DecodeError> {
+    match r.uvarint()? {
+        0 => decode_error(format!("seq 0 in a {FAMILY}")),
+        v => Ok(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[u8] = b"{ctr.0000000000000006.1.0}k";
+
+    fn samples() -> Vec<Step> {
+        let credit = Credit {
+            giver: b"g\x00\xff".to_vec(),
+            from: b"f".to_vec(),
+            receiver: KEY.to_vec(),
+            giver_id: 77,
+            seq: u64::MAX,
+            dv: i64::MIN,
+            df: -5,
+            fold_id: 0,
+        };
+        vec![
+            Step::Move {
+                receiver: b"r".to_vec(),
+                dv: 0,
+                df: i64::MIN,
+                now_ms: i64::MAX,
+                new_id: u64::MAX,
+            },
+            Step::Shrink {
+                target: 1,
+                fold_ids: vec![2, u64::MAX],
+            },
+            Step::Shrink {
+                target: MAX_HOLDERS,
+                fold_ids: Vec::new(),
+            },
+            Step::Seal {
+                home: b"k".to_vec(),
+                fold_id: 9,
+                now_ms: -1,
+                new_id: 3,
+            },
+            Step::RetargetMoves {
+                home: vec![b'h'; MAX_NAME],
+            },
+            Step::Credit(credit.clone()),
+            Step::Credit(Credit {
+                from: credit.giver.clone(),
+                fold_id: 5,
+                ..credit
+            }),
+            Step::Answer(Ack {
+                giver: KEY.to_vec(),
+                receiver: b"k".to_vec(),
+                seq: 1,
+                refused: true,
+            }),
+        ]
+    }
+
+    #[test]
+    fn steps_roundtrip_and_every_truncation_or_trailing_byte_is_refused() {
+        for step in samples() {
+            let buf = encode(&step);
+            assert_eq!(decode(KEY, &buf), Ok(step.clone()));
+            for len in 0..buf.len() {
+                assert!(decode(KEY, &buf[..len]).is_err(), "{step:?} prefix {len}");
+            }
+            let mut trailing = buf.clone();
+            trailing.push(0);
+            assert!(decode(KEY, &trailing).is_err(), "{step:?} trailing");
+        }
+    }
+
+    #[test]
+    fn unknown_versions_kinds_and_out_of_range_fields_are_refused() {
+        let buf = encode(&samples()[0]);
+        for v in [0, 2, 255] {
+            let mut other = buf.clone();
+            other[0] = v;
+            assert!(decode(KEY, &other).is_err(), "version {v}");
+        }
+        for kind in [0, 7, 255] {
+            let mut other = buf.clone();
+            other[1] = kind;
+            assert!(decode(KEY, &other).is_err(), "kind {kind}");
+        }
+        let forged = |body: &dyn Fn(&mut Writer)| {
+            let mut w = Writer::new();
+            w.u8(VERSION);
+            body(&mut w);
+            decode(KEY, &w.finish())
+        };
+        assert!(forged(&|w| {
+            w.u8(KIND_SHRINK).uvarint(0).uvarint(0);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_SHRINK).uvarint(MAX_HOLDERS as u64 + 1).uvarint(0);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_SHRINK).uvarint(2).uvarint(u64::MAX);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_RETARGET).bytes(b"");
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_RETARGET).bytes(&vec![b'h'; MAX_NAME + 1]);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_SEAL)
+                .bytes(b"k")
+                .fixed_u64(0)
+                .ivarint(1)
+                .fixed_u64(3);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_ANSWER).bytes(b"k").uvarint(1).u8(2);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_ANSWER).bytes(b"k").uvarint(0).u8(0);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_CREDIT).bytes(b"g").u8(2);
+        })
+        .is_err());
+    }
+}
