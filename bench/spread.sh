@@ -14,7 +14,8 @@
 #   5. exact reads (issue 24's table): one counter of 16 holders read by 1 and by 10 clients on
 #      its home's master and on a replica of it, next to a plain counter in the same slot read
 #      the same way, and with ctr.gather-cache-ms 100: reads/s, p50/p99/max, and the reads/s as
-#      a share of the plain counter's. `ONLY=reads` runs just this table (REDIS_SERVER picks the
+#      a share of the plain counter's; and once with ctr.read-links no (every request over the
+#      cluster bus). `ONLY=reads` runs just this table (REDIS_SERVER picks the
 #      server: run it once per server of the matrix).
 #
 # Usage (from the repository root, after `make build-tests`, which builds the module and the
@@ -165,6 +166,10 @@ for where in master replica; do
   exact_row "spread, $where" "$at" read16 1 0 $mode
   exact_row "spread, $where" "$at" read16 "$CLIENTS" 0 $mode
   exact_row "spread, $where, gather-cache-ms 100" "$at" read16 "$CLIENTS" 100 $mode
+  # The same reads with every request over the cluster bus (no read links).
+  cli "$at" CONFIG SET ctr.read-links no >/dev/null
+  exact_row "spread, $where, read-links no (the bus)" "$at" read16 "$CLIENTS" 0 $mode
+  cli "$at" CONFIG SET ctr.read-links yes >/dev/null
 done
 cli "$home" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
 cli "$replica_port" CONFIG SET ctr.gather-cache-ms 0 >/dev/null
