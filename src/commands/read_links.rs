@@ -16,7 +16,7 @@
 //!   ([`Delivery::Lost`]), and the gather's own resends (over the bus) and timeout apply as
 //!   before. An answer is recorded by the gather exactly as a bus answer is: only for a request
 //!   id it sent to that master and has not had answered.
-//! - Replies come back in order; each is handed to the gather from a 0 ms timer (a proper
+//! - Replies come back in order; each is handed to the gather from a timer run at once (`ffi::run_soon`) (a proper
 //!   module context, the same iteration of the event loop), never from inside the I/O callback.
 //! - A new link first sends `AUTH` (when `ctr.read-link-user` or `ctr.read-link-password` is
 //!   set) and `CLIENT SETNAME ctr-read-link`. A link that failed is made again after
@@ -478,7 +478,7 @@ fn describe(reply: &RespReply) -> String {
     }
 }
 
-/// Arms the 0 ms timer that hands deliveries to the gather, when there are some.
+/// Arms the timer (`ffi::run_soon`) that hands deliveries to the gather, when there are some.
 fn arm_delivery() {
     let ctx = MODULE_CTX.with(Cell::get);
     let arm = LINKS.with(|l| {
@@ -488,8 +488,7 @@ fn arm_delivery() {
         arm
     });
     if arm {
-        // SAFETY: the module's own detached context; the timer carries no data.
-        unsafe { rm!(RedisModule_CreateTimer)(ctx, 0, Some(on_deliver), std::ptr::null_mut()) };
+        crate::ffi::run_soon(ctx, on_deliver, std::ptr::null_mut());
     }
 }
 

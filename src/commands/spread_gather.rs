@@ -189,13 +189,15 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
             _ if own_units_only => (Rc::default(), 0),
             // A home with gathers pending shares their holder names (a storm of reads of one
             // home of 1,024 long names copies none of them).
-            Some(CounterRef::Boxed(b)) => match pending_names(db, home, b) {
-                Some(shared) => shared,
-                None => {
-                    let (holders, current) = all_holders_of(c);
-                    (Rc::new(holders), current)
+            Some(CounterRef::Boxed(b)) => {
+                match pending_names(db, home, b).or_else(|| cached_names(home, b)) {
+                    Some(shared) => shared,
+                    None => {
+                        let (holders, current) = all_holders_of(c);
+                        (Rc::new(holders), current)
+                    }
                 }
-            },
+            }
             _ => (Rc::default(), 0),
         };
         Reading {
@@ -211,6 +213,20 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
 
 /// The holder names of a pending gather of `home` whose holder list is the counter's own
 /// (current holders, then leaving ones), with the count of current ones.
+/// The cache's copy of `b`'s holder names when it has one for exactly these holders (none
+/// folding back): a hot counter read from the cache copies no name.
+fn cached_names(home: &[u8], b: &crate::counter::Counter) -> Option<(Rc<Vec<Vec<u8>>>, usize)> {
+    if !b.leaving().is_empty() {
+        return None;
+    }
+    let current = b.spread().map_or(&[][..], |s| &s.holders[..]);
+    CACHE.with(|c| {
+        let c = c.borrow();
+        let cached = c.get(home)?;
+        (cached.holders[..] == *current).then(|| (cached.holders.clone(), current.len()))
+    })
+}
+
 fn pending_names(
     db: i32,
     home: &[u8],
@@ -1009,18 +1025,16 @@ enum Within {
     Callback,
 }
 
-/// Sends a started round's requests, arms its resend timer and reads the holders this node
-/// serves: from a 0 ms timer when launched by a command (not inside it: see `Round::locals`),
-/// at once from a callback. A timer armed from a module timer's callback fires a millisecond
-/// later (the server's timer handler reschedules itself at least 1 ms ahead), which made every
-/// queued round wait that long.
+/// Sends a started round's requests, arms its resend tick and reads the holders this node
+/// serves: from a timer run at once (`ffi::run_soon`) when launched by a command (not inside
+/// it: see `Round::locals`), directly from a callback (no timer on the way of a queued round).
 fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
     if send_requests(ctx, id).is_none() {
         return;
     }
     arm_resend_tick(ctx);
     match within {
-        Within::Command => arm_timer(ctx, id, 0, on_local_reads),
+        Within::Command => crate::ffi::run_soon(ctx, on_local_reads, id as usize as *mut c_void),
         Within::Callback => read_locals(ctx, id),
     }
 }
@@ -1074,9 +1088,12 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
     }
 }
 
-type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
-
-fn arm_timer(ctx: *mut raw::RedisModuleCtx, id: u64, after_ms: i64, proc_: TimerProc) {
+fn arm_timer(
+    ctx: *mut raw::RedisModuleCtx,
+    id: u64,
+    after_ms: i64,
+    proc_: crate::ffi::TimerCallback,
+) {
     // SAFETY: ctx is live; the timer's data is the round id itself, not a pointer.
     unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
 }
