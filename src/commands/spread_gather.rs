@@ -1054,8 +1054,7 @@ fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
         round.resend_at = now.saturating_add(wait);
         let holders = &round.holders;
         for request in round.requests.iter_mut().filter(|r| !r.answered) {
-            let names = request.asked.iter().map(|&h| holders[h].as_slice());
-            let payload = gather_msg::encode_request(request.id, names);
+            let payload = request_bytes(holders, request);
             let first = !std::mem::replace(&mut request.sent, true);
             if !(first && read_links::send(&request.node, request.addr, request.id, &payload)) {
                 cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
@@ -1063,6 +1062,12 @@ fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
         }
         Some(round.resend_at)
     })
+}
+
+/// A request's bytes, encoded from its round's one copy of the holder names.
+fn request_bytes(holders: &[Vec<u8>], request: &Request) -> Vec<u8> {
+    let names = request.asked.iter().map(|&h| holders[h].as_slice());
+    gather_msg::encode_request(request.id, names)
 }
 
 /// What a read link delivers: an answer (recorded exactly as one from the bus), or a request
@@ -1078,8 +1083,7 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
                     .requests
                     .iter()
                     .find(|r| r.id == rid && r.node == node && !r.answered)?;
-                let names = request.asked.iter().map(|&h| round.holders[h].as_slice());
-                Some(gather_msg::encode_request(rid, names))
+                Some(request_bytes(&round.holders, request))
             });
             if let Some(payload) = payload {
                 cluster::send(ctx.ptr, &node, MSG_GATHER_REQUEST, &payload);
