@@ -172,8 +172,7 @@ fn the_ledger_survives_aof_rewrite_and_replay() {
     let mut server = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
     let mut c = server.conn();
     seed_ledger(&mut c);
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     c.q("CTR.DECRFLOOR stock 1 TOKEN order-3"); // after the rewrite: replayed from the AOF tail
     let digest = c.q("DEBUG DIGEST");
     server.restart();

@@ -166,8 +166,7 @@ fn a_fold_under_way_survives_reload_rewrite_restore_and_replication() {
     assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
     assert_eq!(digests(&mut c, &keys), before, "DEBUG RELOAD");
 
-    assert!(!c.q("BGREWRITEAOF").is_error());
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     server.restart();
     let mut c = server.conn();
     assert_eq!(digests(&mut c, &keys), before, "AOF rewrite + restart");

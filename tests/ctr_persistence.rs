@@ -122,8 +122,7 @@ fn aof_rewrite_without_preamble_then_restart() {
     let mut server = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
     let mut c = server.conn();
     let mut keys = populate(&mut c);
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     // Writes after the rewrite land in the incremental file and replay on top of it.
     c.q("CTR.ADD cold 8");
     c.q("CTR.ADD after 3");

@@ -321,8 +321,7 @@ fn buckets_and_drift_survive_reload_aof_and_reach_replicas() {
     assert_eq!(r.q("CTR.INFO h").field("last_watermark"), Value::Int(w));
     c.q("DEBUG RELOAD");
     assert_eq!(c.q("DEBUG DIGEST-VALUE h"), digest);
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     drop(replica);
     server.restart();
     let mut c = server.conn();

@@ -280,8 +280,7 @@ fn tokens_survive_aof_rewrite_and_restart() {
     let mut c = server.conn();
     seed_tokens(&mut c);
     c.q("CTR.ADD ttl 1 TOKEN z EX 1000");
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     let digest = c.q("DEBUG DIGEST");
     server.restart();
     let mut c = server.conn();

@@ -255,8 +255,7 @@ fn internal_commands_still_replicate_and_load_from_the_aof() {
     );
 
     // The rewrite writes full states (CTR.SETSTATE, PNC.SETSTATE); later effects follow it.
-    c.q("BGREWRITEAOF");
-    master.wait_persistence_idle();
+    master.rewrite_aof();
     write_effects(&mut c, 1);
     master.wait_replicas(1);
     let on_master = digests(&mut c);

@@ -315,8 +315,7 @@ fn a_refused_tokened_add_is_refused_again_after_a_restock_everywhere() {
     assert_eq!(digest(&mut c), digest(&mut replica.conn()));
     let dump = c.q("DUMP stock").bytes();
     c.cmd(&[&b"RESTORE"[..], b"copy", b"0", &dump]);
-    c.q("BGREWRITEAOF");
-    master.wait_persistence_idle();
+    master.rewrite_aof();
     c.q("DEBUG LOADAOF");
     for key in ["stock", "copy"] {
         assert_eq!(

@@ -118,8 +118,7 @@ fn aof_rewrite_without_preamble_then_restart() {
     let mut server = with_id(&common::AOF_WITHOUT_PREAMBLE, "a");
     let mut c = server.conn();
     let mut keys = populate(&mut c);
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     // Writes after the rewrite land in the incremental file and replay on top of it.
     c.q("PNC.ADD one 8");
     c.q("PNC.ADD after -3");

@@ -172,8 +172,7 @@ fn kill_9_during_an_aof_rewrite_loses_no_acknowledged_write() {
     );
     eprintln!("{acknowledged} acknowledged writes during the rewrite, all there after kill -9");
     // And the interrupted rewrite can be done again.
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     server.restart();
     assert_eq!(server.conn().q("DEBUG DIGEST"), digest);
 }

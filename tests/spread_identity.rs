@@ -324,8 +324,7 @@ fn the_spread_id_survives_reload_rewrite_restore_and_replication() {
     assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
     assert_eq!(identity_of(&mut c, "kept"), before, "DEBUG RELOAD");
 
-    c.q("BGREWRITEAOF");
-    server.wait_persistence_idle();
+    server.rewrite_aof();
     server.restart();
     let mut c = server.conn();
     assert_eq!(
