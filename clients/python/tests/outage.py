@@ -54,7 +54,7 @@ WINDOW = 0.2
 CYCLES = 5
 
 
-def rate(step: Callable[[int], None], seconds: float) -> int:
+def rate(step: Callable[[int], object], seconds: float) -> int:
     """How many ``step`` calls completed in ``seconds`` (any error fails the test)."""
     done = 0
     end = time.monotonic() + seconds
@@ -64,7 +64,7 @@ def rate(step: Callable[[int], None], seconds: float) -> int:
     return done
 
 
-def relative_rates(steps: Sequence[Callable[[int], None]], cycles: int = CYCLES) -> List[float]:
+def relative_rates(steps: Sequence[Callable[[int], object]], cycles: int = CYCLES) -> List[float]:
     """The rate of each step relative to the last one (the control), in ``cycles`` rounds of
     ``WINDOW`` seconds each, taken in turn: a machine shared with other work slows them
     alike, so the ratios hold where raw rates would not."""
@@ -75,7 +75,7 @@ def relative_rates(steps: Sequence[Callable[[int], None]], cycles: int = CYCLES)
     return [t / totals[-1] for t in totals]
 
 
-def key_not_on(rc: RedisCluster, port: int, prefix: str) -> str:
+def key_not_on(rc: Any, port: int, prefix: str) -> str:
     """A fresh key whose slot ``port`` does not serve."""
     key = fresh(prefix)
     while rc.get_node_from_key(key).port == port:
