@@ -71,7 +71,8 @@ fn python_adds_keep_their_rate_with_a_master_down() {
 }
 
 /// One master of three frozen (SIGSTOP, for about 6 s, less than this cluster's node timeout
-/// of 15 s, so that nothing fails over) while `Ctr.add` (plain and tokened) and the coalescing writer write a
+/// of 15 s, so that nothing fails over) while `Ctr.add` (plain and tokened) and the coalescing
+/// writer, then their asyncio twins (`AsyncCtr.add`, `AsyncCoalescingWriter`), write a
 /// spread counter with holders on every master, through a cluster client with a socket timeout:
 /// each keeps at least half its healthy rate, and once the master wakes (SIGCONT) the total
 /// counts every add acknowledged and every add of the writer exactly once (the tokened adds
@@ -109,6 +110,8 @@ fn run_python(python: &str, args: &[&str], env: &[(&str, String)]) {
         cmd.env(name, value);
     }
     let out = cmd.output().expect("run the Python tests");
+    // What the tests print (the outage tests' rates): shown with --nocapture.
+    print!("{}", String::from_utf8_lossy(&out.stdout));
     let report = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("\nOK"), "{report}");

@@ -16,7 +16,7 @@ from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._spread import HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
-from .client import failed_node, names_like, not_run, refused
+from .client import failed_node, names_like, not_run, pinned, refused, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
@@ -181,13 +181,16 @@ class AsyncCtr:
         folded: List[KeyT] = []
         while True:
             try:
-                return await run(self.client, call.on(target))
+                return await run(self.client, pinned(self.client, call.on(target)))
             except HolderFolded:
                 if target == key:
                     raise
                 folded.append(target)
                 target = cache.retarget(key, await self._holders_after_fold(key), token, folded)
             except (MovedError, ConnectionError, TimeoutError) as e:
+                if timed_out(e):
+                    cache.timed_out(target)  # maybe counted: raised, see Ctr._add
+                    raise
                 if target == key or retry or not not_run(e):
                     raise
                 cache.unreachable(target, away_for_ms(e), failed_node(e))

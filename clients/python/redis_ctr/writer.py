@@ -504,9 +504,15 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
     async def flush(self) -> None:
         """Sends every pending sum now; see :meth:`CoalescingWriter.flush`."""
         async with self._flush_lock:
-            await self._send_unsettled()
+            held: Optional[Exception] = None
+            try:
+                await self._send_unsettled()
+            except _RETRYABLE as e:
+                held = e
             self._sums.seal()
             await self._send_unsettled()
+            if held is not None:
+                raise held
 
     async def _send_unsettled(self) -> None:
         """See :meth:`CoalescingWriter._send_unsettled`."""
@@ -515,6 +521,10 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
         error: Optional[Exception] = None
         try:
             while sums.unsettled:
+                if self._held_back(sums.unsettled[0]):
+                    held.append(sums.unsettled.popleft())
+                    error = error or TimeoutError(HELD_BACK)
+                    continue
                 try:
                     await self._send_first()
                 except _RETRYABLE as e:
@@ -536,7 +546,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
                     holders = self._reachable(await self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(await run_async(self.client, s.call()))
+                sums.settled(await run_async(self.client, pinned(self.client, s.call())))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
@@ -544,8 +554,8 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
             except _RETRYABLE as e:
                 if self._sent_elsewhere(s, e, await self._ctr._route_holders(s.key)):
                     continue
-                if attempt == self.retries:
-                    raise
+                if attempt == self.retries or timed_out(e):
+                    raise  # timed out: held back at once (see CoalescingWriter._send_first)
                 sums.stats.retries += 1
                 await asyncio.sleep(self._backoff_seconds(attempt))
                 attempt += 1

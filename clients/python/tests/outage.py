@@ -16,21 +16,27 @@ cluster still serves the healthy masters: past the timeout, with the default ful
 every node refuses every key until the replica takes over, which the test then forces with
 ``CLUSTER FAILOVER FORCE``): each keeps at least half, measured
 against a control (adds to a counter on a master that stays up) taken in turn with them. Once the
-replica is master, the total is every acknowledged add: nothing lost, nothing twice.
+replica is master, the total is every acknowledged add: nothing lost, nothing twice. The frozen
+master's test does the same with the sync classes and with their asyncio twins (``AsyncCtr.add``,
+``AsyncCoalescingWriter``), each with the master frozen for about 6 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
 import unittest
-from typing import Callable, List, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence
 
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 import redis_ctr
+from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
 from .servers import fresh
 
@@ -48,7 +54,7 @@ WINDOW = 0.2
 CYCLES = 5
 
 
-def rate(step: Callable[[int], None], seconds: float) -> int:
+def rate(step: Callable[[int], object], seconds: float) -> int:
     """How many ``step`` calls completed in ``seconds`` (any error fails the test)."""
     done = 0
     end = time.monotonic() + seconds
@@ -58,7 +64,7 @@ def rate(step: Callable[[int], None], seconds: float) -> int:
     return done
 
 
-def relative_rates(steps: Sequence[Callable[[int], None]], cycles: int = CYCLES) -> List[float]:
+def relative_rates(steps: Sequence[Callable[[int], object]], cycles: int = CYCLES) -> List[float]:
     """The rate of each step relative to the last one (the control), in ``cycles`` rounds of
     ``WINDOW`` seconds each, taken in turn: a machine shared with other work slows them
     alike, so the ratios hold where raw rates would not."""
@@ -69,7 +75,7 @@ def relative_rates(steps: Sequence[Callable[[int], None]], cycles: int = CYCLES)
     return [t / totals[-1] for t in totals]
 
 
-def key_not_on(rc: RedisCluster, port: int, prefix: str) -> str:
+def key_not_on(rc: Any, port: int, prefix: str) -> str:
     """A fresh key whose slot ``port`` does not serve."""
     key = fresh(prefix)
     while rc.get_node_from_key(key).port == port:
@@ -170,26 +176,38 @@ class MasterDownTest(unittest.TestCase):
         self.assertEqual(total, expected, rates)
 
 
-if __name__ == "__main__":
-    unittest.main()
+@dataclass
+class Writes:
+    """What the frozen-master test drives, as plain calls (an asyncio client's run to completion
+    on its event loop, its control alike, so that the ratios compare like with like)."""
+
+    add: Callable[[Optional[str]], object]
+    """One add of 1 to the spread counter, with the token given (or none)."""
+    write: Callable[[], None]
+    """One add of 1 to the writer."""
+    flush: Callable[[], None]
+    close: Callable[[], None]
+    stats: Callable[[], redis_ctr.WriterStats]
+    control: Callable[[], object]
+    """One add to the control counter, on a master that stays up."""
+    total: Callable[[], int]
 
 
 @unittest.skipUnless(FROZEN_PID, "run by tests/client_python.rs with a master to freeze")
 class MasterFrozenTest(unittest.TestCase):
+    """A frozen master accepts connections and answers nothing: a client notices it only by
+    its socket timeout, and a write whose reply timed out may still count (the master runs what
+    it read once it wakes). ``add`` raises such a write's ``TimeoutError`` (maybe counted, as a
+    lost reply) and leaves that master's holders out for a while; the writer holds back the sum
+    it sent there (same token and holder) and sends the others on. Each test freezes the master
+    for about 6 s, less than the cluster's node timeout (15 s): nothing fails over."""
+
     def test_adds_and_the_writer_keep_half_their_rate_with_a_master_frozen(self) -> None:
-        """A frozen master accepts connections and answers nothing: a client notices it only by
-        its socket timeout, and a write whose reply timed out may still count (the master runs
-        what it read once it wakes). ``Ctr.add`` raises such a write's ``TimeoutError`` (maybe
-        counted, as a lost reply) and leaves that master's holders out for a while; the writer
-        holds back the sum it sent there (same token and holder) and sends the others on.
-        Frozen for about 6 s, less than the cluster's node timeout (15 s): nothing fails over."""
         rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT, socket_timeout=SOCKET_TIMEOUT)
         self.addCleanup(rc.close)
         key = key_not_on(rc, FROZEN_PORT, "frozen")
         ctr = redis_ctr.Ctr(rc)
-        holders = ctr.spread(key, 16)
-        on_frozen = [h for h in holders if rc.get_node_from_key(h).port == FROZEN_PORT]
-        self.assertGreater(len(on_frozen), 2, "holders on the master frozen")
+        self.assert_holders_on_the_frozen(rc, ctr.spread(key, 16))
         writer = redis_ctr.CoalescingWriter(rc, flush_interval_ms=60_000)
         self.addCleanup(writer.close)
         control_client = RedisCluster(
@@ -198,6 +216,65 @@ class MasterFrozenTest(unittest.TestCase):
         self.addCleanup(control_client.close)
         control_key = key_not_on(control_client, FROZEN_PORT, "control")
         control = redis_ctr.Ctr(control_client, spread_refresh_ms=None)
+        self.check_frozen(
+            "Ctr.add and CoalescingWriter",
+            key,
+            Writes(
+                add=lambda token: ctr.add(key, 1, token=token),
+                write=lambda: writer.add(key),
+                flush=writer.flush,
+                close=writer.close,
+                stats=lambda: writer.stats,
+                control=lambda: control.add(control_key, 1),
+                total=lambda: ctr.get(key),
+            ),
+        )
+
+    def test_asyncio_adds_and_writer_keep_half_their_rate_with_a_master_frozen(self) -> None:
+        """The same with ``AsyncCtr.add`` and the ``AsyncCoalescingWriter`` on
+        ``redis.asyncio.RedisCluster``."""
+        loop = asyncio.new_event_loop()
+        self.addCleanup(loop.close)
+        run = loop.run_until_complete
+
+        def cluster() -> AsyncRedisCluster:
+            client = AsyncRedisCluster(
+                host="127.0.0.1", port=CLUSTER_PORT, socket_timeout=SOCKET_TIMEOUT
+            )
+            run(client.initialize())
+            self.addCleanup(lambda: run(client.aclose()))
+            return client
+
+        rc = cluster()
+        key = key_not_on(rc, FROZEN_PORT, "frozen")
+        ctr = AsyncCtr(rc)
+        self.assert_holders_on_the_frozen(rc, run(ctr.spread(key, 16)))
+        writer = AsyncCoalescingWriter(rc, flush_interval_ms=60_000)
+        self.addCleanup(lambda: run(writer.close()))
+        control_client = cluster()
+        control_key = key_not_on(control_client, FROZEN_PORT, "control")
+        control = AsyncCtr(control_client, spread_refresh_ms=None)
+        self.check_frozen(
+            "AsyncCtr.add and AsyncCoalescingWriter",
+            key,
+            Writes(
+                add=lambda token: run(ctr.add(key, 1, token=token)),
+                write=lambda: run(writer.add(key)),
+                flush=lambda: run(writer.flush()),
+                close=lambda: run(writer.close()),
+                stats=lambda: writer.stats,
+                control=lambda: run(control.add(control_key, 1)),
+                total=lambda: run(ctr.get(key)),
+            ),
+        )
+
+    def assert_holders_on_the_frozen(self, rc: Any, holders: Sequence[str]) -> None:
+        on_frozen = [h for h in holders if rc.get_node_from_key(h).port == FROZEN_PORT]
+        self.assertGreater(len(on_frozen), 2, "holders on the master frozen")
+
+    def check_frozen(self, what: str, key: str, writes: Writes) -> None:
+        """The rates of ``writes`` (``what`` they are) healthy and with the master frozen, then
+        the total once it wakes."""
         acknowledged = 0
         timed_out_plain = 0  # sent once each: maybe counted (as a lost reply)
         timed_out_tokens: List[str] = []  # retried with their tokens once it wakes
@@ -207,7 +284,7 @@ class MasterFrozenTest(unittest.TestCase):
             nonlocal acknowledged, timed_out_plain
             token = f"{key}:{time.monotonic_ns()}" if i % 2 else None
             try:
-                ctr.add(key, 1, token=token)
+                writes.add(token)
                 acknowledged += 1
             except redis.TimeoutError:
                 if token is None:
@@ -217,25 +294,23 @@ class MasterFrozenTest(unittest.TestCase):
 
         def write(_: int) -> None:
             nonlocal held_flushes
-            writer.add(key)
+            writes.write()
             try:
-                writer.flush()  # one sum per add: the rate of sums reaching the server
+                writes.flush()  # one sum per add: the rate of sums reaching the server
             except redis.TimeoutError:
                 held_flushes += 1  # a sum held back for the frozen master; the others went
 
-        def control_add(_: int) -> None:
-            control.add(control_key, 1)
-
-        healthy = relative_rates([add, write, control_add], FROZEN_CYCLES)
+        steps = [add, write, lambda _: writes.control()]
+        healthy = relative_rates(steps, FROZEN_CYCLES)
         frozen_at = time.monotonic()
         os.kill(FROZEN_PID, signal.SIGSTOP)
         try:
-            outage = relative_rates([add, write, control_add], FROZEN_CYCLES)
+            outage = relative_rates(steps, FROZEN_CYCLES)
         finally:
             os.kill(FROZEN_PID, signal.SIGCONT)
         frozen_for = time.monotonic() - frozen_at
         rates = (
-            f"relative to the control: Ctr.add {healthy[0]:.2f} -> {outage[0]:.2f}, "
+            f"{what}, relative to the control: add {healthy[0]:.2f} -> {outage[0]:.2f}, "
             f"writer sums {healthy[1]:.2f} -> {outage[1]:.2f}; frozen {frozen_for:.1f} s, "
             f"{timed_out_plain} plain and {len(timed_out_tokens)} tokened adds timed out, "
             f"{held_flushes} flushes held a sum back"
@@ -252,7 +327,7 @@ class MasterFrozenTest(unittest.TestCase):
         for token in timed_out_tokens:
             while True:
                 try:
-                    ctr.add(key, 1, token=token)
+                    writes.add(token)
                     break
                 except redis.TimeoutError:
                     self.assertLess(time.monotonic(), deadline, "a retry never got through")
@@ -260,18 +335,22 @@ class MasterFrozenTest(unittest.TestCase):
             acknowledged += 1
         while True:
             try:
-                writer.flush()
+                writes.flush()
                 break
             except redis.TimeoutError:
                 self.assertLess(time.monotonic(), deadline, "a held sum never got through")
                 time.sleep(0.2)
-        writer.close()
-        self.assertEqual(writer.stats.dropped, 0)
+        writes.close()
+        self.assertEqual(writes.stats().dropped, 0)
         # Every acknowledged add and every add of the writer counts exactly once; a plain add
         # whose reply timed out counts at most once (sent once: redis-py's retries are off for
         # holder writes; whether a frozen server runs what it had read before the client gave
         # up varies, measured with INCR: 1 of 3).
-        counted = acknowledged + writer.stats.adds
-        total = ctr.get(key)
+        counted = acknowledged + writes.stats().adds
+        total = writes.total()
         self.assertGreaterEqual(total, counted, rates)
         self.assertLessEqual(total, counted + timed_out_plain, rates)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -23,6 +23,21 @@
 //!   refused connection) or [`SpreadRouter::ELSEWHERE`] (`MOVED`). This applies to untokened
 //!   adds and to the first send of a tokened one; a tokened add this router sent before (a
 //!   retry) stays with its holder, whatever it answers.
+//! - An add whose reply timed out (a frozen or overloaded master; the write may still count,
+//!   since the master runs what it had read once it wakes) is never sent elsewhere: its error
+//!   is returned (maybe counted, as a lost reply; a tokened add retried with its token reaches
+//!   the same holder and counts once). Every holder that master serves (by the cluster's slot
+//!   map, `CLUSTER SLOTS`, read from the home key's master when a spread counter's holders are
+//!   first read and again every [`SpreadRouter::SLOTS_REFRESH`] while no master is left out) is
+//!   left out of new adds for [`SpreadRouter::TIMED_OUT_AWAY`], doubled while it keeps timing
+//!   out, up to [`SpreadRouter::NODE_AWAY_MAX`]: each probe of it costs a whole response
+//!   timeout. On a `redis::cluster::ClusterConnection` a holder write is sent as a one-command
+//!   cluster pipeline, which the `redis` crate sends once: its plain requests resend a command
+//!   whose reply timed out (`ClusterClientBuilder::retries` times, default 16, each waiting the
+//!   response timeout, each a copy the frozen master may count). After any other failure but
+//!   the server's reply (`MOVED`, `ASK`, `TRYAGAIN`, a refused or dropped connection) it is
+//!   sent as a plain request, as the crate sends every other one. The async connections of the
+//!   `redis` crate have no such path: see [`SpreadRouter::add_async`].
 //! - An add that meets a holder a shrink folded back (`HolderFolded`) did not count there: a
 //!   folded holder answers a retry of a write it counted (same token) with that write's first
 //!   reply and refuses any other. So the add re-reads the holders and goes on to a current one
@@ -48,7 +63,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::ConnectionLike;
+use redis::{ConnectionLike, Value};
 
 use crate::calls;
 use crate::commands::run;
@@ -77,6 +92,54 @@ pub fn token_hash(token: &[u8]) -> u16 {
 /// The documented token rule: `holders[h(token) mod N]`.
 pub fn holder_for_token<'a>(holders: &'a [Vec<u8>], token: &[u8]) -> &'a [u8] {
     &holders[usize::from(token_hash(token)) % holders.len()]
+}
+
+/// The cluster slot of `key` (CRC16 of its `{hash tag}` or whole name, mod 16384).
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    token_hash(tagged.unwrap_or(key)) % 16384
+}
+
+/// Slot ranges (first and last slot) and the master (`host:port`) serving each.
+type SlotRanges = Vec<(u16, u16, String)>;
+
+/// The slot ranges of a `CLUSTER SLOTS` reply, each with its master (`host:port`); empty for
+/// any other reply (a server outside a cluster answers an error).
+fn slot_ranges(reply: &Value) -> SlotRanges {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let number = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let Some(Value::Array(master)) = fields.get(2) else {
+                return None;
+            };
+            let (host, port) = (text(master.first()?)?, text(master.get(1)?)?);
+            Some((
+                number(fields.first()?)?,
+                number(fields.get(1)?)?,
+                format!("{host}:{port}"),
+            ))
+        })
+        .collect()
 }
 
 /// The documented probe rule: the order in which a purchase with token `token` visits `n`
@@ -152,6 +215,34 @@ struct Cache {
     /// The holder list each purchase token first used, by (key, token).
     purchases: Bounded<(Vec<u8>, Vec<u8>), Holders>,
     picks: u64,
+    /// Masters (`host:port`) left out of new adds until the time given, and how often each
+    /// timed out in a row (with the end of its last absence).
+    away_nodes: Bounded<String, Instant>,
+    strikes: Bounded<String, (u32, Instant)>,
+    /// The cluster's slot ranges and their masters, and when they were read.
+    slots: Option<(Instant, SlotRanges)>,
+}
+
+impl Cache {
+    /// The master serving `key` by the slot map read last (None without one).
+    fn node_of(&self, key: &[u8]) -> Option<&str> {
+        let slot = key_slot(key);
+        let (_, ranges) = self.slots.as_ref()?;
+        ranges
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, node)| node.as_str())
+    }
+
+    /// True while `holder`, or the master serving it, is left out.
+    fn away(&self, holder: &[u8], now: Instant) -> bool {
+        let left_out = |until: Option<&Instant>| until.is_some_and(|until| *until > now);
+        left_out(self.away.map.get(holder))
+            || (!self.away_nodes.map.is_empty()
+                && self
+                    .node_of(holder)
+                    .is_some_and(|node| left_out(self.away_nodes.map.get(node))))
+    }
 }
 
 /// Routes the adds of spread counters to their holders (see the [module](self) docs). One
@@ -190,6 +281,13 @@ impl SpreadRouter {
     /// How long a holder that the connection's server answered `MOVED` for (a non-cluster
     /// connection) is left out of new adds.
     pub const ELSEWHERE: Duration = Duration::from_secs(10);
+    /// How long a master whose reply timed out (frozen, overloaded) is left out of new adds
+    /// (every holder it serves), doubled while it keeps timing out.
+    pub const TIMED_OUT_AWAY: Duration = Duration::from_secs(10);
+    /// The longest a master is left out at a time.
+    pub const NODE_AWAY_MAX: Duration = Duration::from_secs(30);
+    /// How long the cluster's slot map (which master serves each holder) is trusted.
+    pub const SLOTS_REFRESH: Duration = Duration::from_secs(30);
 
     /// A router that trusts a key's holders for `refresh`.
     pub fn new(refresh: Duration) -> SpreadRouter {
@@ -202,6 +300,9 @@ impl SpreadRouter {
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
                 purchases: Bounded::new(SpreadRouter::MAX_TOKENS),
                 picks: 0,
+                away_nodes: Bounded::new(SpreadRouter::MAX_KEYS),
+                strikes: Bounded::new(SpreadRouter::MAX_KEYS),
+                slots: None,
             }),
             random: Default::default(),
             refreshing: (0..REFRESH_STRIPES).map(|_| Mutex::new(())).collect(),
@@ -258,6 +359,79 @@ impl SpreadRouter {
         let mut cache = self.cache();
         cache.away.remove(&holder.to_vec());
         cache.away.insert(holder.to_vec(), Instant::now() + time);
+    }
+
+    /// A write to `holder` timed out waiting for its reply (see the [module](self) docs):
+    /// `holder`, and every holder its master serves, are left out of new adds for a while.
+    pub(crate) fn timed_out_at(&self, holder: &[u8]) {
+        let now = Instant::now();
+        let mut cache = self.cache();
+        cache.away.remove(&holder.to_vec());
+        cache
+            .away
+            .insert(holder.to_vec(), now + SpreadRouter::UNREACHABLE);
+        let Some(node) = cache.node_of(holder).map(str::to_owned) else {
+            return;
+        };
+        let (strikes, last_until) = cache.strikes.map.get(&node).copied().unwrap_or((0, now));
+        // Back for a while since its last absence: a new outage.
+        let strikes = match now.checked_duration_since(last_until) {
+            Some(back) if back > SpreadRouter::NODE_AWAY_MAX => 0,
+            _ => strikes,
+        };
+        let away = SpreadRouter::TIMED_OUT_AWAY
+            .saturating_mul(1 << strikes.min(8))
+            .min(SpreadRouter::NODE_AWAY_MAX);
+        cache.away_nodes.remove(&node);
+        cache.away_nodes.insert(node.clone(), now + away);
+        cache.strikes.remove(&node);
+        cache.strikes.insert(node, (strikes + 1, now + away));
+    }
+
+    /// True while `holder` (or the master serving it) is left out.
+    pub(crate) fn away(&self, holder: &[u8]) -> bool {
+        self.cache().away(holder, Instant::now())
+    }
+
+    /// True when the slot map is to be read (again): never read, or older than
+    /// [`SpreadRouter::SLOTS_REFRESH`] while no master is left out (a read then could go to
+    /// the master out of reach).
+    fn slots_due(&self) -> bool {
+        let cache = self.cache();
+        match &cache.slots {
+            None => true,
+            Some((read, _)) => {
+                let now = Instant::now();
+                read.elapsed() >= SpreadRouter::SLOTS_REFRESH
+                    && cache.away_nodes.map.values().all(|until| *until <= now)
+            }
+        }
+    }
+
+    /// Reads the slot map (`CLUSTER SLOTS`) when due, from the master of `key` on a cluster
+    /// connection (it just answered `CTR.HOLDERS`); an error keeps none for a period.
+    pub(crate) fn learn_slots<C: ConnectionLike + 'static>(&self, con: &mut C, key: &[u8]) {
+        if !self.slots_due() {
+            return;
+        }
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        let reply = match cluster_of(con) {
+            #[cfg(feature = "cluster")]
+            Some(cluster) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(key_slot(key), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                cluster.route_command(&cmd, routing)
+            }
+            _ => cmd.query::<Value>(con),
+        };
+        self.slots_read(reply.ok().as_ref());
+    }
+
+    /// Stores the slot map a `CLUSTER SLOTS` replied (none for an error).
+    fn slots_read(&self, reply: Option<&Value>) {
+        let ranges = reply.map(slot_ranges).unwrap_or_default();
+        self.cache().slots = Some((Instant::now(), ranges));
     }
 
     /// `holders` without those left out (all of them when that would leave none).
@@ -417,8 +591,9 @@ impl SpreadRouter {
     }
 
     /// `CTR.ADD` routed to a holder: the reply is that holder's value (read the total with
-    /// `ctr_get` on the home key).
-    pub fn add<C: ConnectionLike>(
+    /// `ctr_get` on the home key). A reply that timed out is returned as its error (the add
+    /// may still count; see the [module](self) docs).
+    pub fn add<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
         key: impl AsRef<[u8]>,
@@ -430,12 +605,15 @@ impl SpreadRouter {
             return run(con, calls::add_with(key, delta, options));
         }
         let mut holders = self.holders(con, key)?;
+        if holders.len() > 1 {
+            self.learn_slots(con, key);
+        }
         let token = options.token.as_deref();
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token);
         let mut skipped = Vec::new();
         loop {
-            let added = run(con, calls::add_with(target.as_slice(), delta, options));
+            let added = send_once(con, calls::add_with(target.as_slice(), delta, options));
             match self.next_target(&added, &target, key, retry) {
                 Next::Done => return added,
                 Next::Elsewhere => {}
@@ -462,6 +640,11 @@ impl SpreadRouter {
         retry: bool,
     ) -> Next {
         let Err(e) = added else { return Next::Done };
+        if timed_out(e) {
+            // Maybe counted there: returned, and that master is left out of new adds.
+            self.timed_out_at(target);
+            return Next::Done;
+        }
         if target == key {
             return Next::Done;
         }
@@ -571,7 +754,13 @@ impl SpreadRouter {
         Ok(None)
     }
 
-    /// The async twin of [`SpreadRouter::add`].
+    /// The async twin of [`SpreadRouter::add`]. The `redis` crate's async cluster connection
+    /// resends a request whose reply timed out (`ClusterClientBuilder::retries` times, each
+    /// waiting the response timeout, each a copy a frozen master may count) and offers no way
+    /// to send one once: to write holders through it with a master that may freeze, build its
+    /// client with `.retries(0)` (it still rebuilds its slot map after `MOVED`, and this router
+    /// sends an add that met `MOVED` on to another holder, or returns it for a retry of a
+    /// token).
     #[cfg(feature = "aio")]
     pub async fn add_async<C: redis::aio::ConnectionLike + Send>(
         &self,
@@ -586,6 +775,10 @@ impl SpreadRouter {
             return run_async(con, calls::add_with(key, delta, options)).await;
         }
         let mut holders = self.holders_async(con, key).await?;
+        if holders.len() > 1 && self.slots_due() {
+            let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            self.slots_read(cmd.query_async::<Value>(con).await.ok().as_ref());
+        }
         let token = options.token.as_deref();
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token);
@@ -619,7 +812,7 @@ fn reachable(cache: &Cache, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let now = Instant::now();
     let kept: Vec<Vec<u8>> = holders
         .iter()
-        .filter(|h| cache.away.map.get(*h).is_none_or(|until| *until <= now))
+        .filter(|h| !cache.away(h, now))
         .cloned()
         .collect();
     if kept.is_empty() {
@@ -639,6 +832,67 @@ pub(crate) fn not_run(error: &CtrError) -> Option<Duration> {
         CtrError::Redis(e) if e.is_connection_refusal() => Some(SpreadRouter::UNREACHABLE),
         _ => None,
     }
+}
+
+/// True when `error` is a reply that did not come in time (the connection's read timeout) for
+/// a command that was sent: a frozen or overloaded server, which may still run it.
+pub(crate) fn timed_out(error: &CtrError) -> bool {
+    matches!(error, CtrError::Redis(e) if e.is_timeout())
+}
+
+/// `con` as a sync cluster connection, when it is one.
+fn cluster_of<C: ConnectionLike + 'static>(
+    con: &mut C,
+) -> Option<&mut redis::cluster::ClusterConnection> {
+    #[cfg(feature = "cluster")]
+    return (con as &mut dyn std::any::Any).downcast_mut();
+    #[cfg(not(feature = "cluster"))]
+    None
+}
+
+/// Sends one holder write (see the [module](self) docs): on a sync cluster connection as a
+/// one-command cluster pipeline, which the `redis` crate does not resend after a timeout;
+/// after any other failure but the server's reply (`MOVED`, `ASK`, `TRYAGAIN`, a refused or
+/// dropped connection) as a plain request, which the crate sends as it sends every other one
+/// (it reconnects, follows redirections, refreshes its slot map).
+pub(crate) fn send_once<C: ConnectionLike + 'static, T>(
+    con: &mut C,
+    call: calls::Call<T>,
+) -> Result<T, CtrError> {
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = cluster_of(con) {
+        let sent = redis::cluster::cluster_pipe()
+            .add_command(call.cmd.clone())
+            .query::<Vec<Value>>(cluster);
+        match sent {
+            Ok(mut values) => {
+                return match (values.pop(), values.is_empty()) {
+                    (Some(value), true) => (call.parse)(value),
+                    _ => Err(CtrError::Reply(
+                        "a one-command pipeline replied otherwise".into(),
+                    )),
+                };
+            }
+            // Maybe ran (a frozen master runs what it read when it wakes): not sent again.
+            Err(e) if e.is_timeout() => return Err(e.into()),
+            Err(e) if e.is_io_error() || never_ran(&e) => {}
+            Err(e) => return Err(e.into()), // the server's reply
+        }
+    }
+    run(con, call)
+}
+
+/// True for an error that comes before a command runs (a redirection, a slot being moved or
+/// not served, a refused connection).
+#[cfg(feature = "cluster")]
+fn never_ran(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind::{
+        Ask, ClusterConnectionNotFound, ClusterDown, MasterDown, Moved, TryAgain,
+    };
+    matches!(
+        e.kind(),
+        Moved | Ask | TryAgain | ClusterDown | MasterDown | ClusterConnectionNotFound
+    ) || e.is_connection_refusal()
 }
 
 /// The pauses of a purchase that asks one holder again while it answers that budget is in

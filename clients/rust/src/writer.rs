@@ -32,6 +32,15 @@
 //! the flush then fails with its error. When the writer cannot connect at all, the flush stops
 //! at once.
 //!
+//! A frozen master (stopped, swapping, blocked by a slow command) is noticed only by
+//! [`WriterConfig::timeout`]: a sum whose reply timed out may still count there, so it is held
+//! back at once (same token, same holder; not retried in that flush) and that master's
+//! holders are left out of new sums for a while (as [`SpreadRouter`] leaves them out of new
+//! adds); while they are, the flushes do not send it (each send would cost another timeout)
+//! and fail with a timeout error after sending every other sum. On a cluster connection each
+//! sum goes as a one-command cluster pipeline, which the `redis` crate does not resend after a
+//! timeout (see [`SpreadRouter`]).
+//!
 //! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
 //! many sums sent and not yet acknowledged). An add of a new key when that many are pending
 //! flushes first, in the caller's thread, and fails with [`WriterError::Full`] when that flush
@@ -45,14 +54,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisResult};
 
 use crate::calls;
-use crate::commands::run;
 use crate::error::{CtrError, ModuleError};
-use crate::spread::{holder_for_token, not_run, SpreadRouter};
+use crate::spread::{holder_for_token, not_run, send_once, timed_out, SpreadRouter};
 use crate::types::AddOptions;
 
 /// How the writer makes connections (again, after one fails).
 pub trait Connector: Send + 'static {
-    type Connection: ConnectionLike + Send;
+    type Connection: ConnectionLike + Send + 'static;
     fn connect(&self, timeout: Duration) -> RedisResult<Self::Connection>;
 }
 
@@ -172,6 +180,10 @@ impl std::fmt::Display for WriterError {
 }
 
 impl std::error::Error for WriterError {}
+
+/// The error of a flush that held back a sum whose holder's master timed out lately.
+const HELD_BACK: &str =
+    "a sum is held back: its holder's master timed out lately (it may still count it)";
 
 struct Sum {
     key: Vec<u8>,
@@ -398,6 +410,12 @@ impl<C: Connector> Shared<C> {
         let mut held = VecDeque::new();
         let mut error = None;
         while let Some(mut sum) = flusher.unacked.pop_front() {
+            if flusher.held_back(&sum) {
+                held.push_back(sum);
+                let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, HELD_BACK);
+                error = error.or(Some(CtrError::Redis(timeout.into())));
+                continue;
+            }
             if let Err(e) = self.send(flusher, &mut sum) {
                 held.push_back(sum);
                 error = Some(e);
@@ -447,6 +465,13 @@ impl<C: Connector> Shared<C> {
                 // the sum may or may not have counted; the same token makes the retry safe.
                 Err(e) => {
                     sum.maybe_counted |= !flusher.connect_failed;
+                    if timed_out(&e) {
+                        // Its master is frozen or overloaded (it may still count the sum): held
+                        // back at once, the others go on. The connection stays (it skips the
+                        // late reply), a new one would wait for that master again.
+                        flusher.timed_out(sum);
+                        return Err(e);
+                    }
                     flusher.connection = None;
                     if retries == self.config.retries {
                         return Err(e);
@@ -471,6 +496,28 @@ fn is_transient(kind: ModuleError) -> bool {
 }
 
 impl<C: Connector> Flusher<C> {
+    /// The holder `sum` goes to: its target, or its key before it has one.
+    fn target(sum: &Sum) -> &[u8] {
+        sum.target.as_deref().unwrap_or(&sum.key)
+    }
+
+    /// True for a sum that may have counted at a holder left out for now (its master timed
+    /// out): it waits for that holder instead of costing every flush another timeout.
+    fn held_back(&self, sum: &Sum) -> bool {
+        sum.maybe_counted
+            && self
+                .router
+                .as_ref()
+                .is_some_and(|router| router.away(Flusher::<C>::target(sum)))
+    }
+
+    /// `sum`'s reply timed out: its holder's master is left out of new sums for a while.
+    fn timed_out(&self, sum: &Sum) {
+        if let Some(router) = &self.router {
+            router.timed_out_at(Flusher::<C>::target(sum));
+        }
+    }
+
     /// After `error` from `sum`'s holder: true when the sum is to be sent on because it never
     /// ran there (`MOVED`, a refused connection) and no earlier send of it may have, to its
     /// token's holder among the others not left out (or the home key); that holder is left
@@ -561,13 +608,17 @@ impl<C: Connector> Flusher<C> {
             (None, Some(router)) => {
                 // A new sum: its token's holder among those not left out (its token goes with
                 // it, so any holder is right).
-                let holders = router.reachable(&router.holders(connection, &sum.key)?);
+                let holders = router.holders(connection, &sum.key)?;
+                if holders.len() > 1 {
+                    router.learn_slots(connection, &sum.key);
+                }
+                let holders = router.reachable(&holders);
                 let token = sum.options.token.as_deref().unwrap_or_default();
                 sum.target
                     .insert(holder_for_token(&holders, token).to_vec())
             }
         };
-        run(
+        send_once(
             connection,
             calls::add_with(target.as_slice(), sum.delta, &sum.options),
         )

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::cluster::Cluster;
 use common::Server;
@@ -355,7 +355,7 @@ fn holder_values<C: CtrCommands>(con: &mut C, key: &str) -> Vec<i64> {
 /// On a fresh key: spread to 4; untokened adds reach every holder; tokened adds, each sent
 /// twice by two routers (a retry, another process), go to the token's holder and count once;
 /// the total read on the home key is exact. The holders' names.
-fn check_spread_writes<C: CtrCommands>(con: &mut C, key: &str) -> Vec<String> {
+fn check_spread_writes<C: CtrCommands + 'static>(con: &mut C, key: &str) -> Vec<String> {
     let router = SpreadRouter::default();
     let holders = router.spread(con, key, 4).unwrap();
     for _ in 0..200 {
@@ -1087,6 +1087,48 @@ fn pipelines_and_transactions_queue_the_commands_with_typed_replies() {
     }
 }
 
+/// The rates of the first two steps relative to the third (the control), in `cycles` rounds of
+/// 0.2 s windows each, taken in turn: a machine shared with other work slows them alike, so the
+/// ratios hold where raw rates would not. Each call of a step is given a new number (`n`).
+fn relative_rates(cycles: usize, n: &mut u64, mut steps: [&mut dyn FnMut(u64); 3]) -> [f64; 2] {
+    let mut done = [0u64; 3];
+    for _ in 0..cycles {
+        for (step, count) in steps.iter_mut().zip(done.iter_mut()) {
+            let end = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < end {
+                *n += 1;
+                step(*n);
+                *count += 1;
+            }
+        }
+    }
+    [
+        done[0] as f64 / done[2] as f64,
+        done[1] as f64 / done[2] as f64,
+    ]
+}
+
+/// The keys of an outage test whose master 2 goes away: a counter (`prefix:<n>`) spread over
+/// 16 holders, more than two of them on master 2, and a control counter, neither at home there.
+fn outage_keys(
+    cluster: &Cluster,
+    router: &SpreadRouter,
+    con: &mut redis::cluster::ClusterConnection,
+    prefix: &str,
+) -> (String, String) {
+    let on = |key: &str| cluster.owner(common::cluster::key_slot(key.as_bytes()));
+    let not_on_2 = |name: &str| {
+        (0..)
+            .map(|i| format!("{name}:{i}"))
+            .find(|k| on(k) != 2)
+            .unwrap()
+    };
+    let (key, control) = (not_on_2(prefix), not_on_2("control"));
+    let holders = router.spread(con, &key, 16).unwrap();
+    assert!(holders.iter().filter(|h| on(h) == 2).count() > 2);
+    (key, control)
+}
+
 /// One master of three shut down (issue 26, finding 2) while a `SpreadRouter` (plain and tokened
 /// adds) and the coalescing writer (one sum per flush) write a spread counter with holders on
 /// every master: each keeps at least half its healthy rate, measured against a control (adds
@@ -1100,24 +1142,13 @@ fn pipelines_and_transactions_queue_the_commands_with_typed_replies() {
 /// (`CLUSTER FAILOVER FORCE`).
 #[test]
 fn router_and_writer_keep_half_their_rate_with_a_master_down() {
-    use std::time::Instant;
     let cluster = Cluster::start_patient(3, &[]);
     let replica = cluster.start_replica_of(2);
     let seeds = vec![url(cluster.nodes[0].port, false)];
     let client = redis::cluster::ClusterClient::new(seeds.clone()).unwrap();
     let mut con = client.get_connection().unwrap();
-    let on = |key: &str| cluster.owner(common::cluster::key_slot(key.as_bytes()));
-    let key = (0..)
-        .map(|i| format!("outage:{i}"))
-        .find(|k| on(k) != 2)
-        .unwrap();
-    let control = (0..)
-        .map(|i| format!("control:{i}"))
-        .find(|k| on(k) != 2)
-        .unwrap();
     let router = SpreadRouter::default();
-    let holders = router.spread(&mut con, &key, 16).unwrap();
-    assert!(holders.iter().filter(|h| on(h) == 2).count() > 2);
+    let (key, control) = outage_keys(&cluster, &router, &mut con, "outage");
     let writer = CoalescingWriter::new(
         redis::cluster::ClusterClient::new(seeds.clone()).unwrap(),
         WriterConfig {
@@ -1132,39 +1163,24 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     let mut acknowledged = 0i64;
     let mut n = 0u64;
     let mut rates = |con: &mut redis::cluster::ClusterConnection, acknowledged: &mut i64| {
-        let mut done = [0u64; 3];
-        for _ in 0..5 {
-            for (i, count) in done.iter_mut().enumerate() {
-                let end = Instant::now() + Duration::from_millis(200);
-                while Instant::now() < end {
-                    n += 1;
-                    match i {
-                        0 => {
-                            let token = format!("{key}:{n}");
-                            let options = if n.is_multiple_of(2) {
-                                AddOptions::new().token(token)
-                            } else {
-                                AddOptions::new()
-                            };
-                            router.add(con, &key, 1, &options).unwrap();
-                            *acknowledged += 1;
-                        }
-                        1 => {
-                            writer.add(&key, 1).unwrap();
-                            writer.flush().unwrap();
-                        }
-                        _ => {
-                            control_con.ctr_add(&control, 1).unwrap();
-                        }
-                    }
-                    *count += 1;
-                }
-            }
-        }
-        [
-            done[0] as f64 / done[2] as f64,
-            done[1] as f64 / done[2] as f64,
-        ]
+        let mut add = |n: u64| {
+            let token = format!("{key}:{n}");
+            let options = if n.is_multiple_of(2) {
+                AddOptions::new().token(token)
+            } else {
+                AddOptions::new()
+            };
+            router.add(con, &key, 1, &options).unwrap();
+            *acknowledged += 1;
+        };
+        let mut write = |_| {
+            writer.add(&key, 1).unwrap();
+            writer.flush().unwrap();
+        };
+        let mut control_add = |_| {
+            control_con.ctr_add(&control, 1).unwrap();
+        };
+        relative_rates(5, &mut n, [&mut add, &mut write, &mut control_add])
     };
     let healthy = rates(&mut con, &mut acknowledged);
     let mut down = redis::Client::open(url(cluster.nodes[2].port, false))
@@ -1200,4 +1216,143 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     let expected = acknowledged + stats.adds as i64;
     let total = common::eventually(30, || con.ctr_get(&key).ok());
     assert_eq!(total, expected, "{report}");
+}
+
+/// Wakes a server frozen with SIGSTOP (SIGCONT) when dropped: also when an assertion fails.
+struct Frozen(u32);
+
+impl Frozen {
+    fn freeze(pid: u32) -> Frozen {
+        signal("-STOP", pid);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
+}
+
+fn signal(which: &str, pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill {which} {pid}");
+}
+
+/// One master of three frozen (SIGSTOP, about 6 s, less than the cluster's node timeout of
+/// 15 s: nothing fails over) while a `SpreadRouter` (plain and tokened adds) and the coalescing
+/// writer (one sum per flush) write a spread counter with holders on every master, through
+/// cluster connections with a 250 ms response timeout: each keeps at least half its healthy
+/// rate against a control taken in turn (0.2 s windows). An add whose reply timed out is
+/// returned as that error and leaves the master out for a while; the writer holds back that
+/// sum and sends the others. Once the master wakes (SIGCONT), the tokened adds that timed out
+/// are retried with their tokens and the held sums flushed: every acknowledged add and every
+/// writer add counts exactly once, each plain add that timed out at most once.
+#[test]
+fn router_and_writer_keep_half_their_rate_with_a_master_frozen() {
+    let timeout = Duration::from_millis(250);
+    let cluster = Cluster::start_patient(3, &[]);
+    let seeds = vec![url(cluster.nodes[0].port, false)];
+    let connect = || {
+        redis::cluster::ClusterClient::builder(seeds.clone())
+            .response_timeout(timeout)
+            .build()
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let mut con = connect();
+    let router = SpreadRouter::default();
+    let (key, control) = outage_keys(&cluster, &router, &mut con, "frozen");
+    let writer = CoalescingWriter::new(
+        redis::cluster::ClusterClient::new(seeds.clone()).unwrap(),
+        WriterConfig {
+            flush_interval: Duration::from_secs(60),
+            timeout,
+            ..WriterConfig::default()
+        },
+    );
+    let mut control_con = connect();
+    let (mut acknowledged, mut timed_out_plain, mut held_flushes) = (0i64, 0i64, 0u64);
+    let mut timed_out_tokens = Vec::new();
+    let mut n = 0u64;
+    let mut rates = || {
+        let mut add = |n: u64| {
+            let token = format!("{key}:{n}");
+            let tokened = n.is_multiple_of(2);
+            let options = match tokened {
+                true => AddOptions::new().token(&token),
+                false => AddOptions::new(),
+            };
+            match router.add(&mut con, &key, 1, &options) {
+                Ok(_) => acknowledged += 1,
+                Err(CtrError::Redis(e)) if e.is_timeout() && tokened => {
+                    timed_out_tokens.push(token)
+                }
+                Err(CtrError::Redis(e)) if e.is_timeout() => timed_out_plain += 1,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let mut write = |_| {
+            writer.add(&key, 1).unwrap();
+            match writer.flush() {
+                Ok(()) => {}
+                Err(WriterError::Flush(CtrError::Redis(e))) if e.is_timeout() => {
+                    held_flushes += 1 // held back for the frozen master
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let mut control_add = |_| {
+            control_con.ctr_add(&control, 1).unwrap();
+        };
+        relative_rates(10, &mut n, [&mut add, &mut write, &mut control_add])
+    };
+    let healthy = rates();
+    let frozen_at = Instant::now();
+    let frozen = Frozen::freeze(cluster.nodes[2].pid().expect("started here"));
+    let outage = rates();
+    drop(frozen);
+    let frozen_for = frozen_at.elapsed();
+    let report = format!(
+        "relative rates (router, writer): healthy {healthy:.2?}, frozen {outage:.2?}; frozen \
+         {frozen_for:.1?}, {timed_out_plain} plain and {} tokened adds timed out, {held_flushes} \
+         flushes held a sum back",
+        timed_out_tokens.len()
+    );
+    println!("{report}");
+    assert!(frozen_for < Duration::from_secs(12), "{report}");
+    assert!(
+        timed_out_plain + timed_out_tokens.len() as i64 + held_flushes as i64 > 0,
+        "{report}"
+    );
+    assert!(outage[0] >= healthy[0] / 2.0, "{report}");
+    assert!(outage[1] >= healthy[1] / 2.0, "{report}");
+
+    // Awake: the tokened adds that timed out are retried (each counts once, where it first
+    // went), the held sums are flushed; nothing is lost, nothing counted twice. The retries go
+    // through a router of their own, as from another process: this one remembers the holders
+    // of its last 10,000 tokens (SpreadRouter::MAX_TOKENS), fewer than it sent since, and picks
+    // a token it forgot among the holders in reach, which leaves out the master that timed out
+    // for a while yet. Its first send went by the token rule over every holder (that master
+    // was not left out before it timed out), where a router that never saw it frozen sends it.
+    let retrying = SpreadRouter::default();
+    for token in &timed_out_tokens {
+        let options = AddOptions::new().token(token);
+        common::eventually(60, || retrying.add(&mut con, &key, 1, &options).ok());
+        acknowledged += 1;
+    }
+    common::eventually(60, || writer.flush().ok());
+    let stats = writer.close().unwrap();
+    assert_eq!(stats.dropped, 0, "{stats:?}");
+    let counted = acknowledged + stats.adds as i64;
+    let total = con.ctr_get(&key).unwrap();
+    assert!(total >= counted, "{total} < {counted}: {report}");
+    assert!(
+        total <= counted + timed_out_plain,
+        "{total} > {counted} + {timed_out_plain}: {report}"
+    );
 }
