@@ -48,12 +48,18 @@ pub const CALLBACKS: &[&str] = &[
     "gather-timeout",
     "gather-disconnect",
     "gather-free",
+    // A holder check's timer, and its blocked write's callbacks.
+    "holder-check-timer",
+    "holder-check-reply",
+    "holder-check-disconnect",
+    "holder-check-free",
     // Cluster bus receivers, one per file that owns message kinds.
     "bus-gather",
     "bus-collect",
     "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
+    "bus-holder-check",
     // The data types' callbacks (CTR and PNC alike; `free` also guards `free_effort`). Not
     // `rdb_save` and `aof_rewrite`: a contained panic would write a wrong or unreadable value;
     // they run in the fork child of BGSAVE and BGREWRITEAOF, where an abort fails that save.

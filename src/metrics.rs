@@ -137,6 +137,11 @@ pub static GATHER_REQUESTS_SERVED: Counter = Counter::new();
 pub static LINK_REQUESTS: Counter = Counter::new();
 pub static LINK_FALLBACKS: Counter = Counter::new();
 pub static LINKS_OPENED: Counter = Counter::new();
+/// Holder checks (`commands::holder_check`): first writes of holders that asked the home's
+/// master, those refused as look-alikes, and those that went on unchecked at their deadline.
+pub static HOLDER_CHECKS: Counter = Counter::new();
+pub static HOLDER_CHECKS_REFUSED: Counter = Counter::new();
+pub static HOLDER_CHECK_TIMEOUTS: Counter = Counter::new();
 pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
     Counter::new(),
     Counter::new(),
@@ -242,6 +247,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("read_link_requests", &LINK_REQUESTS),
         ("read_link_fallbacks", &LINK_FALLBACKS),
         ("read_links_opened", &LINKS_OPENED),
+        ("holder_checks", &HOLDER_CHECKS),
+        ("holder_checks_refused", &HOLDER_CHECKS_REFUSED),
+        ("holder_check_timeouts", &HOLDER_CHECK_TIMEOUTS),
         ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),
         ("gather_latency_1_9ms", &GATHER_LATENCY_HISTOGRAM[1]),
         ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),

@@ -42,11 +42,16 @@ const CALLBACKS: &[&str] = &[
     "gather-timeout",
     "gather-disconnect",
     "gather-free",
+    "holder-check-timer",
+    "holder-check-reply",
+    "holder-check-disconnect",
+    "holder-check-free",
     "bus-gather",
     "bus-collect",
     "bus-audit",
     "bus-transfer",
     "bus-floor-moves",
+    "bus-holder-check",
     "type-rdb-load",
     "type-mem-usage",
     "type-digest",
@@ -182,6 +187,35 @@ fn a_panic_in_any_callback_is_logged_and_the_cluster_goes_on() {
         let answer = second.read().expect("an answer");
         assert!(answer.is_error(), "{answer:?}");
         let _ = sleeper.join();
+    }
+
+    // First writes of holders wait for their holder checks. One whose home's master sleeps
+    // is left by its writer (holder-check-disconnect); then the others, with the home awake:
+    // asked over the bus (bus-holder-check) or, on the home's master, answered by the timer
+    // (holder-check-timer), each write run again from the reply (holder-check-reply,
+    // holder-check-free). A first write that meets a contained panic may fail: later ones
+    // are checked afresh.
+    let checked = (0..)
+        .map(|i| format!("{{chk{i}}}"))
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) == other)
+        .expect("a home on the master put to sleep");
+    let checked_holders = names(&client.cmd(&["CTR.SPREAD", &checked, "6"]));
+    let far_holder = checked_holders[1..]
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != other)
+        .expect("a holder on another master")
+        .clone();
+    let mut sleeper = Conn::connect(ports[other]).expect("connect");
+    sleeper.send(&["DEBUG", "SLEEP", "1"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut leaving =
+        Conn::connect(ports[cluster.owner(key_slot(far_holder.as_bytes()))]).expect("connect");
+    leaving.send(&["CTR.ADD", &far_holder, "1"]);
+    std::thread::sleep(Duration::from_millis(150));
+    drop(leaving);
+    let _ = sleeper.read();
+    for holder in &checked_holders[1..] {
+        let _ = client.cmd(&["CTR.ADD", holder, "1"]);
     }
 
     // A spread home deleted: its holders are collected over the bus (bus-collect). A flush

@@ -4,8 +4,9 @@
 //! 3-master cluster: the same names while another master is frozen (DEBUG SLEEP) or down,
 //! answered in milliseconds where CTR.INFO of the same key waits for the frozen master.
 //! Look-alike holders (issue 26, item 7): on one server a write that would create a key named
-//! like a holder that its home does not list is refused and creates nothing; in a cluster it
-//! is written and counts toward nothing.
+//! like a holder that its home does not list is refused and creates nothing; in a cluster too,
+//! once the home's master has said so (the holder check), and the first write of a real holder
+//! waits for that answer, replicates, and goes on unchecked when the home's master is asleep.
 
 mod common;
 
@@ -213,26 +214,108 @@ fn a_write_to_a_look_alike_holder_is_refused_on_one_server() {
     );
 }
 
-/// In a cluster a look-alike is not refused (docs/COMMANDS.md says why: its home lives in
-/// another slot, which a command cannot read on every server, usually on another master): the
-/// write applies and counts toward nothing, on the home's master as on the others; the
-/// holders CTR.SPREAD named count.
+/// In a cluster the first write of a key named like a holder asks the home's master whether
+/// the home lists it (the holder check): a look-alike on any master, the home's own included,
+/// is refused (CTR.ADD, CTR.DECRFLOOR, CTR.RECONCILE) and creates nothing; every holder
+/// CTR.SPREAD named is written, replicated (the write runs from the check's reply), and counts;
+/// a renamed home's new holders pass; inside MULTI (which cannot wait) nothing is checked; and
+/// with the home's master asleep past `ctr.gather-timeout-ms` the write goes on unchecked.
 #[test]
-fn a_look_alike_holder_in_a_cluster_is_written_and_counts_toward_nothing() {
-    let cluster = Cluster::start(3, &[]);
+fn a_write_to_a_look_alike_holder_is_refused_in_a_cluster() {
+    let cluster = Cluster::start(3, &["gather-timeout-ms", "500"]);
     let mut client = cluster.client();
     let home = "{page:1}:views";
-    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    for holder in &holders[1..] {
-        assert_eq!(client.cmd(&["CTR.ADD", holder, "1"]), Value::Int(1));
+    let home_master = cluster.owner(key_slot(home.as_bytes()));
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "10"]));
+    let on = |name: &str| cluster.owner(key_slot(name.as_bytes()));
+    // Holders 6 to 9 are first written later: one after a rename, one with the home asleep.
+    let last = holders[6..]
+        .iter()
+        .find(|h| on(h) != home_master)
+        .expect("a holder on another master");
+    let after_rename = holders[6..].iter().find(|h| *h != last).expect("another");
+    let replicated = (0..3)
+        .find(|&m| m != home_master && holders[1..6].iter().any(|h| on(h) == m))
+        .expect("a holder on another master");
+    let replica = cluster.start_replica_of(replicated);
+    for holder in &holders[1..6] {
+        assert_eq!(
+            client.cmd(&["CTR.ADD", holder, "1"]),
+            Value::Int(1),
+            "{holder}"
+        );
     }
     let id = &holders[1][5..21];
+    let mut fakes = Vec::new();
     for node in 0..3 {
         let fake = (0..)
             .map(|k| format!("{{ctr.{id}.1.{k}}}{home}"))
-            .find(|n| !holders.contains(n) && cluster.owner(key_slot(n.as_bytes())) == node)
+            .find(|n| !holders.contains(n) && on(n) == node)
             .expect("a name on every master");
-        assert_eq!(client.cmd(&["CTR.ADD", &fake, "5"]), Value::Int(5));
+        for write in [
+            vec!["CTR.ADD", &fake, "5"],
+            vec!["CTR.ADD", &fake, "5", "TOKEN", "t"],
+            vec!["CTR.DECRFLOOR", &fake, "1", "TOKEN", "t"],
+            vec!["CTR.RECONCILE", &fake, "3"],
+        ] {
+            assert_eq!(
+                client.cmd(&write),
+                Value::Error(look_alike(&fake, home)),
+                "{write:?} on master {node} (the home's: {home_master})"
+            );
+        }
+        assert_eq!(client.cmd(&["EXISTS", &fake]), Value::Int(0), "{fake}");
+        fakes.push(fake);
     }
+    let from_other_cluster = format!("{{ctr.00000000000000a2.2.3}}{home}");
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &from_other_cluster, "5"]),
+        Value::Error(look_alike(&from_other_cluster, home))
+    );
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(5));
+    let checks: u64 = (0..3)
+        .map(|m| {
+            let field = cluster.nodes[m].info_field("ctr", "ctr_holder_checks_refused");
+            field.parse::<u64>().expect("ctr_holder_checks_refused")
+        })
+        .sum();
+    assert_eq!(
+        checks, 13,
+        "4 writes of 3 look-alikes and one from another cluster"
+    );
+
+    // The checked first writes reached the replica (run again from the check's reply).
+    let mut master = cluster.nodes[replicated].conn();
+    assert_eq!(master.q("WAIT 1 5000"), Value::Int(1));
+    let mut r = replica.conn();
+    assert_eq!(r.q("READONLY").text(), "OK");
+    for holder in holders[1..6].iter().filter(|h| on(h) == replicated) {
+        assert_eq!(r.cmd(&["CTR.GET", holder]), Value::Int(1), "{holder}");
+    }
+
+    // A renamed home (same slot) still lists the holders it had not written yet.
+    let renamed = "{page:1}:renamed";
+    assert_eq!(client.cmd(&["RENAME", home, renamed]).text(), "OK");
+    assert_eq!(client.cmd(&["CTR.ADD", after_rename, "1"]), Value::Int(1));
+    assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(6));
+
+    // MULTI cannot wait: a look-alike there is written unchecked, as before the check.
+    let multi_fake = &fakes[(home_master + 1) % 3];
+    let mut m = cluster.nodes[on(multi_fake)].conn();
+    m.q("MULTI");
+    m.cmd(&["CTR.ADD", multi_fake, "2"]);
+    assert_eq!(m.q("EXEC"), Value::Array(vec![Value::Int(2)]));
+
+    // The home's master asleep: the last holder's first write waits out the gather timeout
+    // (500 ms) and goes on unchecked.
+    let mut sleeper = cluster.nodes[home_master].conn();
+    sleeper.send(&["DEBUG", "SLEEP", "1.5"]);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(client.cmd(&["CTR.ADD", last, "1"]), Value::Int(1));
+    assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
+    let timeouts = cluster.nodes[on(last)].info_field("ctr", "ctr_holder_check_timeouts");
+    assert_eq!(timeouts, "1");
+    common::eventually(10, || {
+        (client.cmd(&["CTR.GET", renamed]) == Value::Int(7)).then_some(())
+    });
 }

@@ -13,7 +13,9 @@ use super::ctr_store::{
     refuse_sealed_unless_retry, with_counter, Before, Write,
 };
 use super::decide;
+use super::holder_check::Checked;
 use super::parse::integer;
+use super::spread_holders::refuse_look_alike;
 use crate::config::Settings;
 use crate::counter::spread::floor_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
@@ -39,7 +41,9 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     // A sealed holder is refused below, unless this is a retry it remembers (the fast path
     // takes no token and leaves a sealed counter, which holds transfers, to the general one).
     let (key, content) = open_for_retry_as(ctx, args.raw(1))?;
-    super::spread_holders::refuse_look_alike(ctx, &key, args.bytes(1))?;
+    if let Checked::Blocked = refuse_look_alike(ctx, &key, args.bytes(1), add)? {
+        return Ok(Reply::Blocked);
+    }
     let mut advised_shards = None;
     // A holder of a floored spread is held at 0 until it has a floor of its own: the general
     // path decides its adds (the fast path knows no floor).

@@ -5,6 +5,8 @@ use super::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write,
 };
+use super::holder_check::Checked;
+use super::spread_holders::refuse_look_alike;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::counter::transfer::{purchase_refused, purchase_waits_for_budget};
 use crate::counter::{DecrOp, WriteKind};
@@ -78,7 +80,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let (key, _) = open_for_retry_as(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_decrement)?;
-    super::spread_holders::refuse_look_alike(ctx, &key, args.bytes(1))?;
+    if let Checked::Blocked = refuse_look_alike(ctx, &key, args.bytes(1), decrfloor)? {
+        return Ok(Reply::Blocked);
+    }
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     // A purchase retried on a holder folded since replays its first answer (the probe rule's
     // walk then stops where it stopped the first time): never granted a second time elsewhere.

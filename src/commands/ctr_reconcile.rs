@@ -3,6 +3,8 @@
 use super::ctr_args::{parse_reconcile, TruthSource};
 use super::ctr_store::with_counter;
 use super::ctr_store::{refuse_unwritable, update_counter, Write};
+use super::holder_check::Checked;
+use super::spread_holders::refuse_look_alike;
 use crate::counter::history::bucket_of;
 use crate::counter::history::WatermarkError;
 use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair, StartOp};
@@ -161,7 +163,10 @@ fn start(ctx: Ctx, args: &Args) -> CommandResult {
     }
     refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
-    super::spread_holders::refuse_look_alike(ctx, &key, crate::ffi::string_bytes(w.key_name))?;
+    let name = crate::ffi::string_bytes(w.key_name);
+    if let Checked::Blocked = refuse_look_alike(ctx, &key, name, reconcile)? {
+        return Ok(Reply::Blocked);
+    }
     let (op, earliest, before) = update_counter(&key, |c, before| {
         let op = StartOp {
             now,
@@ -246,7 +251,10 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     }
     refuse_unwritable(ctx, w.key_name)?;
     let key = Key::open(ctx, w.key_name, true);
-    super::spread_holders::refuse_look_alike(ctx, &key, crate::ffi::string_bytes(w.key_name))?;
+    let name = crate::ffi::string_bytes(w.key_name);
+    if let Checked::Blocked = refuse_look_alike(ctx, &key, name, reconcile)? {
+        return Ok(Reply::Blocked);
+    }
     let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
     let (repair, before) = update_counter(&key, |c, before| {
         Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))

@@ -15,6 +15,7 @@ mod ctr_store;
 mod decide;
 mod demand;
 mod floor_moves;
+mod holder_check;
 mod home_names;
 mod keyspace;
 pub mod parse;
@@ -567,6 +568,7 @@ pub fn register(
     spread_transfer::register(ctx);
     spread_collect::register(ctx);
     spread_audit::register(ctx);
+    holder_check::register(ctx);
     floor_moves::register(ctx);
     keyspace::register(ctx);
     slot_migration::register(ctx);

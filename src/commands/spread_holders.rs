@@ -1,6 +1,7 @@
 //! CTR.HOLDERS: a spread counter's holder names, read from the home key alone; and the
 //! refusal of writes that would make a look-alike holder (a key named like a holder that its
-//! home does not list), checked where the home's record can be read: outside a cluster.
+//! home does not list): read here outside a cluster, asked of the home's master in one
+//! (`holder_check`).
 //!
 //! Unlike `CTR.INFO` (which gathers every holder's value from the other masters and so waits
 //! for the slowest), this reads only what the home's master has recorded: it answers at once
@@ -8,6 +9,7 @@
 
 use super::ctr_spread::refuse_holder;
 use super::ctr_store::{is_missing, with_counter};
+use super::holder_check::{self, look_alike_error, Checked, Rerun};
 use super::home_names::living_home;
 use super::spread_cluster::in_cluster;
 use crate::counter::collect::lists_holder;
@@ -39,23 +41,30 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
 }
 
 /// Refuses a client write that would create `name` (the missing key `key`), a key named like a
-/// holder, when this server can tell that it is no holder: outside a cluster, where the home it
-/// names is a key of this server, no home of that spread (under the name the holders carry, or
-/// the name this server saw it renamed to) lists it. Such a key would count toward no counter.
-/// In a cluster nothing is checked: the home lives in another slot, usually on another master
-/// (telling would take a round trip), and a command cannot read another slot's key on every
-/// server (Valkey looks keys up in the slot of the command being executed). A key that exists
-/// is a holder made by an earlier write or by the spread protocol (budget credits create
-/// floored holders), and a replayed write was decided by its master: both go on.
-pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), CommandError> {
+/// holder, when no home of that spread lists it. Outside a cluster the home it names is a key of
+/// this server, read here (under the name the holders carry, or the name this server saw it
+/// renamed to). In a cluster the home's master is asked and the client waits
+/// (`holder_check`: [`Checked::Blocked`], and `rerun`, the command, runs again once the holder
+/// is listed). A key that exists is a holder made by an earlier write or by the spread protocol
+/// (budget credits create floored holders), and a replayed write was decided by its master:
+/// both go on.
+pub fn refuse_look_alike(
+    ctx: Ctx,
+    key: &Key,
+    name: &[u8],
+    rerun: Rerun,
+) -> Result<Checked, CommandError> {
     if !is_missing(key) {
-        return Ok(()); // the common case, checked first: a write to a key that exists
+        return Ok(Checked::Go); // the common case, checked first: a write to a key that exists
     }
     let Some(holder) = parse_holder_name(name) else {
-        return Ok(());
+        return Ok(Checked::Go);
     };
-    if ctx.is_replaying() || in_cluster(ctx) {
-        return Ok(());
+    if in_cluster(ctx) {
+        return holder_check::check(ctx, key, name, rerun);
+    }
+    if ctx.is_replaying() {
+        return Ok(Checked::Go);
     }
     let listed = living_home(ctx, holder.home, holder.spread_id).is_some_and(|home| {
         let home = KeyName::new(ctx, &home);
@@ -66,15 +75,7 @@ pub fn refuse_look_alike(ctx: Ctx, key: &Key, name: &[u8]) -> Result<(), Command
         ) == Ok(true)
     });
     if listed {
-        return Ok(());
+        return Ok(Checked::Go);
     }
-    Err(CommandError(
-        format!(
-            "ERR {} is not a holder of the spread counter {} (only named like one): write the \
-             home key, or a holder CTR.HOLDERS lists",
-            String::from_utf8_lossy(name),
-            String::from_utf8_lossy(holder.home)
-        )
-        .into(),
-    ))
+    Err(look_alike_error(name, holder.home))
 }

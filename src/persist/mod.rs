@@ -11,6 +11,7 @@ pub mod ctr_type;
 pub mod demand_msg;
 pub mod effect;
 pub mod gather_msg;
+pub mod holder_check_msg;
 pub mod pnc_format;
 pub mod pnc_type;
 pub mod resp;

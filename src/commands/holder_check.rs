@@ -1,0 +1,416 @@
+//! The holder check of a cluster: a client's write that would create a key named like a holder
+//! (`{ctr.<id>.<i>.<k>}<home>`) waits until the master of the home that name carries says
+//! whether that home lists it. A look-alike (a name copied from another cluster or a document,
+//! or a holder of a spread long gone) is refused with the holder error instead of holding units
+//! that count toward no counter.
+//!
+//! Outside a cluster the home is a key of the same server and `spread_holders` reads it in the
+//! command. In a cluster the home lives in another slot, usually on another master, and even
+//! on this master a command must not read it (Valkey looks keys up in the slot of the command
+//! being run). So the command blocks its client and:
+//! - asks the home's master over the bus (types 0xD5 and 0xD6, `persist::holder_check_msg`),
+//!   or, when the home's slot is this master's, reads it from a timer, outside the command;
+//! - on "listed", runs the same command again from the reply callback, the check passed (it
+//!   replicates and replies as it would have);
+//! - on "not listed", replies the holder error: nothing was written.
+//!
+//! Only a definite "not listed" refuses. When the home's master cannot tell (it does not serve
+//! the slot any more, the slot is moving), no master is known for the home's slot, or no answer
+//! came within `ctr.gather-timeout-ms`, the write goes on as it did before this check (a
+//! look-alike then holds units that count toward nothing, and the orphan audit deletes them if
+//! the spread is gone): a slot move or a master down never refuses a real holder. Nor is
+//! anything checked where a client cannot wait (inside MULTI/EXEC or a script), on a replica or
+//! while loading, or for a key that exists: only the first write of each holder waits.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use super::ctr_store::{is_missing, with_counter};
+use super::home_names::{holds_home, living_home};
+use super::spread_cluster::{self as cluster, NodeId};
+use super::spread_collect::select_db;
+use super::spread_transfer::{route, serves};
+use crate::config;
+use crate::counter::collect::lists_holder;
+use crate::counter::spread::{key_slot, parse_holder_name, HolderName};
+use crate::counter::CounterRef;
+use crate::ffi::{rm, run_soon, Args, CommandError, CommandResult, Ctx, Key, KeyName, Reply};
+use crate::guard::guard;
+use crate::metrics;
+use crate::persist::holder_check_msg::{self as msg, Verdict};
+
+const MSG_REQUEST: u8 = 0xD5;
+const MSG_RESPONSE: u8 = 0xD6;
+
+/// How often pending checks are looked at for their deadline.
+const TICK_MS: i64 = 100;
+/// The most writes waiting for holder checks on this node; past it a write goes on unchecked.
+pub const MAX_PENDING: usize = 10_000;
+/// The most keys of the home's slot read to find a home renamed to a name this master did not
+/// see (as the orphan audit does); past it the check is unsure.
+const MAX_SLOT_KEYS: i64 = 20_000;
+
+/// The command a checked write runs again once its holder is listed.
+pub type Rerun = fn(Ctx, &Args) -> CommandResult;
+
+/// What a write does after [`check`].
+pub enum Checked {
+    /// Go on: nothing to check, or the check passed.
+    Go,
+    /// The client waits for the check; the command replies [`Reply::Blocked`].
+    Blocked,
+}
+
+/// A write waiting for its check.
+struct Pending {
+    bc: *mut raw::RedisModuleBlockedClient,
+    holder: Vec<u8>,
+    /// The master asked, or None when the home's slot is this master's (read by the timer).
+    asked: Option<NodeId>,
+    deadline_ms: i64,
+    rerun: Rerun,
+}
+
+/// What the reply callback receives.
+struct Outcome {
+    verdict: Verdict,
+    rerun: Rerun,
+}
+
+#[derive(Default)]
+struct Checks {
+    by_id: HashMap<u64, Pending>,
+    next_id: u64,
+    ticking: bool,
+}
+
+thread_local! {
+    static CHECKS: RefCell<Checks> = RefCell::new(Checks::default());
+    /// The holder whose write runs again from a reply callback, its check passed.
+    static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// The refusal of a write to `name`, a key named like a holder of `home` that no home lists.
+pub fn look_alike_error(name: &[u8], home: &[u8]) -> CommandError {
+    CommandError(
+        format!(
+            "ERR {} is not a holder of the spread counter {} (only named like one): write the \
+             home key, or a holder CTR.HOLDERS lists",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(home)
+        )
+        .into(),
+    )
+}
+
+/// In a cluster: checks that the missing key `key` named `name`, about to be created by a
+/// client's write, is a holder its home lists (see the [module](self) docs). `rerun` is the
+/// command, run again once the home's master has said so.
+pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, CommandError> {
+    if !is_missing(key) {
+        return Ok(Checked::Go);
+    }
+    let Some(holder) = parse_holder_name(name) else {
+        return Ok(Checked::Go);
+    };
+    if ctx.is_replaying() || passed(name) || !can_block(ctx) {
+        return Ok(Checked::Go);
+    }
+    let asked = match route(ctx, holder.home) {
+        Ok(asked) => asked,
+        Err(_) => return Ok(Checked::Go), // no master known for the home's slot now
+    };
+    let id = CHECKS.with(|c| {
+        let mut c = c.borrow_mut();
+        (c.by_id.len() < MAX_PENDING).then(|| {
+            c.next_id = c.next_id.wrapping_add(1);
+            c.next_id
+        })
+    });
+    let Some(id) = id else {
+        return Ok(Checked::Go);
+    };
+    let deadline_ms = ctx
+        .now_ms()
+        .saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
+    // SAFETY: ctx is the live context of a command that may block (checked above). No server
+    // timeout: the tick ends a check at its deadline and lets the write go on.
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(ctx.ptr, Some(on_reply), None, Some(free_outcome), 0)
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    metrics::HOLDER_CHECKS.incr();
+    CHECKS.with(|c| {
+        c.borrow_mut().by_id.insert(
+            id,
+            Pending {
+                bc,
+                holder: name.to_vec(),
+                asked,
+                deadline_ms,
+                rerun,
+            },
+        )
+    });
+    match asked {
+        Some(node) => {
+            cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, name));
+        }
+        None => run_soon(ctx.ptr, on_tick, std::ptr::null_mut()),
+    }
+    // The periodic tick runs while any check waits: it ends them at their deadline, and answers
+    // a local one whose timer above failed.
+    arm_periodic_tick(ctx.ptr);
+    Ok(Checked::Blocked)
+}
+
+fn passed(name: &[u8]) -> bool {
+    PASSED.with(|p| p.borrow().as_deref() == Some(name))
+}
+
+fn can_block(ctx: Ctx) -> bool {
+    ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        == 0
+}
+
+/// The home side: what this master says of `holder` (database 0, a cluster's only one).
+fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {
+    let Some(h) = parse_holder_name(holder) else {
+        return Verdict::NotListed;
+    };
+    select_db(ctx, 0);
+    if !serves(ctx, h.home) {
+        return Verdict::Unsure;
+    }
+    let lists = |home: &[u8]| {
+        let key = KeyName::new(ctx, home);
+        with_counter(
+            ctx,
+            key.raw,
+            |c| matches!(c, Some(CounterRef::Boxed(b)) if lists_holder(b, holder)),
+        ) == Ok(true)
+    };
+    if let Some(home) = living_home(ctx, h.home, h.spread_id) {
+        return if lists(&home) {
+            Verdict::Listed
+        } else {
+            Verdict::NotListed
+        };
+    }
+    home_elsewhere_in_slot(ctx, h, lists)
+}
+
+/// A home renamed, restored or moved in under a name this master did not see stays in its slot
+/// (as the orphan audit reads it): looked for among the slot's keys.
+fn home_elsewhere_in_slot(ctx: Ctx, h: HolderName, lists: impl Fn(&[u8]) -> bool) -> Verdict {
+    match cluster::keys_in_slot(ctx, key_slot(h.home), MAX_SLOT_KEYS) {
+        Some(keys) => {
+            let listed = keys
+                .iter()
+                .any(|k| holds_home(ctx, k, h.spread_id) && lists(k));
+            if listed {
+                Verdict::Listed
+            } else {
+                Verdict::NotListed
+            }
+        }
+        None => Verdict::Unsure,
+    }
+}
+
+/// Ends the check `id` with `verdict`: the client's command replies (runs again, or refuses).
+fn resolve(id: u64, verdict: Verdict) {
+    let Some(p) = CHECKS.with(|c| c.borrow_mut().by_id.remove(&id)) else {
+        return;
+    };
+    if verdict == Verdict::NotListed {
+        metrics::HOLDER_CHECKS_REFUSED.incr();
+    }
+    let outcome = Box::new(Outcome {
+        verdict,
+        rerun: p.rerun,
+    });
+    // SAFETY: bc is blocked and unblocked once: its check was just removed from the table.
+    unsafe { rm!(RedisModule_UnblockClient)(p.bc, Box::into_raw(outcome).cast::<c_void>()) };
+}
+
+/// The data of the periodic tick's timer (one at a time); the timers that answer local checks
+/// at once carry none.
+const PERIODIC: *mut c_void = std::ptr::dangling_mut::<c_void>();
+
+fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
+    let start = CHECKS.with(|c| !std::mem::replace(&mut c.borrow_mut().ticking, true));
+    if start {
+        // SAFETY: ctx is live; the timer's data is a marker, never dereferenced.
+        unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_tick), PERIODIC) };
+    }
+}
+
+/// The timer: answers the checks of homes this master serves, and lets the writes whose
+/// checks passed their deadline go on unchecked.
+fn tick(ctx: Ctx) {
+    let now = ctx.now_ms();
+    let (local, expired): (Vec<(u64, Vec<u8>)>, Vec<u64>) = CHECKS.with(|c| {
+        let c = c.borrow();
+        let local = c.by_id.iter().filter(|(_, p)| p.asked.is_none());
+        let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
+        (
+            local.map(|(id, p)| (*id, p.holder.clone())).collect(),
+            expired.map(|(id, _)| *id).collect(),
+        )
+    });
+    for (id, holder) in local {
+        resolve(id, verdict(ctx, &holder));
+    }
+    if !expired.is_empty() {
+        metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
+    }
+    for id in expired {
+        resolve(id, Verdict::Unsure);
+    }
+}
+
+unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard(ctx, "holder-check-timer", || tick(Ctx { ptr: ctx }));
+    if data != PERIODIC {
+        return;
+    }
+    let waiting = CHECKS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.ticking = false;
+        !c.by_id.is_empty()
+    });
+    if waiting {
+        arm_periodic_tick(ctx);
+    }
+}
+
+/// The bus messages: a request (answered with this master's verdict) and a response (ends the
+/// check it answers, when it comes from the master asked).
+struct Messages;
+
+impl cluster::BusReceiver for Messages {
+    const CALLBACK: &'static str = "bus-holder-check";
+    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+        match kind {
+            MSG_REQUEST => {
+                let Ok((id, holder)) = msg::decode_request(payload) else {
+                    return; // malformed: the asker's write goes on at its deadline
+                };
+                let response = msg::encode_response(id, verdict(ctx, holder));
+                cluster::send(ctx.ptr, &from, MSG_RESPONSE, &response);
+            }
+            MSG_RESPONSE => {
+                let Ok((id, verdict)) = msg::decode_response(payload) else {
+                    return;
+                };
+                let asked = CHECKS.with(|c| c.borrow().by_id.get(&id).map(|p| p.asked));
+                if asked == Some(Some(from)) {
+                    resolve(id, verdict);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The reply callback: a listed holder's write runs again (the check passed), a look-alike's is
+/// refused, an unsure one goes on unchecked.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed outcome given to UnblockClient.
+    let outcome = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<Outcome>();
+    let ctx = Ctx { ptr: ctx };
+    let replied = guard(ctx.ptr, "holder-check-reply", || {
+        // SAFETY: non-null outcomes are ours and live until free_outcome.
+        let Some(outcome) = (unsafe { outcome.as_ref() }) else {
+            return ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr: the holder check lost its outcome (a bug: please report it)",
+            ));
+        };
+        // SAFETY: the server passes the blocked command's argc live arguments.
+        let args = unsafe { Args::new(argv, argc) };
+        match run_checked(ctx, &args, outcome) {
+            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr: a write waited twice for its holder check (a bug: please report it)",
+            )),
+            Ok(reply) => ctx.reply(&reply),
+            Err(e) => ctx.reply_error(&e),
+        }
+    });
+    if replied.is_none() {
+        ctx.reply_error(&CommandError::fixed(
+            "ERR internal error in redis-ctr (a bug: please report it)",
+        ));
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+fn run_checked(ctx: Ctx, args: &Args, outcome: &Outcome) -> CommandResult {
+    if args.len() < 2 {
+        return Err(CommandError::fixed(
+            "ERR internal error in redis-ctr: the holder check lost its command (a bug: please report it)",
+        ));
+    }
+    let name = args.bytes(1);
+    if outcome.verdict == Verdict::NotListed {
+        let home = parse_holder_name(name).map_or(&[][..], |h| h.home);
+        return Err(look_alike_error(name, home));
+    }
+    // The key's slot may have moved, or this master failed over, while the client waited.
+    if !serves(ctx, name) {
+        return Err(CommandError(
+            format!(
+                "TRYAGAIN spread counter holder '{}' moved to another master while its first write waited for its holder check",
+                String::from_utf8_lossy(name)
+            )
+            .into(),
+        ));
+    }
+    PASSED.with(|p| *p.borrow_mut() = Some(name.to_vec()));
+    let result = (outcome.rerun)(ctx, args);
+    PASSED.with(|p| *p.borrow_mut() = None);
+    result
+}
+
+unsafe extern "C" fn on_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    let found = guard(ctx, "holder-check-disconnect", || {
+        CHECKS.with(|c| {
+            let mut c = c.borrow_mut();
+            let id = c.by_id.iter().find(|(_, p)| p.bc == bc).map(|(id, _)| *id);
+            id.and_then(|id| c.by_id.remove(&id)).is_some()
+        })
+    });
+    if found.unwrap_or(false) {
+        // A client blocked without keys is released only by UnblockClient.
+        // SAFETY: bc is live until this call; its check is gone, so nothing unblocks it again.
+        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient, freed once here.
+        let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
+        guard(ctx, "holder-check-free", || drop(outcome));
+    }
+}
+
+/// Registers the bus receivers (harmless outside a cluster).
+pub fn register(ctx: *mut raw::RedisModuleCtx) {
+    cluster::register_receiver::<Messages>(ctx, &[MSG_REQUEST, MSG_RESPONSE]);
+}
