@@ -238,12 +238,14 @@ fn a_write_to_a_look_alike_holder_is_refused_in_a_cluster() {
         .find(|&m| m != home_master && holders[1..6].iter().any(|h| on(h) == m))
         .expect("a holder on another master");
     let replica = cluster.start_replica_of(replicated);
-    for holder in &holders[1..6] {
-        assert_eq!(
-            client.cmd(&["CTR.ADD", holder, "1"]),
-            Value::Int(1),
-            "{holder}"
-        );
+    // Plain adds replicate as sent, tokened ones as their effect: both from the reply callback.
+    for (i, holder) in holders[1..6].iter().enumerate() {
+        let token = format!("t{i}");
+        let mut add = vec!["CTR.ADD", holder, "1"];
+        if i % 2 == 1 {
+            add.extend(["TOKEN", &token]);
+        }
+        assert_eq!(client.cmd(&add), Value::Int(1), "{holder}");
     }
     let id = &holders[1][5..21];
     let mut fakes = Vec::new();
@@ -291,6 +293,8 @@ fn a_write_to_a_look_alike_holder_is_refused_in_a_cluster() {
     assert_eq!(r.q("READONLY").text(), "OK");
     for holder in holders[1..6].iter().filter(|h| on(h) == replicated) {
         assert_eq!(r.cmd(&["CTR.GET", holder]), Value::Int(1), "{holder}");
+        let digest = ["DEBUG", "DIGEST-VALUE", holder.as_str()];
+        assert_eq!(r.cmd(&digest), master.cmd(&digest), "{holder}");
     }
 
     // A renamed home (same slot) still lists the holders it had not written yet.

@@ -51,7 +51,9 @@ const TICK_MS: i64 = 100;
 /// The most writes waiting for holder checks on this node; past it a write goes on unchecked.
 pub const MAX_PENDING: usize = 10_000;
 /// The most keys of the home's slot read to find a home renamed to a name this master did not
-/// see (as the orphan audit does); past it the check is unsure.
+/// see (as the orphan audit does), and the most such keys read in a [`TICK_MS`] window for all
+/// checks (a flood of look-alikes naming a missing home cannot make the home's master read its
+/// slots over and over); past either, the check is unsure and the write goes on.
 const MAX_SLOT_KEYS: i64 = 20_000;
 
 /// The command a checked write runs again once its holder is listed.
@@ -92,6 +94,8 @@ thread_local! {
     static CHECKS: RefCell<Checks> = RefCell::new(Checks::default());
     /// The holder whose write runs again from a reply callback, its check passed.
     static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// The slot keys the home side may still read in the current window, and when it began.
+    static SLOT_KEYS_LEFT: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// The refusal of a write to `name`, a key named like a holder of `home` that no home lists.
@@ -127,7 +131,11 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
     let id = CHECKS.with(|c| {
         let mut c = c.borrow_mut();
         (c.by_id.len() < MAX_PENDING).then(|| {
-            c.next_id = c.next_id.wrapping_add(1);
+            // From a random start: a late answer to an earlier life of this node matches nothing.
+            if c.next_id == 0 {
+                c.next_id = u64::from_le_bytes(crate::ffi::random_bytes());
+            }
+            c.next_id = c.next_id.wrapping_add(1).max(1);
             c.next_id
         })
     });
@@ -211,8 +219,15 @@ fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {
 /// A home renamed, restored or moved in under a name this master did not see stays in its slot
 /// (as the orphan audit reads it): looked for among the slot's keys.
 fn home_elsewhere_in_slot(ctx: Ctx, h: HolderName, lists: impl Fn(&[u8]) -> bool) -> Verdict {
-    match cluster::keys_in_slot(ctx, key_slot(h.home), MAX_SLOT_KEYS) {
+    let now = ctx.now_ms();
+    let (mut window, mut left) = SLOT_KEYS_LEFT.get();
+    if now.saturating_sub(window) >= TICK_MS {
+        (window, left) = (now, MAX_SLOT_KEYS);
+        SLOT_KEYS_LEFT.set((window, left));
+    }
+    match cluster::keys_in_slot(ctx, key_slot(h.home), left) {
         Some(keys) => {
+            SLOT_KEYS_LEFT.set((window, left - keys.len() as i64));
             let listed = keys
                 .iter()
                 .any(|k| holds_home(ctx, k, h.spread_id) && lists(k));
@@ -368,11 +383,13 @@ fn run_checked(ctx: Ctx, args: &Args, outcome: &Outcome) -> CommandResult {
         let home = parse_holder_name(name).map_or(&[][..], |h| h.home);
         return Err(look_alike_error(name, home));
     }
-    // The key's slot may have moved, or this master failed over, while the client waited.
-    if !serves(ctx, name) {
+    // The key's slot may have moved, or this master failed over, while the client waited; or
+    // writes are paused (a manual failover, CLIENT PAUSE WRITE), which a write run from here
+    // would not respect.
+    if !serves(ctx, name) || crate::ffi::writes_paused() {
         return Err(CommandError(
             format!(
-                "TRYAGAIN spread counter holder '{}' moved to another master while its first write waited for its holder check",
+                "TRYAGAIN spread counter holder '{}' moved, or writes were paused, while its first write waited for its holder check",
                 String::from_utf8_lossy(name)
             )
             .into(),
