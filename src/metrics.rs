@@ -140,6 +140,9 @@ pub static LINKS_OPENED: Counter = Counter::new();
 /// Holder checks (`commands::holder_check`): first writes of holders that asked the home's
 /// master, those refused as look-alikes, and those that went on unchecked at their deadline.
 pub static HOLDER_CHECKS: Counter = Counter::new();
+/// Timer runs skipped and bus messages dropped while the server paused writes
+/// (`commands::replication_gate::paused`).
+pub static PAUSED_SKIPS: Counter = Counter::new();
 pub static HOLDER_CHECKS_REFUSED: Counter = Counter::new();
 pub static HOLDER_CHECK_TIMEOUTS: Counter = Counter::new();
 pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
@@ -248,6 +251,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("read_link_fallbacks", &LINK_FALLBACKS),
         ("read_links_opened", &LINKS_OPENED),
         ("holder_checks", &HOLDER_CHECKS),
+        ("paused_skips", &PAUSED_SKIPS),
         ("holder_checks_refused", &HOLDER_CHECKS_REFUSED),
         ("holder_check_timeouts", &HOLDER_CHECK_TIMEOUTS),
         ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),

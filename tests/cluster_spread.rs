@@ -5,7 +5,7 @@
 //! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
 //! after the move; a killed master makes reads fail clearly within the gather timeout; shrinking
 //! during writes keeps the total exact, also when a holder's master and then the home's master
-//! die in the middle of the fold.
+//! die in the middle of the fold; folds wait while the holders' masters pause writes.
 
 mod common;
 
@@ -592,4 +592,54 @@ fn grow_and_shrink_cycles_complete_every_fold_and_keep_the_home_small() {
         grown <= 9,
         "the home's state grew {grown} bytes a cycle: {sizes:?}"
     );
+}
+
+/// Writes paused on the holders' masters (`CLIENT PAUSE WRITE`, as a manual failover or the
+/// handoff of an atomic slot migration pauses them) while a shrink's folds travel: the module's
+/// bus receivers and timers there write nothing during the pause (each skip counted in
+/// `ctr_paused_skips`: a write then would be replicated while the server holds replica traffic
+/// back, which Redis 8.6 refuses with an assertion; before, the folds completed during the
+/// pause), every master stays up, and the folds complete once writes go on, the total exact.
+#[test]
+fn folds_wait_while_writes_are_paused_and_complete_after() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{paused}";
+    let (home_node, holders, total) = common::cluster::spread_over_masters(&cluster, home);
+    let others: Vec<usize> = (0..3).filter(|&n| n != home_node).collect();
+    for &n in &others {
+        assert_eq!(cluster.nodes[n].conn().q("CLIENT PAUSE 1500 WRITE"), ok());
+    }
+    assert_eq!(names(&client.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+    // The folds toward the holders on the paused masters wait for them.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        still_leaving(&mut client, home) > 0,
+        "the folds wait for the paused masters"
+    );
+    let skipped: u64 = others
+        .iter()
+        .map(|&n| {
+            let field = cluster.nodes[n].info_field("ctr", "ctr_paused_skips");
+            field.parse::<u64>().expect("ctr_paused_skips")
+        })
+        .sum();
+    assert!(skipped > 0, "the paused masters skipped their work");
+    eventually(30, || (still_leaving(&mut client, home) == 0).then_some(()));
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        assert_eq!(
+            node.conn().q("PING"),
+            Value::Simple("PONG".into()),
+            "node {i}"
+        );
+    }
+    // A folded holder keeps nothing back: its units are the home's.
+    for holder in &holders[1..] {
+        assert_eq!(
+            client.cmd(&["CTR.GET", holder]),
+            Value::Int(0),
+            "{holder} folded"
+        );
+    }
 }

@@ -401,6 +401,15 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
 /// Timer: rebalances every home with refusals since the last run (on a master only).
 unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Ctx { ptr: ctx };
+    if super::replication_gate::paused() {
+        // The homes wait, the timer still armed, for a run once writes go on.
+        let delay = config::REBALANCE_DELAY_MS.load(Relaxed).max(100);
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
+        };
+        return;
+    }
     // Taken before the guarded body: a panic in it must not leave the timer disarmed for good.
     let homes = DUE.with(|d| {
         let (homes, armed) = &mut *d.borrow_mut();

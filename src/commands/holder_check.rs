@@ -314,6 +314,8 @@ struct Messages;
 
 impl cluster::BusReceiver for Messages {
     const CALLBACK: &'static str = "bus-holder-check";
+    // Verdicts read; a listed write runs from its reply callback, which checks the pause.
+    const WRITES: bool = false;
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         match kind {
             MSG_REQUEST => {

@@ -10,6 +10,21 @@
 use std::ffi::c_char;
 
 use crate::ffi::{rm, Ctx};
+use crate::metrics;
+
+/// True while the server pauses writes and so what they replicate (`CLIENT PAUSE WRITE`, a
+/// manual failover, the handoff of an atomic slot migration), counted: the module's own work
+/// outside commands (timers, bus receivers) that writes skips that run or drops that message
+/// (its sender resends it, as for a lost one). A write made then would be propagated while the
+/// server holds replica traffic back, which Redis 8.6 refuses with an assertion (seen: a credit
+/// received during a slot migration's handoff crashed the server).
+pub fn paused() -> bool {
+    let paused = crate::ffi::writes_paused();
+    if paused {
+        metrics::PAUSED_SKIPS.incr();
+    }
+    paused
+}
 
 /// Where this master's replication stream is, and how far its slowest online replica has
 /// acknowledged it (None without online replicas).

@@ -97,6 +97,9 @@ thread_local! {
 }
 
 fn tick(ctx: Ctx) {
+    if replication_gate::paused() {
+        return; // the next tick does this one's work
+    }
     let interval = AUDIT_INTERVAL_MS.load(Relaxed);
     if interval <= 0 || !cluster::in_cluster(ctx) {
         return;

@@ -67,11 +67,16 @@ pub fn apply(
     token: Option<TokenStamp>,
 ) -> CommandResult {
     let name = KeyName::new(ctx, home);
-    if super::spread_cluster::in_cluster(ctx) && !serves(ctx, home) {
-        // Failed over, or the home's slot moved, while the holders were read.
+    // Outside a cluster this runs in the command; in one, in a callback, which the server's
+    // pause of writes does not hold back.
+    if super::spread_cluster::in_cluster(ctx)
+        && (!serves(ctx, home) || super::replication_gate::paused())
+    {
+        // Failed over, or the home's slot moved, or writes were paused, while the holders
+        // were read.
         return Err(CommandError(
             format!(
-                "TRYAGAIN spread counter '{}' is no longer served here",
+                "TRYAGAIN spread counter '{}' is no longer served here, or writes are paused",
                 String::from_utf8_lossy(home)
             )
             .into(),

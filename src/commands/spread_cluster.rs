@@ -494,6 +494,9 @@ pub trait BusReceiver {
     /// The receiver's name in the panic log and `ctr.debug-panic-in` (one of
     /// [`crate::guard::CALLBACKS`]).
     const CALLBACK: &'static str;
+    /// True when handling a message may write (and so replicate): such messages are dropped
+    /// while the server pauses writes (`replication_gate::paused`; the senders resend).
+    const WRITES: bool = true;
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]);
 }
 
@@ -514,6 +517,9 @@ unsafe extern "C" fn receive<R: BusReceiver>(
     payload: *const std::ffi::c_uchar,
     len: u32,
 ) {
+    if R::WRITES && super::replication_gate::paused() {
+        return;
+    }
     // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
     unsafe {
         on_bus_message(ctx, R::CALLBACK, sender, payload, len, |c, from, bytes| {

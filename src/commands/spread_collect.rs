@@ -222,6 +222,9 @@ pub(super) fn select_db(ctx: Ctx, db: c_int) -> bool {
 /// claimed, checks the claims and starts their collections
 /// (a master), sends what is due, drops what is past the timeout.
 fn tick(ctx: Ctx) {
+    if super::replication_gate::paused() {
+        return; // the next tick does this one's work
+    }
     // An unlink is claimed by its event in the same call: what is left now never will be,
     // unless its name now holds another type (`claim_overwritten`).
     take_unlinked();

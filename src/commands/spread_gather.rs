@@ -1245,6 +1245,8 @@ struct GatherMessages;
 
 impl cluster::BusReceiver for GatherMessages {
     const CALLBACK: &'static str = "bus-gather";
+    // Answers read; a finished gather's clear refuses while writes are paused (spread_clear).
+    const WRITES: bool = false;
     fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
         match kind {
             MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),

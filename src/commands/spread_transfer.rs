@@ -592,6 +592,9 @@ fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
 /// A replica only drops the keys its master has finished with (it resumes the others once
 /// promoted).
 fn tick(ctx: Ctx) {
+    if super::replication_gate::paused() {
+        return; // the next tick does this one's work
+    }
     super::home_names::take_loaded(); // what loading left for it, without waiting for a lookup
     for (db, name) in crate::persist::ctr_type::take_loaded_with_transfers() {
         enter(db, &name);

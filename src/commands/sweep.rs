@@ -98,6 +98,9 @@ fn thread_cpu_us() -> u64 {
 /// One tick: scan steps until the budget or the time cap is spent, sweeping what they found.
 /// True when it swept something (more is likely waiting).
 fn tick(ctx: Ctx) -> bool {
+    if super::replication_gate::paused() {
+        return false; // the next tick does this one's work
+    }
     let mut budget = SWEEP_BUDGET.load(Relaxed);
     if budget <= 0 || !should_sweep(ctx) {
         return false;
