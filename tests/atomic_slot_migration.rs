@@ -494,7 +494,12 @@ impl Traffic {
                 while !stop.load(SeqCst) {
                     let high = S_STOCK - sold.load(SeqCst);
                     let reply = client.cmd_once(&["CTR.INFO", &s]);
-                    let low = S_STOCK - sold.load(SeqCst) - asked.load(SeqCst);
+                    // `asked` before `sold`: a buyer adds to `sold` before it takes from
+                    // `asked`, so a purchase that ends between the two loads is counted twice
+                    // (a lower bound still), never missed (read the other way round, one
+                    // ending then was in neither and the bound came out one unit too high).
+                    let buying = asked.load(SeqCst);
+                    let low = S_STOCK - sold.load(SeqCst) - buying;
                     match reply {
                         Value::Error(e) if e.starts_with("TRYAGAIN") => seen.tryagain_reads += 1,
                         Value::Error(e) => panic!("read of {s}: {e}"),
