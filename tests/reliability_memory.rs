@@ -334,7 +334,7 @@ fn populate(server: &Server, per_shape: usize) -> Vec<String> {
     keys
 }
 
-/// Waits (bounded) until used_memory is back within `tolerance` of `baseline`; the dictionary
+/// Waits (bounded) until used_memory is back to at most `tolerance` above `baseline`; the dictionary
 /// shrinks on the server's cron, lazily freed values go on a background thread.
 fn assert_back_to(server: &Server, baseline: i64, peak: i64, after: &str) {
     let tolerance = 1_024;
@@ -342,7 +342,9 @@ fn assert_back_to(server: &Server, baseline: i64, peak: i64, after: &str) {
     loop {
         settle(server);
         let now = used_memory_less_keyspace_tables(server);
-        if (now - baseline).abs() <= tolerance {
+        // Below the baseline is no leak (a buffer of the baseline shrank since: seen, 6 KB on
+        // Valkey 8.1); only growth past the tolerance fails.
+        if now - baseline <= tolerance {
             eprintln!(
                 "{after}: used_memory {baseline} -> {peak} -> {now} ({:+} bytes)",
                 now - baseline
