@@ -10,7 +10,25 @@ use std::thread;
 
 use common::cluster::key_slot;
 use common::{assert_awaits_budget, purchase_until_final, Conn, Server, Value};
-use redis_ctr_client::SpreadRouter;
+use redis_ctr_client::{CtrError, ModuleError, SpreadRouter};
+
+/// A purchase of `amount` from `sale` through `router`, retried while it answers that budget is
+/// still on its way (`TRYAGAIN budget in flight`, which asks for a retry).
+fn buy(
+    router: &SpreadRouter,
+    con: &mut redis::Connection,
+    amount: i64,
+    token: &str,
+) -> Option<i64> {
+    loop {
+        match router.decrfloor(con, "sale", amount, Some(token.as_bytes()), None) {
+            Err(CtrError::Module(ModuleError::BudgetInFlight, _)) => {
+                thread::sleep(std::time::Duration::from_millis(20))
+            }
+            other => return other.unwrap(),
+        }
+    }
+}
 
 fn info_field(c: &mut Conn, key: &str, field: &str) -> Value {
     c.cmd(&["CTR.INFO", key]).field(field)
@@ -256,17 +274,13 @@ fn concurrent_buyers_never_take_the_total_below_the_floor() {
                         .wrapping_add(1442695040888963407);
                     let amount = 1 + (seed >> 33) as i64 % 3;
                     let token = format!("buyer{b}-{i}");
-                    let first = router
-                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
-                        .unwrap();
+                    let first = buy(&router, &mut con, amount, &token);
                     if first.is_none() {
                         refused += 1;
                         let total: i64 = redis::cmd("CTR.GET").arg("sale").query(&mut con).unwrap();
                         false_refusals += i64::from(total - 100 >= amount);
                     }
-                    let retry = SpreadRouter::default()
-                        .decrfloor(&mut con, "sale", amount, Some(token.as_bytes()), None)
-                        .unwrap();
+                    let retry = buy(&SpreadRouter::default(), &mut con, amount, &token);
                     assert_eq!(retry, first, "{token}");
                     granted += first.map_or(0, |_| amount);
                 }
