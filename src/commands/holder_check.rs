@@ -204,14 +204,7 @@ fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {
     if !serves(ctx, h.home) {
         return Verdict::Unsure;
     }
-    let lists = |home: &[u8]| {
-        let key = KeyName::new(ctx, home);
-        with_counter(
-            ctx,
-            key.raw,
-            |c| matches!(c, Some(CounterRef::Boxed(b)) if lists_holder(b, holder)),
-        ) == Ok(true)
-    };
+    let lists = |home: &[u8]| home_lists(ctx, home, holder);
     if let Some(home) = living_home(ctx, h.home, h.spread_id) {
         return if lists(&home) {
             Verdict::Listed
@@ -220,6 +213,17 @@ fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {
         };
     }
     home_elsewhere_in_slot(ctx, h, lists)
+}
+
+/// True when the counter at `home` (in the selected database) lists `holder`, current or
+/// folding back.
+pub fn home_lists(ctx: Ctx, home: &[u8], holder: &[u8]) -> bool {
+    let key = KeyName::new(ctx, home);
+    with_counter(
+        ctx,
+        key.raw,
+        |c| matches!(c, Some(CounterRef::Boxed(b)) if lists_holder(b, holder)),
+    ) == Ok(true)
 }
 
 /// A home renamed, restored or moved in under a name this master did not see stays in its slot

@@ -12,10 +12,9 @@ use super::ctr_store::{is_missing, with_counter};
 use super::holder_check::{self, look_alike_error, Checked, Rerun};
 use super::home_names::living_home;
 use super::spread_cluster::in_cluster;
-use crate::counter::collect::lists_holder;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
-use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyName, Reply};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
 
 /// CTR.HOLDERS key
 ///
@@ -66,14 +65,8 @@ pub fn refuse_look_alike(
     if ctx.is_replaying() {
         return Ok(Checked::Go);
     }
-    let listed = living_home(ctx, holder.home, holder.spread_id).is_some_and(|home| {
-        let home = KeyName::new(ctx, &home);
-        with_counter(
-            ctx,
-            home.raw,
-            |c| matches!(c, Some(CounterRef::Boxed(b)) if lists_holder(b, name)),
-        ) == Ok(true)
-    });
+    let listed = living_home(ctx, holder.home, holder.spread_id)
+        .is_some_and(|home| holder_check::home_lists(ctx, &home, name));
     if listed {
         return Ok(Checked::Go);
     }
