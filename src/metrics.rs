@@ -182,11 +182,15 @@ pub static COLLECTIONS_PENDING: Counter = Counter::new();
 pub static COLLECTIONS_ABANDONED: Counter = Counter::new();
 pub static HOLDERS_COLLECTED: Counter = Counter::new();
 /// The orphan audit (see `commands::spread_audit`): walks of this master's keys finished,
-/// questions it asked about the spreads of the holders it found, and spreads found gone for
-/// good whose holders here it deleted (the keys count in `HOLDERS_COLLECTED`).
+/// questions it asked about the spreads of the holders it found, spreads it reported as
+/// orphans (answered gone past the grace; their holders stay), the spreads reported now (a
+/// gauge), and holder keys deleted on an operator's `CTR.ORPHANS DELETE` (they count in
+/// `HOLDERS_COLLECTED` too).
 pub static AUDIT_PASSES: Counter = Counter::new();
 pub static AUDIT_QUESTIONS: Counter = Counter::new();
 pub static AUDIT_ORPHANS: Counter = Counter::new();
+pub static ORPHANS_REPORTED: Counter = Counter::new();
+pub static ORPHAN_HOLDERS_DELETED: Counter = Counter::new();
 /// Atomic slot migrations (Valkey 9 `CLUSTER MIGRATESLOTS`, Redis 8.4+ `CLUSTER MIGRATION
 /// IMPORT`, see `commands::slot_migration`) this node took part in: imports and exports
 /// started, and of those, ended without moving the slots (failed or cancelled); a gauge of
@@ -276,6 +280,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("audit_passes", &AUDIT_PASSES),
         ("audit_questions", &AUDIT_QUESTIONS),
         ("audit_orphans", &AUDIT_ORPHANS),
+        ("orphans_reported", &ORPHANS_REPORTED),
+        ("orphan_holders_deleted", &ORPHAN_HOLDERS_DELETED),
         ("slot_imports", &SLOT_IMPORTS),
         ("slot_imports_aborted", &SLOT_IMPORTS_ABORTED),
         ("slot_exports", &SLOT_EXPORTS),

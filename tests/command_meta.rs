@@ -126,6 +126,14 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k", &[("k", RO)])],
     },
     Meta {
+        name: "ctr.orphans",
+        arity: -1,
+        flags: &["write", "admin", "module"],
+        range: (0, 0, 0),
+        specs: &[],
+        calls: &[],
+    },
+    Meta {
         name: "ctr.gather",
         arity: 2,
         flags: &["readonly", "module"],

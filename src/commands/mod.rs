@@ -284,6 +284,20 @@ pub static COMMANDS: &[CommandDef] = &[
         since: c"0.6.0",
     },
     CommandDef {
+        name: c"ctr.orphans",
+        entry: entry!(spread_audit::orphans_command),
+        // No keys: it lists and deletes this master's holders the orphan audit reported,
+        // whatever their slots (each deleted through the server's routing check).
+        flags: c"write admin",
+        keys: NO_KEYS,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -1,
+        summary: c"Lists the spreads whose holders on this master the orphan audit reports as orphans (their home not found), or deletes one spread's reported holders here (DELETE spread-id): an operator's order, never the audit's.",
+        complexity: c"O(N) where N is the number of reported holders on this node",
+        since: c"0.8.0",
+    },
+    CommandDef {
         name: c"ctr.gather",
         entry: entry!(spread_gather::answer_link_request),
         // No keys: the holders it reads may sit in any slot this master serves, each read

@@ -1,6 +1,6 @@
 //! The orphan audit, the Redis glue (the rules are in `crate::counter::audit`, the bus payloads
-//! in `crate::persist::audit_msg`): the backstop that deletes the holders of a spread whose
-//! home is gone when no collection (`spread_collect`) did: its claim was lost with a master
+//! in `crate::persist::audit_msg`): the backstop that reports the holders of a spread whose
+//! home is gone when no collection (`spread_collect`) took them: its claim was lost with a master
 //! that restarted from an RDB alone, with a `FLUSHALL` whose master failed over before the
 //! claims went, or given up after `ctr.collect-timeout-ms` while a holder's master did not
 //! answer.
@@ -20,11 +20,16 @@
 //!    migration) and it read all of the slot's keys (at most 20,000, and 20,000 slot keys per
 //!    tick or received message); otherwise unsure, asked again a second later. A message holding a gone answer goes only once this master's
 //!    replicas hold what it read (a failover must not bring back a home whose holders went).
-//! 4. **Delete.** A spread answered gone twice, the second at least `ctr.orphan-grace-ms`
+//! 4. **Report.** A spread answered gone twice, the second at least `ctr.orphan-grace-ms`
 //!    after the first (default 10 min: a home restored after its holders, by a tool that copies
-//!    keys in any order, arrives within it), has its holders here deleted with the receiver's
-//!    rule of collections (`collect::verdict`: `DEL`, replicated, only a counter whose name is a
-//!    holder of exactly that spread id and carried home, in a slot this master serves).
+//!    keys in any order, arrives within it), is reported (a warning in the log, INFO
+//!    `ctr_orphans_reported`, `CTR.ORPHANS`), and its holders stay: an answer is absence, and
+//!    absence is no proof that a spread ended (a reshard cancelled after its `MIGRATE`, or a
+//!    failover that lost a migration's state, leaves a living home where its slot's master
+//!    cannot see it). It is asked again every 10 s; a home found again clears the report. The
+//!    holders go only on an operator's `CTR.ORPHANS DELETE id`, with the receiver's rule of
+//!    collections (`collect::verdict`: `DEL`, replicated, only a counter whose name is a holder
+//!    of exactly that spread id and carried home, in a slot this master serves).
 //!
 //! Cost: a pass reads every key once (about 0.1 µs each); one question per spread per pass (at
 //! most 512 asked per tick); a gone answer reads the home slot's keys. Nothing runs outside a cluster (a home's holders sit
@@ -48,7 +53,7 @@ use crate::config::{AUDIT_INTERVAL_MS, ORPHAN_GRACE_MS};
 use crate::counter::audit::{self, Answer, Audit, Question};
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{CounterCell, CounterRef};
-use crate::ffi::{rm, string_bytes, Ctx, KeyName};
+use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, Reply};
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::audit_msg;
@@ -107,6 +112,7 @@ fn tick(ctx: Ctx) {
     if !is_master(ctx) {
         // A replica (or a node loading) follows nothing; promoted, it walks anew.
         AUDIT.with(|a| a.borrow_mut().clear());
+        metrics::ORPHANS_REPORTED.set(0);
         HELD.with(|h| h.borrow_mut().clear());
         WALK.with(|w| {
             if let Some(w) = w.borrow_mut().as_mut() {
@@ -172,6 +178,7 @@ fn walk(ctx: Ctx, now: i64, interval: i64) {
         if ended {
             a.end_pass();
             metrics::AUDIT_PASSES.incr();
+            metrics::ORPHANS_REPORTED.set(a.orphan_count() as u64);
         }
     });
 }
@@ -260,24 +267,97 @@ fn home_side(ctx: Ctx, q: &Question) -> Answer {
     audit::answer(true, found)
 }
 
-/// An answer to one of this master's questions: a spread gone for good has its holders here
-/// deleted.
+/// An answer to one of this master's questions: a spread gone for good is reported, and its
+/// holders here stay (absence is no proof that a spread ended; `CTR.ORPHANS DELETE` is the
+/// operator's).
 fn on_answer(ctx: Ctx, q: &Question, answer: Answer, now: i64) {
     let grace = ORPHAN_GRACE_MS.load(Relaxed);
-    let Some(orphans) = AUDIT.with(|a| a.borrow_mut().answered(q, answer, now, grace)) else {
+    let (reported, count) = AUDIT.with(|a| {
+        let mut a = a.borrow_mut();
+        (a.answered(q, answer, now, grace), a.orphan_count())
+    });
+    metrics::ORPHANS_REPORTED.set(count as u64);
+    if !reported {
         return;
-    };
+    }
     metrics::AUDIT_ORPHANS.incr();
-    select_db(ctx, 0);
-    let deleted = orphans
-        .holders
-        .iter()
-        .filter(|name| still_asked_with(ctx, name, q) && delete(ctx, name))
-        .count();
-    ctx.log_notice(&format!(
-        "ctr: the audit deleted {deleted} holder(s) of spread {:016x}, whose home is gone",
-        orphans.spread_id
+    ctx.log_warning(&format!(
+        "ctr: the audit reports spread {:016x} as an orphan: its home is not found on the master \
+         of its slot; its holders here are kept (CTR.ORPHANS lists them, CTR.ORPHANS DELETE \
+         {:016x} deletes them)",
+        q.spread_id, q.spread_id
     ));
+}
+
+/// CTR.ORPHANS [DELETE spread-id]
+///
+/// Without arguments: the spreads this master's audit reports as orphans, each as
+/// `[spread id (16 hex digits), carried home name, [holder names here], reported since (ms)]`.
+/// `DELETE id`: the operator's order to delete this master's holders of that reported spread
+/// (each read again: still a holder of exactly that spread id and carried home, in a slot this
+/// master serves); replies how many keys went. An id that is not reported here is an error and
+/// deletes nothing.
+pub fn orphans_command(ctx: Ctx, args: &Args) -> CommandResult {
+    match args.len() {
+        1 => Ok(Reply::Array(AUDIT.with(|a| {
+            a.borrow()
+                .orphans()
+                .map(|(q, holders, since)| {
+                    Reply::Array(vec![
+                        Reply::Bulk(format!("{:016x}", q.spread_id).into_bytes()),
+                        Reply::Bulk(q.home.clone()),
+                        Reply::Array(holders.iter().cloned().map(Reply::Bulk).collect()),
+                        Reply::Integer(since),
+                    ])
+                })
+                .collect()
+        }))),
+        3 if args.bytes(1).eq_ignore_ascii_case(b"delete") => {
+            let id = parse_spread_id(args.bytes(2))?;
+            let taken = AUDIT.with(|a| a.borrow_mut().take_orphans(id));
+            if taken.is_empty() {
+                return Err(CommandError(
+                    format!("ERR no orphaned spread {id:016x} is reported on this node").into(),
+                ));
+            }
+            let count = AUDIT.with(|a| a.borrow().orphan_count());
+            metrics::ORPHANS_REPORTED.set(count as u64);
+            select_db(ctx, 0);
+            let mut deleted = 0;
+            for c in &taken {
+                let q = Question {
+                    spread_id: c.spread_id,
+                    home: c.home.clone(),
+                };
+                for name in &c.holders {
+                    if still_asked_with(ctx, name, &q) && delete(ctx, name) {
+                        deleted += 1;
+                    }
+                }
+            }
+            metrics::ORPHAN_HOLDERS_DELETED.add(deleted);
+            ctx.log_warning(&format!(
+                "ctr: CTR.ORPHANS DELETE {id:016x} deleted {deleted} holder(s) of that spread"
+            ));
+            Ok(Reply::Integer(deleted as i64))
+        }
+        2 | 3 => Err(CommandError::fixed("ERR syntax error")),
+        _ => Err(super::wrong_arity("ctr.orphans")),
+    }
+}
+
+/// A spread id as `CTR.ORPHANS` lists it: 1 to 16 hex digits, not 0.
+fn parse_spread_id(word: &[u8]) -> Result<u64, CommandError> {
+    let bad =
+        || CommandError::fixed("ERR invalid spread id (16 hex digits, as CTR.ORPHANS lists it)");
+    if word.is_empty() || word.len() > 16 {
+        return Err(bad());
+    }
+    let text = std::str::from_utf8(word).map_err(|_| bad())?;
+    match u64::from_str_radix(text, 16) {
+        Ok(id) if id != 0 => Ok(id),
+        _ => Err(bad()),
+    }
 }
 
 /// True when `name` is still a holder this master serves that the walk would ask about with

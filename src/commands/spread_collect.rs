@@ -84,8 +84,6 @@ const MAX_PENDING_BYTES: usize = 8 << 20;
 const MAX_NAMES_PER_TICK: usize = 4096;
 const MAX_NAMES_PER_MESSAGE: usize = 4096;
 const MAX_MESSAGE_BYTES: usize = 32 * 1024;
-/// The claim time of a deletion replayed while loading, stamped at the first tick after.
-const LOADED: i64 = i64::MIN;
 /// Answers held for the replicas, at most (past it a request goes unanswered: asked again).
 const MAX_HELD_ANSWERS: usize = 1024;
 
@@ -185,19 +183,31 @@ pub fn on_event(ctx: Ctx, event: &[u8], key: RawString) {
     let Some(mut left) = left else {
         return;
     };
-    if rule == EventRule::Forget {
+    if rule == EventRule::Forget || !seen_ending_here(ctx, name) {
         return;
     }
-    // An AOF replay: the deletion may have been claimed before a restart that lost its
-    // collection, so it is claimed again and checked like any other once loading is over
-    // (holders already collected are answered as gone). Its time starts at the first tick.
-    left.at_ms = if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
-        LOADED
-    } else {
-        ctx.now_ms()
-    };
+    left.at_ms = ctx.now_ms();
     claim(vec![left]);
     soon(ctx);
+}
+
+/// True when the home's end was seen by its own master: positive evidence that the spread
+/// ended, the only kind a collection acts on. Not an AOF replay nor a replica's replicated
+/// `DEL` (either may be a `MIGRATE`'s own `del`, whose home lives on elsewhere; a replica
+/// promoted after a reshard lost the slot's migrating state), and in a cluster not a home
+/// whose slot the routing check sends elsewhere the moment it went (`MIGRATE` on the source
+/// of a slot migration: the key is gone and the slot migrating, so the server would redirect;
+/// read now, not at the next tick, after which an operator may have cancelled the reshard
+/// with `SETSLOT ... STABLE`). A cluster down says nothing yet: the claim waits for the tick's
+/// own check. What is not claimed is left to the orphan audit, which reports, never deletes.
+fn seen_ending_here(ctx: Ctx, name: &[u8]) -> bool {
+    let flags = ctx.flags();
+    if flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+        || flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0
+    {
+        return false;
+    }
+    !cluster::in_cluster(ctx) || cluster::route(ctx.ptr, name) != cluster::Route::Elsewhere
 }
 
 fn claim(lefts: Vec<Left>) {
@@ -241,17 +251,14 @@ fn tick(ctx: Ctx) {
     let master = is_master(ctx);
     let claims = {
         let mut s = state();
-        for l in s.claims.iter_mut().filter(|l| l.at_ms == LOADED) {
-            l.at_ms = now;
-        }
+        s.claim_bytes = 0;
         if master {
-            s.claim_bytes = 0;
             std::mem::take(&mut s.claims)
         } else {
-            // A replica keeps its master's claims for the timeout: promoted within it, it
-            // sends them. Collections a demoted master had pending are its new master's now.
-            s.claims.retain(|l| now.saturating_sub(l.at_ms) <= timeout);
-            s.claim_bytes = s.claims.iter().map(|l| bytes_of(&l.collections)).sum();
+            // A replica claims nothing (a replicated `DEL` may be a `MIGRATE`'s: no proof that
+            // a spread ended, `seen_ending_here`); promoted, it leaves what its old master had
+            // not collected to the audit. Collections a demoted master had pending are dropped.
+            s.claims.clear();
             s.pending.clear();
             s.held.clear(); // the senders ask the new master
             metrics::COLLECTIONS_PENDING.set(0);

@@ -18,9 +18,13 @@
 //!   not bring back a home whose holders went).
 //! - [`Audit`]: the holder side. A spread answered `Gone` twice, the second time at least
 //!   `grace` after the first (`ctr.orphan-grace-ms`: a home restored after its holders, by a
-//!   tool that copies keys in any order, comes within it), has its holders here deleted with the
-//!   receiver's rule of collections (`collect::verdict`: exactly that spread id and carried
-//!   home, a counter of this module).
+//!   tool that copies keys in any order, comes within it), is *reported*, never deleted: an
+//!   answer is absence, and absence is no proof that a spread ended (a reshard cancelled after
+//!   its `MIGRATE`, a failover that lost a migration's state leave a living home where its
+//!   slot's master cannot see it). Its holders stay, listed by [`Audit::orphans`] until a
+//!   later answer finds the home again (`Lives`), or an operator deletes them
+//!   ([`Audit::take_orphans`], with the receiver's rule of collections: exactly that spread id
+//!   and carried home, a counter of this module). A leak is reported; a loss never happens.
 //!
 //! Bounded: at most [`MAX_SUSPECTS`] spreads and [`MAX_SUSPECT_BYTES`] of names are followed at
 //! once (the rest wait for a later pass); a spread not seen again in a whole pass is forgotten.
@@ -107,6 +111,8 @@ pub const MAX_SUSPECT_BYTES: usize = 8 << 20;
 pub const ASK_TIMEOUT_MS: i64 = 5_000;
 /// How long an `Unsure` waits before it is asked again.
 pub const RETRY_MS: i64 = 1_000;
+/// How often a reported spread is asked again (a home that comes back clears the report).
+pub const REPORTED_RECHECK_MS: i64 = 10_000;
 
 struct Suspect {
     holders: Vec<Vec<u8>>,
@@ -116,6 +122,8 @@ struct Suspect {
     next_ms: i64,
     /// The pass that last saw one of its holders.
     seen_pass: u64,
+    /// When it was reported as an orphan (gone past the grace).
+    reported_since: Option<i64>,
 }
 
 fn suspect_bytes(home: &[u8], holders: &[Vec<u8>]) -> usize {
@@ -167,6 +175,7 @@ impl Audit {
                 gone_since: None,
                 next_ms: now,
                 seen_pass: pass,
+                reported_since: None,
             },
         );
         true
@@ -204,39 +213,67 @@ impl Audit {
         out
     }
 
-    /// An answer came. Some(collection) when the spread is gone for good: its holders here,
-    /// each to delete if [`question_for`] it is still `q` (read again: it may have changed).
-    pub fn answered(
-        &mut self,
-        q: &Question,
-        answer: Answer,
-        now: i64,
-        grace: i64,
-    ) -> Option<Collection> {
-        let s = self.suspects.get_mut(q)?;
+    /// An answer came. True when it reports the spread as an orphan for the first time (gone
+    /// twice, the second answer past the grace); its holders stay until [`Self::take_orphans`].
+    pub fn answered(&mut self, q: &Question, answer: Answer, now: i64, grace: i64) -> bool {
+        let Some(s) = self.suspects.get_mut(q) else {
+            return false;
+        };
         match answer {
             Answer::Lives => {
                 self.forget(q);
-                None
+                false
             }
             Answer::Unsure => {
                 s.next_ms = now.saturating_add(RETRY_MS);
-                None
+                false
             }
             Answer::Gone => {
                 let since = *s.gone_since.get_or_insert(now);
-                if now.saturating_sub(since) >= grace {
-                    let s = self.forget(q)?;
-                    return Some(Collection {
-                        spread_id: q.spread_id,
-                        home: q.home.clone(),
-                        holders: s.holders,
-                    });
+                if now.saturating_sub(since) < grace {
+                    s.next_ms = since.saturating_add(grace);
+                    return false;
                 }
-                s.next_ms = since.saturating_add(grace);
-                None
+                s.next_ms = now.saturating_add(REPORTED_RECHECK_MS.max(grace));
+                let first = s.reported_since.is_none();
+                s.reported_since.get_or_insert(now);
+                first
             }
         }
+    }
+
+    /// The spreads reported as orphans: (question, holders here, reported since).
+    pub fn orphans(&self) -> impl Iterator<Item = (&Question, &[Vec<u8>], i64)> {
+        self.suspects
+            .iter()
+            .filter_map(|(q, s)| s.reported_since.map(|t| (q, s.holders.as_slice(), t)))
+    }
+
+    /// How many spreads are reported as orphans now.
+    pub fn orphan_count(&self) -> usize {
+        self.orphans().count()
+    }
+
+    /// An operator's order: the reported orphans of `spread_id` are handed over for deletion
+    /// (each name to delete only if [`question_for`] it is still the collection's question,
+    /// read again) and forgotten. Empty when that spread is not reported here.
+    pub fn take_orphans(&mut self, spread_id: u64) -> Vec<Collection> {
+        let reported: Vec<Question> = self
+            .orphans()
+            .filter(|(q, _, _)| q.spread_id == spread_id)
+            .map(|(q, _, _)| q.clone())
+            .collect();
+        reported
+            .into_iter()
+            .filter_map(|q| {
+                let s = self.forget(&q)?;
+                Some(Collection {
+                    spread_id: q.spread_id,
+                    home: q.home,
+                    holders: s.holders,
+                })
+            })
+            .collect()
     }
 
     fn forget(&mut self, q: &Question) -> Option<Suspect> {
@@ -298,46 +335,85 @@ mod tests {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
         a.due(0, usize::MAX);
-        assert_eq!(a.answered(&question(7), Answer::Unsure, 10, 0), None);
+        assert!(!a.answered(&question(7), Answer::Unsure, 10, 0));
         assert!(a.due(10 + RETRY_MS - 1, usize::MAX).is_empty());
         assert_eq!(a.due(10 + RETRY_MS, usize::MAX).len(), 1);
-        assert_eq!(a.answered(&question(7), Answer::Lives, 20, 0), None);
+        assert!(!a.answered(&question(7), Answer::Lives, 20, 0));
         assert!(a.is_empty());
-        assert_eq!(
-            a.answered(&question(7), Answer::Gone, 30, 0),
-            None,
+        assert!(
+            !a.answered(&question(7), Answer::Gone, 30, 0),
             "an answer nobody asked for does nothing"
         );
     }
 
     #[test]
-    fn a_gone_spread_is_collected_only_after_a_second_answer_past_the_grace() {
+    fn a_gone_spread_is_reported_only_after_a_second_answer_past_the_grace() {
         let mut a = Audit::default();
         let h = holder_name(b"{p}views", 7, 1, 0);
         see(&mut a, &h, 0);
         a.due(0, usize::MAX);
-        assert_eq!(a.answered(&question(7), Answer::Gone, 100, 1_000), None);
+        assert!(!a.answered(&question(7), Answer::Gone, 100, 1_000));
         assert!(a.due(1_099, usize::MAX).is_empty(), "not before the grace");
         assert_eq!(a.due(1_100, usize::MAX).len(), 1);
-        // A home restored within the grace: it lives, nothing goes.
-        assert_eq!(a.answered(&question(7), Answer::Lives, 1_100, 1_000), None);
+        // A home restored within the grace: it lives, nothing is reported.
+        assert!(!a.answered(&question(7), Answer::Lives, 1_100, 1_000));
         see(&mut a, &h, 2_000);
         a.due(2_000, usize::MAX);
         a.answered(&question(7), Answer::Gone, 2_000, 1_000);
+        assert_eq!(a.orphan_count(), 0);
         a.due(3_000, usize::MAX);
-        let c = a
-            .answered(&question(7), Answer::Gone, 3_000, 1_000)
-            .unwrap();
-        assert_eq!((c.spread_id, c.holders), (7, vec![h]));
-        assert!(a.is_empty());
+        assert!(a.answered(&question(7), Answer::Gone, 3_000, 1_000));
+        assert_eq!(a.orphan_count(), 1);
+        assert_eq!(a.len(), 1, "reported, never dropped: its holders stay");
+        let (q, holders, since) = a.orphans().next().unwrap();
+        assert_eq!((q, holders, since), (&question(7), &[h.clone()][..], 3_000));
+        a.due(20_000, usize::MAX);
+        assert!(
+            !a.answered(&question(7), Answer::Gone, 20_000, 1_000),
+            "reported once"
+        );
     }
 
     #[test]
-    fn without_a_grace_the_first_gone_collects() {
+    fn a_reported_spread_whose_home_comes_back_is_no_longer_reported() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
         a.due(0, usize::MAX);
-        assert!(a.answered(&question(7), Answer::Gone, 5, 0).is_some());
+        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
+        assert!(
+            a.due(5 + REPORTED_RECHECK_MS - 1, usize::MAX).is_empty(),
+            "asked again later"
+        );
+        assert_eq!(a.due(5 + REPORTED_RECHECK_MS, usize::MAX).len(), 1);
+        // A reshard put back (`--cluster fix`): the home is found again.
+        assert!(!a.answered(&question(7), Answer::Lives, 20_000, 0));
+        assert_eq!(a.orphan_count(), 0);
+        assert!(a.take_orphans(7).is_empty());
+    }
+
+    #[test]
+    fn only_an_operator_takes_the_holders_of_a_reported_spread() {
+        let mut a = Audit::default();
+        let h = holder_name(b"{p}views", 7, 1, 0);
+        see(&mut a, &h, 0);
+        see(&mut a, &holder_name(b"{p}views", 8, 1, 0), 0);
+        assert!(a.take_orphans(7).is_empty(), "suspected, not reported");
+        a.due(0, usize::MAX);
+        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
+        assert!(a.take_orphans(8).is_empty(), "another spread");
+        let taken = a.take_orphans(7);
+        assert_eq!(taken.len(), 1);
+        assert_eq!((taken[0].spread_id, &taken[0].holders), (7, &vec![h]));
+        assert_eq!(a.len(), 1, "spread 8 is still followed");
+        assert!(a.take_orphans(7).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn without_a_grace_the_first_gone_reports() {
+        let mut a = Audit::default();
+        see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
+        a.due(0, usize::MAX);
+        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
     }
 
     #[test]

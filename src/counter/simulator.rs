@@ -21,7 +21,8 @@
 //!   `verdict`; requests and answers lost, duplicated, reordered; a restart loses the claims),
 //!   and the orphan audit behind it (`audit`: each master's walk asks the master of a holder's
 //!   home slot whether its spread lives; a `Gone` waits for that master's replica; a spread
-//!   gone twice, the schedule's grace apart, has its holders deleted).
+//!   gone twice, the schedule's grace apart, is reported, never deleted; after healing the
+//!   operator's `CTR.ORPHANS DELETE` takes what was reported).
 //!
 //! After every step it checks: the gathered total (the glue's rule: the home's value, every
 //! current holder's units in hand, every leaving holder's units in hand) equals every
@@ -30,8 +31,10 @@
 //! (so no purchase beyond stock); a round's bound is never below the counter's true headroom
 //! (the total minus `F`: a bound below it would refuse for good what the counter covers). Once
 //! the faults stop (and the audit's passes ran) it checks that every fold finished, every
-//! transfer of the spread was answered and no key is a holder of a spread that no key is the
-//! home of (but a folded holder whose fold was answered: the glue gives it an expiry).
+//! transfer of the spread was answered, every holder of a spread that no key is the home of
+//! was collected or reported by its master's audit, and, once the operator deleted what was
+//! reported, none is left (but a folded holder whose fold was answered: the glue gives it an
+//! expiry).
 //!
 //! A failing schedule panics with its seed and the steps it took; `CTR_SIM_SEED=<seed>` replays
 //! that one schedule. `CTR_SIM_SCHEDULES` sets how many schedules a run takes (10,000 by
@@ -139,8 +142,7 @@ struct Master {
     /// restart or a failover starts from nothing).
     headroom: HeadroomView,
     /// Collections of gone homes this master claimed and has not seen answered (soft state:
-    /// a restart loses them, a failover hands them to the promoted replica, which claimed
-    /// them from the replicated deletion).
+    /// a restart or a failover loses them; the promoted replica claims nothing).
     collecting: Vec<Collection>,
     /// The orphan audit's questions (soft state: a restart or a failover starts from nothing).
     audit: Audit,
@@ -648,6 +650,9 @@ impl Sim {
         m.written = m.replicated;
         m.answers.clear();
         m.headroom = HeadroomView::default();
+        // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
+        // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
+        m.collecting.clear();
         m.audit = Audit::default();
         m.held_audit.clear();
         self.expected -= lost;
@@ -1217,19 +1222,63 @@ impl Sim {
         }
     }
 
-    /// A spread gone for good: master `m` deletes its holders with the receiver's rule.
+    /// An answer to master `m`'s audit: a spread gone for good is reported, never deleted
+    /// (the glue's rule: absence is no proof; the holders go on an operator's order).
     fn on_audit_answer(&mut self, m: usize, q: &Question, a: Answer) {
         let (now, grace) = (self.now, self.grace);
-        let Some(orphans) = self.masters[m].audit.answered(q, a, now, grace) else {
-            return;
-        };
-        for name in &orphans.holders {
-            let c = self.masters[m].keys.get(name);
-            if c.and_then(|c| audit::question_for(name, Some(c))).as_ref() == Some(q) {
-                self.note(format_args!("audit deletes {}", show(name)));
-                self.write(name, None, 0);
+        if self.masters[m].audit.answered(q, a, now, grace) {
+            self.note(format_args!(
+                "audit of master {m} reports spread {:x} as an orphan",
+                q.spread_id
+            ));
+        }
+    }
+
+    /// After healing, the operator's `CTR.ORPHANS DELETE` on every master: each holder of a
+    /// gone spread that would not expire by itself must have been reported by its master's
+    /// audit (a leak is reported); then every reported spread's holders there are deleted with
+    /// the glue's rule (each read again: still a holder of exactly that question). A report of
+    /// a living spread would lose units here, which the checks after it catch.
+    fn operator_deletes_reported_orphans(&mut self) -> Result<(), String> {
+        for m in 0..MASTERS {
+            let reported: Vec<u64> = self.masters[m]
+                .audit
+                .orphans()
+                .map(|(q, _, _)| q.spread_id)
+                .collect();
+            for (name, c) in &self.masters[m].keys {
+                let Some(h) = parse_holder_name(name).filter(|h| h.spread_id != 0) else {
+                    continue;
+                };
+                let lives = self
+                    .masters
+                    .iter()
+                    .flat_map(|m| m.keys.values())
+                    .any(|k| collect::is_home_of(k, h.spread_id));
+                if !lives && !expiring(c) && !reported.contains(&h.spread_id) {
+                    return Err(format!(
+                        "{} of a gone spread is neither collected nor reported",
+                        show(name)
+                    ));
+                }
+            }
+            for id in reported {
+                for orphans in self.masters[m].audit.take_orphans(id) {
+                    let q = Question {
+                        spread_id: orphans.spread_id,
+                        home: orphans.home,
+                    };
+                    for name in &orphans.holders {
+                        let c = self.masters[m].keys.get(name);
+                        if c.and_then(|c| audit::question_for(name, Some(c))).as_ref() == Some(&q) {
+                            self.note(format_args!("operator deletes {}", show(name)));
+                            self.write(name, None, 0);
+                        }
+                    }
+                }
             }
         }
+        Ok(())
     }
 
     /// What the glue finds on master `m` as the living home of a spread (`home_names`): the
@@ -1434,7 +1483,12 @@ fn run(seed: u64) -> Result<(), String> {
         }
     }
     sim.heal();
-    if let Err(why) = sim.check().and_then(|()| sim.check_settled()) {
+    let settled = sim
+        .check()
+        .and_then(|()| sim.operator_deletes_reported_orphans())
+        .and_then(|()| sim.check())
+        .and_then(|()| sim.check_settled());
+    if let Err(why) = settled {
         return fail(&sim, format!("after healing: {why}"));
     }
     Ok(())
