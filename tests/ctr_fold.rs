@@ -435,3 +435,51 @@ fn a_thousand_shrinks_that_keep_the_spread_id_keep_the_inbox_bounded() {
     assert_eq!(c.q("CTR.GET keeping"), Value::Int(cycles as i64));
     assert_eq!(dump_len(&mut c, "keeping"), last);
 }
+
+/// `CTR.FLOOR` on a home whose shrink is still folding holders back (credits held by the
+/// debug hook) is refused with a retryable error and changes nothing; once the folds are in
+/// (the keys restored on a server that applies credits), the floor is set on the whole total
+/// and a sale sells exactly the stock above it. Before: the floor was accepted on the home's
+/// own units while the folds' units were in flight.
+#[test]
+fn a_floor_set_while_holders_fold_back_waits_for_the_folds() {
+    let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let mut c = held.conn();
+    let home = "sale:stock";
+    let (holders, total) = spread_with_values(&mut c, home, 4);
+    c.cmd(&["CTR.ADD", home, &(300 - total).to_string()]);
+    assert_eq!(c.cmd(&["CTR.GET", home]), Value::Int(300));
+    assert_eq!(names(&c.cmd(&["CTR.SPREAD", home, "1"])), vec![home]);
+    assert!(!info_field(&mut c, home, "leaving")
+        .unwrap()
+        .array()
+        .is_empty());
+    let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", home]);
+    let refused = c.cmd(&["CTR.FLOOR", home, "50"]).error();
+    assert!(refused.starts_with("TRYAGAIN units in flight"), "{refused}");
+    assert_eq!(info_field(&mut c, home, "floor"), Some(Value::Nil));
+    assert_eq!(
+        c.cmd(&["DEBUG", "DIGEST-VALUE", home]),
+        digest,
+        "nothing changed"
+    );
+    let free = Server::start();
+    let mut f = free.conn();
+    for k in &holders {
+        let dump = c.cmd(&["DUMP", k]).bytes();
+        let restored = f.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]);
+        assert_eq!(restored, Value::Simple("OK".into()));
+    }
+    wait_folded(&mut f, home);
+    assert_eq!(
+        f.cmd(&["CTR.FLOOR", home, "50"]),
+        Value::Simple("OK".into())
+    );
+    let mut sold = 0;
+    while f.cmd(&["CTR.DECRFLOOR", home, "1"]) != Value::Nil {
+        sold += 1;
+        assert!(sold <= 300, "sold past the stock");
+    }
+    assert_eq!(sold, 250);
+    assert_eq!(f.cmd(&["CTR.GET", home]), Value::Int(50));
+}

@@ -34,6 +34,9 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
         if c.spread().is_some() {
             return Err(SPREAD_FLOOR_REFUSED);
         }
+        if c.transfers().is_some_and(|t| t.has_pending()) {
+            return Err(units_in_flight(args.bytes(1)));
+        }
         Ok(c.set_floor(floor)? || before.created)
     })?;
     drop(key);
@@ -42,6 +45,19 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
         ctx.key_changed(c"ctr.floor", key_name);
     }
     Ok(Reply::Ok)
+}
+
+/// The retryable refusal of a floor set on a counter whose units are still moving (a shrink's
+/// holders folding back, a credit unacknowledged): its value is not yet its total, and a floor
+/// set on part of it would let the folds' units be sold past the floor.
+fn units_in_flight(key: &[u8]) -> CommandError {
+    CommandError(
+        format!(
+            "TRYAGAIN units in flight: spread counter '{}' is still folding holders back or moving units; retry CTR.FLOOR",
+            String::from_utf8_lossy(key)
+        )
+        .into(),
+    )
 }
 
 /// The retryable refusal of a purchase that only budget still travelling keeps from being
