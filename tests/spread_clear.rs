@@ -272,3 +272,33 @@ fn a_holders_master_that_does_not_answer_fails_the_clear_and_changes_nothing() {
     );
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(0));
 }
+
+/// A replica reads what its master reads: a clear replicated to a replica that cached the
+/// home's total (`ctr.gather-cache-ms` set everywhere) drops that cached total, so a `READONLY`
+/// read on the replica gives 0 at once. Before: it answered the total before the clear from
+/// its cache.
+#[test]
+fn a_replicated_clear_drops_the_replicas_cached_total() {
+    let cluster = Cluster::start(3, &[]);
+    let home = "{cached}views";
+    let (home_node, _, total) = spread_over_masters(&cluster, home);
+    let replica = cluster.start_replica_of(home_node);
+    cluster.nodes[home_node].wait_replicas(1);
+    let mut r = replica.conn();
+    for n in &cluster.nodes {
+        assert_eq!(n.conn().q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+    }
+    assert_eq!(r.q("CONFIG SET ctr.gather-cache-ms 60000"), ok());
+    assert_eq!(r.q("READONLY"), ok());
+    assert_eq!(r.cmd(&["CTR.GET", home]), Value::Int(total));
+    assert_eq!(
+        r.cmd(&["CTR.GET", home]),
+        Value::Int(total),
+        "from the cache"
+    );
+    let mut client = cluster.client();
+    assert_eq!(client.cmd(&["CTR.CLEAR", home]), Value::Int(total));
+    cluster.nodes[home_node].wait_replicas(1);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(0));
+    assert_eq!(r.cmd(&["CTR.GET", home]), Value::Int(0));
+}

@@ -3,6 +3,7 @@
 //! deterministic and validate everything first.
 
 use super::ctr_store::{update_counter, with_counter};
+use super::spread_gather::forget_cached;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
@@ -67,6 +68,11 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         key.set_abs_expire(at);
     }
     drop(key); // closed before the keyspace event fires
+    if matches!(effect.op, CounterOp::ClearTotal(_)) {
+        // A replica reads what its master reads: the master forgot its cached total with the
+        // clear, and so does every copy that replays it.
+        forget_cached(args.bytes(1));
+    }
     ctx.replicate_verbatim();
     let event = match effect.op {
         CounterOp::Add(_) => c"ctr.add",
@@ -112,6 +118,7 @@ pub fn step(ctx: Ctx, args: &Args) -> CommandResult {
         Ok(())
     })?;
     drop(key);
+    forget_cached(args.bytes(1)); // a fold or a move changed what a read of this home sums
     ctx.replicate_verbatim();
     ctx.key_changed(c"ctr.transfer", key_name);
     Ok(Reply::Ok)
@@ -143,6 +150,7 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
         None => key.persist(),
     };
     drop(key);
+    forget_cached(args.bytes(1)); // a spread, a growth or a rewrite replaced the state
     ctx.replicate_verbatim();
     ctx.key_changed(c"ctr.setstate", args.raw(1));
     Ok(Reply::Ok)
