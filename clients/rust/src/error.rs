@@ -56,8 +56,9 @@ pub enum ModuleError {
     /// slot. Retry later.
     SpreadUnavailable,
     /// `TRYAGAIN`: a holder of the spread counter read is being resharded, or the home's own
-    /// slot moved (or failed over) while a clear of its total read the holders; nothing
-    /// changed (cluster clients retry it by themselves first).
+    /// slot moved (or failed over) while a clear of its total read the holders, or a
+    /// `CTR.FLOOR` met units still moving (a shrink's holders folding back); nothing changed
+    /// (cluster clients retry it by themselves first).
     HolderMoving,
     /// `TRYAGAIN`: a purchase that only budget still travelling keeps from being granted (a
     /// holder of a floored spread before its share landed, a holder whose budget move is
@@ -148,6 +149,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR too many replica ids", TooManyReplicas),
         ("ERR {} must run on a primary", NotPrimary),
         ("ERR syntax error", Syntax),
+        ("ERR invalid spread id", Syntax),
         ("ERR FROM SET takes no AT", Syntax),
         ("ERR wrong number of arguments for ", Syntax),
         ("ERR value is not an integer or out of range", NotAnInteger),
@@ -158,6 +160,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("TRYAGAIN budget in flight", BudgetInFlight),
         ("TRYAGAIN spread counter holder", HolderMoving),
         ("TRYAGAIN spread counter '", HolderMoving),
+        ("TRYAGAIN units in flight", HolderMoving),
         ("ERR spread counter holder '", HolderError),
         (
             "ERR spread counter total needs a gather",
@@ -182,6 +185,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR holders must be between", SpreadRefused),
         ("ERR key name too long to spread", SpreadRefused),
         ("ERR no free slot found for a holder", SpreadRefused),
+        ("ERR no orphaned spread ", SpreadRefused),
         (
             "ERR a holder key already holds a counter below its floor",
             SpreadRefused,
