@@ -5,6 +5,7 @@ use super::ctr_store::with_counter;
 use super::ctr_store::{refuse_unwritable, update_counter, Write};
 use super::holder_check::Checked;
 use super::spread_holders::refuse_look_alike;
+use super::spread_reconcile;
 use crate::counter::history::bucket_of;
 use crate::counter::history::WatermarkError;
 use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair, StartOp};
@@ -135,7 +136,7 @@ fn stream_entries_after(ctx: Ctx, key: &[u8], w: i64) -> Result<u64, CommandErro
 /// `[value, drift]`: the drift is an integer, or its exact decimal text (a bulk string, which
 /// every client reads) in the rare case that it lies outside the i64 range: a counter near one
 /// end of the range repaired to the other end.
-fn reply(repair: Repair) -> Reply {
+pub(super) fn reply(repair: Repair) -> Reply {
     let drift = match i64::try_from(repair.drift) {
         Ok(d) => Reply::Integer(d),
         Err(_) => Reply::Bulk(repair.drift.to_string().into_bytes()),
@@ -220,6 +221,12 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         }
         _ => None,
     };
+    // A spread home's total is set through a gather, without a watermark: the holders keep
+    // no buckets of the home's.
+    let spread_home = spread_reconcile::is_spread_home(ctx, w.key_name);
+    if spread_home && watermark.is_some() {
+        return Err(spread_reconcile::AT_ON_SPREAD);
+    }
     // Refuse a bad watermark before counting a source, which can be the costly part.
     if let Some(at) = watermark {
         with_counter(ctx, w.key_name, |c| match c {
@@ -233,6 +240,9 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         })??;
     }
     let truth = count_source(ctx, parsed.source, source_key, watermark)?;
+    if spread_home {
+        return spread_reconcile::set_total(ctx, &w, truth);
+    }
     let op = ReconcileOp {
         now: w.now,
         truth,
@@ -255,6 +265,17 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if let Checked::Blocked = refuse_look_alike(ctx, &key, name, reconcile)? {
         return Ok(Reply::Blocked);
     }
+    let repair = write_reconcile(&w, key, op)?;
+    Ok(reply(repair))
+}
+
+/// Applies `op` to the counter in `key` (open for writing), then replicates, notifies and
+/// counts the drift when it changed something.
+pub(super) fn write_reconcile(
+    w: &Write,
+    key: Key,
+    op: ReconcileOp,
+) -> Result<Repair, CommandError> {
     let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
     let (repair, before) = update_counter(&key, |c, before| {
         Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))
@@ -268,5 +289,5 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
         w.finish(&effect, before, c"ctr.reconcile")?;
         metrics::record_drift(repair.drift);
     }
-    Ok(reply(repair))
+    Ok(repair)
 }

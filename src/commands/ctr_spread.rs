@@ -11,7 +11,7 @@ use super::ctr_store::{publish_state, update_counter, with_counter};
 use super::parse::integer;
 use super::spread_cluster as cluster;
 use super::spread_gather::{self, forget_cached, names_reply};
-pub use super::spread_gather::{clear_total, get, info, mget, ApplyClear};
+pub use super::spread_gather::{get, info, mget, write_total, ApplyTotal, TotalWrite};
 use crate::config;
 use crate::counter::folded::first_attempt_at;
 use crate::counter::spread::{

@@ -30,6 +30,7 @@ pub mod spread_collect;
 mod spread_gather;
 pub mod spread_holders;
 mod spread_move;
+mod spread_reconcile;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;

@@ -1,7 +1,7 @@
 //! CTR.CLEAR of a spread counter's home: the total becomes 0 and the reply is the total before.
 //!
 //! The home's master gathers every holder as a read of the total does
-//! ([`super::ctr_spread::clear_total`]: outside a cluster all at once, in a cluster with the
+//! ([`super::ctr_spread::write_total`]: outside a cluster all at once, in a cluster with the
 //! client blocked, the same timeout and errors, never from the cache), then, in one step on the
 //! main thread, sums the home's own units with the holders it still lists and lowers the home's
 //! value by that total ([`Counter::total_at_clear`], [`Counter::apply_clear_total`]). Holders
@@ -13,11 +13,12 @@
 //! one token: one applies, the other replays its reply). A floored spread is refused: its
 //! holders hold budgets that lowering the home cannot take back.
 
+use super::ctr_spread::TotalWrite;
 use super::ctr_store::{
     created_with_ttl, finish_clear, is_missing, open_for_write, update_counter, Write,
 };
 use super::spread_transfer::serves;
-use crate::counter::{ClearTotalOp, CounterCell, CounterError, CounterRef, TokenStamp, WriteKind};
+use crate::counter::{ClearTotalOp, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{CommandError, CommandResult, Ctx, Key, KeyContent, KeyName, Reply};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
@@ -54,7 +55,29 @@ pub fn clear(ctx: Ctx, w: &Write, key: Key) -> CommandResult {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
-    super::ctr_spread::clear_total(ctx, w.key_name, w.token, apply)
+    let write = TotalWrite {
+        token: w.token,
+        truth: None,
+    };
+    super::ctr_spread::write_total(ctx, w.key_name, write, apply)
+}
+
+/// Before a write of the total gathered from the holders: outside a cluster it runs in the
+/// command; in one, in a callback, which the server's pause of writes does not hold back, and
+/// after the home's master may have failed over or its slot moved while the holders were read.
+pub(super) fn refuse_unless_still_served(ctx: Ctx, home: &[u8]) -> Result<(), CommandError> {
+    if super::spread_cluster::in_cluster(ctx)
+        && (!serves(ctx, home) || super::replication_gate::paused())
+    {
+        return Err(CommandError(
+            format!(
+                "TRYAGAIN spread counter '{}' is no longer served here, or writes are paused",
+                String::from_utf8_lossy(home)
+            )
+            .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Once the gather is in, on the home's master (in the command outside a cluster, else in the
@@ -64,24 +87,11 @@ pub fn apply(
     ctx: Ctx,
     home: &[u8],
     gathered: Vec<(&[u8], i64)>,
-    token: Option<TokenStamp>,
+    write: TotalWrite,
 ) -> CommandResult {
+    let token = write.token;
     let name = KeyName::new(ctx, home);
-    // Outside a cluster this runs in the command; in one, in a callback, which the server's
-    // pause of writes does not hold back.
-    if super::spread_cluster::in_cluster(ctx)
-        && (!serves(ctx, home) || super::replication_gate::paused())
-    {
-        // Failed over, or the home's slot moved, or writes were paused, while the holders
-        // were read.
-        return Err(CommandError(
-            format!(
-                "TRYAGAIN spread counter '{}' is no longer served here, or writes are paused",
-                String::from_utf8_lossy(home)
-            )
-            .into(),
-        ));
-    }
+    refuse_unless_still_served(ctx, home)?;
     let key = open_for_write(ctx, name.raw)?;
     let w = Write::resumed(ctx, name.raw, home, token);
     if w.token.is_none() && is_missing(&key) {

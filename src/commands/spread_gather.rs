@@ -169,15 +169,23 @@ enum Finish {
     /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
     /// for a floored home read on one server, the floor fields).
     Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
-    /// CTR.CLEAR of a home (with its token stamp): the gathered holders go to the caller's
-    /// `apply` (`spread_clear`'s), in the step that replies.
-    Clear(Option<TokenStamp>, ApplyClear),
+    /// A write of a home's total (CTR.CLEAR, CTR.RECONCILE): the gathered holders go to the
+    /// caller's `apply` (`spread_clear`'s, `spread_reconcile`'s), in the step that replies.
+    Clear(TotalWrite, ApplyTotal),
 }
 
-/// What completes a clear of a home once every holder answered: the home's name, each
-/// holder's gathered units by name, and the clear's token stamp. Passed in by the clear's
-/// own module, so that reads never depend on it.
-pub type ApplyClear = fn(Ctx, &[u8], Vec<(&[u8], i64)>, Option<TokenStamp>) -> CommandResult;
+/// What a write of a spread home's total carries to its `apply` through the gather: the
+/// clear's token stamp, the truth a reconcile sets the total to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TotalWrite {
+    pub token: Option<TokenStamp>,
+    pub truth: Option<i64>,
+}
+
+/// What completes a write of a home's total once every holder answered: the home's name, each
+/// holder's gathered units by name, and what the write carries. Passed in by the write's own
+/// module, so that reads never depend on it.
+pub type ApplyTotal = fn(Ctx, &[u8], Vec<(&[u8], i64)>, TotalWrite) -> CommandResult;
 
 fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
     let own_units_only = reads_own_units_only(string_bytes(key));
@@ -289,18 +297,19 @@ pub fn mget(ctx: Ctx, args: &Args) -> CommandResult {
     gather(ctx, readings, Finish::MGet)
 }
 
-/// CTR.CLEAR of a spread home (a home with holders, current or leaving): gathers the holders
-/// afresh (never from the cache, never sharing another read's gather), then clears the total
-/// in one step on this master (`apply`). A failed gather fails the clear and changes nothing.
-pub fn clear_total(
+/// CTR.CLEAR or CTR.RECONCILE of a spread home (a home with holders, current or leaving):
+/// gathers the holders afresh (never from the cache, never sharing another read's gather),
+/// then writes the total in one step on this master (`apply`). A failed gather fails the
+/// write and changes nothing.
+pub fn write_total(
     ctx: Ctx,
     key: RawString,
-    token: Option<TokenStamp>,
-    apply: ApplyClear,
+    write: TotalWrite,
+    apply: ApplyTotal,
 ) -> CommandResult {
     let r = reading(ctx, key)?;
     let home = r.home.clone();
-    let reply = gather(ctx, vec![r], Finish::Clear(token, apply));
+    let reply = gather(ctx, vec![r], Finish::Clear(write, apply));
     if reply.is_ok() {
         forget_cached(&home);
     }
@@ -326,7 +335,7 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
 
 fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
     match how {
-        Finish::Clear(token, apply) => {
+        Finish::Clear(write, apply) => {
             let r = &readings[0];
             // Every holder answered (a gather completes only then): never a partial sum.
             let gathered = r
@@ -339,7 +348,7 @@ fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
                 .ok_or(CommandError::fixed(
                     "ERR spread counter total unavailable: a holder was not read",
                 ))?;
-            apply(ctx, &r.home, gathered, token)
+            apply(ctx, &r.home, gathered, write)
         }
         Finish::Get => Ok(Reply::Integer(readings[0].total()?)),
         Finish::MGet => Ok(Reply::Array(

@@ -132,6 +132,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             TokenReused,
         ),
         ("ERR watermark ", BadWatermark),
+        (
+            "ERR CTR.RECONCILE at a watermark is not supported",
+            BadWatermark,
+        ),
         ("ERR token must be 1 to 256 bytes", InvalidToken),
         ("ERR amount must be positive", InvalidAmount),
         ("ERR invalid expire time", InvalidExpire),
@@ -181,6 +185,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             FlooredSpread,
         ),
         ("ERR cannot clear a floored spread counter", FlooredSpread),
+        (
+            "ERR cannot reconcile a floored spread counter",
+            FlooredSpread,
+        ),
         ("ERR a floored counter cannot be spread yet", FlooredSpread),
         ("ERR holders must be between", SpreadRefused),
         ("ERR key name too long to spread", SpreadRefused),
