@@ -8,8 +8,9 @@
 #      floor_sale_bench.rs, BUYERS threads, 1-5 units a purchase, until 99% of STOCK is
 #      granted) under even demand and skewed demand (SKEW% of the buyers walk only the holders
 #      of one master that is not the home's), with the calls per node of the even sale;
-#   3. the flash sale of issue 22 measured from the moment of CTR.SPREAD, every master with a
-#      replica (so the replication gate delays the shares as in production): FLASH_STOCK units
+#   3. the flash sale of issue 22 measured from the moment of CTR.SPREAD, first without replicas,
+#      then every master with a replica (so the replication gate delays the shares as in
+#      production): FLASH_STOCK units
 #      spread over FLASH_HOLDERS holders as FLASH_BUYERS buyers start, 1 unit a purchase,
 #      FLASH_RETRY% of them retried with their token (clients/rust/examples/flash_sale_bench.rs),
 #      FLASH_RUNS sales: false refusals, and units sold against the stock.
@@ -17,7 +18,7 @@
 # Usage (from the repository root, after `make build-tests`): bash bench/floor_spread.sh
 # Environment: CTR_MODULE (module path), CALLS (default 320000), STOCK (default 100000),
 # BUYERS (default 10), SKEW (default 80), FLASH_STOCK (1000), FLASH_HOLDERS (8), FLASH_BUYERS
-# (20), FLASH_RETRY (30), FLASH_RUNS (5).
+# (20), FLASH_RETRY (30), FLASH_RUNS (5); ONLY=flash runs the flash sales alone.
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -73,6 +74,7 @@ table_head() {
 }
 
 log "cluster on ports ${ports[*]}; $CALLS purchase calls, sales of $STOCK units by $BUYERS buyers"
+if [ "${ONLY:-}" != flash ]; then
 echo "## Purchase load of one floored counter ($CALLS CTR.DECRFLOOR of 1 unit, pipeline 16)"
 echo
 mapfile -t holders < <(floored_spread load 1000000000)
@@ -120,16 +122,24 @@ node_stats
 echo
 sale skewed "$SKEW"
 echo
+fi
 
-echo "## The flash sale from CTR.SPREAD ($FLASH_STOCK units, $FLASH_HOLDERS holders, $FLASH_BUYERS buyers, $FLASH_RETRY% retried, a replica per master)"
+# flash_sales TAG LABEL: FLASH_RUNS sales (keys tagged TAG), each a row.
+flash_sales() {
+  local run out
+  for run in $(seq "$FLASH_RUNS"); do
+    out=$("$FLASH_BENCH" "${ports[0]}" "{flash$1$run}" "$FLASH_STOCK" "$FLASH_HOLDERS" "$FLASH_BUYERS" "$FLASH_RETRY") ||
+      die "flash sale $2 $run: $out"
+    echo "- sale $run, $2: $out"
+  done
+}
+
+echo "## The flash sale from CTR.SPREAD ($FLASH_STOCK units, $FLASH_HOLDERS holders, $FLASH_BUYERS buyers, $FLASH_RETRY% retried; without replicas, then with a replica per master)"
 echo
+flash_sales plain "no replicas"
 for p in "${ports[@]}"; do
   r=$((p + 1))
   while port_busy "$r" || port_busy "$((r + 10000))"; do r=$((r + 1)); done
   sh docker/cluster.sh replica "$r" "$p" >/dev/null || die "no replica for $p"
 done
-for run in $(seq "$FLASH_RUNS"); do
-  out=$("$FLASH_BENCH" "${ports[0]}" "{flash$run}" "$FLASH_STOCK" "$FLASH_HOLDERS" "$FLASH_BUYERS" "$FLASH_RETRY") ||
-    die "flash sale $run: $out"
-  echo "- sale $run: $out"
-done
+flash_sales replicated "a replica per master"

@@ -191,6 +191,9 @@ pub static AUDIT_QUESTIONS: Counter = Counter::new();
 pub static AUDIT_ORPHANS: Counter = Counter::new();
 pub static ORPHANS_REPORTED: Counter = Counter::new();
 pub static ORPHAN_HOLDERS_DELETED: Counter = Counter::new();
+/// Requests for acknowledgements this master sent its replicas because a send waited for them
+/// (`commands::replication_gate`).
+pub static ACK_REQUESTS: Counter = Counter::new();
 /// Atomic slot migrations (Valkey 9 `CLUSTER MIGRATESLOTS`, Redis 8.4+ `CLUSTER MIGRATION
 /// IMPORT`, see `commands::slot_migration`) this node took part in: imports and exports
 /// started, and of those, ended without moving the slots (failed or cancelled); a gauge of
@@ -282,6 +285,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("audit_orphans", &AUDIT_ORPHANS),
         ("orphans_reported", &ORPHANS_REPORTED),
         ("orphan_holders_deleted", &ORPHAN_HOLDERS_DELETED),
+        ("replica_ack_requests", &ACK_REQUESTS),
         ("slot_imports", &SLOT_IMPORTS),
         ("slot_imports_aborted", &SLOT_IMPORTS_ABORTED),
         ("slot_exports", &SLOT_EXPORTS),

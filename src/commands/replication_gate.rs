@@ -105,6 +105,49 @@ pub fn read(ctx: Ctx) -> Option<Replication> {
     parsed
 }
 
+/// The least time between two requests for acknowledgements.
+const ACK_REQUEST_MS: i64 = 5;
+
+thread_local! {
+    /// When this master last asked its replicas to acknowledge (timers run on the main thread).
+    static LAST_ACK_REQUEST: std::cell::Cell<i64> = const { std::cell::Cell::new(i64::MIN) };
+}
+
+/// Asks this master's online replicas to acknowledge what they hold now, instead of waiting for
+/// their once-a-second acknowledgement: `REPLCONF GETACK *` down the replication stream only
+/// (not the AOF), the request `WAIT` has the server send, which a replica answers at once with
+/// `REPLCONF ACK <offset>`. Called by a tick that found a send held by its gate, at most once
+/// every [`ACK_REQUEST_MS`]; the send then goes at the tick after the answer, milliseconds
+/// later, where it waited up to a second. Never while writes are paused (what it replicates
+/// would be held back with them).
+pub fn ask_replicas_to_acknowledge(ctx: Ctx, replication: &Replication) {
+    if replication.slowest_replica.is_none() || crate::ffi::writes_paused() {
+        return;
+    }
+    let now = ctx.now_ms();
+    let due = LAST_ACK_REQUEST.with(|last| {
+        let due = now.saturating_sub(last.get()) >= ACK_REQUEST_MS;
+        if due {
+            last.set(now);
+        }
+        due
+    });
+    if !due {
+        return;
+    }
+    // SAFETY: ctx is live; "ccA": two C strings, and not to the AOF.
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.ptr,
+            c"REPLCONF".as_ptr(),
+            c"ccA".as_ptr(),
+            c"GETACK".as_ptr(),
+            c"*".as_ptr(),
+        );
+    }
+    metrics::ACK_REQUESTS.incr();
+}
+
 /// A send that waits until the replicas hold the write before it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gate {

@@ -100,6 +100,8 @@ thread_local! {
     static REGISTRY: RefCell<HashMap<(c_int, Vec<u8>), Due>> = RefCell::new(HashMap::new());
     static PENDING_ACKS: RefCell<Vec<PendingAck>> = const { RefCell::new(Vec::new()) };
     static TICK_SOON: Cell<bool> = const { Cell::new(false) };
+    /// A one-shot re-check after asking the replicas to acknowledge is armed.
+    static RECHECK_ARMED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Records that `name` in `db` may have something to send (a no-op when it has not).
@@ -618,6 +620,7 @@ fn tick(ctx: Ctx) {
             .map(|((db, name), d)| (*db, name.clone(), d.attempts))
             .collect()
     });
+    let mut held_by_gate = false;
     for (db, name, attempts) in due {
         // SAFETY: ctx is the timer's live context.
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
@@ -638,6 +641,7 @@ fn tick(ctx: Ctx) {
             })
         });
         if !replicas_hold_it {
+            held_by_gate = true;
             continue; // asked again next tick
         }
         // A key whose slot moves (atomic slot migration, either way) sends nothing until the
@@ -662,6 +666,33 @@ fn tick(ctx: Ctx) {
     }
     // SAFETY: as above; database 0 always exists.
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+    let acks_held = PENDING_ACKS.with(|p| !p.borrow().is_empty());
+    if let (Some(r), true) = (&replication, held_by_gate || acks_held) {
+        // The replicas are asked to acknowledge now; what waited goes a few ms later, not at
+        // their next once-a-second acknowledgement.
+        replication_gate::ask_replicas_to_acknowledge(ctx, r);
+        recheck_soon(ctx);
+    }
+}
+
+/// How long after asking the replicas to acknowledge the held sends are looked at again.
+const RECHECK_MS: i64 = 2;
+
+/// A one-shot tick [`RECHECK_MS`] from now, unless one is armed already.
+fn recheck_soon(ctx: Ctx) {
+    if RECHECK_ARMED.with(|a| a.replace(true)) {
+        return;
+    }
+    // SAFETY: ctx is live; a one-shot timer that does not re-arm.
+    unsafe {
+        rm!(RedisModule_CreateTimer)(ctx.ptr, RECHECK_MS, Some(on_recheck), std::ptr::null_mut())
+    };
+}
+
+unsafe extern "C" fn on_recheck(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    RECHECK_ARMED.with(|a| a.set(false));
+    let c = Ctx { ptr: ctx };
+    crate::guard::guard(ctx, "transfer-tick", || tick(c));
 }
 
 fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
