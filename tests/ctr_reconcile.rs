@@ -47,6 +47,44 @@ fn reconcile(c: &mut Conn, key: &str, truth: i64, at: i64) -> Value {
     ])
 }
 
+/// The refusal of a watermark before a history that starts at `earliest`.
+fn before_history(earliest: i64) -> String {
+    format!(
+        "ERR watermark is before the counter's history, which starts at {earliest} (the reply \
+         of CTR.RECONCILE key START): reconcile at {earliest} or later, once it is \
+         ctr.settle-ms old"
+    )
+}
+
+/// Issue 38, item 5: right after START, the default watermark of FROM STREAM (the newest
+/// boundary ctr.settle-ms old) lies before the history; the refusal named retention
+/// (`older than the retained buckets (ctr.bucket-retention-ms)`), not START.
+#[test]
+fn right_after_start_a_watermark_before_the_history_is_refused_naming_its_start() {
+    let server = server_with(&["settle-ms", "5000"]);
+    let mut c = server.conn();
+    c.q("CTR.ADD {o}:count 3");
+    c.q("XADD {o}:log * order 1");
+    let earliest = c.q("CTR.RECONCILE {o}:count START").int();
+    let refused = c.q("CTR.RECONCILE {o}:count FROM STREAM {o}:log");
+    assert_eq!(refused.error(), before_history(earliest));
+    assert_eq!(c.q("CTR.GET {o}:count"), Value::Int(3), "nothing changed");
+    // A watermark the retention folded away still names retention, and the earliest accepted:
+    // a counter tracked from its first write (5 s kept) keeps nothing from a minute ago.
+    let tracked = server_with(&["track-history", "yes", "bucket-retention-ms", "5000"]);
+    let mut c = tracked.conn();
+    c.q("CTR.ADD k 1");
+    let old = boundary(&mut c) - 60_000;
+    let refused = reconcile(&mut c, "k", 1, old).error();
+    assert!(
+        refused.starts_with(
+            "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms): the \
+             earliest watermark accepted is "
+        ),
+        "{refused}"
+    );
+}
+
 fn pair(value: i64, drift: i64) -> Value {
     Value::Array(vec![Value::Int(value), Value::Int(drift)])
 }
@@ -100,13 +138,11 @@ fn bad_watermarks_are_refused_and_change_nothing() {
         reconcile(&mut c, "k", 5, w + 1).error(),
         "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)"
     );
-    assert_eq!(
-        reconcile(&mut c, "k", 5, w - 60_000).error(),
-        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)"
-    );
+    // Before the history START began: the error says so, and where it starts.
+    assert_eq!(reconcile(&mut c, "k", 5, w - 60_000).error(), before_history(w));
     assert_eq!(
         reconcile(&mut c, "k", 5, w - WIDTH).error(),
-        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)",
+        before_history(w),
         "START's reply is the earliest watermark accepted"
     );
     assert_eq!(
