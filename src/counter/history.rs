@@ -488,15 +488,17 @@ mod tests {
         let refused = h.check_watermark(100_000, 101_200);
         assert_eq!(refused, Err(WatermarkError::BeforeHistory(101_000)));
         let text = CounterError::Watermark(refused.unwrap_err()).message();
-        assert!(text.contains("before the counter's history, which starts at 101000"), "{text}");
+        assert!(
+            text.contains("before the counter's history, which starts at 101000"),
+            "{text}"
+        );
         assert!(!text.contains("retention"), "{text}");
         assert_eq!(h.check_watermark(101_000, 101_200), Ok(()));
         // An hour and more later, with buckets folded, the same watermark is past retention.
-        let later = h.with_add(101_500, 1, 101_500).unwrap().with_add(
-            3_800_000,
-            1,
-            3_800_000,
-        );
+        let later = h
+            .with_add(101_500, 1, 101_500)
+            .unwrap()
+            .with_add(3_800_000, 1, 3_800_000);
         let later = later.unwrap();
         assert_eq!(
             later.check_watermark(100_000, 3_800_000),
