@@ -292,6 +292,66 @@ fn the_exporter_serves_every_info_ctr_field_and_the_watched_counters() {
     assert!(page.lines().any(|l| l == "redis_up 1"), "{page}");
 }
 
+/// The CtrFalseRefusals alert's block of the rules file.
+fn alert_block(rules: &str, alert: &str) -> String {
+    rules
+        .split("- alert: ")
+        .find(|b| b.starts_with(alert))
+        .unwrap_or_else(|| panic!("alert {alert} in {RULES}"))
+        .to_string()
+}
+
+/// Issue 38, item 7: CtrFalseRefusals fired on every server with a refusal (any amount larger
+/// than a counter's stock) while some watched counter kept headroom. It now reads the refusals
+/// that may be false alone: a floored spread counter's holder refusing with no fresh bound of
+/// the whole counter's headroom beyond the amount. Legitimate refusals leave that field still.
+#[test]
+fn false_refusals_count_only_refusals_the_whole_counter_might_have_covered() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // Legitimate: a plain counter asked more than its stock, while another keeps headroom.
+    c.q("CTR.ADD stock 10");
+    c.q("CTR.FLOOR stock 0");
+    c.q("CTR.ADD other 500");
+    c.q("CTR.FLOOR other 0");
+    assert_eq!(c.q("CTR.DECRFLOOR stock 11"), Value::Nil);
+    // Legitimate: a spread counter's holder asked more than the whole counter holds (the
+    // rebalance round's bound proves it: TRYAGAIN until it comes, then nil).
+    c.q("CTR.ADD sale 100");
+    c.q("CTR.FLOOR sale 0");
+    let holders = common::names(&c.q("CTR.SPREAD sale 4"));
+    let (reply, _) = common::purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[1], "101"]);
+    assert_eq!(reply, Value::Nil);
+
+    let exporter = Exporter::start(&server, &["other"]);
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(values.get("ctr_decrements_refused"), Some(&2.0), "{page}");
+    assert_eq!(
+        values.get("ctr_decrements_refused_unproven"),
+        Some(&0.0),
+        "{page}"
+    );
+    assert!(watched(&values, "value", "other").is_some_and(|v| v >= 100.0));
+
+    // A refusal that may be false: rebalancing off, a holder short of 60 units while the
+    // counter holds 100 in all.
+    c.q("CONFIG SET ctr.rebalance-delay-ms 0");
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "60"]), Value::Nil);
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(values.get("ctr_decrements_refused"), Some(&3.0), "{page}");
+    assert_eq!(
+        values.get("ctr_decrements_refused_unproven"),
+        Some(&1.0),
+        "{page}"
+    );
+
+    // The alert reads that field, and not every refusal.
+    let alert = alert_block(&read_repo_file(RULES), "CtrFalseRefusals");
+    let expr = alert.split("labels:").next().unwrap_or_default();
+    assert!(expr.contains("ctr_decrements_refused_unproven"), "{alert}");
+    assert!(!expr.contains("key=\"ctr_decrements_refused\""), "{alert}");
+}
+
 /// A name `prefix:<n>` whose slot master `owner` serves (`want`) or does not.
 fn name_on(cluster: &Cluster, prefix: &str, owner: usize, want: bool) -> String {
     (0..)
@@ -446,7 +506,7 @@ fn the_alert_rules_name_real_fields_and_are_documented() {
         ("CtrReconcileDriftLarge", "ctr_drift_1000_plus"),
         ("CtrGatherFailures", "ctr_gather_failures"),
         ("CtrTransfersPendingTooLong", "ctr_transfers_resent"),
-        ("CtrFalseRefusals", "ctr_decrements_refused"),
+        ("CtrFalseRefusals", "ctr_decrements_refused_unproven"),
         (
             "CtrPurchasesAwaitingBudget",
             "ctr_decrements_awaiting_budget",
