@@ -414,3 +414,62 @@ fn cluster_sh_says_why_the_cluster_is_not_ok_and_stops_what_it_started() {
     assert!(Conn::connect(ports[1]).is_err(), "the node it started is stopped");
     assert!(Conn::connect(ports[0]).is_ok(), "the node it found running is left running");
 }
+
+/// The `command:` list of docker/compose.yml, its quotes removed and `${CTR_PASSWORD...}`
+/// given `password`, as Docker Compose would pass it.
+fn compose_command(password: &str) -> Vec<String> {
+    let compose = std::fs::read_to_string(script("compose.yml")).unwrap();
+    compose
+        .lines()
+        .skip_while(|l| l.trim() != "command:")
+        .skip(1)
+        .map_while(|l| l.strip_prefix("      - "))
+        .map(|word| {
+            let word = word.trim_matches('"');
+            match (word.find("${CTR_PASSWORD"), word.find('}')) {
+                (Some(start), Some(end)) => {
+                    format!("{}{password}{}", &word[..start], &word[end + 1..])
+                }
+                _ => word.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Issue 38 (friction): docker/compose.yml published 6379 on every interface with protected
+/// mode off and no password. It publishes on 127.0.0.1 alone, turns the default user off, and
+/// its ACL user `app` runs the counters: its command line run here through server.sh.
+#[test]
+fn compose_yml_publishes_on_localhost_with_an_acl_user() {
+    let compose = std::fs::read_to_string(script("compose.yml")).unwrap();
+    assert!(compose.contains(r#"- "127.0.0.1:6379:6379""#), "{compose}");
+    assert!(!compose.contains(r#"- "6379:6379""#));
+    let command = compose_command("s3cret");
+    assert_eq!(
+        &command[..4],
+        ["sh", "/usr/local/lib/redis-ctr/server.sh", "6379", "/data"]
+    );
+    let dir = temp_dir("compose-acl");
+    let port = free_port().to_string();
+    let mut server = Command::new("sh")
+        .arg(script("server.sh"))
+        .args([port.as_str(), dir.to_str().unwrap()])
+        .args(&command[4..])
+        .args(["--bind", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port: u16 = port.parse().unwrap();
+    let mut anonymous = wait_for("the server", || Conn::connect(port).ok());
+    assert!(anonymous.q("CTR.ADD k 1").error().starts_with("NOAUTH"));
+    let mut app = Conn::connect(port).unwrap();
+    assert_eq!(app.q("AUTH app s3cret"), Value::Simple("OK".into()));
+    assert_eq!(app.q("CTR.ADD k 2"), Value::Int(2));
+    assert_eq!(app.q("CTR.GET k"), Value::Int(2));
+    assert_eq!(app.q("SET plain 1"), Value::Simple("OK".into()));
+    assert!(app.q("CONFIG SET maxmemory 1").error().starts_with("NOPERM"));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
