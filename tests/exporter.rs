@@ -292,6 +292,105 @@ fn the_exporter_serves_every_info_ctr_field_and_the_watched_counters() {
     assert!(page.lines().any(|l| l == "redis_up 1"), "{page}");
 }
 
+/// Every query of the dashboard's panels; each panel has a title, a type and (but rows) a
+/// query at least.
+fn dashboard_exprs(dashboard: &json::Json) -> Vec<String> {
+    let panels = dashboard
+        .get("panels")
+        .and_then(json::Json::as_array)
+        .expect("panels");
+    let mut exprs = Vec::new();
+    for panel in panels {
+        let title = panel.get("title").and_then(json::Json::as_str);
+        let kind = panel.get("type").and_then(json::Json::as_str);
+        assert!(
+            title.is_some() && kind.is_some(),
+            "a panel with a title and a type"
+        );
+        if kind == Some("row") {
+            continue;
+        }
+        let targets = panel
+            .get("targets")
+            .and_then(json::Json::as_array)
+            .unwrap_or_else(|| panic!("panel {title:?} has targets"));
+        assert!(!targets.is_empty(), "panel {title:?} queries something");
+        for t in targets {
+            let expr = t
+                .get("expr")
+                .and_then(json::Json::as_str)
+                .unwrap_or_else(|| panic!("a target of {title:?} has an expr"));
+            exprs.push(expr.to_string());
+        }
+    }
+    exprs
+}
+
+/// The exporter's own series a text names (`redis_up`, `redis_commands_total`, ...), besides
+/// the script's `redis_script_values`.
+fn exporter_series(text: &str) -> Vec<String> {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("redis_") {
+        let start = i + at;
+        let mut end = start;
+        while end < bytes.len() && word(bytes[end]) {
+            end += 1;
+        }
+        let name = &text[start..end];
+        if (start == 0 || !word(bytes[start - 1])) && name != "redis_script_values" {
+            out.push(name.to_string());
+        }
+        i = end;
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Issue 38 (friction): the dashboard shows whether each server is up, and the module
+/// commands' latency and errors, from series Debian's redis_exporter already serves (no
+/// script needed): each series it names is on the exporter's page, for a module command.
+#[test]
+fn the_dashboards_server_and_command_panels_read_series_the_exporter_serves() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(c.q("CTR.ADD k 1"), Value::Int(1));
+    assert!(c.q("CTR.ADD k x").is_error(), "a failed call");
+    assert!(c.q("CTR.ADD k").is_error(), "a rejected call (arity)");
+    let exporter = Exporter::start(&server, &[]);
+    let (page, _) = exporter.scrape();
+    let text = read_repo_file(DASHBOARD);
+    let dashboard = json::parse(&text).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"));
+    let series = exporter_series(&dashboard_exprs(&dashboard).join("\n"));
+    for name in [
+        "redis_up",
+        "redis_commands_total",
+        "redis_commands_duration_seconds_total",
+        "redis_commands_failed_calls_total",
+        "redis_commands_rejected_calls_total",
+    ] {
+        assert!(series.contains(&name.to_string()), "the dashboard shows {name}");
+    }
+    for name in &series {
+        let sample = if name == "redis_up" {
+            "redis_up 1".to_string()
+        } else {
+            format!("{name}{{cmd=\"ctr.add\"")
+        };
+        assert!(
+            page.lines().any(|l| l.starts_with(&sample)),
+            "{DASHBOARD} names {name}: not on the exporter's page as {sample}\n{page}"
+        );
+    }
+    let failed = page
+        .lines()
+        .find(|l| l.starts_with("redis_commands_failed_calls_total{cmd=\"ctr.add\"}"));
+    assert!(failed.is_some_and(|l| l.ends_with(" 1")), "{failed:?}");
+}
+
 /// The CtrFalseRefusals alert's block of the rules file.
 fn alert_block(rules: &str, alert: &str) -> String {
     rules
@@ -554,34 +653,7 @@ fn the_dashboard_is_json_whose_queries_name_real_fields() {
         .and_then(json::Json::as_str)
         .is_some());
     assert!(dashboard.get("uid").and_then(json::Json::as_str).is_some());
-    let panels = dashboard
-        .get("panels")
-        .and_then(json::Json::as_array)
-        .expect("panels");
-    let mut exprs = Vec::new();
-    for panel in panels {
-        let title = panel.get("title").and_then(json::Json::as_str);
-        let kind = panel.get("type").and_then(json::Json::as_str);
-        assert!(
-            title.is_some() && kind.is_some(),
-            "a panel with a title and a type"
-        );
-        if kind == Some("row") {
-            continue;
-        }
-        let targets = panel
-            .get("targets")
-            .and_then(json::Json::as_array)
-            .unwrap_or_else(|| panic!("panel {title:?} has targets"));
-        assert!(!targets.is_empty(), "panel {title:?} queries something");
-        for t in targets {
-            let expr = t
-                .get("expr")
-                .and_then(json::Json::as_str)
-                .unwrap_or_else(|| panic!("a target of {title:?} has an expr"));
-            exprs.push(expr.to_string());
-        }
-    }
+    let exprs = dashboard_exprs(&dashboard);
     assert!(exprs.len() >= 10, "the dashboard shows the module");
     let fields = exportable_fields();
     let mut shown = Vec::new();
