@@ -300,7 +300,16 @@ mod info {
         for (name, counter) in super::all() {
             section = section.field(name, counter.get().to_string())?;
         }
-        section.build_section()?.build_info()?;
+        // The metrics script's watch list (`ctr.metrics-keys`), in a section of its own: the
+        // stats are all integers. Line breaks cannot be in it (a key name with one cannot be
+        // listed), so the INFO text stays one field per line.
+        let watched = crate::config::METRICS_KEYS.get().replace(['\r', '\n'], " ");
+        section
+            .build_section()?
+            .add_section("watch")
+            .field("watch_keys", watched)?
+            .build_section()?
+            .build_info()?;
         Ok(())
     }
 }

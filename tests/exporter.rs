@@ -23,7 +23,6 @@ use common::{free_port, Server, Value};
 const SCRIPT: &str = "docs/operations/ctr-metrics.lua";
 const RULES: &str = "docs/operations/ctr-alerts.yml";
 const DASHBOARD: &str = "docs/operations/ctr-dashboard.json";
-const WATCH_LINE: &str = "local WATCH = {}";
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -56,19 +55,13 @@ impl Exporter {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the exporter's dir");
-        let source = read_repo_file(SCRIPT);
-        assert_eq!(
-            source.lines().filter(|l| *l == WATCH_LINE).count(),
-            1,
-            "{SCRIPT} has one `{WATCH_LINE}` line for operators to edit"
-        );
-        let list: Vec<String> = watch.iter().map(|k| format!("{k:?}")).collect();
-        let script = source.replace(
-            WATCH_LINE,
-            &format!("local WATCH = {{ {} }}", list.join(", ")),
-        );
-        let script_path = dir.join("ctr-metrics.lua");
-        std::fs::write(&script_path, script).expect("write the script");
+        // The watch list is the server's ctr.metrics-keys: the script runs as shipped.
+        let list = watch.join(" ");
+        let set = server
+            .conn()
+            .cmd(&["CONFIG", "SET", "ctr.metrics-keys", list.as_str()]);
+        assert_eq!(set, Value::Simple("OK".into()), "{list}");
+        let script_path = repo_file(SCRIPT);
 
         for _attempt in 0..5 {
             let port = free_port();
@@ -186,11 +179,13 @@ fn script_values(page: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// `INFO ctr` as (field, value), in order.
+/// `INFO ctr`'s statistics as (field, value), in order: every field but the watch list
+/// (`ctr_watch_keys`, the script's input, not a figure).
 fn info_ctr(server: &Server) -> Vec<(String, i64)> {
     let text = server.conn().q("INFO ctr").text();
     text.lines()
         .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| *k != "ctr_watch_keys")
         .map(|(k, v)| (k.to_string(), v.trim().parse().expect("an integer field")))
         .collect()
 }
@@ -290,6 +285,20 @@ fn the_exporter_serves_every_info_ctr_field_and_the_watched_counters() {
     assert_eq!(watched(&values, "value", "views"), Some(1000.0));
     assert_eq!(watched(&values, "last_drift", "views"), Some(-990.0));
     assert!(page.lines().any(|l| l == "redis_up 1"), "{page}");
+
+    // The watch list is changed on the server, the exporter and its script left as they are
+    // (issue 38: it lived inside the Lua file). A name shaped like an INFO field stays a name.
+    let set = c.cmd(&["CONFIG", "SET", "ctr.metrics-keys", "views ctr_fake:12"]);
+    assert_eq!(set, Value::Simple("OK".into()));
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(watched(&values, "value", "views"), Some(1000.0), "{page}");
+    assert_eq!(
+        watched(&values, "value", "stock"),
+        None,
+        "no longer watched"
+    );
+    assert_eq!(watched(&values, "exists", "ctr_fake:12"), Some(0.0));
+    assert!(!values.contains_key("ctr_fake"), "{page}");
 }
 
 /// Every query of the dashboard's panels; each panel has a title, a type and (but rows) a
@@ -372,7 +381,10 @@ fn the_dashboards_server_and_command_panels_read_series_the_exporter_serves() {
         "redis_commands_failed_calls_total",
         "redis_commands_rejected_calls_total",
     ] {
-        assert!(series.contains(&name.to_string()), "the dashboard shows {name}");
+        assert!(
+            series.contains(&name.to_string()),
+            "the dashboard shows {name}"
+        );
     }
     for name in &series {
         let sample = if name == "redis_up" {

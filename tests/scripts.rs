@@ -357,7 +357,10 @@ fn cluster_sh_starts_again_after_a_failover() {
     // kill -9 of the first master (a process this test started, by its pid): its replica
     // takes over after the node timeout.
     let first = dir.pid_of(base);
-    Command::new("kill").args(["-9", &first.to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-9", &first.to_string()])
+        .status()
+        .unwrap();
     wait_for("the replica's promotion", || {
         (role(replica_of_first) == "master").then_some(())
     });
@@ -366,7 +369,10 @@ fn cluster_sh_starts_again_after_a_failover() {
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("redis-ctr cluster is up"), "{said}");
-    assert!(said.contains(&format!("node {replica_of_first} already in the cluster")), "{said}");
+    assert!(
+        said.contains(&format!("node {replica_of_first} already in the cluster")),
+        "{said}"
+    );
     wait_for("the old master to follow its replica", || {
         (role(base) == "slave").then_some(())
     });
@@ -387,10 +393,16 @@ fn cluster_sh_says_why_the_cluster_is_not_ok_and_stops_what_it_started() {
     assert!(out.status.success(), "{}", text(&out));
     // The third master dies for good; the others mark it failed.
     let third = dir.pid_of(ports[2]);
-    Command::new("kill").args(["-9", &third.to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-9", &third.to_string()])
+        .status()
+        .unwrap();
     wait_for("the cluster to fail", || {
         let mut c = Conn::connect(ports[0]).ok()?;
-        c.q("CLUSTER INFO").text().contains("cluster_state:fail").then_some(())
+        c.q("CLUSTER INFO")
+            .text()
+            .contains("cluster_state:fail")
+            .then_some(())
     });
     // The second master stops cleanly, then `start` of the first two brings it back.
     let second = dir.pid_of(ports[1]);
@@ -398,21 +410,38 @@ fn cluster_sh_says_why_the_cluster_is_not_ok_and_stops_what_it_started() {
         .args(["-p", &names[1], "SHUTDOWN", "NOSAVE"])
         .output()
         .unwrap();
-    wait_for("the second master to exit", || (!alive(second)).then_some(()));
+    wait_for("the second master to exit", || {
+        (!alive(second)).then_some(())
+    });
     let out = dir.run_with(&args[..3], &[("CLUSTER_WAIT_S", "3")]);
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("the cluster is not ok after 3 s"), "{said}");
     assert!(said.contains("cluster_state fail"), "{said}");
-    assert!(said.contains(&format!("127.0.0.1:{} is down", ports[2])), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{} is down", ports[2])),
+        "{said}"
+    );
     assert!(said.contains("uncovered"), "{said}");
-    assert!(said.contains(&format!("stopping the nodes this call started: {}", ports[1])), "{said}");
+    assert!(
+        said.contains(&format!(
+            "stopping the nodes this call started: {}",
+            ports[1]
+        )),
+        "{said}"
+    );
     assert!(
         !dir.0.join(&names[1]).join("redis.pid").exists(),
         "its pid file is gone with it"
     );
-    assert!(Conn::connect(ports[1]).is_err(), "the node it started is stopped");
-    assert!(Conn::connect(ports[0]).is_ok(), "the node it found running is left running");
+    assert!(
+        Conn::connect(ports[1]).is_err(),
+        "the node it started is stopped"
+    );
+    assert!(
+        Conn::connect(ports[0]).is_ok(),
+        "the node it found running is left running"
+    );
 }
 
 /// The `command:` list of docker/compose.yml, its quotes removed and `${CTR_PASSWORD...}`
@@ -468,7 +497,10 @@ fn compose_yml_publishes_on_localhost_with_an_acl_user() {
     assert_eq!(app.q("CTR.ADD k 2"), Value::Int(2));
     assert_eq!(app.q("CTR.GET k"), Value::Int(2));
     assert_eq!(app.q("SET plain 1"), Value::Simple("OK".into()));
-    assert!(app.q("CONFIG SET maxmemory 1").error().starts_with("NOPERM"));
+    assert!(app
+        .q("CONFIG SET maxmemory 1")
+        .error()
+        .starts_with("NOPERM"));
     server.kill().unwrap();
     server.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
