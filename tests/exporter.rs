@@ -338,22 +338,11 @@ fn dashboard_exprs(dashboard: &json::Json) -> Vec<String> {
 /// The exporter's own series a text names (`redis_up`, `redis_commands_total`, ...), besides
 /// the script's `redis_script_values`.
 fn exporter_series(text: &str) -> Vec<String> {
-    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(at) = text[i..].find("redis_") {
-        let start = i + at;
-        let mut end = start;
-        while end < bytes.len() && word(bytes[end]) {
-            end += 1;
-        }
-        let name = &text[start..end];
-        if (start == 0 || !word(bytes[start - 1])) && name != "redis_script_values" {
-            out.push(name.to_string());
-        }
-        i = end;
-    }
+    let mut out: Vec<String> = prefixed_words(text, "redis_")
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name != "redis_script_values")
+        .collect();
     out.sort();
     out.dedup();
     out
@@ -547,21 +536,28 @@ fn exportable_fields() -> Vec<String> {
 /// Every `ctr_...` field a text names: in `key="..."` / `key=~"a|b"` matchers and in
 /// `ctr_key_<field>:` prefixes of regexes. Not a recording rule's name (`ctr_key:...`).
 fn named_fields(text: &str) -> Vec<String> {
+    prefixed_words(text, "ctr_")
+        .into_iter()
+        .filter(|&(token, next)| !(token == "ctr_key" && next == Some(b':')))
+        .map(|(token, _)| token.to_string())
+        .collect()
+}
+
+/// The words of `text` (runs of letters, digits and `_`) that start with `prefix`, each with
+/// the byte that follows it.
+fn prefixed_words<'a>(text: &'a str, prefix: &str) -> Vec<(&'a str, Option<u8>)> {
     let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
-    while let Some(at) = text[i..].find("ctr_") {
+    while let Some(at) = text[i..].find(prefix) {
         let start = i + at;
-        let mut end = start;
+        let mut end = start + prefix.len();
         while end < bytes.len() && word(bytes[end]) {
             end += 1;
         }
-        let token = &text[start..end];
-        let preceded = start > 0 && word(bytes[start - 1]);
-        let record_name = token == "ctr_key" && bytes.get(end) == Some(&b':');
-        if !preceded && !record_name {
-            out.push(token.to_string());
+        if start == 0 || !word(bytes[start - 1]) {
+            out.push((&text[start..end], bytes.get(end).copied()));
         }
         i = end;
     }
