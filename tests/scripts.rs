@@ -301,6 +301,9 @@ fn docker_files_run_the_tested_scripts() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Makefile")).unwrap();
     assert!(makefile.contains("CLUSTER_PORTS ?= 7000 7001 7002"));
     assert!(makefile.contains("sh docker/cluster.sh start $(CLUSTER_PORTS)"));
+    // `make cluster CLUSTER_REPLICAS=1` (README) reaches cluster.sh as REPLICAS.
+    assert!(makefile.contains("CLUSTER_REPLICAS ?= 0"));
+    assert!(makefile.contains("REPLICAS=$(CLUSTER_REPLICAS) sh docker/cluster.sh start"));
     assert!(makefile.contains("sh docker/server.sh $(PORT)"));
     for port in ["7000", "7001", "7002"] {
         assert!(compose.contains(&format!(
