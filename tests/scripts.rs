@@ -317,10 +317,18 @@ fn docker_files_run_the_tested_scripts() {
 }
 
 /// `n` consecutive free ports (with their bus ports): `start` puts replicas on the ports after
-/// the last master's.
+/// the last master's. Taken below Linux's ephemeral range (32768 and up), from which every
+/// other test's `free_port` draws: ports next to one it handed out are the likeliest it hands
+/// out next, and a node that lost its port to another test's server would fail this one.
 fn free_run(n: u16) -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = common::Lcg(seed);
     loop {
-        let base = free_port();
+        // Bus ports (+10000) below the range too.
+        let base = 20_000 + rng.next(2_700) as u16;
         if base + n < 55535
             && (0..n).all(|i| {
                 std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()
