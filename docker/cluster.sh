@@ -3,7 +3,12 @@
 #
 #   cluster.sh start [PORT...]        start one master per port (default 7000 7001 7002) as a
 #                                     daemon in $CLUSTER_DIR/PORT, join them into a cluster on
-#                                     the first start, print how to connect     (make cluster)
+#                                     the first start, print how to connect     (make cluster);
+#                                     with REPLICAS=N, N replicas per master on the ports after
+#                                     the last master's (7003-7005 for N=1)
+#                                     (make cluster CLUSTER_REPLICAS=1). When the cluster is not
+#                                     ok within CLUSTER_WAIT_S (15) it says what is wrong and
+#                                     stops the nodes this call started
 #   cluster.sh stop                   stop the nodes `start` recorded in $CLUSTER_DIR (their pid
 #                                     files), and nothing else                  (make cluster-stop)
 #   cluster.sh node PORT DIR [opts]   one cluster node in the foreground        (docker compose)
@@ -13,8 +18,9 @@
 #                                     the local master on port MASTER; waits until it is in sync
 #
 # Every node runs docker/server.sh with the same cluster options, locally and in Docker.
-# Environment: CLUSTER_DIR (default data/cluster), REDIS_CLI (default redis-cli), and CTR_MODULE,
-# MODULE_ARGS, REDIS_SERVER as for server.sh.
+# Environment: CLUSTER_DIR (default data/cluster), REDIS_CLI (default redis-cli), REPLICAS
+# (default 0), CLUSTER_WAIT_S (default 15), and CTR_MODULE, MODULE_ARGS, REDIS_SERVER as for
+# server.sh.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,17 +52,50 @@ wait_up() {
   done
 }
 
-# wait_ok HOST:PORT...: until every node says cluster_state:ok and knows all of them (30 s).
+# How long start and create wait for the cluster to be ok before they say why it is not.
+wait_s=${CLUSTER_WAIT_S:-15}
+
+# wait_ok HOST:PORT...: until every node says cluster_state:ok and knows at least all of them
+# (a cluster may have more: replicas, a node that failed over); says why not after wait_s.
 wait_ok() {
+  deadline=$(($(date +%s) + wait_s))
   for addr in "$@"; do
-    i=0
     until [ "$(info "${addr%:*}" "${addr##*:}" cluster_state)" = ok ] &&
-      [ "$(info "${addr%:*}" "${addr##*:}" cluster_known_nodes)" = "$#" ]; do
-      i=$((i + 1))
-      [ "$i" -le 300 ] || die "the cluster is not ok on $addr"
+      [ "$(info "${addr%:*}" "${addr##*:}" cluster_known_nodes)" -ge "$#" ] 2>/dev/null; do
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        diagnose "$@"
+        exit 1
+      fi
       sleep 0.1
     done
   done
+}
+
+# diagnose HOST:PORT...: what each node says of the cluster, and the nodes it sees failing.
+diagnose() {
+  echo "cluster.sh: the cluster is not ok after $wait_s s:" >&2
+  seen=""
+  for addr in "$@"; do
+    h=${addr%:*} p=${addr##*:}
+    state=$(info "$h" "$p" cluster_state)
+    if [ -z "$state" ]; then
+      echo "  $addr: does not answer" >&2
+      continue
+    fi
+    echo "  $addr: cluster_state $state, $(info "$h" "$p" cluster_slots_ok) of 16384 slots ok" \
+      "($(info "$h" "$p" cluster_slots_pfail) pfail, $(info "$h" "$p" cluster_slots_fail) fail)," \
+      "knows $(info "$h" "$p" cluster_known_nodes) nodes" >&2
+    [ -n "$seen" ] || seen=$("$cli" -h "$h" -p "$p" CLUSTER NODES 2>/dev/null | tr -d '\r')
+  done
+  # CLUSTER NODES: id addr flags master ping pong epoch link slots...
+  echo "$seen" | awk '$3 ~ /fail/ || $8 == "disconnected" {
+      sub(/@.*/, "", $2)
+      role = ($3 ~ /master/) ? "master" : "replica"
+      print "  " role " " $2 " is down (" $3 ", link " $8 ")" (NF > 8 ? ", its slots " $9 " uncovered" : "")
+    }' >&2
+  echo "  a master that is down with no replica to take over leaves its slots uncovered: start" \
+    "it again (cluster.sh start with its port), or repair the cluster by hand" \
+    "(redis-cli --cluster check / fix)" >&2
 }
 
 create() {
@@ -97,6 +136,9 @@ ours() {
     tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE -- ":$2 |--port $2 "
 }
 
+# The ports of the nodes this call started (stopped again when it fails).
+started_here=""
+
 # start_node PORT: one daemon node in $cluster_dir/PORT, unless ours already runs there.
 start_node() {
   dir="$cluster_dir/$1"
@@ -105,10 +147,22 @@ start_node() {
     echo "node $1 already running (pid $(cat "$dir/redis.pid"))"
   else
     rm -f "$dir/redis.pid"
+    started_here="$started_here $1"
     # shellcheck disable=SC2086
     sh "$here/server.sh" "$1" "$dir" $NODE_OPTS --bind 127.0.0.1 \
       --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
   fi
+}
+
+# On a failed start or replica: stop the nodes this call started (those already running
+# before it are left as they were).
+stop_started_on_failure() {
+  status=$?
+  if [ "$status" -ne 0 ] && [ -n "$started_here" ]; then
+    echo "cluster.sh: stopping the nodes this call started:$started_here" >&2
+    for port in $started_here; do stop_node "$port" >&2; done
+  fi
+  exit "$status"
 }
 
 # check_started PORT...: every node answers and is the server we started.
@@ -126,20 +180,63 @@ check_started() {
 start() {
   [ $# -gt 0 ] || set -- 7000 7001 7002
   mkdir -p "$cluster_dir"
+  trap stop_started_on_failure EXIT
   for port in "$@"; do start_node "$port"; done
   check_started "$@"
   # shellcheck disable=SC2086
   create $addrs
+  add_replicas "${REPLICAS:-0}" "$@"
   echo
-  echo "redis-ctr cluster of $# masters is up; connect with: redis-cli -c -p $1"
-  echo "nodes:$addrs (data and logs in $cluster_dir/PORT)"
+  echo "redis-ctr cluster is up; connect with: redis-cli -c -p $1"
+  roles "$1"
+  echo "data and logs in $cluster_dir/PORT"
   echo "stop it with: make cluster-stop (or docker/cluster.sh stop)"
+}
+
+# add_replicas N MASTER_PORT...: N replicas of each master, on the ports after the last
+# master's; one already in the cluster (a restart, a replica promoted by a failover) is kept
+# as it is.
+add_replicas() {
+  n=$1
+  shift
+  last=0
+  for port in "$@"; do [ "$port" -le "$last" ] || last=$port; done
+  k=0
+  while [ "$k" -lt "$n" ]; do
+    for master in "$@"; do
+      last=$((last + 1))
+      start_node "$last"
+      check_started "$last"
+      if [ "$(info 127.0.0.1 "$last" cluster_known_nodes)" -gt 1 ] 2>/dev/null; then
+        echo "node $last already in the cluster"
+      else
+        replicate "$last" "$master"
+      fi
+    done
+    k=$((k + 1))
+  done
+  [ "$n" -eq 0 ] || { wait_up "127.0.0.1:$1"; wait_ok "127.0.0.1:$1"; }
+}
+
+# roles PORT: the masters and replicas as the node on PORT sees them.
+roles() {
+  "$cli" -p "$1" CLUSTER NODES 2>/dev/null | tr -d '\r' | awk '
+    { sub(/@.*/, "", $2) }
+    $3 ~ /master/ { m = m " " $2 }
+    $3 ~ /slave/ { r = r " " $2 }
+    END { print "masters:" m; if (r != "") print "replicas:" r }'
 }
 
 replica() {
   [ $# -eq 2 ] || die "usage: cluster.sh replica PORT MASTER_PORT"
+  trap stop_started_on_failure EXIT
   start_node "$1"
   check_started "$1"
+  replicate "$1" "$2"
+}
+
+# replicate PORT MASTER_PORT: the running node on PORT joins and replicates the master.
+replicate() {
   master_id=$("$cli" -p "$2" CLUSTER MYID) || die "no node on port $2"
   "$cli" -p "$1" CLUSTER MEET 127.0.0.1 "$2" >/dev/null
   # REPLICATE needs the master known to the new node, which takes a gossip round or two.
@@ -163,29 +260,35 @@ stop() {
   for pidfile in "$cluster_dir"/*/redis.pid; do
     [ -f "$pidfile" ] || continue
     dir=${pidfile%/redis.pid}
-    port=${dir##*/}
-    pid=$(cat "$pidfile")
-    if ! ours "$pid" "$port"; then
-      echo "node $port: pid $pid is not our server any more; stale pid file removed"
-      rm -f "$pidfile"
-      continue
-    fi
-    # A clean shutdown (it saves the data when save points are configured, as by default).
-    "$cli" -p "$port" SHUTDOWN >/dev/null 2>&1 || true
-    i=0
-    while running "$pid" && [ "$i" -lt 200 ]; do
-      i=$((i + 1))
-      sleep 0.05
-    done
-    if running "$pid"; then
-      kill "$pid"
-      echo "node $port: did not shut down in 10 s; sent SIGTERM to pid $pid"
-    fi
-    rm -f "$pidfile"
-    stopped=$((stopped + 1))
-    echo "node $port stopped"
+    stop_node "${dir##*/}" && stopped=$((stopped + 1))
   done
   [ "$stopped" -gt 0 ] || echo "no running node recorded in $cluster_dir"
+}
+
+# stop_node PORT: stops the node start recorded in $cluster_dir/PORT; false when none runs.
+stop_node() {
+  port=$1
+  pidfile="$cluster_dir/$port/redis.pid"
+  [ -f "$pidfile" ] || return 1
+  pid=$(cat "$pidfile")
+  if ! ours "$pid" "$port"; then
+    echo "node $port: pid $pid is not our server any more; stale pid file removed"
+    rm -f "$pidfile"
+    return 1
+  fi
+  # A clean shutdown (it saves the data when save points are configured, as by default).
+  "$cli" -p "$port" SHUTDOWN >/dev/null 2>&1 || true
+  i=0
+  while running "$pid" && [ "$i" -lt 200 ]; do
+    i=$((i + 1))
+    sleep 0.05
+  done
+  if running "$pid"; then
+    kill "$pid"
+    echo "node $port: did not shut down in 10 s; sent SIGTERM to pid $pid"
+  fi
+  rm -f "$pidfile"
+  echo "node $port stopped"
 }
 
 command=${1:-}

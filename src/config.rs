@@ -185,7 +185,7 @@ fn owned_reply_string(
     redis_module::RedisString::from_redis_module_string(std::ptr::null_mut(), raw as _)
 }
 
-/// A plain string config (`ctr.read-link-user`, `ctr.read-link-password`).
+/// A plain string config (`ctr.read-link-user`, `ctr.read-link-password`, `ctr.metrics-keys`).
 pub struct StringConfig {
     value: std::sync::Mutex<String>,
     #[cfg(feature = "module")]
@@ -241,6 +241,11 @@ pub const READ_LINK_USER_CONFIG: &str = "read-link-user";
 pub static READ_LINK_USER: StringConfig = StringConfig::new();
 pub const READ_LINK_PASSWORD_CONFIG: &str = "read-link-password";
 pub static READ_LINK_PASSWORD: StringConfig = StringConfig::new();
+/// `ctr.metrics-keys`: the counters, by name and separated by spaces, whose `CTR.INFO` figures
+/// docs/operations/ctr-metrics.lua exports; shown in `INFO ctr` (`ctr_watch_keys`), where the
+/// script reads it. The module itself does nothing else with it.
+pub const METRICS_KEYS_CONFIG: &str = "metrics-keys";
+pub static METRICS_KEYS: StringConfig = StringConfig::new();
 
 /// The holder of `ctr.replica-id` (reads and writes go through the identity).
 pub struct ReplicaIdConfig;
@@ -432,6 +437,11 @@ pub fn register(
             READ_LINK_PASSWORD_CONFIG,
             &READ_LINK_PASSWORD,
             ConfigurationFlags::SENSITIVE,
+        ),
+        (
+            METRICS_KEYS_CONFIG,
+            &METRICS_KEYS,
+            ConfigurationFlags::DEFAULT,
         ),
     ] {
         let value = get_string_default_config_value(args, name, "")

@@ -66,6 +66,10 @@ pub static DECREMENTS_REFUSED: Counter = Counter::new();
 /// CTR.DECRFLOOR refusals answered TRYAGAIN because budget was still travelling (not final,
 /// not recorded against a token).
 pub static DECREMENTS_AWAITING_BUDGET: Counter = Counter::new();
+/// Final CTR.DECRFLOOR refusals that may be false: by a holder of a floored spread counter,
+/// with no fresh bound of the whole counter's headroom showing the amount beyond it (what the
+/// CtrFalseRefusals alert reads). Also counted in `DECREMENTS_REFUSED`.
+pub static DECREMENTS_REFUSED_UNPROVEN: Counter = Counter::new();
 /// Holders of a spread home moved to another database (`MOVE`) that could not follow it: the
 /// destination already had a key of that name.
 pub static HOLDERS_LEFT_BEHIND: Counter = Counter::new();
@@ -229,6 +233,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("decrements_granted", &DECREMENTS_GRANTED),
         ("decrements_refused", &DECREMENTS_REFUSED),
         ("decrements_awaiting_budget", &DECREMENTS_AWAITING_BUDGET),
+        ("decrements_refused_unproven", &DECREMENTS_REFUSED_UNPROVEN),
         ("holders_left_behind", &HOLDERS_LEFT_BEHIND),
         ("restored_copies_detached", &RESTORED_COPIES_DETACHED),
         ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
@@ -305,7 +310,16 @@ mod info {
         for (name, counter) in super::all() {
             section = section.field(name, counter.get().to_string())?;
         }
-        section.build_section()?.build_info()?;
+        // The metrics script's watch list (`ctr.metrics-keys`), in a section of its own: the
+        // stats are all integers. Line breaks cannot be in it (a key name with one cannot be
+        // listed), so the INFO text stays one field per line.
+        let watched = crate::config::METRICS_KEYS.get().replace(['\r', '\n'], " ");
+        section
+            .build_section()?
+            .add_section("watch")
+            .field("watch_keys", watched)?
+            .build_section()?
+            .build_info()?;
         Ok(())
     }
 }

@@ -7,6 +7,8 @@ use common::{Conn, Server, Value};
 
 const WIDTH: i64 = 1_000;
 
+const NO_SOURCE: &str = "ERR no such source key: it would count 0 and set the counter to 0 (add EMPTYOK if an empty source is meant)";
+
 const NOT_TRACKED: &str = "ERR counter keeps no bucket history: run CTR.RECONCILE key START once, then reconcile AT a watermark";
 
 /// A server with 1 s buckets, 60 s retention and no settle delay.
@@ -45,6 +47,44 @@ fn reconcile(c: &mut Conn, key: &str, truth: i64, at: i64) -> Value {
         "AT",
         &at.to_string(),
     ])
+}
+
+/// The refusal of a watermark before a history that starts at `earliest`.
+fn before_history(earliest: i64) -> String {
+    format!(
+        "ERR watermark is before the counter's history, which starts at {earliest} (the reply \
+         of CTR.RECONCILE key START): reconcile at {earliest} or later, once it is \
+         ctr.settle-ms old"
+    )
+}
+
+/// Issue 38, item 5: right after START, the default watermark of FROM STREAM (the newest
+/// boundary ctr.settle-ms old) lies before the history; the refusal named retention
+/// (`older than the retained buckets (ctr.bucket-retention-ms)`), not START.
+#[test]
+fn right_after_start_a_watermark_before_the_history_is_refused_naming_its_start() {
+    let server = server_with(&["settle-ms", "5000"]);
+    let mut c = server.conn();
+    c.q("CTR.ADD {o}:count 3");
+    c.q("XADD {o}:log * order 1");
+    let earliest = c.q("CTR.RECONCILE {o}:count START").int();
+    let refused = c.q("CTR.RECONCILE {o}:count FROM STREAM {o}:log");
+    assert_eq!(refused.error(), before_history(earliest));
+    assert_eq!(c.q("CTR.GET {o}:count"), Value::Int(3), "nothing changed");
+    // A watermark the retention folded away still names retention, and the earliest accepted:
+    // a counter tracked from its first write (5 s kept) keeps nothing from a minute ago.
+    let tracked = server_with(&["track-history", "yes", "bucket-retention-ms", "5000"]);
+    let mut c = tracked.conn();
+    c.q("CTR.ADD k 1");
+    let old = boundary(&mut c) - 60_000;
+    let refused = reconcile(&mut c, "k", 1, old).error();
+    assert!(
+        refused.starts_with(
+            "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms): the \
+             earliest watermark accepted is "
+        ),
+        "{refused}"
+    );
 }
 
 fn pair(value: i64, drift: i64) -> Value {
@@ -100,13 +140,14 @@ fn bad_watermarks_are_refused_and_change_nothing() {
         reconcile(&mut c, "k", 5, w + 1).error(),
         "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)"
     );
+    // Before the history START began: the error says so, and where it starts.
     assert_eq!(
         reconcile(&mut c, "k", 5, w - 60_000).error(),
-        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)"
+        before_history(w)
     );
     assert_eq!(
         reconcile(&mut c, "k", 5, w - WIDTH).error(),
-        "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)",
+        before_history(w),
         "START's reply is the earliest watermark accepted"
     );
     assert_eq!(
@@ -203,8 +244,61 @@ fn from_stream_counts_entries_up_to_the_watermark() {
         pair(60, 0),
         "the 2500 entries after the watermark are not truth yet"
     );
-    // Without AT on a counter without history: everything in the source, a plain overwrite.
-    assert_eq!(c.q("CTR.RECONCILE fresh FROM STREAM missing"), pair(0, 0));
+    // Without AT on a counter without history: everything in the source, a plain overwrite
+    // (a source that is rightly missing says so: EMPTYOK).
+    assert_eq!(
+        c.q("CTR.RECONCILE fresh FROM STREAM missing EMPTYOK"),
+        pair(0, 0)
+    );
+}
+
+/// Issue 38, item 6: a reconcile FROM a missing source (a typo in the stream's name) set the
+/// counter to 0 silently. Now it is refused, nothing changes, unless the call says EMPTYOK.
+#[test]
+fn a_missing_source_is_refused_unless_the_call_says_emptyok() {
+    let server = server_with(&[]);
+    let mut c = server.conn();
+    c.q("CTR.ADD {o}:count 22");
+    c.q("XADD {o}:log * order 1");
+    let w = c.q("CTR.RECONCILE {o}:tracked START").int();
+    wait_past(&mut c, w);
+    for call in [
+        "CTR.RECONCILE {o}:count FROM STREAM {o}:lgo",
+        "CTR.RECONCILE {o}:count FROM ZSET {o}:lgo",
+        "CTR.RECONCILE {o}:count FROM SET {o}:lgo",
+    ] {
+        assert_eq!(c.q(call).error(), NO_SOURCE, "{call}");
+        assert_eq!(
+            c.q("CTR.GET {o}:count"),
+            Value::Int(22),
+            "{call} changed it"
+        );
+    }
+    let at = format!("CTR.RECONCILE {{o}}:tracked FROM STREAM {{o}}:lgo AT {w}");
+    assert_eq!(c.q(&at).error(), NO_SOURCE);
+    assert_eq!(server.info_field("ctr", "ctr_reconciles"), "0");
+    // The same source, really there: counted.
+    assert_eq!(
+        c.q("CTR.RECONCILE {o}:count FROM STREAM {o}:log"),
+        pair(1, 21)
+    );
+    // EMPTYOK: a source that may rightly be missing counts 0, at a watermark too.
+    assert_eq!(
+        c.q("CTR.RECONCILE {o}:count FROM SET {o}:none EMPTYOK"),
+        pair(0, 1)
+    );
+    assert_eq!(c.q(&format!("{at} EMPTYOK")), pair(0, 0));
+    // A source of another type is still WRONGTYPE, EMPTYOK or not.
+    c.q("SET {o}:string x");
+    assert!(c
+        .q("CTR.RECONCILE {o}:count FROM STREAM {o}:string EMPTYOK")
+        .error()
+        .starts_with("WRONGTYPE"));
+    assert_eq!(
+        c.q("CTR.RECONCILE {o}:count 5 EMPTYOK").error(),
+        "ERR syntax error",
+        "a given truth has no source"
+    );
 }
 
 #[test]

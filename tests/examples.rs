@@ -33,6 +33,57 @@ fn reconcile_stream_example_repairs_the_counter() {
     );
 }
 
+/// Issue 38, item 5: the job RECONCILE.md shows, run as a user runs it, from its first run.
+/// Right after the counter's START it waits (and says why) and changes nothing; once the
+/// history has settled it repairs; a mistyped stream name is refused, not counted as 0.
+#[test]
+fn reconcile_stream_job_works_from_its_first_run() {
+    let server = Server::start_with(&[], &["bucket-ms", "200", "settle-ms", "300"]);
+    let mut c = server.conn();
+    c.q("CTR.ADD demo:{orders}:count 5"); // counted before any job: 3 real orders, 2 doubled
+    for _ in 0..3 {
+        c.q("XADD demo:{orders}:log * order x");
+    }
+    let first = run_job(&server, &[]);
+    assert!(first.0, "the first run fails: {}", first.1);
+    assert!(first.1.contains("history starts at "), "{}", first.1);
+    assert!(first
+        .1
+        .contains("the first repair comes once it has settled"));
+    assert_eq!(c.q("CTR.GET demo:{orders}:count"), common::Value::Int(5));
+    // Later runs: once the settled watermark reaches START's reply, the repair.
+    let repaired = common::eventually(10, || {
+        let run = run_job(&server, &[]);
+        assert!(run.0, "a run fails: {}", run.1);
+        run.1.contains("repaired at ").then_some(run.1)
+    });
+    assert!(repaired.contains("value 3, drift 2"), "{repaired}");
+    assert_eq!(c.q("CTR.GET demo:{orders}:count"), common::Value::Int(3));
+    // A typo in the stream's name: refused, the counter kept.
+    let typo = run_job(&server, &["demo:{orders}:count", "demo:{orders}:lgo"]);
+    assert!(!typo.0, "{}", typo.1);
+    assert!(typo.1.contains("ERR no such source key"), "{}", typo.1);
+    assert_eq!(c.q("CTR.GET demo:{orders}:count"), common::Value::Int(3));
+}
+
+/// Runs docs/examples/reconcile_stream_job.sh once: (success, stdout and stderr).
+fn run_job(server: &Server, args: &[&str]) -> (bool, String) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/reconcile_stream_job.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .env("REDIS_PORT", server.port.to_string())
+        .output()
+        .expect("run the job");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 fn run_example(mut command: Command, server: &Server, cluster: &Cluster) -> String {
     let out = command
         .env("REDIS_PORT", server.port.to_string())

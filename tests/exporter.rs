@@ -23,7 +23,6 @@ use common::{free_port, Server, Value};
 const SCRIPT: &str = "docs/operations/ctr-metrics.lua";
 const RULES: &str = "docs/operations/ctr-alerts.yml";
 const DASHBOARD: &str = "docs/operations/ctr-dashboard.json";
-const WATCH_LINE: &str = "local WATCH = {}";
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -56,19 +55,13 @@ impl Exporter {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the exporter's dir");
-        let source = read_repo_file(SCRIPT);
-        assert_eq!(
-            source.lines().filter(|l| *l == WATCH_LINE).count(),
-            1,
-            "{SCRIPT} has one `{WATCH_LINE}` line for operators to edit"
-        );
-        let list: Vec<String> = watch.iter().map(|k| format!("{k:?}")).collect();
-        let script = source.replace(
-            WATCH_LINE,
-            &format!("local WATCH = {{ {} }}", list.join(", ")),
-        );
-        let script_path = dir.join("ctr-metrics.lua");
-        std::fs::write(&script_path, script).expect("write the script");
+        // The watch list is the server's ctr.metrics-keys: the script runs as shipped.
+        let list = watch.join(" ");
+        let set = server
+            .conn()
+            .cmd(&["CONFIG", "SET", "ctr.metrics-keys", list.as_str()]);
+        assert_eq!(set, Value::Simple("OK".into()), "{list}");
+        let script_path = repo_file(SCRIPT);
 
         for _attempt in 0..5 {
             let port = free_port();
@@ -186,11 +179,13 @@ fn script_values(page: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// `INFO ctr` as (field, value), in order.
+/// `INFO ctr`'s statistics as (field, value), in order: every field but the watch list
+/// (`ctr_watch_keys`, the script's input, not a figure).
 fn info_ctr(server: &Server) -> Vec<(String, i64)> {
     let text = server.conn().q("INFO ctr").text();
     text.lines()
         .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| *k != "ctr_watch_keys")
         .map(|(k, v)| (k.to_string(), v.trim().parse().expect("an integer field")))
         .collect()
 }
@@ -290,6 +285,171 @@ fn the_exporter_serves_every_info_ctr_field_and_the_watched_counters() {
     assert_eq!(watched(&values, "value", "views"), Some(1000.0));
     assert_eq!(watched(&values, "last_drift", "views"), Some(-990.0));
     assert!(page.lines().any(|l| l == "redis_up 1"), "{page}");
+
+    // The watch list is changed on the server, the exporter and its script left as they are
+    // (issue 38: it lived inside the Lua file). A name shaped like an INFO field stays a name.
+    let set = c.cmd(&["CONFIG", "SET", "ctr.metrics-keys", "views ctr_fake:12"]);
+    assert_eq!(set, Value::Simple("OK".into()));
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(watched(&values, "value", "views"), Some(1000.0), "{page}");
+    assert_eq!(
+        watched(&values, "value", "stock"),
+        None,
+        "no longer watched"
+    );
+    assert_eq!(watched(&values, "exists", "ctr_fake:12"), Some(0.0));
+    assert!(!values.contains_key("ctr_fake"), "{page}");
+}
+
+/// Every query of the dashboard's panels; each panel has a title, a type and (but rows) a
+/// query at least.
+fn dashboard_exprs(dashboard: &json::Json) -> Vec<String> {
+    let panels = dashboard
+        .get("panels")
+        .and_then(json::Json::as_array)
+        .expect("panels");
+    let mut exprs = Vec::new();
+    for panel in panels {
+        let title = panel.get("title").and_then(json::Json::as_str);
+        let kind = panel.get("type").and_then(json::Json::as_str);
+        assert!(
+            title.is_some() && kind.is_some(),
+            "a panel with a title and a type"
+        );
+        if kind == Some("row") {
+            continue;
+        }
+        let targets = panel
+            .get("targets")
+            .and_then(json::Json::as_array)
+            .unwrap_or_else(|| panic!("panel {title:?} has targets"));
+        assert!(!targets.is_empty(), "panel {title:?} queries something");
+        for t in targets {
+            let expr = t
+                .get("expr")
+                .and_then(json::Json::as_str)
+                .unwrap_or_else(|| panic!("a target of {title:?} has an expr"));
+            exprs.push(expr.to_string());
+        }
+    }
+    exprs
+}
+
+/// The exporter's own series a text names (`redis_up`, `redis_commands_total`, ...), besides
+/// the script's `redis_script_values`.
+fn exporter_series(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = prefixed_words(text, "redis_")
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name != "redis_script_values")
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Issue 38 (friction): the dashboard shows whether each server is up, and the module
+/// commands' latency and errors, from series Debian's redis_exporter already serves (no
+/// script needed): each series it names is on the exporter's page, for a module command.
+#[test]
+fn the_dashboards_server_and_command_panels_read_series_the_exporter_serves() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(c.q("CTR.ADD k 1"), Value::Int(1));
+    assert!(c.q("CTR.ADD k x").is_error(), "a failed call");
+    assert!(c.q("CTR.ADD k").is_error(), "a rejected call (arity)");
+    let exporter = Exporter::start(&server, &[]);
+    let (page, _) = exporter.scrape();
+    let text = read_repo_file(DASHBOARD);
+    let dashboard = json::parse(&text).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"));
+    let series = exporter_series(&dashboard_exprs(&dashboard).join("\n"));
+    for name in [
+        "redis_up",
+        "redis_commands_total",
+        "redis_commands_duration_seconds_total",
+        "redis_commands_failed_calls_total",
+        "redis_commands_rejected_calls_total",
+    ] {
+        assert!(
+            series.contains(&name.to_string()),
+            "the dashboard shows {name}"
+        );
+    }
+    for name in &series {
+        let sample = if name == "redis_up" {
+            "redis_up 1".to_string()
+        } else {
+            format!("{name}{{cmd=\"ctr.add\"")
+        };
+        assert!(
+            page.lines().any(|l| l.starts_with(&sample)),
+            "{DASHBOARD} names {name}: not on the exporter's page as {sample}\n{page}"
+        );
+    }
+    let failed = page
+        .lines()
+        .find(|l| l.starts_with("redis_commands_failed_calls_total{cmd=\"ctr.add\"}"));
+    assert!(failed.is_some_and(|l| l.ends_with(" 1")), "{failed:?}");
+}
+
+/// The CtrFalseRefusals alert's block of the rules file.
+fn alert_block(rules: &str, alert: &str) -> String {
+    rules
+        .split("- alert: ")
+        .find(|b| b.starts_with(alert))
+        .unwrap_or_else(|| panic!("alert {alert} in {RULES}"))
+        .to_string()
+}
+
+/// Issue 38, item 7: CtrFalseRefusals fired on every server with a refusal (any amount larger
+/// than a counter's stock) while some watched counter kept headroom. It now reads the refusals
+/// that may be false alone: a floored spread counter's holder refusing with no fresh bound of
+/// the whole counter's headroom beyond the amount. Legitimate refusals leave that field still.
+#[test]
+fn false_refusals_count_only_refusals_the_whole_counter_might_have_covered() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // Legitimate: a plain counter asked more than its stock, while another keeps headroom.
+    c.q("CTR.ADD stock 10");
+    c.q("CTR.FLOOR stock 0");
+    c.q("CTR.ADD other 500");
+    c.q("CTR.FLOOR other 0");
+    assert_eq!(c.q("CTR.DECRFLOOR stock 11"), Value::Nil);
+    // Legitimate: a spread counter's holder asked more than the whole counter holds (the
+    // rebalance round's bound proves it: TRYAGAIN until it comes, then nil).
+    c.q("CTR.ADD sale 100");
+    c.q("CTR.FLOOR sale 0");
+    let holders = common::names(&c.q("CTR.SPREAD sale 4"));
+    let (reply, _) = common::purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[1], "101"]);
+    assert_eq!(reply, Value::Nil);
+
+    let exporter = Exporter::start(&server, &["other"]);
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(values.get("ctr_decrements_refused"), Some(&2.0), "{page}");
+    assert_eq!(
+        values.get("ctr_decrements_refused_unproven"),
+        Some(&0.0),
+        "{page}"
+    );
+    assert!(watched(&values, "value", "other").is_some_and(|v| v >= 100.0));
+
+    // A refusal that may be false: rebalancing off, a holder short of 60 units while the
+    // counter holds 100 in all.
+    c.q("CONFIG SET ctr.rebalance-delay-ms 0");
+    assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "60"]), Value::Nil);
+    let (page, values, _) = scrape_checked(&exporter, &server);
+    assert_eq!(values.get("ctr_decrements_refused"), Some(&3.0), "{page}");
+    assert_eq!(
+        values.get("ctr_decrements_refused_unproven"),
+        Some(&1.0),
+        "{page}"
+    );
+
+    // The alert reads that field, and not every refusal.
+    let alert = alert_block(&read_repo_file(RULES), "CtrFalseRefusals");
+    let expr = alert.split("labels:").next().unwrap_or_default();
+    assert!(expr.contains("ctr_decrements_refused_unproven"), "{alert}");
+    assert!(!expr.contains("key=\"ctr_decrements_refused\""), "{alert}");
 }
 
 /// A name `prefix:<n>` whose slot master `owner` serves (`want`) or does not.
@@ -376,21 +536,28 @@ fn exportable_fields() -> Vec<String> {
 /// Every `ctr_...` field a text names: in `key="..."` / `key=~"a|b"` matchers and in
 /// `ctr_key_<field>:` prefixes of regexes. Not a recording rule's name (`ctr_key:...`).
 fn named_fields(text: &str) -> Vec<String> {
+    prefixed_words(text, "ctr_")
+        .into_iter()
+        .filter(|&(token, next)| !(token == "ctr_key" && next == Some(b':')))
+        .map(|(token, _)| token.to_string())
+        .collect()
+}
+
+/// The words of `text` (runs of letters, digits and `_`) that start with `prefix`, each with
+/// the byte that follows it.
+fn prefixed_words<'a>(text: &'a str, prefix: &str) -> Vec<(&'a str, Option<u8>)> {
     let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
-    while let Some(at) = text[i..].find("ctr_") {
+    while let Some(at) = text[i..].find(prefix) {
         let start = i + at;
-        let mut end = start;
+        let mut end = start + prefix.len();
         while end < bytes.len() && word(bytes[end]) {
             end += 1;
         }
-        let token = &text[start..end];
-        let preceded = start > 0 && word(bytes[start - 1]);
-        let record_name = token == "ctr_key" && bytes.get(end) == Some(&b':');
-        if !preceded && !record_name {
-            out.push(token.to_string());
+        if start == 0 || !word(bytes[start - 1]) {
+            out.push((&text[start..end], bytes.get(end).copied()));
         }
         i = end;
     }
@@ -446,7 +613,7 @@ fn the_alert_rules_name_real_fields_and_are_documented() {
         ("CtrReconcileDriftLarge", "ctr_drift_1000_plus"),
         ("CtrGatherFailures", "ctr_gather_failures"),
         ("CtrTransfersPendingTooLong", "ctr_transfers_resent"),
-        ("CtrFalseRefusals", "ctr_decrements_refused"),
+        ("CtrFalseRefusals", "ctr_decrements_refused_unproven"),
         (
             "CtrPurchasesAwaitingBudget",
             "ctr_decrements_awaiting_budget",
@@ -494,34 +661,7 @@ fn the_dashboard_is_json_whose_queries_name_real_fields() {
         .and_then(json::Json::as_str)
         .is_some());
     assert!(dashboard.get("uid").and_then(json::Json::as_str).is_some());
-    let panels = dashboard
-        .get("panels")
-        .and_then(json::Json::as_array)
-        .expect("panels");
-    let mut exprs = Vec::new();
-    for panel in panels {
-        let title = panel.get("title").and_then(json::Json::as_str);
-        let kind = panel.get("type").and_then(json::Json::as_str);
-        assert!(
-            title.is_some() && kind.is_some(),
-            "a panel with a title and a type"
-        );
-        if kind == Some("row") {
-            continue;
-        }
-        let targets = panel
-            .get("targets")
-            .and_then(json::Json::as_array)
-            .unwrap_or_else(|| panic!("panel {title:?} has targets"));
-        assert!(!targets.is_empty(), "panel {title:?} queries something");
-        for t in targets {
-            let expr = t
-                .get("expr")
-                .and_then(json::Json::as_str)
-                .unwrap_or_else(|| panic!("a target of {title:?} has an expr"));
-            exprs.push(expr.to_string());
-        }
-    }
+    let exprs = dashboard_exprs(&dashboard);
     assert!(exprs.len() >= 10, "the dashboard shows the module");
     let fields = exportable_fields();
     let mut shown = Vec::new();

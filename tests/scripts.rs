@@ -99,13 +99,23 @@ struct ClusterDir(PathBuf);
 
 impl ClusterDir {
     fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         Command::new("sh")
             .arg(script("cluster.sh"))
             .args(args)
             .env("CLUSTER_DIR", &self.0)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .output()
             .unwrap()
+    }
+
+    fn pid_of(&self, port: u16) -> u32 {
+        let pid = std::fs::read_to_string(self.0.join(port.to_string()).join("redis.pid"));
+        pid.unwrap().trim().parse().unwrap()
     }
 
     fn pids(&self) -> Vec<u32> {
@@ -291,6 +301,9 @@ fn docker_files_run_the_tested_scripts() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Makefile")).unwrap();
     assert!(makefile.contains("CLUSTER_PORTS ?= 7000 7001 7002"));
     assert!(makefile.contains("sh docker/cluster.sh start $(CLUSTER_PORTS)"));
+    // `make cluster CLUSTER_REPLICAS=1` (README) reaches cluster.sh as REPLICAS.
+    assert!(makefile.contains("CLUSTER_REPLICAS ?= 0"));
+    assert!(makefile.contains("REPLICAS=$(CLUSTER_REPLICAS) sh docker/cluster.sh start"));
     assert!(makefile.contains("sh docker/server.sh $(PORT)"));
     for port in ["7000", "7001", "7002"] {
         assert!(compose.contains(&format!(
@@ -301,4 +314,205 @@ fn docker_files_run_the_tested_scripts() {
         r#"["sh", "/usr/local/lib/redis-ctr/cluster.sh", "create", "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]"#
     ));
     assert!(read("compose.yml").contains("dockerfile: docker/Dockerfile"));
+}
+
+/// `n` consecutive free ports (with their bus ports): `start` puts replicas on the ports after
+/// the last master's. Taken below Linux's ephemeral range (32768 and up), from which every
+/// other test's `free_port` draws: ports next to one it handed out are the likeliest it hands
+/// out next, and a node that lost its port to another test's server would fail this one.
+fn free_run(n: u16) -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = common::Lcg(seed);
+    loop {
+        // Bus ports (+10000) below the range too.
+        let base = 20_000 + rng.next(2_700) as u16;
+        if base + n < 55535
+            && (0..n).all(|i| {
+                std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()
+                    && std::net::TcpListener::bind(("127.0.0.1", base + i + 10000)).is_ok()
+            })
+        {
+            return base;
+        }
+    }
+}
+
+fn role(port: u16) -> String {
+    let info = Conn::connect(port).map(|mut c| c.q("INFO replication").text());
+    info.unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("role:").map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Issue 38, item 9: `make cluster` after a failover waited 35 s for the node count it started
+/// with (a replica makes more), said only "the cluster is not ok", and left its nodes running.
+/// A cluster with a replica per master (REPLICAS=1), its first master killed and replaced by
+/// its replica: starting it again brings the old master back as a replica and says so.
+#[test]
+fn cluster_sh_starts_again_after_a_failover() {
+    let dir = ClusterDir(temp_dir("cluster-failover"));
+    let base = free_run(6);
+    let ports: Vec<String> = (base..base + 3).map(|p| p.to_string()).collect();
+    let mut args = vec!["start"];
+    args.extend(ports.iter().map(String::as_str));
+    let out = dir.run_with(&args, &[("REPLICAS", "1")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(dir.pids().len(), 6, "3 masters, 3 replicas: {}", text(&out));
+    let replica_of_first = base + 3;
+    assert_eq!(role(replica_of_first), "slave", "{}", text(&out));
+
+    // kill -9 of the first master (a process this test started, by its pid): its replica
+    // takes over after the node timeout.
+    let first = dir.pid_of(base);
+    Command::new("kill")
+        .args(["-9", &first.to_string()])
+        .status()
+        .unwrap();
+    wait_for("the replica's promotion", || {
+        (role(replica_of_first) == "master").then_some(())
+    });
+
+    let out = dir.run_with(&args, &[("REPLICAS", "1"), ("CLUSTER_WAIT_S", "20")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("redis-ctr cluster is up"), "{said}");
+    assert!(
+        said.contains(&format!("node {replica_of_first} already in the cluster")),
+        "{said}"
+    );
+    wait_for("the old master to follow its replica", || {
+        (role(base) == "slave").then_some(())
+    });
+    let mut c = ClusterClient::connect(base + 1);
+    assert_eq!(c.cmd(&["CTR.ADD", "after-failover", "1"]), Value::Int(1));
+}
+
+/// A cluster that cannot be ok (a master down, no replica to take over): `start` says what is
+/// wrong within CLUSTER_WAIT_S and stops the nodes it started itself.
+#[test]
+fn cluster_sh_says_why_the_cluster_is_not_ok_and_stops_what_it_started() {
+    let dir = ClusterDir(temp_dir("cluster-broken"));
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let names: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let mut args = vec!["start"];
+    args.extend(names.iter().map(String::as_str));
+    let out = dir.run(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    // The third master dies for good; the others mark it failed.
+    let third = dir.pid_of(ports[2]);
+    Command::new("kill")
+        .args(["-9", &third.to_string()])
+        .status()
+        .unwrap();
+    wait_for("the cluster to fail", || {
+        let mut c = Conn::connect(ports[0]).ok()?;
+        c.q("CLUSTER INFO")
+            .text()
+            .contains("cluster_state:fail")
+            .then_some(())
+    });
+    // The second master stops cleanly, then `start` of the first two brings it back.
+    let second = dir.pid_of(ports[1]);
+    Command::new("redis-cli")
+        .args(["-p", &names[1], "SHUTDOWN", "NOSAVE"])
+        .output()
+        .unwrap();
+    wait_for("the second master to exit", || {
+        (!alive(second)).then_some(())
+    });
+    let out = dir.run_with(&args[..3], &[("CLUSTER_WAIT_S", "3")]);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("the cluster is not ok after 3 s"), "{said}");
+    assert!(said.contains("cluster_state fail"), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{} is down", ports[2])),
+        "{said}"
+    );
+    assert!(said.contains("uncovered"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "stopping the nodes this call started: {}",
+            ports[1]
+        )),
+        "{said}"
+    );
+    assert!(
+        !dir.0.join(&names[1]).join("redis.pid").exists(),
+        "its pid file is gone with it"
+    );
+    assert!(
+        Conn::connect(ports[1]).is_err(),
+        "the node it started is stopped"
+    );
+    assert!(
+        Conn::connect(ports[0]).is_ok(),
+        "the node it found running is left running"
+    );
+}
+
+/// The `command:` list of docker/compose.yml, its quotes removed and `${CTR_PASSWORD...}`
+/// given `password`, as Docker Compose would pass it.
+fn compose_command(password: &str) -> Vec<String> {
+    let compose = std::fs::read_to_string(script("compose.yml")).unwrap();
+    compose
+        .lines()
+        .skip_while(|l| l.trim() != "command:")
+        .skip(1)
+        .map_while(|l| l.strip_prefix("      - "))
+        .map(|word| {
+            let word = word.trim_matches('"');
+            match (word.find("${CTR_PASSWORD"), word.find('}')) {
+                (Some(start), Some(end)) => {
+                    format!("{}{password}{}", &word[..start], &word[end + 1..])
+                }
+                _ => word.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Issue 38 (friction): docker/compose.yml published 6379 on every interface with protected
+/// mode off and no password. It publishes on 127.0.0.1 alone, turns the default user off, and
+/// its ACL user `app` runs the counters: its command line run here through server.sh.
+#[test]
+fn compose_yml_publishes_on_localhost_with_an_acl_user() {
+    let compose = std::fs::read_to_string(script("compose.yml")).unwrap();
+    assert!(compose.contains(r#"- "127.0.0.1:6379:6379""#), "{compose}");
+    assert!(!compose.contains(r#"- "6379:6379""#));
+    let command = compose_command("s3cret");
+    assert_eq!(
+        &command[..4],
+        ["sh", "/usr/local/lib/redis-ctr/server.sh", "6379", "/data"]
+    );
+    let dir = temp_dir("compose-acl");
+    let port = free_port().to_string();
+    let mut server = Command::new("sh")
+        .arg(script("server.sh"))
+        .args([port.as_str(), dir.to_str().unwrap()])
+        .args(&command[4..])
+        .args(["--bind", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port: u16 = port.parse().unwrap();
+    let mut anonymous = wait_for("the server", || Conn::connect(port).ok());
+    assert!(anonymous.q("CTR.ADD k 1").error().starts_with("NOAUTH"));
+    let mut app = Conn::connect(port).unwrap();
+    assert_eq!(app.q("AUTH app s3cret"), Value::Simple("OK".into()));
+    assert_eq!(app.q("CTR.ADD k 2"), Value::Int(2));
+    assert_eq!(app.q("CTR.GET k"), Value::Int(2));
+    assert_eq!(app.q("SET plain 1"), Value::Simple("OK".into()));
+    assert!(app
+        .q("CONFIG SET maxmemory 1")
+        .error()
+        .starts_with("NOPERM"));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

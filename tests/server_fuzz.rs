@@ -363,6 +363,9 @@ impl Gen {
                     };
                     args.push(kind.as_bytes().to_vec());
                     args.push(source.as_bytes().to_vec());
+                    if self.one_in(2) {
+                        args.push(b"EMPTYOK".to_vec());
+                    }
                 } else {
                     args.push(self.int());
                 }

@@ -61,11 +61,15 @@ pub const SET_TAKES_NO_AT: CommandError = CommandError::fixed(
     "ERR FROM SET takes no AT: a set has no time (its cardinality is the truth now)",
 );
 
-/// `CTR.RECONCILE key truth [AT w]` or `CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]`
+/// `CTR.RECONCILE key truth [AT w]` or
+/// `CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w] [EMPTYOK]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconcileArgs<'a> {
     pub source: TruthSource<'a>,
     pub at: Option<i64>,
+    /// `EMPTYOK`: a missing source key counts 0 (without it, a missing source is refused: a
+    /// mistyped name must not wipe the counter).
+    pub empty_ok: bool,
 }
 
 /// Options are `NAME value` pairs; each may appear once.
@@ -160,8 +164,10 @@ pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, Comma
     } else {
         (TruthSource::Given(integer(first)?), rest)
     };
+    let counted = !matches!(source, TruthSource::Given(_));
+    let (empty_ok, rest) = take_flag(rest, b"EMPTYOK", counted)?;
     let mut at = None;
-    options(rest, |name, value| {
+    options(&rest, |name, value| {
         if name != "AT" {
             return Ok(false);
         }
@@ -171,7 +177,37 @@ pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, Comma
         at = Some(integer(value)?);
         Ok(true)
     })?;
-    Ok(ReconcileArgs { source, at })
+    Ok(ReconcileArgs {
+        source,
+        at,
+        empty_ok,
+    })
+}
+
+/// Takes a valueless option word (`flag`, any case, at most once, where an option name stands)
+/// out of `rest`; the `NAME value` pairs are left. Where the flag is not `allowed`, it is left
+/// in (and then refused as a syntax error by the options it is not one of).
+fn take_flag<'a>(
+    rest: &[&'a [u8]],
+    flag: &[u8],
+    allowed: bool,
+) -> Result<(bool, Vec<&'a [u8]>), CommandError> {
+    let mut found = false;
+    let mut pairs = Vec::with_capacity(rest.len());
+    let mut i = 0;
+    while i < rest.len() {
+        if allowed && rest[i].eq_ignore_ascii_case(flag) {
+            if found {
+                return Err(SYNTAX_ERROR);
+            }
+            found = true;
+            i += 1;
+            continue;
+        }
+        pairs.extend(rest[i..].iter().take(2));
+        i += 2;
+    }
+    Ok((found, pairs))
 }
 
 /// `CTR.FLOOR key floor|NONE`: Some(floor), or None to remove it.
@@ -284,7 +320,8 @@ mod tests {
             r("100").unwrap(),
             ReconcileArgs {
                 source: TruthSource::Given(100),
-                at: None
+                at: None,
+                empty_ok: false,
             }
         );
         assert_eq!(r("100 AT 60000").unwrap().at, Some(60_000));
@@ -296,9 +333,28 @@ mod tests {
             r("from ZSET z at 5").unwrap(),
             ReconcileArgs {
                 source: TruthSource::SortedSet(b"z"),
-                at: Some(5)
+                at: Some(5),
+                empty_ok: false,
             }
         );
+        // EMPTYOK: a missing source counts 0; only with FROM, once, anywhere among the options.
+        assert!(r("FROM STREAM ev EMPTYOK").unwrap().empty_ok);
+        assert_eq!(
+            r("FROM ZSET z emptyok AT 5").unwrap(),
+            ReconcileArgs {
+                source: TruthSource::SortedSet(b"z"),
+                at: Some(5),
+                empty_ok: true,
+            }
+        );
+        assert!(r("FROM SET s EMPTYOK").unwrap().empty_ok);
+        assert_eq!(r("FROM SET s EMPTYOK EMPTYOK"), Err(SYNTAX_ERROR));
+        assert_eq!(
+            r("100 EMPTYOK"),
+            Err(SYNTAX_ERROR),
+            "a given truth has no source"
+        );
+        assert_eq!(r("FROM STREAM ev AT EMPTYOK"), Err(NOT_AN_INTEGER));
         assert_eq!(r("FROM SET s").unwrap().source, TruthSource::Set(b"s"));
         assert_eq!(
             r("FROM SET s AT 5"),

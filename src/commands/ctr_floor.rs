@@ -5,6 +5,7 @@ use super::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write,
 };
+use super::floor_moves::refusal_may_be_false;
 use super::holder_check::Checked;
 use super::spread_holders::refuse_look_alike;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
@@ -75,6 +76,15 @@ fn awaiting_budget(key: &[u8], waits_for: &str) -> CommandError {
     )
 }
 
+/// Counts a final refusal, and among them those that may be false (`unproven`: see
+/// [`refusal_may_be_false`]), which the CtrFalseRefusals alert reads.
+fn count_refusal(unproven: bool) {
+    metrics::DECREMENTS_REFUSED.incr();
+    if unproven {
+        metrics::DECREMENTS_REFUSED_UNPROVEN.incr();
+    }
+}
+
 /// What a holder waits for: budget on its way to it.
 const ITS_SHARE: &str = "its share";
 /// What a holder waits for: budget the next rebalance round gathers to it.
@@ -114,13 +124,15 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
-        metrics::DECREMENTS_REFUSED.incr();
+        let unproven = refusal_may_be_false(ctx, args.bytes(1), None, parsed.amount, w.now);
+        count_refusal(unproven);
         if named_holder {
             super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
     }
     let mut gathering = false;
+    let mut unproven = false;
     let outcome = w.update(&key, |c, before| {
         if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
             c.note_duplicate();
@@ -154,6 +166,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             token: w.token,
         };
         let result = c.apply_purchase(&op, named_holder)?;
+        if result.is_none() {
+            unproven = refusal_may_be_false(ctx, args.bytes(1), Some(c), parsed.amount, w.now);
+        }
         if result.is_none() && op.token.is_none() {
             return Ok(Decremented::Refused);
         }
@@ -170,7 +185,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(reply(first))
         }
         Decremented::Refused => {
-            metrics::DECREMENTS_REFUSED.incr();
+            count_refusal(unproven);
             super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
             Ok(Reply::Null)
         }
@@ -188,7 +203,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             match result {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
-                    metrics::DECREMENTS_REFUSED.incr();
+                    count_refusal(unproven);
                     super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
                 }
             }

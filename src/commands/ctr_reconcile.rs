@@ -28,9 +28,20 @@ fn settled_watermark(now: i64, settle: i64, width: i64) -> i64 {
     }
 }
 
-/// WRONGTYPE when the source key holds a kind `source` cannot count (a missing one counts 0).
-/// Checked before anything about the watermark, as a native command would.
-fn check_source(ctx: Ctx, source: TruthSource, raw: RawString) -> Result<(), CommandError> {
+/// The refusal of a missing source key without `EMPTYOK`.
+pub const NO_SOURCE: CommandError = CommandError::fixed(
+    "ERR no such source key: it would count 0 and set the counter to 0 (add EMPTYOK if an empty source is meant)",
+);
+
+/// WRONGTYPE when the source key holds a kind `source` cannot count; a missing one counts 0
+/// only with `EMPTYOK` (else a mistyped name would wipe the counter). Checked before anything
+/// about the watermark, as a native command would.
+fn check_source(
+    ctx: Ctx,
+    source: TruthSource,
+    raw: RawString,
+    empty_ok: bool,
+) -> Result<(), CommandError> {
     let want = match source {
         TruthSource::Given(_) => return Ok(()),
         TruthSource::Stream(_) => KeyKind::Stream,
@@ -38,7 +49,8 @@ fn check_source(ctx: Ctx, source: TruthSource, raw: RawString) -> Result<(), Com
         TruthSource::Set(_) => KeyKind::Set,
     };
     match Key::open(ctx, raw, false).kind() {
-        KeyKind::Empty => Ok(()),
+        KeyKind::Empty if empty_ok => Ok(()),
+        KeyKind::Empty => Err(NO_SOURCE),
         kind if kind == want => Ok(()),
         _ => Err(WRONG_TYPE),
     }
@@ -186,7 +198,7 @@ fn start(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Integer(earliest))
 }
 
-/// CTR.RECONCILE key truth [AT w] | CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w]
+/// CTR.RECONCILE key truth [AT w] | CTR.RECONCILE key FROM STREAM|ZSET|SET source [AT w] [EMPTYOK]
 /// | CTR.RECONCILE key START
 pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() < 3 {
@@ -211,7 +223,7 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     } else {
         args.raw(1)
     };
-    check_source(ctx, parsed.source, source_key)?;
+    check_source(ctx, parsed.source, source_key, parsed.empty_ok)?;
     // Without AT, a stream or sorted set is counted at the settled watermark of a counter that
     // keeps a history, and in full (a plain overwrite) for one that keeps none.
     let watermark = match (parsed.source, parsed.at, tracked) {

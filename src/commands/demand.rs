@@ -37,6 +37,16 @@ pub fn refusal_fate(spread: SpreadKey, amount: i64, now_ms: i64) -> Refusal {
     with_headroom(spread, |view| view.refusal(amount, now_ms))
 }
 
+/// True when this master's fresh view of `spread`'s whole headroom shows that a purchase of
+/// `amount` at `now_ms` was beyond it (read only: no entry is made).
+pub fn refusal_proven(spread: SpreadKey, amount: i64, now_ms: i64) -> bool {
+    HEADROOM.with(|h| {
+        h.borrow()
+            .get(&spread)
+            .is_some_and(|view| view.proves_refusal(amount, now_ms))
+    })
+}
+
 fn with_headroom<R>(spread: SpreadKey, f: impl FnOnce(&mut HeadroomView) -> R) -> R {
     HEADROOM.with(|h| {
         let mut table = h.borrow_mut();

@@ -356,6 +356,30 @@ pub fn refusal_waits_for_rebalance(
     demand::refusal_fate(spread, amount, now_ms) == Refusal::Retry
 }
 
+/// True when a final refusal of a purchase of `amount` by the counter `c` at `key` (None: a
+/// missing key) may be false: `key` belongs to a floored spread counter and no fresh bound of
+/// the whole counter's headroom shows the amount beyond it (the rebalancer is off, or no round
+/// told this master in time). A refusal by any other counter is true: it is the whole counter.
+pub fn refusal_may_be_false(
+    ctx: Ctx,
+    key: &[u8],
+    c: Option<&Counter>,
+    amount: i64,
+    now_ms: i64,
+) -> bool {
+    let spread_id = match c {
+        Some(c) => floored_spread_id(key, c),
+        None => parse_holder_name(key)
+            .map(|h| h.spread_id)
+            .filter(|&id| crate::counter::spread::is_floored_id(id)),
+    };
+    let Some(spread_id) = spread_id else {
+        return false;
+    };
+    config::REBALANCE_DELAY_MS.load(Relaxed) == 0
+        || !demand::refusal_proven((selected_db(ctx), spread_id), amount, now_ms)
+}
+
 /// A purchase refused afresh by the counter at `key` on this master (not a replay), for good
 /// or (`waiting_since`) told to retry while budget gathers: the demand the rebalancer moves
 /// budget toward. It schedules a rebalance of the spread counter `key` belongs to.

@@ -4,6 +4,7 @@
 // Raw pointers here come from Redis itself (contexts, argv, keys), never from clients.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod acl_categories;
 pub mod ctr;
 pub mod ctr_args;
 pub mod ctr_floor;
@@ -579,6 +580,7 @@ pub fn register(
         }
         crate::command_info::set(ctx, def)?;
     }
+    acl_categories::set_all(ctx, COMMANDS);
     ctr_spread::register(ctx);
     spread_transfer::register(ctx);
     spread_collect::register(ctx);

@@ -29,7 +29,7 @@ impl CounterError {
             CounterError::Late => {
                 "ERR event time is at or before the counter's reconciled watermark".to_string()
             }
-            CounterError::Watermark(w) => w.message().to_string(),
+            CounterError::Watermark(w) => w.message(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
             CounterError::ClearAboveFloor => {
                 "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"

@@ -67,6 +67,15 @@ impl HeadroomView {
         self.waiting_since = None;
     }
 
+    /// True when a fresh bound shows that the whole counter could not cover a purchase of
+    /// `amount` at `now_ms`: its refusal is a true one. False when no fresh bound tells (the
+    /// refusal went final after waiting for one, or rebalancing is off): it may be false.
+    pub fn proves_refusal(&self, amount: i64, now_ms: i64) -> bool {
+        self.seen.is_some_and(|s| {
+            now_ms.saturating_sub(s.arrived_ms) <= HEADROOM_FRESH_MS && amount > s.units
+        })
+    }
+
     /// The fate of a purchase of `amount` refused by a holder at `now_ms` (module docs).
     pub fn refusal(&mut self, amount: i64, now_ms: i64) -> Refusal {
         match self.seen {

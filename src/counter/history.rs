@@ -78,27 +78,38 @@ pub struct Repair {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatermarkError {
     Misaligned,
-    OlderThanRetained,
+    /// Before the buckets still kept: retention (or the bucket bound) folded them into the
+    /// base. Carries the earliest watermark accepted.
+    OlderThanRetained(i64),
+    /// Before the history began (START, a counter's first tracked write, or an overwrite that
+    /// restarted it): nothing was ever kept there. Carries the earliest watermark accepted.
+    BeforeHistory(i64),
     BeforeLastWatermark,
     InTheFuture,
     NotTracked,
 }
 
 impl WatermarkError {
-    pub const fn message(self) -> &'static str {
+    pub fn message(self) -> String {
         match self {
             WatermarkError::Misaligned => {
-                "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)"
+                "ERR watermark must be a multiple of the bucket width (ctr.bucket-ms)".into()
             }
-            WatermarkError::OlderThanRetained => {
-                "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms)"
-            }
+            WatermarkError::OlderThanRetained(earliest) => format!(
+                "ERR watermark is older than the retained buckets (ctr.bucket-retention-ms): \
+                 the earliest watermark accepted is {earliest}"
+            ),
+            WatermarkError::BeforeHistory(earliest) => format!(
+                "ERR watermark is before the counter's history, which starts at {earliest} \
+                 (the reply of CTR.RECONCILE key START): reconcile at {earliest} or later, once \
+                 it is ctr.settle-ms old"
+            ),
             WatermarkError::BeforeLastWatermark => {
-                "ERR watermark is older than the counter's last reconciled watermark"
+                "ERR watermark is older than the counter's last reconciled watermark".into()
             }
-            WatermarkError::InTheFuture => "ERR watermark is in the future",
+            WatermarkError::InTheFuture => "ERR watermark is in the future".into(),
             WatermarkError::NotTracked => {
-                "ERR counter keeps no bucket history: run CTR.RECONCILE key START once, then reconcile AT a watermark"
+                "ERR counter keeps no bucket history: run CTR.RECONCILE key START once, then reconcile AT a watermark".into()
             }
         }
     }
@@ -268,9 +279,21 @@ impl History {
             return Err(WatermarkError::BeforeLastWatermark);
         }
         if w < self.retained_since {
-            return Err(WatermarkError::OlderThanRetained);
+            let earliest = self.earliest_watermark();
+            return Err(if self.folded_away(now) {
+                WatermarkError::OlderThanRetained(earliest)
+            } else {
+                WatermarkError::BeforeHistory(earliest)
+            });
         }
         Ok(())
+    }
+
+    /// True when what lies before `retained_since` was folded away (by retention at `now`, or
+    /// by the bucket bound), false when the history simply starts there.
+    fn folded_away(&self, now: i64) -> bool {
+        let horizon = bucket_of(now.saturating_sub(self.retention), self.width);
+        self.retained_since <= horizon || self.buckets.len() >= MAX_BUCKETS
     }
 
     /// Reconciles at `w`: the counter held `value`; the events at or before `w` truly number
@@ -447,7 +470,7 @@ mod tests {
         );
         assert_eq!(
             h.check_watermark(50_000, 200_000),
-            Err(WatermarkError::OlderThanRetained)
+            Err(WatermarkError::BeforeHistory(99_000))
         );
         assert_eq!(h.check_watermark(100_000, 200_000), Ok(()));
         h.watermark = Some(150_000);
@@ -456,6 +479,31 @@ mod tests {
             Err(WatermarkError::BeforeLastWatermark)
         );
         assert_eq!(h.check_watermark(150_000, 200_000), Ok(()));
+    }
+
+    #[test]
+    fn a_watermark_before_the_history_says_where_it_starts_not_retention() {
+        // Right after START (at 100.5 s): the history starts at 101 s, an hour of retention.
+        let h = History::started_at(100_500, W, 3_600_000);
+        let refused = h.check_watermark(100_000, 101_200);
+        assert_eq!(refused, Err(WatermarkError::BeforeHistory(101_000)));
+        let text = CounterError::Watermark(refused.unwrap_err()).message();
+        assert!(
+            text.contains("before the counter's history, which starts at 101000"),
+            "{text}"
+        );
+        assert!(!text.contains("retention"), "{text}");
+        assert_eq!(h.check_watermark(101_000, 101_200), Ok(()));
+        // An hour and more later, with buckets folded, the same watermark is past retention.
+        let later = h
+            .with_add(101_500, 1, 101_500)
+            .unwrap()
+            .with_add(3_800_000, 1, 3_800_000);
+        let later = later.unwrap();
+        assert_eq!(
+            later.check_watermark(100_000, 3_800_000),
+            Err(WatermarkError::OlderThanRetained(later.retained_since))
+        );
     }
 
     #[test]
@@ -484,7 +532,7 @@ mod tests {
         assert_eq!(h.buckets, vec![(10_000, 1)]);
         assert_eq!(
             h.check_watermark(4_000, 10_000),
-            Err(WatermarkError::OlderThanRetained)
+            Err(WatermarkError::OlderThanRetained(5_000))
         );
     }
 
