@@ -14,9 +14,10 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
+from ._once import send_once_async
 from ._spread import HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
-from .client import failed_node, names_like, not_run, pinned, refused, timed_out
+from .client import failed_node, names_like, not_run, refused, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
@@ -55,7 +56,10 @@ def async_client(client: AsyncClient, what: str) -> AsyncClient:
 async def run(client: AsyncClient, call: Call[T]) -> T:
     """Sends one command and normalises its reply; the module's errors become its classes."""
     try:
-        raw = await client.execute_command(*call.args, **call.options)
+        if call.write:
+            raw = await send_once_async(client, call)  # see redis_ctr._once
+        else:
+            raw = await client.execute_command(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
     except ClusterError as e:
@@ -181,7 +185,7 @@ class AsyncCtr:
         folded: List[KeyT] = []
         while True:
             try:
-                return await run(self.client, pinned(self.client, call.on(target)))
+                return await run(self.client, call.on(target))
             except HolderFolded:
                 if target == key:
                     raise

@@ -12,6 +12,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
+from ._once import send_once
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
 from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
 from .errors import classify, classify_cluster
@@ -81,11 +82,16 @@ def refused(key: KeyT, delta: int) -> FloorRefused:
 
 
 def run(client: SyncClient, call: Call[T]) -> T:
-    """Sends one command and normalises its reply; the module's errors become its classes."""
+    """Sends one command and normalises its reply; the module's errors become its classes. A
+    write is sent once (:mod:`redis_ctr._once`): a reply that timed out raises redis-py's
+    ``TimeoutError``, the write counted once or not at all."""
     try:
-        # redis-py's execute_command is not annotated (RedisCluster's is).
-        send: Any = client.execute_command
-        raw = send(*call.args, **call.options)
+        if call.write:
+            raw = send_once(client, call)
+        else:
+            # redis-py's execute_command is not annotated (RedisCluster's is).
+            send: Any = client.execute_command
+            raw = send(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
     except ClusterError as e:
@@ -106,24 +112,6 @@ def timed_out(error: BaseException) -> bool:
     """True when ``error`` is a reply that did not come in time (``socket_timeout``) for a
     command that was sent: a frozen or overloaded server, which may still run it."""
     return isinstance(error, TimeoutError) and not not_run(error)
-
-
-def pinned(client: Any, call: Call[T]) -> Call[T]:
-    """``call`` as a cluster client sends it to the master its slot map gives for the call's
-    key, with redis-py's own retries off (it still follows ``MOVED`` and ``ASK``): a write
-    whose reply timed out may be applied later (a frozen master runs what it had read when it
-    wakes), and redis-py would send it again, once more per retry, each counted. Other clients
-    (and a slot map that cannot say): ``call`` as it is."""
-    node_from_key = getattr(client, "get_node_from_key", None)
-    if node_from_key is None:
-        return call
-    try:
-        node = node_from_key(call.args[1])
-    except Exception:  # a slot map being refreshed, a slot with no owner
-        return call
-    if node is None:
-        return call
-    return Call(call.args, call.parse, {**call.options, "target_nodes": node})
 
 
 def away_for_ms(error: BaseException) -> int:
@@ -321,7 +309,7 @@ class Ctr:
         folded: List[KeyT] = []
         while True:
             try:
-                return run(self.client, pinned(self.client, call.on(target)))
+                return run(self.client, call.on(target))
             except HolderFolded:
                 # Not counted there (see _spread): on to a current holder, or the home key.
                 if target == key:

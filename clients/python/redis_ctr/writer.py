@@ -32,7 +32,7 @@ from ._spread import HolderCache, Holders, holder_for_token
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
 from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
-from .client import pinned, timed_out
+from .client import timed_out
 from .client import sync_client
 from .errors import CtrError, HolderFolded
 
@@ -410,7 +410,7 @@ class CoalescingWriter(_Writer[SyncClient]):
                     holders = self._reachable(self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(run(self.client, pinned(self.client, s.call())))
+                sums.settled(run(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
@@ -546,7 +546,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
                     holders = self._reachable(await self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(await run_async(self.client, pinned(self.client, s.call())))
+                sums.settled(await run_async(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
