@@ -46,7 +46,7 @@ from .errors import (
 )
 from ._spread import probe_order
 from .types import CounterInfo, PncInfo, PncReplica
-from .writer import CoalescingWriter, WriterFull, WriterStats
+from .writer import CoalescingWriter, Undelivered, WriterFull, WriterStats
 
 # Kept for code written before it moved: the asyncio writer is redis_ctr.asyncio's, next to
 # AsyncCtr (this name stays an alias of the same class).
@@ -92,6 +92,7 @@ __all__ = [
     "TokenReused",
     "TooManyReplicas",
     "UseHomeKey",
+    "Undelivered",
     "WriterFull",
     "WriterStats",
     "WrongType",

@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import TimeoutError
 
 import redis_ctr
+import redis_ctr.asyncio
 from redis_ctr.asyncio import AsyncCtr
 
 from .servers import CLUSTER_PORT, PORT, fresh
@@ -29,15 +30,15 @@ PAUSE_MS = 700
 
 
 @contextmanager
-def paused(admin: Any, mode: str = "WRITE") -> Iterator[None]:
-    """The server of ``admin`` paused for PAUSE_MS (writes held, their replies late); waits
+def paused(admin: Any, mode: str = "WRITE", ms: int = PAUSE_MS) -> Iterator[None]:
+    """The server of ``admin`` paused for ``ms`` (writes held, their replies late); waits
     until the pause is over on leaving, so what the server ran is visible."""
-    admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, mode)
+    admin.execute_command("CLIENT", "PAUSE", ms, mode)
     started = time.monotonic()
     try:
         yield
     finally:
-        left = PAUSE_MS / 1000 - (time.monotonic() - started)
+        left = ms / 1000 - (time.monotonic() - started)
         time.sleep(max(left, 0) + 0.1)
 
 
@@ -103,6 +104,54 @@ class SyncWritesCountOnce(unittest.TestCase):
             with self.assertRaises(TimeoutError):
                 ctr.add(key, 1)
         self.assertIn(ctr.add(key, 1), (1, 2))
+
+
+class WriterCloseDelivers(unittest.TestCase):
+    """A sum whose reply timed out is held back (its master left out for 10 s); ``close``
+    sends it again (same token) until the server answers, within ``close_timeout``."""
+
+    def setUp(self) -> None:
+        self.admin = redis.Redis(port=PORT)
+        self.addCleanup(self.admin.close)
+
+    def test_close_delivers_a_sum_held_back(self) -> None:
+        key = fresh("close-held")
+        r = redis.Redis(port=PORT, socket_timeout=TIMEOUT)
+        writer = redis_ctr.CoalescingWriter(r, flush_interval_ms=60_000)
+        writer.add(key, 5)
+        self.admin.execute_command("CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
+        with self.assertRaises(TimeoutError):
+            writer.flush()  # the reply timed out: held back
+        writer.close()  # no error: delivered once the pause is over
+        self.assertEqual(redis_ctr.Ctr(self.admin).get(key), 5)
+        r.close()
+
+    def test_close_reports_what_it_could_not_deliver(self) -> None:
+        key = fresh("close-undelivered")
+        r = redis.Redis(port=PORT, socket_timeout=TIMEOUT)
+        writer = redis_ctr.CoalescingWriter(r, flush_interval_ms=60_000, close_timeout=0.3)
+        writer.add(key, 5)
+        with paused(self.admin, ms=3 * PAUSE_MS):
+            with self.assertRaises(redis_ctr.Undelivered) as raised:
+                writer.close()
+        self.assertEqual([(k, d) for k, d, _ in raised.exception.sums], [(key, 5)])
+        self.assertIn(redis_ctr.Ctr(self.admin).get(key), (0, 5))
+        r.close()
+
+    def test_async_close_delivers_a_sum_held_back(self) -> None:
+        async def scenario() -> None:
+            key = fresh("close-held-async")
+            r = redis.asyncio.Redis(port=PORT, socket_timeout=TIMEOUT)
+            writer = redis_ctr.asyncio.AsyncCoalescingWriter(r, flush_interval_ms=60_000)
+            await writer.add(key, 5)
+            self.admin.execute_command("CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
+            with self.assertRaises(TimeoutError):
+                await writer.flush()
+            await writer.close()
+            self.assertEqual(redis_ctr.Ctr(self.admin).get(key), 5)
+            await r.aclose()
+
+        asyncio.run(scenario())
 
 
 class AsyncWritesCountOnce(unittest.TestCase):
