@@ -533,7 +533,7 @@ impl SpreadRouter {
     /// refused. With a token, a retry through this router replays the first outcome: the
     /// same holders in the same order, each replaying what it recorded. On a counter that is
     /// not spread it is one `CTR.DECRFLOOR` of the key.
-    pub fn decrfloor<C: ConnectionLike>(
+    pub fn decrfloor<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
         key: impl AsRef<[u8]>,
@@ -549,7 +549,7 @@ impl SpreadRouter {
         for holder in self.probe_targets(key, holders, token) {
             let mut wait = BudgetWait::new(self.purchase_wait);
             let bought = loop {
-                let bought = run(con, purchase_call(&holder, amount, token, at));
+                let bought = send_once(con, purchase_call(&holder, amount, token, at));
                 match wait.pause_after(&bought) {
                     Some(pause) => std::thread::sleep(pause),
                     None => break bought?,
@@ -602,7 +602,7 @@ impl SpreadRouter {
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
         if options.expire.is_some() {
-            return run(con, calls::add_with(key, delta, options));
+            return send_once(con, calls::add_with(key, delta, options));
         }
         let mut holders = self.holders(con, key)?;
         if holders.len() > 1 {
@@ -693,13 +693,13 @@ impl SpreadRouter {
     }
 
     /// `CTR.SPREAD key holders`, and this router's adds of `key` go over them from now on.
-    pub fn spread<C: ConnectionLike>(
+    pub fn spread<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
         key: impl AsRef<[u8]>,
         holders: u32,
     ) -> Result<Vec<String>, CtrError> {
-        let names = run(con, calls::spread(key.as_ref(), holders))?;
+        let names = send_once(con, calls::spread(key.as_ref(), holders))?;
         self.spread_to(key.as_ref(), &names);
         Ok(names)
     }
