@@ -15,7 +15,7 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._once import send_once_async
-from ._spread import HolderCache, Holders
+from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
 from .client import failed_node, names_like, not_run, refused, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
@@ -77,9 +77,10 @@ class AsyncCtr:
         *,
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
+        unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
     ) -> None:
         self.client = async_client(client, "AsyncCtr")
-        self._holders = holder_cache(spread_refresh_ms, self.client)
+        self._holders = holder_cache(spread_refresh_ms, self.client, unspread_refresh_ms)
         self.purchase_wait = checked_wait(purchase_wait)
         self._refreshing: Dict[KeyT, asyncio.Task[Holders]] = {}
 
@@ -177,7 +178,7 @@ class AsyncCtr:
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
         cache = self._holders
-        if cache is None or with_ttl:
+        if cache is None or with_ttl or (token is None and cache.cold(key)):
             return await run(self.client, call)
         holders = await self._route_holders(key)
         retry = cache.remembers(key, token)

@@ -83,11 +83,11 @@ def send_once(client: Any, call: Call[T]) -> Any:
 
 async def send_once_async(client: Any, call: Call[T]) -> Any:
     """The raw reply of ``call`` sent once through an asyncio client (see the module)."""
-    if is_cluster(client):
-        return await client.execute_command(*call.args, **pinned_options(client, call))
     initialize = getattr(client, "initialize", None)
     if initialize is not None:
-        await initialize()
+        await initialize()  # an asyncio RedisCluster reads its slot map here, once
+    if is_cluster(client):
+        return await client.execute_command(*call.args, **pinned_options(client, call))
     pool = client.connection_pool
     name = call.args[0]
     shared = client.connection

@@ -13,7 +13,7 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
 from ._once import send_once
-from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
+from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
 from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
@@ -152,11 +152,19 @@ def slot_map_lookup(client: Any) -> Optional[Callable[[KeyT], Optional[str]]]:
 DEFAULT_REFRESH_MS = 1000
 
 
-def holder_cache(spread_refresh_ms: Optional[int], client: Any = None) -> Optional[HolderCache]:
+def holder_cache(
+    spread_refresh_ms: Optional[int],
+    client: Any = None,
+    unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
+) -> Optional[HolderCache]:
     """The cache of a spread-aware client; None for a client that writes the key given."""
     if spread_refresh_ms is None:
         return None
-    return HolderCache(spread_refresh_ms, node_of=slot_map_lookup(client))
+    return HolderCache(
+        spread_refresh_ms,
+        node_of=slot_map_lookup(client),
+        unspread_refresh_ms=unspread_refresh_ms,
+    )
 
 
 def checked_wait(purchase_wait: float) -> float:
@@ -194,9 +202,10 @@ class Ctr:
         *,
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
+        unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
     ) -> None:
         self.client = sync_client(client, "Ctr")
-        self._holders = holder_cache(spread_refresh_ms, self.client)
+        self._holders = holder_cache(spread_refresh_ms, self.client, unspread_refresh_ms)
         self.purchase_wait = checked_wait(purchase_wait)
 
     def pipeline(self, transaction: bool = True) -> CtrPipeline:
@@ -300,8 +309,10 @@ class Ctr:
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
         cache = self._holders
-        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
-        if cache is None or with_ttl:
+        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone. So does
+        # an untokened add of a key whose holders were never read, until it is added to often
+        # (HolderCache.cold): a counter that is not spread costs one command per add.
+        if cache is None or with_ttl or (token is None and cache.cold(key)):
             return run(self.client, call)
         holders = self._route_holders(key)
         retry = cache.remembers(key, token)

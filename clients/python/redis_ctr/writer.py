@@ -53,10 +53,11 @@ before it reports those it could not deliver."""
 _CLOSE_PAUSE_MAX = 1.0
 
 
-class Undelivered(TimeoutError):
+class Undelivered(ConnectionError, TimeoutError):
     """``close`` ran out of ``close_timeout`` with sums not acknowledged: each either counted
     once or not at all (a resend with its token, within ``ctr.token-window-ms``, counts it at
-    most once). :attr:`sums` lists them; the cause is the last send's error."""
+    most once). :attr:`sums` lists them; the cause is the last send's error. Both a redis-py
+    ``ConnectionError`` and ``TimeoutError``, the errors ``close`` raised before it retried."""
 
     def __init__(self, message: str, sums: List[Tuple[KeyT, int, str]]) -> None:
         super().__init__(message)
