@@ -14,9 +14,10 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._once import send_once_async
+from ._once import send_and_wait_async, send_once_async
 from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
+from .client import DEFAULT_REPLICAS_TIMEOUT_MS, checked_replicas, durable_grant
 from .client import failed_node, names_like, not_run, refused, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
@@ -219,31 +220,54 @@ class AsyncCtr:
         await run(self.client, _calls.floor(key, floor))
 
     async def decrfloor(
-        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+        self,
+        key: KeyT,
+        amount: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        replicas: int = 0,
+        replicas_timeout_ms: int = DEFAULT_REPLICAS_TIMEOUT_MS,
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: the new value (on a spread counter what the granting holder can
         still sell), or None when refused (a purchase by the probe rule
         on a spread counter, a holder whose budget is in flight asked again for up to
-        ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        ``purchase_wait``; durable with ``replicas=N``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
+        checked_replicas(replicas, replicas_timeout_ms)
         cache = self._holders
         if cache is None:
-            return await self._purchase(call)
+            return await self._purchase(call, replicas, replicas_timeout_ms)
         holders = cache.remembered_purchase(key, token) or await self._route_holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = await self._purchase(call.on(holder))
+            value = await self._purchase(call.on(holder), replicas, replicas_timeout_ms)
             if value is not None:
                 return value
         return None
 
-    async def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
-        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+    async def _purchase(
+        self, call: Call[Optional[int]], replicas: int, timeout_ms: int
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR`` (with its ``WAIT`` when durable), asked again while
+        its budget is in flight."""
         wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
+                if replicas:
+                    return await self._durable(call, replicas, timeout_ms)
                 return await run(self.client, call)
             except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 await asyncio.sleep(wait.pause_after(e))
+
+    async def _durable(self, call: Call[Optional[int]], replicas: int, timeout_ms: int) -> Optional[int]:
+        """See :func:`redis_ctr.client.run_durable`."""
+        try:
+            raw, acknowledged = await send_and_wait_async(self.client, call, replicas, timeout_ms)
+        except ResponseError as e:
+            raise classify(e) from e
+        except ClusterError as e:
+            raise classify_cluster(e) from e
+        return durable_grant(call, raw, acknowledged, replicas)
 
     async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``."""

@@ -19,9 +19,9 @@ counted once or not at all. Connecting is still retried by redis-py (nothing was
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Tuple
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterError, ResponseError
 
 from ._calls import Call, T
 
@@ -232,3 +232,46 @@ async def execute_async_pipeline_once(pipe: Any, raise_on_error: bool) -> List[A
         raise
     finally:
         await pipe.reset()
+
+
+def _with_wait(client: Any, call: Call[T], replicas: int, timeout_ms: int) -> Any:
+    """A pipeline (not a transaction) of ``call`` then ``WAIT replicas timeout_ms``, both to the
+    same server on one connection (a cluster client's: the master of the key's slot), so that
+    ``WAIT`` counts the replicas that hold this write."""
+    options = pinned_options(client, call)
+    wait_options = {}
+    if is_cluster(client):
+        if "target_nodes" not in options:
+            raise ClusterError(f"no master known for the slot of {call.args[1]!r}: retry")
+        wait_options = {"target_nodes": options["target_nodes"]}
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command(*call.args, **options)
+    pipe.execute_command("WAIT", replicas, timeout_ms, **wait_options)
+    return pipe
+
+
+def _waited(replies: List[Any]) -> Tuple[Any, int]:
+    """The write's raw reply and the replicas ``WAIT`` counted; the first error raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    raw, acknowledged = replies
+    return raw, int(acknowledged)
+
+
+def send_and_wait(client: Any, call: Call[T], replicas: int, timeout_ms: int) -> Tuple[Any, int]:
+    """``call`` sent once, then ``WAIT replicas timeout_ms`` on the same connection: its raw
+    reply and how many replicas of that server acknowledged it (see :func:`_with_wait`)."""
+    pipe = _with_wait(client, call, replicas, timeout_ms)
+    return _waited(execute_pipeline_once(pipe, raise_on_error=False))
+
+
+async def send_and_wait_async(
+    client: Any, call: Call[T], replicas: int, timeout_ms: int
+) -> Tuple[Any, int]:
+    """The asyncio twin of :func:`send_and_wait`."""
+    initialize = getattr(client, "initialize", None)
+    if initialize is not None:
+        await initialize()
+    pipe = _with_wait(client, call, replicas, timeout_ms)
+    return _waited(await execute_async_pipeline_once(pipe, raise_on_error=False))

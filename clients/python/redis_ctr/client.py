@@ -12,9 +12,10 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._once import send_once
+from ._once import send_and_wait, send_once
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
-from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
+from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, NotDurable
+from .errors import UseHomeKey
 from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
 
@@ -97,6 +98,38 @@ def run(client: SyncClient, call: Call[T]) -> T:
     except ClusterError as e:
         raise classify_cluster(e) from e
     return call.parse(raw)
+
+
+DEFAULT_REPLICAS_TIMEOUT_MS = 1000
+
+
+def durable_grant(call: Call[Optional[int]], raw: Any, acknowledged: int, replicas: int) -> Optional[int]:
+    """The reply of a durable purchase: its value, or :class:`NotDurable` for a grant fewer
+    than ``replicas`` replicas acknowledged (a refusal is returned as it is)."""
+    value = call.parse(raw)
+    if value is not None and acknowledged < replicas:
+        raise NotDurable(call.args[1], value, acknowledged, replicas)
+    return value
+
+
+def run_durable(
+    client: SyncClient, call: Call[Optional[int]], replicas: int, timeout_ms: int
+) -> Optional[int]:
+    """A purchase sent once, then ``WAIT replicas timeout_ms`` on the same connection
+    (:func:`redis_ctr._once.send_and_wait`); see :func:`durable_grant`."""
+    try:
+        raw, acknowledged = send_and_wait(client, call, replicas, timeout_ms)
+    except ResponseError as e:
+        raise classify(e) from e
+    except ClusterError as e:
+        raise classify_cluster(e) from e
+    return durable_grant(call, raw, acknowledged, replicas)
+
+
+def checked_replicas(replicas: int, timeout_ms: int) -> None:
+    """``TypeError``/``ValueError`` for a durable purchase's settings, before any I/O."""
+    if _calls.integer("replicas", replicas) < 0 or _calls.integer("timeout", timeout_ms) < 0:
+        raise ValueError("replicas and replicas_timeout_ms must not be negative")
 
 
 def not_run(error: BaseException) -> bool:
@@ -360,7 +393,14 @@ class Ctr:
         run(self.client, _calls.floor(key, floor))
 
     def decrfloor(
-        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+        self,
+        key: KeyT,
+        amount: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        replicas: int = 0,
+        replicas_timeout_ms: int = DEFAULT_REPLICAS_TIMEOUT_MS,
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: takes ``amount`` (positive) only if the value stays at or above
         the floor; the new value, or None when refused. With ``token``, a retry returns the
@@ -377,23 +417,35 @@ class Ctr:
         (its budget still travelling; nothing recorded) is asked again with the same token,
         5 ms, 10 ms, ... up to 100 ms apart, for up to ``purchase_wait`` seconds after its first
         answer; then the error is raised. The walk never skips such a holder (a retry would be
-        decided afresh there: a double sale)."""
+        decided afresh there: a double sale).
+
+        A durable purchase (``replicas=N``): each holder's ``CTR.DECRFLOOR`` is followed, on
+        the same connection to the same master, by ``WAIT N replicas_timeout_ms``; a grant
+        that fewer than ``N`` replicas of that master acknowledged in time raises
+        :class:`~redis_ctr.errors.NotDurable` (the grant stands on the master; a failover
+        before a replica has it may lose it). A refusal is returned as it is."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
+        checked_replicas(replicas, replicas_timeout_ms)
         cache = self._holders
         if cache is None:
-            return self._purchase(call)
+            return self._purchase(call, replicas, replicas_timeout_ms)
         holders = cache.remembered_purchase(key, token) or self._route_holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = self._purchase(call.on(holder))
+            value = self._purchase(call.on(holder), replicas, replicas_timeout_ms)
             if value is not None:
                 return value
         return None
 
-    def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
-        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+    def _purchase(
+        self, call: Call[Optional[int]], replicas: int, timeout_ms: int
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR`` (with its ``WAIT`` when durable), asked again while
+        its budget is in flight."""
         wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
+                if replicas:
+                    return run_durable(self.client, call, replicas, timeout_ms)
                 return run(self.client, call)
             except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 time.sleep(wait.pause_after(e))
