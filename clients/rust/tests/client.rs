@@ -1492,3 +1492,63 @@ fn close_delivers_a_sum_held_back_or_reports_it() {
 fn timed_out(e: &CtrError) -> bool {
     matches!(e, CtrError::Redis(e) if e.is_timeout())
 }
+
+/// Durable purchases: the grant is held by the master's replica when `decrfloor` returns it
+/// (read there at once); asking for more replicas than acknowledge returns `NotDurable`, the
+/// grant standing (its token replays it). On a cluster connection the `WAIT` goes to the
+/// granting master (a master without replicas: acknowledged by 0).
+#[test]
+fn durable_purchases_wait_for_the_granting_masters_replicas() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut con = redis::Client::open(url(server.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut on_replica = redis::Client::open(url(replica.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.ctr_add("durable", 5).unwrap();
+    con.ctr_floor("durable", Some(0)).unwrap();
+    let durable = SpreadRouter::default().with_durable_purchases(1, Duration::from_secs(5));
+    for n in 1..=3i64 {
+        let token = format!("t{n}");
+        let bought = durable.decrfloor(&mut con, "durable", 1, Some(token.as_bytes()), None);
+        assert_eq!(bought.unwrap(), Some(5 - n));
+        assert_eq!(on_replica.ctr_get("durable").unwrap(), 5 - n);
+    }
+    let two = SpreadRouter::default().with_durable_purchases(2, Duration::from_millis(100));
+    match two.decrfloor(&mut con, "durable", 1, Some(b"t4"), None) {
+        Err(CtrError::NotDurable {
+            value,
+            acknowledged,
+            ..
+        }) => assert_eq!((value, acknowledged), (1, 1)),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(
+        SpreadRouter::default()
+            .decrfloor(&mut con, "durable", 1, Some(b"t4"), None)
+            .unwrap(),
+        Some(1)
+    );
+
+    let cluster = Cluster::start(3, &[]);
+    let mut con = redis::cluster::ClusterClient::new(vec![url(cluster.nodes[0].port, false)])
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.ctr_add("durable", 5).unwrap();
+    con.ctr_floor("durable", Some(0)).unwrap();
+    let one = SpreadRouter::default().with_durable_purchases(1, Duration::from_millis(50));
+    match one.decrfloor(&mut con, "durable", 1, Some(b"c"), None) {
+        Err(CtrError::NotDurable {
+            value,
+            acknowledged,
+            ..
+        }) => assert_eq!((value, acknowledged), (4, 0)),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(con.ctr_get("durable").unwrap(), 4);
+}
