@@ -19,7 +19,8 @@ counted once or not at all. Connecting is still retried by redis-py (nothing was
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator, List, Tuple
 
 from redis.exceptions import ClusterError, ResponseError
 
@@ -55,6 +56,31 @@ def _checkout(pool: Any, name: str) -> Any:
         return pool.get_connection(name)
 
 
+@contextmanager
+def _dropped_on_failure(conn: Any) -> Iterator[None]:
+    """Closes ``conn`` when the block fails other than by the server's error reply: a reply may
+    still come on it, and must never be read as another command's."""
+    try:
+        yield
+    except ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+
+
+@asynccontextmanager
+async def _dropped_on_failure_async(conn: Any) -> AsyncIterator[None]:
+    """The asyncio twin of :func:`_dropped_on_failure`."""
+    try:
+        yield
+    except ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect()
+        raise
+
+
 def send_once(client: Any, call: Call[T]) -> Any:
     """The raw reply of ``call`` sent once through a sync client (see the module)."""
     if is_cluster(client):
@@ -67,13 +93,9 @@ def send_once(client: Any, call: Call[T]) -> Any:
     if lock is not None:
         lock.acquire()
     try:
-        conn.send_command(*call.args)
-        return client.parse_response(conn, name, **call.options)
-    except ResponseError:
-        raise
-    except BaseException:
-        conn.disconnect()  # a reply may still come on it: never read as another's
-        raise
+        with _dropped_on_failure(conn):
+            conn.send_command(*call.args)
+            return client.parse_response(conn, name, **call.options)
     finally:
         if lock is not None:
             lock.release()
@@ -96,13 +118,9 @@ async def send_once_async(client: Any, call: Call[T]) -> Any:
     if lock is not None:
         await lock.acquire()
     try:
-        await conn.send_command(*call.args)
-        return await client.parse_response(conn, name, **call.options)
-    except ResponseError:
-        raise
-    except BaseException:
-        await conn.disconnect()
-        raise
+        async with _dropped_on_failure_async(conn):
+            await conn.send_command(*call.args)
+            return await client.parse_response(conn, name, **call.options)
     finally:
         if lock is not None:
             lock.release()
@@ -181,12 +199,8 @@ def execute_pipeline_once(pipe: Any, raise_on_error: bool) -> List[Any]:
         conn = _checkout(pipe.connection_pool, "MULTI")
         pipe.connection = conn  # so reset() gives it back to the pool
     try:
-        return list(execute(conn, stack, raise_on_error))
-    except ResponseError:
-        raise
-    except BaseException:
-        conn.disconnect()
-        raise
+        with _dropped_on_failure(conn):
+            return list(execute(conn, stack, raise_on_error))
     finally:
         pipe.reset()
 
@@ -224,12 +238,8 @@ async def execute_async_pipeline_once(pipe: Any, raise_on_error: bool) -> List[A
         conn = await _checkout(pipe.connection_pool, "MULTI")
         pipe.connection = conn
     try:
-        return list(await execute(conn, stack, raise_on_error))
-    except ResponseError:
-        raise
-    except BaseException:
-        await conn.disconnect()
-        raise
+        async with _dropped_on_failure_async(conn):
+            return list(await execute(conn, stack, raise_on_error))
     finally:
         await pipe.reset()
 
