@@ -801,6 +801,7 @@ fn writer_memory_is_bounded_and_drop_flushes() {
         max_keys: 3,
         retries: 0,
         flush_interval: Duration::from_secs(60),
+        close_timeout: Duration::ZERO,
         ..WriterConfig::default()
     };
     let writer = CoalescingWriter::new(
@@ -811,7 +812,10 @@ fn writer_memory_is_bounded_and_drop_flushes() {
         writer.add(key, 1).unwrap();
     }
     assert!(matches!(writer.add("d", 1), Err(WriterError::Full(_))));
-    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => assert_eq!(sums.len(), 3),
+        other => panic!("expected Undelivered, got {other:?}"),
+    }
 
     let config = WriterConfig {
         flush_interval: Duration::from_secs(60),
@@ -978,6 +982,7 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
         flush_interval: Duration::from_secs(60),
         retries: 1,
         retry_backoff: Duration::from_millis(1),
+        close_timeout: Duration::from_millis(200),
         ..WriterConfig::default()
     };
     let writer =
@@ -993,7 +998,13 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
     }
     // Applied by the server on its first send, its retries deduplicated by its token.
     assert_eq!(direct.ctr_get("stuck").unwrap(), 1);
-    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => {
+            let sums: Vec<_> = sums.into_iter().map(|(k, d, _)| (k, d)).collect();
+            assert_eq!(sums, [(b"stuck".to_vec(), 1)]);
+        }
+        other => panic!("expected Undelivered, got {other:?}"),
+    }
 }
 
 #[test]
