@@ -7,6 +7,10 @@ since (by ``CTR.SPREAD`` or an auto-spread) is written over its holders at most 
 after its first write past the spread. Until then its adds go where they went before (the home
 key, or the holders known), which is always right.
 
+- A key found not spread is trusted for ``unspread_refresh_ms`` (30 s by default), and an
+  untokened add of a key whose holders were never read goes to that key until the client has
+  added to it :data:`PROBE_AFTER` times (:meth:`HolderCache.cold`): a counter that is not
+  spread costs one command per add.
 - An untokened add goes to a holder picked at random among those not known to be out of reach:
   a holder whose master could not be connected to, or that this (non-cluster) client's server
   answered ``MOVED`` for, is left out for a while (:meth:`HolderCache.unreachable`). Neither

@@ -224,6 +224,13 @@ class Ctr:
     a counter spread since, e.g. an auto-spread, is written over its holders within that
     time). Reads (:meth:`get`, :meth:`mget`, :meth:`info`) go to the home key, which replies
     the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.HOLDERS``).
+    A counter that is not spread costs one command per untokened add: such an add of a key
+    whose holders were never read goes to the key given until this client has added to it 8
+    times, and a key found not spread is trusted for ``unspread_refresh_ms`` (default 30,000).
+
+    Every write is sent once (:mod:`redis_ctr._once`): a reply that timed out raises
+    redis-py's ``TimeoutError`` and the write counted once or not at all, whatever retry the
+    client was made with.
 
     ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` asks a holder
     again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it at once).
