@@ -1,8 +1,9 @@
 //! The Python client library (clients/python) against the module: its unittest suite, run
-//! with the Makefile's Python (redis-py in target/venv), against one server and a 3-master
-//! cluster started here; and the outage tests (`tests/outage.py`), each on a cluster of its own:
-//! one with a replica, whose master it shuts down, one whose master it freezes (SIGSTOP of the
-//! server this test started, then SIGCONT).
+//! with the Makefile's Python (redis-py in target/venv), against one server (with a replica,
+//! for the durable purchases) and a 3-master cluster started here; and the outage tests
+//! (`tests/outage.py`), each on a cluster of its own: one with a replica, whose master it
+//! shuts down, one whose master it freezes (SIGSTOP of the server this test started, then
+//! SIGCONT).
 //!
 //! `CTR_PYTHON_TESTS="tests.test_pipeline tests.test_types.TypesTest"` runs those unittest names
 //! instead of the whole suite (the servers are the same).
@@ -26,6 +27,8 @@ fn python_client_suite_passes() {
     };
     // Short buckets, so that the reconcile errors can be reached in a fraction of a second.
     let server = Server::start_with(&[], &["bucket-ms", "100"]);
+    // For the durable purchases (tests/test_durable.py): WAIT counts this replica.
+    let replica = server.start_replica();
     let cluster = Cluster::start(3, &[]);
     let only = std::env::var("CTR_PYTHON_TESTS").unwrap_or_default();
     let mut args = vec!["-m", "unittest"];
@@ -40,6 +43,7 @@ fn python_client_suite_passes() {
         &args,
         &[
             ("REDIS_PORT", server.port.to_string()),
+            ("REDIS_REPLICA_PORT", replica.port.to_string()),
             ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
         ],
     );

@@ -21,6 +21,7 @@ from .errors import (
     CtrError,
     CtrSyntaxError,
     FloorRefused,
+    NotDurable,
     FlooredSpread,
     GatherInTransaction,
     HistoryMissing,
@@ -46,7 +47,7 @@ from .errors import (
 )
 from ._spread import probe_order
 from .types import CounterInfo, PncInfo, PncReplica
-from .writer import CoalescingWriter, WriterFull, WriterStats
+from .writer import CoalescingWriter, Undelivered, WriterFull, WriterStats
 
 # Kept for code written before it moved: the asyncio writer is redis_ctr.asyncio's, next to
 # AsyncCtr (this name stays an alias of the same class).
@@ -67,6 +68,7 @@ __all__ = [
     "CtrPipeline",
     "CtrSyntaxError",
     "FloorRefused",
+    "NotDurable",
     "FlooredSpread",
     "GatherInTransaction",
     "HistoryMissing",
@@ -92,6 +94,7 @@ __all__ = [
     "TokenReused",
     "TooManyReplicas",
     "UseHomeKey",
+    "Undelivered",
     "WriterFull",
     "WriterStats",
     "WrongType",

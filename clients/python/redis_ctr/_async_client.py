@@ -14,9 +14,11 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._spread import HolderCache, Holders
+from ._once import send_and_wait_async, send_once_async
+from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
-from .client import failed_node, names_like, not_run, pinned, refused, timed_out
+from .client import DEFAULT_REPLICAS_TIMEOUT_MS, checked_replicas, durable_grant
+from .client import failed_node, names_like, not_run, refused, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
@@ -55,7 +57,10 @@ def async_client(client: AsyncClient, what: str) -> AsyncClient:
 async def run(client: AsyncClient, call: Call[T]) -> T:
     """Sends one command and normalises its reply; the module's errors become its classes."""
     try:
-        raw = await client.execute_command(*call.args, **call.options)
+        if call.write:
+            raw = await send_once_async(client, call)  # see redis_ctr._once
+        else:
+            raw = await client.execute_command(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
     except ClusterError as e:
@@ -73,9 +78,10 @@ class AsyncCtr:
         *,
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
+        unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
     ) -> None:
         self.client = async_client(client, "AsyncCtr")
-        self._holders = holder_cache(spread_refresh_ms, self.client)
+        self._holders = holder_cache(spread_refresh_ms, self.client, unspread_refresh_ms)
         self.purchase_wait = checked_wait(purchase_wait)
         self._refreshing: Dict[KeyT, asyncio.Task[Holders]] = {}
 
@@ -173,7 +179,7 @@ class AsyncCtr:
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
         cache = self._holders
-        if cache is None or with_ttl:
+        if cache is None or with_ttl or (token is None and cache.cold(key)):
             return await run(self.client, call)
         holders = await self._route_holders(key)
         retry = cache.remembers(key, token)
@@ -181,7 +187,7 @@ class AsyncCtr:
         folded: List[KeyT] = []
         while True:
             try:
-                return await run(self.client, pinned(self.client, call.on(target)))
+                return await run(self.client, call.on(target))
             except HolderFolded:
                 if target == key:
                     raise
@@ -214,31 +220,54 @@ class AsyncCtr:
         await run(self.client, _calls.floor(key, floor))
 
     async def decrfloor(
-        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+        self,
+        key: KeyT,
+        amount: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        replicas: int = 0,
+        replicas_timeout_ms: int = DEFAULT_REPLICAS_TIMEOUT_MS,
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: the new value (on a spread counter what the granting holder can
         still sell), or None when refused (a purchase by the probe rule
         on a spread counter, a holder whose budget is in flight asked again for up to
-        ``purchase_wait``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        ``purchase_wait``; durable with ``replicas=N``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
+        checked_replicas(replicas, replicas_timeout_ms)
         cache = self._holders
         if cache is None:
-            return await self._purchase(call)
+            return await self._purchase(call, replicas, replicas_timeout_ms)
         holders = cache.remembered_purchase(key, token) or await self._route_holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = await self._purchase(call.on(holder))
+            value = await self._purchase(call.on(holder), replicas, replicas_timeout_ms)
             if value is not None:
                 return value
         return None
 
-    async def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
-        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+    async def _purchase(
+        self, call: Call[Optional[int]], replicas: int, timeout_ms: int
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR`` (with its ``WAIT`` when durable), asked again while
+        its budget is in flight."""
         wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
+                if replicas:
+                    return await self._durable(call, replicas, timeout_ms)
                 return await run(self.client, call)
             except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 await asyncio.sleep(wait.pause_after(e))
+
+    async def _durable(self, call: Call[Optional[int]], replicas: int, timeout_ms: int) -> Optional[int]:
+        """See :func:`redis_ctr.client.run_durable`."""
+        try:
+            raw, acknowledged = await send_and_wait_async(self.client, call, replicas, timeout_ms)
+        except ResponseError as e:
+            raise classify(e) from e
+        except ClusterError as e:
+            raise classify_cluster(e) from e
+        return durable_grant(call, raw, acknowledged, replicas)
 
     async def reconcile(self, key: KeyT, truth: int, *, at: Optional[int] = None) -> Reconciled:
         """``CTR.RECONCILE key truth [AT at]``."""

@@ -37,10 +37,13 @@ class Call(Generic[T]):
     args: tuple[Any, ...]
     parse: Callable[[Any], T]
     options: dict[str, Any] = field(default_factory=dict)
+    write: bool = False
+    """A command that changes the counter: sent once, never resent by redis-py's retry after
+    its reply timed out (each copy the server read would run; see :mod:`redis_ctr._once`)."""
 
     def on(self, key: KeyT) -> Call[T]:
         """The same command on another key (a holder of a spread counter)."""
-        return Call((self.args[0], key, *self.args[2:]), self.parse, self.options)
+        return Call((self.args[0], key, *self.args[2:]), self.parse, self.options, self.write)
 
 
 def _text(value: Any) -> str:
@@ -151,7 +154,7 @@ def add(
         args += ["EX", integer("ex", ex)]
     if px is not None:
         args += ["PX", integer("px", px)]
-    return Call(tuple(args), _optional_int)
+    return Call(tuple(args), _optional_int, write=True)
 
 
 def get(key: KeyT) -> Call[int]:
@@ -163,34 +166,35 @@ def mget(keys: tuple[KeyT, ...]) -> Call[List[int]]:
 
 
 def clear(key: KeyT, token: Optional[KeyT] = None) -> Call[int]:
-    return Call(("CTR.CLEAR", key, *_token_and_time(token, None)), _int)
+    return Call(("CTR.CLEAR", key, *_token_and_time(token, None)), _int, write=True)
 
 
 def floor(key: KeyT, floor: Optional[int]) -> Call[None]:
-    return Call(("CTR.FLOOR", key, "NONE" if floor is None else integer("floor", floor)), _ok)
+    floor_arg = "NONE" if floor is None else integer("floor", floor)
+    return Call(("CTR.FLOOR", key, floor_arg), _ok, write=True)
 
 
 def decrfloor(
     key: KeyT, amount: int, token: Optional[KeyT] = None, at: Optional[int] = None
 ) -> Call[Optional[int]]:
     args = ("CTR.DECRFLOOR", key, integer("amount", amount), *_token_and_time(token, at))
-    return Call(args, _optional_int)
+    return Call(args, _optional_int, write=True)
 
 
 def reconcile(key: KeyT, truth: int, at: Optional[int] = None) -> Call[Reconciled]:
     args = ("CTR.RECONCILE", key, integer("truth", truth), *_token_and_time(None, at))
-    return Call(args, _reconciled)
+    return Call(args, _reconciled, write=True)
 
 
 def reconcile_from(
     key: KeyT, kind: Source, source: KeyT, at: Optional[int] = None
 ) -> Call[Reconciled]:
     args = ("CTR.RECONCILE", key, "FROM", kind, source, *_token_and_time(None, at))
-    return Call(args, _reconciled)
+    return Call(args, _reconciled, write=True)
 
 
 def reconcile_start(key: KeyT) -> Call[int]:
-    return Call(("CTR.RECONCILE", key, "START"), _int)
+    return Call(("CTR.RECONCILE", key, "START"), _int, write=True)
 
 
 def _names(raw: Any) -> List[str]:
@@ -213,7 +217,8 @@ def names_parser(key: KeyT) -> Callable[[Any], List[Any]]:
 
 def spread(key: KeyT, holders: int) -> Call[List[Any]]:
     options = {} if isinstance(key, str) else {NEVER_DECODE: True}
-    return Call(("CTR.SPREAD", key, integer("holders", holders)), names_parser(key), options)
+    args = ("CTR.SPREAD", key, integer("holders", holders))
+    return Call(args, names_parser(key), options, write=True)
 
 
 def holders(key: KeyT) -> Call[List[str]]:
@@ -225,7 +230,7 @@ def info(key: KeyT) -> Call[Optional[CounterInfo]]:
 
 
 def pnc_add(key: KeyT, delta: int) -> Call[int]:
-    return Call(("PNC.ADD", key, integer("delta", delta)), _int)
+    return Call(("PNC.ADD", key, integer("delta", delta)), _int, write=True)
 
 
 def pnc_get(key: KeyT) -> Call[int]:
@@ -238,11 +243,11 @@ def pnc_state(key: KeyT) -> Call[Optional[bytes]]:
 
 
 def pnc_merge(key: KeyT, state: bytes) -> Call[int]:
-    return Call(("PNC.MERGE", key, state), _int)
+    return Call(("PNC.MERGE", key, state), _int, write=True)
 
 
 def pnc_clear(key: KeyT) -> Call[int]:
-    return Call(("PNC.CLEAR", key), _int)
+    return Call(("PNC.CLEAR", key), _int, write=True)
 
 
 def pnc_info(key: KeyT) -> Call[PncInfo]:

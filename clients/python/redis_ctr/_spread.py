@@ -7,6 +7,10 @@ since (by ``CTR.SPREAD`` or an auto-spread) is written over its holders at most 
 after its first write past the spread. Until then its adds go where they went before (the home
 key, or the holders known), which is always right.
 
+- A key found not spread is trusted for ``unspread_refresh_ms`` (30 s by default), and an
+  untokened add of a key whose holders were never read goes to that key until the client has
+  added to it :data:`PROBE_AFTER` times (:meth:`HolderCache.cold`): a counter that is not
+  spread costs one command per add.
 - An untokened add goes to a holder picked at random among those not known to be out of reach:
   a holder whose master could not be connected to, or that this (non-cluster) client's server
   answered ``MOVED`` for, is left out for a while (:meth:`HolderCache.unreachable`). Neither
@@ -58,6 +62,14 @@ TIMED_OUT_AWAY_MS = 10_000
 it keeps timing out, up to :data:`NODE_AWAY_MAX_MS`: longer than a refused connection, since
 each probe of it costs the client a whole socket timeout."""
 _LOCK_STRIPES = 64
+UNSPREAD_REFRESH_MS = 30_000
+"""How long a key found not spread is trusted to stay so (a counter spread since, by
+``CTR.SPREAD`` elsewhere or an auto-spread, is written over its holders within this time; its
+adds go to the home key until then, which is always right)."""
+PROBE_AFTER = 8
+"""Untokened adds of a key sent straight to it before its holders are first read: a key this
+client writes rarely gains nothing from being spread, and a counter that is not spread then
+costs one command per add."""
 
 
 def token_hash(token: KeyT) -> int:
@@ -122,10 +134,16 @@ class HolderCache:
         max_keys: int = 10_000,
         max_tokens: int = 10_000,
         node_of: Optional[Callable[[KeyT], Optional[str]]] = None,
+        unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
+        probe_after: int = PROBE_AFTER,
     ) -> None:
         if refresh_ms <= 0 or max_keys <= 0 or max_tokens <= 0:
             raise ValueError("refresh_ms, max_keys and max_tokens must be positive")
         self.refresh_ms = refresh_ms
+        self.unspread_refresh_ms = max(refresh_ms, unspread_refresh_ms)
+        self.probe_after = probe_after
+        # Untokened adds sent so far to keys whose holders were never read (see cold()).
+        self._cold: Dict[KeyT, int] = {}
         self.node_of = node_of
         """The server (``host:port``) that serves a key, from a cluster client's slot map
         (None without one): a master out of reach leaves out every holder it serves."""
@@ -134,6 +152,7 @@ class HolderCache:
         self.max_keys = max_keys
         self.max_tokens = max_tokens
         self._lock = threading.Lock()
+        # Per key: when its holders expire (monotonic ms), and the holders.
         self._holders: Dict[KeyT, Tuple[float, Holders]] = {}
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
         self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
@@ -219,13 +238,28 @@ class HolderCache:
         return result
 
     def fresh(self, key: KeyT) -> Optional[Holders]:
-        """The cached holders of ``key`` when read less than ``refresh_ms`` ago, else None
-        (then the caller reads ``CTR.HOLDERS`` and calls :meth:`learned`)."""
+        """The cached holders of ``key`` when read less than ``refresh_ms`` ago
+        (``unspread_refresh_ms`` for a key found not spread), else None (then the caller
+        reads ``CTR.HOLDERS`` and calls :meth:`learned`)."""
         with self._lock:
             entry = self._holders.get(key)
-        if entry is None or _now_ms() - entry[0] >= self.refresh_ms:
+        if entry is None or _now_ms() >= entry[0]:
             return None
         return entry[1]
+
+    def cold(self, key: KeyT) -> bool:
+        """True for an untokened add of a key whose holders were never read, among the first
+        ``probe_after - 1`` such adds through this client: it goes to the key given, no
+        ``CTR.HOLDERS`` (a home key is always right). A tokened add always routes by the
+        holders: its retry from another process must pick the same holder."""
+        with self._lock:
+            if key in self._holders:
+                return False
+            seen = self._cold.pop(key, 0) + 1
+            if seen >= self.probe_after:
+                return False  # now read, and cached from then on
+            _bounded_put(self._cold, key, seen, self.max_keys)
+            return True
 
     def learned(
         self, key: KeyT, names: Optional[Sequence[KeyT]], failed: bool = False
@@ -235,11 +269,14 @@ class HolderCache:
         (the home key when none): the add itself reports a real error."""
         with self._lock:
             entry = self._holders.pop(key, None)
+            self._cold.pop(key, None)
             if failed:
                 holders: Holders = (key,) if entry is None else entry[1]
             else:
                 holders = holders_of(names, key)
-            _bounded_put(self._holders, key, (_now_ms(), holders), self.max_keys)
+            spread = failed or len(holders) > 1
+            until = _now_ms() + (self.refresh_ms if spread else self.unspread_refresh_ms)
+            _bounded_put(self._holders, key, (until, holders), self.max_keys)
             return holders
 
     def forget(self, key: KeyT) -> None:

@@ -12,8 +12,10 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, KeyT, Reconciled, Source
-from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
-from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
+from ._once import send_and_wait, send_once
+from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
+from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, NotDurable
+from .errors import UseHomeKey
 from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
 
@@ -81,16 +83,53 @@ def refused(key: KeyT, delta: int) -> FloorRefused:
 
 
 def run(client: SyncClient, call: Call[T]) -> T:
-    """Sends one command and normalises its reply; the module's errors become its classes."""
+    """Sends one command and normalises its reply; the module's errors become its classes. A
+    write is sent once (:mod:`redis_ctr._once`): a reply that timed out raises redis-py's
+    ``TimeoutError``, the write counted once or not at all."""
     try:
-        # redis-py's execute_command is not annotated (RedisCluster's is).
-        send: Any = client.execute_command
-        raw = send(*call.args, **call.options)
+        if call.write:
+            raw = send_once(client, call)
+        else:
+            # redis-py's execute_command is not annotated (RedisCluster's is).
+            send: Any = client.execute_command
+            raw = send(*call.args, **call.options)
     except ResponseError as e:
         raise classify(e) from e
     except ClusterError as e:
         raise classify_cluster(e) from e
     return call.parse(raw)
+
+
+DEFAULT_REPLICAS_TIMEOUT_MS = 1000
+
+
+def durable_grant(call: Call[Optional[int]], raw: Any, acknowledged: int, replicas: int) -> Optional[int]:
+    """The reply of a durable purchase: its value, or :class:`NotDurable` for a grant fewer
+    than ``replicas`` replicas acknowledged (a refusal is returned as it is)."""
+    value = call.parse(raw)
+    if value is not None and acknowledged < replicas:
+        raise NotDurable(call.args[1], value, acknowledged, replicas)
+    return value
+
+
+def run_durable(
+    client: SyncClient, call: Call[Optional[int]], replicas: int, timeout_ms: int
+) -> Optional[int]:
+    """A purchase sent once, then ``WAIT replicas timeout_ms`` on the same connection
+    (:func:`redis_ctr._once.send_and_wait`); see :func:`durable_grant`."""
+    try:
+        raw, acknowledged = send_and_wait(client, call, replicas, timeout_ms)
+    except ResponseError as e:
+        raise classify(e) from e
+    except ClusterError as e:
+        raise classify_cluster(e) from e
+    return durable_grant(call, raw, acknowledged, replicas)
+
+
+def checked_replicas(replicas: int, timeout_ms: int) -> None:
+    """``TypeError``/``ValueError`` for a durable purchase's settings, before any I/O."""
+    if _calls.integer("replicas", replicas) < 0 or _calls.integer("timeout", timeout_ms) < 0:
+        raise ValueError("replicas and replicas_timeout_ms must not be negative")
 
 
 def not_run(error: BaseException) -> bool:
@@ -106,24 +145,6 @@ def timed_out(error: BaseException) -> bool:
     """True when ``error`` is a reply that did not come in time (``socket_timeout``) for a
     command that was sent: a frozen or overloaded server, which may still run it."""
     return isinstance(error, TimeoutError) and not not_run(error)
-
-
-def pinned(client: Any, call: Call[T]) -> Call[T]:
-    """``call`` as a cluster client sends it to the master its slot map gives for the call's
-    key, with redis-py's own retries off (it still follows ``MOVED`` and ``ASK``): a write
-    whose reply timed out may be applied later (a frozen master runs what it had read when it
-    wakes), and redis-py would send it again, once more per retry, each counted. Other clients
-    (and a slot map that cannot say): ``call`` as it is."""
-    node_from_key = getattr(client, "get_node_from_key", None)
-    if node_from_key is None:
-        return call
-    try:
-        node = node_from_key(call.args[1])
-    except Exception:  # a slot map being refreshed, a slot with no owner
-        return call
-    if node is None:
-        return call
-    return Call(call.args, call.parse, {**call.options, "target_nodes": node})
 
 
 def away_for_ms(error: BaseException) -> int:
@@ -164,11 +185,19 @@ def slot_map_lookup(client: Any) -> Optional[Callable[[KeyT], Optional[str]]]:
 DEFAULT_REFRESH_MS = 1000
 
 
-def holder_cache(spread_refresh_ms: Optional[int], client: Any = None) -> Optional[HolderCache]:
+def holder_cache(
+    spread_refresh_ms: Optional[int],
+    client: Any = None,
+    unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
+) -> Optional[HolderCache]:
     """The cache of a spread-aware client; None for a client that writes the key given."""
     if spread_refresh_ms is None:
         return None
-    return HolderCache(spread_refresh_ms, node_of=slot_map_lookup(client))
+    return HolderCache(
+        spread_refresh_ms,
+        node_of=slot_map_lookup(client),
+        unspread_refresh_ms=unspread_refresh_ms,
+    )
 
 
 def checked_wait(purchase_wait: float) -> float:
@@ -195,6 +224,13 @@ class Ctr:
     a counter spread since, e.g. an auto-spread, is written over its holders within that
     time). Reads (:meth:`get`, :meth:`mget`, :meth:`info`) go to the home key, which replies
     the total. ``spread_refresh_ms=None`` sends every add to the key given (no ``CTR.HOLDERS``).
+    A counter that is not spread costs one command per untokened add: such an add of a key
+    whose holders were never read goes to the key given until this client has added to it 8
+    times, and a key found not spread is trusted for ``unspread_refresh_ms`` (default 30,000).
+
+    Every write is sent once (:mod:`redis_ctr._once`): a reply that timed out raises
+    redis-py's ``TimeoutError`` and the write counted once or not at all, whatever retry the
+    client was made with.
 
     ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` asks a holder
     again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it at once).
@@ -206,9 +242,10 @@ class Ctr:
         *,
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
         purchase_wait: float = DEFAULT_PURCHASE_WAIT,
+        unspread_refresh_ms: int = UNSPREAD_REFRESH_MS,
     ) -> None:
         self.client = sync_client(client, "Ctr")
-        self._holders = holder_cache(spread_refresh_ms, self.client)
+        self._holders = holder_cache(spread_refresh_ms, self.client, unspread_refresh_ms)
         self.purchase_wait = checked_wait(purchase_wait)
 
     def pipeline(self, transaction: bool = True) -> CtrPipeline:
@@ -312,8 +349,10 @@ class Ctr:
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
         cache = self._holders
-        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone.
-        if cache is None or with_ttl:
+        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone. So does
+        # an untokened add of a key whose holders were never read, until it is added to often
+        # (HolderCache.cold): a counter that is not spread costs one command per add.
+        if cache is None or with_ttl or (token is None and cache.cold(key)):
             return run(self.client, call)
         holders = self._route_holders(key)
         retry = cache.remembers(key, token)
@@ -321,7 +360,7 @@ class Ctr:
         folded: List[KeyT] = []
         while True:
             try:
-                return run(self.client, pinned(self.client, call.on(target)))
+                return run(self.client, call.on(target))
             except HolderFolded:
                 # Not counted there (see _spread): on to a current holder, or the home key.
                 if target == key:
@@ -361,7 +400,14 @@ class Ctr:
         run(self.client, _calls.floor(key, floor))
 
     def decrfloor(
-        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
+        self,
+        key: KeyT,
+        amount: int,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+        replicas: int = 0,
+        replicas_timeout_ms: int = DEFAULT_REPLICAS_TIMEOUT_MS,
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: takes ``amount`` (positive) only if the value stays at or above
         the floor; the new value, or None when refused. With ``token``, a retry returns the
@@ -378,23 +424,35 @@ class Ctr:
         (its budget still travelling; nothing recorded) is asked again with the same token,
         5 ms, 10 ms, ... up to 100 ms apart, for up to ``purchase_wait`` seconds after its first
         answer; then the error is raised. The walk never skips such a holder (a retry would be
-        decided afresh there: a double sale)."""
+        decided afresh there: a double sale).
+
+        A durable purchase (``replicas=N``): each holder's ``CTR.DECRFLOOR`` is followed, on
+        the same connection to the same master, by ``WAIT N replicas_timeout_ms``; a grant
+        that fewer than ``N`` replicas of that master acknowledged in time raises
+        :class:`~redis_ctr.errors.NotDurable` (the grant stands on the master; a failover
+        before a replica has it may lose it). A refusal is returned as it is."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
+        checked_replicas(replicas, replicas_timeout_ms)
         cache = self._holders
         if cache is None:
-            return self._purchase(call)
+            return self._purchase(call, replicas, replicas_timeout_ms)
         holders = cache.remembered_purchase(key, token) or self._route_holders(key)
         for holder in cache.probe_targets(key, holders, token):
-            value = self._purchase(call.on(holder))
+            value = self._purchase(call.on(holder), replicas, replicas_timeout_ms)
             if value is not None:
                 return value
         return None
 
-    def _purchase(self, call: Call[Optional[int]]) -> Optional[int]:
-        """One holder's ``CTR.DECRFLOOR``, asked again while its budget is in flight."""
+    def _purchase(
+        self, call: Call[Optional[int]], replicas: int, timeout_ms: int
+    ) -> Optional[int]:
+        """One holder's ``CTR.DECRFLOOR`` (with its ``WAIT`` when durable), asked again while
+        its budget is in flight."""
         wait = BudgetWait(self.purchase_wait, call.args[1])
         while True:
             try:
+                if replicas:
+                    return run_durable(self.client, call, replicas, timeout_ms)
                 return run(self.client, call)
             except (BudgetInFlight, HolderMoving, ClusterError) as e:
                 time.sleep(wait.pause_after(e))

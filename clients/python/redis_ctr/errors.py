@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from redis.exceptions import ClusterDownError, ClusterError, ResponseError, TryAgainError
+from redis.exceptions import ClusterDownError, ClusterError, RedisError, ResponseError
+from redis.exceptions import TryAgainError
 
 
 class CtrError(ResponseError):
@@ -36,6 +37,24 @@ class FloorRefused(BelowFloor):
     nothing changed; with a token, the refusal is remembered and a retry is refused again).
     Raised by :meth:`redis_ctr.Ctr.add` unless it is called with ``refusable=True``, which
     returns None instead. Not an error text of the module: the library's reading of that nil."""
+
+
+class NotDurable(RedisError):
+    """A durable purchase (``decrfloor(..., replicas=N)``) whose grant fewer than ``N``
+    replicas of the granting master acknowledged within ``replicas_timeout_ms``. The grant
+    stands on the master (:attr:`value` is its reply, :attr:`key` the holder that granted it)
+    but a failover before a replica has it can lose it. Not a module error: the library's
+    reading of ``WAIT``'s reply."""
+
+    def __init__(self, key: object, value: int, acknowledged: int, replicas: int) -> None:
+        super().__init__(
+            f"purchase granted on {key!r} (value {value}) but acknowledged by {acknowledged} "
+            f"of the {replicas} replicas asked for in time: a failover may still lose it"
+        )
+        self.key = key
+        self.value = value
+        self.acknowledged = acknowledged
+        self.replicas = replicas
 
 
 class TokenTooOld(CtrError):

@@ -28,6 +28,7 @@ from redis.exceptions import ClusterError, ResponseError
 
 from . import _calls
 from ._calls import Call, KeyT, Source
+from ._once import execute_async_pipeline_once, execute_pipeline_once
 from .client import is_pipeline, refused
 from .errors import classify, classify_cluster
 
@@ -56,6 +57,7 @@ class _Queue:
         self.pipeline = pipeline
         """The redis-py pipeline the commands are queued on."""
         self._parsers: Dict[int, Callable[[Any], Any]] = {}
+        self._writes = False
 
     def __len__(self) -> int:
         return len(self.pipeline)
@@ -71,10 +73,19 @@ class _Queue:
         index = len(pipe)
         pipe.execute_command(*call.args, **call.options)
         self._parsers[index] = call.parse if parse is None else parse
+        self._writes = self._writes or call.write
         return self
+
+    def _sent(self) -> bool:
+        """True when a write was queued since the last ``execute``: then the pipeline is sent
+        once (:func:`redis_ctr._once.execute_pipeline_once`), not resent by redis-py's retry
+        after a timeout; the flag is cleared."""
+        writes, self._writes = self._writes, False
+        return writes
 
     def _results(self, raw: List[Any], raise_on_error: bool) -> List[Any]:
         parsers, self._parsers = self._parsers, {}
+        self._writes = False
         results: List[Any] = []
         for i, reply in enumerate(raw):
             parse = parsers.get(i)
@@ -198,7 +209,10 @@ class CtrPipeline(_Queue):
         ``raise_on_error`` (the default) the first error is raised once all have run, a module
         error as its class; otherwise errors stand in the list in their commands' places."""
         try:
-            raw = self.pipeline.execute(raise_on_error=False)
+            if self._sent():
+                raw = execute_pipeline_once(self.pipeline, raise_on_error=False)
+            else:
+                raw = self.pipeline.execute(raise_on_error=False)
         except ClusterError as e:
             self._parsers = {}
             raise classify_cluster(e) from e
@@ -210,6 +224,7 @@ class CtrPipeline(_Queue):
     def reset(self) -> None:
         """Empties the pipeline (redis-py's ``reset``)."""
         self._parsers = {}
+        self._writes = False
         self.pipeline.reset()
 
     def __enter__(self) -> CtrPipeline:
@@ -226,7 +241,10 @@ class AsyncCtrPipeline(_Queue):
     async def execute(self, raise_on_error: bool = True) -> List[Any]:
         """See :meth:`CtrPipeline.execute`."""
         try:
-            raw = await self.pipeline.execute(raise_on_error=False)
+            if self._sent():
+                raw = await execute_async_pipeline_once(self.pipeline, raise_on_error=False)
+            else:
+                raw = await self.pipeline.execute(raise_on_error=False)
         except ClusterError as e:
             self._parsers = {}
             raise classify_cluster(e) from e
@@ -238,6 +256,7 @@ class AsyncCtrPipeline(_Queue):
     async def reset(self) -> None:
         """Empties the pipeline (redis-py's ``reset``)."""
         self._parsers = {}
+        self._writes = False
         done = self.pipeline.reset()
         if inspect.isawaitable(done):
             await done

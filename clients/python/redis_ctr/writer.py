@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Deque, Dict, Generic, Optional, Tuple, TypeVar
+from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
 from redis.exceptions import ClusterError, ConnectionError, MovedError, TimeoutError, TryAgainError
 
@@ -32,7 +32,7 @@ from ._spread import HolderCache, Holders, holder_for_token
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
 from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
-from .client import pinned, timed_out
+from .client import timed_out
 from .client import sync_client
 from .errors import CtrError, HolderFolded
 
@@ -45,6 +45,24 @@ I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 # to the same key with the same token, which makes that safe.
 HELD_BACK = "a sum is held back: its holder's master timed out lately (it may still count it)"
 _RETRYABLE = (ConnectionError, TimeoutError, TryAgainError, ClusterError, MovedError)
+
+
+DEFAULT_CLOSE_TIMEOUT = 10.0
+"""Seconds ``close`` keeps sending the sums not yet acknowledged (each again with its token)
+before it reports those it could not deliver."""
+_CLOSE_PAUSE_MAX = 1.0
+
+
+class Undelivered(ConnectionError, TimeoutError):
+    """``close`` ran out of ``close_timeout`` with sums not acknowledged: each either counted
+    once or not at all (a resend with its token, within ``ctr.token-window-ms``, counts it at
+    most once). :attr:`sums` lists them; the cause is the last send's error. Both a redis-py
+    ``ConnectionError`` and ``TimeoutError``, the errors ``close`` raised before it retried."""
+
+    def __init__(self, message: str, sums: List[Tuple[KeyT, int, str]]) -> None:
+        super().__init__(message)
+        self.sums = sums
+        """``(key, delta, token)`` of every sum not delivered."""
 
 
 class WriterFull(Exception):
@@ -227,9 +245,13 @@ class _Writer(Generic[ClientT]):
         retries: int = 5,
         retry_backoff_ms: int = 20,
         spread_refresh_ms: Optional[int] = DEFAULT_REFRESH_MS,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
         if flush_interval_ms <= 0 or flush_every <= 0 or max_keys <= 0 or retries < 0:
             raise ValueError("flush_interval_ms, flush_every and max_keys must be positive")
+        if close_timeout < 0:
+            raise ValueError("close_timeout must not be negative")
+        self.close_timeout = close_timeout
         self.client = client
         self.flush_interval_ms = flush_interval_ms
         self.retries = retries
@@ -257,6 +279,26 @@ class _Writer(Generic[ClientT]):
         """The last error of a background flush or a dropped sum, None after a good flush."""
         return self._sums.last_error
 
+    def _undelivered(self, error: BaseException) -> Undelivered:
+        """The report of a ``close`` that ran out of time: what was not delivered, and why."""
+        sums = [(s.key, s.delta, s.token) for s in self._sums.unsettled]
+        sums += [(key, delta, "") for key, delta in self._sums.pending.items() if delta]
+        units = sum(abs(delta) for _, delta, _ in sums)
+        return Undelivered(
+            f"redis-ctr writer {self.writer_id}: {len(sums)} sums ({units} units) not delivered "
+            f"within close_timeout={self.close_timeout}s (each counted once or not at all; "
+            f"see .sums): {error}",
+            sums,
+        )
+
+    @staticmethod
+    def _close_pauses() -> Iterator[float]:
+        """The pauses between the final flushes: 50 ms, doubling up to 1 s."""
+        pause = 0.05
+        while True:
+            yield pause
+            pause = min(pause * 2, _CLOSE_PAUSE_MAX)
+
     def _backoff_seconds(self, attempt: int) -> float:
         return self.retry_backoff_ms * (attempt + 1) / 1000
 
@@ -274,8 +316,9 @@ class _Writer(Generic[ClientT]):
     def _held_back(self, s: _Sum) -> bool:
         """True for a sum that may have counted at a holder left out for now (its master timed
         out): it is not sent (it waits for that holder, whose master may still apply the first
-        send) instead of costing every flush another timeout."""
-        if not s.maybe_counted:
+        send) instead of costing every flush another timeout. Never once the writer is closing:
+        then every sum is sent again until ``close_timeout`` has passed."""
+        if not s.maybe_counted or self._closed:
             return False
         cache = self._cache()
         target = s.key if s.target is None else s.target
@@ -410,7 +453,7 @@ class CoalescingWriter(_Writer[SyncClient]):
                     holders = self._reachable(self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(run(self.client, pinned(self.client, s.call())))
+                sums.settled(run(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
@@ -441,8 +484,11 @@ class CoalescingWriter(_Writer[SyncClient]):
             except Exception as e:  # kept for the next tick; the sums stay queued
                 self._sums.last_error = e
 
-    def close(self) -> None:
-        """Stops the background thread and flushes what is left (raises if that fails)."""
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Stops the background thread and flushes what is left. A sum not acknowledged (a
+        reply that timed out, a server out of reach) is sent again, with its token, every
+        50 ms to 1 s, held back or not, for up to ``timeout`` seconds (default
+        ``close_timeout``); then :class:`Undelivered` lists what could not be delivered."""
         with self._lock:
             if self._closed:
                 return
@@ -450,7 +496,15 @@ class CoalescingWriter(_Writer[SyncClient]):
         atexit.unregister(self._close_at_exit)
         self._wake.set()
         self._thread.join()
-        self.flush()
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        for pause in self._close_pauses():
+            try:
+                self.flush()
+                return
+            except _RETRYABLE as e:
+                if time.monotonic() + pause >= deadline:
+                    raise self._undelivered(e) from e
+                time.sleep(pause)
 
     def _close_at_exit(self) -> None:
         try:
@@ -546,7 +600,7 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
                     holders = self._reachable(await self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(await run_async(self.client, pinned(self.client, s.call())))
+                sums.settled(await run_async(self.client, s.call()))
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
@@ -578,15 +632,24 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
             except Exception as e:  # kept for the next tick; the sums stay queued
                 self._sums.last_error = e
 
-    async def close(self) -> None:
-        """Stops the flush task and flushes what is left (raises if that fails)."""
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Stops the flush task and flushes what is left, sending again what is not
+        acknowledged for up to ``timeout`` seconds (see :meth:`CoalescingWriter.close`)."""
         if self._closed:
             return
         self._closed = True
         if self._task is not None:
             self._wake.set()
             await self._task
-        await self.flush()
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        for pause in self._close_pauses():
+            try:
+                await self.flush()
+                return
+            except _RETRYABLE as e:
+                if time.monotonic() + pause >= deadline:
+                    raise self._undelivered(e) from e
+                await asyncio.sleep(pause)
 
     async def __aenter__(self) -> AsyncCoalescingWriter:
         return self

@@ -30,6 +30,49 @@ def calls(client: Any) -> Dict[str, int]:
     }
 
 
+def add_calls(client: Any) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_ctr.add", {}).get("calls", 0))
+
+
+class UnspreadCostTest(unittest.TestCase):
+    """A counter that is not spread costs one command per untokened add: its holders are read
+    only once this client adds to it often (and then trusted for long while it stays unspread);
+    a spread one is still written over its holders."""
+
+    def setUp(self) -> None:
+        self.r = redis.Redis(port=PORT)
+        self.addCleanup(self.r.close)
+
+    def test_2000_adds_over_1000_keys_never_spread_send_2000_commands(self) -> None:
+        keys = [fresh("unspread") for _ in range(1000)]
+        ctr = redis_ctr.Ctr(self.r)
+        before, adds_before = calls(self.r), add_calls(self.r)
+        for key in keys * 2:
+            ctr.add(key, 1)
+        self.assertEqual(calls(self.r)["ctr.holders"], before["ctr.holders"])
+        self.assertEqual(add_calls(self.r) - adds_before, 2000)
+
+    def test_a_hot_unspread_key_reads_its_holders_once(self) -> None:
+        key = fresh("hot-unspread")
+        ctr = redis_ctr.Ctr(self.r, spread_refresh_ms=1)
+        before = calls(self.r)
+        for _ in range(200):
+            ctr.add(key, 1)
+        self.assertEqual(calls(self.r)["ctr.holders"] - before["ctr.holders"], 1)
+
+    def test_a_key_spread_elsewhere_is_written_over_its_holders(self) -> None:
+        key = fresh("spread-elsewhere")
+        redis_ctr.Ctr(self.r).spread(key, 4)
+        ctr = redis_ctr.Ctr(self.r)
+        for _ in range(200):
+            ctr.add(key, 1)
+        info = redis_ctr.Ctr(self.r).info(key)
+        assert info is not None
+        self.assertEqual(info["value"], 200)
+        self.assertGreater(sum(1 for v in info["holder_values"][1:] if v), 1)
+
+
 class StampedeTest(unittest.TestCase):
     def setUp(self) -> None:
         self.r = redis.Redis(port=PORT)

@@ -193,7 +193,7 @@ class SpreadTest(unittest.TestCase):
 
     def test_a_spread_is_learned_within_the_refresh_bound(self) -> None:
         key, r = fresh("learn"), client()
-        ctr = Ctr(r, spread_refresh_ms=100)
+        ctr = Ctr(r, spread_refresh_ms=100, unspread_refresh_ms=100)
         ctr.add(key, 1, token="before")  # unspread: to the home key, remembered there
         holders = Ctr(r).spread(key, 3)  # another client spreads it
         time.sleep(0.15)

@@ -17,6 +17,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+import redis_ctr
 from redis_ctr import CoalescingWriter, Ctr, WriterFull
 from redis_ctr.asyncio import AsyncCoalescingWriter
 
@@ -82,8 +83,10 @@ class WriterTest(unittest.TestCase):
             writer.add(key)
         with self.assertRaises(WriterFull):
             writer.add("d")
-        with self.assertRaises(redis.exceptions.ConnectionError):
-            writer.close()
+        with self.assertRaises(redis.exceptions.ConnectionError) as raised:
+            writer.close(timeout=0)
+        self.assertIsInstance(raised.exception, redis_ctr.Undelivered)
+        self.assertIsInstance(raised.exception.__cause__, redis.exceptions.ConnectionError)
 
     def test_pending_adds_are_flushed_at_interpreter_exit(self) -> None:
         key = fresh("atexit")
@@ -134,7 +137,7 @@ class AsyncWriterTest(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(WriterFull):
             await capped.add("c")
         with self.assertRaises(redis.exceptions.ConnectionError):
-            await capped.close()
+            await capped.close(timeout=0)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,25 @@ use crate::types::{AddOptions, CounterInfo, Expire, PncInfo, Reconciled, Source}
 pub(crate) struct Call<T> {
     pub(crate) cmd: Cmd,
     pub(crate) parse: fn(Value) -> Result<T, CtrError>,
+    /// A command that changes the counter: sent once on a sync cluster connection, which
+    /// would resend it after a timeout (see [`crate::spread::send_once`]).
+    pub(crate) write: bool,
 }
 
 fn call<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
-    Call { cmd, parse }
+    Call {
+        cmd,
+        parse,
+        write: false,
+    }
+}
+
+fn write<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
+    Call {
+        cmd,
+        parse,
+        write: true,
+    }
 }
 
 fn keyed<K: ToRedisArgs>(name: &str, key: K) -> Cmd {
@@ -48,7 +63,7 @@ pub(crate) fn add_with<K: ToRedisArgs>(
         Some(Expire::Millis(ms)) => cmd.arg("PX").arg(ms),
         None => &mut cmd,
     };
-    call(cmd, reply::plain)
+    write(cmd, reply::plain)
 }
 
 pub(crate) fn get<K: ToRedisArgs>(key: K) -> Call<i64> {
@@ -60,13 +75,13 @@ pub(crate) fn mget<K: ToRedisArgs>(keys: &[K]) -> Call<Vec<i64>> {
 }
 
 pub(crate) fn clear<K: ToRedisArgs>(key: K) -> Call<i64> {
-    call(keyed("CTR.CLEAR", key), reply::plain)
+    write(keyed("CTR.CLEAR", key), reply::plain)
 }
 
 pub(crate) fn clear_with_token<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Call<i64> {
     let mut cmd = keyed("CTR.CLEAR", key);
     with_token_and_time(&mut cmd, Some(token.as_ref()), None);
-    call(cmd, reply::plain)
+    write(cmd, reply::plain)
 }
 
 pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
@@ -75,11 +90,11 @@ pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
         Some(floor) => cmd.arg(floor),
         None => cmd.arg("NONE"),
     };
-    call(cmd, reply::ok)
+    write(cmd, reply::ok)
 }
 
 pub(crate) fn decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Call<Option<i64>> {
-    call(
+    write(
         keyed("CTR.DECRFLOOR", key).arg(amount).clone(),
         reply::plain,
     )
@@ -94,14 +109,14 @@ pub(crate) fn decrfloor_with<K: ToRedisArgs, T: AsRef<[u8]>>(
     let mut cmd = keyed("CTR.DECRFLOOR", key);
     cmd.arg(amount);
     with_token_and_time(&mut cmd, Some(token.as_ref()), at);
-    call(cmd, reply::plain)
+    write(cmd, reply::plain)
 }
 
 pub(crate) fn reconcile<K: ToRedisArgs>(key: K, truth: i64, at: Option<i64>) -> Call<Reconciled> {
     let mut cmd = keyed("CTR.RECONCILE", key);
     cmd.arg(truth);
     with_token_and_time(&mut cmd, None, at);
-    call(cmd, reply::reconciled)
+    write(cmd, reply::reconciled)
 }
 
 pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
@@ -113,18 +128,18 @@ pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
     let mut cmd = keyed("CTR.RECONCILE", key);
     cmd.arg("FROM").arg(kind.keyword()).arg(source);
     with_token_and_time(&mut cmd, None, at);
-    call(cmd, reply::reconciled)
+    write(cmd, reply::reconciled)
 }
 
 pub(crate) fn reconcile_start<K: ToRedisArgs>(key: K) -> Call<i64> {
-    call(
+    write(
         keyed("CTR.RECONCILE", key).arg("START").clone(),
         reply::plain,
     )
 }
 
 pub(crate) fn spread<K: ToRedisArgs>(key: K, holders: u32) -> Call<Vec<String>> {
-    call(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
+    write(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
 }
 
 pub(crate) fn holders<K: ToRedisArgs>(key: K) -> Call<Vec<String>> {
@@ -136,7 +151,7 @@ pub(crate) fn info<K: ToRedisArgs>(key: K) -> Call<Option<CounterInfo>> {
 }
 
 pub(crate) fn pnc_add<K: ToRedisArgs>(key: K, delta: i64) -> Call<i64> {
-    call(keyed("PNC.ADD", key).arg(delta).clone(), reply::plain)
+    write(keyed("PNC.ADD", key).arg(delta).clone(), reply::plain)
 }
 
 pub(crate) fn pnc_get<K: ToRedisArgs>(key: K) -> Call<i64> {
@@ -148,11 +163,11 @@ pub(crate) fn pnc_state<K: ToRedisArgs>(key: K) -> Call<Option<Vec<u8>>> {
 }
 
 pub(crate) fn pnc_merge<K: ToRedisArgs>(key: K, state: &[u8]) -> Call<i64> {
-    call(keyed("PNC.MERGE", key).arg(state).clone(), reply::plain)
+    write(keyed("PNC.MERGE", key).arg(state).clone(), reply::plain)
 }
 
 pub(crate) fn pnc_clear<K: ToRedisArgs>(key: K) -> Call<i64> {
-    call(keyed("PNC.CLEAR", key), reply::plain)
+    write(keyed("PNC.CLEAR", key), reply::plain)
 }
 
 pub(crate) fn pnc_info<K: ToRedisArgs>(key: K) -> Call<PncInfo> {

@@ -5,7 +5,19 @@ use redis::{ConnectionLike, ToRedisArgs};
 
 use crate::calls::{self, Call};
 use crate::error::CtrError;
+use crate::spread::send_once;
 use crate::types::{AddOptions, CounterInfo, PncInfo, Reconciled, Source};
+
+/// Sends one command and parses its reply; a write is sent once on a sync cluster connection
+/// ([`send_once`]: the redis crate would resend it after a timeout, and each copy the server
+/// read would count).
+fn send<C: ConnectionLike + 'static, T>(con: &mut C, call: Call<T>) -> Result<T, CtrError> {
+    if call.write {
+        send_once(con, call)
+    } else {
+        run(con, call)
+    }
+}
 
 /// Sends one command and parses its reply.
 pub(crate) fn run<C: ConnectionLike, T>(con: &mut C, call: Call<T>) -> Result<T, CtrError> {
@@ -30,16 +42,22 @@ macro_rules! commands {
         /// The module's commands on every sync connection: `redis::Connection`,
         /// `redis::cluster::ClusterConnection` (each command goes to its key's master), ...
         /// Implemented for every `ConnectionLike`.
-        pub trait CtrCommands: ConnectionLike + Sized {
+        ///
+        /// A write (every command but the reads `ctr_get`, `ctr_mget`, `ctr_holders`,
+        /// `ctr_info`, `pnc_get`, `pnc_state`, `pnc_info`) is sent once: on a
+        /// `ClusterConnection`, which resends a command after an I/O error (a timeout too), as
+        /// a one-command cluster pipeline, which it does not resend; a reply that timed out is
+        /// returned as its error (the write counted once or not at all).
+        pub trait CtrCommands: ConnectionLike + Sized + 'static {
             $(
                 $(#[$doc])*
                 fn $name<$($g: $bound),*>(&mut self, $($arg: $ty),*) -> Result<$ret, CtrError> {
-                    run(self, $build($($arg),*))
+                    send(self, $build($($arg),*))
                 }
             )*
         }
 
-        impl<C: ConnectionLike> CtrCommands for C {}
+        impl<C: ConnectionLike + 'static> CtrCommands for C {}
 
         /// The module's commands on every async connection (`aio::MultiplexedConnection`,
         /// `cluster_async::ClusterConnection`, ...): the same methods as [`CtrCommands`],

@@ -262,6 +262,20 @@ pub enum CtrError {
     Redis(RedisError),
     /// A reply of a shape the command never gives (e.g. a proxy in the way).
     Reply(String),
+    /// A durable purchase ([`SpreadRouter::with_durable_purchases`](crate::SpreadRouter::with_durable_purchases))
+    /// whose grant fewer replicas of the granting master acknowledged in time than asked for:
+    /// the grant stands on the master (`value` is its reply, `holder` the key that granted it;
+    /// a retry with its token replays it), but a failover before a replica has it may lose it.
+    NotDurable {
+        /// The key that granted it (the home or a holder of a spread counter).
+        holder: Vec<u8>,
+        /// The purchase's reply.
+        value: i64,
+        /// Replicas that acknowledged it (`WAIT`'s reply).
+        acknowledged: i64,
+        /// Replicas asked for.
+        replicas: u32,
+    },
 }
 
 impl CtrError {
@@ -307,6 +321,17 @@ impl fmt::Display for CtrError {
             CtrError::Module(_, text) => f.write_str(text),
             CtrError::Redis(e) => write!(f, "{e}"),
             CtrError::Reply(what) => write!(f, "unexpected reply: {what}"),
+            CtrError::NotDurable {
+                holder,
+                value,
+                acknowledged,
+                replicas,
+            } => write!(
+                f,
+                "purchase granted on '{}' (value {value}) but acknowledged by {acknowledged} of \
+                 the {replicas} replicas asked for in time: a failover may still lose it",
+                String::from_utf8_lossy(holder)
+            ),
         }
     }
 }

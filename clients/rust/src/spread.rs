@@ -250,6 +250,9 @@ impl Cache {
 pub struct SpreadRouter {
     refresh: Duration,
     purchase_wait: Duration,
+    /// Replicas that must acknowledge a grant before `decrfloor` returns it, and how long
+    /// `WAIT` waits for them (see [`SpreadRouter::with_durable_purchases`]).
+    durable: Option<(u32, Duration)>,
     cache: Mutex<Cache>,
     random: std::collections::hash_map::RandomState,
     /// Held while a key's holders are read (striped by key: bounded, nothing to clean up).
@@ -294,6 +297,7 @@ impl SpreadRouter {
         SpreadRouter {
             refresh,
             purchase_wait: SpreadRouter::DEFAULT_PURCHASE_WAIT,
+            durable: None,
             cache: Mutex::new(Cache {
                 holders: Bounded::new(SpreadRouter::MAX_KEYS),
                 away: Bounded::new(SpreadRouter::MAX_KEYS),
@@ -533,7 +537,7 @@ impl SpreadRouter {
     /// refused. With a token, a retry through this router replays the first outcome: the
     /// same holders in the same order, each replaying what it recorded. On a counter that is
     /// not spread it is one `CTR.DECRFLOOR` of the key.
-    pub fn decrfloor<C: ConnectionLike>(
+    pub fn decrfloor<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
         key: impl AsRef<[u8]>,
@@ -549,14 +553,14 @@ impl SpreadRouter {
         for holder in self.probe_targets(key, holders, token) {
             let mut wait = BudgetWait::new(self.purchase_wait);
             let bought = loop {
-                let bought = run(con, purchase_call(&holder, amount, token, at));
+                let bought = send_once(con, purchase_call(&holder, amount, token, at));
                 match wait.pause_after(&bought) {
                     Some(pause) => std::thread::sleep(pause),
                     None => break bought?,
                 }
             };
             if let Some(value) = bought {
-                return Ok(Some(value));
+                return self.durable_grant(con, &holder, value).map(Some);
             }
         }
         Ok(None)
@@ -567,6 +571,40 @@ impl SpreadRouter {
     pub fn with_purchase_wait(mut self, wait: Duration) -> SpreadRouter {
         self.purchase_wait = wait;
         self
+    }
+
+    /// Durable purchases: [`SpreadRouter::decrfloor`] follows a grant with `WAIT replicas
+    /// timeout` on the connection that carried it (on a cluster connection: to the master of
+    /// the granting key's slot, whose one connection carried it), and returns it only once
+    /// `replicas` replicas of that master hold it; else [`CtrError::NotDurable`] (the grant
+    /// stands on the master). Costs one round trip plus the replicas' lag per purchase. Not
+    /// for the async methods (an async cluster connection routes a keyless `WAIT` to any
+    /// node).
+    pub fn with_durable_purchases(mut self, replicas: u32, timeout: Duration) -> SpreadRouter {
+        self.durable = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// A grant of `holder` checked against [`SpreadRouter::with_durable_purchases`].
+    fn durable_grant<C: ConnectionLike + 'static>(
+        &self,
+        con: &mut C,
+        holder: &[u8],
+        value: i64,
+    ) -> Result<i64, CtrError> {
+        let Some((replicas, timeout)) = self.durable else {
+            return Ok(value);
+        };
+        let acknowledged = wait_for_replicas(con, holder, replicas, timeout)?;
+        if acknowledged < i64::from(replicas) {
+            return Err(CtrError::NotDurable {
+                holder: holder.to_vec(),
+                value,
+                acknowledged,
+                replicas,
+            });
+        }
+        Ok(value)
     }
 
     /// How long a purchase asks a holder again while its budget is in flight.
@@ -602,7 +640,7 @@ impl SpreadRouter {
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
         if options.expire.is_some() {
-            return run(con, calls::add_with(key, delta, options));
+            return send_once(con, calls::add_with(key, delta, options));
         }
         let mut holders = self.holders(con, key)?;
         if holders.len() > 1 {
@@ -693,13 +731,13 @@ impl SpreadRouter {
     }
 
     /// `CTR.SPREAD key holders`, and this router's adds of `key` go over them from now on.
-    pub fn spread<C: ConnectionLike>(
+    pub fn spread<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
         key: impl AsRef<[u8]>,
         holders: u32,
     ) -> Result<Vec<String>, CtrError> {
-        let names = run(con, calls::spread(key.as_ref(), holders))?;
+        let names = send_once(con, calls::spread(key.as_ref(), holders))?;
         self.spread_to(key.as_ref(), &names);
         Ok(names)
     }
@@ -880,6 +918,32 @@ pub(crate) fn send_once<C: ConnectionLike + 'static, T>(
         }
     }
     run(con, call)
+}
+
+/// `WAIT replicas timeout` after a write to `key` on `con`: the replicas that acknowledged it.
+/// On a sync cluster connection it goes to the master of `key`'s slot, over the one connection
+/// the write took.
+fn wait_for_replicas<C: ConnectionLike + 'static>(
+    con: &mut C,
+    key: &[u8],
+    replicas: u32,
+    timeout: Duration,
+) -> Result<i64, CtrError> {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(replicas).arg(timeout.as_millis() as u64);
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = cluster_of(con) {
+        use redis::cluster_routing::{
+            get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+        };
+        let master = Route::new(get_slot(key), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master));
+        let reply = cluster.route_command(&wait, routing)?;
+        return Ok(redis::from_redis_value(&reply)?);
+    }
+    #[cfg(not(feature = "cluster"))]
+    let _ = key;
+    Ok(wait.query(con)?)
 }
 
 /// True for an error that comes before a command runs (a redirection, a slot being moved or

@@ -39,7 +39,9 @@
 //! adds); while they are, the flushes do not send it (each send would cost another timeout)
 //! and fail with a timeout error after sending every other sum. On a cluster connection each
 //! sum goes as a one-command cluster pipeline, which the `redis` crate does not resend after a
-//! timeout (see [`SpreadRouter`]).
+//! timeout (see [`SpreadRouter`]). Closing (`close`, or drop) sends every sum not acknowledged
+//! again, held back or not, for up to [`WriterConfig::close_timeout`] (default 10 s), then
+//! reports those it could not deliver ([`WriterError::Undelivered`]).
 //!
 //! Memory is bounded: at most [`WriterConfig::max_keys`] keys are summed at a time (plus as
 //! many sums sent and not yet acknowledged). An add of a new key when that many are pending
@@ -49,7 +51,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{ConnectionLike, RedisResult};
 
@@ -105,6 +107,10 @@ pub struct WriterConfig {
     /// How long a spread counter's holders are trusted before `CTR.HOLDERS` is read again;
     /// None sends every sum to its key as given (no `CTR.HOLDERS`).
     pub spread_refresh: Option<Duration>,
+    /// How long `close` (and drop) keeps sending the sums not yet acknowledged, each again
+    /// with its token (held back or not), before it reports those it could not deliver
+    /// ([`WriterError::Undelivered`]).
+    pub close_timeout: Duration,
 }
 
 impl Default for WriterConfig {
@@ -118,6 +124,7 @@ impl Default for WriterConfig {
             retry_backoff: Duration::from_millis(20),
             timeout: Duration::from_secs(5),
             spread_refresh: Some(SpreadRouter::DEFAULT_REFRESH),
+            close_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -167,6 +174,14 @@ pub enum WriterError {
     Closed,
     /// A flush could not reach the server; its sums are kept for the next flush.
     Flush(CtrError),
+    /// `close` ran out of `close_timeout` with sums not acknowledged: each counted once or not
+    /// at all (a resend with its token counts it at most once, inside `ctr.token-window-ms`).
+    Undelivered {
+        /// `(key, delta, token)` of each sum not delivered (no token: never sent).
+        sums: Vec<(Vec<u8>, i64, Option<Vec<u8>>)>,
+        /// The last send's error.
+        error: CtrError,
+    },
 }
 
 impl std::fmt::Display for WriterError {
@@ -175,6 +190,18 @@ impl std::fmt::Display for WriterError {
             WriterError::Full(e) => write!(f, "writer full and the flush failed: {e}"),
             WriterError::Closed => f.write_str("writer closed"),
             WriterError::Flush(e) => write!(f, "flush failed: {e}"),
+            WriterError::Undelivered { sums, error } => {
+                let units: i64 = sums
+                    .iter()
+                    .map(|(_, delta, _)| delta.saturating_abs())
+                    .sum();
+                write!(
+                    f,
+                    "{} sums ({units} units) not delivered within close_timeout (each counted \
+                     once or not at all): {error}",
+                    sums.len()
+                )
+            }
         }
     }
 }
@@ -211,6 +238,8 @@ struct Flusher<C: Connector> {
     connection: Option<C::Connection>,
     /// The last send failed to connect at all (not to one holder's master): nothing can go.
     connect_failed: bool,
+    /// Set by `close`: every sum is sent, none held back (see [`Flusher::held_back`]).
+    closing: bool,
     router: Option<SpreadRouter>,
     unacked: VecDeque<Sum>,
     sequence: u64,
@@ -253,6 +282,7 @@ impl<C: Connector> CoalescingWriter<C> {
                 connector,
                 connection: None,
                 connect_failed: false,
+                closing: false,
                 router,
                 unacked: VecDeque::new(),
                 sequence: 0,
@@ -297,8 +327,10 @@ impl<C: Connector> CoalescingWriter<C> {
         stats
     }
 
-    /// Stops the flush thread and flushes what is left; the final stats, or an error saying
-    /// the last sums could not be sent.
+    /// Stops the flush thread and flushes what is left: a sum not acknowledged (a reply that
+    /// timed out, a server out of reach) is sent again with its token every 50 ms to 1 s, held
+    /// back or not, for up to `close_timeout`. The final stats, or
+    /// [`WriterError::Undelivered`] listing the sums it could not deliver.
     pub fn close(mut self) -> Result<WriterStats, WriterError> {
         self.shutdown()?;
         Ok(self.stats())
@@ -311,7 +343,21 @@ impl<C: Connector> CoalescingWriter<C> {
         lock(&self.shared.pending).closed = true;
         self.shared.wake.notify_all();
         let _ = thread.join();
-        self.flush()
+        lock(&self.shared.flusher).closing = true;
+        let deadline = Instant::now() + self.shared.config.close_timeout;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.shared.flush() {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() + pause >= deadline => {
+                    return Err(self.shared.undelivered(error));
+                }
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
     }
 }
 
@@ -326,6 +372,26 @@ impl<C: Connector> Drop for CoalescingWriter<C> {
 }
 
 impl<C: Connector> Shared<C> {
+    /// The report of a `close` that ran out of time: the sums not acknowledged, then those
+    /// never sent.
+    fn undelivered(&self, error: CtrError) -> WriterError {
+        let flusher = lock(&self.flusher);
+        let mut sums: Vec<_> = flusher
+            .unacked
+            .iter()
+            .map(|s| (s.key.clone(), s.delta, s.options.token.clone()))
+            .collect();
+        let pending = lock(&self.pending);
+        sums.extend(
+            pending
+                .sums
+                .iter()
+                .filter(|&(_, &delta)| delta != 0)
+                .map(|(key, &delta)| (key.clone(), delta, None)),
+        );
+        WriterError::Undelivered { sums, error }
+    }
+
     /// False when the key cannot be taken without a flush first (a new key at the cap, or a
     /// sum leaving the 64-bit range).
     fn record(&self, key: &[u8], delta: i64) -> Result<bool, WriterError> {
@@ -504,7 +570,8 @@ impl<C: Connector> Flusher<C> {
     /// True for a sum that may have counted at a holder left out for now (its master timed
     /// out): it waits for that holder instead of costing every flush another timeout.
     fn held_back(&self, sum: &Sum) -> bool {
-        sum.maybe_counted
+        !self.closing
+            && sum.maybe_counted
             && self
                 .router
                 .as_ref()

@@ -801,6 +801,7 @@ fn writer_memory_is_bounded_and_drop_flushes() {
         max_keys: 3,
         retries: 0,
         flush_interval: Duration::from_secs(60),
+        close_timeout: Duration::ZERO,
         ..WriterConfig::default()
     };
     let writer = CoalescingWriter::new(
@@ -811,7 +812,10 @@ fn writer_memory_is_bounded_and_drop_flushes() {
         writer.add(key, 1).unwrap();
     }
     assert!(matches!(writer.add("d", 1), Err(WriterError::Full(_))));
-    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => assert_eq!(sums.len(), 3),
+        other => panic!("expected Undelivered, got {other:?}"),
+    }
 
     let config = WriterConfig {
         flush_interval: Duration::from_secs(60),
@@ -978,6 +982,7 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
         flush_interval: Duration::from_secs(60),
         retries: 1,
         retry_backoff: Duration::from_millis(1),
+        close_timeout: Duration::from_millis(200),
         ..WriterConfig::default()
     };
     let writer =
@@ -993,7 +998,13 @@ fn writer_holds_back_only_the_sum_out_of_reach() {
     }
     // Applied by the server on its first send, its retries deduplicated by its token.
     assert_eq!(direct.ctr_get("stuck").unwrap(), 1);
-    assert!(matches!(writer.close(), Err(WriterError::Flush(_))));
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => {
+            let sums: Vec<_> = sums.into_iter().map(|(k, d, _)| (k, d)).collect();
+            assert_eq!(sums, [(b"stuck".to_vec(), 1)]);
+        }
+        other => panic!("expected Undelivered, got {other:?}"),
+    }
 }
 
 #[test]
@@ -1355,4 +1366,200 @@ fn router_and_writer_keep_half_their_rate_with_a_master_frozen() {
         total <= counted + timed_out_plain,
         "{total} > {counted} + {timed_out_plain}: {report}"
     );
+}
+
+/// The server of `port` paused for `ms` (`CLIENT PAUSE ms WRITE`: writes held, their replies
+/// late) from a connection of its own.
+fn pause_writes(port: u16, ms: u64) {
+    let mut admin = redis::Client::open(url(port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query::<()>(&mut admin)
+        .unwrap();
+}
+
+fn is_timeout<T: std::fmt::Debug>(result: &Result<T, CtrError>) -> bool {
+    matches!(result, Err(CtrError::Redis(e)) if e.is_timeout())
+}
+
+/// Each write path whose reply times out (the server paused 700 ms, past a 200 ms timeout)
+/// returns the timeout error and counts at most once with the redis crate's default retries:
+/// a plain connection, a multiplexed one, and the cluster connections (sync and async), which
+/// resend a command after an I/O error (16 retries by default) unless the library sends it once.
+#[test]
+fn a_write_whose_reply_times_out_counts_at_most_once() {
+    let timeout = Duration::from_millis(200);
+    let pause = 700;
+    let server = Server::start();
+    let cluster = Cluster::start(3, &[]);
+    let counted = |port: u16, key: &str| -> i64 {
+        std::thread::sleep(Duration::from_millis(pause + 100));
+        let mut con = redis::Client::open(url(port, false))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        con.ctr_get(key).unwrap()
+    };
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    con.set_read_timeout(Some(timeout)).unwrap();
+    for (n, options) in [AddOptions::new(), AddOptions::new().ex(60)]
+        .iter()
+        .enumerate()
+    {
+        let key = format!("once:plain:{n}");
+        pause_writes(server.port, pause);
+        assert!(is_timeout(&con.ctr_add_with(&key, 1, options)));
+        assert!(counted(server.port, &key) <= 1, "{key}");
+    }
+    let seeds = vec![url(cluster.nodes[0].port, false)];
+    let cluster_client = redis::cluster::ClusterClient::builder(seeds)
+        .response_timeout(timeout)
+        .build()
+        .unwrap();
+    let mut con = cluster_client.get_connection().unwrap();
+    let master_of =
+        |key: &str| cluster.nodes[cluster.owner(common::cluster::key_slot(key.as_bytes()))].port;
+    for (n, options) in [AddOptions::new(), AddOptions::new().ex(60)]
+        .iter()
+        .enumerate()
+    {
+        let key = format!("once:cluster:{n}");
+        pause_writes(master_of(&key), pause);
+        assert!(is_timeout(&con.ctr_add_with(&key, 1, options)), "{key}");
+        assert!(counted(master_of(&key), &key) <= 1, "{key}");
+        let key = format!("once:cluster-buy:{n}");
+        con.ctr_add(&key, 5).unwrap();
+        con.ctr_floor(&key, Some(0)).unwrap();
+        pause_writes(master_of(&key), pause);
+        assert!(is_timeout(&con.ctr_decrfloor(&key, 1)), "{key}");
+        assert!(counted(master_of(&key), &key) >= 4, "{key}");
+    }
+    block_on(async {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(timeout);
+        let mut con = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap();
+        let key = "once:multiplexed";
+        pause_writes(server.port, pause);
+        assert!(is_timeout(&con.ctr_add(key, 1).await));
+        assert!(counted(server.port, key) <= 1);
+        // redis 0.27's async cluster connection resends every request after a timeout
+        // (its retries): a client for writes that must not be resent is built without them.
+        let once = redis::cluster::ClusterClient::builder(vec![url(cluster.nodes[0].port, false)])
+            .response_timeout(timeout)
+            .retries(0)
+            .build()
+            .unwrap();
+        let mut con = once.get_async_connection().await.unwrap();
+        let key = "once:cluster-async";
+        pause_writes(master_of(key), pause);
+        assert!(is_timeout(&con.ctr_add(key, 1).await), "{key}");
+        assert!(counted(master_of(key), key) <= 1, "{key}");
+    });
+}
+
+/// A sum whose reply timed out is held back (its master left out for a while); `close` sends
+/// it again with its token until the server answers (within `close_timeout`), or reports what
+/// it could not deliver.
+#[test]
+fn close_delivers_a_sum_held_back_or_reports_it() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let config = |close_timeout| WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        timeout: Duration::from_millis(200),
+        close_timeout,
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(client.clone(), config(Duration::from_secs(10)));
+    writer.add("close:held", 5).unwrap();
+    pause_writes(server.port, 2100);
+    assert!(matches!(writer.flush(), Err(WriterError::Flush(e)) if timed_out(&e)));
+    writer.close().expect("delivered once the pause is over");
+    let mut con = client.get_connection().unwrap();
+    assert_eq!(con.ctr_get("close:held").unwrap(), 5);
+
+    let writer = CoalescingWriter::new(client.clone(), config(Duration::from_millis(300)));
+    writer.add("close:undelivered", 5).unwrap();
+    pause_writes(server.port, 2100);
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => {
+            let sums: Vec<_> = sums.into_iter().map(|(k, d, _)| (k, d)).collect();
+            assert_eq!(sums, [(b"close:undelivered".to_vec(), 5)]);
+        }
+        other => panic!("expected Undelivered, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(2200));
+    assert!([0, 5].contains(&con.ctr_get("close:undelivered").unwrap()));
+}
+
+fn timed_out(e: &CtrError) -> bool {
+    matches!(e, CtrError::Redis(e) if e.is_timeout())
+}
+
+/// Durable purchases: the grant is held by the master's replica when `decrfloor` returns it
+/// (read there at once); asking for more replicas than acknowledge returns `NotDurable`, the
+/// grant standing (its token replays it). On a cluster connection the `WAIT` goes to the
+/// granting master (a master without replicas: acknowledged by 0).
+#[test]
+fn durable_purchases_wait_for_the_granting_masters_replicas() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut con = redis::Client::open(url(server.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut on_replica = redis::Client::open(url(replica.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.ctr_add("durable", 5).unwrap();
+    con.ctr_floor("durable", Some(0)).unwrap();
+    let durable = SpreadRouter::default().with_durable_purchases(1, Duration::from_secs(5));
+    for n in 1..=3i64 {
+        let token = format!("t{n}");
+        let bought = durable.decrfloor(&mut con, "durable", 1, Some(token.as_bytes()), None);
+        assert_eq!(bought.unwrap(), Some(5 - n));
+        assert_eq!(on_replica.ctr_get("durable").unwrap(), 5 - n);
+    }
+    let two = SpreadRouter::default().with_durable_purchases(2, Duration::from_millis(100));
+    match two.decrfloor(&mut con, "durable", 1, Some(b"t4"), None) {
+        Err(CtrError::NotDurable {
+            value,
+            acknowledged,
+            ..
+        }) => assert_eq!((value, acknowledged), (1, 1)),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(
+        SpreadRouter::default()
+            .decrfloor(&mut con, "durable", 1, Some(b"t4"), None)
+            .unwrap(),
+        Some(1)
+    );
+
+    let cluster = Cluster::start(3, &[]);
+    let mut con = redis::cluster::ClusterClient::new(vec![url(cluster.nodes[0].port, false)])
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.ctr_add("durable", 5).unwrap();
+    con.ctr_floor("durable", Some(0)).unwrap();
+    let one = SpreadRouter::default().with_durable_purchases(1, Duration::from_millis(50));
+    match one.decrfloor(&mut con, "durable", 1, Some(b"c"), None) {
+        Err(CtrError::NotDurable {
+            value,
+            acknowledged,
+            ..
+        }) => assert_eq!((value, acknowledged), (4, 0)),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(con.ctr_get("durable").unwrap(), 4);
 }
