@@ -27,7 +27,7 @@ pub mod transfer;
 
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
-pub use floor::Floor;
+pub use floor::{Ceiling, Floor};
 pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
@@ -72,6 +72,8 @@ pub struct Counter {
 struct Extras {
     /// The floor and the per-shard budgets of its headroom, when a floor is set.
     floor: Option<Floor>,
+    /// The ceiling and the per-shard budgets of its headroom, when a ceiling is set.
+    ceiling: Option<Ceiling>,
     /// Tokens of `CTR.ADD key 1 TOKEN t`, the common form (12 bytes each).
     tokens: TokenWindow,
     /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
@@ -90,6 +92,7 @@ struct Extras {
 impl Extras {
     fn is_empty(&self) -> bool {
         self.floor.is_none()
+            && self.ceiling.is_none()
             && self.tokens.is_empty()
             && self.ledger.is_empty()
             && self.history.is_none()
@@ -106,6 +109,7 @@ static NO_LEDGER: TokenWindow<LedgerEntry> = TokenWindow::from_empty();
 pub struct CounterParts {
     pub shards: Vec<i64>,
     pub floor: Option<Floor>,
+    pub ceiling: Option<Ceiling>,
     pub tokens: TokenWindow,
     pub ledger: TokenWindow<LedgerEntry>,
     pub history: Option<History>,
@@ -144,6 +148,7 @@ impl Counter {
         let CounterParts {
             shards,
             floor,
+            ceiling,
             tokens,
             ledger,
             history,
@@ -156,6 +161,12 @@ impl Counter {
         let value = checked_sum(&shards)?;
         if let Some(f) = &floor {
             check_floor(value, f, shards.len())?;
+        }
+        if let Some(c) = &ceiling {
+            check_ceiling(value, c, shards.len())?;
+            if spread.is_some() || transfers.as_ref().is_some_and(|t| !t.is_empty()) {
+                return Err(CounterError::CeilingOnSpread);
+            }
         }
         if let Some(h) = &history {
             h.validate()?;
@@ -180,6 +191,7 @@ impl Counter {
         };
         let ext = Extras {
             floor,
+            ceiling,
             tokens,
             ledger,
             history: history.map(Box::new),
@@ -224,6 +236,10 @@ impl Counter {
         self.ext.as_ref()?.floor.as_ref()
     }
 
+    pub fn ceiling(&self) -> Option<&Ceiling> {
+        self.ext.as_ref()?.ceiling.as_ref()
+    }
+
     pub fn tokens(&self) -> &TokenWindow {
         self.ext.as_ref().map_or(&NO_TOKENS, |e| &e.tokens)
     }
@@ -243,6 +259,9 @@ impl Counter {
 
     /// Makes this counter the home of a spread counter with these other holders.
     pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
+        if self.ceiling().is_some() {
+            return Err(CounterError::CeilingOnSpread);
+        }
         spread.validate()?;
         if self.has_retired(spread.id) {
             return Err(CounterError::InvalidOperation("a retired spread id"));
@@ -256,6 +275,10 @@ impl Counter {
 
     fn floor_mut(&mut self) -> Option<&mut Floor> {
         self.ext.as_mut()?.floor.as_mut()
+    }
+
+    fn ceiling_mut(&mut self) -> Option<&mut Ceiling> {
+        self.ext.as_mut()?.ceiling.as_mut()
     }
 
     fn history_mut(&mut self) -> Option<&mut History> {
@@ -294,6 +317,7 @@ impl Counter {
         let bare = self.value == 0
             && self.shards.is_empty()
             && e.floor.is_none()
+            && e.ceiling.is_none()
             && e.tokens.is_empty()
             && e.history.is_none();
         if bare {
@@ -388,7 +412,8 @@ impl Counter {
 
     /// Heap bytes owned by the counter beyond its own struct.
     pub fn heap_bytes(&self) -> usize {
-        let budgets = self.floor().map_or(0, |f| f.budgets.capacity());
+        let budgets = self.floor().map_or(0, |f| f.budgets.capacity())
+            + self.ceiling().map_or(0, |c| c.budgets.capacity());
         let ext = self
             .ext
             .as_ref()
@@ -422,6 +447,9 @@ impl Counter {
             + self
                 .floor()
                 .map_or(0, |f| vec_bytes::<i64>(f.budgets.capacity()))
+            + self
+                .ceiling()
+                .map_or(0, |c| vec_bytes::<i64>(c.budgets.capacity()))
             + self.tokens().allocated_bytes()
             + self.ledger().allocated_bytes()
             + self.history().map_or(0, |h| {
@@ -466,6 +494,26 @@ fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError>
     if checked_sum(&f.budgets)? != headroom {
         return Err(CounterError::InvalidOperation(
             "budgets do not sum to the headroom",
+        ));
+    }
+    Ok(())
+}
+
+/// A ceiling's invariants: value <= ceiling, one non-negative budget per shard, summing to the
+/// headroom (ceiling - value).
+fn check_ceiling(value: i64, c: &Ceiling, shards: usize) -> Result<(), CounterError> {
+    if value > c.ceiling {
+        return Err(CounterError::AboveCeiling);
+    }
+    let headroom = c.ceiling.checked_sub(value).ok_or(CounterError::Overflow)?;
+    if c.budgets.len() != shards || c.budgets.iter().any(|b| *b < 0) {
+        return Err(CounterError::InvalidOperation(
+            "ceiling budgets do not match the shards",
+        ));
+    }
+    if checked_sum(&c.budgets)? != headroom {
+        return Err(CounterError::InvalidOperation(
+            "ceiling budgets do not sum to the headroom",
         ));
     }
     Ok(())

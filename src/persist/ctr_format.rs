@@ -57,6 +57,9 @@
 //!             this home still has (or has not retired yet) folded back here, by place, their
 //!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
 //!             when not empty; files without it mark nothing.
+//!  19 CEILING ivarint ceiling, uvarint n (= shard count), n x ivarint budget
+//!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; never with SPREAD
+//!             or TRANSFER). Files without it have no ceiling.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -74,7 +77,7 @@ use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
 use crate::counter::{
-    Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
+    Ceiling, Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
 };
 
 pub const FORMAT_V1: u8 = 1;
@@ -97,6 +100,7 @@ const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
+const TAG_CEILING: u8 = 19;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -152,6 +156,14 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     }
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
+    }
+    if let Some(c) = counter.ceiling() {
+        w.u8(TAG_CEILING)
+            .ivarint(c.ceiling)
+            .uvarint(c.budgets.len() as u64);
+        for b in &c.budgets {
+            w.ivarint(*b);
+        }
     }
     w.u8(TAG_END);
     w.finish()
@@ -348,6 +360,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut shards = Vec::new();
     let mut tokens = None;
     let mut floor = None;
+    let mut ceiling = None;
     let mut ledger = None;
     let mut history = None;
     let mut spread: Option<Spread> = None;
@@ -395,6 +408,14 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_FOLDED => {
                 transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
+            TAG_CEILING => {
+                // The same body as a floor's: a limit and one budget per shard.
+                let Floor { floor, budgets } = decode_floor(r)?;
+                ceiling = Some(Ceiling {
+                    ceiling: floor,
+                    budgets,
+                });
+            }
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -425,6 +446,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let parts = CounterParts {
         shards,
         floor,
+        ceiling,
         tokens,
         ledger,
         history,
@@ -799,6 +821,44 @@ mod tests {
         );
         assert!(floored(10, 4, &[]).is_err());
         assert!(floored(i64::MAX, -1, &[0]).is_err(), "headroom overflows");
+    }
+
+    #[test]
+    fn ceilings_roundtrip_and_broken_ones_are_refused() {
+        let mut c = Counter::from_shards(vec![3, 4]).unwrap();
+        c.set_floor(Some(-2)).unwrap();
+        c.set_ceiling(Some(20)).unwrap();
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.ceiling().unwrap().budgets, vec![7, 6]);
+        let ceiled = |value: i64, ceiling: i64, budgets: &[i64]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(value);
+            w.u8(TAG_CEILING)
+                .ivarint(ceiling)
+                .uvarint(budgets.len() as u64);
+            for b in budgets {
+                w.ivarint(*b);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(ceiled(4, 10, &[6]).is_ok());
+        assert!(ceiled(4, 10, &[5]).is_err(), "budgets short of the headroom");
+        assert!(ceiled(11, 10, &[-1]).is_err(), "value above the ceiling");
+        assert!(ceiled(4, 10, &[8, -2]).is_err(), "budget count");
+        assert!(ceiled(i64::MIN, 1, &[0]).is_err(), "headroom overflows");
+        // A ceiling on a spread home is refused, whichever way it comes.
+        let mut home = spread_counter();
+        assert!(home.set_ceiling(Some(100)).is_err());
+        let mut bytes = encode(&home);
+        bytes.pop(); // END
+        let mut w = Writer::new();
+        w.u8(TAG_CEILING).ivarint(100).uvarint(1).ivarint(100 - home.value());
+        w.u8(TAG_END);
+        bytes.extend(w.finish());
+        assert!(decode(&bytes).is_err());
+        home.set_ceiling(None).unwrap();
     }
 
     #[test]

@@ -16,6 +16,12 @@ pub enum ModuleError {
     /// The value would be, or already is, below the counter's floor; also `CTR.CLEAR` of a
     /// counter whose floor is above 0 (0 would be below it: lower the floor first).
     BelowFloor,
+    /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
+    /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
+    AboveCeiling,
+    /// A ceiling and a spread counter together (`CTR.CEIL` on a spread home or holder,
+    /// `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    CeilingOnSpread,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
@@ -107,6 +113,8 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
     &[
         ("ERR counter overflow", Overflow),
         ("ERR value below floor", BelowFloor),
+        ("ERR value above ceiling", AboveCeiling),
+        ("ERR ceilings on spread counters are not supported", CeilingOnSpread),
         (
             "ERR cannot clear to 0: the counter's floor is above 0",
             BelowFloor,
