@@ -88,6 +88,14 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k 1 TOKEN t AT 5", &[("k", RW)])],
     },
     Meta {
+        name: "ctr.ceil",
+        arity: 3,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[("k 10", &[("k", RW)]), ("k NONE", &[("k", RW)])],
+    },
+    Meta {
         name: "ctr.reconcile",
         arity: -3,
         // movablekeys: the source is found by the command (getkeys-api); cluster clients ask

@@ -310,6 +310,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             Some(CounterRef::Boxed(b)) => (b, b.add_rate(), "boxed"),
         };
         let floor = counter.floor();
+        let ceiling = counter.ceiling();
         let history = counter.history();
         let (tokens, ledger) = counter.token_counts();
         Reply::Map(vec![
@@ -323,6 +324,14 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             (
                 "budgets",
                 floor.map_or(Reply::Null, |f| integers(&f.budgets)),
+            ),
+            (
+                "ceiling",
+                ceiling.map_or(Reply::Null, |c| Reply::Integer(c.ceiling)),
+            ),
+            (
+                "ceiling_budgets",
+                ceiling.map_or(Reply::Null, |c| integers(&c.budgets)),
             ),
             ("add_rate", Reply::Integer(i64::from(rate))),
             ("tokens", Reply::Integer(tokens as i64)),

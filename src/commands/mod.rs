@@ -6,6 +6,7 @@
 
 pub mod ctr;
 pub mod ctr_args;
+pub mod ctr_bounds;
 pub mod ctr_floor;
 mod ctr_floor_spread;
 pub mod ctr_internal;
@@ -245,6 +246,18 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Decrements only if the result stays at or above the floor; nil when refused. TOKEN replays the first outcome to retries.",
         complexity: c"O(N) where N is the number of shards, plus O(log T) with a token",
         since: c"0.3.0",
+    },
+    CommandDef {
+        name: c"ctr.ceil",
+        entry: entry!(ctr_bounds::ceil),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 3,
+        summary: c"Sets (or with NONE removes) the ceiling a counter can never go above; creates it at 0 when missing.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.8.0",
     },
     CommandDef {
         name: c"ctr.reconcile",
