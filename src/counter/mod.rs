@@ -7,6 +7,7 @@
 //! replicas and the AOF reach the same state bit for bit.
 
 pub mod audit;
+pub mod bounds;
 mod cell;
 pub mod collect;
 mod error;
@@ -25,6 +26,7 @@ pub mod step;
 pub mod tokens;
 pub mod transfer;
 
+pub use bounds::{IncrexOp, RefundOp, RefundPlan};
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
 pub use floor::{Ceiling, Floor};
@@ -79,6 +81,11 @@ struct Extras {
     /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
     /// outcome and its intent (24 bytes each).
     ledger: TokenWindow<LedgerEntry>,
+    /// What some tokened writes keep beside their ledger entry, under the same fingerprint and
+    /// expiry: the increment a `CTR.INCREX` applied ([`Intent::APPLIED`]), the units a grant
+    /// took ([`Intent::GRANT`], refundable once) or gave back ([`Intent::REFUNDED`]). Not
+    /// tokens of their own: the tokens gauge and `CTR.INFO` do not count them.
+    records: TokenWindow<LedgerEntry>,
     /// Time buckets and reconcile state, once the counter has been reconciled. Boxed, as the
     /// two below: few counters have them, and every counter with a token or a floor pays for
     /// this struct (168 bytes with the three boxed, 376 with them inline).
@@ -95,6 +102,7 @@ impl Extras {
             && self.ceiling.is_none()
             && self.tokens.is_empty()
             && self.ledger.is_empty()
+            && self.records.is_empty()
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
@@ -112,6 +120,7 @@ pub struct CounterParts {
     pub ceiling: Option<Ceiling>,
     pub tokens: TokenWindow,
     pub ledger: TokenWindow<LedgerEntry>,
+    pub records: TokenWindow<LedgerEntry>,
     pub history: Option<History>,
     pub spread: Option<Spread>,
     pub transfers: Option<Transfers>,
@@ -151,6 +160,7 @@ impl Counter {
             ceiling,
             tokens,
             ledger,
+            records,
             history,
             spread,
             transfers,
@@ -194,6 +204,7 @@ impl Counter {
             ceiling,
             tokens,
             ledger,
+            records,
             history: history.map(Box::new),
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
@@ -246,6 +257,25 @@ impl Counter {
 
     pub fn ledger(&self) -> &TokenWindow<LedgerEntry> {
         self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.ledger)
+    }
+
+    pub fn records(&self) -> &TokenWindow<LedgerEntry> {
+        self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.records)
+    }
+
+    /// The live record of token `fp` (see [`Extras::records`]).
+    pub fn record(&self, fp: u64, now: i64) -> Option<LedgerEntry> {
+        self.records().get_live(fp, now)
+    }
+
+    /// Keeps a record beside a tokened write.
+    fn keep_record(&mut self, fp: u64, expires_at: i64, intent: Intent, value: i64) {
+        let entry = LedgerEntry {
+            expires_at,
+            outcome: Some(value),
+            intent,
+        };
+        self.ext_mut().records.insert(fp, entry);
     }
 
     pub fn history(&self) -> Option<&History> {
@@ -321,7 +351,8 @@ impl Counter {
             && e.tokens.is_empty()
             && e.history.is_none();
         if bare {
-            e.ledger.latest_expiry()
+            // Records expire with the ledger entries they stand beside.
+            e.ledger.latest_expiry().max(e.records.latest_expiry())
         } else {
             None
         }
@@ -362,7 +393,7 @@ impl Counter {
 
     /// Remembers a tokened write: the common `CTR.ADD key 1` in the add-token window, any other
     /// in the ledger with its outcome and intent.
-    fn remember(&mut self, fp: u64, expires_at: i64, write: WriteKind, outcome: Option<i64>) {
+    pub(super) fn remember(&mut self, fp: u64, expires_at: i64, write: WriteKind, outcome: Option<i64>) {
         let ext = self.ext_mut();
         if write == UNIT_ADD {
             ext.tokens.insert(fp, expires_at);
@@ -422,6 +453,7 @@ impl Counter {
             + ext
             + self.tokens().heap_bytes()
             + self.ledger().heap_bytes()
+            + self.records().heap_bytes()
             + self
                 .history()
                 .map_or(0, |h| std::mem::size_of::<History>() + h.heap_bytes())
@@ -452,6 +484,7 @@ impl Counter {
                 .map_or(0, |c| vec_bytes::<i64>(c.budgets.capacity()))
             + self.tokens().allocated_bytes()
             + self.ledger().allocated_bytes()
+            + self.records().allocated_bytes()
             + self.history().map_or(0, |h| {
                 usable_size(std::mem::size_of::<History>()) + h.allocated_bytes()
             })

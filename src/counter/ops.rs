@@ -278,6 +278,10 @@ impl Counter {
         }
         if let Some(t) = op.token {
             self.remember(t.fp, t.expires_at, WriteKind::Add(op.delta), outcome);
+            if op.delta < 0 {
+                // A granted negative add is refundable, as a decrement is.
+                self.keep_grant(op.token, outcome.and(op.delta.checked_neg()));
+            }
         }
         Ok(outcome)
     }
@@ -288,7 +292,7 @@ impl Counter {
     }
 
     /// The add itself; the token is the caller's.
-    fn try_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
+    pub(super) fn try_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
         check_shards(op.shard, op.shards)?;
         let value = self
             .value
@@ -417,6 +421,7 @@ impl Counter {
         let reply = granted.map(|value| self.purchase_reply(value, named_holder));
         if let Some(t) = op.token {
             self.remember(t.fp, t.expires_at, WriteKind::Decr(op.amount), reply);
+            self.keep_grant(op.token, reply.map(|_| op.amount));
         }
         Ok(reply)
     }
@@ -776,7 +781,11 @@ impl Counter {
     /// True when every token and ledger entry the counter holds has expired at `now` (and it
     /// holds some): what the idle sweep looks for. O(entries held).
     pub fn has_only_expired_tokens(&self, now: i64) -> bool {
-        let latest = [self.tokens().latest_expiry(), self.ledger().latest_expiry()]
+        let latest = [
+            self.tokens().latest_expiry(),
+            self.ledger().latest_expiry(),
+            self.records().latest_expiry(),
+        ]
             .into_iter()
             .flatten()
             .max();
@@ -788,7 +797,7 @@ impl Counter {
     /// were dropped.
     pub fn apply_sweep(&mut self, now: i64) -> usize {
         let dropped = match &mut self.ext {
-            Some(e) => e.tokens.sweep(now) + e.ledger.sweep(now),
+            Some(e) => e.tokens.sweep(now) + e.ledger.sweep(now) + e.records.sweep(now),
             None => 0,
         };
         self.trim_ext();
@@ -819,10 +828,11 @@ impl Counter {
         Ok(value)
     }
 
-    fn record_write(&mut self, now: i64) {
+    pub(super) fn record_write(&mut self, now: i64) {
         if let Some(e) = &mut self.ext {
             e.tokens.sweep(now);
             e.ledger.sweep(now);
+            e.records.sweep(now);
         }
         self.trim_ext();
     }

@@ -60,6 +60,12 @@
 //!  19 CEILING ivarint ceiling, uvarint n (= shard count), n x ivarint budget
 //!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; never with SPREAD
 //!             or TRANSFER). Files without it have no ceiling.
+//!  (20-21 are reserved for other features)
+//!  22 RECORDS ivarint next sweep time, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint
+//!             expiry, uvarint intent, ivarint value), fingerprints strictly increasing: what
+//!             tokened writes keep beside their ledger entry (`Counter::records`): the increment
+//!             a CTR.INCREX applied (APPLIED), the units a grant took (GRANT, > 0) or a refund
+//!             gave back (REFUNDED, >= 0). Files without it keep none.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -101,6 +107,7 @@ const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
 const TAG_CEILING: u8 = 19;
+const TAG_RECORDS: u8 = 22;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -165,6 +172,10 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
             w.ivarint(*b);
         }
     }
+    encode_window(&mut w, TAG_RECORDS, counter.records(), |w, e| {
+        w.uvarint(u64::from(e.intent.bits()))
+            .ivarint(e.outcome.unwrap_or(0));
+    });
     w.u8(TAG_END);
     w.finish()
 }
@@ -361,6 +372,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut tokens = None;
     let mut floor = None;
     let mut ceiling = None;
+    let mut records = None;
     let mut ledger = None;
     let mut history = None;
     let mut spread: Option<Spread> = None;
@@ -416,6 +428,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
                     budgets,
                 });
             }
+            TAG_RECORDS => records = Some(decode_window(r, decode_record)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -449,6 +462,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         ceiling,
         tokens,
         ledger,
+        records: records.map_or_else(TokenWindow::default, |(entries, next_sweep)| {
+            window(entries, next_sweep)
+        }),
         history,
         spread,
         transfers,
@@ -573,6 +589,27 @@ fn decode_ledger_entry(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, D
         expires_at,
         outcome,
         intent: Intent::LEGACY_DECREMENT,
+    })
+}
+
+/// One entry of the RECORDS section: an intent among the three records, and its value.
+fn decode_record(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, DecodeError> {
+    let bits = u32::try_from(r.uvarint()?).ok();
+    let intent = bits.and_then(Intent::from_bits);
+    let value = r.ivarint()?;
+    let valid = match intent {
+        Some(Intent::APPLIED) => true,
+        Some(Intent::GRANT) => value > 0,
+        Some(Intent::REFUNDED) => value >= 0,
+        _ => return decode_error("unknown CTR record"),
+    };
+    if !valid {
+        return decode_error("a CTR record's value out of range");
+    }
+    Ok(LedgerEntry {
+        expires_at,
+        outcome: Some(value),
+        intent: intent.unwrap_or(Intent::APPLIED),
     })
 }
 
