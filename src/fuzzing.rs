@@ -23,8 +23,8 @@ use crate::commands::ctr_args::{
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
-    AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, StartOp,
-    TokenStamp, MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, IncrexOp,
+    ReconcileOp, RefundOp, StartOp, TokenStamp, MAX_SHARDS,
 };
 use crate::ffi::CommandError;
 use crate::persist::effect::{self, CounterOp, Effect};
@@ -73,6 +73,27 @@ fn assert_reencodes(c: &Counter, what: &str) {
         i128::from(c.value()),
         "{what}: shards do not sum to the value"
     );
+    if let Some(ceiling) = c.ceiling() {
+        assert!(
+            c.value() <= ceiling.ceiling,
+            "{what}: value above its ceiling"
+        );
+        assert_eq!(
+            ceiling.budgets.len(),
+            c.shard_count(),
+            "{what}: ceiling budgets"
+        );
+        assert!(
+            ceiling.budgets.iter().all(|b| *b >= 0),
+            "{what}: negative budget"
+        );
+        let budgets: i128 = ceiling.budgets.iter().map(|v| i128::from(*v)).sum();
+        assert_eq!(
+            budgets,
+            i128::from(ceiling.ceiling) - i128::from(c.value()),
+            "{what}: ceiling budgets do not sum to the headroom"
+        );
+    }
     if let Some(f) = c.floor() {
         assert!(c.value() >= f.floor, "{what}: value below its floor");
         assert_eq!(f.budgets.len(), c.shard_count(), "{what}: budget count");
@@ -109,6 +130,8 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::Start(op) => Ok(Some(c.apply_start(op).0)),
         CounterOp::Sweep { now } => Ok(Some(c.apply_sweep(*now) as i64)),
         CounterOp::ClearTotal(op) => c.apply_clear_total(op).map(Some),
+        CounterOp::Increx(op) => c.apply_increx(op).map(|(value, _)| Some(value)),
+        CounterOp::Refund(op) => c.apply_refund(op).map(Some),
     }
 }
 
@@ -826,6 +849,8 @@ fn ctr_samples() -> Vec<Counter> {
     }
     let mut floored = Counter::plain(10);
     let _ = floored.set_floor(Some(3));
+    let mut ceiled = Counter::from_shards(vec![4, 5]).unwrap_or_default();
+    let _ = ceiled.set_ceiling(Some(30));
     let sharded = Counter::from_shards(vec![300, -70_000, 12, i64::MAX, 0, -5]);
     [
         Counter::plain(0),
@@ -834,6 +859,7 @@ fn ctr_samples() -> Vec<Counter> {
         Counter::plain(i64::MIN),
         sharded.unwrap_or_default(),
         floored,
+        ceiled,
         tokens,
         rich_counter(),
     ]
@@ -890,6 +916,25 @@ fn effect_samples() -> Vec<Effect> {
             now,
             total: -7,
             token,
+        }),
+        CounterOp::Increx(IncrexOp {
+            add: AddOp {
+                now,
+                event: now,
+                delta: 4,
+                shard: 0,
+                shards: 2,
+                token,
+            },
+            skipped: false,
+            print: 9,
+        }),
+        CounterOp::Refund(RefundOp {
+            now,
+            fp: !u64::MAX,
+            units: 2,
+            shard: 0,
+            shards: 1,
         }),
     ];
     ops.iter()

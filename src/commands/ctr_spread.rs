@@ -58,9 +58,11 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         ))?;
     let home = args.bytes(1);
     super::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
-    let ceiled = with_counter(ctx, args.raw(1), |c| {
-        matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some())
-    })?;
+    let ceiled = with_counter(
+        ctx,
+        args.raw(1),
+        |c| matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some()),
+    )?;
     if ceiled {
         return Err(crate::counter::CounterError::CeilingOnSpread.into());
     }

@@ -111,7 +111,12 @@ impl Counter {
             }
         };
         if let Some(t) = op.add.token {
-            self.remember(t.fp, t.expires_at, WriteKind::Increx(op.print), Some(reply.0));
+            self.remember(
+                t.fp,
+                t.expires_at,
+                WriteKind::Increx(op.print),
+                Some(reply.0),
+            );
             self.keep_record(t.fp, t.expires_at, Intent::APPLIED, reply.1);
         }
         Ok(reply)
@@ -143,9 +148,9 @@ impl Counter {
         match record.intent {
             Intent::REFUNDED => Ok(RefundPlan::Replay(units)),
             Intent::GRANT => {
-                let room = self.ceiling().map_or(i64::MAX, |c| {
-                    c.ceiling.saturating_sub(self.value()).max(0)
-                });
+                let room = self
+                    .ceiling()
+                    .map_or(i64::MAX, |c| c.ceiling.saturating_sub(self.value()).max(0));
                 let units = units.min(room);
                 self.value()
                     .checked_add(units)
@@ -201,12 +206,18 @@ mod tests {
         assert_eq!(bounded_result(3, -5, 0, 100, false), Ok(None));
         assert_eq!(bounded_result(3, -5, 0, 100, true), Ok(Some(0)));
         // Past 64 bits without explicit bounds: skipped, or saturated at the type's limit.
-        assert_eq!(bounded_result(i64::MAX, 1, i64::MIN, i64::MAX, false), Ok(None));
+        assert_eq!(
+            bounded_result(i64::MAX, 1, i64::MIN, i64::MAX, false),
+            Ok(None)
+        );
         assert_eq!(
             bounded_result(i64::MAX - 1, 5, i64::MIN, i64::MAX, true),
             Ok(Some(i64::MAX))
         );
-        assert_eq!(bounded_result(i64::MIN, -1, i64::MIN, i64::MAX, false), Ok(None));
+        assert_eq!(
+            bounded_result(i64::MIN, -1, i64::MIN, i64::MAX, false),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -235,7 +246,11 @@ mod tests {
         assert_eq!(c.increx_target(10, None, Some(6), true), Ok(Some(6)));
         assert_eq!(c.increx_target(-10, Some(-50), None, true), Ok(Some(2)));
         assert_eq!(c.increx_target(-10, Some(4), None, true), Ok(Some(4)));
-        assert_eq!(c.increx_target(1, Some(9), None, true), Ok(None), "9 > ceiling 8");
+        assert_eq!(
+            c.increx_target(1, Some(9), None, true),
+            Ok(None),
+            "9 > ceiling 8"
+        );
     }
 
     fn increx(c: &mut Counter, delta: i64, skipped: bool, token: u64) -> (i64, i64) {

@@ -170,7 +170,10 @@ mod tests {
         assert_eq!(walk(&[2, 5, 1], 2, 4), Some(vec![(2, 1), (0, 2), (1, 1)]));
         assert_eq!(walk(&[2, 5, 1], 1, 9), None, "short");
         assert_eq!(walk(&[0, 0], 1, 0), Some(vec![]), "nothing needed");
-        assert_eq!(walk(&[i64::MAX, i64::MAX], 0, i64::MAX), Some(vec![(0, i64::MAX)]));
+        assert_eq!(
+            walk(&[i64::MAX, i64::MAX], 0, i64::MAX),
+            Some(vec![(0, i64::MAX)])
+        );
     }
 
     #[test]

@@ -393,7 +393,13 @@ impl Counter {
 
     /// Remembers a tokened write: the common `CTR.ADD key 1` in the add-token window, any other
     /// in the ledger with its outcome and intent.
-    pub(super) fn remember(&mut self, fp: u64, expires_at: i64, write: WriteKind, outcome: Option<i64>) {
+    pub(super) fn remember(
+        &mut self,
+        fp: u64,
+        expires_at: i64,
+        write: WriteKind,
+        outcome: Option<i64>,
+    ) {
         let ext = self.ext_mut();
         if write == UNIT_ADD {
             ext.tokens.insert(fp, expires_at);

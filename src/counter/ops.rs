@@ -786,9 +786,9 @@ impl Counter {
             self.ledger().latest_expiry(),
             self.records().latest_expiry(),
         ]
-            .into_iter()
-            .flatten()
-            .max();
+        .into_iter()
+        .flatten()
+        .max();
         latest.is_some_and(|latest| latest <= now)
     }
 

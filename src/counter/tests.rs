@@ -850,7 +850,10 @@ fn a_ceiling_refuses_increments_past_it_and_keeps_its_budgets() {
     let mut c = Counter::from_shards(vec![2, 3]).unwrap();
     assert_eq!(c.set_ceiling(Some(4)), Err(CounterError::AboveCeiling));
     assert!(c.set_ceiling(Some(9)).unwrap());
-    assert!(!c.set_ceiling(Some(9)).unwrap(), "the same ceiling changes nothing");
+    assert!(
+        !c.set_ceiling(Some(9)).unwrap(),
+        "the same ceiling changes nothing"
+    );
     assert_eq!(ceiling_budgets(&c), vec![2, 2]);
     // An increment draws from the shard's budget, then the next one.
     assert_eq!(add_at(&mut c, 1, 2, 3), Ok(8));
@@ -872,7 +875,13 @@ fn a_ceiling_refuses_increments_past_it_and_keeps_its_budgets() {
     assert_eq!(c.shard_count(), 4);
     assert_eq!(add_at(&mut c, 0, 1, 6), Ok(9));
     assert_eq!(ceiling_budgets(&c), vec![0]);
-    assert_eq!(c.apply_clear(&ClearOp { now: 0, token: None }), Ok(9));
+    assert_eq!(
+        c.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
+        Ok(9)
+    );
     assert_eq!(ceiling_budgets(&c), vec![9]);
     c.set_ceiling(None).unwrap();
     assert!(c.is_plain());
@@ -884,7 +893,10 @@ fn floor_and_ceiling_budgets_move_together() {
     c.set_floor(Some(0)).unwrap();
     c.set_ceiling(Some(20)).unwrap();
     assert_eq!(add_at(&mut c, 0, 2, 8), Ok(18));
-    assert_eq!((budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()), (18, 2));
+    assert_eq!(
+        (budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()),
+        (18, 2)
+    );
     let taken = c.apply_decrement(&DecrOp {
         now: 1_000,
         event: 1_000,
@@ -894,14 +906,20 @@ fn floor_and_ceiling_budgets_move_together() {
         token: None,
     });
     assert_eq!(taken, Ok(Some(3)));
-    assert_eq!((budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()), (3, 17));
+    assert_eq!(
+        (budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()),
+        (3, 17)
+    );
     assert!(c.ceiling().unwrap().budgets.iter().all(|b| *b >= 0));
     // A clear below the ceiling is fine; a ceiling below 0 cannot be cleared to 0.
     let mut neg = Counter::plain(-10);
     neg.set_ceiling(Some(-5)).unwrap();
     let before = neg.clone();
     assert_eq!(
-        neg.apply_clear(&ClearOp { now: 0, token: None }),
+        neg.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
         Err(CounterError::AboveCeiling)
     );
     assert_eq!(neg, before);

@@ -683,7 +683,10 @@ mod tests {
             WriteKind::Decr(7),
         ] {
             assert!(!a.matches(other), "{other:?}");
-            assert!(!Intent::of(other).matches(WriteKind::Increx(7)), "{other:?}");
+            assert!(
+                !Intent::of(other).matches(WriteKind::Increx(7)),
+                "{other:?}"
+            );
         }
         assert!(!Intent::LEGACY_ADD_OR_CLEAR.matches(WriteKind::Increx(7)));
         for record in [Intent::APPLIED, Intent::GRANT, Intent::REFUNDED] {

@@ -83,7 +83,8 @@ use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
 use crate::counter::{
-    Ceiling, Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
+    Ceiling, Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow,
+    MAX_SHARDS,
 };
 
 pub const FORMAT_V1: u8 = 1;
@@ -881,7 +882,10 @@ mod tests {
             decode(&w.finish())
         };
         assert!(ceiled(4, 10, &[6]).is_ok());
-        assert!(ceiled(4, 10, &[5]).is_err(), "budgets short of the headroom");
+        assert!(
+            ceiled(4, 10, &[5]).is_err(),
+            "budgets short of the headroom"
+        );
         assert!(ceiled(11, 10, &[-1]).is_err(), "value above the ceiling");
         assert!(ceiled(4, 10, &[8, -2]).is_err(), "budget count");
         assert!(ceiled(i64::MIN, 1, &[0]).is_err(), "headroom overflows");
@@ -891,7 +895,10 @@ mod tests {
         let mut bytes = encode(&home);
         bytes.pop(); // END
         let mut w = Writer::new();
-        w.u8(TAG_CEILING).ivarint(100).uvarint(1).ivarint(100 - home.value());
+        w.u8(TAG_CEILING)
+            .ivarint(100)
+            .uvarint(1)
+            .ivarint(100 - home.value());
         w.u8(TAG_END);
         bytes.extend(w.finish());
         assert!(decode(&bytes).is_err());

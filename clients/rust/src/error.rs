@@ -114,7 +114,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR counter overflow", Overflow),
         ("ERR value below floor", BelowFloor),
         ("ERR value above ceiling", AboveCeiling),
-        ("ERR ceilings on spread counters are not supported", CeilingOnSpread),
+        (
+            "ERR ceilings on spread counters are not supported",
+            CeilingOnSpread,
+        ),
         (
             "ERR cannot clear to 0: the counter's floor is above 0",
             BelowFloor,
