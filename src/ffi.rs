@@ -519,6 +519,11 @@ impl Ctx {
         self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", key);
     }
 
+    /// The generic (`g`) `persist` event, as `PERSIST` sends it.
+    pub fn persisted(&self, key: RawString) {
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"persist", key);
+    }
+
     fn notify(&self, class: c_int, event: &CStr, key: RawString) {
         // SAFETY: ctx and key are live; event is NUL-terminated.
         unsafe {

@@ -17,9 +17,10 @@
 //! the module.
 
 use crate::commands::ctr_args::{
-    parse_add, parse_clear, parse_decrement, parse_floor, parse_reconcile, AddArgs, ClearArgs,
-    DecrArgs, ReconcileArgs, TruthSource, AMOUNT_NOT_POSITIVE, BAD_EXPIRE, BAD_TOKEN,
-    MAX_TOKEN_BYTES, NEGATIVE_AT,
+    parse_add, parse_clear, parse_decrement, parse_floor, parse_increx, parse_reconcile, AddArgs,
+    ClearArgs, DecrArgs, Expiry, ExpiryArgs, IncrexArgs, ReconcileArgs, TruthSource,
+    AMOUNT_NOT_POSITIVE, BAD_EXPIRE, BAD_EXPIRE_INCREX, BAD_TOKEN, BOUNDS_CROSSED,
+    ENX_NEEDS_EXPIRY, MAX_TOKEN_BYTES, NEGATIVE_AT, NO_FLOAT,
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
@@ -539,6 +540,10 @@ const KNOWN_ERRORS: &[CommandError] = &[
     NOT_AN_INTEGER,
     BAD_TOKEN,
     BAD_EXPIRE,
+    BAD_EXPIRE_INCREX,
+    ENX_NEEDS_EXPIRY,
+    BOUNDS_CROSSED,
+    NO_FLOAT,
     AMOUNT_NOT_POSITIVE,
     NEGATIVE_AT,
 ];
@@ -561,7 +566,8 @@ pub fn ctr_args(data: &[u8]) {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    match selector % 6 {
+    match selector % 7 {
+        6 => check_increx(&words(rest)),
         0 => check_add(&words(rest)),
         1 => check_decrement(&words(rest)),
         2 => check_clear(&words(rest)),
@@ -615,13 +621,7 @@ fn check_add(args: &[&[u8]]) {
         Err(e) => return known_error(&e),
     };
     assert_eq!(Some(parsed.delta), parse_i64(args[0]));
-    assert_eq!(args.len() % 2, 1, "options come in pairs");
-    let names = option_names(&args[1..]);
-    assert_unique(&names);
-    let has = |n: &[u8]| names.iter().any(|x| x == n);
-    assert!(!(has(b"EX") && has(b"PX")), "EX and PX together");
     check_token(parsed.token);
-    assert!(parsed.ttl_ms.is_none_or(|t| t > 0), "TTL must be positive");
     // The canonical rendering parses to the same thing.
     let mut canon = vec![int(parsed.delta)];
     if let Some(t) = parsed.token {
@@ -630,11 +630,60 @@ fn check_add(args: &[&[u8]]) {
     if let Some(at) = parsed.at {
         canon.extend([b"at".to_vec(), int(at)]);
     }
-    if let Some(ttl) = parsed.ttl_ms {
-        canon.extend([b"Px".to_vec(), int(ttl)]);
-    }
+    canon.extend(expiry_words(parsed.expiry));
     let again: Result<AddArgs, _> = parse_add(&render(&canon));
     assert_eq!(again, Ok(parsed), "canonical CTR.ADD rendering");
+}
+
+/// The canonical words of expiry options; each time is positive, ENX goes with a time.
+fn expiry_words(opts: ExpiryArgs) -> Vec<Vec<u8>> {
+    let mut words = match opts.expiry {
+        Some(Expiry::In(ms)) => vec![b"Px".to_vec(), int(ms)],
+        Some(Expiry::At(ms)) => vec![b"pxat".to_vec(), int(ms)],
+        Some(Expiry::Persist) => vec![b"PERSIST".to_vec()],
+        None => vec![],
+    };
+    if let Some(Expiry::In(ms) | Expiry::At(ms)) = opts.expiry {
+        assert!(ms > 0, "times must be positive");
+    }
+    if opts.only_if_none {
+        assert!(
+            matches!(opts.expiry, Some(Expiry::In(_) | Expiry::At(_))),
+            "ENX without a time"
+        );
+        words.push(b"enx".to_vec());
+    }
+    words
+}
+
+/// CTR.INCREX's options: what parses renders canonically to the same thing.
+fn check_increx(args: &[&[u8]]) {
+    let parsed = match parse_increx(args) {
+        Ok(p) => p,
+        Err(e) => return known_error(&e),
+    };
+    check_token(parsed.token);
+    if let (Some(lower), Some(upper)) = (parsed.lower, parsed.upper) {
+        assert!(lower <= upper, "crossed bounds");
+    }
+    let mut canon = vec![b"BYINT".to_vec(), int(parsed.increment)];
+    for (name, bound) in [(&b"LBOUND"[..], parsed.lower), (b"UBOUND", parsed.upper)] {
+        if let Some(b) = bound {
+            canon.extend([name.to_vec(), int(b)]);
+        }
+    }
+    if parsed.saturate {
+        canon.push(b"saturate".to_vec());
+    }
+    canon.extend(expiry_words(parsed.expiry));
+    if let Some(t) = parsed.token {
+        canon.extend([b"TOKEN".to_vec(), t.to_vec()]);
+    }
+    if let Some(at) = parsed.at {
+        canon.extend([b"AT".to_vec(), int(at)]);
+    }
+    let again: Result<IncrexArgs, _> = parse_increx(&render(&canon));
+    assert_eq!(again, Ok(parsed), "canonical CTR.INCREX rendering");
 }
 
 fn check_decrement(args: &[&[u8]]) {

@@ -34,6 +34,7 @@ mod spread_move;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
+mod ttl;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -51,7 +51,8 @@ pub enum ModuleError {
     /// A PN-counter write sent to a replica.
     NotPrimary,
     /// An unknown, repeated or valueless option, an option a form does not take (`FROM SET`
-    /// with `AT`), or a wrong number of arguments.
+    /// with `AT`, `ENX` without a time, `BYFLOAT`), crossed `LBOUND`/`UBOUND`, or a wrong
+    /// number of arguments.
     Syntax,
     /// An argument that should be a 64-bit integer is not.
     NotAnInteger,
@@ -160,6 +161,9 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR {} must run on a primary", NotPrimary),
         ("ERR syntax error", Syntax),
         ("ERR FROM SET takes no AT", Syntax),
+        ("ERR ENX requires one of EX, PX, EXAT or PXAT", Syntax),
+        ("ERR LBOUND must not be greater than UBOUND", Syntax),
+        ("ERR BYFLOAT is not supported", Syntax),
         ("ERR wrong number of arguments for ", Syntax),
         ("ERR value is not an integer or out of range", NotAnInteger),
         ("WRONGTYPE ", WrongType),
