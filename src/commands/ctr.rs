@@ -130,9 +130,10 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         TtlChange::Kept
     } else {
         let on_existing = ExpiryArgs {
-            expiry: parsed.expiry.expiry.filter(|e| {
-                *e == Expiry::Persist || parsed.expiry.only_if_none
-            }),
+            expiry: parsed
+                .expiry
+                .expiry
+                .filter(|e| *e == Expiry::Persist || parsed.expiry.only_if_none),
             ..parsed.expiry
         };
         ttl::apply(&key, on_existing, deadline, had_ttl)

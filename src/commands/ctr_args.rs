@@ -14,9 +14,8 @@ pub const ENX_NEEDS_EXPIRY: CommandError =
     CommandError::fixed("ERR ENX requires one of EX, PX, EXAT or PXAT");
 pub const BOUNDS_CROSSED: CommandError =
     CommandError::fixed("ERR LBOUND must not be greater than UBOUND");
-pub const NO_FLOAT: CommandError = CommandError::fixed(
-    "ERR BYFLOAT is not supported: counters hold 64-bit integers (use BYINT)",
-);
+pub const NO_FLOAT: CommandError =
+    CommandError::fixed("ERR BYFLOAT is not supported: counters hold 64-bit integers (use BYINT)");
 pub const NEGATIVE_AT: CommandError =
     CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
 
@@ -209,6 +208,11 @@ fn options<'a>(
     Ok(())
 }
 
+/// A token argument: 1 to 256 bytes.
+pub fn parse_token(value: &[u8]) -> Result<&[u8], CommandError> {
+    token(value)
+}
+
 fn token(value: &[u8]) -> Result<&[u8], CommandError> {
     if value.is_empty() || value.len() > MAX_TOKEN_BYTES {
         return Err(BAD_TOKEN);
@@ -362,14 +366,14 @@ mod tests {
         assert_eq!(a.token, Some(&b"t1"[..]));
         assert_eq!(a.at, Some(1_700_000_000_000));
         assert_eq!(a.expiry.expiry, Some(Expiry::In(10_000)));
-        assert_eq!(add("-1 PX 250").unwrap().expiry.expiry, Some(Expiry::In(250)));
+        assert_eq!(
+            add("-1 PX 250").unwrap().expiry.expiry,
+            Some(Expiry::In(250))
+        );
         let at = add("1 EXAT 1700000000 ENX").unwrap().expiry;
         assert_eq!(at.expiry, Some(Expiry::At(1_700_000_000_000)));
         assert!(at.only_if_none);
-        assert_eq!(
-            add("1 pxat 5").unwrap().expiry.expiry,
-            Some(Expiry::At(5))
-        );
+        assert_eq!(add("1 pxat 5").unwrap().expiry.expiry, Some(Expiry::At(5)));
         assert_eq!(
             add("1 PERSIST").unwrap().expiry.expiry,
             Some(Expiry::Persist)
@@ -424,8 +428,7 @@ mod tests {
         let bare = increx("").unwrap();
         assert_eq!((bare.increment, bare.lower, bare.upper), (1, None, None));
         assert!(!bare.saturate && bare.expiry == ExpiryArgs::default());
-        let full =
-            increx("byint -3 LBOUND -10 ubound 10 SATURATE EX 60 ENX TOKEN t AT 5").unwrap();
+        let full = increx("byint -3 LBOUND -10 ubound 10 SATURATE EX 60 ENX TOKEN t AT 5").unwrap();
         assert_eq!(
             (full.increment, full.lower, full.upper, full.saturate),
             (-3, Some(-10), Some(10), true)
@@ -439,7 +442,13 @@ mod tests {
         assert_eq!(increx("BYINT 1.5"), Err(NOT_AN_INTEGER));
         assert_eq!(increx("EX 0"), Err(BAD_EXPIRE_INCREX));
         assert_eq!(increx("ENX"), Err(ENX_NEEDS_EXPIRY));
-        for bad in ["SATURATE SATURATE", "BYINT", "PERSIST EX 1", "PERSIST ENX", "NOPE"] {
+        for bad in [
+            "SATURATE SATURATE",
+            "BYINT",
+            "PERSIST EX 1",
+            "PERSIST ENX",
+            "NOPE",
+        ] {
             assert_eq!(increx(bad), Err(SYNTAX_ERROR), "{bad}");
         }
         assert_ne!(

@@ -18,7 +18,11 @@ pub enum TtlChange {
 /// The absolute deadline of `EX`/`PX` (from the server's clock) or `EXAT`/`PXAT`; None for
 /// `PERSIST` or no option. As `SET ... EX/PX`, a deadline past the end of time is refused
 /// (`bad`), whether or not it is used.
-pub fn deadline(ctx: Ctx, opts: ExpiryArgs, bad: CommandError) -> Result<Option<i64>, CommandError> {
+pub fn deadline(
+    ctx: Ctx,
+    opts: ExpiryArgs,
+    bad: CommandError,
+) -> Result<Option<i64>, CommandError> {
     match opts.expiry {
         Some(Expiry::In(ms)) => Ok(Some(ctx.precise_now_ms().checked_add(ms).ok_or(bad)?)),
         Some(Expiry::At(at)) => Ok(Some(at)),

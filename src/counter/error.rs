@@ -41,7 +41,7 @@ impl CounterError {
             }
             CounterError::AboveCeiling => "ERR value above ceiling".to_string(),
             CounterError::CeilingOnSpread => {
-                "ERR ceilings on spread counters are not supported yet (set the ceiling on a counter that is not spread)"
+                "ERR bounds on spread counters are not supported yet: CTR.CEIL, CTR.INCREX and CTR.REFUND take a counter that is not spread, and a counter with a ceiling does not spread"
                     .to_string()
             }
             CounterError::ClearFlooredSpread => {

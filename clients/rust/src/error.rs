@@ -19,8 +19,8 @@ pub enum ModuleError {
     /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
     /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
     AboveCeiling,
-    /// A ceiling and a spread counter together (`CTR.CEIL` on a spread home or holder,
-    /// `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    /// Bounds and a spread counter together (`CTR.CEIL`, `CTR.INCREX` or `CTR.REFUND` on a
+    /// spread home or holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
     CeilingOnSpread,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
@@ -116,7 +116,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR value below floor", BelowFloor),
         ("ERR value above ceiling", AboveCeiling),
         (
-            "ERR ceilings on spread counters are not supported",
+            "ERR bounds on spread counters are not supported",
             CeilingOnSpread,
         ),
         (
