@@ -36,7 +36,9 @@ pub fn deadline(
 pub fn apply(key: &Key, opts: ExpiryArgs, deadline: Option<i64>, had_ttl: bool) -> TtlChange {
     match (opts.expiry, deadline) {
         (Some(Expiry::Persist), _) if had_ttl && key.persist() => TtlChange::Persisted,
-        (_, Some(at)) if !(opts.only_if_none && had_ttl) && key.set_abs_expire(at) => {
+        (Some(Expiry::In(_) | Expiry::At(_)), Some(at))
+            if !(opts.only_if_none && had_ttl) && key.set_abs_expire(at) =>
+        {
             TtlChange::Set(at)
         }
         _ => TtlChange::Kept,

@@ -391,8 +391,8 @@ impl Counter {
         }
     }
 
-    /// Remembers a tokened write: the common `CTR.ADD key 1` in the add-token window, any other
-    /// in the ledger with its outcome and intent.
+    /// Remembers a tokened write: the common `CTR.ADD key 1` that was applied in the add-token
+    /// window, any other in the ledger with its outcome and intent.
     pub(super) fn remember(
         &mut self,
         fp: u64,
@@ -401,7 +401,8 @@ impl Counter {
         outcome: Option<i64>,
     ) {
         let ext = self.ext_mut();
-        if write == UNIT_ADD {
+        // A refused `CTR.ADD key 1` (by a ceiling) keeps its refusal in the ledger.
+        if write == UNIT_ADD && outcome.is_some() {
             ext.tokens.insert(fp, expires_at);
         } else {
             let entry = LedgerEntry {
