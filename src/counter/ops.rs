@@ -797,7 +797,11 @@ impl Counter {
     /// were dropped.
     pub fn apply_sweep(&mut self, now: i64) -> usize {
         let dropped = match &mut self.ext {
-            Some(e) => e.tokens.sweep(now) + e.ledger.sweep(now) + e.records.sweep(now),
+            Some(e) => {
+                // Records go with their ledger entries; only tokens count as released.
+                e.records.sweep(now);
+                e.tokens.sweep(now) + e.ledger.sweep(now)
+            }
             None => 0,
         };
         self.trim_ext();
