@@ -8,14 +8,17 @@ writer.
 1
 """
 
-from ._calls import Reconciled
+from ._calls import Increxed, Reconciled
 from .client import Ctr, Pnc
 from .pipeline import CtrPipeline
 from .errors import (
+    AboveCeiling,
     BadWatermark,
     BelowFloor,
     BudgetInFlight,
     CannotShrink,
+    CeilingOnSpread,
+    CeilingRefused,
     HolderFolded,
     CounterOverflow,
     CtrError,
@@ -53,11 +56,14 @@ from .writer import CoalescingWriter, WriterFull, WriterStats
 from .writer import AsyncCoalescingWriter
 
 __all__ = [
+    "AboveCeiling",
     "AsyncCoalescingWriter",
     "BadWatermark",
     "BelowFloor",
     "BudgetInFlight",
     "CannotShrink",
+    "CeilingOnSpread",
+    "CeilingRefused",
     "HolderFolded",
     "CoalescingWriter",
     "CounterInfo",
@@ -72,6 +78,7 @@ __all__ = [
     "HistoryMissing",
     "HolderError",
     "HolderMoving",
+    "Increxed",
     "InternalError",
     "InvalidAmount",
     "InvalidExpire",
