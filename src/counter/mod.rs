@@ -526,17 +526,7 @@ fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError>
         return Err(CounterError::BelowFloor);
     }
     let headroom = value.checked_sub(f.floor).ok_or(CounterError::Overflow)?;
-    if f.budgets.len() != shards || f.budgets.iter().any(|b| *b < 0) {
-        return Err(CounterError::InvalidOperation(
-            "budgets do not match the shards",
-        ));
-    }
-    if checked_sum(&f.budgets)? != headroom {
-        return Err(CounterError::InvalidOperation(
-            "budgets do not sum to the headroom",
-        ));
-    }
-    Ok(())
+    check_budgets(&f.budgets, headroom, shards)
 }
 
 /// A ceiling's invariants: value <= ceiling, one non-negative budget per shard, summing to the
@@ -546,14 +536,19 @@ fn check_ceiling(value: i64, c: &Ceiling, shards: usize) -> Result<(), CounterEr
         return Err(CounterError::AboveCeiling);
     }
     let headroom = c.ceiling.checked_sub(value).ok_or(CounterError::Overflow)?;
-    if c.budgets.len() != shards || c.budgets.iter().any(|b| *b < 0) {
+    check_budgets(&c.budgets, headroom, shards)
+}
+
+/// A bound's budgets: one per shard, none negative, summing to its headroom.
+fn check_budgets(budgets: &[i64], headroom: i64, shards: usize) -> Result<(), CounterError> {
+    if budgets.len() != shards || budgets.iter().any(|b| *b < 0) {
         return Err(CounterError::InvalidOperation(
-            "ceiling budgets do not match the shards",
+            "budgets do not match the shards",
         ));
     }
-    if checked_sum(&c.budgets)? != headroom {
+    if checked_sum(budgets)? != headroom {
         return Err(CounterError::InvalidOperation(
-            "ceiling budgets do not sum to the headroom",
+            "budgets do not sum to the headroom",
         ));
     }
     Ok(())

@@ -4,7 +4,7 @@
 use super::floor::{debit, resize, split_evenly, walk};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::WriteKind;
-use super::{exact_sum, Ceiling, Counter, CounterError, Floor, MAX_SHARDS};
+use super::{exact_sum, Ceiling, Counter, CounterError, Extras, Floor, MAX_SHARDS};
 
 /// A token applied by a write: its fingerprint and when it stops being remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -599,19 +599,33 @@ impl Counter {
                 })
             }
         };
-        if self.floor() == floor.as_ref() {
-            return Ok(false);
+        Ok(self.replace_extra(floor, |e| &mut e.floor))
+    }
+
+    /// Puts `new` in the optional state's field `field` (a floor, a ceiling), making that state
+    /// when needed and dropping it once empty; false when the field already held `new`.
+    fn replace_extra<T: PartialEq>(
+        &mut self,
+        new: Option<T>,
+        field: fn(&mut Extras) -> &mut Option<T>,
+    ) -> bool {
+        let held = match &mut self.ext {
+            Some(e) => &*field(e),
+            None => &None,
+        };
+        if *held == new {
+            return false;
         }
-        match floor {
-            Some(_) => self.ext_mut().floor = floor,
+        match new {
+            Some(_) => *field(self.ext_mut()) = new,
             None => {
                 if let Some(e) = &mut self.ext {
-                    e.floor = None;
+                    *field(e) = None;
                 }
                 self.trim_ext();
             }
         }
-        Ok(true)
+        true
     }
 
     /// Sets (or with None removes) the ceiling, the mirror of [`Counter::set_floor`]: the
@@ -632,19 +646,7 @@ impl Counter {
                 })
             }
         };
-        if self.ceiling() == ceiling.as_ref() {
-            return Ok(false);
-        }
-        match ceiling {
-            Some(_) => self.ext_mut().ceiling = ceiling,
-            None => {
-                if let Some(e) = &mut self.ext {
-                    e.ceiling = None;
-                }
-                self.trim_ext();
-            }
-        }
-        Ok(true)
+        Ok(self.replace_extra(ceiling, |e| &mut e.ceiling))
     }
 
     /// Spreads the ceiling's headroom evenly over the shards again (after a reconcile set the
