@@ -463,6 +463,20 @@ fn every_new_state_survives_reload_aof_and_restore() {
             "{k}"
         );
     }
+    for k in &keys {
+        let copy = format!("dup:{k}");
+        assert_eq!(c.cmd(&["COPY", k, &copy]), Value::Int(1));
+        assert_eq!(
+            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", k]),
+            "COPY of {k}"
+        );
+    }
+    assert_eq!(
+        c.q("CTR.ADD dup:capped 100"),
+        Value::Nil,
+        "a copy keeps the ceiling"
+    );
     // The restored state still behaves: a refund replays, a ceiling refuses, a token replays.
     assert_eq!(c.q("CTR.REFUND copy:stock TOKEN o1"), Value::Int(3));
     assert_eq!(c.q("CTR.REFUND copy:stock TOKEN o2"), Value::Int(2));
@@ -471,4 +485,40 @@ fn every_new_state_survives_reload_aof_and_restore() {
         c.q("CTR.INCREX copy:rl BYINT 30 UBOUND 10 TOKEN t2"),
         pair(3, 0)
     );
+}
+
+/// A write that changes nothing (a skipped INCREX without a token, a retry, a refund without a
+/// grant, a refused add) leaves WATCH holding and replicates nothing.
+#[test]
+fn writes_that_change_nothing_leave_watch_alone() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD k 5");
+    c.q("CTR.CEIL k 5");
+    c.q("CTR.INCREX k TOKEN t1 UBOUND 9");
+    c.q("CTR.ADD k -1");
+    for no_op in [
+        "CTR.INCREX k BYINT 50 UBOUND 9",
+        "CTR.INCREX k TOKEN t1 UBOUND 9",
+        "CTR.REFUND k TOKEN none",
+        "CTR.ADD k 10",
+        "CTR.CEIL k 5",
+    ] {
+        let mut other = server.conn();
+        assert_eq!(other.q("WATCH k"), ok());
+        other.q(no_op);
+        assert_eq!(other.q("MULTI"), ok());
+        other.q("CTR.GET k");
+        assert_eq!(
+            other.q("EXEC"),
+            Value::Array(vec![Value::Int(4)]),
+            "{no_op}"
+        );
+    }
+    let mut other = server.conn();
+    other.q("WATCH k");
+    other.q("CTR.INCREX k BYINT 1 UBOUND 9");
+    other.q("MULTI");
+    other.q("CTR.GET k");
+    assert_eq!(other.q("EXEC"), Value::Nil, "an applied INCREX is a change");
 }
