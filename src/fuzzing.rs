@@ -267,6 +267,12 @@ fn exercise(c: &Counter) {
             Err(_) => assert_eq!(&next, c, "a failed set_floor({f:?}) changed the counter"),
             Ok(_) => assert_reencodes(&next, &format!("after set_floor({f:?})")),
         }
+        let mut next = c.clone();
+        let ceiling = f.map(|f| f.saturating_add(value.saturating_sub(f).saturating_mul(2)));
+        match next.set_ceiling(ceiling) {
+            Err(_) => assert_eq!(&next, c, "a failed set_ceiling({ceiling:?}) changed it"),
+            Ok(_) => assert_reencodes(&next, &format!("after set_ceiling({ceiling:?})")),
+        }
     }
     let _ = c.heap_bytes();
 }

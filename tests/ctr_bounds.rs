@@ -193,6 +193,11 @@ fn increx_sets_expiry_as_increx_does() {
     c.cmd(&["CTR.INCREX", "w", "EXAT", &secs.to_string()]);
     assert_eq!(c.q("EXPIRETIME w"), Value::Int(secs));
     assert_eq!(c.q("CTR.GET w"), Value::Int(7));
+    // A time already past deletes the key, as SET ... PXAT does.
+    assert_eq!(c.q("CTR.INCREX w PXAT 1"), pair(8, 1));
+    assert_eq!(c.q("EXISTS w"), Value::Int(0));
+    assert_eq!(c.q("CTR.ADD gone 5 EXAT 1"), Value::Int(5));
+    assert_eq!(c.q("EXISTS gone"), Value::Int(0));
 }
 
 #[test]
@@ -393,6 +398,11 @@ fn replicas_reach_the_masters_state() {
         );
     }
     assert_eq!(r.q("DEBUG DIGEST"), m.q("DEBUG DIGEST"));
+    assert_eq!(
+        r.q("EXISTS past"),
+        Value::Int(0),
+        "deleted by a time already past"
+    );
     // A retry on the master replays; the replica answers the same reads.
     assert_eq!(m.q("CTR.INCREX rl BYINT 3 UBOUND 10 TOKEN t1"), pair(3, 3));
     assert_eq!(r.q("CTR.GET rl"), m.q("CTR.GET rl"));
@@ -419,6 +429,8 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.ADD win 1 EX 60 ENX");
     c.q("CTR.ADD gone 1 EX 60");
     c.q("CTR.ADD gone 1 PERSIST");
+    c.q("CTR.ADD past 1");
+    c.q("CTR.INCREX past PXAT 1"); // gone at once, as SET ... PXAT 1 would be
     ["capped", "rl", "plain", "skipped", "stock", "win", "gone"]
         .iter()
         .map(|s| s.to_string())

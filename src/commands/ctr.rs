@@ -122,13 +122,17 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     };
     // A key the write makes gets its deadline with the write's effect; an existing one only
     // through ENX or PERSIST, when the add was applied.
-    let expire_at = deadline.filter(|_| before.created);
-    if let Some(at) = expire_at {
-        key.set_abs_expire(at);
-    }
-    let ttl_change = if before.created || result.is_none() {
-        TtlChange::Kept
-    } else {
+    let on_create = deadline.filter(|_| before.created);
+    let mut ttl_change = TtlChange::Kept;
+    let expire_at = match on_create.map(|at| ttl::set_or_delete(ctx, &key, at)) {
+        Some(TtlChange::Set(at)) => Some(at),
+        Some(change) => {
+            ttl_change = change; // a time already past: the key is gone
+            None
+        }
+        None => None,
+    };
+    if !before.created && result.is_some() {
         let on_existing = ExpiryArgs {
             expiry: parsed
                 .expiry
@@ -136,8 +140,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
                 .filter(|e| *e == Expiry::Persist || parsed.expiry.only_if_none),
             ..parsed.expiry
         };
-        ttl::apply(&key, on_existing, deadline, had_ttl)
-    };
+        ttl_change = ttl::apply(ctx, &key, on_existing, deadline, had_ttl);
+    }
     let expires = created_with_ttl(&key, before);
     drop(key);
     let effect = Effect {

@@ -137,7 +137,13 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     let ttl_change = if op.skipped {
         TtlChange::Kept
     } else {
-        ttl::apply(&key, parsed.expiry, deadline, had_ttl && !before.created)
+        ttl::apply(
+            ctx,
+            &key,
+            parsed.expiry,
+            deadline,
+            had_ttl && !before.created,
+        )
     };
     let expires = created_with_ttl(&key, before) && ttl_change == TtlChange::Kept;
     drop(key);

@@ -634,7 +634,8 @@ impl Counter {
     pub fn set_ceiling(&mut self, ceiling: Option<i64>) -> Result<bool, CounterError> {
         let ceiling = match ceiling {
             None => None,
-            Some(_) if self.spread().is_some() || !self.leaving().is_empty() => {
+            // A spread home, a holder, or a key with transfers of a spread still recorded.
+            Some(_) if self.spread().is_some() || self.transfers().is_some() => {
                 return Err(CounterError::CeilingOnSpread)
             }
             Some(c) if self.value > c => return Err(CounterError::AboveCeiling),
