@@ -9,7 +9,8 @@ use super::parse::SYNTAX_ERROR;
 use super::ttl::{self, TtlChange};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::{
-    AddOp, Counter, CounterCell, CounterError, IncrexOp, RefundOp, RefundPlan, WriteKind,
+    AddOp, Counter, CounterCell, CounterError, CounterRef, IncrexOp, RefundOp, RefundPlan,
+    WriteKind,
 };
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyContent, Reply};
 use crate::metrics;
@@ -86,14 +87,20 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     if w.token.is_none() {
         // A skip without a token changes nothing: decided on a read, the key left alone (a
         // missing one is not made).
-        let current = match content {
-            // SAFETY: the key is open and holds a live counter for the duration of this borrow.
-            KeyContent::Mine(raw) => unsafe { CounterCell::borrow(raw) }.to_counter(),
-            _ => Counter::default(),
+        let skipped_at = |c: &Counter| -> Result<Option<i64>, CommandError> {
+            refuse_spread(args.bytes(1), c)?;
+            Ok(target(c)?.is_none().then_some(c.value()))
         };
-        refuse_spread(args.bytes(1), &current)?;
-        if target(&current)?.is_none() {
-            return Ok(pair((current.value(), 0)));
+        let skipped = match content {
+            // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+            KeyContent::Mine(raw) => match unsafe { CounterCell::borrow(raw) } {
+                CounterRef::Boxed(c) => skipped_at(c)?,
+                CounterRef::Inline(v) => skipped_at(&Counter::plain(v))?,
+            },
+            _ => skipped_at(&Counter::default())?,
+        };
+        if let Some(current) = skipped {
+            return Ok(pair((current, 0)));
         }
     }
     let had_ttl = key.abs_expire().is_some();
