@@ -429,12 +429,20 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.ADD win 1 EX 60 ENX");
     c.q("CTR.ADD gone 1 EX 60");
     c.q("CTR.ADD gone 1 PERSIST");
+    // Without a token or a TTL, on a counter without tokens: replicated as sent.
+    c.q("CTR.ADD lim 5");
+    c.q("CTR.FLOOR lim 0");
+    c.q("CTR.CEIL lim 8");
+    c.q("CTR.INCREX lim BYINT 10 SATURATE");
+    c.q("CTR.INCREX lim BYINT -20 LBOUND -5 SATURATE");
     c.q("CTR.ADD past 1");
     c.q("CTR.INCREX past PXAT 1"); // gone at once, as SET ... PXAT 1 would be
-    ["capped", "rl", "plain", "skipped", "stock", "win", "gone"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "capped", "rl", "plain", "skipped", "stock", "win", "gone", "lim",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 #[test]

@@ -104,7 +104,8 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         }
     }
     let had_ttl = key.abs_expire().is_some();
-    let print = parsed.print();
+    // Only a token's retry compares the arguments.
+    let print = if w.token.is_some() { parsed.print() } else { 0 };
     let outcome = w.update(&key, |c, before| {
         refuse_spread(args.bytes(1), c)?;
         if let Some(first) = w.retry_of(c, WriteKind::Increx(print))? {
@@ -158,7 +159,10 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         op: CounterOp::Increx(op),
         expire_at: None,
     };
-    w.finish(&effect, before, c"ctr.increx")?;
+    // Without a token or an expiry, on a counter whose outcome does not depend on the clock,
+    // the call is decided by the state alone: replicated as sent, as a bare CTR.ADD is.
+    let deterministic = w.token.is_none() && parsed.expiry.expiry.is_none();
+    w.replicate(deterministic, before, &effect, c"ctr.increx")?;
     if expires {
         ctx.expire_set(w.key_name);
     }
