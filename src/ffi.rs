@@ -519,6 +519,16 @@ impl Ctx {
         self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", key);
     }
 
+    /// The generic (`g`) `del` event, as `DEL` sends it.
+    pub fn deleted(&self, key: RawString) {
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", key);
+    }
+
+    /// The generic (`g`) `persist` event, as `PERSIST` sends it.
+    pub fn persisted(&self, key: RawString) {
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"persist", key);
+    }
+
     fn notify(&self, class: c_int, event: &CStr, key: RawString) {
         // SAFETY: ctx and key are live; event is NUL-terminated.
         unsafe {
@@ -647,6 +657,12 @@ impl Key {
         // SAFETY: kp is an open key.
         let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.kp) };
         (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+    }
+
+    /// Deletes the key (opened for writing), as `DEL` would.
+    pub fn delete(&self) -> bool {
+        // SAFETY: kp is open for writing.
+        unsafe { rm!(RedisModule_DeleteKey)(self.kp) == raw::REDISMODULE_OK as c_int }
     }
 
     /// Removes the key's time to live (on a key opened for writing that holds a value).

@@ -17,14 +17,15 @@
 //! the module.
 
 use crate::commands::ctr_args::{
-    parse_add, parse_clear, parse_decrement, parse_floor, parse_reconcile, AddArgs, ClearArgs,
-    DecrArgs, ReconcileArgs, TruthSource, AMOUNT_NOT_POSITIVE, BAD_EXPIRE, BAD_TOKEN,
-    MAX_TOKEN_BYTES, NEGATIVE_AT,
+    parse_add, parse_clear, parse_decrement, parse_floor, parse_increx, parse_reconcile, AddArgs,
+    ClearArgs, DecrArgs, Expiry, ExpiryArgs, IncrexArgs, ReconcileArgs, TruthSource,
+    AMOUNT_NOT_POSITIVE, BAD_EXPIRE, BAD_EXPIRE_INCREX, BAD_TOKEN, BOUNDS_CROSSED,
+    ENX_NEEDS_EXPIRY, MAX_TOKEN_BYTES, NEGATIVE_AT, NO_FLOAT,
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::counter::{
-    AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, ReconcileOp, StartOp,
-    TokenStamp, MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, IncrexOp,
+    ReconcileOp, RefundOp, StartOp, TokenStamp, MAX_SHARDS,
 };
 use crate::ffi::CommandError;
 use crate::persist::effect::{self, CounterOp, Effect};
@@ -73,6 +74,27 @@ fn assert_reencodes(c: &Counter, what: &str) {
         i128::from(c.value()),
         "{what}: shards do not sum to the value"
     );
+    if let Some(ceiling) = c.ceiling() {
+        assert!(
+            c.value() <= ceiling.ceiling,
+            "{what}: value above its ceiling"
+        );
+        assert_eq!(
+            ceiling.budgets.len(),
+            c.shard_count(),
+            "{what}: ceiling budgets"
+        );
+        assert!(
+            ceiling.budgets.iter().all(|b| *b >= 0),
+            "{what}: negative budget"
+        );
+        let budgets: i128 = ceiling.budgets.iter().map(|v| i128::from(*v)).sum();
+        assert_eq!(
+            budgets,
+            i128::from(ceiling.ceiling) - i128::from(c.value()),
+            "{what}: ceiling budgets do not sum to the headroom"
+        );
+    }
     if let Some(f) = c.floor() {
         assert!(c.value() >= f.floor, "{what}: value below its floor");
         assert_eq!(f.budgets.len(), c.shard_count(), "{what}: budget count");
@@ -109,6 +131,8 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::Start(op) => Ok(Some(c.apply_start(op).0)),
         CounterOp::Sweep { now } => Ok(Some(c.apply_sweep(*now) as i64)),
         CounterOp::ClearTotal(op) => c.apply_clear_total(op).map(Some),
+        CounterOp::Increx(op) => c.apply_increx(op).map(|(value, _)| Some(value)),
+        CounterOp::Refund(op) => c.apply_refund(op).map(Some),
     }
 }
 
@@ -242,6 +266,12 @@ fn exercise(c: &Counter) {
         match next.set_floor(f) {
             Err(_) => assert_eq!(&next, c, "a failed set_floor({f:?}) changed the counter"),
             Ok(_) => assert_reencodes(&next, &format!("after set_floor({f:?})")),
+        }
+        let mut next = c.clone();
+        let ceiling = f.map(|f| f.saturating_add(value.saturating_sub(f).saturating_mul(2)));
+        match next.set_ceiling(ceiling) {
+            Err(_) => assert_eq!(&next, c, "a failed set_ceiling({ceiling:?}) changed it"),
+            Ok(_) => assert_reencodes(&next, &format!("after set_ceiling({ceiling:?})")),
         }
     }
     let _ = c.heap_bytes();
@@ -516,6 +546,10 @@ const KNOWN_ERRORS: &[CommandError] = &[
     NOT_AN_INTEGER,
     BAD_TOKEN,
     BAD_EXPIRE,
+    BAD_EXPIRE_INCREX,
+    ENX_NEEDS_EXPIRY,
+    BOUNDS_CROSSED,
+    NO_FLOAT,
     AMOUNT_NOT_POSITIVE,
     NEGATIVE_AT,
 ];
@@ -538,7 +572,8 @@ pub fn ctr_args(data: &[u8]) {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    match selector % 6 {
+    match selector % 7 {
+        6 => check_increx(&words(rest)),
         0 => check_add(&words(rest)),
         1 => check_decrement(&words(rest)),
         2 => check_clear(&words(rest)),
@@ -592,13 +627,7 @@ fn check_add(args: &[&[u8]]) {
         Err(e) => return known_error(&e),
     };
     assert_eq!(Some(parsed.delta), parse_i64(args[0]));
-    assert_eq!(args.len() % 2, 1, "options come in pairs");
-    let names = option_names(&args[1..]);
-    assert_unique(&names);
-    let has = |n: &[u8]| names.iter().any(|x| x == n);
-    assert!(!(has(b"EX") && has(b"PX")), "EX and PX together");
     check_token(parsed.token);
-    assert!(parsed.ttl_ms.is_none_or(|t| t > 0), "TTL must be positive");
     // The canonical rendering parses to the same thing.
     let mut canon = vec![int(parsed.delta)];
     if let Some(t) = parsed.token {
@@ -607,11 +636,60 @@ fn check_add(args: &[&[u8]]) {
     if let Some(at) = parsed.at {
         canon.extend([b"at".to_vec(), int(at)]);
     }
-    if let Some(ttl) = parsed.ttl_ms {
-        canon.extend([b"Px".to_vec(), int(ttl)]);
-    }
+    canon.extend(expiry_words(parsed.expiry));
     let again: Result<AddArgs, _> = parse_add(&render(&canon));
     assert_eq!(again, Ok(parsed), "canonical CTR.ADD rendering");
+}
+
+/// The canonical words of expiry options; each time is positive, ENX goes with a time.
+fn expiry_words(opts: ExpiryArgs) -> Vec<Vec<u8>> {
+    let mut words = match opts.expiry {
+        Some(Expiry::In(ms)) => vec![b"Px".to_vec(), int(ms)],
+        Some(Expiry::At(ms)) => vec![b"pxat".to_vec(), int(ms)],
+        Some(Expiry::Persist) => vec![b"PERSIST".to_vec()],
+        None => vec![],
+    };
+    if let Some(Expiry::In(ms) | Expiry::At(ms)) = opts.expiry {
+        assert!(ms > 0, "times must be positive");
+    }
+    if opts.only_if_none {
+        assert!(
+            matches!(opts.expiry, Some(Expiry::In(_) | Expiry::At(_))),
+            "ENX without a time"
+        );
+        words.push(b"enx".to_vec());
+    }
+    words
+}
+
+/// CTR.INCREX's options: what parses renders canonically to the same thing.
+fn check_increx(args: &[&[u8]]) {
+    let parsed = match parse_increx(args) {
+        Ok(p) => p,
+        Err(e) => return known_error(&e),
+    };
+    check_token(parsed.token);
+    if let (Some(lower), Some(upper)) = (parsed.lower, parsed.upper) {
+        assert!(lower <= upper, "crossed bounds");
+    }
+    let mut canon = vec![b"BYINT".to_vec(), int(parsed.increment)];
+    for (name, bound) in [(&b"LBOUND"[..], parsed.lower), (b"UBOUND", parsed.upper)] {
+        if let Some(b) = bound {
+            canon.extend([name.to_vec(), int(b)]);
+        }
+    }
+    if parsed.saturate {
+        canon.push(b"saturate".to_vec());
+    }
+    canon.extend(expiry_words(parsed.expiry));
+    if let Some(t) = parsed.token {
+        canon.extend([b"TOKEN".to_vec(), t.to_vec()]);
+    }
+    if let Some(at) = parsed.at {
+        canon.extend([b"AT".to_vec(), int(at)]);
+    }
+    let again: Result<IncrexArgs, _> = parse_increx(&render(&canon));
+    assert_eq!(again, Ok(parsed), "canonical CTR.INCREX rendering");
 }
 
 fn check_decrement(args: &[&[u8]]) {
@@ -826,6 +904,8 @@ fn ctr_samples() -> Vec<Counter> {
     }
     let mut floored = Counter::plain(10);
     let _ = floored.set_floor(Some(3));
+    let mut ceiled = Counter::from_shards(vec![4, 5]).unwrap_or_default();
+    let _ = ceiled.set_ceiling(Some(30));
     let sharded = Counter::from_shards(vec![300, -70_000, 12, i64::MAX, 0, -5]);
     [
         Counter::plain(0),
@@ -834,6 +914,7 @@ fn ctr_samples() -> Vec<Counter> {
         Counter::plain(i64::MIN),
         sharded.unwrap_or_default(),
         floored,
+        ceiled,
         tokens,
         rich_counter(),
     ]
@@ -890,6 +971,25 @@ fn effect_samples() -> Vec<Effect> {
             now,
             total: -7,
             token,
+        }),
+        CounterOp::Increx(IncrexOp {
+            add: AddOp {
+                now,
+                event: now,
+                delta: 4,
+                shard: 0,
+                shards: 2,
+                token,
+            },
+            skipped: false,
+            print: 9,
+        }),
+        CounterOp::Refund(RefundOp {
+            now,
+            fp: !u64::MAX,
+            units: 2,
+            shard: 0,
+            shards: 1,
         }),
     ];
     ops.iter()

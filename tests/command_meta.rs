@@ -88,6 +88,36 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k 1 TOKEN t AT 5", &[("k", RW)])],
     },
     Meta {
+        name: "ctr.ceil",
+        arity: 3,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[("k 10", &[("k", RW)]), ("k NONE", &[("k", RW)])],
+    },
+    Meta {
+        name: "ctr.increx",
+        arity: -2,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[
+            ("k", &[("k", RW)]),
+            (
+                "k BYINT 5 UBOUND 9 SATURATE EX 60 ENX TOKEN t",
+                &[("k", RW)],
+            ),
+        ],
+    },
+    Meta {
+        name: "ctr.refund",
+        arity: 4,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[("k TOKEN t", &[("k", RW)])],
+    },
+    Meta {
         name: "ctr.reconcile",
         arity: -3,
         // movablekeys: the source is found by the command (getkeys-api); cluster clients ask

@@ -303,6 +303,9 @@ impl Gen {
             "CTR.INFO",
             "CTR.FLOOR",
             "CTR.DECRFLOOR",
+            "CTR.CEIL",
+            "CTR.INCREX",
+            "CTR.REFUND",
             "CTR.RECONCILE",
             "CTR.APPLY",
             "CTR.STEP",
@@ -348,6 +351,24 @@ impl Gen {
             "CTR.DECRFLOOR" => {
                 args.push(self.int());
                 self.options(&["TOKEN", "AT"], &mut args);
+            }
+            "CTR.CEIL" => args.push(if self.one_in(5) {
+                b"none".to_vec()
+            } else {
+                self.int()
+            }),
+            "CTR.INCREX" => {
+                let names = ["BYINT", "LBOUND", "UBOUND", "TOKEN", "AT", "EX", "PXAT"];
+                self.options(&names, &mut args);
+                for flag in ["SATURATE", "PERSIST", "ENX"] {
+                    if self.one_in(3) {
+                        args.push(flag.as_bytes().to_vec());
+                    }
+                }
+            }
+            "CTR.REFUND" => {
+                args.push(b"TOKEN".to_vec());
+                args.push(self.string());
             }
             "CTR.RECONCILE" => {
                 if self.one_in(2) {

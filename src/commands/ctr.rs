@@ -7,7 +7,7 @@
 //! promotion) replicates as one `CTR.APPLY key <effect>` carrying the master's time and
 //! decisions.
 
-use super::ctr_args::{parse_add, parse_clear, AddArgs, BAD_EXPIRE};
+use super::ctr_args::{parse_add, parse_clear, AddArgs, Expiry, ExpiryArgs, BAD_EXPIRE};
 use super::ctr_store::{
     created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
     refuse_sealed_unless_retry, with_counter, Before, Write,
@@ -16,6 +16,7 @@ use super::decide;
 use super::holder_check::Checked;
 use super::parse::integer;
 use super::spread_holders::refuse_look_alike;
+use super::ttl::{self, TtlChange};
 use crate::config::Settings;
 use crate::counter::spread::floor_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
@@ -74,11 +75,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     } else {
         args.with_words(2, parse_add)?
     };
-    // As `SET ... EX/PX`: a deadline past the end of time is refused, whether or not it is used.
-    let deadline = match parsed.ttl_ms {
-        Some(ttl) => Some(ctx.precise_now_ms().checked_add(ttl).ok_or(BAD_EXPIRE)?),
-        None => None,
-    };
+    let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE)?;
+    let had_ttl = key.abs_expire().is_some();
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
     if let Some(first) = refuse_sealed_unless_retry(&w, &key, WriteKind::Add(parsed.delta))? {
         metrics::DUPLICATES_IGNORED.incr();
@@ -122,9 +120,27 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Added::Recorded(op, before, result) => (op, before, result),
     };
-    let expire_at = deadline.filter(|_| before.created);
-    if let Some(at) = expire_at {
-        key.set_abs_expire(at);
+    // A key the write makes gets its deadline with the write's effect; an existing one only
+    // through ENX or PERSIST, when the add was applied.
+    let on_create = deadline.filter(|_| before.created);
+    let mut ttl_change = TtlChange::Kept;
+    let expire_at = match on_create.map(|at| ttl::set_or_delete(ctx, &key, at)) {
+        Some(TtlChange::Set(at)) => Some(at),
+        Some(change) => {
+            ttl_change = change; // a time already past: the key is gone
+            None
+        }
+        None => None,
+    };
+    if !before.created && result.is_some() {
+        let on_existing = ExpiryArgs {
+            expiry: parsed
+                .expiry
+                .expiry
+                .filter(|e| *e == Expiry::Persist || parsed.expiry.only_if_none),
+            ..parsed.expiry
+        };
+        ttl_change = ttl::apply(ctx, &key, on_existing, deadline, had_ttl);
     }
     let expires = created_with_ttl(&key, before);
     drop(key);
@@ -136,6 +152,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if expires {
         ctx.expire_set(w.key_name);
     }
+    ttl::publish(ctx, w.key_name, ttl_change)?;
     match result {
         Some(value) => {
             metrics::ADDS.incr_from_command();
@@ -310,6 +327,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             Some(CounterRef::Boxed(b)) => (b, b.add_rate(), "boxed"),
         };
         let floor = counter.floor();
+        let ceiling = counter.ceiling();
         let history = counter.history();
         let (tokens, ledger) = counter.token_counts();
         Reply::Map(vec![
@@ -323,6 +341,14 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             (
                 "budgets",
                 floor.map_or(Reply::Null, |f| integers(&f.budgets)),
+            ),
+            (
+                "ceiling",
+                ceiling.map_or(Reply::Null, |c| Reply::Integer(c.ceiling)),
+            ),
+            (
+                "ceiling_budgets",
+                ceiling.map_or(Reply::Null, |c| integers(&c.budgets)),
             ),
             ("add_rate", Reply::Integer(i64::from(rate))),
             ("tokens", Reply::Integer(tokens as i64)),

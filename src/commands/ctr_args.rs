@@ -8,6 +8,14 @@ pub const MAX_TOKEN_BYTES: usize = 256;
 pub const BAD_TOKEN: CommandError = CommandError::fixed("ERR token must be 1 to 256 bytes");
 pub const BAD_EXPIRE: CommandError =
     CommandError::fixed("ERR invalid expire time in 'ctr.add' command");
+pub const BAD_EXPIRE_INCREX: CommandError =
+    CommandError::fixed("ERR invalid expire time in 'ctr.increx' command");
+pub const ENX_NEEDS_EXPIRY: CommandError =
+    CommandError::fixed("ERR ENX requires one of EX, PX, EXAT or PXAT");
+pub const BOUNDS_CROSSED: CommandError =
+    CommandError::fixed("ERR LBOUND must not be greater than UBOUND");
+pub const NO_FLOAT: CommandError =
+    CommandError::fixed("ERR BYFLOAT is not supported: counters hold 64-bit integers (use BYINT)");
 pub const NEGATIVE_AT: CommandError =
     CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
 
@@ -18,14 +26,127 @@ fn event_time(value: &[u8]) -> Result<i64, CommandError> {
         .ok_or(NEGATIVE_AT)
 }
 
-/// `CTR.ADD key delta [TOKEN token] [AT ms] [EX seconds | PX milliseconds]`
+/// An expiry option: `EX`/`PX` (a time to live, ms), `EXAT`/`PXAT` (a unix time, ms) or
+/// `PERSIST`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    In(i64),
+    At(i64),
+    Persist,
+}
+
+/// The expiry options of a write: at most one [`Expiry`], and `ENX` (set it only on a key
+/// without a TTL), which needs one of `EX`/`PX`/`EXAT`/`PXAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpiryArgs {
+    pub expiry: Option<Expiry>,
+    pub only_if_none: bool,
+}
+
+impl ExpiryArgs {
+    /// Takes the option `name` (reading its value from `words`) when it is an expiry option;
+    /// false when it is not one. `bad` is the command's invalid-expire error.
+    fn take(
+        &mut self,
+        name: &str,
+        words: &mut Words,
+        bad: CommandError,
+    ) -> Result<bool, CommandError> {
+        let positive = |n: i64, scale: i64| n.checked_mul(scale).filter(|ms| *ms > 0).ok_or(bad);
+        let expiry = match name {
+            "ENX" => {
+                self.only_if_none = true;
+                return Ok(true);
+            }
+            "PERSIST" => Expiry::Persist,
+            "EX" => Expiry::In(positive(integer(words.value()?)?, 1000)?),
+            "PX" => Expiry::In(positive(integer(words.value()?)?, 1)?),
+            "EXAT" => Expiry::At(positive(integer(words.value()?)?, 1000)?),
+            "PXAT" => Expiry::At(positive(integer(words.value()?)?, 1)?),
+            _ => return Ok(false),
+        };
+        if self.expiry.replace(expiry).is_some() {
+            return Err(SYNTAX_ERROR); // two expiry options
+        }
+        Ok(true)
+    }
+
+    /// The options once all are read: `ENX` needs a time, and never goes with `PERSIST`.
+    fn finish(self) -> Result<Self, CommandError> {
+        match (self.only_if_none, self.expiry) {
+            (true, None) => Err(ENX_NEEDS_EXPIRY),
+            (true, Some(Expiry::Persist)) => Err(SYNTAX_ERROR),
+            _ => Ok(self),
+        }
+    }
+}
+
+/// The option words of a command, read one by one: each name at most once (any case).
+struct Words<'a, 'b> {
+    rest: &'b [&'a [u8]],
+    seen: Vec<String>,
+}
+
+impl<'a> Words<'a, '_> {
+    /// The next option's name, upper-cased; a repeated one is a syntax error.
+    fn name(&mut self) -> Result<Option<String>, CommandError> {
+        let Some((first, rest)) = self.rest.split_first() else {
+            return Ok(None);
+        };
+        self.rest = rest;
+        let name = String::from_utf8_lossy(first).to_ascii_uppercase();
+        if self.seen.contains(&name) {
+            return Err(SYNTAX_ERROR);
+        }
+        self.seen.push(name.clone());
+        Ok(Some(name))
+    }
+
+    /// The value of the option just named (a syntax error when missing).
+    fn value(&mut self) -> Result<&'a [u8], CommandError> {
+        let (first, rest) = self.rest.split_first().ok_or(SYNTAX_ERROR)?;
+        self.rest = rest;
+        Ok(first)
+    }
+}
+
+/// `CTR.ADD key delta [TOKEN token] [AT ms] [EX s | PX ms | EXAT unix-s | PXAT unix-ms | PERSIST] [ENX]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AddArgs<'a> {
     pub delta: i64,
     pub token: Option<&'a [u8]>,
     pub at: Option<i64>,
-    /// Time to live in ms, applied only when the call creates the key.
-    pub ttl_ms: Option<i64>,
+    /// `EX`/`PX`/`EXAT`/`PXAT` apply when the call creates the key (with `ENX`, also on a key
+    /// without a TTL); `PERSIST` removes the TTL.
+    pub expiry: ExpiryArgs,
+}
+
+/// `CTR.INCREX key [BYINT increment] [LBOUND lb] [UBOUND ub] [SATURATE] [expiry] [ENX]
+/// [TOKEN token] [AT ms]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncrexArgs<'a> {
+    pub increment: i64,
+    pub lower: Option<i64>,
+    pub upper: Option<i64>,
+    pub saturate: bool,
+    pub expiry: ExpiryArgs,
+    pub token: Option<&'a [u8]>,
+    pub at: Option<i64>,
+}
+
+impl IncrexArgs<'_> {
+    /// What names the write for a retry: its increment, bounds and SATURATE (a token reused
+    /// with other ones is refused).
+    pub fn print(&self) -> i64 {
+        let mut bytes = Vec::with_capacity(27);
+        bytes.extend(self.increment.to_le_bytes());
+        for bound in [self.lower, self.upper] {
+            bytes.push(u8::from(bound.is_some()));
+            bytes.extend(bound.unwrap_or(0).to_le_bytes());
+        }
+        bytes.push(u8::from(self.saturate));
+        crate::counter::siphash::token_fingerprint(&bytes) as i64
+    }
 }
 
 /// `CTR.CLEAR key [TOKEN token]`
@@ -91,6 +212,11 @@ fn options<'a>(
     Ok(())
 }
 
+/// A token argument: 1 to 256 bytes.
+pub fn parse_token(value: &[u8]) -> Result<&[u8], CommandError> {
+    token(value)
+}
+
 fn token(value: &[u8]) -> Result<&[u8], CommandError> {
     if value.is_empty() || value.len() > MAX_TOKEN_BYTES {
         return Err(BAD_TOKEN);
@@ -104,26 +230,55 @@ pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
         delta: integer(delta)?,
         ..AddArgs::default()
     };
-    options(rest, |name, value| {
-        match name {
-            "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(event_time(value)?),
-            "EX" | "PX" => {
-                if parsed.ttl_ms.is_some() {
-                    return Ok(false); // EX and PX together
-                }
-                let n = integer(value)?;
-                let ms = if name == "EX" {
-                    n.checked_mul(1000)
-                } else {
-                    Some(n)
-                };
-                parsed.ttl_ms = Some(ms.filter(|ms| *ms > 0).ok_or(BAD_EXPIRE)?);
-            }
-            _ => return Ok(false),
+    let mut words = Words {
+        rest,
+        seen: Vec::new(),
+    };
+    while let Some(name) = words.name()? {
+        match name.as_str() {
+            "TOKEN" => parsed.token = Some(token(words.value()?)?),
+            "AT" => parsed.at = Some(event_time(words.value()?)?),
+            _ if parsed.expiry.take(&name, &mut words, BAD_EXPIRE)? => {}
+            _ => return Err(SYNTAX_ERROR),
         }
-        Ok(true)
-    })?;
+    }
+    parsed.expiry = parsed.expiry.finish()?;
+    Ok(parsed)
+}
+
+pub fn parse_increx<'a>(args: &[&'a [u8]]) -> Result<IncrexArgs<'a>, CommandError> {
+    let mut parsed = IncrexArgs {
+        increment: 1,
+        lower: None,
+        upper: None,
+        saturate: false,
+        expiry: ExpiryArgs::default(),
+        token: None,
+        at: None,
+    };
+    let mut words = Words {
+        rest: args,
+        seen: Vec::new(),
+    };
+    while let Some(name) = words.name()? {
+        match name.as_str() {
+            "BYINT" => parsed.increment = integer(words.value()?)?,
+            "BYFLOAT" => return Err(NO_FLOAT),
+            "LBOUND" => parsed.lower = Some(integer(words.value()?)?),
+            "UBOUND" => parsed.upper = Some(integer(words.value()?)?),
+            "SATURATE" => parsed.saturate = true,
+            "TOKEN" => parsed.token = Some(token(words.value()?)?),
+            "AT" => parsed.at = Some(event_time(words.value()?)?),
+            _ if parsed.expiry.take(&name, &mut words, BAD_EXPIRE_INCREX)? => {}
+            _ => return Err(SYNTAX_ERROR),
+        }
+    }
+    if let (Some(lower), Some(upper)) = (parsed.lower, parsed.upper) {
+        if lower > upper {
+            return Err(BOUNDS_CROSSED);
+        }
+    }
+    parsed.expiry = parsed.expiry.finish()?;
     Ok(parsed)
 }
 
@@ -246,8 +401,19 @@ mod tests {
         assert_eq!(a.delta, 5);
         assert_eq!(a.token, Some(&b"t1"[..]));
         assert_eq!(a.at, Some(1_700_000_000_000));
-        assert_eq!(a.ttl_ms, Some(10_000));
-        assert_eq!(add("-1 PX 250").unwrap().ttl_ms, Some(250));
+        assert_eq!(a.expiry.expiry, Some(Expiry::In(10_000)));
+        assert_eq!(
+            add("-1 PX 250").unwrap().expiry.expiry,
+            Some(Expiry::In(250))
+        );
+        let at = add("1 EXAT 1700000000 ENX").unwrap().expiry;
+        assert_eq!(at.expiry, Some(Expiry::At(1_700_000_000_000)));
+        assert!(at.only_if_none);
+        assert_eq!(add("1 pxat 5").unwrap().expiry.expiry, Some(Expiry::At(5)));
+        assert_eq!(
+            add("1 PERSIST").unwrap().expiry.expiry,
+            Some(Expiry::Persist)
+        );
         assert_eq!(
             add("7").unwrap(),
             AddArgs {
@@ -266,6 +432,11 @@ mod tests {
             "1 BOGUS 1",
             "1 AT 1 AT 2",
             "1 EX 1 EX 1",
+            "1 EX 1 PERSIST",
+            "1 EXAT 5 PXAT 5",
+            "1 PERSIST ENX",
+            "1 ENX ENX EX 1",
+            "1 EXAT",
         ] {
             assert_eq!(add(bad), Err(SYNTAX_ERROR), "{bad}");
         }
@@ -277,7 +448,54 @@ mod tests {
         assert_eq!(add("1 EX 0"), Err(BAD_EXPIRE));
         assert_eq!(add("1 PX -5"), Err(BAD_EXPIRE));
         assert_eq!(add("1 EX 9223372036854775807"), Err(BAD_EXPIRE));
+        assert_eq!(add("1 EXAT 0"), Err(BAD_EXPIRE));
+        assert_eq!(add("1 PXAT -1"), Err(BAD_EXPIRE));
+        assert_eq!(add("1 ENX"), Err(ENX_NEEDS_EXPIRY));
         assert_eq!(parse_add(&[]), Err(SYNTAX_ERROR));
+    }
+
+    fn increx(line: &str) -> Result<IncrexArgs<'_>, CommandError> {
+        let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
+        parse_increx(&words)
+    }
+
+    #[test]
+    fn increx_takes_inc_bounds_saturate_expiry_and_tokens() {
+        let bare = increx("").unwrap();
+        assert_eq!((bare.increment, bare.lower, bare.upper), (1, None, None));
+        assert!(!bare.saturate && bare.expiry == ExpiryArgs::default());
+        let full = increx("byint -3 LBOUND -10 ubound 10 SATURATE EX 60 ENX TOKEN t AT 5").unwrap();
+        assert_eq!(
+            (full.increment, full.lower, full.upper, full.saturate),
+            (-3, Some(-10), Some(10), true)
+        );
+        assert_eq!(full.expiry.expiry, Some(Expiry::In(60_000)));
+        assert!(full.expiry.only_if_none);
+        assert_eq!((full.token, full.at), (Some(&b"t"[..]), Some(5)));
+        assert_eq!(increx("LBOUND 5 UBOUND 5").unwrap().lower, Some(5));
+        assert_eq!(increx("LBOUND 6 UBOUND 5"), Err(BOUNDS_CROSSED));
+        assert_eq!(increx("BYFLOAT 1.5"), Err(NO_FLOAT));
+        assert_eq!(increx("BYINT 1.5"), Err(NOT_AN_INTEGER));
+        assert_eq!(increx("EX 0"), Err(BAD_EXPIRE_INCREX));
+        assert_eq!(increx("ENX"), Err(ENX_NEEDS_EXPIRY));
+        for bad in [
+            "SATURATE SATURATE",
+            "BYINT",
+            "PERSIST EX 1",
+            "PERSIST ENX",
+            "NOPE",
+        ] {
+            assert_eq!(increx(bad), Err(SYNTAX_ERROR), "{bad}");
+        }
+        assert_ne!(
+            increx("BYINT 2").unwrap().print(),
+            increx("BYINT 2 SATURATE").unwrap().print()
+        );
+        assert_eq!(
+            increx("BYINT 2 EX 5").unwrap().print(),
+            increx("TOKEN x BYINT 2").unwrap().print(),
+            "the expiry and the token do not name the write"
+        );
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, floor_if_none)?.value),
             CounterOp::Start(op) => Some(c.apply_start(&op).0),
             CounterOp::Sweep { .. } => None,
+            CounterOp::Increx(op) => Some(c.apply_increx(&op)?.0),
+            CounterOp::Refund(op) => Some(c.apply_refund(&op)?),
         })
     })?;
     if let (Some(at), true) = (effect.expire_at, created) {
@@ -80,6 +82,8 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Clear(_) | CounterOp::ClearTotal(_) => c"ctr.clear",
         CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
         CounterOp::Sweep { .. } => c"ctr.sweep",
+        CounterOp::Increx(_) => c"ctr.increx",
+        CounterOp::Refund(_) => c"ctr.refund",
     };
     ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))

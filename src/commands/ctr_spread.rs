@@ -58,6 +58,14 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         ))?;
     let home = args.bytes(1);
     super::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
+    let ceiled = with_counter(
+        ctx,
+        args.raw(1),
+        |c| matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some()),
+    )?;
+    if ceiled {
+        return Err(crate::counter::CounterError::CeilingOnSpread.into());
+    }
     let (current, spread_id) = with_counter(ctx, args.raw(1), current_spread)?;
     if target < current.len() + 1 {
         // The reply comes at once; the removed holders fold back in the background (CTR.INFO
@@ -185,7 +193,7 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     let Ok(Some((rate, (current, spread_id)))) = with_counter(ctx, key, |c| {
         let rate = match c? {
             CounterRef::Inline(_) => super::decide::inline_counter_rate(key_bytes),
-            CounterRef::Boxed(b) if b.floor().is_some() => return None,
+            CounterRef::Boxed(b) if b.floor().is_some() || b.ceiling().is_some() => return None,
             CounterRef::Boxed(b) => b.add_rate(),
         };
         Some((rate, current_spread(c)))

@@ -7,6 +7,7 @@
 mod acl_categories;
 pub mod ctr;
 pub mod ctr_args;
+pub mod ctr_bounds;
 pub mod ctr_floor;
 mod ctr_floor_spread;
 pub mod ctr_internal;
@@ -35,6 +36,7 @@ mod spread_reconcile;
 mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
+mod ttl;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -247,6 +249,42 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Decrements only if the result stays at or above the floor; nil when refused. TOKEN replays the first outcome to retries.",
         complexity: c"O(N) where N is the number of shards, plus O(log T) with a token",
         since: c"0.3.0",
+    },
+    CommandDef {
+        name: c"ctr.ceil",
+        entry: entry!(ctr_bounds::ceil),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 3,
+        summary: c"Sets (or with NONE removes) the ceiling a counter can never go above; creates it at 0 when missing.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.8.0",
+    },
+    CommandDef {
+        name: c"ctr.increx",
+        entry: entry!(ctr_bounds::increx),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -2,
+        summary: c"Redis 8.8's INCREX on a counter: adds BYINT (1 by default) within LBOUND/UBOUND and the counter's floor and ceiling, skipping (or with SATURATE clamping) a result outside them, sets EX/PX/EXAT/PXAT/PERSIST (ENX: only without a TTL), and replies [new value, applied increment]. TOKEN replays the first reply.",
+        complexity: c"O(1), O(N) on a counter of N shards with a floor or ceiling, plus O(log T) with a token",
+        since: c"0.8.0",
+    },
+    CommandDef {
+        name: c"ctr.refund",
+        entry: entry!(ctr_bounds::refund),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 4,
+        summary: c"Gives back, once, what a tokened CTR.DECRFLOOR (or negative CTR.ADD) took, up to the ceiling; replies the units returned (the same on a retry), nil when the token has no grant in the window.",
+        complexity: c"O(N) where N is the number of shards, plus O(log T)",
+        since: c"0.8.0",
     },
     CommandDef {
         name: c"ctr.reconcile",

@@ -19,6 +19,10 @@ pub enum CounterError {
     ClearAboveFloor,
     /// A clear of a floored spread counter's total: its holders hold budgets.
     ClearFlooredSpread,
+    /// The value would be, or already is, above the requested ceiling.
+    AboveCeiling,
+    /// A ceiling on a spread counter (its home or a holder), or a spread of a ceiled counter.
+    CeilingOnSpread,
 }
 
 impl CounterError {
@@ -33,6 +37,11 @@ impl CounterError {
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
             CounterError::ClearAboveFloor => {
                 "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"
+                    .to_string()
+            }
+            CounterError::AboveCeiling => "ERR value above ceiling".to_string(),
+            CounterError::CeilingOnSpread => {
+                "ERR bounds on spread counters are not supported yet: CTR.CEIL, CTR.INCREX and CTR.REFUND take a counter that is not spread, and a counter with a ceiling does not spread"
                     .to_string()
             }
             CounterError::ClearFlooredSpread => {

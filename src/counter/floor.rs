@@ -16,6 +16,36 @@ pub struct Floor {
     pub budgets: Vec<i64>,
 }
 
+/// A ceiling, the mirror of a floor: no write takes the value above `ceiling`. Its headroom
+/// (ceiling - value) is held as one budget per shard, each >= 0, summing to the headroom: an
+/// increment takes from the budgets as a decrement takes from a floor's, a decrement gives back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ceiling {
+    pub ceiling: i64,
+    /// One per shard, each >= 0, summing to ceiling - value.
+    pub budgets: Vec<i64>,
+}
+
+/// The amounts a walk over `budgets` takes to cover `need`: from shard `start`, then the next
+/// shards in turn, each giving what it holds. None when the budgets together are short.
+pub fn walk(budgets: &[i64], start: usize, need: i64) -> Option<Vec<(usize, i64)>> {
+    let n = budgets.len();
+    let mut takes = Vec::new();
+    let mut remaining = need;
+    for offset in 0..n {
+        if remaining <= 0 {
+            break;
+        }
+        let j = (start + offset) % n;
+        let take = budgets[j].clamp(0, remaining);
+        if take > 0 {
+            takes.push((j, take));
+            remaining -= take;
+        }
+    }
+    (remaining <= 0).then_some(takes)
+}
+
 /// `headroom` split over `n` shards as evenly as integers allow (the first shards get the
 /// remainder).
 pub fn split_evenly(headroom: i64, n: usize) -> Vec<i64> {
@@ -132,6 +162,18 @@ mod tests {
             "a shard value cannot underflow"
         );
         assert_eq!(v, vec![i64::MIN]);
+    }
+
+    #[test]
+    fn a_walk_takes_from_the_start_then_the_next_shards() {
+        assert_eq!(walk(&[2, 5, 1], 0, 4), Some(vec![(0, 2), (1, 2)]));
+        assert_eq!(walk(&[2, 5, 1], 2, 4), Some(vec![(2, 1), (0, 2), (1, 1)]));
+        assert_eq!(walk(&[2, 5, 1], 1, 9), None, "short");
+        assert_eq!(walk(&[0, 0], 1, 0), Some(vec![]), "nothing needed");
+        assert_eq!(
+            walk(&[i64::MAX, i64::MAX], 0, i64::MAX),
+            Some(vec![(0, i64::MAX)])
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! replicas and the AOF reach the same state bit for bit.
 
 pub mod audit;
+pub mod bounds;
 mod cell;
 pub mod collect;
 mod error;
@@ -25,9 +26,10 @@ pub mod step;
 pub mod tokens;
 pub mod transfer;
 
+pub use bounds::{IncrexOp, RefundOp, RefundPlan};
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
-pub use floor::Floor;
+pub use floor::{Ceiling, Floor};
 pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
@@ -72,11 +74,18 @@ pub struct Counter {
 struct Extras {
     /// The floor and the per-shard budgets of its headroom, when a floor is set.
     floor: Option<Floor>,
+    /// The ceiling and the per-shard budgets of its headroom, when a ceiling is set.
+    ceiling: Option<Ceiling>,
     /// Tokens of `CTR.ADD key 1 TOKEN t`, the common form (12 bytes each).
     tokens: TokenWindow,
     /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
     /// outcome and its intent (24 bytes each).
     ledger: TokenWindow<LedgerEntry>,
+    /// What some tokened writes keep beside their ledger entry, under the same fingerprint and
+    /// expiry: the increment a `CTR.INCREX` applied ([`Intent::APPLIED`]), the units a grant
+    /// took ([`Intent::GRANT`], refundable once) or gave back ([`Intent::REFUNDED`]). Not
+    /// tokens of their own: the tokens gauge and `CTR.INFO` do not count them.
+    records: TokenWindow<LedgerEntry>,
     /// Time buckets and reconcile state, once the counter has been reconciled. Boxed, as the
     /// two below: few counters have them, and every counter with a token or a floor pays for
     /// this struct (168 bytes with the three boxed, 376 with them inline).
@@ -90,8 +99,10 @@ struct Extras {
 impl Extras {
     fn is_empty(&self) -> bool {
         self.floor.is_none()
+            && self.ceiling.is_none()
             && self.tokens.is_empty()
             && self.ledger.is_empty()
+            && self.records.is_empty()
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
@@ -106,8 +117,10 @@ static NO_LEDGER: TokenWindow<LedgerEntry> = TokenWindow::from_empty();
 pub struct CounterParts {
     pub shards: Vec<i64>,
     pub floor: Option<Floor>,
+    pub ceiling: Option<Ceiling>,
     pub tokens: TokenWindow,
     pub ledger: TokenWindow<LedgerEntry>,
+    pub records: TokenWindow<LedgerEntry>,
     pub history: Option<History>,
     pub spread: Option<Spread>,
     pub transfers: Option<Transfers>,
@@ -144,8 +157,10 @@ impl Counter {
         let CounterParts {
             shards,
             floor,
+            ceiling,
             tokens,
             ledger,
+            records,
             history,
             spread,
             transfers,
@@ -156,6 +171,12 @@ impl Counter {
         let value = checked_sum(&shards)?;
         if let Some(f) = &floor {
             check_floor(value, f, shards.len())?;
+        }
+        if let Some(c) = &ceiling {
+            check_ceiling(value, c, shards.len())?;
+            if spread.is_some() || transfers.as_ref().is_some_and(|t| !t.is_empty()) {
+                return Err(CounterError::CeilingOnSpread);
+            }
         }
         if let Some(h) = &history {
             h.validate()?;
@@ -180,8 +201,10 @@ impl Counter {
         };
         let ext = Extras {
             floor,
+            ceiling,
             tokens,
             ledger,
+            records,
             history: history.map(Box::new),
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
@@ -224,12 +247,35 @@ impl Counter {
         self.ext.as_ref()?.floor.as_ref()
     }
 
+    pub fn ceiling(&self) -> Option<&Ceiling> {
+        self.ext.as_ref()?.ceiling.as_ref()
+    }
+
     pub fn tokens(&self) -> &TokenWindow {
         self.ext.as_ref().map_or(&NO_TOKENS, |e| &e.tokens)
     }
 
     pub fn ledger(&self) -> &TokenWindow<LedgerEntry> {
         self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.ledger)
+    }
+
+    pub fn records(&self) -> &TokenWindow<LedgerEntry> {
+        self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.records)
+    }
+
+    /// The live record of token `fp` (see [`Extras::records`]).
+    pub fn record(&self, fp: u64, now: i64) -> Option<LedgerEntry> {
+        self.records().get_live(fp, now)
+    }
+
+    /// Keeps a record beside a tokened write.
+    fn keep_record(&mut self, fp: u64, expires_at: i64, intent: Intent, value: i64) {
+        let entry = LedgerEntry {
+            expires_at,
+            outcome: Some(value),
+            intent,
+        };
+        self.ext_mut().records.insert(fp, entry);
     }
 
     pub fn history(&self) -> Option<&History> {
@@ -243,6 +289,9 @@ impl Counter {
 
     /// Makes this counter the home of a spread counter with these other holders.
     pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
+        if self.ceiling().is_some() {
+            return Err(CounterError::CeilingOnSpread);
+        }
         spread.validate()?;
         if self.has_retired(spread.id) {
             return Err(CounterError::InvalidOperation("a retired spread id"));
@@ -256,6 +305,10 @@ impl Counter {
 
     fn floor_mut(&mut self) -> Option<&mut Floor> {
         self.ext.as_mut()?.floor.as_mut()
+    }
+
+    fn ceiling_mut(&mut self) -> Option<&mut Ceiling> {
+        self.ext.as_mut()?.ceiling.as_mut()
     }
 
     fn history_mut(&mut self) -> Option<&mut History> {
@@ -294,10 +347,12 @@ impl Counter {
         let bare = self.value == 0
             && self.shards.is_empty()
             && e.floor.is_none()
+            && e.ceiling.is_none()
             && e.tokens.is_empty()
             && e.history.is_none();
         if bare {
-            e.ledger.latest_expiry()
+            // Records expire with the ledger entries they stand beside.
+            e.ledger.latest_expiry().max(e.records.latest_expiry())
         } else {
             None
         }
@@ -336,11 +391,18 @@ impl Counter {
         }
     }
 
-    /// Remembers a tokened write: the common `CTR.ADD key 1` in the add-token window, any other
-    /// in the ledger with its outcome and intent.
-    fn remember(&mut self, fp: u64, expires_at: i64, write: WriteKind, outcome: Option<i64>) {
+    /// Remembers a tokened write: the common `CTR.ADD key 1` that was applied in the add-token
+    /// window, any other in the ledger with its outcome and intent.
+    pub(super) fn remember(
+        &mut self,
+        fp: u64,
+        expires_at: i64,
+        write: WriteKind,
+        outcome: Option<i64>,
+    ) {
         let ext = self.ext_mut();
-        if write == UNIT_ADD {
+        // A refused `CTR.ADD key 1` (by a ceiling) keeps its refusal in the ledger.
+        if write == UNIT_ADD && outcome.is_some() {
             ext.tokens.insert(fp, expires_at);
         } else {
             let entry = LedgerEntry {
@@ -388,7 +450,8 @@ impl Counter {
 
     /// Heap bytes owned by the counter beyond its own struct.
     pub fn heap_bytes(&self) -> usize {
-        let budgets = self.floor().map_or(0, |f| f.budgets.capacity());
+        let budgets = self.floor().map_or(0, |f| f.budgets.capacity())
+            + self.ceiling().map_or(0, |c| c.budgets.capacity());
         let ext = self
             .ext
             .as_ref()
@@ -397,6 +460,7 @@ impl Counter {
             + ext
             + self.tokens().heap_bytes()
             + self.ledger().heap_bytes()
+            + self.records().heap_bytes()
             + self
                 .history()
                 .map_or(0, |h| std::mem::size_of::<History>() + h.heap_bytes())
@@ -422,8 +486,12 @@ impl Counter {
             + self
                 .floor()
                 .map_or(0, |f| vec_bytes::<i64>(f.budgets.capacity()))
+            + self
+                .ceiling()
+                .map_or(0, |c| vec_bytes::<i64>(c.budgets.capacity()))
             + self.tokens().allocated_bytes()
             + self.ledger().allocated_bytes()
+            + self.records().allocated_bytes()
             + self.history().map_or(0, |h| {
                 usable_size(std::mem::size_of::<History>()) + h.allocated_bytes()
             })
@@ -458,12 +526,27 @@ fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError>
         return Err(CounterError::BelowFloor);
     }
     let headroom = value.checked_sub(f.floor).ok_or(CounterError::Overflow)?;
-    if f.budgets.len() != shards || f.budgets.iter().any(|b| *b < 0) {
+    check_budgets(&f.budgets, headroom, shards)
+}
+
+/// A ceiling's invariants: value <= ceiling, one non-negative budget per shard, summing to the
+/// headroom (ceiling - value).
+fn check_ceiling(value: i64, c: &Ceiling, shards: usize) -> Result<(), CounterError> {
+    if value > c.ceiling {
+        return Err(CounterError::AboveCeiling);
+    }
+    let headroom = c.ceiling.checked_sub(value).ok_or(CounterError::Overflow)?;
+    check_budgets(&c.budgets, headroom, shards)
+}
+
+/// A bound's budgets: one per shard, none negative, summing to its headroom.
+fn check_budgets(budgets: &[i64], headroom: i64, shards: usize) -> Result<(), CounterError> {
+    if budgets.len() != shards || budgets.iter().any(|b| *b < 0) {
         return Err(CounterError::InvalidOperation(
             "budgets do not match the shards",
         ));
     }
-    if checked_sum(&f.budgets)? != headroom {
+    if checked_sum(budgets)? != headroom {
         return Err(CounterError::InvalidOperation(
             "budgets do not sum to the headroom",
         ));

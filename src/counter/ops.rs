@@ -1,10 +1,10 @@
 //! The write operations of a counter. Each checks everything first and changes nothing when it
 //! fails or is refused.
 
-use super::floor::{debit, resize, split_evenly};
+use super::floor::{debit, resize, split_evenly, walk};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::WriteKind;
-use super::{exact_sum, Counter, CounterError, Floor, MAX_SHARDS};
+use super::{exact_sum, Ceiling, Counter, CounterError, Extras, Floor, MAX_SHARDS};
 
 /// A token applied by a write: its fingerprint and when it stops being remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +81,19 @@ pub struct StartOp {
 struct Layout {
     values: Vec<i64>,
     budgets: Option<Vec<i64>>,
+    /// The ceiling's budgets, when the counter has a ceiling.
+    ceiling: Option<Vec<i64>>,
+}
+
+/// `amount` added to (`sign` 1) or taken from (`sign` -1) the slot, checked.
+fn shift(slot: &mut i64, amount: i64, sign: i64) -> Result<(), CounterError> {
+    let moved = if sign >= 0 {
+        slot.checked_add(amount)
+    } else {
+        slot.checked_sub(amount)
+    };
+    *slot = moved.ok_or(CounterError::Overflow)?;
+    Ok(())
 }
 
 fn check_shards(shard: usize, shards: usize) -> Result<(), CounterError> {
@@ -122,6 +135,51 @@ impl Layout {
         Ok(())
     }
 
+    /// Raises the value by `amount` (>= 0) on a ceiled counter: the units come out of the
+    /// ceiling's budgets, from shard `shard` on (false, with the layout unusable, when they are
+    /// short); each shard that gives them gains them in value and floor budget.
+    fn raise(&mut self, shard: usize, amount: i64) -> Result<bool, CounterError> {
+        let takes = match &self.ceiling {
+            Some(ceiling) => match walk(ceiling, shard, amount) {
+                Some(takes) => takes,
+                None => return Ok(false),
+            },
+            None => vec![(shard, amount)],
+        };
+        self.move_units(&takes, 1)?;
+        Ok(true)
+    }
+
+    /// Lowers the value by `amount` (>= 0) on a ceiled counter: the units come out of the
+    /// floor's budgets, from shard `shard` on (false when they are short), or out of shard
+    /// `shard` alone without a floor; each shard that gives them gains them in ceiling budget.
+    fn lower(&mut self, shard: usize, amount: i64) -> Result<bool, CounterError> {
+        let takes = match &self.budgets {
+            Some(floor) => match walk(floor, shard, amount) {
+                Some(takes) => takes,
+                None => return Ok(false),
+            },
+            None => vec![(shard, amount)],
+        };
+        self.move_units(&takes, -1)?;
+        Ok(true)
+    }
+
+    /// Moves each take's units into (`sign` 1) or out of (`sign` -1) its shard's value: the
+    /// floor budget follows the value, the ceiling budget goes the other way.
+    fn move_units(&mut self, takes: &[(usize, i64)], sign: i64) -> Result<(), CounterError> {
+        for &(j, t) in takes {
+            shift(&mut self.values[j], t, sign)?;
+            if let Some(b) = &mut self.budgets {
+                shift(&mut b[j], t, sign)?;
+            }
+            if let Some(c) = &mut self.ceiling {
+                shift(&mut c[j], t, -sign)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Takes `need` from the budgets starting at `shard`; false when they are short.
     fn debit_budgets(&mut self, shard: usize, need: i64) -> Result<bool, CounterError> {
         match &mut self.budgets {
@@ -138,7 +196,15 @@ impl Counter {
             Some(f) => Some(resize(&f.budgets, shards)?),
             None => None,
         };
-        Ok(Layout { values, budgets })
+        let ceiling = match self.ceiling() {
+            Some(c) => Some(resize(&c.budgets, shards)?),
+            None => None,
+        };
+        Ok(Layout {
+            values,
+            budgets,
+            ceiling,
+        })
     }
 
     fn commit(&mut self, value: i64, layout: Layout) {
@@ -151,16 +217,18 @@ impl Counter {
         if let (Some(f), Some(budgets)) = (self.floor_mut(), layout.budgets) {
             f.budgets = budgets;
         }
+        if let (Some(c), Some(budgets)) = (self.ceiling_mut(), layout.ceiling) {
+            c.budgets = budgets;
+        }
     }
 
     /// The headroom after a change to `value`, checked to stay representable.
     fn check_headroom(&self, value: i64) -> Result<(), CounterError> {
-        match self.floor() {
-            Some(f) => value
-                .checked_sub(f.floor)
-                .map(|_| ())
-                .ok_or(CounterError::Overflow),
-            None => Ok(()),
+        let below = self.floor().map(|f| value.checked_sub(f.floor));
+        let above = self.ceiling().map(|c| c.ceiling.checked_sub(value));
+        match (below, above) {
+            (Some(None), _) | (_, Some(None)) => Err(CounterError::Overflow),
+            _ => Ok(()),
         }
     }
 
@@ -210,6 +278,10 @@ impl Counter {
         }
         if let Some(t) = op.token {
             self.remember(t.fp, t.expires_at, WriteKind::Add(op.delta), outcome);
+            if op.delta < 0 {
+                // A granted negative add is refundable, as a decrement is.
+                self.keep_grant(op.token, outcome.and(op.delta.checked_neg()));
+            }
         }
         Ok(outcome)
     }
@@ -220,7 +292,7 @@ impl Counter {
     }
 
     /// The add itself; the token is the caller's.
-    fn try_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
+    pub(super) fn try_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
         check_shards(op.shard, op.shards)?;
         let value = self
             .value
@@ -228,7 +300,11 @@ impl Counter {
             .ok_or(CounterError::Overflow)?;
         let bucket = self.plan_bucket(op.event, op.delta)?;
         let floor = self.floor().map(|f| f.floor);
-        if op.shards == self.shard_count() && (floor.is_none() || op.delta >= 0) {
+        if self.ceiling().is_some() {
+            if !self.add_between_bounds(op, value)? {
+                return Ok(None);
+            }
+        } else if op.shards == self.shard_count() && (floor.is_none() || op.delta >= 0) {
             // No resize, nothing to draw from other shards: change in place.
             self.check_headroom(value)?;
             self.credit_in_place(op.shard, op.delta)?;
@@ -260,6 +336,23 @@ impl Counter {
         Ok(Some(value))
     }
 
+    /// The add of [`Counter::try_add`] on a ceiled counter, through a working copy of the
+    /// layout: an increment draws on the ceiling's budgets (refused, false, when they are short),
+    /// a decrement on the floor's when there is one. Changes nothing when refused or failing.
+    fn add_between_bounds(&mut self, op: &AddOp, value: i64) -> Result<bool, CounterError> {
+        let mut layout = self.layout(op.shards)?;
+        let covered = match op.delta.checked_neg() {
+            _ if op.delta >= 0 => layout.raise(op.shard, op.delta)?,
+            Some(need) => layout.lower(op.shard, need)?,
+            None => false, // more than any headroom can hold
+        };
+        if covered {
+            self.check_headroom(value)?;
+            self.commit(value, layout);
+        }
+        Ok(covered)
+    }
+
     /// Applies a floored decrement: `Ok(Some(value))` when granted, `Ok(None)` when it would cross
     /// the floor (0 when none is set). With a token, the outcome is recorded in the ledger either
     /// way, so a retry replays it. A counter that takes no part in a spread: see
@@ -287,6 +380,16 @@ impl Counter {
         let new_value = self.value.checked_sub(op.amount).filter(|v| *v >= floor);
         let granted = match new_value {
             None => None,
+            Some(value) if self.ceiling().is_some() => {
+                // A ceiled counter gains ceiling budget where the units leave.
+                let mut layout = self.layout(op.shards)?;
+                let covered = layout.lower(op.shard, op.amount)?;
+                if covered {
+                    self.check_headroom(value)?;
+                    self.commit(value, layout);
+                }
+                covered.then_some(value)
+            }
             Some(value) if op.shards == self.shard_count() => {
                 // The common case: no resize, so debit in place without a working copy.
                 self.debit_in_place(op.shard, op.amount)?;
@@ -318,6 +421,7 @@ impl Counter {
         let reply = granted.map(|value| self.purchase_reply(value, named_holder));
         if let Some(t) = op.token {
             self.remember(t.fp, t.expires_at, WriteKind::Decr(op.amount), reply);
+            self.keep_grant(op.token, reply.map(|_| op.amount));
         }
         Ok(reply)
     }
@@ -392,11 +496,19 @@ impl Counter {
             }
             None => None,
         };
+        let ceiling_budgets = match self.ceiling() {
+            Some(c) if c.ceiling < 0 => return Err(CounterError::AboveCeiling),
+            Some(c) => Some(split_evenly(c.ceiling, self.shard_count())),
+            None => None,
+        };
         let before = self.value;
         self.value = 0;
         self.shards.iter_mut().for_each(|s| *s = 0);
         if let (Some(f), Some(budgets)) = (self.floor_mut(), budgets) {
             f.budgets = budgets;
+        }
+        if let (Some(c), Some(budgets)) = (self.ceiling_mut(), ceiling_budgets) {
+            c.budgets = budgets;
         }
         if let Some(h) = self.history_mut() {
             // The reset discards the bucket history: everything up to now is base (zero).
@@ -451,6 +563,9 @@ impl Counter {
         if self.floor().is_some() || self.is_floored_spread() {
             return Err(CounterError::ClearFlooredSpread);
         }
+        if self.ceiling().is_some() {
+            return Err(CounterError::CeilingOnSpread);
+        }
         let value = self
             .value
             .checked_sub(op.total)
@@ -484,19 +599,66 @@ impl Counter {
                 })
             }
         };
-        if self.floor() == floor.as_ref() {
-            return Ok(false);
+        Ok(self.replace_extra(floor, |e| &mut e.floor))
+    }
+
+    /// Puts `new` in the optional state's field `field` (a floor, a ceiling), making that state
+    /// when needed and dropping it once empty; false when the field already held `new`.
+    fn replace_extra<T: PartialEq>(
+        &mut self,
+        new: Option<T>,
+        field: fn(&mut Extras) -> &mut Option<T>,
+    ) -> bool {
+        let held = match &mut self.ext {
+            Some(e) => &*field(e),
+            None => &None,
+        };
+        if *held == new {
+            return false;
         }
-        match floor {
-            Some(_) => self.ext_mut().floor = floor,
+        match new {
+            Some(_) => *field(self.ext_mut()) = new,
             None => {
                 if let Some(e) = &mut self.ext {
-                    e.floor = None;
+                    *field(e) = None;
                 }
                 self.trim_ext();
             }
         }
-        Ok(true)
+        true
+    }
+
+    /// Sets (or with None removes) the ceiling, the mirror of [`Counter::set_floor`]: the
+    /// headroom below it is spread evenly over the shards' budgets. Refused when the value is
+    /// already above it, and on a spread counter. Returns false when nothing changed.
+    pub fn set_ceiling(&mut self, ceiling: Option<i64>) -> Result<bool, CounterError> {
+        let ceiling = match ceiling {
+            None => None,
+            // A spread home, a holder, or a key with transfers of a spread still recorded.
+            Some(_) if self.spread().is_some() || self.transfers().is_some() => {
+                return Err(CounterError::CeilingOnSpread)
+            }
+            Some(c) if self.value > c => return Err(CounterError::AboveCeiling),
+            Some(c) => {
+                let headroom = c.checked_sub(self.value).ok_or(CounterError::Overflow)?;
+                Some(Ceiling {
+                    ceiling: c,
+                    budgets: split_evenly(headroom, self.shard_count()),
+                })
+            }
+        };
+        Ok(self.replace_extra(ceiling, |e| &mut e.ceiling))
+    }
+
+    /// Spreads the ceiling's headroom evenly over the shards again (after a reconcile set the
+    /// value outright).
+    fn resplit_ceiling(&mut self) {
+        let value = self.value;
+        let shards = self.shard_count();
+        if let Some(c) = self.ceiling_mut() {
+            // check_headroom passed for this value: the difference fits.
+            c.budgets = split_evenly(c.ceiling.saturating_sub(value), shards);
+        }
     }
 
     /// The repair of a reconcile that would change nothing (a retry of the last watermark's
@@ -559,6 +721,10 @@ impl Counter {
         if !repair.changed {
             return Ok(repair);
         }
+        if self.ceiling().is_some_and(|c| repair.value > c.ceiling) {
+            return Err(CounterError::AboveCeiling);
+        }
+        self.check_headroom(repair.value)?;
         let mut layout = self.layout(self.shard_count())?;
         match self.floor() {
             Some(f) if repair.value < f.floor => return Err(CounterError::BelowFloor),
@@ -584,6 +750,7 @@ impl Counter {
             None => layout.set_total(repair.value)?,
         }
         self.commit(repair.value, layout);
+        self.resplit_ceiling();
         next.fold(op.now);
         self.ext_mut().history = Some(Box::new(next));
         Ok(repair)
@@ -617,10 +784,14 @@ impl Counter {
     /// True when every token and ledger entry the counter holds has expired at `now` (and it
     /// holds some): what the idle sweep looks for. O(entries held).
     pub fn has_only_expired_tokens(&self, now: i64) -> bool {
-        let latest = [self.tokens().latest_expiry(), self.ledger().latest_expiry()]
-            .into_iter()
-            .flatten()
-            .max();
+        let latest = [
+            self.tokens().latest_expiry(),
+            self.ledger().latest_expiry(),
+            self.records().latest_expiry(),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
         latest.is_some_and(|latest| latest <= now)
     }
 
@@ -629,7 +800,11 @@ impl Counter {
     /// were dropped.
     pub fn apply_sweep(&mut self, now: i64) -> usize {
         let dropped = match &mut self.ext {
-            Some(e) => e.tokens.sweep(now) + e.ledger.sweep(now),
+            Some(e) => {
+                // Records go with their ledger entries; only tokens count as released.
+                e.records.sweep(now);
+                e.tokens.sweep(now) + e.ledger.sweep(now)
+            }
             None => 0,
         };
         self.trim_ext();
@@ -660,10 +835,11 @@ impl Counter {
         Ok(value)
     }
 
-    fn record_write(&mut self, now: i64) {
+    pub(super) fn record_write(&mut self, now: i64) {
         if let Some(e) = &mut self.ext {
             e.tokens.sweep(now);
             e.ledger.sweep(now);
+            e.records.sweep(now);
         }
         self.trim_ext();
     }

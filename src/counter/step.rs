@@ -77,6 +77,10 @@ impl Counter {
         if key.is_empty() || key.len() > MAX_NAME {
             return Err(invalid("step key name length"));
         }
+        if self.ceiling().is_some() {
+            // A ceiled counter takes no part in a spread: no transfer moves its units.
+            return Err(TransferError::Counter(CounterError::CeilingOnSpread));
+        }
         let giver = |new_id| Giver { name: key, new_id };
         Ok(match step {
             Step::Move {

@@ -840,3 +840,102 @@ fn a_floored_spread_is_not_cleared() {
     plain.set_floor(Some(-5)).unwrap();
     assert!(!plain.is_floored_spread());
 }
+
+fn ceiling_budgets(c: &Counter) -> Vec<i64> {
+    c.ceiling().map(|x| x.budgets.clone()).unwrap_or_default()
+}
+
+#[test]
+fn a_ceiling_refuses_increments_past_it_and_keeps_its_budgets() {
+    let mut c = Counter::from_shards(vec![2, 3]).unwrap();
+    assert_eq!(c.set_ceiling(Some(4)), Err(CounterError::AboveCeiling));
+    assert!(c.set_ceiling(Some(9)).unwrap());
+    assert!(
+        !c.set_ceiling(Some(9)).unwrap(),
+        "the same ceiling changes nothing"
+    );
+    assert_eq!(ceiling_budgets(&c), vec![2, 2]);
+    // An increment draws from the shard's budget, then the next one.
+    assert_eq!(add_at(&mut c, 1, 2, 3), Ok(8));
+    assert_eq!(ceiling_budgets(&c), vec![1, 0]);
+    assert_eq!(c.shard_values(), vec![3, 5]);
+    let refused = c.apply_add(&AddOp {
+        now: 1_000,
+        event: 1_000,
+        delta: 2,
+        shard: 0,
+        shards: 2,
+        token: None,
+    });
+    assert_eq!(refused, Ok(None), "one unit of headroom left");
+    assert_eq!(c.value(), 8);
+    // A decrement gives budget back where the units leave; a resize keeps the sum.
+    assert_eq!(add_at(&mut c, 0, 4, -5), Ok(3));
+    assert_eq!(ceiling_budgets(&c).iter().sum::<i64>(), 6);
+    assert_eq!(c.shard_count(), 4);
+    assert_eq!(add_at(&mut c, 0, 1, 6), Ok(9));
+    assert_eq!(ceiling_budgets(&c), vec![0]);
+    assert_eq!(
+        c.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
+        Ok(9)
+    );
+    assert_eq!(ceiling_budgets(&c), vec![9]);
+    c.set_ceiling(None).unwrap();
+    assert!(c.is_plain());
+}
+
+#[test]
+fn floor_and_ceiling_budgets_move_together() {
+    let mut c = Counter::from_shards(vec![5, 5]).unwrap();
+    c.set_floor(Some(0)).unwrap();
+    c.set_ceiling(Some(20)).unwrap();
+    assert_eq!(add_at(&mut c, 0, 2, 8), Ok(18));
+    assert_eq!(
+        (budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()),
+        (18, 2)
+    );
+    let taken = c.apply_decrement(&DecrOp {
+        now: 1_000,
+        event: 1_000,
+        amount: 15,
+        shard: 1,
+        shards: 2,
+        token: None,
+    });
+    assert_eq!(taken, Ok(Some(3)));
+    assert_eq!(
+        (budgets_sum(&c), ceiling_budgets(&c).iter().sum::<i64>()),
+        (3, 17)
+    );
+    assert!(c.ceiling().unwrap().budgets.iter().all(|b| *b >= 0));
+    // A clear below the ceiling is fine; a ceiling below 0 cannot be cleared to 0.
+    let mut neg = Counter::plain(-10);
+    neg.set_ceiling(Some(-5)).unwrap();
+    let before = neg.clone();
+    assert_eq!(
+        neg.apply_clear(&ClearOp {
+            now: 0,
+            token: None
+        }),
+        Err(CounterError::AboveCeiling)
+    );
+    assert_eq!(neg, before);
+    // A reconcile above the ceiling is refused; one below re-spreads the headroom.
+    let overwrite = |truth| ReconcileOp {
+        now: 5_000,
+        truth,
+        watermark: None,
+        width: 1_000,
+        retention: 10_000,
+    };
+    assert_eq!(
+        c.apply_reconcile(&overwrite(21)),
+        Err(CounterError::AboveCeiling)
+    );
+    assert_eq!(c.apply_reconcile(&overwrite(11)).map(|r| r.value), Ok(11));
+    assert_eq!(ceiling_budgets(&c).iter().sum::<i64>(), 9);
+    assert!(c.set_spread(Spread::of(vec![b"x".to_vec()])).is_err());
+}

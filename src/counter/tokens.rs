@@ -134,6 +134,10 @@ pub enum WriteKind {
     /// replays its first reply, the total before, since the home's own value says nothing of
     /// it. A retry matches it as any clear (a retry sent as `Clear` finds it, and the reverse).
     ClearTotal,
+    /// `CTR.INCREX` with a print of its arguments (increment, bounds, SATURATE): its retry
+    /// replays its first reply (the new value here, the applied increment in the counter's
+    /// records).
+    Increx(i64),
 }
 
 /// What a remembered write was, in 31 bits: its command (2 bits) and a 29-bit fingerprint of
@@ -152,6 +156,15 @@ const KIND_ADD_OR_CLEAR: u32 = 3;
 /// replays the recorded reply). A module from before it matches the entry to no clear, so
 /// there a retry is refused as a reused token: nothing is cleared twice.
 const CLEAR_TOTAL: u32 = (KIND_CLEAR << INTENT_KIND_SHIFT) | 2;
+/// Later writes and records take clear-kind prints of 2^24 and up, as `sub << 24 | print`
+/// (sub 1..31): a print of 24 bits. They match only themselves (a module from before them
+/// would take one for a clear's entry: nothing a current module writes under a clear).
+const EXTENDED_SHIFT: u32 = 24;
+const EXTENDED_PRINT_MASK: u32 = (1 << EXTENDED_SHIFT) - 1;
+const fn extended(sub: u32) -> u32 {
+    (KIND_CLEAR << INTENT_KIND_SHIFT) | (sub << EXTENDED_SHIFT)
+}
+const SUB_INCREX: u32 = 1;
 
 impl Intent {
     /// The intent of a write.
@@ -161,6 +174,11 @@ impl Intent {
             WriteKind::Add(d) => (KIND_ADD, Some(d)),
             WriteKind::Clear => (KIND_CLEAR, None),
             WriteKind::ClearTotal => return Intent(CLEAR_TOTAL),
+            WriteKind::Increx(print) => {
+                let h = super::siphash::token_fingerprint(&print.to_le_bytes());
+                let print = (h & u64::from(EXTENDED_PRINT_MASK)) as u32;
+                return Intent(extended(SUB_INCREX) | print);
+            }
         };
         // Never 0 (which means "any amount").
         let print = amount.map_or(1, |a| {
@@ -174,11 +192,31 @@ impl Intent {
     pub const LEGACY_DECREMENT: Intent = Intent(KIND_DECR << INTENT_KIND_SHIFT);
     /// An add token decoded from an encoding without intents: any add or clear.
     pub const LEGACY_ADD_OR_CLEAR: Intent = Intent(KIND_ADD_OR_CLEAR << INTENT_KIND_SHIFT);
+    /// A record (`Counter::records`): the increment a tokened `CTR.INCREX` applied.
+    pub const APPLIED: Intent = Intent(extended(2));
+    /// A record: the units a tokened grant (a decrement, a negative add) took, refundable.
+    pub const GRANT: Intent = Intent(extended(3));
+    /// A record: a grant given back by `CTR.REFUND`, with the units returned.
+    pub const REFUNDED: Intent = Intent(extended(4));
+
+    /// True for the writes and records that match only themselves.
+    fn is_extended(self) -> bool {
+        self.0 >> INTENT_KIND_SHIFT == KIND_CLEAR
+            && self.0 & INTENT_AMOUNT_MASK >= 1 << EXTENDED_SHIFT
+    }
+
+    /// True for a `CTR.INCREX`'s intent.
+    fn is_increx(self) -> bool {
+        self.is_extended() && (self.0 & INTENT_AMOUNT_MASK) >> EXTENDED_SHIFT == SUB_INCREX
+    }
 
     /// True when `write` is the write this intent remembers.
     pub fn matches(self, write: WriteKind) -> bool {
         let kind = self.0 >> INTENT_KIND_SHIFT;
         let wanted = Intent::of(write);
+        if self.is_extended() || wanted.is_extended() {
+            return self == wanted;
+        }
         let wanted_kind = wanted.0 >> INTENT_KIND_SHIFT;
         if kind == KIND_ADD_OR_CLEAR {
             return wanted_kind == KIND_ADD || wanted_kind == KIND_CLEAR;
@@ -196,7 +234,7 @@ impl Intent {
     /// True when a retry replays the recorded outcome: a decrement's, or a clear of a spread
     /// counter's total (other writes reply with the current value).
     pub fn replays_outcome(self) -> bool {
-        self.is_decrement() || self.0 == CLEAR_TOTAL
+        self.is_decrement() || self.0 == CLEAR_TOTAL || self.is_increx()
     }
 
     /// The 31 bits as stored and encoded.
@@ -631,6 +669,31 @@ mod tests {
             h.write_u64(fp);
             let _ = h.finish();
         }
+    }
+
+    #[test]
+    fn increx_intents_and_records_match_only_themselves() {
+        let a = Intent::of(WriteKind::Increx(7));
+        assert!(a.matches(WriteKind::Increx(7)) && a.replays_outcome());
+        assert!(!a.matches(WriteKind::Increx(8)));
+        for other in [
+            WriteKind::Clear,
+            WriteKind::ClearTotal,
+            WriteKind::Add(7),
+            WriteKind::Decr(7),
+        ] {
+            assert!(!a.matches(other), "{other:?}");
+            assert!(
+                !Intent::of(other).matches(WriteKind::Increx(7)),
+                "{other:?}"
+            );
+        }
+        assert!(!Intent::LEGACY_ADD_OR_CLEAR.matches(WriteKind::Increx(7)));
+        for record in [Intent::APPLIED, Intent::GRANT, Intent::REFUNDED] {
+            assert!(!record.matches(WriteKind::Clear) && !record.replays_outcome());
+            assert_eq!(Intent::from_bits(record.bits()), Some(record));
+        }
+        assert_ne!(Intent::GRANT, Intent::REFUNDED);
     }
 
     /// The per-token memory target holds: an add token is 12 bytes, a ledger entry (with its

@@ -57,6 +57,15 @@
 //!             this home still has (or has not retired yet) folded back here, by place, their
 //!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
 //!             when not empty; files without it mark nothing.
+//!  19 CEILING ivarint ceiling, uvarint n (= shard count), n x ivarint budget
+//!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; never with SPREAD
+//!             or TRANSFER). Files without it have no ceiling.
+//!  (20-21 are reserved for other features)
+//!  22 RECORDS ivarint next sweep time, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint
+//!             expiry, uvarint intent, ivarint value), fingerprints strictly increasing: what
+//!             tokened writes keep beside their ledger entry (`Counter::records`): the increment
+//!             a CTR.INCREX applied (APPLIED), the units a grant took (GRANT, > 0) or a refund
+//!             gave back (REFUNDED, >= 0). Files without it keep none.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -74,7 +83,8 @@ use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
 use crate::counter::{
-    Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
+    Ceiling, Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow,
+    MAX_SHARDS,
 };
 
 pub const FORMAT_V1: u8 = 1;
@@ -97,6 +107,8 @@ const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
+const TAG_CEILING: u8 = 19;
+const TAG_RECORDS: u8 = 22;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -153,6 +165,18 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
     }
+    if let Some(c) = counter.ceiling() {
+        w.u8(TAG_CEILING)
+            .ivarint(c.ceiling)
+            .uvarint(c.budgets.len() as u64);
+        for b in &c.budgets {
+            w.ivarint(*b);
+        }
+    }
+    encode_window(&mut w, TAG_RECORDS, counter.records(), |w, e| {
+        w.uvarint(u64::from(e.intent.bits()))
+            .ivarint(e.outcome.unwrap_or(0));
+    });
     w.u8(TAG_END);
     w.finish()
 }
@@ -348,6 +372,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut shards = Vec::new();
     let mut tokens = None;
     let mut floor = None;
+    let mut ceiling = None;
+    let mut records = None;
     let mut ledger = None;
     let mut history = None;
     let mut spread: Option<Spread> = None;
@@ -395,6 +421,15 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_FOLDED => {
                 transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
+            TAG_CEILING => {
+                // The same body as a floor's: a limit and one budget per shard.
+                let Floor { floor, budgets } = decode_floor(r)?;
+                ceiling = Some(Ceiling {
+                    ceiling: floor,
+                    budgets,
+                });
+            }
+            TAG_RECORDS => records = Some(decode_window(r, decode_record)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -425,8 +460,12 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let parts = CounterParts {
         shards,
         floor,
+        ceiling,
         tokens,
         ledger,
+        records: records.map_or_else(TokenWindow::default, |(entries, next_sweep)| {
+            window(entries, next_sweep)
+        }),
         history,
         spread,
         transfers,
@@ -551,6 +590,27 @@ fn decode_ledger_entry(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, D
         expires_at,
         outcome,
         intent: Intent::LEGACY_DECREMENT,
+    })
+}
+
+/// One entry of the RECORDS section: an intent among the three records, and its value.
+fn decode_record(r: &mut Reader, expires_at: i64) -> Result<LedgerEntry, DecodeError> {
+    let bits = u32::try_from(r.uvarint()?).ok();
+    let intent = bits.and_then(Intent::from_bits);
+    let value = r.ivarint()?;
+    let valid = match intent {
+        Some(Intent::APPLIED) => true,
+        Some(Intent::GRANT) => value > 0,
+        Some(Intent::REFUNDED) => value >= 0,
+        _ => return decode_error("unknown CTR record"),
+    };
+    if !valid {
+        return decode_error("a CTR record's value out of range");
+    }
+    Ok(LedgerEntry {
+        expires_at,
+        outcome: Some(value),
+        intent: intent.unwrap_or(Intent::APPLIED),
     })
 }
 
@@ -799,6 +859,50 @@ mod tests {
         );
         assert!(floored(10, 4, &[]).is_err());
         assert!(floored(i64::MAX, -1, &[0]).is_err(), "headroom overflows");
+    }
+
+    #[test]
+    fn ceilings_roundtrip_and_broken_ones_are_refused() {
+        let mut c = Counter::from_shards(vec![3, 4]).unwrap();
+        c.set_floor(Some(-2)).unwrap();
+        c.set_ceiling(Some(20)).unwrap();
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.ceiling().unwrap().budgets, vec![7, 6]);
+        let ceiled = |value: i64, ceiling: i64, budgets: &[i64]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(value);
+            w.u8(TAG_CEILING)
+                .ivarint(ceiling)
+                .uvarint(budgets.len() as u64);
+            for b in budgets {
+                w.ivarint(*b);
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(ceiled(4, 10, &[6]).is_ok());
+        assert!(
+            ceiled(4, 10, &[5]).is_err(),
+            "budgets short of the headroom"
+        );
+        assert!(ceiled(11, 10, &[-1]).is_err(), "value above the ceiling");
+        assert!(ceiled(4, 10, &[8, -2]).is_err(), "budget count");
+        assert!(ceiled(i64::MIN, 1, &[0]).is_err(), "headroom overflows");
+        // A ceiling on a spread home is refused, whichever way it comes.
+        let mut home = spread_counter();
+        assert!(home.set_ceiling(Some(100)).is_err());
+        let mut bytes = encode(&home);
+        bytes.pop(); // END
+        let mut w = Writer::new();
+        w.u8(TAG_CEILING)
+            .ivarint(100)
+            .uvarint(1)
+            .ivarint(100 - home.value());
+        w.u8(TAG_END);
+        bytes.extend(w.finish());
+        assert!(decode(&bytes).is_err());
+        home.set_ceiling(None).unwrap();
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! Layout, format 1:
 //! ```text
 //! u8 format (= 1)
-//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE, 5 START, 6 SWEEP, 7 CLEAR_TOTAL
+//! u8 kind: 1 ADD, 2 CLEAR, 3 DECR, 4 RECONCILE, 5 START, 6 SWEEP, 7 CLEAR_TOTAL, 8 INCREX,
+//!         9 REFUND
 //! ivarint now
 //! ADD:       ivarint delta, uvarint shard, uvarint shards
 //! DECR:      ivarint amount, uvarint shard, uvarint shards
@@ -14,6 +15,9 @@
 //! SWEEP:     nothing more (drop the tokens and ledger entries expired at `now`)
 //! CLEAR_TOTAL: ivarint total (the gathered total of a spread counter the master cleared:
 //!            the home's value falls by it, and it is the reply a retry of the token replays)
+//! INCREX:    ivarint applied increment, uvarint shard, uvarint shards, ivarint print of the
+//!            arguments, u8 skipped (0 or 1: nothing changes but the token's memory)
+//! REFUND:    ivarint units, uvarint shard, uvarint shards (the token flag names the grant)
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -24,11 +28,14 @@
 //! Kinds 3-7 and flags 2-3 were added after kinds 1-2 shipped; effects without them decode as
 //! before (a module from before kind 7 refuses a CLEAR_TOTAL effect as an unknown kind, an
 //! error). START takes only the expire-at flag (the TTL of the write that created the key with
-//! it), SWEEP none, CLEAR_TOTAL the token and expire-at flags.
+//! it), SWEEP none, CLEAR_TOTAL the token and expire-at flags, INCREX the token and event
+//! flags, REFUND only the token flag, which it needs. INCREX and REFUND carry no TTL: the
+//! master replicates the key's new TTL after them (PEXPIREAT or PERSIST).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::{
-    AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, DecrOp, IncrexOp, ReconcileOp, RefundOp, StartOp, TokenStamp,
+    MAX_SHARDS,
 };
 
 const FORMAT_V1: u8 = 1;
@@ -39,6 +46,8 @@ const KIND_RECONCILE: u8 = 4;
 const KIND_START: u8 = 5;
 const KIND_SWEEP: u8 = 6;
 const KIND_CLEAR_TOTAL: u8 = 7;
+const KIND_INCREX: u8 = 8;
+const KIND_REFUND: u8 = 9;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 const FLAG_EVENT: u8 = 4;
@@ -59,6 +68,10 @@ pub enum CounterOp {
     },
     /// A clear of a spread counter's total on its home (the total gathered by the master).
     ClearTotal(ClearTotalOp),
+    /// A `CTR.INCREX` as decided (applied, or skipped with its token remembered).
+    Increx(IncrexOp),
+    /// A refund of a tokened grant.
+    Refund(RefundOp),
 }
 
 impl CounterOp {
@@ -67,6 +80,8 @@ impl CounterOp {
         match self {
             CounterOp::Add(op) => Some(op.shards),
             CounterOp::Decr(op) => Some(op.shards),
+            CounterOp::Increx(op) if !op.skipped => Some(op.add.shards),
+            CounterOp::Refund(op) => Some(op.shards),
             _ => None,
         }
     }
@@ -77,6 +92,11 @@ impl CounterOp {
             CounterOp::Clear(op) => op.token,
             CounterOp::Decr(op) => op.token,
             CounterOp::ClearTotal(op) => op.token,
+            CounterOp::Increx(op) => op.add.token,
+            CounterOp::Refund(op) => Some(TokenStamp {
+                fp: op.fp,
+                expires_at: 0,
+            }),
             _ => None,
         }
     }
@@ -86,6 +106,7 @@ impl CounterOp {
         let (now, event) = match self {
             CounterOp::Add(op) => (op.now, op.event),
             CounterOp::Decr(op) => (op.now, op.event),
+            CounterOp::Increx(op) => (op.add.now, op.add.event),
             _ => return None,
         };
         (event != now).then_some(event)
@@ -142,6 +163,16 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
         CounterOp::ClearTotal(op) => {
             w.u8(KIND_CLEAR_TOTAL).ivarint(op.now).ivarint(op.total);
         }
+        CounterOp::Increx(op) => {
+            let add = &op.add;
+            w.u8(KIND_INCREX).ivarint(add.now).ivarint(add.delta);
+            w.uvarint(add.shard as u64).uvarint(add.shards as u64);
+            w.ivarint(op.print).u8(u8::from(op.skipped));
+        }
+        CounterOp::Refund(op) => {
+            w.u8(KIND_REFUND).ivarint(op.now).ivarint(op.units);
+            w.uvarint(op.shard as u64).uvarint(op.shards as u64);
+        }
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -169,7 +200,9 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let kind = r.u8()?;
     let now = r.ivarint()?;
     let (delta, shard, shards) = match kind {
-        KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
+        KIND_ADD | KIND_DECR | KIND_INCREX | KIND_REFUND => {
+            (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?)
+        }
         KIND_CLEAR => (0, 0, 0),
         KIND_RECONCILE | KIND_CLEAR_TOTAL => (r.ivarint()?, 0, 0),
         KIND_START | KIND_SWEEP => (0, 0, 0),
@@ -180,11 +213,13 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     } else {
         None
     };
+    let print = if kind == KIND_INCREX { r.ivarint()? } else { 0 };
+    // START's created byte, INCREX's skipped byte.
     let created = match kind {
-        KIND_START => match r.u8()? {
+        KIND_START | KIND_INCREX => match r.u8()? {
             0 => false,
             1 => true,
-            other => return decode_error(format!("unknown START flag {other}")),
+            other => return decode_error(format!("unknown START or INCREX flag {other}")),
         },
         _ => false,
     };
@@ -193,6 +228,8 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
         KIND_START => FLAG_EXPIRE_AT,
         KIND_SWEEP => 0,
         KIND_CLEAR_TOTAL => FLAG_TOKEN | FLAG_EXPIRE_AT,
+        KIND_INCREX => FLAG_TOKEN | FLAG_EVENT,
+        KIND_REFUND => FLAG_TOKEN,
         _ => KNOWN_FLAGS,
     };
     if flags & !allowed != 0 {
@@ -220,7 +257,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let event = optional(FLAG_EVENT)?.unwrap_or(now);
     let watermark = optional(FLAG_WATERMARK)?;
     if (watermark.is_some() && kind != KIND_RECONCILE)
-        || (flags & FLAG_EVENT != 0 && kind != KIND_ADD && kind != KIND_DECR)
+        || (flags & FLAG_EVENT != 0 && ![KIND_ADD, KIND_DECR, KIND_INCREX].contains(&kind))
     {
         return decode_error("effect flag does not apply to its kind");
     }
@@ -269,6 +306,28 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
             total: delta,
             token,
         }),
+        KIND_INCREX => CounterOp::Increx(IncrexOp {
+            add: AddOp {
+                now,
+                event,
+                delta,
+                shard,
+                shards,
+                token,
+            },
+            skipped: created,
+            print,
+        }),
+        KIND_REFUND => match token {
+            Some(t) => CounterOp::Refund(RefundOp {
+                now,
+                fp: t.fp,
+                units: delta,
+                shard,
+                shards,
+            }),
+            None => return decode_error("a refund effect without its token"),
+        },
         _ => CounterOp::Clear(ClearOp { now, token }),
     };
     Ok(Effect { op, expire_at })
@@ -394,6 +453,46 @@ mod tests {
                 }),
                 expire_at: None,
             },
+            Effect {
+                op: CounterOp::Increx(IncrexOp {
+                    add: AddOp {
+                        now: 20,
+                        event: 15,
+                        delta: -4,
+                        shard: 1,
+                        shards: 2,
+                        token,
+                    },
+                    skipped: false,
+                    print: i64::MIN,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Increx(IncrexOp {
+                    add: AddOp {
+                        now: 20,
+                        event: 20,
+                        delta: 0,
+                        shard: 0,
+                        shards: 1,
+                        token: None,
+                    },
+                    skipped: true,
+                    print: 5,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Refund(RefundOp {
+                    now: 30,
+                    fp: 77,
+                    units: 9,
+                    shard: 0,
+                    shards: 1,
+                }),
+                expire_at: None,
+            },
         ]
     }
 
@@ -468,7 +567,7 @@ mod tests {
             decode(&[1, 1, 2, 1, 0, 1, 0]).unwrap().op,
             CounterOp::Add(AddOp { delta: -1, .. })
         ));
-        for kind in [0u8, 8, 255] {
+        for kind in [0u8, 10, 255] {
             assert!(decode(&[1, kind, 2, 2, 0]).is_err(), "kind {kind}");
         }
     }

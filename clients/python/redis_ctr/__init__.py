@@ -8,14 +8,18 @@ writer.
 1
 """
 
-from ._calls import Reconciled
+from ._calls import Increxed, Reconciled
 from .client import Ctr, Pnc
 from .pipeline import CtrPipeline
 from .errors import (
+    AboveCeiling,
     BadWatermark,
     BelowFloor,
     BudgetInFlight,
     CannotShrink,
+    CeilingOnSpread,
+    SourceMissing,
+    CeilingRefused,
     HolderFolded,
     CounterOverflow,
     CtrError,
@@ -54,11 +58,15 @@ from .writer import CoalescingWriter, Undelivered, WriterFull, WriterStats
 from .writer import AsyncCoalescingWriter
 
 __all__ = [
+    "AboveCeiling",
     "AsyncCoalescingWriter",
     "BadWatermark",
     "BelowFloor",
     "BudgetInFlight",
     "CannotShrink",
+    "CeilingOnSpread",
+    "SourceMissing",
+    "CeilingRefused",
     "HolderFolded",
     "CoalescingWriter",
     "CounterInfo",
@@ -74,6 +82,7 @@ __all__ = [
     "HistoryMissing",
     "HolderError",
     "HolderMoving",
+    "Increxed",
     "InternalError",
     "InvalidAmount",
     "InvalidExpire",

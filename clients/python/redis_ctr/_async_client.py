@@ -13,7 +13,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
-from ._calls import Call, KeyT, Reconciled, Source
+from ._calls import Call, Increxed, KeyT, Reconciled, Source
 from ._once import send_and_wait_async, send_once_async
 from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
@@ -218,6 +218,37 @@ class AsyncCtr:
     async def floor(self, key: KeyT, floor: Optional[int]) -> None:
         """``CTR.FLOOR`` (None removes the floor)."""
         await run(self.client, _calls.floor(key, floor))
+
+    async def ceil(self, key: KeyT, ceiling: Optional[int]) -> None:
+        """``CTR.CEIL`` (None removes the ceiling)."""
+        await run(self.client, _calls.ceil(key, ceiling))
+
+    async def increx(
+        self,
+        key: KeyT,
+        by: int = 1,
+        *,
+        lbound: Optional[int] = None,
+        ubound: Optional[int] = None,
+        saturate: bool = False,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> Increxed:
+        """``CTR.INCREX`` (see :meth:`redis_ctr.Ctr.increx`)."""
+        call = _calls.increx(
+            key, by, lbound, ubound, saturate, ex, px, exat, pxat, persist, enx, token, at
+        )
+        return await run(self.client, call)
+
+    async def refund(self, key: KeyT, token: KeyT) -> Optional[int]:
+        """``CTR.REFUND``: the units given back, None without a grant."""
+        return await run(self.client, _calls.refund(key, token))
 
     async def decrfloor(
         self,

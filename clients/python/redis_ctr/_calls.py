@@ -30,6 +30,16 @@ class Reconciled(NamedTuple):
     high)."""
 
 
+class Increxed(NamedTuple):
+    """The reply of ``CTR.INCREX``."""
+
+    value: int
+    """The counter's value after the call (the current one when the call was skipped)."""
+    applied: int
+    """The increment applied: 0 when the result fell outside the bounds and nothing changed;
+    the clamped delta with ``saturate``."""
+
+
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One command: its arguments, redis-py options, and the parser of its reply."""
@@ -87,6 +97,10 @@ def _ints(raw: Any) -> List[int]:
 def _ok(raw: Any) -> None:
     if raw not in (True, b"OK", "OK"):
         raise TypeError(f"expected OK, got {raw!r}")
+
+
+def _increxed(raw: Any) -> Increxed:
+    return Increxed(_int(raw[0]), _int(raw[1]))
 
 
 def _reconciled(raw: Any) -> Reconciled:
@@ -172,6 +186,47 @@ def clear(key: KeyT, token: Optional[KeyT] = None) -> Call[int]:
 def floor(key: KeyT, floor: Optional[int]) -> Call[None]:
     floor_arg = "NONE" if floor is None else integer("floor", floor)
     return Call(("CTR.FLOOR", key, floor_arg), _ok, write=True)
+
+
+def ceil(key: KeyT, ceiling: Optional[int]) -> Call[None]:
+    return Call(
+        ("CTR.CEIL", key, "NONE" if ceiling is None else integer("ceiling", ceiling)), _ok, write=True
+    )
+
+
+def increx(
+    key: KeyT,
+    by: int = 1,
+    lbound: Optional[int] = None,
+    ubound: Optional[int] = None,
+    saturate: bool = False,
+    ex: Optional[int] = None,
+    px: Optional[int] = None,
+    exat: Optional[int] = None,
+    pxat: Optional[int] = None,
+    persist: bool = False,
+    enx: bool = False,
+    token: Optional[KeyT] = None,
+    at: Optional[int] = None,
+) -> Call[Increxed]:
+    args: list[Any] = ["CTR.INCREX", key, "BYINT", integer("by", by)]
+    for name, value in (("LBOUND", lbound), ("UBOUND", ubound)):
+        if value is not None:
+            args += [name, integer(name.lower(), value)]
+    if saturate:
+        args.append("SATURATE")
+    for name, value in (("EX", ex), ("PX", px), ("EXAT", exat), ("PXAT", pxat)):
+        if value is not None:
+            args += [name, integer(name.lower(), value)]
+    if persist:
+        args.append("PERSIST")
+    if enx:
+        args.append("ENX")
+    return Call((*args, *_token_and_time(token, at)), _increxed, write=True)
+
+
+def refund(key: KeyT, token: KeyT) -> Call[Optional[int]]:
+    return Call(("CTR.REFUND", key, "TOKEN", token), _optional_int, write=True)
 
 
 def decrfloor(

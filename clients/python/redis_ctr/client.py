@@ -11,10 +11,17 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
-from ._calls import Call, KeyT, Reconciled, Source
+from ._calls import Call, Increxed, KeyT, Reconciled, Source
 from ._once import send_and_wait, send_once
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
-from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, NotDurable
+from .errors import (
+    BudgetInFlight,
+    CeilingRefused,
+    FloorRefused,
+    HolderFolded,
+    HolderMoving,
+    NotDurable,
+)
 from .errors import UseHomeKey
 from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
@@ -72,12 +79,13 @@ def names_like(key: KeyT, names: Holders) -> List[Any]:
     return [n.decode("utf-8") if isinstance(n, bytes) else n for n in names]
 
 
-def refused(key: KeyT, delta: int) -> FloorRefused:
-    """The error of an add the floor refused (a nil reply), for ``add`` without
-    ``refusable=True``."""
+def refused(key: KeyT, delta: int) -> Union[FloorRefused, CeilingRefused]:
+    """The error of an add the floor (a negative delta) or the ceiling (a positive one)
+    refused (a nil reply), for ``add`` without ``refusable=True``."""
     name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    return FloorRefused(
-        f"add of {delta} to '{name}' refused by the counter's floor (nothing changed); "
+    bound, error = ("ceiling", CeilingRefused) if delta > 0 else ("floor", FloorRefused)
+    return error(
+        f"add of {delta} to '{name}' refused by the counter's {bound} (nothing changed); "
         "add(..., refusable=True) returns None instead"
     )
 
@@ -332,8 +340,9 @@ class Ctr:
         ``token`` makes a retry count once (inside ``ctr.token-window-ms``); ``at`` is the
         event's time (unix ms); ``ex``/``px`` set a TTL only when this call creates the key.
         A negative delta that the counter's floor refuses (nothing changed) raises
-        :class:`~redis_ctr.errors.FloorRefused` (a ``BelowFloor``); with ``refusable=True`` it
-        returns None instead (the return type is then ``Optional[int]``).
+        :class:`~redis_ctr.errors.FloorRefused` (a ``BelowFloor``), a positive one its ceiling
+        refuses :class:`~redis_ctr.errors.CeilingRefused` (an ``AboveCeiling``); with
+        ``refusable=True`` it returns None instead (the return type is then ``Optional[int]``).
 
         On a spread counter the add goes to one holder (see the class) and the reply is that
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
@@ -398,6 +407,44 @@ class Ctr:
 
         Raises :class:`~redis_ctr.errors.BelowFloor` when the value is already below it."""
         run(self.client, _calls.floor(key, floor))
+
+    def ceil(self, key: KeyT, ceiling: Optional[int]) -> None:
+        """``CTR.CEIL``: sets the ceiling no command can cross; None removes it.
+
+        Raises :class:`~redis_ctr.errors.AboveCeiling` when the value is already above it."""
+        run(self.client, _calls.ceil(key, ceiling))
+
+    def increx(
+        self,
+        key: KeyT,
+        by: int = 1,
+        *,
+        lbound: Optional[int] = None,
+        ubound: Optional[int] = None,
+        saturate: bool = False,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> Increxed:
+        """``CTR.INCREX``: Redis 8.8's ``INCREX`` on a counter. Adds ``by`` unless the result
+        leaves ``[lbound, ubound]`` (or the counter's floor and ceiling): then nothing changes
+        and ``applied`` is 0, or with ``saturate`` the result is clamped. The expiry options
+        apply as ``INCREX`` applies them. With ``token``, a retry returns the first reply."""
+        call = _calls.increx(
+            key, by, lbound, ubound, saturate, ex, px, exat, pxat, persist, enx, token, at
+        )
+        return run(self.client, call)
+
+    def refund(self, key: KeyT, token: KeyT) -> Optional[int]:
+        """``CTR.REFUND``: gives back, once, what the tokened ``decrfloor`` (or negative
+        ``add``) ``token`` took; the units returned (the same on a retry), None when the token
+        has no grant in the window."""
+        return run(self.client, _calls.refund(key, token))
 
     def decrfloor(
         self,

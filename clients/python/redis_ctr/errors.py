@@ -32,6 +32,23 @@ class BelowFloor(CtrError):
     first)."""
 
 
+class AboveCeiling(CtrError):
+    """The value would be, or already is, above the counter's ceiling (``CTR.CEIL`` below the
+    value, ``CTR.CLEAR`` of a counter whose ceiling is below 0); nothing changed."""
+
+
+class CeilingRefused(AboveCeiling):
+    """``add`` of a positive delta that the counter's ceiling refused (the server replied nil;
+    nothing changed; with a token, the refusal is remembered). Raised by
+    :meth:`redis_ctr.Ctr.add` unless it is called with ``refusable=True``, which returns None
+    instead. Not an error text of the module: the library's reading of that nil."""
+
+
+class CeilingOnSpread(CtrError):
+    """Bounds and a spread counter together (``CTR.CEIL``, ``CTR.INCREX`` or ``CTR.REFUND`` on a
+    spread home or holder, ``CTR.SPREAD`` of a counter with a ceiling): not supported yet."""
+
+
 class FloorRefused(BelowFloor):
     """``add`` of a negative delta that the counter's floor refused (the server replied nil;
     nothing changed; with a token, the refusal is remembered and a retry is refused again).
@@ -88,6 +105,11 @@ class TokenReused(CtrError):
 class BadWatermark(CtrError):
     """A reconcile watermark the counter cannot use (not a bucket multiple, too old, older than
     the last one, or in the future)."""
+
+
+class SourceMissing(CtrError):
+    """``CTR.RECONCILE ... FROM`` a source key that does not exist, without ``EMPTYOK``: a
+    mistyped name would have set the counter to 0; nothing changed."""
 
 
 class InvalidToken(CtrError):
@@ -210,6 +232,8 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR counter overflow", CounterOverflow),
     ("ERR value below floor", BelowFloor),
     ("ERR cannot clear to 0: the counter's floor is above 0", BelowFloor),
+    ("ERR value above ceiling", AboveCeiling),
+    ("ERR bounds on spread counters are not supported", CeilingOnSpread),
     ("ERR token event time is older than the dedup window", TokenTooOld),
     ("ERR token event time is too far in the future", TooFarInFuture),
     ("ERR event time is too far in the future", TooFarInFuture),
@@ -219,6 +243,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR token already used on this key for another write", TokenReused),
     ("ERR watermark ", BadWatermark),
     ("ERR CTR.RECONCILE at a watermark is not supported", BadWatermark),
+    ("ERR no such source key", SourceMissing),
     ("ERR token must be 1 to 256 bytes", InvalidToken),
     ("ERR amount must be positive", InvalidAmount),
     ("ERR invalid expire time", InvalidExpire),
@@ -235,6 +260,9 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR syntax error", CtrSyntaxError),
     ("ERR invalid spread id", CtrSyntaxError),
     ("ERR FROM SET takes no AT", CtrSyntaxError),
+    ("ERR ENX requires one of EX, PX, EXAT or PXAT", CtrSyntaxError),
+    ("ERR LBOUND must not be greater than UBOUND", CtrSyntaxError),
+    ("ERR BYFLOAT is not supported", CtrSyntaxError),
     ("ERR wrong number of arguments for ", CtrSyntaxError),
     ("ERR value is not an integer or out of range", NotAnInteger),
     ("WRONGTYPE ", WrongType),

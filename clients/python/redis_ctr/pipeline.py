@@ -139,6 +139,37 @@ class _Queue:
         """Queues ``CTR.FLOOR``: None."""
         return self._queue(_calls.floor(key, floor))
 
+    def ceil(self: P, key: KeyT, ceiling: Optional[int]) -> P:
+        """Queues ``CTR.CEIL``: None."""
+        return self._queue(_calls.ceil(key, ceiling))
+
+    def increx(
+        self: P,
+        key: KeyT,
+        by: int = 1,
+        *,
+        lbound: Optional[int] = None,
+        ubound: Optional[int] = None,
+        saturate: bool = False,
+        ex: Optional[int] = None,
+        px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> P:
+        """Queues ``CTR.INCREX``: an :class:`~redis_ctr.Increxed`."""
+        call = _calls.increx(
+            key, by, lbound, ubound, saturate, ex, px, exat, pxat, persist, enx, token, at
+        )
+        return self._queue(call)
+
+    def refund(self: P, key: KeyT, token: KeyT) -> P:
+        """Queues ``CTR.REFUND``: the units given back, or None."""
+        return self._queue(_calls.refund(key, token))
+
     def decrfloor(
         self: P, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None
     ) -> P:

@@ -19,6 +19,8 @@ class CounterInfo(TypedDict, total=False):
     shards: int
     shard_values: List[int]
     budgets: Optional[List[int]]
+    ceiling: Optional[int]
+    ceiling_budgets: Optional[List[int]]
     add_rate: int
     tokens: int
     ledger: int

@@ -139,6 +139,36 @@ class ErrorsTest(unittest.TestCase):
         self.assert_raises(redis_ctr.BudgetInFlight, redis_ctr.client.run, self.r, once)
         self.assertEqual(ctr.get(k), 2**63 - 1)
 
+    def test_bounds_increx_and_refunds(self) -> None:
+        r = redis.Redis(port=PORT)
+        ctr = Ctr(r)
+        rl, stock = fresh("rl"), fresh("stock")
+        self.assertEqual(ctr.increx(rl, ubound=2, ex=60, enx=True, token="a"), (1, 1))
+        self.assertEqual(ctr.increx(rl, ubound=2, token="b"), redis_ctr.Increxed(2, 1))
+        self.assertEqual(ctr.increx(rl, ubound=2, token="c").applied, 0)
+        self.assertEqual(ctr.increx(rl, ubound=2, ex=60, enx=True, token="a"), (1, 1))
+        self.assertEqual(ctr.increx(rl, 5, ubound=4, saturate=True), (4, 2))
+        self.assertGreater(r.ttl(rl), 0)
+        with self.assertRaises(redis_ctr.CtrSyntaxError):
+            ctr.increx(rl, lbound=3, ubound=2)
+        self.assertEqual(ctr.add(stock, 10), 10)
+        self.assertIsNone(ctr.ceil(stock, 10))
+        with self.assertRaises(redis_ctr.CeilingRefused):  # an AboveCeiling
+            ctr.add(stock, 1)
+        self.assertIsNone(ctr.add(stock, 1, refusable=True))
+        with self.assertRaises(redis_ctr.AboveCeiling):
+            ctr.ceil(stock, 9)
+        self.assertEqual(ctr.decrfloor(stock, 4, token="o1"), 6)
+        self.assertEqual(ctr.refund(stock, "o1"), 4)
+        self.assertEqual(ctr.refund(stock, "o1"), 4)
+        self.assertIsNone(ctr.refund(stock, "o2"))
+        info = ctr.info(stock)
+        assert info is not None
+        self.assertEqual((info["value"], info["ceiling"]), (10, 10))
+        pipe = ctr.pipeline()
+        pipe.ceil(stock, None).increx(stock, 2).refund(stock, "o1")
+        self.assertEqual(pipe.execute(), [None, (12, 2), 4])
+
     def test_reconcile_errors(self) -> None:
         ctr, k = self.ctr, fresh("rec")
         self.assert_raises(redis_ctr.HistoryMissing, ctr.reconcile, k, 1, at=watermark_ms())
@@ -299,7 +329,7 @@ class ErrorTableTest(unittest.TestCase):
         ]
         table_classes = {cls.__name__ for _, cls in redis_ctr.errors.ERROR_TABLE}
         # The library's own reading of a reply that is not an error (a floor's nil).
-        library_only = {"FloorRefused"}
+        library_only = {"FloorRefused", "CeilingRefused"}
         self.assertEqual(set(classes), table_classes | library_only)
         for name in classes:
             self.assertTrue(f"| `{name}` |" in readme, f"{name} is not in the README's table")

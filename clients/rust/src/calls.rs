@@ -5,7 +5,9 @@ use redis::{Cmd, ToRedisArgs, Value};
 
 use crate::error::CtrError;
 use crate::reply;
-use crate::types::{AddOptions, CounterInfo, Expire, PncInfo, Reconciled, Source};
+use crate::types::{
+    AddOptions, CounterInfo, Expire, IncrexOptions, Increxed, PncInfo, Reconciled, Source,
+};
 
 pub(crate) struct Call<T> {
     pub(crate) cmd: Cmd,
@@ -91,6 +93,45 @@ pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
         None => cmd.arg("NONE"),
     };
     write(cmd, reply::ok)
+}
+
+pub(crate) fn ceil<K: ToRedisArgs>(key: K, ceiling: Option<i64>) -> Call<()> {
+    let mut cmd = keyed("CTR.CEIL", key);
+    match ceiling {
+        Some(ceiling) => cmd.arg(ceiling),
+        None => cmd.arg("NONE"),
+    };
+    write(cmd, reply::ok)
+}
+
+pub(crate) fn increx<K: ToRedisArgs>(key: K, options: &IncrexOptions) -> Call<Increxed> {
+    let mut cmd = keyed("CTR.INCREX", key);
+    cmd.arg("BYINT").arg(options.by);
+    for (name, bound) in [("LBOUND", options.lbound), ("UBOUND", options.ubound)] {
+        if let Some(bound) = bound {
+            cmd.arg(name).arg(bound);
+        }
+    }
+    if options.saturate {
+        cmd.arg("SATURATE");
+    }
+    if let Some((name, time)) = options.expiry {
+        cmd.arg(name).arg(time);
+    }
+    if options.persist {
+        cmd.arg("PERSIST");
+    }
+    if options.enx {
+        cmd.arg("ENX");
+    }
+    with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
+    write(cmd, reply::increxed)
+}
+
+pub(crate) fn refund<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Call<Option<i64>> {
+    let mut cmd = keyed("CTR.REFUND", key);
+    cmd.arg("TOKEN").arg(token.as_ref());
+    write(cmd, reply::plain)
 }
 
 pub(crate) fn decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Call<Option<i64>> {

@@ -6,7 +6,7 @@ use redis::{ConnectionLike, ToRedisArgs};
 use crate::calls::{self, Call};
 use crate::error::CtrError;
 use crate::spread::send_once;
-use crate::types::{AddOptions, CounterInfo, PncInfo, Reconciled, Source};
+use crate::types::{AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, Reconciled, Source};
 
 /// Sends one command and parses its reply; a write is sent once on a sync cluster connection
 /// ([`send_once`]: the redis crate would resend it after a timeout, and each copy the server
@@ -160,6 +160,20 @@ commands! {
 
     /// `CTR.FLOOR key floor|NONE`: sets (Some) or removes (None) the floor.
     fn ctr_floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> () = calls::floor;
+
+    /// `CTR.CEIL key ceiling|NONE`: sets (Some) or removes (None) the ceiling; a positive add
+    /// that would pass it is refused (None).
+    fn ctr_ceil<K: ToRedisArgs>(key: K, ceiling: Option<i64>) -> () = calls::ceil;
+
+    /// `CTR.INCREX key [BYINT n] [LBOUND lb] [UBOUND ub] [SATURATE] [expiry] [ENX] [TOKEN t]
+    /// [AT ms]`: Redis 8.8's `INCREX` on a counter; `applied` is 0 when the result fell
+    /// outside the bounds (nothing changed). With a token, a retry replies the first reply.
+    fn ctr_increx<K: ToRedisArgs>(key: K, options: &IncrexOptions) -> Increxed = calls::increx;
+
+    /// `CTR.REFUND key TOKEN t`: gives back, once, what the tokened decrement `t` took; the
+    /// units returned (the same on a retry), None when the token has no grant in the window.
+    fn ctr_refund<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Option<i64>
+        = calls::refund;
 
     /// `CTR.DECRFLOOR key amount`: the new value, or None when it would cross the floor.
     fn ctr_decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Option<i64> = calls::decrfloor;

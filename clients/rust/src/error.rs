@@ -16,6 +16,12 @@ pub enum ModuleError {
     /// The value would be, or already is, below the counter's floor; also `CTR.CLEAR` of a
     /// counter whose floor is above 0 (0 would be below it: lower the floor first).
     BelowFloor,
+    /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
+    /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
+    AboveCeiling,
+    /// Bounds and a spread counter together (`CTR.CEIL`, `CTR.INCREX` or `CTR.REFUND` on a
+    /// spread home or holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    CeilingOnSpread,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
@@ -30,6 +36,9 @@ pub enum ModuleError {
     TokenReused,
     /// A reconcile watermark the counter cannot use.
     BadWatermark,
+    /// `CTR.RECONCILE ... FROM` a source key that does not exist, without `EMPTYOK`: nothing
+    /// changed (a mistyped name would have set the counter to 0).
+    SourceMissing,
     /// A token outside 1 to 256 bytes.
     InvalidToken,
     /// A `CTR.DECRFLOOR` amount that is not positive.
@@ -45,7 +54,8 @@ pub enum ModuleError {
     /// A PN-counter write sent to a replica.
     NotPrimary,
     /// An unknown, repeated or valueless option, an option a form does not take (`FROM SET`
-    /// with `AT`), or a wrong number of arguments.
+    /// with `AT`, `ENX` without a time, `BYFLOAT`), crossed `LBOUND`/`UBOUND`, or a wrong
+    /// number of arguments.
     Syntax,
     /// An argument that should be a 64-bit integer is not.
     NotAnInteger,
@@ -108,6 +118,11 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
     &[
         ("ERR counter overflow", Overflow),
         ("ERR value below floor", BelowFloor),
+        ("ERR value above ceiling", AboveCeiling),
+        (
+            "ERR bounds on spread counters are not supported",
+            CeilingOnSpread,
+        ),
         (
             "ERR cannot clear to 0: the counter's floor is above 0",
             BelowFloor,
@@ -136,6 +151,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             "ERR CTR.RECONCILE at a watermark is not supported",
             BadWatermark,
         ),
+        ("ERR no such source key", SourceMissing),
         ("ERR token must be 1 to 256 bytes", InvalidToken),
         ("ERR amount must be positive", InvalidAmount),
         ("ERR invalid expire time", InvalidExpire),
@@ -155,6 +171,9 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR syntax error", Syntax),
         ("ERR invalid spread id", Syntax),
         ("ERR FROM SET takes no AT", Syntax),
+        ("ERR ENX requires one of EX, PX, EXAT or PXAT", Syntax),
+        ("ERR LBOUND must not be greater than UBOUND", Syntax),
+        ("ERR BYFLOAT is not supported", Syntax),
         ("ERR wrong number of arguments for ", Syntax),
         ("ERR value is not an integer or out of range", NotAnInteger),
         ("WRONGTYPE ", WrongType),

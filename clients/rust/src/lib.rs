@@ -30,5 +30,7 @@ pub use commands::AsyncCtrCommands;
 pub use commands::{CtrCommands, CtrPipelineCommands};
 pub use error::{CtrError, ModuleError};
 pub use spread::SpreadRouter;
-pub use types::{AddOptions, CounterInfo, PncInfo, PncReplica, Reconciled, Source};
+pub use types::{
+    AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, PncReplica, Reconciled, Source,
+};
 pub use writer::{CoalescingWriter, Connector, WriterConfig, WriterError, WriterStats};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use redis::{FromRedisValue, Value};
 
 use crate::error::CtrError;
-use crate::types::{CounterInfo, PncInfo, PncReplica, Reconciled};
+use crate::types::{CounterInfo, Increxed, PncInfo, PncReplica, Reconciled};
 
 type Result<T> = std::result::Result<T, CtrError>;
 
@@ -51,6 +51,11 @@ pub(crate) fn reconciled(value: Value) -> Result<Reconciled> {
     Ok(Reconciled { value, drift })
 }
 
+pub(crate) fn increxed(value: Value) -> Result<Increxed> {
+    let (value, applied): (i64, i64) = plain(value)?;
+    Ok(Increxed { value, applied })
+}
+
 pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
     if value == Value::Nil {
         return Ok(None);
@@ -62,6 +67,8 @@ pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
         shards: take(&mut map, "shards")?,
         shard_values: take(&mut map, "shard_values")?,
         budgets: take(&mut map, "budgets")?,
+        ceiling: take(&mut map, "ceiling")?,
+        ceiling_budgets: take(&mut map, "ceiling_budgets")?,
         add_rate: take(&mut map, "add_rate")?,
         tokens: take(&mut map, "tokens")?,
         ledger: take(&mut map, "ledger")?,
@@ -132,6 +139,12 @@ impl FromRedisValue for CounterInfo {
 impl FromRedisValue for PncInfo {
     fn from_redis_value(v: &Value) -> redis::RedisResult<PncInfo> {
         pnc_info(v.clone()).map_err(as_redis_error)
+    }
+}
+
+impl FromRedisValue for Increxed {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<Increxed> {
+        increxed(v.clone()).map_err(as_redis_error)
     }
 }
 

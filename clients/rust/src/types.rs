@@ -48,6 +48,124 @@ impl AddOptions {
     }
 }
 
+/// Options of `CTR.INCREX`: the increment (1 by default), bounds, `SATURATE`, an expiry, a
+/// token and an event time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncrexOptions {
+    pub(crate) by: i64,
+    pub(crate) lbound: Option<i64>,
+    pub(crate) ubound: Option<i64>,
+    pub(crate) saturate: bool,
+    pub(crate) expiry: Option<(&'static str, i64)>,
+    pub(crate) persist: bool,
+    pub(crate) enx: bool,
+    pub(crate) token: Option<Vec<u8>>,
+    pub(crate) at: Option<i64>,
+}
+
+impl Default for IncrexOptions {
+    fn default() -> Self {
+        IncrexOptions {
+            by: 1,
+            lbound: None,
+            ubound: None,
+            saturate: false,
+            expiry: None,
+            persist: false,
+            enx: false,
+            token: None,
+            at: None,
+        }
+    }
+}
+
+impl IncrexOptions {
+    pub fn new() -> IncrexOptions {
+        IncrexOptions::default()
+    }
+
+    /// `BYINT`: the increment (may be negative).
+    pub fn by(mut self, increment: i64) -> IncrexOptions {
+        self.by = increment;
+        self
+    }
+
+    /// `LBOUND`: a result below it is skipped (or, with `saturate`, clamped to it).
+    pub fn lbound(mut self, bound: i64) -> IncrexOptions {
+        self.lbound = Some(bound);
+        self
+    }
+
+    /// `UBOUND`: a result above it is skipped (or, with `saturate`, clamped to it).
+    pub fn ubound(mut self, bound: i64) -> IncrexOptions {
+        self.ubound = Some(bound);
+        self
+    }
+
+    /// `SATURATE`: clamp an outside result to the nearest bound instead of skipping.
+    pub fn saturate(mut self) -> IncrexOptions {
+        self.saturate = true;
+        self
+    }
+
+    /// `EX`: a time to live in seconds, set on every applied call (see `enx`).
+    pub fn ex(mut self, seconds: i64) -> IncrexOptions {
+        self.expiry = Some(("EX", seconds));
+        self
+    }
+
+    /// `PX`: a time to live in milliseconds.
+    pub fn px(mut self, millis: i64) -> IncrexOptions {
+        self.expiry = Some(("PX", millis));
+        self
+    }
+
+    /// `EXAT`: an expiry at a unix time in seconds.
+    pub fn exat(mut self, unix_seconds: i64) -> IncrexOptions {
+        self.expiry = Some(("EXAT", unix_seconds));
+        self
+    }
+
+    /// `PXAT`: an expiry at a unix time in milliseconds.
+    pub fn pxat(mut self, unix_ms: i64) -> IncrexOptions {
+        self.expiry = Some(("PXAT", unix_ms));
+        self
+    }
+
+    /// `PERSIST`: remove the key's TTL.
+    pub fn persist(mut self) -> IncrexOptions {
+        self.persist = true;
+        self
+    }
+
+    /// `ENX`: set the expiry only on a key without a TTL.
+    pub fn enx(mut self) -> IncrexOptions {
+        self.enx = true;
+        self
+    }
+
+    /// `TOKEN`: a retry replies the first reply and changes nothing.
+    pub fn token(mut self, token: impl AsRef<[u8]>) -> IncrexOptions {
+        self.token = Some(token.as_ref().to_vec());
+        self
+    }
+
+    /// `AT`: the event's own time, unix milliseconds.
+    pub fn at(mut self, unix_ms: i64) -> IncrexOptions {
+        self.at = Some(unix_ms);
+        self
+    }
+}
+
+/// The reply of `CTR.INCREX`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Increxed {
+    /// The value after the call (the current one when it was skipped).
+    pub value: i64,
+    /// The increment applied: 0 when skipped, the clamped delta with `SATURATE`.
+    pub applied: i64,
+}
+
 /// The source kind of `CTR.RECONCILE key FROM <kind> source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -90,6 +208,10 @@ pub struct CounterInfo {
     pub shard_values: Vec<i64>,
     /// Per-shard reservation budgets of a floored counter (they sum to value - floor).
     pub budgets: Option<Vec<i64>>,
+    /// None when no ceiling is set.
+    pub ceiling: Option<i64>,
+    /// Per-shard budgets below the ceiling (they sum to ceiling - value).
+    pub ceiling_budgets: Option<Vec<i64>>,
     /// Adds in the last full second, as this server saw them.
     pub add_rate: i64,
     /// `CTR.ADD`/`CTR.CLEAR` tokens remembered.

@@ -16,7 +16,8 @@ use common::Server;
 use redis_ctr_client::spread::holder_for_token;
 use redis_ctr_client::{
     AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
-    ModuleError, PncInfo, Reconciled, Source, SpreadRouter, WriterConfig, WriterError,
+    CtrPipelineCommands, IncrexOptions, Increxed, ModuleError, PncInfo, Reconciled, Source,
+    SpreadRouter, WriterConfig, WriterError,
 };
 
 const BUCKET_MS: i64 = 100;
@@ -132,6 +133,92 @@ fn every_method_replies_the_same_on_resp2_and_resp3() {
         })
         .collect();
     assert_eq!(replies[0], replies[1]);
+}
+
+/// CTR.CEIL, CTR.INCREX and CTR.REFUND through the typed calls, on RESP2 and RESP3, and queued
+/// on a pipeline.
+#[test]
+fn bounds_increx_and_refunds() {
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let client = redis::Client::open(url(server.port, resp3)).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let (rl, stock) = (format!("rl:{resp3}"), format!("stock:{resp3}"));
+        let capped = IncrexOptions::new().ubound(2).ex(60).enx();
+        let first = con.ctr_increx(&rl, &capped.clone().token("a")).unwrap();
+        assert_eq!(
+            first,
+            Increxed {
+                value: 1,
+                applied: 1
+            }
+        );
+        assert_eq!(
+            con.ctr_increx(&rl, &capped.clone().token("b"))
+                .unwrap()
+                .value,
+            2
+        );
+        assert_eq!(
+            con.ctr_increx(&rl, &capped.clone().token("c"))
+                .unwrap()
+                .applied,
+            0
+        );
+        assert_eq!(
+            con.ctr_increx(&rl, &capped.clone().token("a")).unwrap(),
+            first
+        );
+        let clamped = IncrexOptions::new().by(5).ubound(4).saturate();
+        assert_eq!(
+            con.ctr_increx(&rl, &clamped).unwrap(),
+            Increxed {
+                value: 4,
+                applied: 2
+            }
+        );
+        let crossed = IncrexOptions::new().lbound(3).ubound(2);
+        assert_eq!(
+            module_error(con.ctr_increx(&rl, &crossed)),
+            ModuleError::Syntax
+        );
+        assert_eq!(con.ctr_add(&stock, 10).unwrap(), Some(10));
+        con.ctr_ceil(&stock, Some(10)).unwrap();
+        assert_eq!(con.ctr_add(&stock, 1).unwrap(), None, "the ceiling refuses");
+        assert_eq!(
+            module_error(con.ctr_ceil(&stock, Some(9))),
+            ModuleError::AboveCeiling
+        );
+        let info = con.ctr_info(&stock).unwrap().unwrap();
+        assert_eq!(
+            (info.ceiling, info.ceiling_budgets),
+            (Some(10), Some(vec![0]))
+        );
+        assert_eq!(
+            con.ctr_decrfloor_with(&stock, 4, "o1", None).unwrap(),
+            Some(6)
+        );
+        assert_eq!(con.ctr_refund(&stock, "o1").unwrap(), Some(4));
+        assert_eq!(con.ctr_refund(&stock, "o1").unwrap(), Some(4), "a retry");
+        assert_eq!(con.ctr_refund(&stock, "o2").unwrap(), None);
+        let (none, increxed, refunded): ((), Increxed, Option<i64>) = redis::pipe()
+            .ctr_ceil(&stock, None)
+            .ctr_increx(&stock, &IncrexOptions::new().by(2))
+            .ctr_refund(&stock, "o1")
+            .query_ctr(&mut con)
+            .unwrap();
+        assert_eq!(
+            (none, increxed, refunded),
+            (
+                (),
+                Increxed {
+                    value: 12,
+                    applied: 2
+                },
+                Some(4)
+            )
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,242 @@
+//! Bounds as users write them: CTR.CEIL (the mirror of CTR.FLOOR), CTR.INCREX (Redis 8.8's
+//! INCREX on a counter, with tokens) and CTR.REFUND (a tokened grant given back once).
+
+use super::ctr_args::{parse_floor, parse_increx, parse_token, BAD_EXPIRE_INCREX};
+use super::ctr_store::{
+    created_with_ttl, is_missing, open_for_write, open_for_write_as, update_counter, Before, Write,
+};
+use super::parse::SYNTAX_ERROR;
+use super::ttl::{self, TtlChange};
+use crate::counter::spread::parse_holder_name;
+use crate::counter::{
+    AddOp, Counter, CounterCell, CounterError, CounterRef, IncrexOp, RefundOp, RefundPlan,
+    WriteKind,
+};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyContent, Reply};
+use crate::metrics;
+use crate::persist::effect::{CounterOp, Effect};
+
+/// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
+/// key named as a holder, or a home that lists holders or still folds some back.
+fn refuse_spread(key: &[u8], c: &Counter) -> Result<(), CommandError> {
+    if parse_holder_name(key).is_some() || c.spread().is_some() || !c.leaving().is_empty() {
+        return Err(CounterError::CeilingOnSpread.into());
+    }
+    Ok(())
+}
+
+/// CTR.CEIL key ceiling|NONE: deterministic given the state, so it replicates verbatim.
+pub fn ceil(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 3 {
+        return Err(super::wrong_arity("ctr.ceil"));
+    }
+    let key_name = args.raw(1);
+    let key = open_for_write(ctx, key_name)?;
+    let ceiling = parse_floor(args.bytes(2))?;
+    if parse_holder_name(args.bytes(1)).is_some() {
+        return Err(CounterError::CeilingOnSpread.into());
+    }
+    if ceiling.is_none() && is_missing(&key) {
+        return Ok(Reply::Ok); // no counter, no ceiling to remove
+    }
+    let changed = update_counter(&key, |c, before| {
+        refuse_spread(args.bytes(1), c)?;
+        Ok(c.set_ceiling(ceiling)? || before.created)
+    })?;
+    drop(key);
+    if changed {
+        ctx.replicate_verbatim();
+        ctx.key_changed(c"ctr.ceil", key_name);
+    }
+    Ok(Reply::Ok)
+}
+
+/// What a `CTR.INCREX` that reached the counter did.
+enum Increxed {
+    /// Applied, or skipped with its reply remembered under its token.
+    Recorded(IncrexOp, Before, (i64, i64)),
+    /// A retry: the first reply.
+    Replayed((i64, i64)),
+}
+
+fn pair((value, applied): (i64, i64)) -> Reply {
+    Reply::Array(vec![Reply::Integer(value), Reply::Integer(applied)])
+}
+
+/// CTR.INCREX key [BYINT increment] [LBOUND lb] [UBOUND ub] [SATURATE]
+/// [EX s | PX ms | EXAT unix-s | PXAT unix-ms | PERSIST] [ENX] [TOKEN token] [AT ms]
+pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() < 2 {
+        return Err(super::wrong_arity("ctr.increx"));
+    }
+    let (key, content) = open_for_write_as(ctx, args.raw(1))?;
+    let parsed = args.with_words(2, parse_increx)?;
+    if parse_holder_name(args.bytes(1)).is_some() {
+        return Err(CounterError::CeilingOnSpread.into());
+    }
+    let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE_INCREX)?;
+    let w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    let target = |c: &Counter| {
+        c.increx_target(
+            parsed.increment,
+            parsed.lower,
+            parsed.upper,
+            parsed.saturate,
+        )
+    };
+    if w.token.is_none() {
+        // A skip without a token changes nothing: decided on a read, the key left alone (a
+        // missing one is not made).
+        let skipped_at = |c: &Counter| -> Result<Option<i64>, CommandError> {
+            refuse_spread(args.bytes(1), c)?;
+            Ok(target(c)?.is_none().then_some(c.value()))
+        };
+        let skipped = match content {
+            // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+            KeyContent::Mine(raw) => match unsafe { CounterCell::borrow(raw) } {
+                CounterRef::Boxed(c) => skipped_at(c)?,
+                CounterRef::Inline(v) => skipped_at(&Counter::plain(v))?,
+            },
+            _ => skipped_at(&Counter::default())?,
+        };
+        if let Some(current) = skipped {
+            return Ok(pair((current, 0)));
+        }
+    }
+    let had_ttl = key.abs_expire().is_some();
+    // Only a token's retry compares the arguments.
+    let print = if w.token.is_some() { parsed.print() } else { 0 };
+    let outcome = w.update(&key, |c, before| {
+        refuse_spread(args.bytes(1), c)?;
+        if let Some(first) = w.retry_of(c, WriteKind::Increx(print))? {
+            c.note_duplicate();
+            let fp = w.token.map_or(0, |t| t.fp);
+            return Ok(Increxed::Replayed(c.increx_reply(fp, first, w.now)));
+        }
+        let target = target(c)?;
+        let shards = match target {
+            Some(_) => w.shards(c, before),
+            None => c.shard_count(),
+        };
+        let delta = target.map_or(Some(0), |t| t.checked_sub(c.value()));
+        let op = IncrexOp {
+            add: AddOp {
+                now: w.now,
+                event: w.event,
+                delta: delta.ok_or(CounterError::Overflow)?,
+                shard: c.next_shard(shards),
+                shards,
+                token: w.token,
+            },
+            skipped: target.is_none(),
+            print,
+        };
+        let reply = c.apply_increx(&op)?;
+        Ok(Increxed::Recorded(op, before, reply))
+    })?;
+    let (op, before, reply) = match outcome {
+        Increxed::Replayed(first) => {
+            metrics::DUPLICATES_IGNORED.incr();
+            return Ok(pair(first));
+        }
+        Increxed::Recorded(op, before, reply) => (op, before, reply),
+    };
+    // A skip leaves the TTL as it is; an applied write sets it as INCREX does.
+    let ttl_change = if op.skipped {
+        TtlChange::Kept
+    } else {
+        ttl::apply(
+            ctx,
+            &key,
+            parsed.expiry,
+            deadline,
+            had_ttl && !before.created,
+        )
+    };
+    let expires = created_with_ttl(&key, before) && ttl_change == TtlChange::Kept;
+    drop(key);
+    let effect = Effect {
+        op: CounterOp::Increx(op),
+        expire_at: None,
+    };
+    // Without a token or an expiry, on a counter whose outcome does not depend on the clock,
+    // the call is decided by the state alone: replicated as sent, as a bare CTR.ADD is.
+    let deterministic = w.token.is_none() && parsed.expiry.expiry.is_none();
+    w.replicate(deterministic, before, &effect, c"ctr.increx")?;
+    if expires {
+        ctx.expire_set(w.key_name);
+    }
+    ttl::publish(ctx, w.key_name, ttl_change)?;
+    if !op.skipped {
+        metrics::ADDS.incr_from_command();
+    }
+    Ok(pair(reply))
+}
+
+/// What a `CTR.REFUND` found.
+enum Refunded {
+    /// No grant of this token in the window.
+    Nothing,
+    /// Refunded before: the units it returned.
+    Replayed(i64),
+    /// Given back now.
+    Given(RefundOp, Before),
+}
+
+/// CTR.REFUND key TOKEN token
+pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() != 4 {
+        return Err(super::wrong_arity("ctr.refund"));
+    }
+    let key = open_for_write(ctx, args.raw(1))?;
+    if !args.bytes(2).eq_ignore_ascii_case(b"TOKEN") {
+        return Err(SYNTAX_ERROR);
+    }
+    let token = parse_token(args.bytes(3))?;
+    if parse_holder_name(args.bytes(1)).is_some() {
+        return Err(CounterError::CeilingOnSpread.into());
+    }
+    if is_missing(&key) {
+        return Ok(Reply::Null); // no counter, no grant
+    }
+    let w = Write::new(ctx, args, Some(token), None)?;
+    let fp = w.token.map_or(0, |t| t.fp);
+    let outcome = w.update(&key, |c, before| {
+        refuse_spread(args.bytes(1), c)?;
+        Ok(match c.refund_plan(fp, w.now)? {
+            RefundPlan::NoGrant => Refunded::Nothing,
+            RefundPlan::Replay(units) => {
+                c.note_duplicate();
+                Refunded::Replayed(units)
+            }
+            RefundPlan::Give(units) => {
+                let shards = w.shards(c, before);
+                let op = RefundOp {
+                    now: w.now,
+                    fp,
+                    units,
+                    shard: c.next_shard(shards),
+                    shards,
+                };
+                c.apply_refund(&op)?;
+                Refunded::Given(op, before)
+            }
+        })
+    })?;
+    drop(key);
+    match outcome {
+        Refunded::Nothing => Ok(Reply::Null),
+        Refunded::Replayed(units) => {
+            metrics::DUPLICATES_IGNORED.incr();
+            Ok(Reply::Integer(units))
+        }
+        Refunded::Given(op, before) => {
+            let effect = Effect {
+                op: CounterOp::Refund(op),
+                expire_at: None,
+            };
+            w.finish(&effect, before, c"ctr.refund")?;
+            Ok(Reply::Integer(op.units))
+        }
+    }
+}
