@@ -345,8 +345,18 @@ async fn exercise_async<C: AsyncCtrCommands>(con: &mut C, tag: &str) {
     assert_eq!(con.ctr_clear(k("v")).await.unwrap(), 1);
     assert_eq!(con.ctr_clear_with_token(k("v"), "c").await.unwrap(), 0);
     assert_eq!(con.ctr_reconcile(k("v"), 4, None).await.unwrap().value, 4);
+    // A missing source is refused (a mistyped name would set the counter to 0).
+    let missing = con.ctr_reconcile_from(k("n"), Source::Set, k("s"), None);
+    assert_eq!(module_error(missing.await), ModuleError::SourceMissing);
+    let added: i64 = redis::cmd("SADD")
+        .arg(k("s"))
+        .arg("member")
+        .query_async(con)
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
     let from = con.ctr_reconcile_from(k("n"), Source::Set, k("s"), None);
-    assert_eq!(from.await.unwrap(), Reconciled { value: 0, drift: 0 });
+    assert_eq!(from.await.unwrap(), Reconciled { value: 1, drift: -1 });
     assert_eq!(con.pnc_add(k("l"), 5).await.unwrap(), 5);
     assert_eq!(con.pnc_get(k("l")).await.unwrap(), 5);
     let state = con.pnc_state(k("l")).await.unwrap().unwrap();
