@@ -109,6 +109,10 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::Start(op) => Ok(Some(c.apply_start(op).0)),
         CounterOp::Sweep { now } => Ok(Some(c.apply_sweep(*now) as i64)),
         CounterOp::ClearTotal(op) => c.apply_clear_total(op).map(Some),
+        CounterOp::Throttle(op) => {
+            c.apply_throttle(op);
+            Ok(None)
+        }
     }
 }
 

@@ -12,7 +12,7 @@ pub const NEGATIVE_AT: CommandError =
     CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
 
 /// An `AT` event time: an integer, not negative.
-fn event_time(value: &[u8]) -> Result<i64, CommandError> {
+pub(super) fn event_time(value: &[u8]) -> Result<i64, CommandError> {
     Some(integer(value)?)
         .filter(|at| *at >= 0)
         .ok_or(NEGATIVE_AT)
@@ -69,7 +69,7 @@ pub struct ReconcileArgs<'a> {
 }
 
 /// Options are `NAME value` pairs; each may appear once.
-fn options<'a>(
+pub(super) fn options<'a>(
     rest: &[&'a [u8]],
     mut on: impl FnMut(&str, &'a [u8]) -> Result<bool, CommandError>,
 ) -> Result<(), CommandError> {
@@ -87,7 +87,7 @@ fn options<'a>(
     Ok(())
 }
 
-fn token(value: &[u8]) -> Result<&[u8], CommandError> {
+pub(super) fn token(value: &[u8]) -> Result<&[u8], CommandError> {
     if value.is_empty() || value.len() > MAX_TOKEN_BYTES {
         return Err(BAD_TOKEN);
     }

@@ -61,9 +61,15 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, floor_if_none)?.value),
             CounterOp::Start(op) => Some(c.apply_start(&op).0),
             CounterOp::Sweep { .. } => None,
+            CounterOp::Throttle(op) => {
+                c.apply_throttle(&op);
+                None
+            }
         })
     })?;
-    if let (Some(at), true) = (effect.expire_at, created) {
+    // A throttle moves its key's deadline on every call, as its master did.
+    let sets_deadline = created || matches!(effect.op, CounterOp::Throttle(_));
+    if let (Some(at), true) = (effect.expire_at, sets_deadline) {
         key.set_abs_expire(at);
     }
     drop(key); // closed before the keyspace event fires
@@ -74,6 +80,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Clear(_) | CounterOp::ClearTotal(_) => c"ctr.clear",
         CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
         CounterOp::Sweep { .. } => c"ctr.sweep",
+        CounterOp::Throttle(_) => c"ctr.throttle",
     };
     ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))

@@ -22,6 +22,7 @@ mod simulator;
 pub mod siphash;
 pub mod spread;
 pub mod step;
+pub mod throttle;
 pub mod tokens;
 pub mod transfer;
 
@@ -32,6 +33,7 @@ pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
+pub use throttle::{Throttle, ThrottleOp, ThrottleRetry};
 pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
 pub use transfer::{Outgoing, TransferError, Transfers};
 
@@ -85,6 +87,8 @@ struct Extras {
     spread: Option<Box<Spread>>,
     /// Transfers sent, applied, and folds under way (see [`transfer`]).
     transfers: Option<Box<Transfers>>,
+    /// A `CTR.THROTTLE` limiter's state (see [`throttle`]).
+    throttle: Option<Box<Throttle>>,
 }
 
 impl Extras {
@@ -95,6 +99,7 @@ impl Extras {
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
+            && self.throttle.is_none()
     }
 }
 
@@ -111,6 +116,7 @@ pub struct CounterParts {
     pub history: Option<History>,
     pub spread: Option<Spread>,
     pub transfers: Option<Transfers>,
+    pub throttle: Option<Throttle>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -149,6 +155,7 @@ impl Counter {
             history,
             spread,
             transfers,
+            throttle,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -185,6 +192,7 @@ impl Counter {
             history: history.map(Box::new),
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
+            throttle: throttle.filter(|t| !t.is_empty()).map(Box::new),
         };
         Ok(Counter {
             value,
@@ -254,6 +262,38 @@ impl Counter {
         Ok(())
     }
 
+    /// The `CTR.THROTTLE` limiter's state, when the counter has one.
+    pub fn throttle(&self) -> Option<&Throttle> {
+        self.ext.as_ref()?.throttle.as_deref()
+    }
+
+    /// True when the counter is nothing but a limiter (or nothing at all): value 0, one shard,
+    /// no other state. `CTR.THROTTLE` keeps its state only in such a key, which it expires.
+    pub fn is_throttle_only(&self) -> bool {
+        self.value == 0
+            && self.shards.is_empty()
+            && self.ext.as_ref().is_none_or(|e| {
+                e.floor.is_none()
+                    && e.tokens.is_empty()
+                    && e.ledger.is_empty()
+                    && e.history.is_none()
+                    && e.spread.is_none()
+                    && e.transfers.is_none()
+            })
+    }
+
+    /// Applies a throttle call (the master's decision, or its replicated effect). A call that
+    /// leaves nothing (a read of an idle limiter) leaves no state.
+    pub fn apply_throttle(&mut self, op: &ThrottleOp) {
+        let ext = self.ext_mut();
+        let t = ext.throttle.get_or_insert_with(Box::default);
+        t.apply(op);
+        if t.is_empty() {
+            ext.throttle = None;
+        }
+        self.trim_ext();
+    }
+
     fn floor_mut(&mut self) -> Option<&mut Floor> {
         self.ext.as_mut()?.floor.as_mut()
     }
@@ -318,6 +358,12 @@ impl Counter {
     /// with what it replies now), or another write under the same token (refused). A token
     /// names one write on a key, whichever command made it.
     pub fn token_use(&self, fp: u64, write: WriteKind, now: i64) -> TokenUse {
+        if self
+            .throttle()
+            .is_some_and(|t| t.replies.contains_live(fp, now))
+        {
+            return TokenUse::Conflict;
+        }
         if self.tokens().contains_live(fp, now) {
             return if write == UNIT_ADD {
                 TokenUse::Retry(Some(self.value))
@@ -406,6 +452,9 @@ impl Counter {
             + self
                 .transfers()
                 .map_or(0, |t| std::mem::size_of::<Transfers>() + t.heap_bytes())
+            + self.throttle().map_or(0, |t| {
+                std::mem::size_of::<Throttle>() + t.replies.heap_bytes()
+            })
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -437,6 +486,9 @@ impl Counter {
             })
             + self.transfers().map_or(0, |t| {
                 usable_size(std::mem::size_of::<Transfers>()) + usable_size(t.heap_bytes())
+            })
+            + self.throttle().map_or(0, |t| {
+                usable_size(std::mem::size_of::<Throttle>()) + t.replies.allocated_bytes()
             })
     }
 }

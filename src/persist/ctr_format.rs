@@ -57,6 +57,13 @@
 //!             this home still has (or has not retired yet) folded back here, by place, their
 //!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
 //!             when not empty; files without it mark nothing.
+//!  (19 and 22 are reserved for the bounds of `CTR.INCREX` / `CTR.CEIL`, 20 for windows)
+//!  21 THROTTLE u8 parts (bit 0 arrival time, bit 1 replies, at least one, no other bit)
+//!             [+ ivarint arrival time, unix ns] [+ ivarint next sweep, uvarint n (>= 1),
+//!             n x (u64 LE fingerprint, ivarint expiry, u8 limited (0/1), ivarint limit,
+//!             ivarint remaining, ivarint retry_after, ivarint reset_after, uvarint intent
+//!             (< 2^31)), fingerprints strictly increasing]: a `CTR.THROTTLE` limiter
+//!             (`crate::counter::throttle`). Written when the counter has one.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -69,6 +76,7 @@ use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
+use crate::counter::throttle::{Throttle, ThrottleEntry, ThrottleReply};
 use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
@@ -97,6 +105,9 @@ const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
+const TAG_THROTTLE: u8 = 21;
+const THROTTLE_TAT: u8 = 1;
+const THROTTLE_REPLIES: u8 = 2;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -153,8 +164,82 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
     }
+    if let Some(t) = counter.throttle() {
+        encode_throttle(&mut w, t);
+    }
     w.u8(TAG_END);
     w.finish()
+}
+
+fn encode_throttle(w: &mut Writer, t: &Throttle) {
+    let parts = if t.tat_ns.is_some() { THROTTLE_TAT } else { 0 }
+        | if t.replies.is_empty() {
+            0
+        } else {
+            THROTTLE_REPLIES
+        };
+    w.u8(TAG_THROTTLE).u8(parts);
+    if let Some(tat) = t.tat_ns {
+        w.ivarint(tat);
+    }
+    if !t.replies.is_empty() {
+        w.ivarint(t.replies.next_sweep())
+            .uvarint(t.replies.len() as u64);
+        for (fp, e) in t.replies.entries() {
+            let r = e.reply;
+            w.fixed_u64(fp)
+                .ivarint(e.expires_at)
+                .u8(u8::from(r.limited));
+            w.ivarint(r.limit)
+                .ivarint(r.remaining)
+                .ivarint(r.retry_after)
+                .ivarint(r.reset_after)
+                .uvarint(u64::from(e.intent));
+        }
+    }
+}
+
+fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
+    let parts = r.u8()?;
+    if parts == 0 || parts & !(THROTTLE_TAT | THROTTLE_REPLIES) != 0 {
+        return decode_error(format!("CTR throttle section with parts {parts}"));
+    }
+    let tat_ns = if parts & THROTTLE_TAT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    let replies = if parts & THROTTLE_REPLIES != 0 {
+        let (entries, next_sweep) = decode_window(r, decode_throttle_entry)?;
+        window(entries, next_sweep)
+    } else {
+        TokenWindow::default()
+    };
+    Ok(Throttle { tat_ns, replies })
+}
+
+fn decode_throttle_entry(r: &mut Reader, expires_at: i64) -> Result<ThrottleEntry, DecodeError> {
+    let limited = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return decode_error(format!("unknown throttle limited flag {other}")),
+    };
+    let reply = ThrottleReply {
+        limited,
+        limit: r.ivarint()?,
+        remaining: r.ivarint()?,
+        retry_after: r.ivarint()?,
+        reset_after: r.ivarint()?,
+    };
+    let intent = match u32::try_from(r.uvarint()?) {
+        Ok(i) if i < 1 << 31 => i,
+        _ => return decode_error("CTR throttle intent out of range"),
+    };
+    Ok(ThrottleEntry {
+        expires_at,
+        reply,
+        intent,
+    })
 }
 
 fn encode_transfers(w: &mut Writer, t: &Transfers) {
@@ -355,6 +440,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut spread_id = None;
     let mut transfers = None;
     let mut intents = None;
+    let mut throttle = None;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -395,6 +481,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_FOLDED => {
                 transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
+            TAG_THROTTLE => throttle = Some(decode_throttle(r)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -430,6 +517,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         history,
         spread,
         transfers,
+        throttle,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -604,6 +692,46 @@ fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roundtrip_a_throttle_and_refuse_broken_ones() {
+        use crate::counter::{ThrottleOp, TokenStamp};
+        let mut c = Counter::default();
+        let reply = ThrottleReply {
+            limited: true,
+            limit: 6,
+            remaining: 0,
+            retry_after: 3,
+            reset_after: -1,
+        };
+        c.apply_throttle(&ThrottleOp {
+            now: 1,
+            tat_ns: Some(123_456_789),
+            token: Some(TokenStamp {
+                fp: 42,
+                expires_at: 5000,
+            }),
+            reply,
+            intent: 0x7fff_ffff,
+        });
+        let bytes = encode(&c);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(
+            back.throttle().unwrap().retry(42, 0x7fff_ffff, 2),
+            crate::counter::ThrottleRetry::Replay(reply)
+        );
+        let end = bytes.len() - 1;
+        // The parts byte follows the tag: none, and an unknown bit, are refused.
+        let at = 3; // format, VALUE 0, then this section
+        assert_eq!(bytes[at], TAG_THROTTLE);
+        for parts in [0u8, 4] {
+            let mut broken = bytes.clone();
+            broken[at + 1] = parts;
+            assert!(decode(&broken).is_err(), "parts {parts}");
+        }
+        assert!(decode(&bytes[..end]).is_err(), "truncated");
+    }
 
     #[test]
     fn roundtrip_plain_and_sharded() {

@@ -14,6 +14,12 @@
 //! SWEEP:     nothing more (drop the tokens and ledger entries expired at `now`)
 //! CLEAR_TOTAL: ivarint total (the gathered total of a spread counter the master cleared:
 //!            the home's value falls by it, and it is the reply a retry of the token replays)
+//! THROTTLE (11): u8 parts (bit 0 arrival time, bit 1 reply; the reply exactly when the token
+//!            flag is set), [ivarint arrival time, unix ns], [u8 limited, ivarint limit,
+//!            ivarint remaining, ivarint retry_after, ivarint reset_after, uvarint intent]
+//!            (a `CTR.THROTTLE` call the master decided: the arrival time it left and the reply
+//!            its token replays; flags: token, expire-at, the key's new deadline)
+//! (kinds 8-10 are the bounds', 12-13 the windows')
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -27,8 +33,9 @@
 //! it), SWEEP none, CLEAR_TOTAL the token and expire-at flags.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::throttle::ThrottleReply;
 use crate::counter::{
-    AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp, MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, ThrottleOp, TokenStamp, MAX_SHARDS,
 };
 
 const FORMAT_V1: u8 = 1;
@@ -39,6 +46,9 @@ const KIND_RECONCILE: u8 = 4;
 const KIND_START: u8 = 5;
 const KIND_SWEEP: u8 = 6;
 const KIND_CLEAR_TOTAL: u8 = 7;
+const KIND_THROTTLE: u8 = 11;
+const THROTTLE_TAT: u8 = 1;
+const THROTTLE_REPLY: u8 = 2;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 const FLAG_EVENT: u8 = 4;
@@ -59,6 +69,8 @@ pub enum CounterOp {
     },
     /// A clear of a spread counter's total on its home (the total gathered by the master).
     ClearTotal(ClearTotalOp),
+    /// A `CTR.THROTTLE` call as the master decided it.
+    Throttle(ThrottleOp),
 }
 
 impl CounterOp {
@@ -77,6 +89,7 @@ impl CounterOp {
             CounterOp::Clear(op) => op.token,
             CounterOp::Decr(op) => op.token,
             CounterOp::ClearTotal(op) => op.token,
+            CounterOp::Throttle(op) => op.token,
             _ => None,
         }
     }
@@ -142,6 +155,7 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
         CounterOp::ClearTotal(op) => {
             w.u8(KIND_CLEAR_TOTAL).ivarint(op.now).ivarint(op.total);
         }
+        CounterOp::Throttle(op) => encode_throttle(&mut w, op),
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -160,6 +174,95 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
     w.finish()
 }
 
+fn encode_throttle(w: &mut Writer, op: &ThrottleOp) {
+    let parts = if op.tat_ns.is_some() { THROTTLE_TAT } else { 0 }
+        | if op.token.is_some() {
+            THROTTLE_REPLY
+        } else {
+            0
+        };
+    w.u8(KIND_THROTTLE).ivarint(op.now).u8(parts);
+    if let Some(tat) = op.tat_ns {
+        w.ivarint(tat);
+    }
+    if op.token.is_some() {
+        let r = op.reply;
+        w.u8(u8::from(r.limited))
+            .ivarint(r.limit)
+            .ivarint(r.remaining)
+            .ivarint(r.retry_after)
+            .ivarint(r.reset_after)
+            .uvarint(u64::from(op.intent));
+    }
+}
+
+/// The body of a THROTTLE effect after its time, and its flags.
+fn decode_throttle(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
+    let parts = r.u8()?;
+    if parts & !(THROTTLE_TAT | THROTTLE_REPLY) != 0 {
+        return decode_error("unknown throttle effect parts");
+    }
+    let tat_ns = if parts & THROTTLE_TAT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    let (reply, intent) = if parts & THROTTLE_REPLY != 0 {
+        let limited = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return decode_error("unknown throttle limited flag"),
+        };
+        let reply = ThrottleReply {
+            limited,
+            limit: r.ivarint()?,
+            remaining: r.ivarint()?,
+            retry_after: r.ivarint()?,
+            reset_after: r.ivarint()?,
+        };
+        match u32::try_from(r.uvarint()?) {
+            Ok(i) if i < 1 << 31 => (reply, i),
+            _ => return decode_error("throttle intent out of range"),
+        }
+    } else {
+        (ThrottleReply::default(), 0)
+    };
+    let flags = r.u8()?;
+    if flags & !(FLAG_TOKEN | FLAG_EXPIRE_AT) != 0 {
+        return decode_error("effect flag does not apply to its kind");
+    }
+    if (flags & FLAG_TOKEN != 0) != (parts & THROTTLE_REPLY != 0) {
+        return decode_error("a throttle effect's reply goes with its token");
+    }
+    let token = if flags & FLAG_TOKEN != 0 {
+        Some(TokenStamp {
+            fp: r.fixed_u64()?,
+            expires_at: r.ivarint()?,
+        })
+    } else {
+        None
+    };
+    let expire_at = if flags & FLAG_EXPIRE_AT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    if !r.is_empty() {
+        return decode_error("trailing bytes after the effect");
+    }
+    let op = ThrottleOp {
+        now,
+        tat_ns,
+        token,
+        reply,
+        intent,
+    };
+    Ok(Effect {
+        op: CounterOp::Throttle(op),
+        expire_at,
+    })
+}
+
 pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let mut r = Reader::new(buf);
     let format = r.u8()?;
@@ -168,6 +271,9 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     }
     let kind = r.u8()?;
     let now = r.ivarint()?;
+    if kind == KIND_THROTTLE {
+        return decode_throttle(&mut r, now);
+    }
     let (delta, shard, shards) = match kind {
         KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
         KIND_CLEAR => (0, 0, 0),
@@ -391,6 +497,32 @@ mod tests {
                     now: 11,
                     total: -3,
                     token: None,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Throttle(ThrottleOp {
+                    now: 1_700_000_000_000,
+                    tat_ns: Some(1_700_000_001_000_000_000),
+                    token,
+                    reply: ThrottleReply {
+                        limited: true,
+                        limit: 5,
+                        remaining: 0,
+                        retry_after: 1,
+                        reset_after: 4,
+                    },
+                    intent: 0x7fff_ffff,
+                }),
+                expire_at: Some(1_700_000_001_000),
+            },
+            Effect {
+                op: CounterOp::Throttle(ThrottleOp {
+                    now: 3,
+                    tat_ns: Some(-1),
+                    token: None,
+                    reply: ThrottleReply::default(),
+                    intent: 0,
                 }),
                 expire_at: None,
             },
