@@ -113,6 +113,7 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
             c.apply_throttle(op);
             Ok(None)
         }
+        CounterOp::Window(op) => c.apply_window(op).map(|changed| Some(i64::from(changed))),
     }
 }
 

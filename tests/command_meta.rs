@@ -91,6 +91,18 @@ const COMMANDS: &[Meta] = &[
         ],
     },
     Meta {
+        name: "ctr.window",
+        arity: -3,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[
+            ("k 60000", &[("k", RW)]),
+            ("k 60000 BUCKETS 6", &[("k", RW)]),
+            ("k NONE", &[("k", RW)]),
+        ],
+    },
+    Meta {
         name: "ctr.decrfloor",
         arity: -3,
         flags: &["write", "denyoom", "module", "fast"],

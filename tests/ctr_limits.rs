@@ -185,7 +185,8 @@ fn a_tokened_retry_replays_its_first_reply_and_consumes_nothing() {
 fn an_idle_limiter_expires() {
     let server = Server::start();
     let mut c = server.conn();
-    let base = server_now_ms(&mut c);
+    // A clock a little ahead of the server's: the deadlines are exactly the arrival times.
+    let base = server_now_ms(&mut c) + 5000;
     throttle(&mut c, "idle", "9 1 10", base);
     // Its key lives until the arrival time: one emission interval (10 s) after the call.
     assert_eq!(c.q("PEXPIRETIME idle").int(), base + 10_000);
@@ -201,6 +202,12 @@ fn an_idle_limiter_expires() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // A caller's clock behind the server's: the key lives as long, on the server's clock.
+    let behind = server_now_ms(&mut c) - 3_000;
+    throttle(&mut c, "lagging", "9 1 1", behind);
+    let deadline = c.q("PEXPIRETIME lagging").int();
+    let now = c.q("TIME").array()[0].text().parse::<i64>().unwrap() * 1000;
+    assert!(deadline > now, "deadline {deadline} at {now}");
     // State whose arrival time has passed is no state: the whole burst is there again.
     assert_eq!(
         throttle(&mut c, "idle", "9 1 10 0", base + 40_000),
@@ -387,4 +394,226 @@ fn equal_to_redis_cells_own_module_when_it_is_built() {
         let theirs = ints(&c.q(&format!("CL.THROTTLE theirs {args}")));
         assert_eq!(ours, theirs, "call {i}: {args}");
     }
+}
+
+/// One field of `CTR.INFO key` (a flat field-value array under RESP2).
+fn info_field(c: &mut Conn, key: &str, name: &str) -> Value {
+    let info = c.cmd(&["CTR.INFO", key]).array();
+    let pair = info.chunks(2).find(|p| p[0].text() == name);
+    pair.map(|p| p[1].clone()).expect("the field")
+}
+
+fn add_at(c: &mut Conn, key: &str, delta: i64, at: i64) -> Value {
+    c.q(&format!("CTR.ADD {key} {delta} AT {at}"))
+}
+
+#[test]
+fn a_windowed_counter_is_the_sum_of_its_last_window() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let base = server_now_ms(&mut c);
+    // 10 s in buckets of 1 s; the adds carry their own clock (AT) a little ahead of the server's.
+    assert_eq!(c.q("CTR.WINDOW w 10000"), Value::Simple("OK".into()));
+    assert_eq!(c.q("CTR.GET w"), Value::Int(0), "created at 0");
+    for second in 0..25 {
+        let expected = (second + 1).min(10) * 2;
+        assert_eq!(
+            add_at(&mut c, "w", 2, base + second * 1000),
+            Value::Int(expected),
+            "second {second}"
+        );
+    }
+    // Reads see the window as the newest write left it (its clock is ahead of the server's).
+    assert_eq!(c.q("CTR.GET w"), Value::Int(20));
+    assert_eq!(c.q("CTR.MGET w missing").array()[0], Value::Int(20));
+    assert_eq!(info_field(&mut c, "w", "value"), Value::Int(20));
+    assert_eq!(info_field(&mut c, "w", "window_ms"), Value::Int(10_000));
+    assert_eq!(info_field(&mut c, "w", "window_buckets"), Value::Int(10));
+    // A quiet stretch: 6 s later only the last 4 seconds' adds are in the window.
+    assert_eq!(add_at(&mut c, "w", 0, base + 30_000), Value::Int(8));
+    // NONE keeps the value the window holds and stops the sliding.
+    assert_eq!(c.q("CTR.WINDOW w NONE"), Value::Simple("OK".into()));
+    assert_eq!(add_at(&mut c, "w", 1, base + 50_000), Value::Int(9));
+    assert_eq!(info_field(&mut c, "w", "window_ms"), Value::Nil);
+    // A counter that had a value: what it held counts as added when the window came.
+    c.q("CTR.ADD old 5");
+    c.q("CTR.WINDOW old 2000 BUCKETS 2");
+    assert_eq!(add_at(&mut c, "old", 1, base + 1000), Value::Int(6));
+    assert_eq!(add_at(&mut c, "old", 1, base + 2000), Value::Int(2));
+}
+
+#[test]
+fn a_window_composes_with_tokens_and_floors() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let base = server_now_ms(&mut c);
+    c.q("CTR.WINDOW hits 10000");
+    assert_eq!(
+        c.q(&format!("CTR.ADD hits 1 TOKEN r1 AT {base}")),
+        Value::Int(1)
+    );
+    assert_eq!(
+        c.q(&format!("CTR.ADD hits 1 TOKEN r1 AT {base}")),
+        Value::Int(1),
+        "a retry"
+    );
+    assert_eq!(
+        c.q(&format!("CTR.ADD hits 1 TOKEN r2 AT {base}")),
+        Value::Int(2)
+    );
+    let later = base + 10_000;
+    assert_eq!(add_at(&mut c, "hits", 0, later), Value::Int(0));
+    assert_eq!(
+        c.q(&format!("CTR.ADD hits 1 TOKEN r1 AT {later}")),
+        Value::Int(0),
+        "a retry after its add left the window adds nothing, and replies the window's value"
+    );
+    // A sliding-window limit of 3 calls per 10 s: a floor of -3, one decrement per call.
+    c.q("CTR.FLOOR calls -3");
+    assert_eq!(c.q("CTR.WINDOW calls 10000"), Value::Simple("OK".into()));
+    let call = |c: &mut Conn, at: i64| c.q(&format!("CTR.DECRFLOOR calls 1 AT {at}"));
+    assert_eq!(call(&mut c, base), Value::Int(-1));
+    assert_eq!(call(&mut c, base + 4000), Value::Int(-2));
+    assert_eq!(call(&mut c, base + 5000), Value::Int(-3));
+    let digest = c.q("DEBUG DIGEST-VALUE calls");
+    assert_eq!(call(&mut c, base + 9000), Value::Nil, "the fourth in 10 s");
+    assert_eq!(
+        c.q("DEBUG DIGEST-VALUE calls"),
+        digest,
+        "a refusal changes nothing"
+    );
+    assert_eq!(
+        call(&mut c, base + 10_000),
+        Value::Int(-3),
+        "the first call left the window"
+    );
+    assert_eq!(call(&mut c, base + 10_500), Value::Nil);
+    assert_eq!(call(&mut c, base + 14_000), Value::Int(-3));
+    // A token replays a refusal of a windowed decrement too.
+    let t = format!("CTR.DECRFLOOR calls 1 TOKEN o1 AT {}", base + 14_100);
+    assert_eq!(c.q(&t), Value::Nil);
+    assert_eq!(c.q(&t), Value::Nil);
+}
+
+#[test]
+fn bad_window_input_is_refused_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let cases = [
+        ("CTR.WINDOW k 0", "window-ms must be positive"),
+        ("CTR.WINDOW k -1000", "window-ms must be positive"),
+        ("CTR.WINDOW k 1000 BUCKETS 0", "BUCKETS must be 1 to 4096"),
+        (
+            "CTR.WINDOW k 100000 BUCKETS 5000",
+            "BUCKETS must be 1 to 4096",
+        ),
+        (
+            "CTR.WINDOW k 1000 BUCKETS 3",
+            "must be a multiple of BUCKETS",
+        ),
+        ("CTR.WINDOW k 1000 BUCKETS", "syntax error"),
+        ("CTR.WINDOW k 1000 SLOTS 10", "syntax error"),
+        ("CTR.WINDOW k x", "not an integer"),
+        ("CTR.WINDOW k", "wrong number of arguments"),
+    ];
+    for (line, expected) in cases {
+        let reply = c.q(line);
+        assert!(reply.error().contains(expected), "{line}: {reply:?}");
+    }
+    assert_eq!(c.q("EXISTS k"), Value::Int(0));
+    assert_eq!(c.q("CTR.WINDOW k NONE"), Value::Simple("OK".into()));
+    assert_eq!(c.q("EXISTS k"), Value::Int(0), "NONE creates nothing");
+    c.q("SET s x");
+    assert!(c.q("CTR.WINDOW s 0").error().starts_with("WRONGTYPE"));
+    // What a window does not go with: a floor set afterwards, a reconcile, a spread.
+    c.q("CTR.WINDOW w 60000");
+    let digest = c.q("DEBUG DIGEST-VALUE w");
+    for line in [
+        "CTR.FLOOR w 0",
+        "CTR.RECONCILE w 5",
+        "CTR.RECONCILE w START",
+        "CTR.SPREAD w 2",
+    ] {
+        assert!(c.q(line).is_error(), "{line}");
+    }
+    assert_eq!(c.q("DEBUG DIGEST-VALUE w"), digest);
+    c.q("CTR.RECONCILE h START");
+    assert!(c
+        .q("CTR.WINDOW h 60000")
+        .error()
+        .contains("windowed counter"));
+}
+
+#[test]
+fn a_windows_memory_is_bounded_by_its_buckets() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let base = server_now_ms(&mut c);
+    c.q("CTR.WINDOW m 2000 BUCKETS 20");
+    let mut usage = Vec::new();
+    for step in 0..400 {
+        add_at(&mut c, "m", 1, base + step * 100);
+        if step == 40 || step == 399 {
+            usage.push(c.q("MEMORY USAGE m").int());
+        }
+    }
+    assert_eq!(c.q("CTR.GET m"), Value::Int(20));
+    assert!(
+        usage[1] <= usage[0],
+        "{usage:?}: 400 adds over 40 s hold 20 buckets"
+    );
+}
+
+/// Windowed counters in every state: plain, sharded by a later resize, floored with tokens.
+fn populate_windows(c: &mut Conn, base: i64) -> Vec<&'static str> {
+    c.q("CTR.WINDOW win:plain 60000");
+    for i in 0..30 {
+        add_at(c, "win:plain", i, base + i * 1500);
+    }
+    c.q("CTR.FLOOR win:floored -100");
+    c.q("CTR.WINDOW win:floored 30000 BUCKETS 30");
+    for i in 0..10 {
+        c.q(&format!(
+            "CTR.DECRFLOOR win:floored 3 TOKEN d{i} AT {}",
+            base + i * 2000
+        ));
+    }
+    c.q("CTR.ADD win:none 4");
+    c.q("CTR.WINDOW win:none 1000");
+    vec!["win:plain", "win:floored", "win:none"]
+}
+
+#[test]
+fn windows_survive_reload_aof_rewrite_dump_restore_and_replication() {
+    let mut server = Server::start_with(&common::AOF_WITHOUT_PREAMBLE, &[]);
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let base = server_now_ms(&mut c);
+    let keys = populate_windows(&mut c, base);
+    // Writes at the master's own clock too.
+    for _ in 0..50 {
+        c.q("CTR.ADD win:plain 1");
+    }
+    let before = digests(&mut c, &keys);
+    server.wait_replicas(1);
+    assert_eq!(digests(&mut replica.conn(), &keys), before, "replica");
+    drop(replica);
+    assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
+    assert_eq!(digests(&mut c, &keys), before, "DEBUG RELOAD");
+    for key in &keys {
+        let payload = c.cmd(&["DUMP", key]).bytes();
+        let copy = format!("copy:{key}");
+        c.cmd(&[b"RESTORE", copy.as_bytes(), b"0", &payload]);
+        assert_eq!(
+            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            "{key}"
+        );
+    }
+    server.rewrite_aof();
+    c.q("CTR.ADD win:plain 2"); // replayed from the incremental file on top of the rewrite
+    let before = digests(&mut c, &keys);
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(digests(&mut c, &keys), before, "AOF rewrite and restart");
 }

@@ -65,6 +65,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
                 c.apply_throttle(&op);
                 None
             }
+            CounterOp::Window(op) => Some(i64::from(c.apply_window(&op)?)),
         })
     })?;
     // A throttle moves its key's deadline on every call, as its master did.
@@ -81,6 +82,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Reconcile(_) | CounterOp::Start(_) => c"ctr.reconcile",
         CounterOp::Sweep { .. } => c"ctr.sweep",
         CounterOp::Throttle(_) => c"ctr.throttle",
+        CounterOp::Window(_) => c"ctr.window",
     };
     ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))

@@ -5,10 +5,11 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::ctr_args::{event_time, options, token};
-use super::ctr_store::{open_for_write, update_counter, Write, TOKEN_REUSED};
+use super::ctr_store::{is_missing, open_for_write, update_counter, Write, TOKEN_REUSED};
 use super::parse::{integer, SYNTAX_ERROR};
 use crate::counter::throttle::{throttle_intent, Gcra, ThrottleError, ThrottleReply, NS_PER_MS};
-use crate::counter::{CounterCell, CounterRef, ThrottleOp, ThrottleRetry};
+use crate::counter::window::{check_config, DEFAULT_BUCKETS};
+use crate::counter::{CounterCell, CounterRef, ThrottleOp, ThrottleRetry, WindowOp};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
@@ -155,9 +156,10 @@ pub fn throttle(ctx: Ctx, args: &Args) -> CommandResult {
         reply: decision.reply,
         intent,
     };
+    let lag_ms = parsed.at.map_or(0, |at| w.now.saturating_sub(at));
     let (before, idle_at) = update_counter(&key, |c, before| {
         c.apply_throttle(&op);
-        Ok((before, c.throttle().and_then(|t| t.idle_at_ms())))
+        Ok((before, c.throttle().and_then(|t| t.idle_at_ms(lag_ms))))
     })?;
     // The key goes once its limiter is idle, as redis-cell's key expires.
     if let Some(at) = idle_at {
@@ -170,6 +172,46 @@ pub fn throttle(ctx: Ctx, args: &Args) -> CommandResult {
     };
     w.finish(&effect, before, c"ctr.throttle")?;
     Ok(throttle_reply(decision.reply))
+}
+
+/// `CTR.WINDOW key window-ms [BUCKETS n] | NONE`: the words after the key, as (window-ms,
+/// buckets), or None for `NONE`.
+pub fn parse_window(args: &[&[u8]]) -> Result<Option<(i64, i64)>, CommandError> {
+    let config = match args {
+        [none] if none.eq_ignore_ascii_case(b"NONE") => return Ok(None),
+        [width] => (integer(width)?, DEFAULT_BUCKETS),
+        [width, option, n] if option.eq_ignore_ascii_case(b"BUCKETS") => {
+            (integer(width)?, integer(n)?)
+        }
+        _ => return Err(SYNTAX_ERROR),
+    };
+    check_config(config.0, config.1).map_err(CommandError::fixed)?;
+    Ok(Some(config))
+}
+
+/// CTR.WINDOW key window-ms [BUCKETS n] | NONE
+pub fn window(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() < 3 {
+        return Err(super::wrong_arity("ctr.window"));
+    }
+    super::ctr_spread::refuse_holder(ctx, args.bytes(1))?;
+    let key = open_for_write(ctx, args.raw(1))?;
+    let config = args.with_words(2, parse_window)?;
+    if config.is_none() && is_missing(&key) {
+        return Ok(Reply::Ok); // nothing to remove, nothing to create
+    }
+    let w = Write::new(ctx, args, None, None)?;
+    let op = WindowOp { now: w.now, config };
+    let (changed, before) = update_counter(&key, |c, before| Ok((c.apply_window(&op)?, before)))?;
+    drop(key);
+    if changed {
+        let effect = Effect {
+            op: CounterOp::Window(op),
+            expire_at: None,
+        };
+        w.finish(&effect, before, c"ctr.window")?;
+    }
+    Ok(Reply::Ok)
 }
 
 #[cfg(test)]
@@ -199,6 +241,28 @@ mod tests {
         );
         assert_eq!(parse_throttle(&words("4 x 60")), Err(NOT_INTEGER));
         assert!(parse_throttle(&words("4 1 60 AT -1")).is_err());
+    }
+
+    #[test]
+    fn parses_a_window() {
+        assert_eq!(parse_window(&words("NONE")), Ok(None));
+        assert_eq!(parse_window(&words("60000")), Ok(Some((60_000, 10))));
+        assert_eq!(
+            parse_window(&words("60000 buckets 60")),
+            Ok(Some((60_000, 60)))
+        );
+        assert_eq!(parse_window(&words("60000 BUCKETS")), Err(SYNTAX_ERROR));
+        assert_eq!(parse_window(&words("NONE BUCKETS 3")), Err(NOT_INTEGER));
+        assert_eq!(parse_window(&words("60000 SLOTS 3")), Err(SYNTAX_ERROR));
+        for bad in [
+            "0",
+            "-5",
+            "1000 BUCKETS 0",
+            "1000 BUCKETS 3",
+            "100000 BUCKETS 5000",
+        ] {
+            assert!(parse_window(&words(bad)).is_err(), "{bad}");
+        }
     }
 
     const NOT_INTEGER: CommandError = super::super::parse::NOT_AN_INTEGER;

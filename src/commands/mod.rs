@@ -273,6 +273,18 @@ pub static COMMANDS: &[CommandDef] = &[
         since: c"0.8.0",
     },
     CommandDef {
+        name: c"ctr.window",
+        entry: entry!(ctr_limits::window),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -3,
+        summary: c"Gives a counter a sliding window (or with NONE removes it): its value is then the sum of what was added in the last window-ms, exact to window-ms / BUCKETS (10 by default); creates it at 0 when missing.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.8.0",
+    },
+    CommandDef {
         name: c"ctr.spread",
         entry: entry!(ctr_spread::spread),
         flags: c"write deny-oom",

@@ -19,6 +19,9 @@ pub enum CounterError {
     ClearAboveFloor,
     /// A clear of a floored spread counter's total: its holders hold budgets.
     ClearFlooredSpread,
+    /// A sliding window's configuration, or a change a windowed counter does not take (the
+    /// whole error text).
+    Window(&'static str),
 }
 
 impl CounterError {
@@ -31,6 +34,7 @@ impl CounterError {
             }
             CounterError::Watermark(w) => w.message().to_string(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
+            CounterError::Window(text) => text.to_string(),
             CounterError::ClearAboveFloor => {
                 "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"
                     .to_string()

@@ -25,6 +25,7 @@ pub mod step;
 pub mod throttle;
 pub mod tokens;
 pub mod transfer;
+pub mod window;
 
 pub use cell::{CounterCell, CounterRef};
 pub use error::CounterError;
@@ -34,6 +35,11 @@ pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenS
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
 pub use throttle::{Throttle, ThrottleOp, ThrottleRetry};
+pub use window::{Window, WindowOp};
+
+/// Why a window and a history, or a spread, do not go together on one counter.
+pub const WINDOW_ALONE: &str =
+    "ERR a windowed counter keeps no reconcile history and is not spread";
 pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
 pub use transfer::{Outgoing, TransferError, Transfers};
 
@@ -89,6 +95,8 @@ struct Extras {
     transfers: Option<Box<Transfers>>,
     /// A `CTR.THROTTLE` limiter's state (see [`throttle`]).
     throttle: Option<Box<Throttle>>,
+    /// A sliding window (`CTR.WINDOW`): the value is the sum of its live buckets.
+    window: Option<Box<Window>>,
 }
 
 impl Extras {
@@ -100,6 +108,7 @@ impl Extras {
             && self.spread.is_none()
             && self.transfers.is_none()
             && self.throttle.is_none()
+            && self.window.is_none()
     }
 }
 
@@ -117,6 +126,7 @@ pub struct CounterParts {
     pub spread: Option<Spread>,
     pub transfers: Option<Transfers>,
     pub throttle: Option<Throttle>,
+    pub window: Option<Window>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -156,6 +166,7 @@ impl Counter {
             spread,
             transfers,
             throttle,
+            window,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -169,6 +180,17 @@ impl Counter {
         }
         if let Some(s) = &spread {
             s.validate()?;
+        }
+        if let Some(w) = &window {
+            w.validate()?;
+            if w.total() != Some(value) {
+                return Err(CounterError::InvalidOperation(
+                    "window buckets do not sum to the value",
+                ));
+            }
+            if history.is_some() || spread.is_some() || transfers.is_some() {
+                return Err(CounterError::Window(WINDOW_ALONE));
+            }
         }
         if let Some(t) = &transfers {
             t.validate()?;
@@ -193,6 +215,7 @@ impl Counter {
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
             throttle: throttle.filter(|t| !t.is_empty()).map(Box::new),
+            window: window.map(Box::new),
         };
         Ok(Counter {
             value,
@@ -252,6 +275,9 @@ impl Counter {
     /// Makes this counter the home of a spread counter with these other holders.
     pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
         spread.validate()?;
+        if self.window().is_some() {
+            return Err(CounterError::Window(WINDOW_ALONE));
+        }
         if self.has_retired(spread.id) {
             return Err(CounterError::InvalidOperation("a retired spread id"));
         }
@@ -260,6 +286,25 @@ impl Counter {
         }
         self.ext_mut().spread = Some(Box::new(spread));
         Ok(())
+    }
+
+    /// The sliding window, when the counter has one.
+    pub fn window(&self) -> Option<&Window> {
+        self.ext.as_ref()?.window.as_deref()
+    }
+
+    /// The value as a read at `now` sees it: on a windowed counter, without what has left the
+    /// window by then (never below the floor); otherwise the value.
+    pub fn value_at(&self, now: i64) -> i64 {
+        match self.window() {
+            Some(w) if w.has_expired(now) => {
+                let slid = i128::from(self.value) - w.expired_sum(now);
+                let floor = self.floor().map_or(i128::MIN, |f| i128::from(f.floor));
+                // The live buckets sum to an i64 (the window's invariant), so this fits.
+                i64::try_from(slid.max(floor)).unwrap_or(self.value)
+            }
+            _ => self.value,
+        }
     }
 
     /// The `CTR.THROTTLE` limiter's state, when the counter has one.
@@ -279,6 +324,7 @@ impl Counter {
                     && e.history.is_none()
                     && e.spread.is_none()
                     && e.transfers.is_none()
+                    && e.window.is_none()
             })
     }
 
@@ -292,6 +338,10 @@ impl Counter {
             ext.throttle = None;
         }
         self.trim_ext();
+    }
+
+    fn window_mut(&mut self) -> Option<&mut Window> {
+        self.ext.as_mut()?.window.as_deref_mut()
     }
 
     fn floor_mut(&mut self) -> Option<&mut Floor> {
@@ -366,7 +416,7 @@ impl Counter {
         }
         if self.tokens().contains_live(fp, now) {
             return if write == UNIT_ADD {
-                TokenUse::Retry(Some(self.value))
+                TokenUse::Retry(Some(self.value_at(now)))
             } else {
                 TokenUse::Conflict
             };
@@ -378,7 +428,7 @@ impl Counter {
             // replays its refusal; any other write replies the current value.
             Some(e) if e.intent.replays_outcome() => TokenUse::Retry(e.outcome),
             Some(e) if e.outcome.is_none() => TokenUse::Retry(None),
-            Some(_) => TokenUse::Retry(Some(self.value)),
+            Some(_) => TokenUse::Retry(Some(self.value_at(now))),
         }
     }
 
@@ -455,6 +505,9 @@ impl Counter {
             + self.throttle().map_or(0, |t| {
                 std::mem::size_of::<Throttle>() + t.replies.heap_bytes()
             })
+            + self
+                .window()
+                .map_or(0, |w| std::mem::size_of::<Window>() + w.heap_bytes())
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -489,6 +542,10 @@ impl Counter {
             })
             + self.throttle().map_or(0, |t| {
                 usable_size(std::mem::size_of::<Throttle>()) + t.replies.allocated_bytes()
+            })
+            + self.window().map_or(0, |w| {
+                usable_size(std::mem::size_of::<Window>())
+                    + vec_bytes::<(i64, i64)>(w.live.capacity())
             })
     }
 }

@@ -229,11 +229,16 @@ impl Throttle {
     }
 
     /// When the key holding only this state is no different from a missing one: the later of
-    /// the arrival time (rounded up to a ms) and the last remembered reply's expiry.
-    pub fn idle_at_ms(&self) -> Option<i64> {
-        let tat = self
-            .tat_ns
-            .map(|t| t.div_euclid(NS_PER_MS) + i64::from(t.rem_euclid(NS_PER_MS) != 0));
+    /// the arrival time (rounded up to a ms) and the last remembered reply's expiry. The
+    /// arrival time is on the calls' clock (`AT`); `lag_ms`, how far that clock runs behind the
+    /// server's (0 when it does not), moves it onto the server's, so that a caller whose clock
+    /// lags never sees its limiter expire before it is idle (as redis-cell sets its TTL from
+    /// the arrival time minus now, on the server's clock).
+    pub fn idle_at_ms(&self, lag_ms: i64) -> Option<i64> {
+        let tat = self.tat_ns.map(|t| {
+            let ms = t.div_euclid(NS_PER_MS) + i64::from(t.rem_euclid(NS_PER_MS) != 0);
+            ms.saturating_add(lag_ms.max(0))
+        });
         [tat, self.replies.latest_expiry()]
             .into_iter()
             .flatten()
@@ -421,6 +426,8 @@ mod tests {
         assert_eq!(t.retry(9, 7, 50), ThrottleRetry::Replay(reply));
         assert_eq!(t.retry(9, 8, 50), ThrottleRetry::Conflict);
         assert_eq!(t.retry(9, 7, 100), ThrottleRetry::New, "expired");
-        assert_eq!(t.idle_at_ms(), Some(1000));
+        assert_eq!(t.idle_at_ms(0), Some(1000));
+        assert_eq!(t.idle_at_ms(-5), Some(1000), "a clock ahead moves nothing");
+        assert_eq!(t.idle_at_ms(200), Some(1200), "a clock behind the server's");
     }
 }

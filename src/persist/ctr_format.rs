@@ -57,7 +57,12 @@
 //!             this home still has (or has not retired yet) folded back here, by place, their
 //!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
 //!             when not empty; files without it mark nothing.
-//!  (19 and 22 are reserved for the bounds of `CTR.INCREX` / `CTR.CEIL`, 20 for windows)
+//!  (19 and 22 are reserved for the bounds of `CTR.INCREX` / `CTR.CEIL`)
+//!  20 WINDOW  ivarint window ms, ivarint buckets n (window a multiple of n, 1..=4096),
+//!             uvarint k (<= n), k x (ivarint bucket index, ivarint sum (not 0)), indices
+//!             strictly increasing and spanning fewer than n, sums adding up to VALUE: a
+//!             sliding window (`crate::counter::window`); never with HISTORY, SPREAD or
+//!             TRANSFER.
 //!  21 THROTTLE u8 parts (bit 0 arrival time, bit 1 replies, at least one, no other bit)
 //!             [+ ivarint arrival time, unix ns] [+ ivarint next sweep, uvarint n (>= 1),
 //!             n x (u64 LE fingerprint, ivarint expiry, u8 limited (0/1), ivarint limit,
@@ -81,6 +86,7 @@ use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
+use crate::counter::window::{check_config, Window, MAX_BUCKETS as MAX_WINDOW_BUCKETS};
 use crate::counter::{
     Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow, MAX_SHARDS,
 };
@@ -105,6 +111,7 @@ const TAG_SPREAD_ID: u8 = 15;
 const TAG_TRANSFER_IDS: u8 = 16;
 const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
+const TAG_WINDOW: u8 = 20;
 const TAG_THROTTLE: u8 = 21;
 const THROTTLE_TAT: u8 = 1;
 const THROTTLE_REPLIES: u8 = 2;
@@ -164,6 +171,15 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     if let Some(t) = counter.transfers() {
         encode_transfers(&mut w, t);
     }
+    if let Some(win) = counter.window() {
+        w.u8(TAG_WINDOW)
+            .ivarint(win.width_ms)
+            .ivarint(win.buckets)
+            .uvarint(win.live.len() as u64);
+        for (index, sum) in &win.live {
+            w.ivarint(*index).ivarint(*sum);
+        }
+    }
     if let Some(t) = counter.throttle() {
         encode_throttle(&mut w, t);
     }
@@ -197,6 +213,24 @@ fn encode_throttle(w: &mut Writer, t: &Throttle) {
                 .uvarint(u64::from(e.intent));
         }
     }
+}
+
+fn decode_window_section(r: &mut Reader) -> Result<Window, DecodeError> {
+    let width_ms = r.ivarint()?;
+    let buckets = r.ivarint()?;
+    if let Err(why) = check_config(width_ms, buckets) {
+        return decode_error(format!("CTR window refused ({why})"));
+    }
+    // Each bucket takes at least 2 bytes; checked against `buckets` by Counter::from_parts.
+    let n = r.count(MAX_WINDOW_BUCKETS as usize, 2)?;
+    let live = (0..n)
+        .map(|_| Ok((r.ivarint()?, r.ivarint()?)))
+        .collect::<Result<_, DecodeError>>()?;
+    Ok(Window {
+        width_ms,
+        buckets,
+        live,
+    })
 }
 
 fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
@@ -441,6 +475,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut transfers = None;
     let mut intents = None;
     let mut throttle = None;
+    let mut window_state = None;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -481,6 +516,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_FOLDED => {
                 transfers.get_or_insert_with(Transfers::default).folded = decode_folded(r)?;
             }
+            TAG_WINDOW => window_state = Some(decode_window_section(r)?),
             TAG_THROTTLE => throttle = Some(decode_throttle(r)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
@@ -518,6 +554,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         spread,
         transfers,
         throttle,
+        window: window_state,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -692,6 +729,51 @@ fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roundtrip_a_window_and_refuse_broken_ones() {
+        use crate::counter::{AddOp, WindowOp};
+        let mut c = Counter::plain(4);
+        c.apply_window(&WindowOp {
+            now: 1000,
+            config: Some((60_000, 6)),
+        })
+        .unwrap();
+        for (now, delta) in [(11_000, 3), (25_000, -1), (71_500, 2)] {
+            let op = AddOp {
+                now,
+                event: now,
+                delta,
+                shard: 0,
+                shards: 1,
+                token: None,
+            };
+            c.apply_add(&op).unwrap();
+        }
+        assert_eq!(
+            c.value(),
+            1,
+            "at 71.5 s only the -1 and the 2 are in the window"
+        );
+        let bytes = encode(&c);
+        assert_eq!(decode(&bytes).unwrap(), c);
+        let section = |live: &[(i64, i64)], value: i64| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(value);
+            w.u8(TAG_WINDOW).ivarint(60_000).ivarint(6);
+            w.uvarint(live.len() as u64);
+            for (i, s) in live {
+                w.ivarint(*i).ivarint(*s);
+            }
+            w.u8(TAG_END);
+            w.finish()
+        };
+        assert!(decode(&section(&[(1, 2), (3, 5)], 7)).is_ok());
+        assert!(decode(&section(&[(1, 2), (3, 5)], 8)).is_err(), "sum");
+        assert!(decode(&section(&[(3, 2), (1, 5)], 7)).is_err(), "order");
+        assert!(decode(&section(&[(1, 2), (7, 5)], 7)).is_err(), "span");
+        assert!(decode(&section(&[(1, 0)], 0)).is_err(), "an empty bucket");
+    }
 
     #[test]
     fn roundtrip_a_throttle_and_refuse_broken_ones() {

@@ -19,7 +19,9 @@
 //!            ivarint remaining, ivarint retry_after, ivarint reset_after, uvarint intent]
 //!            (a `CTR.THROTTLE` call the master decided: the arrival time it left and the reply
 //!            its token replays; flags: token, expire-at, the key's new deadline)
-//! (kinds 8-10 are the bounds', 12-13 the windows')
+//! WINDOW (12): ivarint window ms (0: NONE, remove the window), ivarint buckets; no flags
+//!            (`CTR.WINDOW` at the master's time)
+//! (kinds 8-10 are the bounds'; 13 is reserved)
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -34,6 +36,7 @@
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::throttle::ThrottleReply;
+use crate::counter::window::{check_config, WindowOp};
 use crate::counter::{
     AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, ThrottleOp, TokenStamp, MAX_SHARDS,
 };
@@ -47,6 +50,7 @@ const KIND_START: u8 = 5;
 const KIND_SWEEP: u8 = 6;
 const KIND_CLEAR_TOTAL: u8 = 7;
 const KIND_THROTTLE: u8 = 11;
+const KIND_WINDOW: u8 = 12;
 const THROTTLE_TAT: u8 = 1;
 const THROTTLE_REPLY: u8 = 2;
 const FLAG_TOKEN: u8 = 1;
@@ -71,6 +75,8 @@ pub enum CounterOp {
     ClearTotal(ClearTotalOp),
     /// A `CTR.THROTTLE` call as the master decided it.
     Throttle(ThrottleOp),
+    /// `CTR.WINDOW` at the master's time.
+    Window(WindowOp),
 }
 
 impl CounterOp {
@@ -156,6 +162,13 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
             w.u8(KIND_CLEAR_TOTAL).ivarint(op.now).ivarint(op.total);
         }
         CounterOp::Throttle(op) => encode_throttle(&mut w, op),
+        CounterOp::Window(op) => {
+            let (width, buckets) = op.config.unwrap_or((0, 0));
+            w.u8(KIND_WINDOW)
+                .ivarint(op.now)
+                .ivarint(width)
+                .ivarint(buckets);
+        }
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -263,6 +276,28 @@ fn decode_throttle(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
     })
 }
 
+/// The body of a WINDOW effect after its time, and its (empty) flags.
+fn decode_window(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
+    let (width, buckets) = (r.ivarint()?, r.ivarint()?);
+    let config = match (width, buckets) {
+        (0, 0) => None,
+        (w, n) => match check_config(w, n) {
+            Ok(()) => Some((w, n)),
+            Err(why) => return decode_error(format!("window effect refused ({why})")),
+        },
+    };
+    if r.u8()? != 0 {
+        return decode_error("effect flag does not apply to its kind");
+    }
+    if !r.is_empty() {
+        return decode_error("trailing bytes after the effect");
+    }
+    Ok(Effect {
+        op: CounterOp::Window(WindowOp { now, config }),
+        expire_at: None,
+    })
+}
+
 pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let mut r = Reader::new(buf);
     let format = r.u8()?;
@@ -273,6 +308,9 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let now = r.ivarint()?;
     if kind == KIND_THROTTLE {
         return decode_throttle(&mut r, now);
+    }
+    if kind == KIND_WINDOW {
+        return decode_window(&mut r, now);
     }
     let (delta, shard, shards) = match kind {
         KIND_ADD | KIND_DECR => (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?),
@@ -515,6 +553,20 @@ mod tests {
                     intent: 0x7fff_ffff,
                 }),
                 expire_at: Some(1_700_000_001_000),
+            },
+            Effect {
+                op: CounterOp::Window(WindowOp {
+                    now: 1_700_000_000_000,
+                    config: Some((60_000, 10)),
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Window(WindowOp {
+                    now: -4,
+                    config: None,
+                }),
+                expire_at: None,
             },
             Effect {
                 op: CounterOp::Throttle(ThrottleOp {

@@ -11,7 +11,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
-from ._calls import Call, KeyT, Reconciled, Source
+from ._calls import Call, KeyT, Reconciled, Source, Throttled
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, HolderCache, Holders
 from .errors import BudgetInFlight, FloorRefused, HolderFolded, HolderMoving, UseHomeKey
 from .errors import classify, classify_cluster
@@ -359,6 +359,29 @@ class Ctr:
 
         Raises :class:`~redis_ctr.errors.BelowFloor` when the value is already below it."""
         run(self.client, _calls.floor(key, floor))
+
+    def throttle(
+        self,
+        key: KeyT,
+        max_burst: int,
+        count: int,
+        period: int,
+        quantity: int = 1,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> Throttled:
+        """``CTR.THROTTLE``: a GCRA limiter of ``count`` units per ``period`` seconds with bursts
+        of ``max_burst + 1``; takes ``quantity`` (0 reads without taking). Returns
+        :class:`~redis_ctr.Throttled`, redis-cell's ``CL.THROTTLE`` reply. With ``token``, a
+        retry returns the first call's reply and takes nothing."""
+        return run(self.client, _calls.throttle(key, max_burst, count, period, quantity, token, at))
+
+    def window(self, key: KeyT, window_ms: Optional[int], *, buckets: Optional[int] = None) -> None:
+        """``CTR.WINDOW``: from now on the counter's value is what was added in the last
+        ``window_ms`` (exact to ``window_ms / buckets``, 10 buckets by default); None removes
+        the window. Creates the counter at 0 when missing."""
+        run(self.client, _calls.window(key, window_ms, buckets))
 
     def decrfloor(
         self, key: KeyT, amount: int, *, token: Optional[KeyT] = None, at: Optional[int] = None

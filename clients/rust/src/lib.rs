@@ -25,10 +25,11 @@ pub mod spread;
 mod types;
 pub mod writer;
 
+pub use calls::Rate;
 #[cfg(feature = "aio")]
 pub use commands::AsyncCtrCommands;
 pub use commands::{CtrCommands, CtrPipelineCommands};
 pub use error::{CtrError, ModuleError};
 pub use spread::SpreadRouter;
-pub use types::{AddOptions, CounterInfo, PncInfo, PncReplica, Reconciled, Source};
+pub use types::{AddOptions, CounterInfo, PncInfo, PncReplica, Reconciled, Source, Throttled};
 pub use writer::{CoalescingWriter, Connector, WriterConfig, WriterError, WriterStats};

@@ -16,7 +16,7 @@ use common::Server;
 use redis_ctr_client::spread::holder_for_token;
 use redis_ctr_client::{
     AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
-    ModuleError, PncInfo, Reconciled, Source, SpreadRouter, WriterConfig, WriterError,
+    ModuleError, PncInfo, Reconciled, Source, SpreadRouter, Throttled, WriterConfig, WriterError,
 };
 
 const BUCKET_MS: i64 = 100;
@@ -132,6 +132,58 @@ fn every_method_replies_the_same_on_resp2_and_resp3() {
         })
         .collect();
     assert_eq!(replies[0], replies[1]);
+}
+
+#[test]
+fn throttle_and_window_on_resp2_and_resp3() {
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let client = redis::Client::open(url(server.port, resp3)).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let key = format!("limiter:{resp3}");
+        let now = now_ms();
+        let rate = (4, 1, 60);
+        let first = con
+            .ctr_throttle_with(&key, rate, 1, "req-1", Some(now))
+            .unwrap();
+        assert_eq!(
+            first,
+            Throttled {
+                limited: false,
+                limit: 5,
+                remaining: 4,
+                retry_after: -1,
+                reset_after: 60,
+            }
+        );
+        let retry = con.ctr_throttle_with(&key, rate, 1, "req-1", Some(now));
+        assert_eq!(retry.unwrap(), first, "a retry replays and takes nothing");
+        assert_eq!(con.ctr_throttle(&key, rate, 0).unwrap().remaining, 4);
+        assert!(con.ctr_throttle(&key, rate, 9).unwrap().limited);
+        let bad = con.ctr_throttle(&key, (-1, 1, 60), 1);
+        assert_eq!(module_error(bad), ModuleError::InvalidLimit);
+
+        let hits = format!("hits:{resp3}");
+        con.ctr_window(&hits, Some(10_000), Some(10)).unwrap();
+        let at = |ms: i64| AddOptions::new().at(now + ms);
+        assert_eq!(con.ctr_add_with(&hits, 3, &at(0)).unwrap(), Some(3));
+        assert_eq!(con.ctr_add_with(&hits, 2, &at(5_000)).unwrap(), Some(5));
+        assert_eq!(con.ctr_add_with(&hits, 1, &at(10_000)).unwrap(), Some(3));
+        let info = con.ctr_info(&hits).unwrap().unwrap();
+        assert_eq!(
+            (info.window_ms, info.window_buckets),
+            (Some(10_000), Some(10))
+        );
+        con.ctr_window(&hits, None, None).unwrap();
+        assert_eq!(con.ctr_info(&hits).unwrap().unwrap().window_ms, None);
+        let floored = con.ctr_floor(&hits, Some(-5));
+        assert!(floored.is_ok(), "no window any more: a floor is taken");
+        con.ctr_window(&hits, Some(10_000), None).unwrap();
+        assert_eq!(
+            module_error(con.ctr_floor(&hits, Some(-6))),
+            ModuleError::LimitRefused
+        );
+    }
 }
 
 #[test]
