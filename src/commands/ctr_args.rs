@@ -12,7 +12,7 @@ pub const NEGATIVE_AT: CommandError =
     CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
 
 /// An `AT` event time: an integer, not negative.
-pub(super) fn event_time(value: &[u8]) -> Result<i64, CommandError> {
+fn event_time(value: &[u8]) -> Result<i64, CommandError> {
     Some(integer(value)?)
         .filter(|at| *at >= 0)
         .ok_or(NEGATIVE_AT)
@@ -69,7 +69,7 @@ pub struct ReconcileArgs<'a> {
 }
 
 /// Options are `NAME value` pairs; each may appear once.
-pub(super) fn options<'a>(
+fn options<'a>(
     rest: &[&'a [u8]],
     mut on: impl FnMut(&str, &'a [u8]) -> Result<bool, CommandError>,
 ) -> Result<(), CommandError> {
@@ -87,7 +87,7 @@ pub(super) fn options<'a>(
     Ok(())
 }
 
-pub(super) fn token(value: &[u8]) -> Result<&[u8], CommandError> {
+fn token(value: &[u8]) -> Result<&[u8], CommandError> {
     if value.is_empty() || value.len() > MAX_TOKEN_BYTES {
         return Err(BAD_TOKEN);
     }
@@ -129,19 +129,25 @@ pub fn parse_decrement<'a>(args: &[&'a [u8]]) -> Result<DecrArgs<'a>, CommandErr
     if amount <= 0 {
         return Err(AMOUNT_NOT_POSITIVE);
     }
-    let mut parsed = DecrArgs {
-        amount,
-        ..DecrArgs::default()
-    };
+    let (token, at) = token_and_at(rest)?;
+    Ok(DecrArgs { amount, token, at })
+}
+
+/// `[TOKEN token] [AT ms]`, in any order, each at most once: the options of the commands that
+/// take no others.
+pub(super) fn token_and_at<'a>(
+    rest: &[&'a [u8]],
+) -> Result<(Option<&'a [u8]>, Option<i64>), CommandError> {
+    let (mut tok, mut at) = (None, None);
     options(rest, |name, value| {
         match name {
-            "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(event_time(value)?),
+            "TOKEN" => tok = Some(token(value)?),
+            "AT" => at = Some(event_time(value)?),
             _ => return Ok(false),
         }
         Ok(true)
     })?;
-    Ok(parsed)
+    Ok((tok, at))
 }
 
 pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, CommandError> {

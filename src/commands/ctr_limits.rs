@@ -4,7 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::ctr_args::{event_time, options, token};
+use super::ctr_args::token_and_at;
 use super::ctr_store::{is_missing, open_for_write, update_counter, Write, TOKEN_REUSED};
 use super::parse::{integer, SYNTAX_ERROR};
 use crate::counter::throttle::{throttle_intent, Gcra, ThrottleError, ThrottleReply, NS_PER_MS};
@@ -35,23 +35,15 @@ pub fn parse_throttle<'a>(args: &[&'a [u8]]) -> Result<ThrottleArgs<'a>, Command
         Some((q, options)) if rest.len() % 2 == 1 => (integer(q)?, options),
         _ => (1, rest),
     };
-    let mut parsed = ThrottleArgs {
+    let (token, at) = token_and_at(rest)?;
+    Ok(ThrottleArgs {
         max_burst: integer(max_burst)?,
         count: integer(count)?,
         period_s: integer(period)?,
         quantity,
-        token: None,
-        at: None,
-    };
-    options(rest, |name, value| {
-        match name {
-            "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(event_time(value)?),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
-    Ok(parsed)
+        token,
+        at,
+    })
 }
 
 pub const NOT_A_LIMITER: CommandError = CommandError::fixed(

@@ -78,10 +78,11 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use super::effect::{decode_throttle_reply, encode_throttle_reply};
 use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
-use crate::counter::throttle::{Throttle, ThrottleEntry, ThrottleReply};
+use crate::counter::throttle::{Throttle, ThrottleEntry};
 use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
@@ -202,15 +203,8 @@ fn encode_throttle(w: &mut Writer, t: &Throttle) {
         w.ivarint(t.replies.next_sweep())
             .uvarint(t.replies.len() as u64);
         for (fp, e) in t.replies.entries() {
-            let r = e.reply;
-            w.fixed_u64(fp)
-                .ivarint(e.expires_at)
-                .u8(u8::from(r.limited));
-            w.ivarint(r.limit)
-                .ivarint(r.remaining)
-                .ivarint(r.retry_after)
-                .ivarint(r.reset_after)
-                .uvarint(u64::from(e.intent));
+            w.fixed_u64(fp).ivarint(e.expires_at);
+            encode_throttle_reply(w, &e.reply, e.intent);
         }
     }
 }
@@ -253,22 +247,7 @@ fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
 }
 
 fn decode_throttle_entry(r: &mut Reader, expires_at: i64) -> Result<ThrottleEntry, DecodeError> {
-    let limited = match r.u8()? {
-        0 => false,
-        1 => true,
-        other => return decode_error(format!("unknown throttle limited flag {other}")),
-    };
-    let reply = ThrottleReply {
-        limited,
-        limit: r.ivarint()?,
-        remaining: r.ivarint()?,
-        retry_after: r.ivarint()?,
-        reset_after: r.ivarint()?,
-    };
-    let intent = match u32::try_from(r.uvarint()?) {
-        Ok(i) if i < 1 << 31 => i,
-        _ => return decode_error("CTR throttle intent out of range"),
-    };
+    let (reply, intent) = decode_throttle_reply(r)?;
     Ok(ThrottleEntry {
         expires_at,
         reply,
@@ -777,6 +756,7 @@ mod tests {
 
     #[test]
     fn roundtrip_a_throttle_and_refuse_broken_ones() {
+        use crate::counter::throttle::ThrottleReply;
         use crate::counter::{ThrottleOp, TokenStamp};
         let mut c = Counter::default();
         let reply = ThrottleReply {

@@ -199,14 +199,50 @@ fn encode_throttle(w: &mut Writer, op: &ThrottleOp) {
         w.ivarint(tat);
     }
     if op.token.is_some() {
-        let r = op.reply;
-        w.u8(u8::from(r.limited))
-            .ivarint(r.limit)
-            .ivarint(r.remaining)
-            .ivarint(r.retry_after)
-            .ivarint(r.reset_after)
-            .uvarint(u64::from(op.intent));
+        encode_throttle_reply(w, &op.reply, op.intent);
     }
+}
+
+/// A throttle call's reply and the print of its arguments, as effects and the state encoding
+/// (section 21) write them: u8 limited, ivarint limit, remaining, retry_after, reset_after,
+/// uvarint intent (< 2^31).
+pub(super) fn encode_throttle_reply(w: &mut Writer, reply: &ThrottleReply, intent: u32) {
+    w.u8(u8::from(reply.limited))
+        .ivarint(reply.limit)
+        .ivarint(reply.remaining)
+        .ivarint(reply.retry_after)
+        .ivarint(reply.reset_after)
+        .uvarint(u64::from(intent));
+}
+
+pub(super) fn decode_throttle_reply(r: &mut Reader) -> Result<(ThrottleReply, u32), DecodeError> {
+    let limited = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return decode_error(format!("unknown throttle limited flag {other}")),
+    };
+    let reply = ThrottleReply {
+        limited,
+        limit: r.ivarint()?,
+        remaining: r.ivarint()?,
+        retry_after: r.ivarint()?,
+        reset_after: r.ivarint()?,
+    };
+    match u32::try_from(r.uvarint()?) {
+        Ok(intent) if intent < 1 << 31 => Ok((reply, intent)),
+        _ => decode_error("throttle intent out of range"),
+    }
+}
+
+/// The token of an effect whose flags say it has one.
+fn decode_token(r: &mut Reader, flags: u8) -> Result<Option<TokenStamp>, DecodeError> {
+    if flags & FLAG_TOKEN == 0 {
+        return Ok(None);
+    }
+    Ok(Some(TokenStamp {
+        fp: r.fixed_u64()?,
+        expires_at: r.ivarint()?,
+    }))
 }
 
 /// The body of a THROTTLE effect after its time, and its flags.
@@ -221,22 +257,7 @@ fn decode_throttle(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
         None
     };
     let (reply, intent) = if parts & THROTTLE_REPLY != 0 {
-        let limited = match r.u8()? {
-            0 => false,
-            1 => true,
-            _ => return decode_error("unknown throttle limited flag"),
-        };
-        let reply = ThrottleReply {
-            limited,
-            limit: r.ivarint()?,
-            remaining: r.ivarint()?,
-            retry_after: r.ivarint()?,
-            reset_after: r.ivarint()?,
-        };
-        match u32::try_from(r.uvarint()?) {
-            Ok(i) if i < 1 << 31 => (reply, i),
-            _ => return decode_error("throttle intent out of range"),
-        }
+        decode_throttle_reply(r)?
     } else {
         (ThrottleReply::default(), 0)
     };
@@ -247,14 +268,7 @@ fn decode_throttle(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
     if (flags & FLAG_TOKEN != 0) != (parts & THROTTLE_REPLY != 0) {
         return decode_error("a throttle effect's reply goes with its token");
     }
-    let token = if flags & FLAG_TOKEN != 0 {
-        Some(TokenStamp {
-            fp: r.fixed_u64()?,
-            expires_at: r.ivarint()?,
-        })
-    } else {
-        None
-    };
+    let token = decode_token(r, flags)?;
     let expire_at = if flags & FLAG_EXPIRE_AT != 0 {
         Some(r.ivarint()?)
     } else {
@@ -345,14 +359,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     if flags & !KNOWN_FLAGS != 0 {
         return decode_error("unknown effect flags");
     }
-    let token = if flags & FLAG_TOKEN != 0 {
-        Some(TokenStamp {
-            fp: r.fixed_u64()?,
-            expires_at: r.ivarint()?,
-        })
-    } else {
-        None
-    };
+    let token = decode_token(&mut r, flags)?;
     let mut optional = |bit: u8| -> Result<Option<i64>, DecodeError> {
         if flags & bit != 0 {
             r.ivarint().map(Some)
