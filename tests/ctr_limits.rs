@@ -617,3 +617,48 @@ fn windows_survive_reload_aof_rewrite_dump_restore_and_replication() {
     let mut c = server.conn();
     assert_eq!(digests(&mut c, &keys), before, "AOF rewrite and restart");
 }
+
+/// Calls that change nothing: `WATCH` on the key holds and nothing reaches the replica.
+#[test]
+fn calls_that_change_nothing_leave_watch_and_replicate_nothing() {
+    let master = Server::start();
+    let _replica = master.start_replica();
+    let (mut a, mut b) = (master.conn(), master.conn());
+    let base = server_now_ms(&mut b) + 5000;
+    b.q(&format!("CTR.THROTTLE t 0 1 60 AT {base}"));
+    b.q("CTR.WINDOW w 60000");
+    // A floor of -1 and a window, +5 then -6: once the +5 has left, the floor holds the value at
+    // -1 and a decrement is refused; the slide that came with it is put back.
+    b.q("CTR.FLOOR f -1");
+    b.q("CTR.WINDOW f 10000");
+    add_at(&mut b, "f", 5, base);
+    b.q(&format!("CTR.DECRFLOOR f 6 AT {}", base + 1000));
+    let cases = [
+        ("t", format!("CTR.THROTTLE t 0 1 60 AT {base}"), "limited"),
+        ("t", format!("CTR.THROTTLE t 0 1 60 0 AT {base}"), "a read"),
+        ("w", "CTR.WINDOW w 60000".to_string(), "the same window"),
+        ("m", "CTR.WINDOW m NONE".to_string(), "no window to remove"),
+        (
+            "f",
+            format!("CTR.DECRFLOOR f 1 AT {}", base + 10_500),
+            "refused",
+        ),
+    ];
+    for (key, no_op, what) in cases {
+        master.wait_replicas(1);
+        let offset = master.info_field("replication", "master_repl_offset");
+        let digest = b.cmd(&["DEBUG", "DIGEST-VALUE", key]);
+        a.cmd(&["WATCH", key]);
+        let reply = b.q(&no_op);
+        assert!(!reply.is_error(), "{what}: {reply:?}");
+        assert_eq!(
+            master.info_field("replication", "master_repl_offset"),
+            offset,
+            "{what}: replicated"
+        );
+        assert_eq!(b.cmd(&["DEBUG", "DIGEST-VALUE", key]), digest, "{what}");
+        a.q("MULTI");
+        a.q("PING");
+        assert_ne!(a.q("EXEC"), Value::Nil, "{what}: WATCH broke");
+    }
+}

@@ -77,6 +77,10 @@ impl Counter {
         if key.is_empty() || key.len() > MAX_NAME {
             return Err(invalid("step key name length"));
         }
+        if self.window().is_some() {
+            // A windowed counter is never spread: no master sends it a step.
+            return Err(invalid("a step on a windowed counter"));
+        }
         let giver = |new_id| Giver { name: key, new_id };
         Ok(match step {
             Step::Move {
