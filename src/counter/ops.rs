@@ -13,7 +13,7 @@ pub const FLOOR_BEFORE_WINDOW: &str =
 
 /// True when a write's result says it changed the counter: applied, or refused with the
 /// refusal remembered under its token.
-fn wrote<R>(result: &Result<Option<R>, CounterError>, tokened: bool) -> bool {
+pub(super) fn wrote<R>(result: &Result<Option<R>, CounterError>, tokened: bool) -> bool {
     match result {
         Ok(Some(_)) => true,
         Ok(None) => tokened,
@@ -22,7 +22,7 @@ fn wrote<R>(result: &Result<Option<R>, CounterError>, tokened: bool) -> bool {
 }
 
 /// What a window's slide changed, to put back when its write changes nothing.
-struct SlideUndo {
+pub(super) struct SlideUndo {
     value: i64,
     shards: Vec<i64>,
     budgets: Option<Vec<i64>>,
@@ -736,7 +736,7 @@ impl Counter {
     /// Slides the window to `at`: the buckets that left it leave the value (which stays at or
     /// above the floor: what the floor holds back goes into the oldest bucket left, so the
     /// buckets still sum to the value and it leaves with them). Returns what puts it back when the write then changes nothing.
-    fn slide_window(&mut self, at: i64) -> Result<Option<SlideUndo>, CounterError> {
+    pub(super) fn slide_window(&mut self, at: i64) -> Result<Option<SlideUndo>, CounterError> {
         let Some(w) = self.window() else {
             return Ok(None);
         };
@@ -789,7 +789,7 @@ impl Counter {
     /// Keeps a window's slide when the write it came with changed the counter (applied, or a
     /// refusal remembered under its token); puts it back otherwise, so that a write that changes
     /// nothing leaves the state, and its digest, as they were.
-    fn keep_slide_if(&mut self, undo: Option<SlideUndo>, changed: bool) {
+    pub(super) fn keep_slide_if(&mut self, undo: Option<SlideUndo>, changed: bool) {
         if let (Some(u), false) = (undo, changed) {
             self.value = u.value;
             self.shards = u.shards;
@@ -803,7 +803,7 @@ impl Counter {
     }
 
     /// Adds an applied change to the window's current bucket ([`Window::check_record`] passed).
-    fn record_window(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
+    pub(super) fn record_window(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
         match self.window_mut() {
             Some(w) => w.record(at, delta),
             None => Ok(()),
