@@ -385,7 +385,9 @@ impl Counter {
             && self.shards.is_empty()
             && e.floor.is_none()
             && e.tokens.is_empty()
-            && e.history.is_none();
+            && e.history.is_none()
+            && e.window.is_none()
+            && e.throttle.is_none();
         if bare {
             e.ledger.latest_expiry()
         } else {
