@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
+command -v redis-benchmark >/dev/null || die "redis-benchmark is not installed (it comes with redis-server)"
 MODULE=${MODULE:-target/release/libredis_ctr.so}
 [ -f "$MODULE" ] || die "build the module first (cargo build --release)"
 MODULE=$(realpath "$MODULE")
