@@ -735,7 +735,8 @@ impl Counter {
 
     /// Slides the window to `at`: the buckets that left it leave the value (which stays at or
     /// above the floor: what the floor holds back goes into the oldest bucket left, so the
-    /// buckets still sum to the value and it leaves with them). Returns what puts it back when the write then changes nothing.
+    /// buckets still sum to the value and it leaves with them). Returns what puts it back when
+    /// the write then changes nothing ([`Counter::keep_slide_if`]).
     pub(super) fn slide_window(&mut self, at: i64) -> Result<Option<SlideUndo>, CounterError> {
         let Some(w) = self.window() else {
             return Ok(None);
