@@ -803,6 +803,29 @@ impl Counter {
         }
     }
 
+    /// Runs a write on the counter as its window stands at `at` (the later of the write's time
+    /// and its event time): `write` sees the window's value in `self.value()`, and reports
+    /// whether it changed the counter; the slide is kept only then. For a write operation
+    /// outside this file that reads the value before it changes it (a bound, say); the changes
+    /// it makes through [`Counter::apply_add`] land in the window by themselves.
+    pub fn with_window_at<R>(
+        &mut self,
+        at: i64,
+        write: impl FnOnce(&mut Self) -> Result<(R, bool), CounterError>,
+    ) -> Result<R, CounterError> {
+        let undo = self.slide_window(at)?;
+        match write(self) {
+            Ok((result, changed)) => {
+                self.keep_slide_if(undo, changed);
+                Ok(result)
+            }
+            Err(e) => {
+                self.keep_slide_if(undo, false);
+                Err(e)
+            }
+        }
+    }
+
     /// Adds an applied change to the window's current bucket ([`Window::check_record`] passed).
     pub(super) fn record_window(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
         match self.window_mut() {

@@ -414,6 +414,24 @@ mod counter_tests {
     }
 
     #[test]
+    fn a_write_outside_sees_the_windows_value_and_keeps_its_slide_only_when_it_wrote() {
+        let mut c = windowed(10_000, 10);
+        add(&mut c, 0, 5).unwrap();
+        add(&mut c, 3_000, 2).unwrap();
+        let before = c.clone();
+        // A bounded add of 1 at 12 s, bound 2: the window holds 2 there, so it is skipped.
+        let skipped = c.with_window_at(12_000, |c| Ok((c.value(), false)));
+        assert_eq!(skipped, Ok(2));
+        assert_eq!(c, before, "nothing written: the slide is put back");
+        let added = c.with_window_at(12_000, |c| {
+            let value = add(c, 12_000, 1)?;
+            Ok((value, true))
+        });
+        assert_eq!(added, Ok(Some(3)));
+        assert_eq!(c.value(), 3);
+    }
+
+    #[test]
     fn a_tokened_retry_replies_the_windows_value() {
         let mut c = windowed(10_000, 10);
         let token = Some(TokenStamp {
