@@ -412,7 +412,7 @@ impl Counter {
     pub fn token_use(&self, fp: u64, write: WriteKind, now: i64) -> TokenUse {
         if self
             .throttle()
-            .is_some_and(|t| t.replies.contains_live(fp, now))
+            .is_some_and(|t| t.replies().contains_live(fp, now))
         {
             return TokenUse::Conflict;
         }
@@ -504,9 +504,9 @@ impl Counter {
             + self
                 .transfers()
                 .map_or(0, |t| std::mem::size_of::<Transfers>() + t.heap_bytes())
-            + self.throttle().map_or(0, |t| {
-                std::mem::size_of::<Throttle>() + t.replies.heap_bytes()
-            })
+            + self
+                .throttle()
+                .map_or(0, |t| std::mem::size_of::<Throttle>() + t.heap_bytes())
             + self
                 .window()
                 .map_or(0, |w| std::mem::size_of::<Window>() + w.heap_bytes())
@@ -543,7 +543,7 @@ impl Counter {
                 usable_size(std::mem::size_of::<Transfers>()) + usable_size(t.heap_bytes())
             })
             + self.throttle().map_or(0, |t| {
-                usable_size(std::mem::size_of::<Throttle>()) + t.replies.allocated_bytes()
+                usable_size(std::mem::size_of::<Throttle>()) + t.allocated_bytes()
             })
             + self.window().map_or(0, |w| {
                 usable_size(std::mem::size_of::<Window>())

@@ -220,12 +220,42 @@ impl TokenEntry for ThrottleEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Throttle {
     pub tat_ns: Option<i64>,
-    pub replies: TokenWindow<ThrottleEntry>,
+    /// None while no tokened call is remembered (never an empty window): most limiters never
+    /// see a token, and a window costs 56 bytes.
+    replies: Option<Box<TokenWindow<ThrottleEntry>>>,
 }
 
+static NO_REPLIES: TokenWindow<ThrottleEntry> = TokenWindow::from_empty();
+
 impl Throttle {
+    pub fn new(tat_ns: Option<i64>, replies: TokenWindow<ThrottleEntry>) -> Self {
+        Throttle {
+            tat_ns,
+            replies: (!replies.is_empty()).then(|| Box::new(replies)),
+        }
+    }
+
+    /// The replies of tokened calls the limiter remembers.
+    pub fn replies(&self) -> &TokenWindow<ThrottleEntry> {
+        self.replies.as_deref().unwrap_or(&NO_REPLIES)
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.tat_ns.is_none() && self.replies.is_empty()
+        self.tat_ns.is_none() && self.replies.is_none()
+    }
+
+    /// Heap bytes beyond the struct itself, and as the allocator rounds them.
+    pub fn heap_bytes(&self) -> usize {
+        self.replies.as_ref().map_or(0, |r| {
+            std::mem::size_of::<TokenWindow<ThrottleEntry>>() + r.heap_bytes()
+        })
+    }
+
+    pub fn allocated_bytes(&self) -> usize {
+        self.replies.as_ref().map_or(0, |r| {
+            crate::memsize::usable_size(std::mem::size_of::<TokenWindow<ThrottleEntry>>())
+                + r.allocated_bytes()
+        })
     }
 
     /// When the key holding only this state is no different from a missing one: the later of
@@ -239,7 +269,7 @@ impl Throttle {
             let ms = t.div_euclid(NS_PER_MS) + i64::from(t.rem_euclid(NS_PER_MS) != 0);
             ms.saturating_add(lag_ms.max(0))
         });
-        [tat, self.replies.latest_expiry()]
+        [tat, self.replies().latest_expiry()]
             .into_iter()
             .flatten()
             .max()
@@ -268,7 +298,7 @@ pub struct ThrottleOp {
 
 impl Throttle {
     pub fn retry(&self, fp: u64, intent: u32, now: i64) -> ThrottleRetry {
-        match self.replies.get_live(fp, now) {
+        match self.replies().get_live(fp, now) {
             None => ThrottleRetry::New,
             Some(e) if e.intent == intent => ThrottleRetry::Replay(e.reply),
             Some(_) => ThrottleRetry::Conflict,
@@ -276,7 +306,12 @@ impl Throttle {
     }
 
     pub fn apply(&mut self, op: &ThrottleOp) {
-        self.replies.sweep(op.now);
+        if let Some(r) = &mut self.replies {
+            r.sweep(op.now);
+            if r.is_empty() {
+                self.replies = None;
+            }
+        }
         if let Some(tat) = op.tat_ns {
             self.tat_ns = Some(tat);
         }
@@ -286,7 +321,9 @@ impl Throttle {
                 reply: op.reply,
                 intent: op.intent & 0x7fff_ffff,
             };
-            self.replies.insert(t.fp, entry);
+            self.replies
+                .get_or_insert_with(Box::default)
+                .insert(t.fp, entry);
         }
     }
 }

@@ -190,7 +190,7 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
 
 fn encode_throttle(w: &mut Writer, t: &Throttle) {
     let parts = if t.tat_ns.is_some() { THROTTLE_TAT } else { 0 }
-        | if t.replies.is_empty() {
+        | if t.replies().is_empty() {
             0
         } else {
             THROTTLE_REPLIES
@@ -199,10 +199,10 @@ fn encode_throttle(w: &mut Writer, t: &Throttle) {
     if let Some(tat) = t.tat_ns {
         w.ivarint(tat);
     }
-    if !t.replies.is_empty() {
-        w.ivarint(t.replies.next_sweep())
-            .uvarint(t.replies.len() as u64);
-        for (fp, e) in t.replies.entries() {
+    if !t.replies().is_empty() {
+        w.ivarint(t.replies().next_sweep())
+            .uvarint(t.replies().len() as u64);
+        for (fp, e) in t.replies().entries() {
             w.fixed_u64(fp).ivarint(e.expires_at);
             encode_throttle_reply(w, &e.reply, e.intent);
         }
@@ -243,7 +243,7 @@ fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
     } else {
         TokenWindow::default()
     };
-    Ok(Throttle { tat_ns, replies })
+    Ok(Throttle::new(tat_ns, replies))
 }
 
 fn decode_throttle_entry(r: &mut Reader, expires_at: i64) -> Result<ThrottleEntry, DecodeError> {
