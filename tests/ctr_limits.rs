@@ -239,10 +239,7 @@ fn bad_throttle_input_is_refused_and_changes_nothing() {
         ("CTR.THROTTLE k 1 1 60 AT -5", "AT must be"),
         ("CTR.THROTTLE k 1 1", "wrong number of arguments"),
     ];
-    for (line, expected) in cases {
-        let reply = c.q(line);
-        assert!(reply.error().contains(expected), "{line}: {reply:?}");
-    }
+    assert_refused(&mut c, &cases);
     assert_eq!(c.q("EXISTS k"), Value::Int(0));
     // WRONGTYPE comes first; a counter with a value is not a limiter's key.
     c.q("SET s x");
@@ -288,6 +285,36 @@ fn digests(c: &mut Conn, keys: &[&str]) -> Vec<(Value, i64)> {
         .collect()
 }
 
+/// Each key DUMPed and RESTOREd under another name (with its deadline) holds the same state.
+fn assert_dump_restore_is_exact(c: &mut Conn, keys: &[&str]) {
+    for key in keys {
+        let payload = c.cmd(&["DUMP", key]).bytes();
+        let copy = format!("copy:{key}");
+        let at = c.cmd(&["PEXPIRETIME", key]).int().max(0).to_string();
+        let restored = c.cmd(&[
+            b"RESTORE",
+            copy.as_bytes(),
+            at.as_bytes(),
+            &payload,
+            b"ABSTTL",
+        ]);
+        assert_eq!(restored, Value::Simple("OK".into()), "{key}");
+        assert_eq!(
+            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            "{key}"
+        );
+    }
+}
+
+/// Each line is refused with an error that says its text.
+fn assert_refused(c: &mut Conn, cases: &[(&str, &str)]) {
+    for (line, expected) in cases {
+        let reply = c.q(line);
+        assert!(reply.error().contains(expected), "{line}: {reply:?}");
+    }
+}
+
 /// What the limiters answer next (a retry of each token, and a plain call).
 fn next_replies(c: &mut Conn, base: i64) -> Vec<Vec<i64>> {
     let mut out = vec![throttle(c, "lim:plain", "4 1 60", base + 100)];
@@ -315,23 +342,7 @@ fn limiters_survive_reload_aof_rewrite_and_dump_restore() {
     server.restart();
     let mut c = server.conn();
     assert_eq!(digests(&mut c, &keys), before, "AOF rewrite and restart");
-    for key in &keys {
-        let payload = c.cmd(&["DUMP", key]).bytes();
-        let copy = format!("copy:{key}");
-        let at = c.cmd(&["PEXPIRETIME", key]).int().to_string();
-        let restored = c.cmd(&[
-            b"RESTORE",
-            copy.as_bytes(),
-            at.as_bytes(),
-            &payload,
-            b"ABSTTL",
-        ]);
-        assert_eq!(restored, Value::Simple("OK".into()));
-        assert_eq!(
-            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
-            c.cmd(&["DEBUG", "DIGEST-VALUE", key])
-        );
-    }
+    assert_dump_restore_is_exact(&mut c, &keys);
     let expected = {
         let fresh = Server::start();
         let mut f = fresh.conn();
@@ -516,10 +527,7 @@ fn bad_window_input_is_refused_and_changes_nothing() {
         ("CTR.WINDOW k x", "not an integer"),
         ("CTR.WINDOW k", "wrong number of arguments"),
     ];
-    for (line, expected) in cases {
-        let reply = c.q(line);
-        assert!(reply.error().contains(expected), "{line}: {reply:?}");
-    }
+    assert_refused(&mut c, &cases);
     assert_eq!(c.q("EXISTS k"), Value::Int(0));
     assert_eq!(c.q("CTR.WINDOW k NONE"), Value::Simple("OK".into()));
     assert_eq!(c.q("EXISTS k"), Value::Int(0), "NONE creates nothing");
@@ -600,16 +608,7 @@ fn windows_survive_reload_aof_rewrite_dump_restore_and_replication() {
     drop(replica);
     assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
     assert_eq!(digests(&mut c, &keys), before, "DEBUG RELOAD");
-    for key in &keys {
-        let payload = c.cmd(&["DUMP", key]).bytes();
-        let copy = format!("copy:{key}");
-        c.cmd(&[b"RESTORE", copy.as_bytes(), b"0", &payload]);
-        assert_eq!(
-            c.cmd(&["DEBUG", "DIGEST-VALUE", &copy]),
-            c.cmd(&["DEBUG", "DIGEST-VALUE", key]),
-            "{key}"
-        );
-    }
+    assert_dump_restore_is_exact(&mut c, &keys);
     server.rewrite_aof();
     c.q("CTR.ADD win:plain 2"); // replayed from the incremental file on top of the rewrite
     let before = digests(&mut c, &keys);
