@@ -406,17 +406,7 @@ impl Ctx {
     /// plenty for token windows, buckets and rate seconds, and several times cheaper than
     /// `RedisModule_Milliseconds` on the hot path.
     pub fn now_ms(&self) -> i64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: ts is a valid out-pointer.
-        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
-            ts.tv_sec.saturating_mul(1000) + ts.tv_nsec / 1_000_000
-        } else {
-            // SAFETY: plain API call.
-            unsafe { rm!(RedisModule_Milliseconds)() }
-        }
+        coarse_now_ms()
     }
 
     /// The server's clock at full resolution (for TTL deadlines).
@@ -424,7 +414,25 @@ impl Ctx {
         // SAFETY: plain API call.
         unsafe { rm!(RedisModule_Milliseconds)() }
     }
+}
 
+/// [`Ctx::now_ms`], for code that reads the clock without a context (a windowed counter's
+/// value in a read).
+pub fn coarse_now_ms() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+        ts.tv_sec.saturating_mul(1000) + ts.tv_nsec / 1_000_000
+    } else {
+        // SAFETY: plain API call.
+        unsafe { rm!(RedisModule_Milliseconds)() }
+    }
+}
+
+impl Ctx {
     /// True when the running command was sent by our master or is being replayed from the AOF:
     /// such a command must apply what it says and decide nothing on its own.
     pub fn is_replaying(&self) -> bool {

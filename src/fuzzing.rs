@@ -23,9 +23,10 @@ use crate::commands::ctr_args::{
     ENX_NEEDS_EXPIRY, MAX_TOKEN_BYTES, NEGATIVE_AT, NO_FLOAT,
 };
 use crate::commands::parse::{parse_i64, NOT_AN_INTEGER, SYNTAX_ERROR};
+use crate::counter::throttle::ThrottleReply;
 use crate::counter::{
     AddOp, ClearOp, ClearTotalOp, Counter, CounterCell, CounterError, DecrOp, IncrexOp,
-    ReconcileOp, RefundOp, StartOp, TokenStamp, MAX_SHARDS,
+    ReconcileOp, RefundOp, StartOp, ThrottleOp, TokenStamp, WindowOp, MAX_SHARDS,
 };
 use crate::ffi::CommandError;
 use crate::persist::effect::{self, CounterOp, Effect};
@@ -133,6 +134,11 @@ pub fn apply_effect(c: &mut Counter, op: &CounterOp) -> Result<Option<i64>, Coun
         CounterOp::ClearTotal(op) => c.apply_clear_total(op).map(Some),
         CounterOp::Increx(op) => c.apply_increx(op).map(|(value, _)| Some(value)),
         CounterOp::Refund(op) => c.apply_refund(op).map(Some),
+        CounterOp::Throttle(op) => {
+            c.apply_throttle(op);
+            Ok(None)
+        }
+        CounterOp::Window(op) => c.apply_window(op).map(|changed| Some(i64::from(changed))),
     }
 }
 
@@ -916,9 +922,58 @@ fn ctr_samples() -> Vec<Counter> {
         floored,
         ceiled,
         tokens,
+        limiter(),
+        windowed(),
         rich_counter(),
     ]
     .into()
+}
+
+/// A `CTR.THROTTLE` limiter with an arrival time and remembered replies.
+fn limiter() -> Counter {
+    let mut c = Counter::default();
+    for i in 0..5i64 {
+        c.apply_throttle(&ThrottleOp {
+            now: 1_700_000_000_000 + i,
+            tat_ns: (i % 2 == 0).then_some(1_700_000_001_000_000_000 + i),
+            token: Some(TokenStamp {
+                fp: (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                expires_at: 1_700_003_600_000 + i,
+            }),
+            reply: ThrottleReply {
+                limited: i == 3,
+                limit: 5,
+                remaining: 4 - i,
+                retry_after: if i == 3 { 2 } else { -1 },
+                reset_after: i,
+            },
+            intent: 0x7fff_ff00 + i as u32,
+        });
+    }
+    c
+}
+
+/// A floored counter with a sliding window holding several buckets, over sub-shards.
+fn windowed() -> Counter {
+    let now = 1_700_000_000_000;
+    let mut c = Counter::plain(7);
+    let _ = c.set_floor(Some(-50));
+    let _ = c.apply_window(&WindowOp {
+        now,
+        config: Some((60_000, 6)),
+    });
+    for i in 0..9i64 {
+        let t = now + i * 7_000;
+        let _ = c.apply_add(&AddOp {
+            now: t,
+            event: t,
+            delta: if i % 3 == 0 { -4 } else { 2 + i },
+            shard: (i % 2) as usize,
+            shards: 2,
+            token: None,
+        });
+    }
+    c
 }
 
 fn effect_samples() -> Vec<Effect> {
@@ -945,6 +1000,24 @@ fn effect_samples() -> Vec<Effect> {
             token: None,
         }),
         CounterOp::Clear(ClearOp { now, token }),
+        CounterOp::Throttle(ThrottleOp {
+            now,
+            tat_ns: Some(now * 1_000_000 + 7),
+            token,
+            reply: ThrottleReply {
+                limited: false,
+                limit: 3,
+                remaining: 1,
+                retry_after: -1,
+                reset_after: 6,
+            },
+            intent: 12_345,
+        }),
+        CounterOp::Window(WindowOp {
+            now,
+            config: Some((10_000, 10)),
+        }),
+        CounterOp::Window(WindowOp { now, config: None }),
         CounterOp::Decr(DecrOp {
             now,
             event: now,

@@ -80,6 +80,29 @@ const COMMANDS: &[Meta] = &[
         calls: &[("k 0", &[("k", RW)]), ("k NONE", &[("k", RW)])],
     },
     Meta {
+        name: "ctr.throttle",
+        arity: -5,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[
+            ("k 4 1 60", &[("k", RW)]),
+            ("k 4 1 60 2 TOKEN t AT 5", &[("k", RW)]),
+        ],
+    },
+    Meta {
+        name: "ctr.window",
+        arity: -3,
+        flags: &["write", "denyoom", "module", "fast"],
+        range: (1, 1, 1),
+        specs: &[RW],
+        calls: &[
+            ("k 60000", &[("k", RW)]),
+            ("k 60000 BUCKETS 6", &[("k", RW)]),
+            ("k NONE", &[("k", RW)]),
+        ],
+    },
+    Meta {
         name: "ctr.decrfloor",
         arity: -3,
         flags: &["write", "denyoom", "module", "fast"],

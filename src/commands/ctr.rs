@@ -330,8 +330,12 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
         let ceiling = counter.ceiling();
         let history = counter.history();
         let (tokens, ledger) = counter.token_counts();
+        let window = counter.window();
         Reply::Map(vec![
-            ("value", Reply::Integer(counter.value())),
+            (
+                "value",
+                Reply::Integer(counter.value_at(crate::ffi::coarse_now_ms())),
+            ),
             (
                 "floor",
                 floor.map_or(Reply::Null, |f| Reply::Integer(f.floor)),
@@ -378,6 +382,14 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             (
                 "reconciles",
                 Reply::Integer(history.map_or(0, |h| clamp_u64(h.reconciles))),
+            ),
+            (
+                "window_ms",
+                window.map_or(Reply::Null, |w| Reply::Integer(w.width_ms)),
+            ),
+            (
+                "window_buckets",
+                window.map_or(Reply::Null, |w| Reply::Integer(w.buckets)),
             ),
             ("encoding", Reply::Bulk(encoding.as_bytes().to_vec())),
         ])

@@ -288,19 +288,25 @@ pub fn parse_decrement<'a>(args: &[&'a [u8]]) -> Result<DecrArgs<'a>, CommandErr
     if amount <= 0 {
         return Err(AMOUNT_NOT_POSITIVE);
     }
-    let mut parsed = DecrArgs {
-        amount,
-        ..DecrArgs::default()
-    };
+    let (token, at) = token_and_at(rest)?;
+    Ok(DecrArgs { amount, token, at })
+}
+
+/// `[TOKEN token] [AT ms]`, in any order, each at most once: the options of the commands that
+/// take no others.
+pub(super) fn token_and_at<'a>(
+    rest: &[&'a [u8]],
+) -> Result<(Option<&'a [u8]>, Option<i64>), CommandError> {
+    let (mut tok, mut at) = (None, None);
     options(rest, |name, value| {
         match name {
-            "TOKEN" => parsed.token = Some(token(value)?),
-            "AT" => parsed.at = Some(event_time(value)?),
+            "TOKEN" => tok = Some(token(value)?),
+            "AT" => at = Some(event_time(value)?),
             _ => return Ok(false),
         }
         Ok(true)
     })?;
-    Ok(parsed)
+    Ok((tok, at))
 }
 
 pub fn parse_reconcile<'a>(args: &[&'a [u8]]) -> Result<ReconcileArgs<'a>, CommandError> {

@@ -76,8 +76,11 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE_INCREX)?;
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
+    // The target and the value it starts from, as a windowed counter's window stands now.
+    let at = w.now.max(w.event);
     let target = |c: &Counter| {
-        c.increx_target(
+        c.increx_target_at(
+            at,
             parsed.increment,
             parsed.lower,
             parsed.upper,
@@ -89,7 +92,8 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         // missing one is not made).
         let skipped_at = |c: &Counter| -> Result<Option<i64>, CommandError> {
             refuse_spread(args.bytes(1), c)?;
-            Ok(target(c)?.is_none().then_some(c.value()))
+            let (target, current) = target(c)?;
+            Ok(target.is_none().then_some(current))
         };
         let skipped = match content {
             // SAFETY: the key is open and holds a live counter for the duration of this borrow.
@@ -113,12 +117,12 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
             let fp = w.token.map_or(0, |t| t.fp);
             return Ok(Increxed::Replayed(c.increx_reply(fp, first, w.now)));
         }
-        let target = target(c)?;
+        let (target, current) = target(c)?;
         let shards = match target {
             Some(_) => w.shards(c, before),
             None => c.shard_count(),
         };
-        let delta = target.map_or(Some(0), |t| t.checked_sub(c.value()));
+        let delta = target.map_or(Some(0), |t| t.checked_sub(current));
         let op = IncrexOp {
             add: AddOp {
                 now: w.now,

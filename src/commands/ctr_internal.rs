@@ -64,9 +64,16 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
             CounterOp::Sweep { .. } => None,
             CounterOp::Increx(op) => Some(c.apply_increx(&op)?.0),
             CounterOp::Refund(op) => Some(c.apply_refund(&op)?),
+            CounterOp::Throttle(op) => {
+                c.apply_throttle(&op);
+                None
+            }
+            CounterOp::Window(op) => Some(i64::from(c.apply_window(&op)?)),
         })
     })?;
-    if let (Some(at), true) = (effect.expire_at, created) {
+    // A throttle moves its key's deadline on every call, as its master did.
+    let sets_deadline = created || matches!(effect.op, CounterOp::Throttle(_));
+    if let (Some(at), true) = (effect.expire_at, sets_deadline) {
         key.set_abs_expire(at);
     }
     drop(key); // closed before the keyspace event fires
@@ -84,6 +91,8 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
         CounterOp::Sweep { .. } => c"ctr.sweep",
         CounterOp::Increx(_) => c"ctr.increx",
         CounterOp::Refund(_) => c"ctr.refund",
+        CounterOp::Throttle(_) => c"ctr.throttle",
+        CounterOp::Window(_) => c"ctr.window",
     };
     ctx.key_changed(event, key_name);
     Ok(outcome.map_or(Reply::Null, Reply::Integer))

@@ -187,6 +187,9 @@ fn start(ctx: Ctx, args: &Args) -> CommandResult {
             retention: w.settings.bucket_retention_ms,
             created: before.created && w.settings.track_history,
         };
+        if c.window().is_some() {
+            return Err(CounterError::Window(crate::counter::WINDOW_ALONE).into());
+        }
         let (earliest, _) = c.apply_start(&op);
         Ok((op, earliest, before))
     })?;

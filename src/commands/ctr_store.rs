@@ -205,7 +205,9 @@ pub fn update_counter<R>(
                 shards: view.shard_count(),
                 timeless: match view {
                     CounterRef::Inline(_) => true,
-                    CounterRef::Boxed(c) => c.token_count() == 0 && c.history().is_none(),
+                    CounterRef::Boxed(c) => {
+                        c.token_count() == 0 && c.history().is_none() && c.window().is_none()
+                    }
                 },
             };
             // SAFETY: as above.
@@ -369,7 +371,8 @@ impl<'a> Write<'a> {
             return update_counter(key, f);
         }
         update_counter(key, |c, before| {
-            if c.history().is_some() {
+            // A windowed counter keeps no history.
+            if c.history().is_some() || c.window().is_some() {
                 return f(c, before);
             }
             let untouched = c.clone();

@@ -11,6 +11,7 @@ pub mod ctr_bounds;
 pub mod ctr_floor;
 mod ctr_floor_spread;
 pub mod ctr_internal;
+pub mod ctr_limits;
 pub mod ctr_reconcile;
 pub mod ctr_spread;
 mod ctr_store;
@@ -298,6 +299,30 @@ pub static COMMANDS: &[CommandDef] = &[
         summary: c"Repairs a counter from its source of truth at a watermark (a number, or counted FROM a STREAM, ZSET or SET); replies [value, drift]. START makes it keep the buckets that need, and replies the earliest watermark it accepts.",
         complexity: c"O(B) where B is the number of buckets kept, plus counting the source: O(entries after the watermark) for a stream, O(log N) for a sorted set, O(1) for a set",
         since: c"0.4.0",
+    },
+    CommandDef {
+        name: c"ctr.throttle",
+        entry: entry!(ctr_limits::throttle),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -5,
+        summary: c"GCRA rate limiter with redis-cell's CL.THROTTLE reply: [limited, limit, remaining, retry_after, reset_after]. Quantity 0 reads; TOKEN replays a retry's first reply; AT sets the clock.",
+        complexity: c"O(1), O(log N) with a token where N is the number of tokens remembered",
+        since: c"0.8.0",
+    },
+    CommandDef {
+        name: c"ctr.window",
+        entry: entry!(ctr_limits::window),
+        flags: c"write deny-oom fast",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -3,
+        summary: c"Gives a counter a sliding window (or with NONE removes it): its value is then the sum of what was added in the last window-ms, exact to window-ms / BUCKETS (10 by default); creates it at 0 when missing.",
+        complexity: c"O(N) where N is the number of shards",
+        since: c"0.8.0",
     },
     CommandDef {
         name: c"ctr.spread",

@@ -263,6 +263,8 @@ fn pending_names(
 /// (only a forged state holds one) counts the value alone.
 fn held(c: CounterRef) -> i64 {
     match c {
+        // A windowed counter is never spread: its value is what its window holds now.
+        CounterRef::Boxed(b) if b.window().is_some() => b.value_at(crate::ffi::coarse_now_ms()),
         CounterRef::Boxed(b) => b.units_in_hand().unwrap_or(b.value()),
         other => other.value(),
     }

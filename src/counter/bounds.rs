@@ -90,9 +90,40 @@ impl Counter {
         bounded_result(self.value(), increment, lower, upper, saturate)
     }
 
-    /// Applies a `CTR.INCREX` decided on this state (see [`Counter::increx_target`]) and returns
-    /// its reply, `[new value, applied increment]`. With a token, the reply is remembered.
+    /// [`Counter::increx_target`] and the value it starts from, as the counter's sliding window
+    /// stands at `at` (a counter without one, as it is): `(target, current value)`.
+    pub fn increx_target_at(
+        &self,
+        at: i64,
+        increment: i64,
+        lower: Option<i64>,
+        upper: Option<i64>,
+        saturate: bool,
+    ) -> Result<(Option<i64>, i64), CounterError> {
+        let decide = |c: &Counter| -> Result<(Option<i64>, i64), CounterError> {
+            Ok((
+                c.increx_target(increment, lower, upper, saturate)?,
+                c.value(),
+            ))
+        };
+        if self.window().is_none() {
+            return decide(self);
+        }
+        // Decided on a copy slid to `at`: the window's buckets that left it count no more.
+        let mut slid = self.clone();
+        slid.with_window_at(at, |c| Ok((decide(c)?, false)))
+    }
+
+    /// Applies a `CTR.INCREX` decided on this state (see [`Counter::increx_target_at`]) and
+    /// returns its reply, `[new value, applied increment]`. With a token, the reply is
+    /// remembered. A windowed counter slides to the write's time first.
     pub fn apply_increx(&mut self, op: &IncrexOp) -> Result<(i64, i64), CounterError> {
+        let at = op.add.now.max(op.add.event);
+        let changed = !op.skipped || op.add.token.is_some();
+        self.with_window_at(at, |c| Ok((c.increx_slid(op)?, changed)))
+    }
+
+    fn increx_slid(&mut self, op: &IncrexOp) -> Result<(i64, i64), CounterError> {
         let reply = if op.skipped {
             self.record_write(op.add.now);
             (self.value(), 0)
@@ -165,6 +196,10 @@ impl Counter {
     /// replays `op.units`). Refused, changing nothing, when the token holds no grant of at least
     /// that many units.
     pub fn apply_refund(&mut self, op: &RefundOp) -> Result<i64, CounterError> {
+        self.with_window_at(op.now, |c| Ok((c.refund_slid(op)?, true)))
+    }
+
+    fn refund_slid(&mut self, op: &RefundOp) -> Result<i64, CounterError> {
         let grant = self
             .record(op.fp, op.now)
             .filter(|r| r.intent == Intent::GRANT && r.outcome.unwrap_or(0) >= op.units)

@@ -23,6 +23,9 @@ pub enum CounterError {
     AboveCeiling,
     /// A ceiling on a spread counter (its home or a holder), or a spread of a ceiled counter.
     CeilingOnSpread,
+    /// A sliding window's configuration, or a change a windowed counter does not take (the
+    /// whole error text).
+    Window(&'static str),
 }
 
 impl CounterError {
@@ -35,6 +38,7 @@ impl CounterError {
             }
             CounterError::Watermark(w) => w.message(),
             CounterError::InvalidOperation(why) => format!("ERR invalid counter operation: {why}"),
+            CounterError::Window(text) => text.to_string(),
             CounterError::ClearAboveFloor => {
                 "ERR cannot clear to 0: the counter's floor is above 0 (lower it with CTR.FLOOR first)"
                     .to_string()

@@ -23,8 +23,10 @@ mod simulator;
 pub mod siphash;
 pub mod spread;
 pub mod step;
+pub mod throttle;
 pub mod tokens;
 pub mod transfer;
+pub mod window;
 
 pub use bounds::{IncrexOp, RefundOp, RefundPlan};
 pub use cell::{CounterCell, CounterRef};
@@ -34,6 +36,12 @@ pub use history::{History, Repair};
 pub use ops::{AddOp, ClearOp, ClearTotalOp, DecrOp, ReconcileOp, StartOp, TokenStamp};
 pub use rate::{HotKeys, RateTracker, ShardAdvice};
 pub use spread::Spread;
+pub use throttle::{Throttle, ThrottleOp, ThrottleRetry};
+pub use window::{Window, WindowOp};
+
+/// Why a window and a history, or a spread, do not go together on one counter.
+pub const WINDOW_ALONE: &str =
+    "ERR a windowed counter keeps no reconcile history and is not spread";
 pub use tokens::{token_expiry, Intent, LedgerEntry, TokenTimeError, TokenWindow, WriteKind};
 pub use transfer::{Outgoing, TransferError, Transfers};
 
@@ -94,6 +102,10 @@ struct Extras {
     spread: Option<Box<Spread>>,
     /// Transfers sent, applied, and folds under way (see [`transfer`]).
     transfers: Option<Box<Transfers>>,
+    /// A `CTR.THROTTLE` limiter's state (see [`throttle`]).
+    throttle: Option<Box<Throttle>>,
+    /// A sliding window (`CTR.WINDOW`): the value is the sum of its live buckets.
+    window: Option<Box<Window>>,
 }
 
 impl Extras {
@@ -106,6 +118,8 @@ impl Extras {
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
+            && self.throttle.is_none()
+            && self.window.is_none()
     }
 }
 
@@ -124,6 +138,8 @@ pub struct CounterParts {
     pub history: Option<History>,
     pub spread: Option<Spread>,
     pub transfers: Option<Transfers>,
+    pub throttle: Option<Throttle>,
+    pub window: Option<Window>,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -164,6 +180,8 @@ impl Counter {
             history,
             spread,
             transfers,
+            throttle,
+            window,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -183,6 +201,17 @@ impl Counter {
         }
         if let Some(s) = &spread {
             s.validate()?;
+        }
+        if let Some(w) = &window {
+            w.validate()?;
+            if w.total() != Some(value) {
+                return Err(CounterError::InvalidOperation(
+                    "window buckets do not sum to the value",
+                ));
+            }
+            if history.is_some() || spread.is_some() || transfers.is_some() {
+                return Err(CounterError::Window(WINDOW_ALONE));
+            }
         }
         if let Some(t) = &transfers {
             t.validate()?;
@@ -208,6 +237,8 @@ impl Counter {
             history: history.map(Box::new),
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
+            throttle: throttle.filter(|t| !t.is_empty()).map(Box::new),
+            window: window.map(Box::new),
         };
         Ok(Counter {
             value,
@@ -293,6 +324,9 @@ impl Counter {
             return Err(CounterError::CeilingOnSpread);
         }
         spread.validate()?;
+        if self.window().is_some() {
+            return Err(CounterError::Window(WINDOW_ALONE));
+        }
         if self.has_retired(spread.id) {
             return Err(CounterError::InvalidOperation("a retired spread id"));
         }
@@ -301,6 +335,62 @@ impl Counter {
         }
         self.ext_mut().spread = Some(Box::new(spread));
         Ok(())
+    }
+
+    /// The sliding window, when the counter has one.
+    pub fn window(&self) -> Option<&Window> {
+        self.ext.as_ref()?.window.as_deref()
+    }
+
+    /// The value as a read at `now` sees it: on a windowed counter, without what has left the
+    /// window by then (never below the floor); otherwise the value.
+    pub fn value_at(&self, now: i64) -> i64 {
+        match self.window() {
+            Some(w) if w.has_expired(now) => {
+                let slid = i128::from(self.value) - w.expired_sum(now);
+                let floor = self.floor().map_or(i128::MIN, |f| i128::from(f.floor));
+                // The live buckets sum to an i64 (the window's invariant), so this fits.
+                i64::try_from(slid.max(floor)).unwrap_or(self.value)
+            }
+            _ => self.value,
+        }
+    }
+
+    /// The `CTR.THROTTLE` limiter's state, when the counter has one.
+    pub fn throttle(&self) -> Option<&Throttle> {
+        self.ext.as_ref()?.throttle.as_deref()
+    }
+
+    /// True when the counter is nothing but a limiter (or nothing at all): value 0, one shard,
+    /// no other state. `CTR.THROTTLE` keeps its state only in such a key, which it expires.
+    pub fn is_throttle_only(&self) -> bool {
+        self.value == 0
+            && self.shards.is_empty()
+            && self.ext.as_ref().is_none_or(|e| {
+                e.floor.is_none()
+                    && e.tokens.is_empty()
+                    && e.ledger.is_empty()
+                    && e.history.is_none()
+                    && e.spread.is_none()
+                    && e.transfers.is_none()
+                    && e.window.is_none()
+            })
+    }
+
+    /// Applies a throttle call (the master's decision, or its replicated effect). A call that
+    /// leaves nothing (a read of an idle limiter) leaves no state.
+    pub fn apply_throttle(&mut self, op: &ThrottleOp) {
+        let ext = self.ext_mut();
+        let t = ext.throttle.get_or_insert_with(Box::default);
+        t.apply(op);
+        if t.is_empty() {
+            ext.throttle = None;
+        }
+        self.trim_ext();
+    }
+
+    fn window_mut(&mut self) -> Option<&mut Window> {
+        self.ext.as_mut()?.window.as_deref_mut()
     }
 
     fn floor_mut(&mut self) -> Option<&mut Floor> {
@@ -349,7 +439,9 @@ impl Counter {
             && e.floor.is_none()
             && e.ceiling.is_none()
             && e.tokens.is_empty()
-            && e.history.is_none();
+            && e.history.is_none()
+            && e.window.is_none()
+            && e.throttle.is_none();
         if bare {
             // Records expire with the ledger entries they stand beside.
             e.ledger.latest_expiry().max(e.records.latest_expiry())
@@ -373,9 +465,15 @@ impl Counter {
     /// with what it replies now), or another write under the same token (refused). A token
     /// names one write on a key, whichever command made it.
     pub fn token_use(&self, fp: u64, write: WriteKind, now: i64) -> TokenUse {
+        if self
+            .throttle()
+            .is_some_and(|t| t.replies().contains_live(fp, now))
+        {
+            return TokenUse::Conflict;
+        }
         if self.tokens().contains_live(fp, now) {
             return if write == UNIT_ADD {
-                TokenUse::Retry(Some(self.value))
+                TokenUse::Retry(Some(self.value_at(now)))
             } else {
                 TokenUse::Conflict
             };
@@ -387,7 +485,7 @@ impl Counter {
             // replays its refusal; any other write replies the current value.
             Some(e) if e.intent.replays_outcome() => TokenUse::Retry(e.outcome),
             Some(e) if e.outcome.is_none() => TokenUse::Retry(None),
-            Some(_) => TokenUse::Retry(Some(self.value)),
+            Some(_) => TokenUse::Retry(Some(self.value_at(now))),
         }
     }
 
@@ -470,6 +568,12 @@ impl Counter {
             + self
                 .transfers()
                 .map_or(0, |t| std::mem::size_of::<Transfers>() + t.heap_bytes())
+            + self
+                .throttle()
+                .map_or(0, |t| std::mem::size_of::<Throttle>() + t.heap_bytes())
+            + self
+                .window()
+                .map_or(0, |w| std::mem::size_of::<Window>() + w.heap_bytes())
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -505,6 +609,13 @@ impl Counter {
             })
             + self.transfers().map_or(0, |t| {
                 usable_size(std::mem::size_of::<Transfers>()) + usable_size(t.heap_bytes())
+            })
+            + self.throttle().map_or(0, |t| {
+                usable_size(std::mem::size_of::<Throttle>()) + t.allocated_bytes()
+            })
+            + self.window().map_or(0, |w| {
+                usable_size(std::mem::size_of::<Window>())
+                    + vec_bytes::<(i64, i64)>(w.live.capacity())
             })
     }
 }

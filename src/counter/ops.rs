@@ -4,7 +4,35 @@
 use super::floor::{debit, resize, split_evenly, walk};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
 use super::tokens::WriteKind;
+use super::window::{Window, WindowOp};
 use super::{exact_sum, Ceiling, Counter, CounterError, Extras, Floor, MAX_SHARDS};
+
+/// What `CTR.FLOOR` says on a windowed counter.
+pub const FLOOR_BEFORE_WINDOW: &str =
+    "ERR set a windowed counter's floor before its window (CTR.WINDOW key NONE, CTR.FLOOR, CTR.WINDOW)";
+/// A ceiling and a window do not go together yet: a window's slide moves the value with the
+/// clock and keeps a floor's budgets in step, not a ceiling's. `CTR.INCREX ... UBOUND` is the
+/// sliding-window limit.
+pub const CEILING_AND_WINDOW: &str =
+    "ERR a windowed counter takes no ceiling (use CTR.INCREX ... UBOUND for a sliding-window limit)";
+
+/// True when a write's result says it changed the counter: applied, or refused with the
+/// refusal remembered under its token.
+pub(super) fn wrote<R>(result: &Result<Option<R>, CounterError>, tokened: bool) -> bool {
+    match result {
+        Ok(Some(_)) => true,
+        Ok(None) => tokened,
+        Err(_) => false,
+    }
+}
+
+/// What a window's slide changed, to put back when its write changes nothing.
+pub(super) struct SlideUndo {
+    value: i64,
+    shards: Vec<i64>,
+    budgets: Option<Vec<i64>>,
+    window: Window,
+}
 
 /// A token applied by a write: its fingerprint and when it stops being remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +294,17 @@ impl Counter {
         op: &AddOp,
         floor_if_none: Option<i64>,
     ) -> Result<Option<i64>, CounterError> {
+        let undo = self.slide_window(op.now.max(op.event))?;
+        let result = self.add_under(op, floor_if_none);
+        self.keep_slide_if(undo, wrote(&result, op.token.is_some()));
+        result
+    }
+
+    fn add_under(
+        &mut self,
+        op: &AddOp,
+        floor_if_none: Option<i64>,
+    ) -> Result<Option<i64>, CounterError> {
         let outcome = match floor_if_none {
             Some(f) if self.floor().is_none() && op.delta < 0 && self.below(op.delta, f) => None,
             _ => self.try_add(op)?,
@@ -299,6 +338,10 @@ impl Counter {
             .checked_add(op.delta)
             .ok_or(CounterError::Overflow)?;
         let bucket = self.plan_bucket(op.event, op.delta)?;
+        let at = op.now.max(op.event);
+        if let Some(w) = self.window() {
+            w.check_record(at, op.delta)?;
+        }
         let floor = self.floor().map(|f| f.floor);
         if self.ceiling().is_some() {
             if !self.add_between_bounds(op, value)? {
@@ -332,6 +375,7 @@ impl Counter {
             self.commit(value, layout);
         }
         self.record_bucket(bucket, op.now);
+        self.record_window(at, op.delta)?;
         self.record_write(op.now);
         Ok(Some(value))
     }
@@ -371,11 +415,23 @@ impl Counter {
         op: &DecrOp,
         named_holder: bool,
     ) -> Result<Option<i64>, CounterError> {
+        let undo = self.slide_window(op.now.max(op.event))?;
+        let result = self.purchase(op, named_holder);
+        self.keep_slide_if(undo, wrote(&result, op.token.is_some()));
+        result
+    }
+
+    fn purchase(&mut self, op: &DecrOp, named_holder: bool) -> Result<Option<i64>, CounterError> {
         check_shards(op.shard, op.shards)?;
         if op.amount <= 0 {
             return Err(CounterError::InvalidOperation("amount must be positive"));
         }
         let bucket = self.plan_bucket(op.event, op.amount.checked_neg().unwrap_or(i64::MIN))?;
+        let at = op.now.max(op.event);
+        if let Some(w) = self.window() {
+            // amount > 0, so its negation fits.
+            w.check_record(at, -op.amount)?;
+        }
         let floor = self.floor().map_or(0, |f| f.floor);
         let new_value = self.value.checked_sub(op.amount).filter(|v| *v >= floor);
         let granted = match new_value {
@@ -416,6 +472,7 @@ impl Counter {
         }
         if granted.is_some() {
             self.record_bucket(bucket, op.now);
+            self.record_window(at, -op.amount)?;
         }
         self.record_write(op.now);
         let reply = granted.map(|value| self.purchase_reply(value, named_holder));
@@ -488,6 +545,13 @@ impl Counter {
 
     /// Applies a reset to 0 and returns the value before it. Refused when the floor is above 0.
     pub fn apply_clear(&mut self, op: &ClearOp) -> Result<i64, CounterError> {
+        let undo = self.slide_window(op.now)?;
+        let result = self.clear(op);
+        self.keep_slide_if(undo, result.is_ok());
+        result
+    }
+
+    fn clear(&mut self, op: &ClearOp) -> Result<i64, CounterError> {
         let budgets = match self.floor() {
             Some(f) if f.floor > 0 => return Err(CounterError::ClearAboveFloor),
             Some(f) => {
@@ -514,6 +578,9 @@ impl Counter {
             // The reset discards the bucket history: everything up to now is base (zero).
             h.buckets.clear();
             h.retained_since = h.retained_since.max(bucket_of(op.now, h.width));
+        }
+        if let Some(w) = self.window_mut() {
+            w.live.clear();
         }
         self.record_write(op.now);
         if let Some(t) = op.token {
@@ -588,6 +655,10 @@ impl Counter {
     /// budgets. Refused when the value is already below the floor. Returns false when nothing
     /// changed (the same floor with the same budgets, or no floor to remove).
     pub fn set_floor(&mut self, floor: Option<i64>) -> Result<bool, CounterError> {
+        if self.window().is_some() {
+            // The value moves with the clock; CTR.FLOOR replicates as sent, without one.
+            return Err(CounterError::Window(FLOOR_BEFORE_WINDOW));
+        }
         let floor = match floor {
             None => None,
             Some(f) if self.value < f => return Err(CounterError::BelowFloor),
@@ -632,6 +703,9 @@ impl Counter {
     /// headroom below it is spread evenly over the shards' budgets. Refused when the value is
     /// already above it, and on a spread counter. Returns false when nothing changed.
     pub fn set_ceiling(&mut self, ceiling: Option<i64>) -> Result<bool, CounterError> {
+        if ceiling.is_some() && self.window().is_some() {
+            return Err(CounterError::Window(CEILING_AND_WINDOW));
+        }
         let ceiling = match ceiling {
             None => None,
             // A spread home, a holder, or a key with transfers of a spread still recorded.
@@ -696,6 +770,9 @@ impl Counter {
         op: &ReconcileOp,
         floor_if_none: Option<i64>,
     ) -> Result<Repair, CounterError> {
+        if self.window().is_some() {
+            return Err(CounterError::Window(super::WINDOW_ALONE));
+        }
         if let Some(unchanged) = self.unchanged_by(op) {
             return Ok(unchanged);
         }
@@ -762,6 +839,10 @@ impl Counter {
     pub fn apply_start(&mut self, op: &StartOp) -> (i64, bool) {
         if let Some(h) = self.history() {
             return (h.earliest_watermark(), false);
+        }
+        if self.window().is_some() {
+            // A window keeps no history (CTR.RECONCILE refuses it before it gets here).
+            return (op.now, false);
         }
         let history = if op.created {
             History::created_at(op.now, op.width, op.retention)
@@ -833,6 +914,146 @@ impl Counter {
         *slot = slot.checked_add(delta).ok_or(CounterError::Overflow)?;
         self.value = value;
         Ok(value)
+    }
+
+    /// Slides the window to `at`: the buckets that left it leave the value (which stays at or
+    /// above the floor: what the floor holds back goes into the oldest bucket left, so the
+    /// buckets still sum to the value and it leaves with them). Returns what puts it back when
+    /// the write then changes nothing ([`Counter::keep_slide_if`]).
+    pub(super) fn slide_window(&mut self, at: i64) -> Result<Option<SlideUndo>, CounterError> {
+        let Some(w) = self.window() else {
+            return Ok(None);
+        };
+        if !w.has_expired(at) {
+            return Ok(None);
+        }
+        let value = self.value_at(at);
+        let remaining = i128::from(self.value) - w.expired_sum(at);
+        let held_by_floor =
+            i64::try_from(i128::from(value) - remaining).map_err(|_| CounterError::Overflow)?;
+        let mut slid = w.clone();
+        slid.slide(at);
+        slid.hold_in_oldest(at, held_by_floor)?;
+        let mut layout = self.layout(self.shard_count())?;
+        if self.floor().is_some() {
+            self.check_headroom(value)?;
+            let delta = value
+                .checked_sub(self.value)
+                .ok_or(CounterError::Overflow)?;
+            if delta >= 0 {
+                layout.credit(0, delta)?;
+            } else if !layout
+                .debit_budgets(0, delta.checked_neg().ok_or(CounterError::Overflow)?)?
+            {
+                return Err(CounterError::InvalidOperation(
+                    "budgets out of step with the value",
+                ));
+            }
+        } else {
+            layout.set_total(value)?;
+        }
+        let (before, shards, budgets) = (
+            self.value,
+            self.shards.clone(),
+            self.floor().map(|f| f.budgets.clone()),
+        );
+        let Some(current) = self.window_mut() else {
+            return Ok(None);
+        };
+        let window = std::mem::replace(current, slid);
+        self.commit(value, layout);
+        Ok(Some(SlideUndo {
+            value: before,
+            shards,
+            budgets,
+            window,
+        }))
+    }
+
+    /// Keeps a window's slide when the write it came with changed the counter (applied, or a
+    /// refusal remembered under its token); puts it back otherwise, so that a write that changes
+    /// nothing leaves the state, and its digest, as they were.
+    pub(super) fn keep_slide_if(&mut self, undo: Option<SlideUndo>, changed: bool) {
+        if let (Some(u), false) = (undo, changed) {
+            self.value = u.value;
+            self.shards = u.shards;
+            if let (Some(f), Some(b)) = (self.floor_mut(), u.budgets) {
+                f.budgets = b;
+            }
+            if let Some(w) = self.window_mut() {
+                *w = u.window;
+            }
+        }
+    }
+
+    /// Runs a write on the counter as its window stands at `at` (the later of the write's time
+    /// and its event time): `write` sees the window's value in `self.value()`, and reports
+    /// whether it changed the counter; the slide is kept only then. For a write operation
+    /// outside this file that reads the value before it changes it (a bound, say); the changes
+    /// it makes through [`Counter::apply_add`] land in the window by themselves.
+    pub fn with_window_at<R>(
+        &mut self,
+        at: i64,
+        write: impl FnOnce(&mut Self) -> Result<(R, bool), CounterError>,
+    ) -> Result<R, CounterError> {
+        let undo = self.slide_window(at)?;
+        match write(self) {
+            Ok((result, changed)) => {
+                self.keep_slide_if(undo, changed);
+                Ok(result)
+            }
+            Err(e) => {
+                self.keep_slide_if(undo, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds an applied change to the window's current bucket ([`Window::check_record`] passed).
+    pub(super) fn record_window(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
+        match self.window_mut() {
+            Some(w) => w.record(at, delta),
+            None => Ok(()),
+        }
+    }
+
+    /// `CTR.WINDOW`: gives the counter a window (its value now counts as added now), changes
+    /// its configuration (the value now counts as added now), or with None removes it (the
+    /// value stays what the window holds now). Returns false when nothing changed.
+    pub fn apply_window(&mut self, op: &WindowOp) -> Result<bool, CounterError> {
+        let same = match (self.window(), op.config) {
+            (None, None) => true,
+            (Some(w), Some((width, n))) => w.width_ms == width && w.buckets == n,
+            _ => false,
+        };
+        if same {
+            return Ok(false);
+        }
+        if op.config.is_some()
+            && (self.history().is_some()
+                || self.spread().is_some()
+                || self.transfers().is_some()
+                || !self.leaving().is_empty())
+        {
+            return Err(CounterError::Window(super::WINDOW_ALONE));
+        }
+        if op.config.is_some() && self.ceiling().is_some() {
+            return Err(CounterError::Window(CEILING_AND_WINDOW));
+        }
+        let undo = self.slide_window(op.now)?;
+        let window = match op.config {
+            None => None,
+            Some((width, n)) => match Window::new(width, n, op.now, self.value) {
+                Ok(w) => Some(Box::new(w)),
+                Err(e) => {
+                    self.keep_slide_if(undo, false);
+                    return Err(e);
+                }
+            },
+        };
+        self.ext_mut().window = window;
+        self.trim_ext();
+        Ok(true)
     }
 
     pub(super) fn record_write(&mut self, now: i64) {

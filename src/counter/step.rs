@@ -81,6 +81,10 @@ impl Counter {
             // A ceiled counter takes no part in a spread: no transfer moves its units.
             return Err(TransferError::Counter(CounterError::CeilingOnSpread));
         }
+        if self.window().is_some() {
+            // A windowed counter is never spread: no master sends it a step.
+            return Err(invalid("a step on a windowed counter"));
+        }
         let giver = |new_id| Giver { name: key, new_id };
         Ok(match step {
             Step::Move {

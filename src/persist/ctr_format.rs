@@ -60,7 +60,17 @@
 //!  19 CEILING ivarint ceiling, uvarint n (= shard count), n x ivarint budget
 //!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; never with SPREAD
 //!             or TRANSFER). Files without it have no ceiling.
-//!  (20-21 are reserved for other features)
+//!  20 WINDOW  ivarint window ms, ivarint buckets n (window a multiple of n, 1..=4096),
+//!             uvarint k (<= n), k x (ivarint bucket index, ivarint sum (not 0)), indices
+//!             strictly increasing and spanning fewer than n, sums adding up to VALUE: a
+//!             sliding window (`crate::counter::window`); never with HISTORY, SPREAD or
+//!             TRANSFER.
+//!  21 THROTTLE u8 parts (bit 0 arrival time, bit 1 replies, at least one, no other bit)
+//!             [+ ivarint arrival time, unix ns] [+ ivarint next sweep, uvarint n (>= 1),
+//!             n x (u64 LE fingerprint, ivarint expiry, u8 limited (0/1), ivarint limit,
+//!             ivarint remaining, ivarint retry_after, ivarint reset_after, uvarint intent
+//!             (< 2^31)), fingerprints strictly increasing]: a `CTR.THROTTLE` limiter
+//!             (`crate::counter::throttle`). Written when the counter has one.
 //!  22 RECORDS ivarint next sweep time, uvarint n (>= 1), n x (u64 LE fingerprint, ivarint
 //!             expiry, uvarint intent, ivarint value), fingerprints strictly increasing: what
 //!             tokened writes keep beside their ledger entry (`Counter::records`): the increment
@@ -75,13 +85,16 @@
 //! its decode arm.
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use super::effect::{decode_throttle_reply, encode_throttle_reply};
 use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
+use crate::counter::throttle::{Throttle, ThrottleEntry};
 use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
     Applied, Leaving, Outgoing, Transfers, LEGACY_FOLD, MAX_ENTRIES, MAX_NAME, MAX_RETIRED,
 };
+use crate::counter::window::{check_config, Window, MAX_BUCKETS as MAX_WINDOW_BUCKETS};
 use crate::counter::{
     Ceiling, Counter, CounterParts, Floor, History, Intent, LedgerEntry, Spread, TokenWindow,
     MAX_SHARDS,
@@ -109,6 +122,10 @@ const TAG_RETIRED: u8 = 17;
 const TAG_FOLDED: u8 = 18;
 const TAG_CEILING: u8 = 19;
 const TAG_RECORDS: u8 = 22;
+const TAG_WINDOW: u8 = 20;
+const TAG_THROTTLE: u8 = 21;
+const THROTTLE_TAT: u8 = 1;
+const THROTTLE_REPLIES: u8 = 2;
 
 pub fn encode(counter: &Counter) -> Vec<u8> {
     let mut w = Writer::new();
@@ -173,12 +190,91 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
             w.ivarint(*b);
         }
     }
+    if let Some(win) = counter.window() {
+        w.u8(TAG_WINDOW)
+            .ivarint(win.width_ms)
+            .ivarint(win.buckets)
+            .uvarint(win.live.len() as u64);
+        for (index, sum) in &win.live {
+            w.ivarint(*index).ivarint(*sum);
+        }
+    }
+    if let Some(t) = counter.throttle() {
+        encode_throttle(&mut w, t);
+    }
     encode_window(&mut w, TAG_RECORDS, counter.records(), |w, e| {
         w.uvarint(u64::from(e.intent.bits()))
             .ivarint(e.outcome.unwrap_or(0));
     });
     w.u8(TAG_END);
     w.finish()
+}
+
+fn encode_throttle(w: &mut Writer, t: &Throttle) {
+    let parts = if t.tat_ns.is_some() { THROTTLE_TAT } else { 0 }
+        | if t.replies().is_empty() {
+            0
+        } else {
+            THROTTLE_REPLIES
+        };
+    w.u8(TAG_THROTTLE).u8(parts);
+    if let Some(tat) = t.tat_ns {
+        w.ivarint(tat);
+    }
+    if !t.replies().is_empty() {
+        w.ivarint(t.replies().next_sweep())
+            .uvarint(t.replies().len() as u64);
+        for (fp, e) in t.replies().entries() {
+            w.fixed_u64(fp).ivarint(e.expires_at);
+            encode_throttle_reply(w, &e.reply, e.intent);
+        }
+    }
+}
+
+fn decode_window_section(r: &mut Reader) -> Result<Window, DecodeError> {
+    let width_ms = r.ivarint()?;
+    let buckets = r.ivarint()?;
+    if let Err(why) = check_config(width_ms, buckets) {
+        return decode_error(format!("CTR window refused ({why})"));
+    }
+    // Each bucket takes at least 2 bytes; checked against `buckets` by Counter::from_parts.
+    let n = r.count(MAX_WINDOW_BUCKETS as usize, 2)?;
+    let live = (0..n)
+        .map(|_| Ok((r.ivarint()?, r.ivarint()?)))
+        .collect::<Result<_, DecodeError>>()?;
+    Ok(Window {
+        width_ms,
+        buckets,
+        live,
+    })
+}
+
+fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
+    let parts = r.u8()?;
+    if parts == 0 || parts & !(THROTTLE_TAT | THROTTLE_REPLIES) != 0 {
+        return decode_error(format!("CTR throttle section with parts {parts}"));
+    }
+    let tat_ns = if parts & THROTTLE_TAT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    let replies = if parts & THROTTLE_REPLIES != 0 {
+        let (entries, next_sweep) = decode_window(r, decode_throttle_entry)?;
+        window(entries, next_sweep)
+    } else {
+        TokenWindow::default()
+    };
+    Ok(Throttle::new(tat_ns, replies))
+}
+
+fn decode_throttle_entry(r: &mut Reader, expires_at: i64) -> Result<ThrottleEntry, DecodeError> {
+    let (reply, intent) = decode_throttle_reply(r)?;
+    Ok(ThrottleEntry {
+        expires_at,
+        reply,
+        intent,
+    })
 }
 
 fn encode_transfers(w: &mut Writer, t: &Transfers) {
@@ -381,6 +477,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut spread_id = None;
     let mut transfers = None;
     let mut intents = None;
+    let mut throttle = None;
+    let mut window_state = None;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -430,6 +528,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
                 });
             }
             TAG_RECORDS => records = Some(decode_window(r, decode_record)?),
+            TAG_WINDOW => window_state = Some(decode_window_section(r)?),
+            TAG_THROTTLE => throttle = Some(decode_throttle(r)?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -469,6 +569,8 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         history,
         spread,
         transfers,
+        throttle,
+        window: window_state,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -664,6 +766,92 @@ fn decode_floor(r: &mut Reader) -> Result<Floor, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roundtrip_a_window_and_refuse_broken_ones() {
+        use crate::counter::{AddOp, WindowOp};
+        let mut c = Counter::plain(4);
+        c.apply_window(&WindowOp {
+            now: 1000,
+            config: Some((60_000, 6)),
+        })
+        .unwrap();
+        for (now, delta) in [(11_000, 3), (25_000, -1), (71_500, 2)] {
+            let op = AddOp {
+                now,
+                event: now,
+                delta,
+                shard: 0,
+                shards: 1,
+                token: None,
+            };
+            c.apply_add(&op).unwrap();
+        }
+        assert_eq!(
+            c.value(),
+            1,
+            "at 71.5 s only the -1 and the 2 are in the window"
+        );
+        let bytes = encode(&c);
+        assert_eq!(decode(&bytes).unwrap(), c);
+        let section = |live: &[(i64, i64)], value: i64| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(value);
+            w.u8(TAG_WINDOW).ivarint(60_000).ivarint(6);
+            w.uvarint(live.len() as u64);
+            for (i, s) in live {
+                w.ivarint(*i).ivarint(*s);
+            }
+            w.u8(TAG_END);
+            w.finish()
+        };
+        assert!(decode(&section(&[(1, 2), (3, 5)], 7)).is_ok());
+        assert!(decode(&section(&[(1, 2), (3, 5)], 8)).is_err(), "sum");
+        assert!(decode(&section(&[(3, 2), (1, 5)], 7)).is_err(), "order");
+        assert!(decode(&section(&[(1, 2), (7, 5)], 7)).is_err(), "span");
+        assert!(decode(&section(&[(1, 0)], 0)).is_err(), "an empty bucket");
+    }
+
+    #[test]
+    fn roundtrip_a_throttle_and_refuse_broken_ones() {
+        use crate::counter::throttle::ThrottleReply;
+        use crate::counter::{ThrottleOp, TokenStamp};
+        let mut c = Counter::default();
+        let reply = ThrottleReply {
+            limited: true,
+            limit: 6,
+            remaining: 0,
+            retry_after: 3,
+            reset_after: -1,
+        };
+        c.apply_throttle(&ThrottleOp {
+            now: 1,
+            tat_ns: Some(123_456_789),
+            token: Some(TokenStamp {
+                fp: 42,
+                expires_at: 5000,
+            }),
+            reply,
+            intent: 0x7fff_ffff,
+        });
+        let bytes = encode(&c);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(
+            back.throttle().unwrap().retry(42, 0x7fff_ffff, 2),
+            crate::counter::ThrottleRetry::Replay(reply)
+        );
+        let end = bytes.len() - 1;
+        // The parts byte follows the tag: none, and an unknown bit, are refused.
+        let at = 3; // format, VALUE 0, then this section
+        assert_eq!(bytes[at], TAG_THROTTLE);
+        for parts in [0u8, 4] {
+            let mut broken = bytes.clone();
+            broken[at + 1] = parts;
+            assert!(decode(&broken).is_err(), "parts {parts}");
+        }
+        assert!(decode(&bytes[..end]).is_err(), "truncated");
+    }
 
     #[test]
     fn roundtrip_plain_and_sharded() {

@@ -18,6 +18,14 @@
 //! INCREX:    ivarint applied increment, uvarint shard, uvarint shards, ivarint print of the
 //!            arguments, u8 skipped (0 or 1: nothing changes but the token's memory)
 //! REFUND:    ivarint units, uvarint shard, uvarint shards (the token flag names the grant)
+//! THROTTLE (11): u8 parts (bit 0 arrival time, bit 1 reply; the reply exactly when the token
+//!            flag is set), [ivarint arrival time, unix ns], [u8 limited, ivarint limit,
+//!            ivarint remaining, ivarint retry_after, ivarint reset_after, uvarint intent]
+//!            (a `CTR.THROTTLE` call the master decided: the arrival time it left and the reply
+//!            its token replays; flags: token, expire-at, the key's new deadline)
+//! WINDOW (12): ivarint window ms (0: NONE, remove the window), ivarint buckets; no flags
+//!            (`CTR.WINDOW` at the master's time)
+//! (kinds 8-10 are the bounds'; 13 is reserved)
 //! u8 flags: bit 0 token, bit 1 expire-at, bit 2 event time, bit 3 watermark; others must be 0
 //! then, in flag order:
 //! token:     u64 LE fingerprint, ivarint expiry
@@ -33,9 +41,11 @@
 //! master replicates the key's new TTL after them (PEXPIREAT or PERSIST).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::throttle::ThrottleReply;
+use crate::counter::window::{check_config, WindowOp};
 use crate::counter::{
-    AddOp, ClearOp, ClearTotalOp, DecrOp, IncrexOp, ReconcileOp, RefundOp, StartOp, TokenStamp,
-    MAX_SHARDS,
+    AddOp, ClearOp, ClearTotalOp, DecrOp, IncrexOp, ReconcileOp, RefundOp, StartOp, ThrottleOp,
+    TokenStamp, MAX_SHARDS,
 };
 
 const FORMAT_V1: u8 = 1;
@@ -48,6 +58,10 @@ const KIND_SWEEP: u8 = 6;
 const KIND_CLEAR_TOTAL: u8 = 7;
 const KIND_INCREX: u8 = 8;
 const KIND_REFUND: u8 = 9;
+const KIND_THROTTLE: u8 = 11;
+const KIND_WINDOW: u8 = 12;
+const THROTTLE_TAT: u8 = 1;
+const THROTTLE_REPLY: u8 = 2;
 const FLAG_TOKEN: u8 = 1;
 const FLAG_EXPIRE_AT: u8 = 2;
 const FLAG_EVENT: u8 = 4;
@@ -72,6 +86,10 @@ pub enum CounterOp {
     Increx(IncrexOp),
     /// A refund of a tokened grant.
     Refund(RefundOp),
+    /// A `CTR.THROTTLE` call as the master decided it.
+    Throttle(ThrottleOp),
+    /// `CTR.WINDOW` at the master's time.
+    Window(WindowOp),
 }
 
 impl CounterOp {
@@ -97,6 +115,7 @@ impl CounterOp {
                 fp: op.fp,
                 expires_at: 0,
             }),
+            CounterOp::Throttle(op) => op.token,
             _ => None,
         }
     }
@@ -173,6 +192,14 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
             w.u8(KIND_REFUND).ivarint(op.now).ivarint(op.units);
             w.uvarint(op.shard as u64).uvarint(op.shards as u64);
         }
+        CounterOp::Throttle(op) => encode_throttle(&mut w, op),
+        CounterOp::Window(op) => {
+            let (width, buckets) = op.config.unwrap_or((0, 0));
+            w.u8(KIND_WINDOW)
+                .ivarint(op.now)
+                .ivarint(width)
+                .ivarint(buckets);
+        }
     }
     let token = effect.op.token();
     let event = effect.op.distinct_event();
@@ -191,6 +218,131 @@ pub fn encode_into(effect: &Effect, buf: Vec<u8>) -> Vec<u8> {
     w.finish()
 }
 
+fn encode_throttle(w: &mut Writer, op: &ThrottleOp) {
+    let parts = if op.tat_ns.is_some() { THROTTLE_TAT } else { 0 }
+        | if op.token.is_some() {
+            THROTTLE_REPLY
+        } else {
+            0
+        };
+    w.u8(KIND_THROTTLE).ivarint(op.now).u8(parts);
+    if let Some(tat) = op.tat_ns {
+        w.ivarint(tat);
+    }
+    if op.token.is_some() {
+        encode_throttle_reply(w, &op.reply, op.intent);
+    }
+}
+
+/// A throttle call's reply and the print of its arguments, as effects and the state encoding
+/// (section 21) write them: u8 limited, ivarint limit, remaining, retry_after, reset_after,
+/// uvarint intent (< 2^31).
+pub(super) fn encode_throttle_reply(w: &mut Writer, reply: &ThrottleReply, intent: u32) {
+    w.u8(u8::from(reply.limited))
+        .ivarint(reply.limit)
+        .ivarint(reply.remaining)
+        .ivarint(reply.retry_after)
+        .ivarint(reply.reset_after)
+        .uvarint(u64::from(intent));
+}
+
+pub(super) fn decode_throttle_reply(r: &mut Reader) -> Result<(ThrottleReply, u32), DecodeError> {
+    let limited = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return decode_error(format!("unknown throttle limited flag {other}")),
+    };
+    let reply = ThrottleReply {
+        limited,
+        limit: r.ivarint()?,
+        remaining: r.ivarint()?,
+        retry_after: r.ivarint()?,
+        reset_after: r.ivarint()?,
+    };
+    match u32::try_from(r.uvarint()?) {
+        Ok(intent) if intent < 1 << 31 => Ok((reply, intent)),
+        _ => decode_error("throttle intent out of range"),
+    }
+}
+
+/// The token of an effect whose flags say it has one.
+fn decode_token(r: &mut Reader, flags: u8) -> Result<Option<TokenStamp>, DecodeError> {
+    if flags & FLAG_TOKEN == 0 {
+        return Ok(None);
+    }
+    Ok(Some(TokenStamp {
+        fp: r.fixed_u64()?,
+        expires_at: r.ivarint()?,
+    }))
+}
+
+/// The body of a THROTTLE effect after its time, and its flags.
+fn decode_throttle(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
+    let parts = r.u8()?;
+    if parts & !(THROTTLE_TAT | THROTTLE_REPLY) != 0 {
+        return decode_error("unknown throttle effect parts");
+    }
+    let tat_ns = if parts & THROTTLE_TAT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    let (reply, intent) = if parts & THROTTLE_REPLY != 0 {
+        decode_throttle_reply(r)?
+    } else {
+        (ThrottleReply::default(), 0)
+    };
+    let flags = r.u8()?;
+    if flags & !(FLAG_TOKEN | FLAG_EXPIRE_AT) != 0 {
+        return decode_error("effect flag does not apply to its kind");
+    }
+    if (flags & FLAG_TOKEN != 0) != (parts & THROTTLE_REPLY != 0) {
+        return decode_error("a throttle effect's reply goes with its token");
+    }
+    let token = decode_token(r, flags)?;
+    let expire_at = if flags & FLAG_EXPIRE_AT != 0 {
+        Some(r.ivarint()?)
+    } else {
+        None
+    };
+    if !r.is_empty() {
+        return decode_error("trailing bytes after the effect");
+    }
+    let op = ThrottleOp {
+        now,
+        tat_ns,
+        token,
+        reply,
+        intent,
+    };
+    Ok(Effect {
+        op: CounterOp::Throttle(op),
+        expire_at,
+    })
+}
+
+/// The body of a WINDOW effect after its time, and its (empty) flags.
+fn decode_window(r: &mut Reader, now: i64) -> Result<Effect, DecodeError> {
+    let (width, buckets) = (r.ivarint()?, r.ivarint()?);
+    let config = match (width, buckets) {
+        (0, 0) => None,
+        (w, n) => match check_config(w, n) {
+            Ok(()) => Some((w, n)),
+            Err(why) => return decode_error(format!("window effect refused ({why})")),
+        },
+    };
+    if r.u8()? != 0 {
+        return decode_error("effect flag does not apply to its kind");
+    }
+    if !r.is_empty() {
+        return decode_error("trailing bytes after the effect");
+    }
+    Ok(Effect {
+        op: CounterOp::Window(WindowOp { now, config }),
+        expire_at: None,
+    })
+}
+
 pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     let mut r = Reader::new(buf);
     let format = r.u8()?;
@@ -199,6 +351,12 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     }
     let kind = r.u8()?;
     let now = r.ivarint()?;
+    if kind == KIND_THROTTLE {
+        return decode_throttle(&mut r, now);
+    }
+    if kind == KIND_WINDOW {
+        return decode_window(&mut r, now);
+    }
     let (delta, shard, shards) = match kind {
         KIND_ADD | KIND_DECR | KIND_INCREX | KIND_REFUND => {
             (r.ivarint()?, shard_index(&mut r)?, shard_index(&mut r)?)
@@ -238,14 +396,7 @@ pub fn decode(buf: &[u8]) -> Result<Effect, DecodeError> {
     if flags & !KNOWN_FLAGS != 0 {
         return decode_error("unknown effect flags");
     }
-    let token = if flags & FLAG_TOKEN != 0 {
-        Some(TokenStamp {
-            fp: r.fixed_u64()?,
-            expires_at: r.ivarint()?,
-        })
-    } else {
-        None
-    };
+    let token = decode_token(&mut r, flags)?;
     let mut optional = |bit: u8| -> Result<Option<i64>, DecodeError> {
         if flags & bit != 0 {
             r.ivarint().map(Some)
@@ -469,6 +620,29 @@ mod tests {
                 expire_at: None,
             },
             Effect {
+                op: CounterOp::Throttle(ThrottleOp {
+                    now: 1_700_000_000_000,
+                    tat_ns: Some(1_700_000_001_000_000_000),
+                    token,
+                    reply: ThrottleReply {
+                        limited: true,
+                        limit: 5,
+                        remaining: 0,
+                        retry_after: 1,
+                        reset_after: 4,
+                    },
+                    intent: 0x7fff_ffff,
+                }),
+                expire_at: Some(1_700_000_001_000),
+            },
+            Effect {
+                op: CounterOp::Window(WindowOp {
+                    now: 1_700_000_000_000,
+                    config: Some((60_000, 10)),
+                }),
+                expire_at: None,
+            },
+            Effect {
                 op: CounterOp::Increx(IncrexOp {
                     add: AddOp {
                         now: 20,
@@ -484,12 +658,29 @@ mod tests {
                 expire_at: None,
             },
             Effect {
+                op: CounterOp::Window(WindowOp {
+                    now: -4,
+                    config: None,
+                }),
+                expire_at: None,
+            },
+            Effect {
                 op: CounterOp::Refund(RefundOp {
                     now: 30,
                     fp: 77,
                     units: 9,
                     shard: 0,
                     shards: 1,
+                }),
+                expire_at: None,
+            },
+            Effect {
+                op: CounterOp::Throttle(ThrottleOp {
+                    now: 3,
+                    tat_ns: Some(-1),
+                    token: None,
+                    reply: ThrottleReply::default(),
+                    intent: 0,
                 }),
                 expire_at: None,
             },

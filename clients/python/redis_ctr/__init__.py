@@ -8,7 +8,7 @@ writer.
 1
 """
 
-from ._calls import Increxed, Reconciled
+from ._calls import Increxed, Reconciled, Throttled
 from .client import Ctr, Pnc
 from .pipeline import CtrPipeline
 from .errors import (
@@ -34,10 +34,12 @@ from .errors import (
     InternalError,
     InvalidAmount,
     InvalidExpire,
+    InvalidLimit,
     InvalidState,
     InvalidTime,
     InvalidToken,
     LateAdd,
+    LimitRefused,
     NotAnInteger,
     NotPrimary,
     SpreadRefused,
@@ -86,16 +88,19 @@ __all__ = [
     "InternalError",
     "InvalidAmount",
     "InvalidExpire",
+    "InvalidLimit",
     "InvalidState",
     "InvalidTime",
     "InvalidToken",
     "LateAdd",
+    "LimitRefused",
     "NotAnInteger",
     "NotPrimary",
     "Pnc",
     "PncInfo",
     "PncReplica",
     "Reconciled",
+    "Throttled",
     "SpreadRefused",
     "SpreadUnavailable",
     "TokenTooOld",

@@ -13,7 +13,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
-from ._calls import Call, Increxed, KeyT, Reconciled, Source
+from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait_async, send_once_async
 from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
@@ -249,6 +249,27 @@ class AsyncCtr:
     async def refund(self, key: KeyT, token: KeyT) -> Optional[int]:
         """``CTR.REFUND``: the units given back, None without a grant."""
         return await run(self.client, _calls.refund(key, token))
+
+    async def throttle(
+        self,
+        key: KeyT,
+        max_burst: int,
+        count: int,
+        period: int,
+        quantity: int = 1,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> Throttled:
+        """``CTR.THROTTLE`` (see :meth:`redis_ctr.Ctr.throttle`)."""
+        call = _calls.throttle(key, max_burst, count, period, quantity, token, at)
+        return await run(self.client, call)
+
+    async def window(
+        self, key: KeyT, window_ms: Optional[int], *, buckets: Optional[int] = None
+    ) -> None:
+        """``CTR.WINDOW`` (see :meth:`redis_ctr.Ctr.window`)."""
+        await run(self.client, _calls.window(key, window_ms, buckets))
 
     async def decrfloor(
         self,

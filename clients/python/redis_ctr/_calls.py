@@ -40,6 +40,21 @@ class Increxed(NamedTuple):
     the clamped delta with ``saturate``."""
 
 
+class Throttled(NamedTuple):
+    """The reply of ``CTR.THROTTLE`` (redis-cell's ``CL.THROTTLE`` reply)."""
+
+    limited: bool
+    """True when the call was refused (nothing consumed)."""
+    limit: int
+    """``max_burst + 1``."""
+    remaining: int
+    """Units that could be taken right now."""
+    retry_after: int
+    """Seconds until a refused call would be allowed; -1 when allowed (or never)."""
+    reset_after: int
+    """Seconds until the limiter is back at its full burst."""
+
+
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One command: its arguments, redis-py options, and the parser of its reply."""
@@ -113,6 +128,11 @@ def _counter_info(raw: Any) -> Optional[CounterInfo]:
         return None
     info: dict[str, Any] = {name: _plain(v) for name, v in _as_map(raw).items()}
     return info  # type: ignore[return-value]
+
+
+def _throttled(raw: Any) -> Throttled:
+    limited, limit, remaining, retry_after, reset_after = (int(v) for v in raw)
+    return Throttled(bool(limited), limit, remaining, retry_after, reset_after)
 
 
 def _pnc_replica(raw: Any) -> PncReplica:
@@ -250,6 +270,36 @@ def reconcile_from(
 
 def reconcile_start(key: KeyT) -> Call[int]:
     return Call(("CTR.RECONCILE", key, "START"), _int, write=True)
+
+
+def throttle(
+    key: KeyT,
+    max_burst: int,
+    count: int,
+    period: int,
+    quantity: int = 1,
+    token: Optional[KeyT] = None,
+    at: Optional[int] = None,
+) -> Call[Throttled]:
+    args = (
+        "CTR.THROTTLE",
+        key,
+        integer("max_burst", max_burst),
+        integer("count", count),
+        integer("period", period),
+        integer("quantity", quantity),
+        *_token_and_time(token, at),
+    )
+    return Call(args, _throttled)
+
+
+def window(key: KeyT, window_ms: Optional[int], buckets: Optional[int] = None) -> Call[None]:
+    if window_ms is None:
+        return Call(("CTR.WINDOW", key, "NONE"), _ok, write=True)
+    args: list[Any] = ["CTR.WINDOW", key, integer("window_ms", window_ms)]
+    if buckets is not None:
+        args += ["BUCKETS", integer("buckets", buckets)]
+    return Call(tuple(args), _ok, write=True)
 
 
 def _names(raw: Any) -> List[str]:

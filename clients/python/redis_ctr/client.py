@@ -11,7 +11,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, Response
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
-from ._calls import Call, Increxed, KeyT, Reconciled, Source
+from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait, send_once
 from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
 from .errors import (
@@ -445,6 +445,29 @@ class Ctr:
         ``add``) ``token`` took; the units returned (the same on a retry), None when the token
         has no grant in the window."""
         return run(self.client, _calls.refund(key, token))
+
+    def throttle(
+        self,
+        key: KeyT,
+        max_burst: int,
+        count: int,
+        period: int,
+        quantity: int = 1,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> Throttled:
+        """``CTR.THROTTLE``: a GCRA limiter of ``count`` units per ``period`` seconds with bursts
+        of ``max_burst + 1``; takes ``quantity`` (0 reads without taking). Returns
+        :class:`~redis_ctr.Throttled`, redis-cell's ``CL.THROTTLE`` reply. With ``token``, a
+        retry returns the first call's reply and takes nothing."""
+        return run(self.client, _calls.throttle(key, max_burst, count, period, quantity, token, at))
+
+    def window(self, key: KeyT, window_ms: Optional[int], *, buckets: Optional[int] = None) -> None:
+        """``CTR.WINDOW``: from now on the counter's value is what was added in the last
+        ``window_ms`` (exact to ``window_ms / buckets``, 10 buckets by default); None removes
+        the window. Creates the counter at 0 when missing."""
+        run(self.client, _calls.window(key, window_ms, buckets))
 
     def decrfloor(
         self,

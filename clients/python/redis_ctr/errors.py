@@ -221,6 +221,18 @@ class SpreadRefused(CtrError):
     unacknowledged: retry shortly)."""
 
 
+class InvalidLimit(CtrError):
+    """A rate limiter's configuration or call out of range: ``CTR.THROTTLE``'s ``max_burst``,
+    count, period or quantity (negative, zero, past 64 bits), ``CTR.WINDOW``'s window or
+    buckets. Nothing changed."""
+
+
+class LimitRefused(CtrError):
+    """``CTR.THROTTLE`` on a counter that holds a value or other state (a limiter needs a key of
+    its own), or what a windowed counter does not take (a floor set after its window, a
+    reconcile, a spread). Nothing changed."""
+
+
 class InternalError(CtrError):
     """The module could not finish a command for a reason that is not the caller's: it could
     not store or replicate a write, read the cluster's slot map, or got a reply it did not
@@ -290,6 +302,15 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR a holder key already holds a counter below its floor", SpreadRefused),
     ("ERR a budget move to one of the new holders is still in flight", SpreadRefused),
     ("ERR a transfer to that key is still unacknowledged", SpreadRefused),
+    ("ERR max_burst and quantity must not be negative", InvalidLimit),
+    ("ERR count_per_period and period_seconds must be positive", InvalidLimit),
+    ("ERR count_per_period is more than one per nanosecond", InvalidLimit),
+    ("ERR window-ms must be", InvalidLimit),
+    ("ERR BUCKETS must be 1 to 4096", InvalidLimit),
+    ("ERR CTR.THROTTLE needs a key of its own", LimitRefused),
+    ("ERR a windowed counter keeps no reconcile history", LimitRefused),
+    ("ERR set a windowed counter's floor before its window", LimitRefused),
+    ("ERR a windowed counter takes no ceiling", LimitRefused),
     ("ERR could not store the ", InternalError),
     ("ERR could not replicate the write", InternalError),
     ("ERR could not read the cluster slot map", InternalError),

@@ -176,6 +176,24 @@ class _Queue:
         """Queues ``CTR.DECRFLOOR`` on ``key`` itself: the new value, or None when refused."""
         return self._queue(_calls.decrfloor(key, amount, token, at))
 
+    def throttle(
+        self: P,
+        key: KeyT,
+        max_burst: int,
+        count: int,
+        period: int,
+        quantity: int = 1,
+        *,
+        token: Optional[KeyT] = None,
+        at: Optional[int] = None,
+    ) -> P:
+        """Queues ``CTR.THROTTLE``: a :class:`~redis_ctr.Throttled`."""
+        return self._queue(_calls.throttle(key, max_burst, count, period, quantity, token, at))
+
+    def window(self: P, key: KeyT, window_ms: Optional[int], *, buckets: Optional[int] = None) -> P:
+        """Queues ``CTR.WINDOW`` (None removes the window): None."""
+        return self._queue(_calls.window(key, window_ms, buckets))
+
     def reconcile(self: P, key: KeyT, truth: int, *, at: Optional[int] = None) -> P:
         """Queues ``CTR.RECONCILE key truth [AT at]``: a :class:`~redis_ctr.Reconciled`."""
         return self._queue(_calls.reconcile(key, truth, at))

@@ -30,6 +30,8 @@ class CounterInfo(TypedDict, total=False):
     last_drift: Optional[int]
     total_abs_drift: int
     reconciles: int
+    window_ms: Optional[int]
+    window_buckets: Optional[int]
     encoding: str
     holders: List[str]
     holder_values: List[int]

@@ -36,6 +36,17 @@ async def exercise(test: unittest.TestCase, ctr: AsyncCtr, pnc: AsyncPnc, tag: s
         await ctr.floor(stock, 5)
     with test.assertRaises(redis_ctr.InvalidAmount):
         await ctr.decrfloor(stock, -1)
+    limiter = f"{{{tag}}}:limiter"
+    first = await ctr.throttle(limiter, 1, 1, 60, token="r1")
+    test.assertEqual((first.limited, first.limit, first.remaining), (False, 2, 1))
+    test.assertEqual(await ctr.throttle(limiter, 1, 1, 60, token="r1"), first)
+    window = f"{{{tag}}}:window"
+    await ctr.window(window, 60_000, buckets=6)
+    test.assertEqual(await ctr.add(window, 2), 2)
+    info = await ctr.info(window)
+    assert info is not None
+    test.assertEqual((info["window_ms"], info["window_buckets"]), (60_000, 6))
+    await ctr.window(window, None)
 
     likes = fresh("likes")
     test.assertEqual(await pnc.add(likes, 5), 5)

@@ -99,6 +99,34 @@ class CommandsTest(unittest.TestCase):
         self.assertTrue(all(i == pnc_infos[0] for i in pnc_infos), pnc_infos)
 
 
+class LimitersTest(unittest.TestCase):
+    def test_throttle_replies_a_typed_result_and_replays_a_token(self) -> None:
+        for form in CLIENT_FORMS:
+            with self.subTest(**form):
+                ctr = Ctr(redis.Redis(port=PORT, **form))  # type: ignore[arg-type]
+                key, now = fresh("limiter"), int(time.time() * 1000)
+                first = ctr.throttle(key, 4, 1, 60, token="req-1", at=now)
+                self.assertEqual(first, redis_ctr.Throttled(False, 5, 4, -1, 60))
+                self.assertEqual(ctr.throttle(key, 4, 1, 60, token="req-1", at=now), first)
+                self.assertEqual(ctr.throttle(key, 4, 1, 60, 0, at=now).remaining, 4)
+                refused = ctr.throttle(key, 4, 1, 60, 5, at=now)
+                self.assertTrue(refused.limited)
+                self.assertEqual((refused.retry_after, refused.reset_after), (60, 60))
+
+    def test_window_makes_the_value_the_last_windows_sum(self) -> None:
+        ctr = Ctr(redis.Redis(port=PORT))
+        key, now = fresh("window"), int(time.time() * 1000)
+        ctr.window(key, 10_000, buckets=10)
+        self.assertEqual(ctr.add(key, 3, at=now), 3)
+        self.assertEqual(ctr.add(key, 2, at=now + 5_000), 5)
+        self.assertEqual(ctr.add(key, 1, at=now + 10_000), 3)
+        info = ctr.info(key)
+        assert info is not None
+        self.assertEqual((info["window_ms"], info["window_buckets"]), (10_000, 10))
+        ctr.window(key, None)
+        self.assertIsNone(ctr.info(key)["window_ms"])  # type: ignore[index]
+
+
 class ErrorsTest(unittest.TestCase):
     def setUp(self) -> None:
         self.r = redis.Redis(port=PORT, protocol=3)
@@ -168,6 +196,18 @@ class ErrorsTest(unittest.TestCase):
         pipe = ctr.pipeline()
         pipe.ceil(stock, None).increx(stock, 2).refund(stock, "o1")
         self.assertEqual(pipe.execute(), [None, (12, 2), 4])
+
+    def test_limiter_errors(self) -> None:
+        ctr = self.ctr
+        self.assert_raises(redis_ctr.InvalidLimit, ctr.throttle, fresh("l"), -1, 1, 60)
+        self.assert_raises(redis_ctr.InvalidLimit, ctr.throttle, fresh("l"), 1, 0, 60)
+        self.assert_raises(redis_ctr.InvalidLimit, ctr.window, fresh("w"), 1000, buckets=3)
+        counted = fresh("counted")
+        ctr.add(counted, 1)
+        self.assert_raises(redis_ctr.LimitRefused, ctr.throttle, counted, 1, 1, 60)
+        windowed = fresh("windowed")
+        ctr.window(windowed, 60_000)
+        self.assert_raises(redis_ctr.LimitRefused, ctr.floor, windowed, 0)
 
     def test_reconcile_errors(self) -> None:
         ctr, k = self.ctr, fresh("rec")

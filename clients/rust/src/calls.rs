@@ -7,6 +7,7 @@ use crate::error::CtrError;
 use crate::reply;
 use crate::types::{
     AddOptions, CounterInfo, Expire, IncrexOptions, Increxed, PncInfo, Reconciled, Source,
+    Throttled,
 };
 
 pub(crate) struct Call<T> {
@@ -170,6 +171,44 @@ pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
     cmd.arg("FROM").arg(kind.keyword()).arg(source);
     with_token_and_time(&mut cmd, None, at);
     write(cmd, reply::reconciled)
+}
+
+/// `max_burst count period`, as `CTR.THROTTLE` takes them.
+pub type Rate = (i64, i64, i64);
+
+pub(crate) fn throttle<K: ToRedisArgs>(key: K, rate: Rate, quantity: i64) -> Call<Throttled> {
+    let mut cmd = keyed("CTR.THROTTLE", key);
+    cmd.arg(rate.0).arg(rate.1).arg(rate.2).arg(quantity);
+    write(cmd, reply::throttled)
+}
+
+pub(crate) fn throttle_with<K: ToRedisArgs, T: AsRef<[u8]>>(
+    key: K,
+    rate: Rate,
+    quantity: i64,
+    token: T,
+    at: Option<i64>,
+) -> Call<Throttled> {
+    let mut cmd = keyed("CTR.THROTTLE", key);
+    cmd.arg(rate.0).arg(rate.1).arg(rate.2).arg(quantity);
+    with_token_and_time(&mut cmd, Some(token.as_ref()), at);
+    write(cmd, reply::throttled)
+}
+
+pub(crate) fn window<K: ToRedisArgs>(
+    key: K,
+    window_ms: Option<i64>,
+    buckets: Option<i64>,
+) -> Call<()> {
+    let mut cmd = keyed("CTR.WINDOW", key);
+    match window_ms {
+        None => cmd.arg("NONE"),
+        Some(ms) => cmd.arg(ms),
+    };
+    if let (Some(_), Some(n)) = (window_ms, buckets) {
+        cmd.arg("BUCKETS").arg(n);
+    }
+    write(cmd, reply::ok)
 }
 
 pub(crate) fn reconcile_start<K: ToRedisArgs>(key: K) -> Call<i64> {

@@ -3,10 +3,13 @@
 
 use redis::{ConnectionLike, ToRedisArgs};
 
+use crate::calls::Rate;
 use crate::calls::{self, Call};
 use crate::error::CtrError;
 use crate::spread::send_once;
-use crate::types::{AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, Reconciled, Source};
+use crate::types::{
+    AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, Reconciled, Source, Throttled,
+};
 
 /// Sends one command and parses its reply; a write is sent once on a sync cluster connection
 /// ([`send_once`]: the redis crate would resend it after a timeout, and each copy the server
@@ -201,6 +204,28 @@ commands! {
     /// `CTR.RECONCILE key START`: the counter keeps time buckets from now on (created at 0 when
     /// missing); the earliest watermark a reconcile `AT` accepts.
     fn ctr_reconcile_start<K: ToRedisArgs>(key: K) -> i64 = calls::reconcile_start;
+
+    /// `CTR.THROTTLE key max_burst count period quantity`: a GCRA limiter of `count` units
+    /// per `period` seconds with bursts of `max_burst + 1` (`rate = (max_burst, count,
+    /// period)`); takes `quantity` (0 reads). redis-cell's `CL.THROTTLE` reply, typed.
+    fn ctr_throttle<K: ToRedisArgs>(key: K, rate: Rate, quantity: i64) -> Throttled
+        = calls::throttle;
+
+    /// `CTR.THROTTLE ... TOKEN t [AT ms]`: a retry replies the first call's reply and takes
+    /// nothing.
+    fn ctr_throttle_with<K: ToRedisArgs, T: AsRef<[u8]>>(
+        key: K,
+        rate: Rate,
+        quantity: i64,
+        token: T,
+        at: Option<i64>
+    ) -> Throttled = calls::throttle_with;
+
+    /// `CTR.WINDOW key window-ms [BUCKETS n] | NONE`: the counter's value is from now on what
+    /// was added in the last `window_ms` (exact to `window_ms / buckets`; 10 buckets when
+    /// None); `window_ms` None removes the window. Creates the counter at 0 when missing.
+    fn ctr_window<K: ToRedisArgs>(key: K, window_ms: Option<i64>, buckets: Option<i64>) -> ()
+        = calls::window;
 
     /// `CTR.SPREAD key holders`: makes `key` the home of a spread counter of `holders` holders
     /// (it can only grow); every holder's name, the home first. Write it with a

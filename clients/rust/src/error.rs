@@ -103,6 +103,12 @@ pub enum ModuleError {
     /// counter below its floor; or not now (a budget move or transfer to a holder still
     /// unacknowledged: retry shortly).
     SpreadRefused,
+    /// A rate limiter's configuration or call that is out of range: `CTR.THROTTLE`'s
+    /// `max_burst`, count, period or quantity, `CTR.WINDOW`'s window or buckets.
+    InvalidLimit,
+    /// `CTR.THROTTLE` on a counter that holds a value or other state, or what a windowed
+    /// counter does not take (a floor set after the window, a reconcile, a spread).
+    LimitRefused,
     /// The module could not finish a command for a reason that is not the caller's: it could
     /// not store or replicate a write, read the cluster's slot map, or got a reply it did not
     /// expect from a command it ran inside the server. Report it with the text.
@@ -225,6 +231,30 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             "ERR a transfer to that key is still unacknowledged",
             SpreadRefused,
         ),
+        (
+            "ERR max_burst and quantity must not be negative",
+            InvalidLimit,
+        ),
+        (
+            "ERR count_per_period and period_seconds must be positive",
+            InvalidLimit,
+        ),
+        (
+            "ERR count_per_period is more than one per nanosecond",
+            InvalidLimit,
+        ),
+        ("ERR window-ms must be", InvalidLimit),
+        ("ERR BUCKETS must be 1 to 4096", InvalidLimit),
+        ("ERR CTR.THROTTLE needs a key of its own", LimitRefused),
+        (
+            "ERR a windowed counter keeps no reconcile history",
+            LimitRefused,
+        ),
+        (
+            "ERR set a windowed counter's floor before its window",
+            LimitRefused,
+        ),
+        ("ERR a windowed counter takes no ceiling", LimitRefused),
         ("ERR could not store the ", Internal),
         ("ERR could not replicate the write", Internal),
         ("ERR could not read the cluster slot map", Internal),

@@ -25,6 +25,7 @@ pub mod spread;
 mod types;
 pub mod writer;
 
+pub use calls::Rate;
 #[cfg(feature = "aio")]
 pub use commands::AsyncCtrCommands;
 pub use commands::{CtrCommands, CtrPipelineCommands};
@@ -32,5 +33,6 @@ pub use error::{CtrError, ModuleError};
 pub use spread::SpreadRouter;
 pub use types::{
     AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, PncReplica, Reconciled, Source,
+    Throttled,
 };
 pub use writer::{CoalescingWriter, Connector, WriterConfig, WriterError, WriterStats};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use redis::{FromRedisValue, Value};
 
 use crate::error::CtrError;
-use crate::types::{CounterInfo, Increxed, PncInfo, PncReplica, Reconciled};
+use crate::types::{CounterInfo, Increxed, PncInfo, PncReplica, Reconciled, Throttled};
 
 type Result<T> = std::result::Result<T, CtrError>;
 
@@ -56,6 +56,18 @@ pub(crate) fn increxed(value: Value) -> Result<Increxed> {
     Ok(Increxed { value, applied })
 }
 
+pub(crate) fn throttled(value: Value) -> Result<Throttled> {
+    let (limited, limit, remaining, retry_after, reset_after): (i64, i64, i64, i64, i64) =
+        plain(value)?;
+    Ok(Throttled {
+        limited: limited != 0,
+        limit,
+        remaining,
+        retry_after,
+        reset_after,
+    })
+}
+
 pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
     if value == Value::Nil {
         return Ok(None);
@@ -78,6 +90,8 @@ pub(crate) fn counter_info(value: Value) -> Result<Option<CounterInfo>> {
         last_drift: take(&mut map, "last_drift")?,
         total_abs_drift: take(&mut map, "total_abs_drift")?,
         reconciles: take(&mut map, "reconciles")?,
+        window_ms: take(&mut map, "window_ms")?,
+        window_buckets: take(&mut map, "window_buckets")?,
         encoding: take(&mut map, "encoding")?,
         holders: take(&mut map, "holders")?,
         holder_values: take(&mut map, "holder_values")?,
@@ -145,6 +159,12 @@ impl FromRedisValue for PncInfo {
 impl FromRedisValue for Increxed {
     fn from_redis_value(v: &Value) -> redis::RedisResult<Increxed> {
         increxed(v.clone()).map_err(as_redis_error)
+    }
+}
+
+impl FromRedisValue for Throttled {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<Throttled> {
+        throttled(v.clone()).map_err(as_redis_error)
     }
 }
 

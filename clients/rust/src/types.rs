@@ -197,6 +197,21 @@ pub struct Reconciled {
     pub drift: i64,
 }
 
+/// The reply of `CTR.THROTTLE`: redis-cell's `CL.THROTTLE` reply, typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttled {
+    /// True when the call was refused (nothing taken).
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    /// Units that could be taken right now.
+    pub remaining: i64,
+    /// Seconds until a refused call would be allowed; -1 when allowed (or never).
+    pub retry_after: i64,
+    /// Seconds until the limiter is back at its full burst.
+    pub reset_after: i64,
+}
+
 /// `CTR.INFO`, whatever the protocol.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CounterInfo {
@@ -224,6 +239,10 @@ pub struct CounterInfo {
     pub last_drift: Option<i64>,
     pub total_abs_drift: i64,
     pub reconciles: i64,
+    /// A sliding window's length in ms (`CTR.WINDOW`), None without one.
+    pub window_ms: Option<i64>,
+    /// A sliding window's bucket count, None without one.
+    pub window_buckets: Option<i64>,
     /// `inline` or `boxed`.
     pub encoding: String,
     /// The holders' names of a spread counter's home key, the home first (None otherwise).

@@ -17,7 +17,7 @@ use redis_ctr_client::spread::holder_for_token;
 use redis_ctr_client::{
     AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
     CtrPipelineCommands, IncrexOptions, Increxed, ModuleError, PncInfo, Reconciled, Source,
-    SpreadRouter, WriterConfig, WriterError,
+    SpreadRouter, Throttled, WriterConfig, WriterError,
 };
 
 const BUCKET_MS: i64 = 100;
@@ -222,6 +222,58 @@ fn bounds_increx_and_refunds() {
 }
 
 #[test]
+fn throttle_and_window_on_resp2_and_resp3() {
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let client = redis::Client::open(url(server.port, resp3)).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let key = format!("limiter:{resp3}");
+        let now = now_ms();
+        let rate = (4, 1, 60);
+        let first = con
+            .ctr_throttle_with(&key, rate, 1, "req-1", Some(now))
+            .unwrap();
+        assert_eq!(
+            first,
+            Throttled {
+                limited: false,
+                limit: 5,
+                remaining: 4,
+                retry_after: -1,
+                reset_after: 60,
+            }
+        );
+        let retry = con.ctr_throttle_with(&key, rate, 1, "req-1", Some(now));
+        assert_eq!(retry.unwrap(), first, "a retry replays and takes nothing");
+        assert_eq!(con.ctr_throttle(&key, rate, 0).unwrap().remaining, 4);
+        assert!(con.ctr_throttle(&key, rate, 9).unwrap().limited);
+        let bad = con.ctr_throttle(&key, (-1, 1, 60), 1);
+        assert_eq!(module_error(bad), ModuleError::InvalidLimit);
+
+        let hits = format!("hits:{resp3}");
+        con.ctr_window(&hits, Some(10_000), Some(10)).unwrap();
+        let at = |ms: i64| AddOptions::new().at(now + ms);
+        assert_eq!(con.ctr_add_with(&hits, 3, &at(0)).unwrap(), Some(3));
+        assert_eq!(con.ctr_add_with(&hits, 2, &at(5_000)).unwrap(), Some(5));
+        assert_eq!(con.ctr_add_with(&hits, 1, &at(10_000)).unwrap(), Some(3));
+        let info = con.ctr_info(&hits).unwrap().unwrap();
+        assert_eq!(
+            (info.window_ms, info.window_buckets),
+            (Some(10_000), Some(10))
+        );
+        con.ctr_window(&hits, None, None).unwrap();
+        assert_eq!(con.ctr_info(&hits).unwrap().unwrap().window_ms, None);
+        let floored = con.ctr_floor(&hits, Some(-5));
+        assert!(floored.is_ok(), "no window any more: a floor is taken");
+        con.ctr_window(&hits, Some(10_000), None).unwrap();
+        assert_eq!(
+            module_error(con.ctr_floor(&hits, Some(-6))),
+            ModuleError::LimitRefused
+        );
+    }
+}
+
+#[test]
 fn the_module_errors_have_their_kinds() {
     let server = Server::start_with(&[], &["bucket-ms", &BUCKET_MS.to_string()]);
     let mut con = redis::Client::open(url(server.port, true))
@@ -356,7 +408,13 @@ async fn exercise_async<C: AsyncCtrCommands>(con: &mut C, tag: &str) {
         .unwrap();
     assert_eq!(added, 1);
     let from = con.ctr_reconcile_from(k("n"), Source::Set, k("s"), None);
-    assert_eq!(from.await.unwrap(), Reconciled { value: 1, drift: -1 });
+    assert_eq!(
+        from.await.unwrap(),
+        Reconciled {
+            value: 1,
+            drift: -1
+        }
+    );
     assert_eq!(con.pnc_add(k("l"), 5).await.unwrap(), 5);
     assert_eq!(con.pnc_get(k("l")).await.unwrap(), 5);
     let state = con.pnc_state(k("l")).await.unwrap().unwrap();
