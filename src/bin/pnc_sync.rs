@@ -7,16 +7,24 @@
 //! from several places at once is safe; after a run without concurrent writes every
 //! deployment holds the same state.
 //!
+//! A deployment that is down, frozen or slow (no reply within `--timeout`) is skipped with a
+//! line saying so and counted as unreachable in the summary; the ones it reaches still
+//! converge. With `--rebalance` it also moves decrement rights of floored counters toward the
+//! deployments that spend or refuse (the rule of `src/pncounter/demand.rs`, included below).
+//!
 //! This program is independent of the module crate (its own small RESP client, no
 //! dependencies): it can run anywhere that reaches the deployments.
 
-use std::collections::BTreeSet;
+#[path = "../pncounter/demand.rs"]
+mod demand;
+
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const USAGE: &str = "\
 usage: pnc-sync [options] HOST:PORT HOST:PORT [HOST:PORT ...]
@@ -31,11 +39,16 @@ options:
   --db N             SELECT this database first (default 0)
   --user USER        AUTH with this user (needs --pass)
   --pass PASSWORD    AUTH with this password
-  --timeout SECONDS  connect/read timeout (default 10)
+  --timeout SECONDS  connect/read timeout (default 10): a deployment that does not answer
+                     within it is skipped for the rest of the run (the others still sync)
+  --rebalance        move decrement rights of floored counters (PNC.FLOOR) toward the
+                     deployments that spend or refuse them, from those with slack
+  --metrics-file F   after each run, write its metrics (Prometheus text format) to F
   -v, --verbose      print every key's value in every deployment after the run
   -h, --help         this text
 
-exit status: 0 all keys synced, 1 some key failed, 2 usage error, 3 connection failure";
+exit status: 0 all keys synced everywhere, 1 some key failed, 2 usage error, 3 some
+deployment unreachable (the reachable ones were synced)";
 
 /// Largest bulk reply accepted (a PNC state is at most 128 KiB; SCAN pages are small).
 const MAX_BULK: usize = 64 * 1024 * 1024;
@@ -53,8 +66,10 @@ enum Reply {
 
 struct Client {
     name: String,
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    /// None for a deployment that could not be reached.
+    io: Option<(BufReader<TcpStream>, TcpStream)>,
+    /// Why it stopped answering during this run (then it is skipped).
+    down: Option<String>,
 }
 
 fn io_err(msg: impl Into<String>) -> std::io::Error {
@@ -62,6 +77,15 @@ fn io_err(msg: impl Into<String>) -> std::io::Error {
 }
 
 impl Client {
+    /// A deployment that could not be reached: every call fails at once.
+    fn unreachable(endpoint: &str, why: String) -> Client {
+        Client {
+            name: endpoint.to_string(),
+            io: None,
+            down: Some(why),
+        }
+    }
+
     fn connect(endpoint: &str, timeout: Duration) -> Result<Client, String> {
         let (host, port) = endpoint
             .rsplit_once(':')
@@ -84,22 +108,36 @@ impl Client {
         let reader = setup().map_err(|e| format!("{endpoint}: {e}"))?;
         Ok(Client {
             name: endpoint.to_string(),
-            reader: BufReader::new(reader),
-            writer: stream,
+            io: Some((BufReader::new(reader), stream)),
+            down: None,
         })
     }
 
+    /// One command. An I/O error or a timeout marks the deployment down for the rest of the
+    /// run (its connection may hold a late reply), with a line saying so.
     fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+        let (Some((reader, writer)), None) = (self.io.as_mut(), &self.down) else {
+            let why = self.down.as_deref().unwrap_or("unreachable");
+            return Err(format!("{}: {why}", self.name));
+        };
         let mut buf = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
             buf.extend_from_slice(a);
             buf.extend_from_slice(b"\r\n");
         }
-        self.writer
+        writer
             .write_all(&buf)
-            .and_then(|()| read_reply(&mut self.reader))
-            .map_err(|e| format!("{}: {e}", self.name))
+            .and_then(|()| read_reply(reader))
+            .map_err(|e| {
+                let why = format!("unreachable ({e})");
+                warn(&format!(
+                    "{}: {why}: skipped for the rest of this run",
+                    self.name
+                ));
+                self.down = Some(why.clone());
+                format!("{}: {why}", self.name)
+            })
     }
 
     /// A call whose error reply is a failure too.
@@ -182,6 +220,8 @@ struct Options {
     pass: Option<String>,
     timeout: Option<Duration>,
     verbose: bool,
+    rebalance: bool,
+    metrics_file: Option<String>,
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
@@ -196,6 +236,8 @@ fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
         match arg.to_str() {
             Some("-h") | Some("--help") => return Err(String::new()),
             Some("-v") | Some("--verbose") => opts.verbose = true,
+            Some("--rebalance") => opts.rebalance = true,
+            Some("--metrics-file") => opts.metrics_file = Some(text(value("--metrics-file")?)?),
             Some("--key") => opts.keys.push(value("--key")?.as_bytes().to_vec()),
             Some("--pattern") => opts.pattern = Some(value("--pattern")?.as_bytes().to_vec()),
             Some("--interval") => {
@@ -240,32 +282,45 @@ fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
     Ok(opts)
 }
 
+/// Connects to every deployment; one that cannot be reached is skipped (a line says so) and
+/// returned as unreachable, the others are synced.
 fn connect_all(opts: &Options) -> Result<Vec<Client>, String> {
     let timeout = opts.timeout.unwrap_or(Duration::from_secs(10));
     let mut clients = Vec::new();
     for endpoint in &opts.endpoints {
-        let mut c = Client::connect(endpoint, timeout)?;
-        if let Some(pass) = &opts.pass {
-            match &opts.user {
-                Some(user) => c.call_ok(&[b"AUTH", user.as_bytes(), pass.as_bytes()])?,
-                None => c.call_ok(&[b"AUTH", pass.as_bytes()])?,
-            };
+        let client = Client::connect(endpoint, timeout).and_then(|c| prepare(opts, c));
+        match client {
+            Ok(c) => clients.push(c),
+            Err(e) => {
+                warn(&format!("{e}: unreachable, skipped in this run"));
+                clients.push(Client::unreachable(endpoint, e));
+            }
         }
-        if let Some(db) = &opts.db {
-            c.call_ok(&[b"SELECT", db.as_bytes()])?;
-        }
-        clients.push(c);
     }
     Ok(clients)
+}
+
+/// AUTH and SELECT as configured. An error reply (a wrong password) is a failure of the run.
+fn prepare(opts: &Options, mut c: Client) -> Result<Client, String> {
+    if let Some(pass) = &opts.pass {
+        match &opts.user {
+            Some(user) => c.call_ok(&[b"AUTH", user.as_bytes(), pass.as_bytes()])?,
+            None => c.call_ok(&[b"AUTH", pass.as_bytes()])?,
+        };
+    }
+    if let Some(db) = &opts.db {
+        c.call_ok(&[b"SELECT", db.as_bytes()])?;
+    }
+    Ok(c)
 }
 
 /// Every PN-counter matching `pattern` in any deployment.
 fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, String> {
     let mut keys = BTreeSet::new();
-    for c in clients.iter_mut() {
+    for c in clients.iter_mut().filter(|c| c.down.is_none()) {
         let mut cursor = b"0".to_vec();
         loop {
-            let reply = c.call_ok(&[
+            let reply = match c.call_ok(&[
                 b"SCAN",
                 &cursor,
                 b"MATCH",
@@ -274,7 +329,12 @@ fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, Str
                 b"1000",
                 b"TYPE",
                 b"ctr-pncnt",
-            ])?;
+            ]) {
+                Ok(reply) => reply,
+                // Down now: the keys it listed so far are synced among the others.
+                Err(_) if c.down.is_some() => break,
+                Err(e) => return Err(e),
+            };
             let Reply::Array(Some(parts)) = reply else {
                 return Err(format!("{}: unexpected SCAN reply", c.name));
             };
@@ -297,26 +357,45 @@ fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, Str
     Ok(keys)
 }
 
-/// Exchanges one key's state between all deployments. Returns the merges made.
+/// A call's failure: the deployment went down (skip it, the key goes on), or an error reply
+/// (the key fails).
+fn key_error(c: &Client, e: String) -> Option<String> {
+    c.down.is_none().then_some(e)
+}
+
+/// Exchanges one key's state between all reachable deployments. Returns the merges made.
 fn sync_key(clients: &mut [Client], key: &[u8]) -> Result<usize, String> {
     let mut states: Vec<Option<Vec<u8>>> = Vec::with_capacity(clients.len());
     for c in clients.iter_mut() {
-        match c.call_ok(&[b"PNC.STATE", key])? {
-            Reply::Bulk(state) => states.push(state),
-            other => return Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
-        }
+        let state = match c.call_ok(&[b"PNC.STATE", key]) {
+            Ok(Reply::Bulk(state)) => state,
+            Ok(other) => return Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
+            Err(e) => match key_error(c, e) {
+                Some(e) => return Err(e),
+                None => None,
+            },
+        };
+        states.push(state);
     }
     let mut merges = 0;
     for (i, c) in clients.iter_mut().enumerate() {
         let mut sent: Vec<&Vec<u8>> = Vec::new();
         for (j, state) in states.iter().enumerate() {
             let Some(state) = state else { continue };
+            if c.down.is_some() {
+                break;
+            }
             if i == j || states[i].as_ref() == Some(state) || sent.contains(&state) {
                 continue;
             }
-            c.call_ok(&[b"PNC.MERGE", key, state])?;
+            match c.call_ok(&[b"PNC.MERGE", key, state]) {
+                Ok(_) => merges += 1,
+                Err(e) => match key_error(c, e) {
+                    Some(e) => return Err(e),
+                    None => break,
+                },
+            }
             sent.push(state);
-            merges += 1;
         }
     }
     Ok(merges)
@@ -335,29 +414,220 @@ fn values(clients: &mut [Client], key: &[u8]) -> String {
         .join(" ")
 }
 
-/// One pass over every key. Returns (keys, merges, failures).
-fn run_once(opts: &Options, clients: &mut [Client]) -> Result<(usize, usize, usize), String> {
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy)]
+struct RunSummary {
+    keys: usize,
+    merges: usize,
+    failures: usize,
+    unreachable: usize,
+    rights_moved: i64,
+}
+
+/// How often a long run reports its progress (stderr).
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// One pass over every key.
+fn run_once(
+    opts: &Options,
+    clients: &mut [Client],
+    demand: &mut Demand,
+) -> Result<RunSummary, String> {
     let mut keys: BTreeSet<Vec<u8>> = opts.keys.iter().cloned().collect();
     if let Some(pattern) = &opts.pattern {
         keys.extend(scan(clients, pattern)?);
     }
-    let (mut merges, mut failures) = (0, 0);
-    for key in &keys {
+    let mut run = RunSummary {
+        keys: keys.len(),
+        ..RunSummary::default()
+    };
+    let mut reported = Instant::now();
+    for (done, key) in keys.iter().enumerate() {
+        if reported.elapsed() >= PROGRESS_EVERY {
+            warn(&format!(
+                "progress: {done}/{} keys, {} merge(s)",
+                keys.len(),
+                run.merges
+            ));
+            reported = Instant::now();
+        }
         let name = String::from_utf8_lossy(key);
         match sync_key(clients, key) {
             Ok(n) => {
-                merges += n;
+                run.merges += n;
+                if opts.rebalance {
+                    run.rights_moved += rebalance_key(clients, key, demand);
+                }
                 if opts.verbose {
                     say(&format!("{name}: {}", values(clients, key)));
                 }
             }
             Err(e) => {
-                failures += 1;
+                run.failures += 1;
                 warn(&format!("{name}: {e}"));
             }
         }
     }
-    Ok((keys.len(), merges, failures))
+    run.unreachable = clients.iter().filter(|c| c.down.is_some()).count();
+    for c in clients.iter().filter(|c| c.down.is_some()) {
+        say(&format!(
+            "pnc-sync: {} unreachable: not synced in this run",
+            c.name
+        ));
+    }
+    Ok(run)
+}
+
+/// Each deployment's demand counters (units refused plus decremented, as `PNC.INFO` shows
+/// them) per key at the previous run: what it spent or asked for since is its demand.
+type Demand = HashMap<(String, Vec<u8>), u64>;
+
+/// What `PNC.INFO` says of a floored counter in one deployment.
+struct RightsView {
+    id: Vec<u8>,
+    rights: i64,
+    /// Units refused here plus units this deployment's own id decremented, ever.
+    spent_or_refused: u64,
+}
+
+fn field<'a>(pairs: &'a [Reply], name: &str) -> Option<&'a Reply> {
+    pairs
+        .chunks(2)
+        .find(|kv| {
+            kv[0] == Reply::Bulk(Some(name.as_bytes().to_vec()))
+                || kv[0] == Reply::Status(name.into())
+        })
+        .and_then(|kv| kv.get(1))
+}
+
+fn rights_view(info: &Reply) -> Option<RightsView> {
+    let Reply::Array(Some(pairs)) = info else {
+        return None;
+    };
+    let Some(Reply::Bulk(Some(id))) = field(pairs, "replica-id") else {
+        return None;
+    };
+    let Some(Reply::Int(rights)) = field(pairs, "rights") else {
+        return None;
+    };
+    let refused = match field(pairs, "refused") {
+        Some(Reply::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let own_n = match field(pairs, "replicas") {
+        Some(Reply::Array(Some(replicas))) => replicas
+            .iter()
+            .filter_map(|r| match r {
+                Reply::Array(Some(kv))
+                    if field(kv, "id") == Some(&Reply::Bulk(Some(id.clone()))) =>
+                {
+                    match field(kv, "n") {
+                        Some(Reply::Int(n)) => u64::try_from(*n).ok(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .next()
+            .unwrap_or(0),
+        _ => 0,
+    };
+    Some(RightsView {
+        id: id.clone(),
+        rights: *rights,
+        spent_or_refused: refused.saturating_add(own_n),
+    })
+}
+
+/// Moves rights of one floored key by the demand rule: each gift is a `PNC.GIVE` on its
+/// giver, whose state then goes to the receiver. Returns the rights moved.
+fn rebalance_key(clients: &mut [Client], key: &[u8], demand: &mut Demand) -> i64 {
+    let mut views: Vec<(usize, RightsView)> = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        if let Ok(info) = c.call_ok(&[b"PNC.INFO", key]) {
+            if let Some(view) = rights_view(&info) {
+                views.push((i, view));
+            }
+        }
+    }
+    let holders: Vec<demand::Holder> = views
+        .iter()
+        .map(|(i, v)| {
+            let seen = demand.insert((clients[*i].name.clone(), key.to_vec()), v.spent_or_refused);
+            demand::Holder {
+                rights: v.rights,
+                demand: v.spent_or_refused.saturating_sub(seen.unwrap_or(0)),
+            }
+        })
+        .collect();
+    let mut moved = 0;
+    for gift in demand::plan(&holders) {
+        let ((from, giver), (to, receiver)) = (&views[gift.from], &views[gift.to]);
+        let amount = gift.amount.to_string();
+        let given = clients[*from].call_ok(&[b"PNC.GIVE", key, &receiver.id, amount.as_bytes()]);
+        if !matches!(given, Ok(Reply::Int(_))) {
+            continue; // its rights changed since it was read, or it went down
+        }
+        let state = match clients[*from].call_ok(&[b"PNC.STATE", key]) {
+            Ok(Reply::Bulk(Some(state))) => state,
+            _ => continue, // the gift travels with the next run's states
+        };
+        let _ = clients[*to].call_ok(&[b"PNC.MERGE", key, &state]);
+        moved += gift.amount;
+        say(&format!(
+            "{}: {} rights from {} to {}",
+            String::from_utf8_lossy(key),
+            gift.amount,
+            String::from_utf8_lossy(&giver.id),
+            String::from_utf8_lossy(&receiver.id)
+        ));
+    }
+    moved
+}
+
+/// The run's metrics, in the Prometheus text format (for a textfile collector).
+fn metrics_text(
+    run: &RunSummary,
+    round_secs: f64,
+    now: f64,
+    last_full: Option<f64>,
+    started: f64,
+) -> String {
+    let lag = now - last_full.unwrap_or(started);
+    format!(
+        "# HELP pnc_sync_last_run_timestamp_seconds When the last run ended.\n\
+         pnc_sync_last_run_timestamp_seconds {now:.3}\n\
+         # HELP pnc_sync_last_full_sync_timestamp_seconds When a run last reached every deployment with no key failing (0: never).\n\
+         pnc_sync_last_full_sync_timestamp_seconds {:.3}\n\
+         # HELP pnc_sync_lag_seconds Seconds since every deployment was last brought in sync.\n\
+         pnc_sync_lag_seconds {lag:.3}\n\
+         pnc_sync_run_seconds {round_secs:.3}\n\
+         pnc_sync_keys {}\n\
+         pnc_sync_merges {}\n\
+         pnc_sync_failures {}\n\
+         pnc_sync_unreachable {}\n\
+         pnc_sync_rights_moved {}\n",
+        last_full.unwrap_or(0.0),
+        run.keys,
+        run.merges,
+        run.failures,
+        run.unreachable,
+        run.rights_moved
+    )
+}
+
+/// Writes `text` to `path` through a temporary file and a rename (a reader never sees half).
+fn write_metrics(path: &str, text: &str) {
+    let tmp = format!("{path}.tmp");
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
+        warn(&format!("{path}: {e}"));
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Prints a line; a closed stdout (`pnc-sync ... | head`) is not an error worth a panic.
@@ -382,32 +652,53 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut demand = Demand::new();
+    let started = unix_now();
+    let mut last_full: Option<f64> = None;
     loop {
-        let outcome = connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients));
-        match outcome {
-            Ok((keys, merges, failures)) => {
+        let began = Instant::now();
+        let outcome =
+            connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients, &mut demand));
+        let status = match outcome {
+            Ok(run) => {
                 say(&format!(
-                    "pnc-sync: {keys} key(s), {merges} merge(s), {failures} failure(s) across {} deployments",
-                    opts.endpoints.len()
-                ));
-                if opts.interval.is_none() {
-                    return if failures == 0 {
-                        ExitCode::SUCCESS
+                    "pnc-sync: {} key(s), {} merge(s), {} failure(s), {} unreachable of {} deployments{}",
+                    run.keys,
+                    run.merges,
+                    run.failures,
+                    run.unreachable,
+                    opts.endpoints.len(),
+                    if opts.rebalance {
+                        format!(", {} rights moved", run.rights_moved)
                     } else {
-                        ExitCode::from(1)
-                    };
+                        String::new()
+                    }
+                ));
+                let now = unix_now();
+                if run.failures == 0 && run.unreachable == 0 {
+                    last_full = Some(now);
+                }
+                if let Some(path) = &opts.metrics_file {
+                    let secs = began.elapsed().as_secs_f64();
+                    write_metrics(path, &metrics_text(&run, secs, now, last_full, started));
+                }
+                if run.failures > 0 {
+                    1
+                } else if run.unreachable > 0 {
+                    3
+                } else {
+                    0
                 }
             }
             Err(e) => {
                 warn(&e);
-                if opts.interval.is_none() {
-                    return ExitCode::from(3);
-                }
+                1
             }
-        }
-        if let Some(interval) = opts.interval {
-            std::thread::sleep(interval);
-        }
+        };
+        let Some(interval) = opts.interval else {
+            return ExitCode::from(status);
+        };
+        std::thread::sleep(interval);
     }
 }
 
