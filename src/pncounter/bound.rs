@@ -338,6 +338,19 @@ impl PnCounter {
     /// floor gives `id` the difference as rights; raising it spends that many of `id`'s rights
     /// (refused when they do not cover it, or when the value seen here is below the target).
     pub fn set_floor(&mut self, id: &ReplicaId, target: Option<i64>) -> Result<bool, BoundError> {
+        let outcome = self.try_set_floor(id, target);
+        self.drop_empty_bound();
+        outcome
+    }
+
+    /// A bounded part that holds nothing is none (the canonical form, as decoded).
+    fn drop_empty_bound(&mut self) {
+        if self.bound.as_ref().is_some_and(|b| b.is_empty()) {
+            self.bound = None;
+        }
+    }
+
+    fn try_set_floor(&mut self, id: &ReplicaId, target: Option<i64>) -> Result<bool, BoundError> {
         let Some(target) = target else {
             return Ok(self.switch_floor(id, false));
         };
@@ -356,38 +369,44 @@ impl PnCounter {
         Ok(step != 0 || switched)
     }
 
-    /// Adds `step` (raise > 0, lower < 0) to the floor moves of `id`.
+    /// Adds `step` (raise > 0, lower < 0) to the floor moves of `id`; nothing changes when
+    /// it fails.
     fn move_floor(&mut self, id: &ReplicaId, step: i128) -> Result<(), BoundError> {
         let moves = &mut self.bound_mut().moves;
-        let at = match moves.binary_search_by(|m| m.id.cmp(id)) {
-            Ok(at) => at,
+        let found = moves.binary_search_by(|m| m.id.cmp(id));
+        let (raised, lowered) = found.map_or((0, 0), |at| (moves[at].raised, moves[at].lowered));
+        let grow = |total: u64| {
+            u64::try_from(step.unsigned_abs())
+                .ok()
+                .and_then(|s| total.checked_add(s))
+                .filter(|t| *t <= SLOT_MAX)
+                .ok_or(BoundError::Overflow)
+        };
+        let (raised, lowered) = if step > 0 {
+            (grow(raised)?, lowered)
+        } else {
+            (raised, grow(lowered)?)
+        };
+        match found {
+            Ok(at) => {
+                moves[at].raised = raised;
+                moves[at].lowered = lowered;
+            }
             Err(at) => {
                 if moves.len() >= MAX_REPLICAS {
                     return Err(BoundError::TooManyEntries);
                 }
+                let id = id.clone();
                 moves.insert(
                     at,
                     FloorMove {
-                        id: id.clone(),
-                        raised: 0,
-                        lowered: 0,
+                        id,
+                        raised,
+                        lowered,
                     },
                 );
-                at
             }
-        };
-        let m = &mut moves[at];
-        let total = if step > 0 {
-            &mut m.raised
-        } else {
-            &mut m.lowered
-        };
-        let grown = u64::try_from(step.unsigned_abs())
-            .ok()
-            .and_then(|s| total.checked_add(s))
-            .filter(|t| *t <= SLOT_MAX)
-            .ok_or(BoundError::Overflow)?;
-        *total = grown;
+        }
         Ok(())
     }
 
@@ -420,6 +439,19 @@ impl PnCounter {
         if !self.covers(from, amount) {
             return Ok(None);
         }
+        let outcome = self.add_transfer(from, to, amount);
+        self.drop_empty_bound();
+        outcome?;
+        Ok(Some(self.rights(from)))
+    }
+
+    /// Adds `amount` to the cumulative transfer `from` -> `to`; nothing changes when it fails.
+    fn add_transfer(
+        &mut self,
+        from: &ReplicaId,
+        to: &ReplicaId,
+        amount: i64,
+    ) -> Result<(), BoundError> {
         let amount = u64::try_from(amount).map_err(|_| BoundError::Overflow)?;
         let transfers = &mut self.bound_mut().transfers;
         match transfers.binary_search_by(|t| (&t.from, &t.to).cmp(&(from, to))) {
@@ -445,7 +477,7 @@ impl PnCounter {
                 );
             }
         }
-        Ok(Some(self.rights(from)))
+        Ok(())
     }
 
     /// Records a `PNC.DECRFLOOR` token's first outcome.
