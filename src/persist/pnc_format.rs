@@ -117,17 +117,11 @@ pub fn encode_state(counter: &PnCounter) -> Vec<u8> {
     } else {
         VERSION_1
     });
-    put(&mut out, entries.len() as u64);
-    for e in entries {
-        put(
-            &mut out,
-            WireEntry {
-                id: e.id.as_str(),
-                p: e.p,
-                n: e.n,
-            },
-        );
-    }
+    put_all(&mut out, entries, |e| WireEntry {
+        id: e.id.as_str(),
+        p: e.p,
+        n: e.n,
+    });
     if let Some(bound) = counter.bound() {
         put_bound(&mut out, bound);
     }
@@ -144,27 +138,23 @@ fn put_bound(out: &mut Vec<u8>, bound: &Bound) {
             on: s.on,
         }),
     );
-    put(out, bound.moves.len() as u64);
-    for m in &bound.moves {
-        put(
-            out,
-            WireMove {
-                id: m.id.as_str(),
-                raised: m.raised,
-                lowered: m.lowered,
-            },
-        );
-    }
-    put(out, bound.transfers.len() as u64);
-    for t in &bound.transfers {
-        put(
-            out,
-            WireTransfer {
-                from: t.from.as_str(),
-                to: t.to.as_str(),
-                amount: t.amount,
-            },
-        );
+    put_all(out, &bound.moves, |m| WireMove {
+        id: m.id.as_str(),
+        raised: m.raised,
+        lowered: m.lowered,
+    });
+    put_all(out, &bound.transfers, |t| WireTransfer {
+        from: t.from.as_str(),
+        to: t.to.as_str(),
+        amount: t.amount,
+    });
+}
+
+/// A list: its length, then each item as `wire` makes it.
+fn put_all<'a, T, W: Encode>(out: &mut Vec<u8>, items: &'a [T], wire: impl Fn(&'a T) -> W) {
+    put(out, items.len() as u64);
+    for item in items {
+        put(out, wire(item));
     }
 }
 
@@ -179,17 +169,11 @@ pub fn encode_stored(counter: &PnCounter) -> Vec<u8> {
         }),
     );
     if let Some(bound) = counter.bound() {
-        put(&mut out, bound.ledger.len() as u64);
-        for e in &bound.ledger {
-            put(
-                &mut out,
-                WireToken {
-                    token: &e.token,
-                    amount: e.amount,
-                    reply: e.reply,
-                },
-            );
-        }
+        put_all(&mut out, &bound.ledger, |e| WireToken {
+            token: &e.token,
+            amount: e.amount,
+            reply: e.reply,
+        });
     }
     out
 }

@@ -24,26 +24,23 @@
 use std::fmt::Write as _;
 
 use super::demand::{self, Holder};
+use super::tests::Rng;
 use super::{Decrement, LedgerEntry, PnCounter, ReplicaId};
 
 const STEPS: usize = 120;
 
-/// splitmix64: small, seedable, the same on every machine.
-struct Rng(u64);
+/// The core's test PRNG, with the two draws the schedules use.
+trait Draws {
+    fn pick(&mut self, n: usize) -> usize;
+    fn percent(&mut self, p: u64) -> bool;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+impl Draws for Rng {
+    fn pick(&mut self, n: usize) -> usize {
+        self.below(n.max(1) as u64) as usize
     }
     fn percent(&mut self, p: u64) -> bool {
-        self.next() % 100 < p
+        self.below(100) < p
     }
 }
 
@@ -117,7 +114,7 @@ impl World {
             })
             .collect();
         World {
-            rng: Rng(seed),
+            rng: Rng::new(seed.wrapping_add(1)),
             shape,
             nodes,
             cut: vec![false; shape.deployments * shape.deployments],
@@ -153,7 +150,7 @@ impl World {
     }
 
     fn increment(&mut self, at: usize) {
-        let amount = 1 + self.rng.below(20) as i64;
+        let amount = 1 + self.rng.pick(20) as i64;
         let node = &mut self.nodes[at];
         if node.state.add(&node.id, amount).is_ok() {
             self.incremented += i128::from(amount);
@@ -166,12 +163,12 @@ impl World {
         if self.rng.percent(self.shape.skew) {
             0
         } else {
-            self.rng.below(self.shape.deployments)
+            self.rng.pick(self.shape.deployments)
         }
     }
 
     fn decrement(&mut self, at: usize) {
-        let amount = 1 + self.rng.below(5) as i64;
+        let amount = 1 + self.rng.pick(5) as i64;
         let token = format!("t{}", self.rng.next()).into_bytes();
         let node = &mut self.nodes[at];
         let decided = node.state.decrement_within_rights(&node.id, amount);
@@ -208,7 +205,7 @@ impl World {
         if node.tokens.is_empty() {
             return Ok(());
         }
-        let (token, amount) = node.tokens[self.rng.below(node.tokens.len())].clone();
+        let (token, amount) = node.tokens[self.rng.pick(node.tokens.len())].clone();
         let before = node.state.clone();
         match node.state.recorded_token(&token) {
             Some(e) if e.amount == amount => {
@@ -223,7 +220,7 @@ impl World {
     fn move_floor(&mut self, at: usize) {
         let node = &mut self.nodes[at];
         let level = node.state.floor_level();
-        let step = self.rng.below(21) as i64 - 10;
+        let step = self.rng.pick(21) as i64 - 10;
         let target = if self.rng.percent(10) {
             None
         } else {
@@ -277,7 +274,7 @@ impl World {
         if self.in_flight.is_empty() {
             return;
         }
-        let pick = self.rng.below(self.in_flight.len());
+        let pick = self.rng.pick(self.in_flight.len());
         let (from, to) = (self.in_flight[pick].from, self.in_flight[pick].to);
         if self.shape.faults && !self.linked(from, to) {
             return; // held back by the partition
@@ -300,9 +297,9 @@ impl World {
 
     fn fault(&mut self) {
         let d = self.shape.deployments;
-        match self.rng.below(5) {
+        match self.rng.pick(5) {
             0 => {
-                let (a, b) = (self.rng.below(d), self.rng.below(d));
+                let (a, b) = (self.rng.pick(d), self.rng.pick(d));
                 self.cut[a * d + b] = true;
                 self.cut[b * d + a] = true;
                 self.note(format!("cut r{a} - r{b}"));
@@ -312,16 +309,16 @@ impl World {
                 self.note("heal".into());
             }
             2 if !self.in_flight.is_empty() => {
-                let lost = self.rng.below(self.in_flight.len());
+                let lost = self.rng.pick(self.in_flight.len());
                 self.in_flight.swap_remove(lost);
             }
             3 => {
-                let at = self.rng.below(d);
+                let at = self.rng.pick(d);
                 self.in_flight.retain(|m| m.from != at);
                 self.note(format!("r{at} restarts (its unsent states lost)"));
             }
             _ => {
-                let at = self.rng.below(d);
+                let at = self.rng.pick(d);
                 let node = &mut self.nodes[at];
                 node.renames += 1;
                 node.id = replica(&format!("r{at}.{}", node.renames));
@@ -334,24 +331,24 @@ impl World {
     /// One random step; true when it spent rights somewhere (what the safety check follows).
     fn step(&mut self) -> bool {
         let d = self.shape.deployments;
-        let roll = self.rng.below(100) as u64;
+        let roll = self.rng.pick(100) as u64;
         let share = self.shape.decrement_share;
         if roll < share {
             let at = self.demand_site();
             self.decrement(at);
         } else if roll < share + 12 {
-            let at = self.rng.below(d);
+            let at = self.rng.pick(d);
             self.increment(at);
             return false;
         } else if roll < share + 14 {
-            let at = self.rng.below(d);
+            let at = self.rng.pick(d);
             self.move_floor(at);
         } else if roll < share + 26 {
-            let (from, to) = (self.rng.below(d), self.rng.below(d));
+            let (from, to) = (self.rng.pick(d), self.rng.pick(d));
             self.send(from, to);
             return false;
         } else if roll < share + 32 && self.shape.rebalance {
-            let at = self.rng.below(d);
+            let at = self.rng.pick(d);
             self.rebalance(at);
         } else if roll < share + 38 && self.shape.faults {
             self.fault();
@@ -447,7 +444,7 @@ pub fn run(seed: u64, shape: Shape, steps: usize) -> Result<Tally, String> {
     for n in 0..steps {
         let spent = world.step();
         if world.rng.percent(3) {
-            let at = world.rng.below(shape.deployments);
+            let at = world.rng.pick(shape.deployments);
             world.retry(at).map_err(|e| report(seed, &world, n, &e))?;
         }
         if spent {
@@ -471,9 +468,9 @@ fn report(seed: u64, world: &World, step: usize, what: &str) -> String {
 
 /// The random shape of schedule `seed`.
 fn shape_of(seed: u64) -> Shape {
-    let mut rng = Rng(seed ^ 0x5EED);
+    let mut rng = Rng::new(seed ^ 0x5EED);
     Shape {
-        deployments: 3 + rng.below(3),
+        deployments: 3 + rng.pick(3),
         skew: 60,
         faults: true,
         rebalance: rng.percent(70),
