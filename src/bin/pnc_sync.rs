@@ -722,10 +722,15 @@ mod tests {
             "-v",
             "--db",
             "2",
+            "--rebalance",
+            "--metrics-file",
+            "m.prom",
             "h1:1",
             "[::1]:2",
         ]))
         .unwrap();
+        assert!(o.rebalance);
+        assert_eq!(o.metrics_file.as_deref(), Some("m.prom"));
         assert_eq!(o.keys, vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(o.pattern.as_deref(), Some(&b"p:*"[..]));
         assert_eq!(o.endpoints, vec!["h1:1", "[::1]:2"]);
@@ -744,9 +749,83 @@ mod tests {
             &["--interval", "nan", "--key", "a", "h:1", "h:2"],
             &["--db", "x", "--key", "a", "h:1", "h:2"],
             &["--user", "u", "--key", "a", "h:1", "h:2"],
+            &["--metrics-file"],
         ] {
             assert!(parse_args(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn reads_a_floored_counters_rights_and_demand_from_pnc_info() {
+        let slot = |id: &str, p: i64, n: i64| {
+            Reply::Array(Some(vec![
+                bulk("id"),
+                bulk(id),
+                bulk("p"),
+                Reply::Int(p),
+                bulk("n"),
+                Reply::Int(n),
+            ]))
+        };
+        let info = Reply::Array(Some(vec![
+            bulk("value"),
+            Reply::Int(90),
+            bulk("replica-id"),
+            bulk("eu"),
+            bulk("home"),
+            bulk("eu"),
+            bulk("replicas"),
+            Reply::Array(Some(vec![slot("eu", 0, 7), slot("us", 100, 3)])),
+            bulk("floor"),
+            Reply::Int(0),
+            bulk("floor-level"),
+            Reply::Int(0),
+            bulk("rights"),
+            Reply::Int(13),
+            bulk("refused"),
+            Reply::Int(5),
+        ]));
+        let view = rights_view(&info).unwrap();
+        assert_eq!(view.id, b"eu");
+        assert_eq!(view.rights, 13);
+        assert_eq!(
+            view.spent_or_refused, 12,
+            "7 decremented by eu plus 5 refused"
+        );
+        // A plain counter (no rights field) is not rebalanced.
+        let plain = Reply::Array(Some(vec![
+            bulk("value"),
+            Reply::Int(1),
+            bulk("replica-id"),
+            bulk("eu"),
+        ]));
+        assert!(rights_view(&plain).is_none());
+    }
+
+    #[test]
+    fn metrics_say_how_long_since_everything_was_in_sync() {
+        let run = RunSummary {
+            keys: 3,
+            merges: 4,
+            failures: 0,
+            unreachable: 1,
+            rights_moved: 9,
+        };
+        let text = metrics_text(&run, 0.25, 1000.0, Some(940.0), 900.0);
+        for line in [
+            "pnc_sync_lag_seconds 60.000",
+            "pnc_sync_unreachable 1",
+            "pnc_sync_rights_moved 9",
+            "pnc_sync_last_full_sync_timestamp_seconds 940.000",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        let never = metrics_text(&run, 0.25, 1000.0, None, 900.0);
+        assert!(never.contains("pnc_sync_lag_seconds 100.000"), "{never}");
     }
 
     #[test]
