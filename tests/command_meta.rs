@@ -175,7 +175,7 @@ const COMMANDS: &[Meta] = &[
     },
     Meta {
         name: "pnc.state",
-        arity: 2,
+        arity: -2,
         flags: &["readonly", "module"],
         range: (1, 1, 1),
         specs: &[RO],

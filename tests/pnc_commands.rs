@@ -398,7 +398,7 @@ fn command_metadata_declares_every_key() {
     let expect = [
         (3, "write", "RW"),
         (2, "readonly", "RO"),
-        (2, "readonly", "RO"),
+        (-2, "readonly", "RO"),
         (3, "write", "RW"),
         (2, "write", "RW"),
         (2, "readonly", "RO"),

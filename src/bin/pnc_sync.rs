@@ -35,7 +35,9 @@ options:
   --key KEY          sync this key (repeatable)
   --pattern GLOB     sync every PN-counter whose name matches GLOB (SCAN ... TYPE ctr-pncnt
                      on every deployment)
-  --interval SECONDS repeat forever, sleeping SECONDS between runs (default: run once)
+  --interval SECONDS repeat forever, sleeping SECONDS between runs (default: run once);
+                     deltas need it: the tool remembers what it sent each deployment
+  --runs N           with --interval, stop after N runs (exit status of the last)
   --db N             SELECT this database first (default 0)
   --user USER        AUTH with this user (needs --pass)
   --pass PASSWORD    AUTH with this password
@@ -44,6 +46,9 @@ options:
   --rebalance        move decrement rights of floored counters (PNC.FLOOR) toward the
                      deployments that spend or refuse them, from those with slack
   --metrics-file F   after each run, write its metrics (Prometheus text format) to F
+  --full             ship whole states; by default a deployment that already merged an
+                     earlier state of another gets only what changed since
+                     (PNC.STATE key SINCE version), whole states when it is new or lost them
   -v, --verbose      print every key's value in every deployment after the run
   -h, --help         this text
 
@@ -222,6 +227,10 @@ struct Options {
     verbose: bool,
     rebalance: bool,
     metrics_file: Option<String>,
+    /// Ship whole states (no `SINCE`).
+    full: bool,
+    /// With `--interval`: stop after this many runs.
+    runs: Option<u64>,
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
@@ -237,6 +246,15 @@ fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
             Some("-h") | Some("--help") => return Err(String::new()),
             Some("-v") | Some("--verbose") => opts.verbose = true,
             Some("--rebalance") => opts.rebalance = true,
+            Some("--full") => opts.full = true,
+            Some("--runs") => {
+                let runs = text(value("--runs")?)?
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or("--runs needs a positive number")?;
+                opts.runs = Some(runs);
+            }
             Some("--metrics-file") => opts.metrics_file = Some(text(value("--metrics-file")?)?),
             Some("--key") => opts.keys.push(value("--key")?.as_bytes().to_vec()),
             Some("--pattern") => opts.pattern = Some(value("--pattern")?.as_bytes().to_vec()),
@@ -363,42 +381,201 @@ fn key_error(c: &Client, e: String) -> Option<String> {
     c.down.is_none().then_some(e)
 }
 
-/// Exchanges one key's state between all reachable deployments. Returns the merges made.
-fn sync_key(clients: &mut [Client], key: &[u8]) -> Result<usize, String> {
-    let mut states: Vec<Option<Vec<u8>>> = Vec::with_capacity(clients.len());
-    for c in clients.iter_mut() {
-        let state = match c.call_ok(&[b"PNC.STATE", key]) {
-            Ok(Reply::Bulk(state)) => state,
-            Ok(other) => return Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
-            Err(e) => match key_error(c, e) {
-                Some(e) => return Err(e),
-                None => None,
-            },
-        };
-        states.push(state);
+/// What a run remembers for the next one: per (source, target, key) the version of the
+/// source's state the target merged, per (deployment, key) the lineage (`epoch.incarnation`)
+/// of its versions, and the demand counters of `--rebalance`.
+#[derive(Default)]
+struct Memory {
+    delivered: HashMap<(String, String, Vec<u8>), String>,
+    lineage: HashMap<(String, Vec<u8>), String>,
+    demand: Demand,
+    runs: u64,
+    /// The deployments the previous run reached to its end.
+    reached: Option<Vec<String>>,
+}
+
+/// Every this many runs, whole states (a delta carries only what its deployment wrote; whole
+/// states also carry what a deployment that is gone wrote, to those that missed it).
+const WHOLE_STATES_EVERY: u64 = 10;
+
+/// One deployment's state of a key as read this run.
+#[derive(Clone)]
+struct StateRead {
+    /// Its version (None from a module without delta states).
+    version: Option<String>,
+    /// Whole (true) or only what changed since the version asked for.
+    full: bool,
+    blob: Option<Vec<u8>>,
+}
+
+/// A version's lineage and seq (`epoch.incarnation` and `seq`).
+fn split_version(v: &str) -> Option<(&str, u64)> {
+    let (lineage, seq) = v.rsplit_once('.')?;
+    Some((lineage, seq.parse().ok()?))
+}
+
+/// The version of `source`'s state that every reachable other deployment merged (the oldest
+/// of theirs), or None when one of them has none of this lineage: then the whole state.
+fn common_base(clients: &[Client], memory: &Memory, source: usize, key: &[u8]) -> Option<String> {
+    let mut oldest: Option<(String, u64, &String)> = None;
+    for (j, c) in clients.iter().enumerate() {
+        if j == source || c.down.is_some() {
+            continue;
+        }
+        let v =
+            memory
+                .delivered
+                .get(&(clients[source].name.clone(), c.name.clone(), key.to_vec()))?;
+        let (lineage, seq) = split_version(v)?;
+        match &oldest {
+            Some((l, _, _)) if l != lineage => return None,
+            Some((_, s, _)) if *s <= seq => {}
+            _ => oldest = Some((lineage.to_string(), seq, v)),
+        }
     }
+    oldest.map(|(_, _, v)| v.clone())
+}
+
+/// Reads a key's state, as a delta from `since` when given. A module without delta states
+/// (an error to `SINCE`) is read whole.
+fn read_state(c: &mut Client, key: &[u8], since: Option<&str>) -> Result<StateRead, String> {
+    {
+        let since = since.unwrap_or("0");
+        match c.call(&[b"PNC.STATE", key, b"SINCE", since.as_bytes()])? {
+            Reply::Array(Some(parts)) => {
+                if let [Reply::Bulk(Some(v)), Reply::Bulk(Some(kind)), Reply::Bulk(blob)] =
+                    parts.as_slice()
+                {
+                    return Ok(StateRead {
+                        version: Some(String::from_utf8_lossy(v).into_owned()),
+                        full: kind.as_slice() != b"delta",
+                        blob: blob.clone(),
+                    });
+                }
+                return Err(format!("{}: unexpected PNC.STATE SINCE reply", c.name));
+            }
+            Reply::Error(e) if e.starts_with("WRONGTYPE") => {
+                return Err(format!("{}: {e}", c.name))
+            }
+            _ => {} // an older module: whole states
+        }
+    }
+    match c.call_ok(&[b"PNC.STATE", key])? {
+        Reply::Bulk(blob) => Ok(StateRead {
+            version: None,
+            full: true,
+            blob,
+        }),
+        other => Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
+    }
+}
+
+/// An empty state (a delta with nothing in it).
+fn is_empty_state(blob: &[u8]) -> bool {
+    blob == [1, 0]
+}
+
+/// Exchanges one key's state between all reachable deployments. Returns the merges made and
+/// the bytes of state read and sent.
+fn sync_key(
+    clients: &mut [Client],
+    key: &[u8],
+    memory: &mut Memory,
+    whole: bool,
+) -> Result<(usize, usize), String> {
+    let mut reads: Vec<Option<StateRead>> = vec![None; clients.len()];
+    for i in 0..clients.len() {
+        let since = if whole {
+            None
+        } else {
+            common_base(clients, memory, i, key)
+        };
+        match read_state(&mut clients[i], key, since.as_deref()) {
+            Ok(read) => reads[i] = Some(read),
+            Err(e) => {
+                if let Some(e) = key_error(&clients[i], e) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // A deployment new to this key, or whose history of it restarted (a restart, the key
+    // deleted or restored older): what it was sent before no longer counts, and the deltas
+    // read for it are not enough: every other state is read whole again.
+    let mut lost = false;
+    for (i, read) in reads.iter().enumerate() {
+        let Some((lineage, _)) = read
+            .as_ref()
+            .and_then(|r| r.version.as_deref())
+            .and_then(split_version)
+        else {
+            continue;
+        };
+        let name = clients[i].name.clone();
+        if memory
+            .lineage
+            .insert((name.clone(), key.to_vec()), lineage.to_string())
+            .as_deref()
+            != Some(lineage)
+        {
+            memory
+                .delivered
+                .retain(|(_, target, k), _| !(target == &name && k == key));
+            lost = true;
+        }
+    }
+    if lost {
+        for i in 0..clients.len() {
+            if reads[i].as_ref().is_some_and(|r| !r.full) {
+                reads[i] = read_state(&mut clients[i], key, None).ok();
+            }
+        }
+    }
+    let mut bytes: usize = reads
+        .iter()
+        .flatten()
+        .filter_map(|r| r.blob.as_ref())
+        .map(Vec::len)
+        .sum();
     let mut merges = 0;
-    for (i, c) in clients.iter_mut().enumerate() {
+    let names: Vec<String> = clients.iter().map(|c| c.name.clone()).collect();
+    for (j, c) in clients.iter_mut().enumerate() {
         let mut sent: Vec<&Vec<u8>> = Vec::new();
-        for (j, state) in states.iter().enumerate() {
-            let Some(state) = state else { continue };
+        let own = reads[j]
+            .as_ref()
+            .filter(|r| r.full)
+            .and_then(|r| r.blob.as_ref());
+        for (i, read) in reads.iter().enumerate() {
+            let Some(read) = read else { continue };
             if c.down.is_some() {
                 break;
             }
-            if i == j || states[i].as_ref() == Some(state) || sent.contains(&state) {
+            if i == j {
                 continue;
             }
-            match c.call_ok(&[b"PNC.MERGE", key, state]) {
-                Ok(_) => merges += 1,
-                Err(e) => match key_error(c, e) {
-                    Some(e) => return Err(e),
-                    None => break,
-                },
+            let delivered = (!is_empty_state(read.blob.as_deref().unwrap_or(&[1, 0])))
+                .then_some(read.blob.as_ref())
+                .flatten();
+            if let Some(state) =
+                delivered.filter(|s| !(sent.contains(s) || read.full && own == Some(*s)))
+            {
+                match c.call_ok(&[b"PNC.MERGE", key, state]) {
+                    Ok(_) => merges += 1,
+                    Err(e) => match key_error(c, e) {
+                        Some(e) => return Err(e),
+                        None => break,
+                    },
+                }
+                bytes += state.len();
+                sent.push(state);
             }
-            sent.push(state);
+            if let Some(v) = &read.version {
+                let pair = (names[i].clone(), c.name.clone(), key.to_vec());
+                memory.delivered.insert(pair, v.clone());
+            }
         }
     }
-    Ok(merges)
+    Ok((merges, bytes))
 }
 
 fn values(clients: &mut [Client], key: &[u8]) -> String {
@@ -422,6 +599,8 @@ struct RunSummary {
     failures: usize,
     unreachable: usize,
     rights_moved: i64,
+    /// Bytes of state read and sent (deltas or whole states).
+    state_bytes: usize,
 }
 
 /// How often a long run reports its progress (stderr).
@@ -431,7 +610,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 fn run_once(
     opts: &Options,
     clients: &mut [Client],
-    demand: &mut Demand,
+    memory: &mut Memory,
 ) -> Result<RunSummary, String> {
     let mut keys: BTreeSet<Vec<u8>> = opts.keys.iter().cloned().collect();
     if let Some(pattern) = &opts.pattern {
@@ -441,6 +620,19 @@ fn run_once(
         keys: keys.len(),
         ..RunSummary::default()
     };
+    // Whole states on the first run, every few runs, and whenever the deployments reached
+    // changed (after a partition, what the others wrote meanwhile reaches those that missed it).
+    let reached = |clients: &[Client]| -> Vec<String> {
+        clients
+            .iter()
+            .filter(|c| c.down.is_none())
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let whole = opts.full
+        || memory.runs.is_multiple_of(WHOLE_STATES_EVERY)
+        || memory.reached.as_ref() != Some(&reached(clients));
+    memory.runs += 1;
     let mut reported = Instant::now();
     for (done, key) in keys.iter().enumerate() {
         if reported.elapsed() >= PROGRESS_EVERY {
@@ -452,11 +644,12 @@ fn run_once(
             reported = Instant::now();
         }
         let name = String::from_utf8_lossy(key);
-        match sync_key(clients, key) {
-            Ok(n) => {
+        match sync_key(clients, key, memory, whole) {
+            Ok((n, bytes)) => {
                 run.merges += n;
+                run.state_bytes += bytes;
                 if opts.rebalance {
-                    run.rights_moved += rebalance_key(clients, key, demand);
+                    run.rights_moved += rebalance_key(clients, key, &mut memory.demand);
                 }
                 if opts.verbose {
                     say(&format!("{name}: {}", values(clients, key)));
@@ -468,6 +661,7 @@ fn run_once(
             }
         }
     }
+    memory.reached = Some(reached(clients));
     run.unreachable = clients.iter().filter(|c| c.down.is_some()).count();
     for c in clients.iter().filter(|c| c.down.is_some()) {
         say(&format!(
@@ -606,13 +800,15 @@ fn metrics_text(
          pnc_sync_merges {}\n\
          pnc_sync_failures {}\n\
          pnc_sync_unreachable {}\n\
-         pnc_sync_rights_moved {}\n",
+         pnc_sync_rights_moved {}\n\
+         pnc_sync_state_bytes {}\n",
         last_full.unwrap_or(0.0),
         run.keys,
         run.merges,
         run.failures,
         run.unreachable,
-        run.rights_moved
+        run.rights_moved,
+        run.state_bytes
     )
 }
 
@@ -652,22 +848,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut demand = Demand::new();
+    let mut memory = Memory::default();
+    let mut runs: u64 = 0;
     let started = unix_now();
     let mut last_full: Option<f64> = None;
     loop {
         let began = Instant::now();
         let outcome =
-            connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients, &mut demand));
+            connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients, &mut memory));
         let status = match outcome {
             Ok(run) => {
                 say(&format!(
-                    "pnc-sync: {} key(s), {} merge(s), {} failure(s), {} unreachable of {} deployments{}",
+                    "pnc-sync: {} key(s), {} merge(s), {} failure(s), {} unreachable of {} deployments, {} bytes of state{}",
                     run.keys,
                     run.merges,
                     run.failures,
                     run.unreachable,
                     opts.endpoints.len(),
+                    run.state_bytes,
                     if opts.rebalance {
                         format!(", {} rights moved", run.rights_moved)
                     } else {
@@ -695,7 +893,8 @@ fn main() -> ExitCode {
                 1
             }
         };
-        let Some(interval) = opts.interval else {
+        runs += 1;
+        let Some(interval) = opts.interval.filter(|_| opts.runs.is_none_or(|n| runs < n)) else {
             return ExitCode::from(status);
         };
         std::thread::sleep(interval);
@@ -814,6 +1013,7 @@ mod tests {
             failures: 0,
             unreachable: 1,
             rights_moved: 9,
+            state_bytes: 40,
         };
         let text = metrics_text(&run, 0.25, 1000.0, Some(940.0), 900.0);
         for line in [

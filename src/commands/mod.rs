@@ -21,6 +21,7 @@ mod keyspace;
 pub mod parse;
 pub mod pnc;
 pub mod pnc_bound;
+pub mod pnc_delta;
 mod read_links;
 mod replication_gate;
 pub mod slot_migration;
@@ -366,7 +367,7 @@ pub static COMMANDS: &[CommandDef] = &[
         keys: SINGLE_KEY,
         access: KeyAccess::Read,
         keyword_keys: &[],
-        arity: 2,
+        arity: -2,
         summary: c"Returns the versioned binary state of a PN-counter, for PNC.MERGE elsewhere.",
         complexity: c"O(R) where R is the number of replica ids in the counter",
         since: c"0.1.0",

@@ -271,8 +271,14 @@ pub fn get(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Integer(value))
 }
 
-/// PNC.STATE key
+/// PNC.STATE key [SINCE version]
 pub fn state(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() == 4 && args.bytes(2).eq_ignore_ascii_case(b"SINCE") {
+        return super::pnc_delta::state_since(ctx, args);
+    }
+    if args.len() > 2 {
+        return Err(super::parse::SYNTAX_ERROR);
+    }
     check_arity(args, 2, "pnc.state")?;
     read(ctx, args.raw(1), |c| {
         c.map_or(Reply::Null, |c| Reply::Bulk(pnc_format::encode_state(c)))

@@ -12,6 +12,7 @@
 //! [`PncError::Overflow`], a merge whose result would leave it is refused; both change nothing.
 
 pub mod bound;
+pub mod delta;
 pub mod demand;
 mod entries;
 mod id;
