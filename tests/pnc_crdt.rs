@@ -209,15 +209,10 @@ fn a_random_id_deployment_also_moves_on_failover() {
     assert_eq!(r.q("PNC.INFO k").field("replicas").array().len(), 2);
 }
 
+/// pnc-sync's success and output.
 fn sync_tool(args: &[String]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pnc-sync"))
-        .args(args)
-        .output()
-        .expect("run pnc-sync");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+    let (status, out) = common::pnc::sync_tool(args);
+    (status == 0, out)
 }
 
 #[test]

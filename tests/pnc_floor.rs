@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::pnc::Rng;
+use common::pnc::{sync_tool, Rng};
 use common::{free_port, note, Conn, Server, Value};
 
 fn region(id: &str) -> Server {
@@ -152,17 +152,6 @@ fn a_replica_holds_the_masters_bounded_counters_bit_for_bit() {
         r.q("PNC.DECRFLOOR stock 1").is_error(),
         "a replica decides nothing"
     );
-}
-
-fn sync_tool(args: &[String]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pnc-sync"))
-        .args(args)
-        .output()
-        .expect("run pnc-sync");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
 }
 
 /// SIGSTOP of a server this test started; SIGCONT when dropped (also on a failed assertion).
