@@ -214,6 +214,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR PNC.ADD replayed on a PN-counter without a home record", InvalidState),
     ("ERR cannot give rights to this deployment's own replica id", InvalidState),
     ("ERR {} is replicated as its effect and never replayed", InvalidState),
+    ("ERR invalid version", InvalidState),
     ("ERR too many replica ids", TooManyReplicas),
     ("ERR too many floor or transfer entries", TooManyReplicas),
     ("ERR {} must run on a primary", NotPrimary),
