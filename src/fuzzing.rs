@@ -457,6 +457,9 @@ fn pnc_sample() -> PnCounter {
     for (id, delta) in [("eu", 5), ("us-east", -7), (&"l".repeat(40)[..], i64::MAX)] {
         let _ = c.add(&pnc_id(id), delta);
     }
+    // A bounded part too: a floor lowered by eu, rights given to us-east.
+    let _ = c.set_floor(&pnc_id("eu"), Some(-3));
+    let _ = c.give(&pnc_id("eu"), &pnc_id("us-east"), 2);
     c
 }
 
@@ -522,6 +525,7 @@ fn exercise_pnc(c: &PnCounter) {
                 Err(_) => assert_eq!(&next, c, "a failed add changed the counter"),
             }
         }
+        exercise_bound(c, &id);
         let mut next = c.clone();
         match next.observed_reset(&id) {
             Ok(_) => {
@@ -529,6 +533,42 @@ fn exercise_pnc(c: &PnCounter) {
                 assert_pnc_reencodes(&next, "after reset");
             }
             Err(_) => assert_eq!(&next, c, "a failed reset changed the counter"),
+        }
+    }
+}
+
+/// The bounded counter's writes by `id`: each either changes the counter into one that
+/// re-encodes, or (refused, failed) changes nothing.
+fn exercise_bound(c: &PnCounter, id: &ReplicaId) {
+    use crate::pncounter::Decrement;
+    let other = pnc_id("zz-new");
+    for amount in [1, 7, i64::MAX] {
+        let mut next = c.clone();
+        match next.decrement_within_rights(id, amount) {
+            Ok(Decrement::Granted(v)) => {
+                assert_eq!(v, next.value());
+                assert!(next.rights(id) >= 0, "a grant beyond the rights");
+                assert_pnc_reencodes(&next, "after decrfloor");
+            }
+            _ => assert_eq!(&next, c, "a refused decrement changed the counter"),
+        }
+        let mut next = c.clone();
+        match next.give(id, &other, amount) {
+            Ok(Some(_)) => assert_pnc_reencodes(&next, "after give"),
+            _ => assert_eq!(&next, c, "a refused gift changed the counter"),
+        }
+    }
+    let level = c.floor_level();
+    for target in [
+        Some(level.saturating_add(1)),
+        Some(level.saturating_sub(5)),
+        Some(i64::MIN),
+        None,
+    ] {
+        let mut next = c.clone();
+        match next.set_floor(id, target) {
+            Ok(true) => assert_pnc_reencodes(&next, "after floor"),
+            _ => assert_eq!(&next, c, "a refused floor changed the counter"),
         }
     }
 }

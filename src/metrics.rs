@@ -125,6 +125,10 @@ pub static PNC_MERGED_BYTES: Counter = Counter::new();
 /// PN-Counter states refused: malformed or out-of-range PNC.MERGE / PNC.SETSTATE blobs, merges
 /// whose result would leave the safe range, and corrupt RESTORE payloads.
 pub static PNC_REFUSED_BLOBS: Counter = Counter::new();
+/// PNC.DECRFLOOR decrements granted from this deployment's rights, and refused for lack of
+/// them (token replays not counted).
+pub static PNC_DECR_GRANTED: Counter = Counter::new();
+pub static PNC_DECR_REFUSED: Counter = Counter::new();
 
 /// Spread counters: CTR.SPREAD calls that added holders; gathered reads of a home key (started,
 /// failed for any reason, failed by timeout); gather requests this node answered for other
@@ -253,6 +257,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("pnc_merges", &PNC_MERGES),
         ("pnc_merged_bytes", &PNC_MERGED_BYTES),
         ("pnc_refused_blobs", &PNC_REFUSED_BLOBS),
+        ("pnc_decrements_granted", &PNC_DECR_GRANTED),
+        ("pnc_decrements_refused", &PNC_DECR_REFUSED),
         ("spreads", &SPREADS),
         ("auto_spreads", &AUTO_SPREADS),
         ("gathers", &GATHERS),

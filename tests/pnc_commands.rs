@@ -174,8 +174,8 @@ fn merge_refuses_bad_or_out_of_range_states_and_changes_nothing() {
         ("empty", vec![], "ERR invalid PNC state: empty (PNC.STATE of a missing key is nil, which a shell passes on as an empty line: there is nothing to merge)"),
         (
             "future version",
-            vec![2, 0],
-            "ERR invalid PNC state: unsupported version 2 (this module reads version 1)",
+            vec![3, 0],
+            "ERR invalid PNC state: unsupported version 3 (this module reads versions 1 to 2)",
         ),
         (
             "truncated",
@@ -398,7 +398,7 @@ fn command_metadata_declares_every_key() {
     let expect = [
         (3, "write", "RW"),
         (2, "readonly", "RO"),
-        (2, "readonly", "RO"),
+        (-2, "readonly", "RO"),
         (3, "write", "RW"),
         (2, "write", "RW"),
         (2, "readonly", "RO"),

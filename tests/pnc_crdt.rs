@@ -209,15 +209,10 @@ fn a_random_id_deployment_also_moves_on_failover() {
     assert_eq!(r.q("PNC.INFO k").field("replicas").array().len(), 2);
 }
 
+/// pnc-sync's success and output.
 fn sync_tool(args: &[String]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pnc-sync"))
-        .args(args)
-        .output()
-        .expect("run pnc-sync");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+    let (status, out) = common::pnc::sync_tool(args);
+    (status == 0, out)
 }
 
 #[test]
@@ -307,4 +302,91 @@ fn the_documented_redis_cli_pipeline_ships_a_state() {
         cb.q("PNC.STATE page:likes").bytes(),
         state_blob(&[("eu-west", 3, 0), ("us-east", 20, 10)])
     );
+}
+
+/// `PNC.STATE key SINCE version`: a version, and only what this deployment wrote since it (the
+/// whole state for 0, an unknown version, or a key whose history restarted); merging the delta
+/// where the earlier state was merged gives what merging the whole state gives.
+#[test]
+fn state_since_a_version_is_what_changed_and_merges_like_the_whole_state() {
+    let (a, b) = (with_id("a"), with_id("b"));
+    let (mut ca, mut cb) = (a.conn(), b.conn());
+    ca.q("PNC.ADD k 5");
+    cb.q("PNC.ADD k 7");
+    cb.cmd(&[b"PNC.MERGE".as_slice(), b"k", &ca.q("PNC.STATE k").bytes()]);
+    ca.cmd(&[b"PNC.MERGE".as_slice(), b"k", &cb.q("PNC.STATE k").bytes()]);
+    let first = ca.q("PNC.STATE k SINCE 0").array();
+    assert_eq!(first[1].text(), "full");
+    assert_eq!(first[2].bytes(), ca.q("PNC.STATE k").bytes());
+    let version = first[0].text();
+    ca.q("PNC.ADD k 1");
+    let next = ca.cmd(&["PNC.STATE", "k", "SINCE", &version]).array();
+    assert_eq!(next[1].text(), "delta");
+    // Only a's own entry (b's came from b, which ships it itself).
+    assert_eq!(next[2].bytes(), state_blob(&[("a", 6, 0)]));
+    cb.cmd(&[b"PNC.MERGE".as_slice(), b"k", &next[2].bytes()]);
+    assert_eq!(cb.q("PNC.STATE k").bytes(), ca.q("PNC.STATE k").bytes());
+    let same = ca
+        .cmd(&["PNC.STATE", "k", "SINCE", &next[0].text()])
+        .array();
+    assert_eq!(
+        (same[0].text(), same[2].bytes()),
+        (next[0].text(), state_blob(&[]))
+    );
+    // The key deleted and made again: its history restarted, the whole state.
+    ca.q("DEL k");
+    ca.q("PNC.ADD k 2");
+    let again = ca
+        .cmd(&["PNC.STATE", "k", "SINCE", &next[0].text()])
+        .array();
+    assert_eq!(again[1].text(), "full");
+    assert_ne!(again[0].text(), next[0].text());
+    // A missing key, and bad input.
+    let none = ca.q("PNC.STATE none SINCE 0").array();
+    assert_eq!(
+        (none[1].text(), &none[2]),
+        ("full".to_string(), &Value::Nil)
+    );
+    assert!(ca
+        .q("PNC.STATE k SINCE x")
+        .error()
+        .contains("invalid version"));
+    assert!(ca.q("PNC.STATE k UNTIL 0").error().contains("syntax error"));
+    ca.q("SET s x");
+    assert!(ca.q("PNC.STATE s SINCE 0").error().starts_with("WRONGTYPE"));
+}
+
+/// In continuous mode pnc-sync ships deltas once every deployment has a deployment's state:
+/// runs after the first read and send a fraction of the bytes, and everything converges.
+#[test]
+fn the_sync_tool_ships_deltas_between_runs_and_converges() {
+    let servers: Vec<Server> = ["a", "b", "c"].iter().map(|id| with_id(id)).collect();
+    let mut conns: Vec<Conn> = servers.iter().map(Server::conn).collect();
+    for c in conns.iter_mut() {
+        for k in 0..20 {
+            c.cmd(&["PNC.ADD", &format!("d:{k}"), "3"]);
+        }
+    }
+    let mut args: Vec<String> = ["--pattern", "d:*", "--interval", "0.01", "--runs", "3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(servers.iter().map(|s| format!("127.0.0.1:{}", s.port)));
+    let (ok, out) = sync_tool(&args);
+    assert!(ok, "{out}");
+    let bytes: Vec<usize> = out
+        .lines()
+        .filter_map(|l| l.split(", ").find(|p| p.ends_with("bytes of state")))
+        .map(|p| p.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bytes.len(), 3, "{out}");
+    // Nothing changed after the first run: each later run reads one empty delta per key and
+    // deployment (2 bytes) and sends nothing.
+    assert_eq!(bytes[1], 3 * 20 * 2, "{out}");
+    assert_eq!(bytes[2], 3 * 20 * 2, "{out}");
+    for c in conns.iter_mut() {
+        for k in 0..20 {
+            assert_eq!(c.cmd(&["PNC.GET", &format!("d:{k}")]), Value::Int(9));
+        }
+    }
 }

@@ -35,6 +35,15 @@ fn populate(c: &mut Conn) -> Vec<String> {
     for i in 0..30 {
         c.cmd(&["PNC.ADD", &format!("many:{i}"), &(i * 37 - 500).to_string()]);
     }
+    // Bounded counters (issue 36): a floor, rights given away, a token ledger with a grant
+    // and a refusal; one created by its floor.
+    c.q("PNC.ADD stock 100");
+    assert_eq!(c.q("PNC.FLOOR stock 0").text(), "OK");
+    assert_eq!(c.q("PNC.DECRFLOOR stock 7 TOKEN o1").int(), 93);
+    assert_eq!(c.q("PNC.GIVE stock eu 20").int(), 73);
+    assert_eq!(c.q("PNC.DECRFLOOR stock 1000 TOKEN o2"), Value::Nil);
+    assert_eq!(c.q("PNC.FLOOR quota -50").text(), "OK");
+    assert_eq!(c.q("PNC.DECRFLOOR quota 5").int(), -5);
     let mut keys: Vec<String> = [
         "one",
         "multi",
@@ -43,6 +52,8 @@ fn populate(c: &mut Conn) -> Vec<String> {
         "merged-only",
         "cleared",
         "ttl",
+        "stock",
+        "quota",
     ]
     .iter()
     .map(|s| s.to_string())

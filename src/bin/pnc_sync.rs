@@ -7,16 +7,24 @@
 //! from several places at once is safe; after a run without concurrent writes every
 //! deployment holds the same state.
 //!
+//! A deployment that is down, frozen or slow (no reply within `--timeout`) is skipped with a
+//! line saying so and counted as unreachable in the summary; the ones it reaches still
+//! converge. With `--rebalance` it also moves decrement rights of floored counters toward the
+//! deployments that spend or refuse (the rule of `src/pncounter/demand.rs`, included below).
+//!
 //! This program is independent of the module crate (its own small RESP client, no
 //! dependencies): it can run anywhere that reaches the deployments.
 
-use std::collections::BTreeSet;
+#[path = "../pncounter/demand.rs"]
+mod demand;
+
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const USAGE: &str = "\
 usage: pnc-sync [options] HOST:PORT HOST:PORT [HOST:PORT ...]
@@ -27,15 +35,25 @@ options:
   --key KEY          sync this key (repeatable)
   --pattern GLOB     sync every PN-counter whose name matches GLOB (SCAN ... TYPE ctr-pncnt
                      on every deployment)
-  --interval SECONDS repeat forever, sleeping SECONDS between runs (default: run once)
+  --interval SECONDS repeat forever, sleeping SECONDS between runs (default: run once);
+                     deltas need it: the tool remembers what it sent each deployment
+  --runs N           with --interval, stop after N runs (exit status of the last)
   --db N             SELECT this database first (default 0)
   --user USER        AUTH with this user (needs --pass)
   --pass PASSWORD    AUTH with this password
-  --timeout SECONDS  connect/read timeout (default 10)
+  --timeout SECONDS  connect/read timeout (default 10): a deployment that does not answer
+                     within it is skipped for the rest of the run (the others still sync)
+  --rebalance        move decrement rights of floored counters (PNC.FLOOR) toward the
+                     deployments that spend or refuse them, from those with slack
+  --metrics-file F   after each run, write its metrics (Prometheus text format) to F
+  --full             ship whole states; by default a deployment that already merged an
+                     earlier state of another gets only what changed since
+                     (PNC.STATE key SINCE version), whole states when it is new or lost them
   -v, --verbose      print every key's value in every deployment after the run
   -h, --help         this text
 
-exit status: 0 all keys synced, 1 some key failed, 2 usage error, 3 connection failure";
+exit status: 0 all keys synced everywhere, 1 some key failed, 2 usage error, 3 some
+deployment unreachable (the reachable ones were synced)";
 
 /// Largest bulk reply accepted (a PNC state is at most 128 KiB; SCAN pages are small).
 const MAX_BULK: usize = 64 * 1024 * 1024;
@@ -53,8 +71,10 @@ enum Reply {
 
 struct Client {
     name: String,
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    /// None for a deployment that could not be reached.
+    io: Option<(BufReader<TcpStream>, TcpStream)>,
+    /// Why it stopped answering during this run (then it is skipped).
+    down: Option<String>,
 }
 
 fn io_err(msg: impl Into<String>) -> std::io::Error {
@@ -62,6 +82,15 @@ fn io_err(msg: impl Into<String>) -> std::io::Error {
 }
 
 impl Client {
+    /// A deployment that could not be reached: every call fails at once.
+    fn unreachable(endpoint: &str, why: String) -> Client {
+        Client {
+            name: endpoint.to_string(),
+            io: None,
+            down: Some(why),
+        }
+    }
+
     fn connect(endpoint: &str, timeout: Duration) -> Result<Client, String> {
         let (host, port) = endpoint
             .rsplit_once(':')
@@ -84,22 +113,36 @@ impl Client {
         let reader = setup().map_err(|e| format!("{endpoint}: {e}"))?;
         Ok(Client {
             name: endpoint.to_string(),
-            reader: BufReader::new(reader),
-            writer: stream,
+            io: Some((BufReader::new(reader), stream)),
+            down: None,
         })
     }
 
+    /// One command. An I/O error or a timeout marks the deployment down for the rest of the
+    /// run (its connection may hold a late reply), with a line saying so.
     fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+        let (Some((reader, writer)), None) = (self.io.as_mut(), &self.down) else {
+            let why = self.down.as_deref().unwrap_or("unreachable");
+            return Err(format!("{}: {why}", self.name));
+        };
         let mut buf = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
             buf.extend_from_slice(a);
             buf.extend_from_slice(b"\r\n");
         }
-        self.writer
+        writer
             .write_all(&buf)
-            .and_then(|()| read_reply(&mut self.reader))
-            .map_err(|e| format!("{}: {e}", self.name))
+            .and_then(|()| read_reply(reader))
+            .map_err(|e| {
+                let why = format!("unreachable ({e})");
+                warn(&format!(
+                    "{}: {why}: skipped for the rest of this run",
+                    self.name
+                ));
+                self.down = Some(why.clone());
+                format!("{}: {why}", self.name)
+            })
     }
 
     /// A call whose error reply is a failure too.
@@ -182,6 +225,12 @@ struct Options {
     pass: Option<String>,
     timeout: Option<Duration>,
     verbose: bool,
+    rebalance: bool,
+    metrics_file: Option<String>,
+    /// Ship whole states (no `SINCE`).
+    full: bool,
+    /// With `--interval`: stop after this many runs.
+    runs: Option<u64>,
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
@@ -196,6 +245,17 @@ fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
         match arg.to_str() {
             Some("-h") | Some("--help") => return Err(String::new()),
             Some("-v") | Some("--verbose") => opts.verbose = true,
+            Some("--rebalance") => opts.rebalance = true,
+            Some("--full") => opts.full = true,
+            Some("--runs") => {
+                let runs = text(value("--runs")?)?
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or("--runs needs a positive number")?;
+                opts.runs = Some(runs);
+            }
+            Some("--metrics-file") => opts.metrics_file = Some(text(value("--metrics-file")?)?),
             Some("--key") => opts.keys.push(value("--key")?.as_bytes().to_vec()),
             Some("--pattern") => opts.pattern = Some(value("--pattern")?.as_bytes().to_vec()),
             Some("--interval") => {
@@ -240,32 +300,45 @@ fn parse_args(args: Vec<OsString>) -> Result<Options, String> {
     Ok(opts)
 }
 
+/// Connects to every deployment; one that cannot be reached is skipped (a line says so) and
+/// returned as unreachable, the others are synced.
 fn connect_all(opts: &Options) -> Result<Vec<Client>, String> {
     let timeout = opts.timeout.unwrap_or(Duration::from_secs(10));
     let mut clients = Vec::new();
     for endpoint in &opts.endpoints {
-        let mut c = Client::connect(endpoint, timeout)?;
-        if let Some(pass) = &opts.pass {
-            match &opts.user {
-                Some(user) => c.call_ok(&[b"AUTH", user.as_bytes(), pass.as_bytes()])?,
-                None => c.call_ok(&[b"AUTH", pass.as_bytes()])?,
-            };
+        let client = Client::connect(endpoint, timeout).and_then(|c| prepare(opts, c));
+        match client {
+            Ok(c) => clients.push(c),
+            Err(e) => {
+                warn(&format!("{e}: unreachable, skipped in this run"));
+                clients.push(Client::unreachable(endpoint, e));
+            }
         }
-        if let Some(db) = &opts.db {
-            c.call_ok(&[b"SELECT", db.as_bytes()])?;
-        }
-        clients.push(c);
     }
     Ok(clients)
+}
+
+/// AUTH and SELECT as configured. An error reply (a wrong password) is a failure of the run.
+fn prepare(opts: &Options, mut c: Client) -> Result<Client, String> {
+    if let Some(pass) = &opts.pass {
+        match &opts.user {
+            Some(user) => c.call_ok(&[b"AUTH", user.as_bytes(), pass.as_bytes()])?,
+            None => c.call_ok(&[b"AUTH", pass.as_bytes()])?,
+        };
+    }
+    if let Some(db) = &opts.db {
+        c.call_ok(&[b"SELECT", db.as_bytes()])?;
+    }
+    Ok(c)
 }
 
 /// Every PN-counter matching `pattern` in any deployment.
 fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, String> {
     let mut keys = BTreeSet::new();
-    for c in clients.iter_mut() {
+    for c in clients.iter_mut().filter(|c| c.down.is_none()) {
         let mut cursor = b"0".to_vec();
         loop {
-            let reply = c.call_ok(&[
+            let reply = match c.call_ok(&[
                 b"SCAN",
                 &cursor,
                 b"MATCH",
@@ -274,7 +347,12 @@ fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, Str
                 b"1000",
                 b"TYPE",
                 b"ctr-pncnt",
-            ])?;
+            ]) {
+                Ok(reply) => reply,
+                // Down now: the keys it listed so far are synced among the others.
+                Err(_) if c.down.is_some() => break,
+                Err(e) => return Err(e),
+            };
             let Reply::Array(Some(parts)) = reply else {
                 return Err(format!("{}: unexpected SCAN reply", c.name));
             };
@@ -297,29 +375,207 @@ fn scan(clients: &mut [Client], pattern: &[u8]) -> Result<BTreeSet<Vec<u8>>, Str
     Ok(keys)
 }
 
-/// Exchanges one key's state between all deployments. Returns the merges made.
-fn sync_key(clients: &mut [Client], key: &[u8]) -> Result<usize, String> {
-    let mut states: Vec<Option<Vec<u8>>> = Vec::with_capacity(clients.len());
-    for c in clients.iter_mut() {
-        match c.call_ok(&[b"PNC.STATE", key])? {
-            Reply::Bulk(state) => states.push(state),
-            other => return Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
+/// A call's failure: the deployment went down (skip it, the key goes on), or an error reply
+/// (the key fails).
+fn key_error(c: &Client, e: String) -> Option<String> {
+    c.down.is_none().then_some(e)
+}
+
+/// What a run remembers for the next one: per (source, target, key) the version of the
+/// source's state the target merged, per (deployment, key) the lineage (`epoch.incarnation`)
+/// of its versions, and the demand counters of `--rebalance`.
+#[derive(Default)]
+struct Memory {
+    delivered: HashMap<(String, String, Vec<u8>), String>,
+    lineage: HashMap<(String, Vec<u8>), String>,
+    demand: Demand,
+    runs: u64,
+    /// The deployments the previous run reached to its end.
+    reached: Option<Vec<String>>,
+}
+
+/// Every this many runs, whole states (a delta carries only what its deployment wrote; whole
+/// states also carry what a deployment that is gone wrote, to those that missed it).
+const WHOLE_STATES_EVERY: u64 = 10;
+
+/// One deployment's state of a key as read this run.
+#[derive(Clone)]
+struct StateRead {
+    /// Its version (None from a module without delta states).
+    version: Option<String>,
+    /// Whole (true) or only what changed since the version asked for.
+    full: bool,
+    blob: Option<Vec<u8>>,
+}
+
+/// A version's lineage and seq (`epoch.incarnation` and `seq`).
+fn split_version(v: &str) -> Option<(&str, u64)> {
+    let (lineage, seq) = v.rsplit_once('.')?;
+    Some((lineage, seq.parse().ok()?))
+}
+
+/// The version of `source`'s state that every reachable other deployment merged (the oldest
+/// of theirs), or None when one of them has none of this lineage: then the whole state.
+fn common_base(clients: &[Client], memory: &Memory, source: usize, key: &[u8]) -> Option<String> {
+    let mut oldest: Option<(String, u64, &String)> = None;
+    for (j, c) in clients.iter().enumerate() {
+        if j == source || c.down.is_some() {
+            continue;
+        }
+        let v =
+            memory
+                .delivered
+                .get(&(clients[source].name.clone(), c.name.clone(), key.to_vec()))?;
+        let (lineage, seq) = split_version(v)?;
+        match &oldest {
+            Some((l, _, _)) if l != lineage => return None,
+            Some((_, s, _)) if *s <= seq => {}
+            _ => oldest = Some((lineage.to_string(), seq, v)),
         }
     }
+    oldest.map(|(_, _, v)| v.clone())
+}
+
+/// Reads a key's state, as a delta from `since` when given. A module without delta states
+/// (an error to `SINCE`) is read whole.
+fn read_state(c: &mut Client, key: &[u8], since: Option<&str>) -> Result<StateRead, String> {
+    {
+        let since = since.unwrap_or("0");
+        match c.call(&[b"PNC.STATE", key, b"SINCE", since.as_bytes()])? {
+            Reply::Array(Some(parts)) => {
+                if let [Reply::Bulk(Some(v)), Reply::Bulk(Some(kind)), Reply::Bulk(blob)] =
+                    parts.as_slice()
+                {
+                    return Ok(StateRead {
+                        version: Some(String::from_utf8_lossy(v).into_owned()),
+                        full: kind.as_slice() != b"delta",
+                        blob: blob.clone(),
+                    });
+                }
+                return Err(format!("{}: unexpected PNC.STATE SINCE reply", c.name));
+            }
+            Reply::Error(e) if e.starts_with("WRONGTYPE") => {
+                return Err(format!("{}: {e}", c.name))
+            }
+            _ => {} // an older module: whole states
+        }
+    }
+    match c.call_ok(&[b"PNC.STATE", key])? {
+        Reply::Bulk(blob) => Ok(StateRead {
+            version: None,
+            full: true,
+            blob,
+        }),
+        other => Err(format!("{}: unexpected PNC.STATE reply {other:?}", c.name)),
+    }
+}
+
+/// An empty state (a delta with nothing in it).
+fn is_empty_state(blob: &[u8]) -> bool {
+    blob == [1, 0]
+}
+
+/// Exchanges one key's state between all reachable deployments. Returns the merges made and
+/// the bytes of state read and sent.
+fn sync_key(
+    clients: &mut [Client],
+    key: &[u8],
+    memory: &mut Memory,
+    whole: bool,
+) -> Result<(usize, usize), String> {
+    let mut reads: Vec<Option<StateRead>> = vec![None; clients.len()];
+    for i in 0..clients.len() {
+        let since = if whole {
+            None
+        } else {
+            common_base(clients, memory, i, key)
+        };
+        match read_state(&mut clients[i], key, since.as_deref()) {
+            Ok(read) => reads[i] = Some(read),
+            Err(e) => {
+                if let Some(e) = key_error(&clients[i], e) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // A deployment new to this key, or whose history of it restarted (a restart, the key
+    // deleted or restored older): what it was sent before no longer counts, and the deltas
+    // read for it are not enough: every other state is read whole again.
+    let mut lost = false;
+    for (i, read) in reads.iter().enumerate() {
+        let Some((lineage, _)) = read
+            .as_ref()
+            .and_then(|r| r.version.as_deref())
+            .and_then(split_version)
+        else {
+            continue;
+        };
+        let name = clients[i].name.clone();
+        if memory
+            .lineage
+            .insert((name.clone(), key.to_vec()), lineage.to_string())
+            .as_deref()
+            != Some(lineage)
+        {
+            memory
+                .delivered
+                .retain(|(_, target, k), _| !(target == &name && k == key));
+            lost = true;
+        }
+    }
+    if lost {
+        for i in 0..clients.len() {
+            if reads[i].as_ref().is_some_and(|r| !r.full) {
+                reads[i] = read_state(&mut clients[i], key, None).ok();
+            }
+        }
+    }
+    let mut bytes: usize = reads
+        .iter()
+        .flatten()
+        .filter_map(|r| r.blob.as_ref())
+        .map(Vec::len)
+        .sum();
     let mut merges = 0;
-    for (i, c) in clients.iter_mut().enumerate() {
+    let names: Vec<String> = clients.iter().map(|c| c.name.clone()).collect();
+    for (j, c) in clients.iter_mut().enumerate() {
         let mut sent: Vec<&Vec<u8>> = Vec::new();
-        for (j, state) in states.iter().enumerate() {
-            let Some(state) = state else { continue };
-            if i == j || states[i].as_ref() == Some(state) || sent.contains(&state) {
+        let own = reads[j]
+            .as_ref()
+            .filter(|r| r.full)
+            .and_then(|r| r.blob.as_ref());
+        for (i, read) in reads.iter().enumerate() {
+            let Some(read) = read else { continue };
+            if c.down.is_some() {
+                break;
+            }
+            if i == j {
                 continue;
             }
-            c.call_ok(&[b"PNC.MERGE", key, state])?;
-            sent.push(state);
-            merges += 1;
+            let delivered = (!is_empty_state(read.blob.as_deref().unwrap_or(&[1, 0])))
+                .then_some(read.blob.as_ref())
+                .flatten();
+            if let Some(state) =
+                delivered.filter(|s| !(sent.contains(s) || read.full && own == Some(*s)))
+            {
+                match c.call_ok(&[b"PNC.MERGE", key, state]) {
+                    Ok(_) => merges += 1,
+                    Err(e) => match key_error(c, e) {
+                        Some(e) => return Err(e),
+                        None => break,
+                    },
+                }
+                bytes += state.len();
+                sent.push(state);
+            }
+            if let Some(v) = &read.version {
+                let pair = (names[i].clone(), c.name.clone(), key.to_vec());
+                memory.delivered.insert(pair, v.clone());
+            }
         }
     }
-    Ok(merges)
+    Ok((merges, bytes))
 }
 
 fn values(clients: &mut [Client], key: &[u8]) -> String {
@@ -335,29 +591,239 @@ fn values(clients: &mut [Client], key: &[u8]) -> String {
         .join(" ")
 }
 
-/// One pass over every key. Returns (keys, merges, failures).
-fn run_once(opts: &Options, clients: &mut [Client]) -> Result<(usize, usize, usize), String> {
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy)]
+struct RunSummary {
+    keys: usize,
+    merges: usize,
+    failures: usize,
+    unreachable: usize,
+    rights_moved: i64,
+    /// Bytes of state read and sent (deltas or whole states).
+    state_bytes: usize,
+}
+
+/// How often a long run reports its progress (stderr).
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// One pass over every key.
+fn run_once(
+    opts: &Options,
+    clients: &mut [Client],
+    memory: &mut Memory,
+) -> Result<RunSummary, String> {
     let mut keys: BTreeSet<Vec<u8>> = opts.keys.iter().cloned().collect();
     if let Some(pattern) = &opts.pattern {
         keys.extend(scan(clients, pattern)?);
     }
-    let (mut merges, mut failures) = (0, 0);
-    for key in &keys {
+    let mut run = RunSummary {
+        keys: keys.len(),
+        ..RunSummary::default()
+    };
+    // Whole states on the first run, every few runs, and whenever the deployments reached
+    // changed (after a partition, what the others wrote meanwhile reaches those that missed it).
+    let reached = |clients: &[Client]| -> Vec<String> {
+        clients
+            .iter()
+            .filter(|c| c.down.is_none())
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let whole = opts.full
+        || memory.runs.is_multiple_of(WHOLE_STATES_EVERY)
+        || memory.reached.as_ref() != Some(&reached(clients));
+    memory.runs += 1;
+    let mut reported = Instant::now();
+    for (done, key) in keys.iter().enumerate() {
+        if reported.elapsed() >= PROGRESS_EVERY {
+            warn(&format!(
+                "progress: {done}/{} keys, {} merge(s)",
+                keys.len(),
+                run.merges
+            ));
+            reported = Instant::now();
+        }
         let name = String::from_utf8_lossy(key);
-        match sync_key(clients, key) {
-            Ok(n) => {
-                merges += n;
+        match sync_key(clients, key, memory, whole) {
+            Ok((n, bytes)) => {
+                run.merges += n;
+                run.state_bytes += bytes;
+                if opts.rebalance {
+                    run.rights_moved += rebalance_key(clients, key, &mut memory.demand);
+                }
                 if opts.verbose {
                     say(&format!("{name}: {}", values(clients, key)));
                 }
             }
             Err(e) => {
-                failures += 1;
+                run.failures += 1;
                 warn(&format!("{name}: {e}"));
             }
         }
     }
-    Ok((keys.len(), merges, failures))
+    memory.reached = Some(reached(clients));
+    run.unreachable = clients.iter().filter(|c| c.down.is_some()).count();
+    for c in clients.iter().filter(|c| c.down.is_some()) {
+        say(&format!(
+            "pnc-sync: {} unreachable: not synced in this run",
+            c.name
+        ));
+    }
+    Ok(run)
+}
+
+/// Each deployment's demand counters (units refused plus decremented, as `PNC.INFO` shows
+/// them) per key at the previous run: what it spent or asked for since is its demand.
+type Demand = HashMap<(String, Vec<u8>), u64>;
+
+/// What `PNC.INFO` says of a floored counter in one deployment.
+struct RightsView {
+    id: Vec<u8>,
+    rights: i64,
+    /// Units refused here plus units this deployment's own id decremented, ever.
+    spent_or_refused: u64,
+}
+
+fn field<'a>(pairs: &'a [Reply], name: &str) -> Option<&'a Reply> {
+    pairs
+        .chunks(2)
+        .find(|kv| {
+            kv[0] == Reply::Bulk(Some(name.as_bytes().to_vec()))
+                || kv[0] == Reply::Status(name.into())
+        })
+        .and_then(|kv| kv.get(1))
+}
+
+fn rights_view(info: &Reply) -> Option<RightsView> {
+    let Reply::Array(Some(pairs)) = info else {
+        return None;
+    };
+    let Some(Reply::Bulk(Some(id))) = field(pairs, "replica-id") else {
+        return None;
+    };
+    let Some(Reply::Int(rights)) = field(pairs, "rights") else {
+        return None;
+    };
+    let refused = match field(pairs, "refused") {
+        Some(Reply::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let own_n = match field(pairs, "replicas") {
+        Some(Reply::Array(Some(replicas))) => replicas
+            .iter()
+            .filter_map(|r| match r {
+                Reply::Array(Some(kv))
+                    if field(kv, "id") == Some(&Reply::Bulk(Some(id.clone()))) =>
+                {
+                    match field(kv, "n") {
+                        Some(Reply::Int(n)) => u64::try_from(*n).ok(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .next()
+            .unwrap_or(0),
+        _ => 0,
+    };
+    Some(RightsView {
+        id: id.clone(),
+        rights: *rights,
+        spent_or_refused: refused.saturating_add(own_n),
+    })
+}
+
+/// Moves rights of one floored key by the demand rule: each gift is a `PNC.GIVE` on its
+/// giver, whose state then goes to the receiver. Returns the rights moved.
+fn rebalance_key(clients: &mut [Client], key: &[u8], demand: &mut Demand) -> i64 {
+    let mut views: Vec<(usize, RightsView)> = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        if let Ok(info) = c.call_ok(&[b"PNC.INFO", key]) {
+            if let Some(view) = rights_view(&info) {
+                views.push((i, view));
+            }
+        }
+    }
+    let holders: Vec<demand::Holder> = views
+        .iter()
+        .map(|(i, v)| {
+            let seen = demand.insert((clients[*i].name.clone(), key.to_vec()), v.spent_or_refused);
+            demand::Holder {
+                rights: v.rights,
+                demand: v.spent_or_refused.saturating_sub(seen.unwrap_or(0)),
+            }
+        })
+        .collect();
+    let mut moved = 0;
+    for gift in demand::plan(&holders) {
+        let ((from, giver), (to, receiver)) = (&views[gift.from], &views[gift.to]);
+        let amount = gift.amount.to_string();
+        let given = clients[*from].call_ok(&[b"PNC.GIVE", key, &receiver.id, amount.as_bytes()]);
+        if !matches!(given, Ok(Reply::Int(_))) {
+            continue; // its rights changed since it was read, or it went down
+        }
+        let state = match clients[*from].call_ok(&[b"PNC.STATE", key]) {
+            Ok(Reply::Bulk(Some(state))) => state,
+            _ => continue, // the gift travels with the next run's states
+        };
+        let _ = clients[*to].call_ok(&[b"PNC.MERGE", key, &state]);
+        moved += gift.amount;
+        say(&format!(
+            "{}: {} rights from {} to {}",
+            String::from_utf8_lossy(key),
+            gift.amount,
+            String::from_utf8_lossy(&giver.id),
+            String::from_utf8_lossy(&receiver.id)
+        ));
+    }
+    moved
+}
+
+/// The run's metrics, in the Prometheus text format (for a textfile collector).
+fn metrics_text(
+    run: &RunSummary,
+    round_secs: f64,
+    now: f64,
+    last_full: Option<f64>,
+    started: f64,
+) -> String {
+    let lag = now - last_full.unwrap_or(started);
+    format!(
+        "# HELP pnc_sync_last_run_timestamp_seconds When the last run ended.\n\
+         pnc_sync_last_run_timestamp_seconds {now:.3}\n\
+         # HELP pnc_sync_last_full_sync_timestamp_seconds When a run last reached every deployment with no key failing (0: never).\n\
+         pnc_sync_last_full_sync_timestamp_seconds {:.3}\n\
+         # HELP pnc_sync_lag_seconds Seconds since every deployment was last brought in sync.\n\
+         pnc_sync_lag_seconds {lag:.3}\n\
+         pnc_sync_run_seconds {round_secs:.3}\n\
+         pnc_sync_keys {}\n\
+         pnc_sync_merges {}\n\
+         pnc_sync_failures {}\n\
+         pnc_sync_unreachable {}\n\
+         pnc_sync_rights_moved {}\n\
+         pnc_sync_state_bytes {}\n",
+        last_full.unwrap_or(0.0),
+        run.keys,
+        run.merges,
+        run.failures,
+        run.unreachable,
+        run.rights_moved,
+        run.state_bytes
+    )
+}
+
+/// Writes `text` to `path` through a temporary file and a rename (a reader never sees half).
+fn write_metrics(path: &str, text: &str) {
+    let tmp = format!("{path}.tmp");
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
+        warn(&format!("{path}: {e}"));
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Prints a line; a closed stdout (`pnc-sync ... | head`) is not an error worth a panic.
@@ -382,32 +848,56 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut memory = Memory::default();
+    let mut runs: u64 = 0;
+    let started = unix_now();
+    let mut last_full: Option<f64> = None;
     loop {
-        let outcome = connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients));
-        match outcome {
-            Ok((keys, merges, failures)) => {
+        let began = Instant::now();
+        let outcome =
+            connect_all(&opts).and_then(|mut clients| run_once(&opts, &mut clients, &mut memory));
+        let status = match outcome {
+            Ok(run) => {
                 say(&format!(
-                    "pnc-sync: {keys} key(s), {merges} merge(s), {failures} failure(s) across {} deployments",
-                    opts.endpoints.len()
-                ));
-                if opts.interval.is_none() {
-                    return if failures == 0 {
-                        ExitCode::SUCCESS
+                    "pnc-sync: {} key(s), {} merge(s), {} failure(s), {} unreachable of {} deployments, {} bytes of state{}",
+                    run.keys,
+                    run.merges,
+                    run.failures,
+                    run.unreachable,
+                    opts.endpoints.len(),
+                    run.state_bytes,
+                    if opts.rebalance {
+                        format!(", {} rights moved", run.rights_moved)
                     } else {
-                        ExitCode::from(1)
-                    };
+                        String::new()
+                    }
+                ));
+                let now = unix_now();
+                if run.failures == 0 && run.unreachable == 0 {
+                    last_full = Some(now);
+                }
+                if let Some(path) = &opts.metrics_file {
+                    let secs = began.elapsed().as_secs_f64();
+                    write_metrics(path, &metrics_text(&run, secs, now, last_full, started));
+                }
+                if run.failures > 0 {
+                    1
+                } else if run.unreachable > 0 {
+                    3
+                } else {
+                    0
                 }
             }
             Err(e) => {
                 warn(&e);
-                if opts.interval.is_none() {
-                    return ExitCode::from(3);
-                }
+                1
             }
-        }
-        if let Some(interval) = opts.interval {
-            std::thread::sleep(interval);
-        }
+        };
+        runs += 1;
+        let Some(interval) = opts.interval.filter(|_| opts.runs.is_none_or(|n| runs < n)) else {
+            return ExitCode::from(status);
+        };
+        std::thread::sleep(interval);
     }
 }
 
@@ -431,10 +921,15 @@ mod tests {
             "-v",
             "--db",
             "2",
+            "--rebalance",
+            "--metrics-file",
+            "m.prom",
             "h1:1",
             "[::1]:2",
         ]))
         .unwrap();
+        assert!(o.rebalance);
+        assert_eq!(o.metrics_file.as_deref(), Some("m.prom"));
         assert_eq!(o.keys, vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(o.pattern.as_deref(), Some(&b"p:*"[..]));
         assert_eq!(o.endpoints, vec!["h1:1", "[::1]:2"]);
@@ -453,9 +948,84 @@ mod tests {
             &["--interval", "nan", "--key", "a", "h:1", "h:2"],
             &["--db", "x", "--key", "a", "h:1", "h:2"],
             &["--user", "u", "--key", "a", "h:1", "h:2"],
+            &["--metrics-file"],
         ] {
             assert!(parse_args(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn reads_a_floored_counters_rights_and_demand_from_pnc_info() {
+        let slot = |id: &str, p: i64, n: i64| {
+            Reply::Array(Some(vec![
+                bulk("id"),
+                bulk(id),
+                bulk("p"),
+                Reply::Int(p),
+                bulk("n"),
+                Reply::Int(n),
+            ]))
+        };
+        let info = Reply::Array(Some(vec![
+            bulk("value"),
+            Reply::Int(90),
+            bulk("replica-id"),
+            bulk("eu"),
+            bulk("home"),
+            bulk("eu"),
+            bulk("replicas"),
+            Reply::Array(Some(vec![slot("eu", 0, 7), slot("us", 100, 3)])),
+            bulk("floor"),
+            Reply::Int(0),
+            bulk("floor-level"),
+            Reply::Int(0),
+            bulk("rights"),
+            Reply::Int(13),
+            bulk("refused"),
+            Reply::Int(5),
+        ]));
+        let view = rights_view(&info).unwrap();
+        assert_eq!(view.id, b"eu");
+        assert_eq!(view.rights, 13);
+        assert_eq!(
+            view.spent_or_refused, 12,
+            "7 decremented by eu plus 5 refused"
+        );
+        // A plain counter (no rights field) is not rebalanced.
+        let plain = Reply::Array(Some(vec![
+            bulk("value"),
+            Reply::Int(1),
+            bulk("replica-id"),
+            bulk("eu"),
+        ]));
+        assert!(rights_view(&plain).is_none());
+    }
+
+    #[test]
+    fn metrics_say_how_long_since_everything_was_in_sync() {
+        let run = RunSummary {
+            keys: 3,
+            merges: 4,
+            failures: 0,
+            unreachable: 1,
+            rights_moved: 9,
+            state_bytes: 40,
+        };
+        let text = metrics_text(&run, 0.25, 1000.0, Some(940.0), 900.0);
+        for line in [
+            "pnc_sync_lag_seconds 60.000",
+            "pnc_sync_unreachable 1",
+            "pnc_sync_rights_moved 9",
+            "pnc_sync_last_full_sync_timestamp_seconds 940.000",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        let never = metrics_text(&run, 0.25, 1000.0, None, 900.0);
+        assert!(never.contains("pnc_sync_lag_seconds 100.000"), "{never}");
     }
 
     #[test]

@@ -23,6 +23,8 @@ mod home_names;
 mod keyspace;
 pub mod parse;
 pub mod pnc;
+pub mod pnc_bound;
+pub mod pnc_delta;
 mod read_links;
 mod replication_gate;
 pub mod slot_migration;
@@ -444,7 +446,7 @@ pub static COMMANDS: &[CommandDef] = &[
         keys: SINGLE_KEY,
         access: KeyAccess::Read,
         keyword_keys: &[],
-        arity: 2,
+        arity: -2,
         summary: c"Returns the versioned binary state of a PN-counter, for PNC.MERGE elsewhere.",
         complexity: c"O(R) where R is the number of replica ids in the counter",
         since: c"0.1.0",
@@ -486,14 +488,50 @@ pub static COMMANDS: &[CommandDef] = &[
         since: c"0.1.0",
     },
     CommandDef {
+        name: c"pnc.floor",
+        entry: entry!(pnc_bound::floor),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 3,
+        summary: c"Sets, moves or removes the floor of a PN-counter's sum over every deployment.",
+        complexity: c"O(R) where R is the number of replica ids and transfers in the counter",
+        since: c"0.8.0",
+    },
+    CommandDef {
+        name: c"pnc.decrfloor",
+        entry: entry!(pnc_bound::decrfloor),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: -3,
+        summary: c"Decrements a PN-counter from this deployment's rights only; nil when they do not cover it.",
+        complexity: c"O(R + T) where R is the number of replica ids and transfers, T the tokens remembered",
+        since: c"0.8.0",
+    },
+    CommandDef {
+        name: c"pnc.give",
+        entry: entry!(pnc_bound::give),
+        flags: c"write deny-oom",
+        keys: SINGLE_KEY,
+        access: KeyAccess::Update,
+        keyword_keys: &[],
+        arity: 4,
+        summary: c"Moves decrement rights of a floored PN-counter from this deployment to another.",
+        complexity: c"O(R) where R is the number of replica ids and transfers in the counter",
+        since: c"0.8.0",
+    },
+    CommandDef {
         name: c"pnc.apply",
         entry: entry!(pnc::apply),
         flags: c"write deny-oom fast",
         keys: SINGLE_KEY,
         access: KeyAccess::Update,
         keyword_keys: &[],
-        arity: 5,
-        summary: c"Internal: the replicated effect of PNC.ADD and PNC.CLEAR on one replica id.",
+        arity: -5,
+        summary: c"Internal: the replicated effect of PNC.ADD, PNC.CLEAR and PNC.DECRFLOOR on one replica id.",
         complexity: c"O(log R) where R is the number of replica ids in the counter",
         since: c"0.1.0",
     },

@@ -46,7 +46,7 @@ fn blob_hint(blob: &[u8]) -> &'static str {
     }
 }
 
-fn check_arity(args: &Args, n: usize, name: &str) -> Result<(), CommandError> {
+pub(super) fn check_arity(args: &Args, n: usize, name: &str) -> Result<(), CommandError> {
     if args.len() == n {
         Ok(())
     } else {
@@ -55,7 +55,7 @@ fn check_arity(args: &Args, n: usize, name: &str) -> Result<(), CommandError> {
 }
 
 /// Runs `f` on the counter at `key` (None when missing), or WRONGTYPE.
-fn read<R>(
+pub(super) fn read<R>(
     ctx: Ctx,
     key: RawString,
     f: impl FnOnce(Option<&PnCounter>) -> R,
@@ -70,14 +70,14 @@ fn read<R>(
 }
 
 /// What a write did: its reply value and whether the keyspace changed.
-struct Outcome<R> {
-    result: R,
-    changed: bool,
+pub(super) struct Outcome<R> {
+    pub(super) result: R,
+    pub(super) changed: bool,
 }
 
 /// Runs `f` on the counter at `key`, or on a new empty one when the key is missing (stored only
 /// when `f` reports a change). `f` must change nothing when it fails.
-fn write<R>(
+pub(super) fn write<R>(
     ctx: Ctx,
     key: RawString,
     f: impl FnOnce(&mut PnCounter, bool) -> Result<Outcome<R>, CommandError>,
@@ -109,7 +109,7 @@ fn write<R>(
 /// How PNC.ADD and PNC.CLEAR run: as a local write to this deployment's own slot, or as the
 /// replay of a write its master (or the AOF) already decided.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
+pub(super) enum Origin {
     Local,
     /// Sent by our master or replayed from the AOF.
     Replayed,
@@ -117,7 +117,7 @@ enum Origin {
 
 /// Where a local write runs. A replica has no slot of its own (its master's writes arrive as
 /// PNC.APPLY or as the replayed command): only writable replicas ever get as far as refusing.
-fn origin(ctx: Ctx, name: &str) -> Result<Origin, CommandError> {
+pub(super) fn origin(ctx: Ctx, name: &str) -> Result<Origin, CommandError> {
     if crate::ffi::known_primary() {
         return Ok(Origin::Local);
     }
@@ -151,11 +151,27 @@ fn decimal(v: i128, buf: &mut [u8; 40]) -> &[u8] {
 
 /// Replicates a local write to this deployment's slot as its deterministic effect.
 fn replicate_apply(ctx: Ctx, key: RawString, home: &Home, delta: i64) {
+    replicate_apply_with(ctx, key, home, delta, &[]);
+}
+
+/// `PNC.APPLY key id generation delta` followed by `extra` (a `TOKEN` record).
+pub(super) fn replicate_apply_with(
+    ctx: Ctx,
+    key: RawString,
+    home: &Home,
+    delta: i64,
+    extra: &[&[u8]],
+) {
     let (mut gen_buf, mut delta_buf) = ([0u8; 40], [0u8; 40]);
     let gen = decimal(i128::from(home.gen), &mut gen_buf);
     let delta = decimal(i128::from(delta), &mut delta_buf);
-    let args: [&[u8]; 3] = [home.id.as_bytes(), gen, delta];
-    if !ctx.replicate(APPLY_COMMAND, key, &args) {
+    let head: [&[u8]; 3] = [home.id.as_bytes(), gen, delta];
+    let sent = if extra.is_empty() {
+        ctx.replicate(APPLY_COMMAND, key, &head)
+    } else {
+        ctx.replicate(APPLY_COMMAND, key, &[&head[..], extra].concat())
+    };
+    if !sent {
         ctx.log_warning("ctr: the server refused to replicate PNC.APPLY");
     }
 }
@@ -188,6 +204,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     let mut delta = 0;
     let outcome = write(ctx, args.raw(1), |c, existed| {
         delta = integer(args.bytes(2))?;
+        super::pnc_bound::check_floor_allows(c, &current.id, delta)?;
         if c.home() == Some(current) {
             // The home record is set, so this always adds.
             let value = c.add_at_home(delta).ok_or(NO_HOME_TO_REPLAY)??;
@@ -254,8 +271,14 @@ pub fn get(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Integer(value))
 }
 
-/// PNC.STATE key
+/// PNC.STATE key [SINCE version]
 pub fn state(ctx: Ctx, args: &Args) -> CommandResult {
+    if args.len() == 4 && args.bytes(2).eq_ignore_ascii_case(b"SINCE") {
+        return super::pnc_delta::state_since(ctx, args);
+    }
+    if args.len() > 2 {
+        return Err(super::parse::SYNTAX_ERROR);
+    }
     check_arity(args, 2, "pnc.state")?;
     read(ctx, args.raw(1), |c| {
         c.map_or(Reply::Null, |c| Reply::Bulk(pnc_format::encode_state(c)))
@@ -304,6 +327,9 @@ pub fn clear(ctx: Ctx, args: &Args) -> CommandResult {
                 changed: false,
             });
         }
+        if c.floor().is_some() {
+            return Err(super::pnc_bound::CLEAR_UNDER_FLOOR);
+        }
         let before = c.observed_reset(&home.id)?;
         let changed = before != 0;
         if changed {
@@ -329,7 +355,8 @@ fn bulk_or_null(id: Option<&ReplicaId>) -> Reply {
 /// PNC.INFO key
 pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
     check_arity(args, 2, "pnc.info")?;
-    let replica_id = bulk_or_null(identity().current().map(|h| &h.id));
+    let in_use = identity().current().map(|h| h.id.clone());
+    let replica_id = bulk_or_null(in_use.as_ref());
     read(ctx, args.raw(1), |c| {
         let (value, home, replicas) = match c {
             None => (0, Reply::Null, Vec::new()),
@@ -349,19 +376,30 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
                     .collect(),
             ),
         };
-        Reply::Map(vec![
+        let mut fields = vec![
             ("value", Reply::Integer(value)),
             ("replica-id", replica_id),
             ("home", home),
             ("replicas", Reply::Array(replicas)),
-        ])
+        ];
+        if let Some(c) = c.filter(|c| c.bound().is_some()) {
+            fields.extend(super::pnc_bound::info_fields(
+                c,
+                in_use.as_ref(),
+                args.bytes(1),
+            ));
+        }
+        Reply::Map(fields)
     })
 }
 
 /// PNC.APPLY key id generation delta (internal: the replicated effect of PNC.ADD/PNC.CLEAR).
 pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     super::ctr_internal::refuse_client_call(ctx, "PNC.APPLY")?;
-    check_arity(args, 5, "pnc.apply")?;
+    if args.len() != 5 && args.len() != 9 {
+        return Err(crate::commands::wrong_arity("pnc.apply"));
+    }
+    let token = super::pnc_bound::applied_token(args)?;
     let id = ReplicaId::parse(args.bytes(2))
         .map_err(|e| CommandError(format!("ERR invalid replica id: {e}").into()))?;
     let gen = parse_i64(args.bytes(3))
@@ -375,6 +413,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     let outcome = write(ctx, args.raw(1), |c, _| {
         let value = c.add(&home.id, delta)?;
         c.set_home(Some(home.clone()));
+        if let Some(record) = token {
+            c.record_token(record.entry(value));
+        }
         Ok(Outcome {
             result: value,
             changed: true,

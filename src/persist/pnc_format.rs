@@ -11,6 +11,19 @@
 //! stored form: STATE blob, then the home record: u8 0 (none) | u8 1, varint id_len, id bytes,
 //!              varint generation (>= 1)
 //! ```
+//! Version 2 (a bounded counter: a floor, rights transfers or a token ledger; a counter with
+//! none of them still encodes as version 1, byte for byte):
+//! ```text
+//! STATE blob:  u8 version (= 2), varint count, count x entry (as version 1), then
+//!              switch:    u8 0 | u8 1, varint epoch, varint setter_len, setter, u8 on (0/1)
+//!              moves:     varint count (0..=1024) x { varint id_len, id, varint raised,
+//!                         varint lowered }                       ids strictly ascending
+//!              transfers: varint count (0..=4096) x { varint from_len, from, varint to_len,
+//!                         to, varint amount }      (from, to) strictly ascending, from != to
+//! stored form: STATE blob, home record (as version 1), then the ledger:
+//!              varint count (0..=1024) x { varint token_len (1..=256), token,
+//!                         zigzag varint amount, u8 0 (refused) | u8 1, zigzag varint reply }
+//! ```
 //! The entries are exactly bincode's encoding of `Vec<(&str, u64, u64)>`. Nothing may follow
 //! the last field. A decoder refuses, before building anything: an unknown version, a blob over
 //! [`MAX_STATE_BYTES`], a count over [`MAX_REPLICAS`] or larger than the bytes left could hold,
@@ -21,10 +34,19 @@
 use bincode::{BorrowDecode, Encode};
 
 use super::codec::{decode_error, DecodeError};
-use crate::pncounter::{Entry, Home, PnCounter, ReplicaId, MAX_ID_LEN, MAX_REPLICAS};
+use crate::pncounter::bound::{LEDGER_CAPACITY, MAX_TRANSFERS};
+use crate::pncounter::{
+    Bound, Entry, FloorMove, FloorSwitch, Home, LedgerEntry, PnCounter, ReplicaId, Transfer,
+    MAX_ID_LEN, MAX_REPLICAS,
+};
+
+/// Longest `PNC.DECRFLOOR` token.
+pub const MAX_TOKEN_LEN: usize = 256;
 
 pub const VERSION_1: u8 = 1;
-pub const CURRENT_VERSION: u8 = VERSION_1;
+/// A bounded counter (floor, transfers, ledger).
+pub const VERSION_2: u8 = 2;
+pub const CURRENT_VERSION: u8 = VERSION_2;
 
 /// Largest blob accepted (a full 1024-replica state with 64-byte ids is about 85 KB).
 pub const MAX_STATE_BYTES: usize = 128 * 1024;
@@ -47,6 +69,34 @@ struct WireEntry<'a> {
 }
 
 #[derive(Encode, BorrowDecode)]
+struct WireSwitch<'a> {
+    epoch: u64,
+    setter: &'a str,
+    on: bool,
+}
+
+#[derive(Encode, BorrowDecode)]
+struct WireMove<'a> {
+    id: &'a str,
+    raised: u64,
+    lowered: u64,
+}
+
+#[derive(Encode, BorrowDecode)]
+struct WireTransfer<'a> {
+    from: &'a str,
+    to: &'a str,
+    amount: u64,
+}
+
+#[derive(Encode, BorrowDecode)]
+struct WireToken<'a> {
+    token: &'a [u8],
+    amount: i64,
+    reply: Option<i64>,
+}
+
+#[derive(Encode, BorrowDecode)]
 struct WireHome<'a> {
     id: &'a str,
     gen: u64,
@@ -62,19 +112,50 @@ fn put<E: Encode>(out: &mut Vec<u8>, value: E) {
 pub fn encode_state(counter: &PnCounter) -> Vec<u8> {
     let entries = counter.entries();
     let mut out = Vec::with_capacity(3 + entries.len() * 24);
-    out.push(CURRENT_VERSION);
-    put(&mut out, entries.len() as u64);
-    for e in entries {
-        put(
-            &mut out,
-            WireEntry {
-                id: e.id.as_str(),
-                p: e.p,
-                n: e.n,
-            },
-        );
+    out.push(if counter.bound().is_some() {
+        VERSION_2
+    } else {
+        VERSION_1
+    });
+    put_all(&mut out, entries, |e| WireEntry {
+        id: e.id.as_str(),
+        p: e.p,
+        n: e.n,
+    });
+    if let Some(bound) = counter.bound() {
+        put_bound(&mut out, bound);
     }
     out
+}
+
+/// The merged part of a bounded counter (version 2).
+fn put_bound(out: &mut Vec<u8>, bound: &Bound) {
+    put(
+        out,
+        bound.switch.as_ref().map(|s| WireSwitch {
+            epoch: s.epoch,
+            setter: s.setter.as_str(),
+            on: s.on,
+        }),
+    );
+    put_all(out, &bound.moves, |m| WireMove {
+        id: m.id.as_str(),
+        raised: m.raised,
+        lowered: m.lowered,
+    });
+    put_all(out, &bound.transfers, |t| WireTransfer {
+        from: t.from.as_str(),
+        to: t.to.as_str(),
+        amount: t.amount,
+    });
+}
+
+/// A list: its length, then each item as `wire` makes it.
+fn put_all<'a, T, W: Encode>(out: &mut Vec<u8>, items: &'a [T], wire: impl Fn(&'a T) -> W) {
+    put(out, items.len() as u64);
+    for item in items {
+        put(out, wire(item));
+    }
 }
 
 /// The stored form: the state blob plus the home record.
@@ -87,6 +168,13 @@ pub fn encode_stored(counter: &PnCounter) -> Vec<u8> {
             gen: h.gen,
         }),
     );
+    if let Some(bound) = counter.bound() {
+        put_all(&mut out, &bound.ledger, |e| WireToken {
+            token: &e.token,
+            amount: e.amount,
+            reply: e.reply,
+        });
+    }
     out
 }
 
@@ -94,17 +182,22 @@ pub fn encode_stored(counter: &PnCounter) -> Vec<u8> {
 pub fn decode_state(buf: &[u8]) -> Result<PnCounter, DecodeError> {
     let mut r = BlobReader::new(buf)?;
     let entries = r.entries()?;
+    let bound = r.bound()?;
     r.finish(true)?;
-    PnCounter::from_entries(entries, None).or_else(|e| decode_error(e.message()))
+    PnCounter::from_parts(entries, None, bound).or_else(|e| decode_error(e.message()))
 }
 
 /// Decodes and validates the stored form.
 pub fn decode_stored(buf: &[u8]) -> Result<PnCounter, DecodeError> {
     let mut r = BlobReader::new(buf)?;
     let entries = r.entries()?;
+    let mut bound = r.bound()?;
     let home = r.home()?;
+    if let Some(b) = bound.as_mut() {
+        b.ledger = r.ledger()?;
+    }
     r.finish(false)?;
-    PnCounter::from_entries(entries, home).or_else(|e| decode_error(e.message()))
+    PnCounter::from_parts(entries, home, bound).or_else(|e| decode_error(e.message()))
 }
 
 fn bincode_error(e: bincode::error::DecodeError) -> DecodeError {
@@ -124,6 +217,7 @@ fn bincode_error(e: bincode::error::DecodeError) -> DecodeError {
 struct BlobReader<'a> {
     buf: &'a [u8],
     pos: usize,
+    version: u8,
 }
 
 impl<'a> BlobReader<'a> {
@@ -133,9 +227,13 @@ impl<'a> BlobReader<'a> {
         }
         match buf.first() {
             None => decode_error("empty"),
-            Some(&VERSION_1) => Ok(BlobReader { buf, pos: 1 }),
+            Some(&version @ (VERSION_1 | VERSION_2)) => Ok(BlobReader {
+                buf,
+                pos: 1,
+                version,
+            }),
             Some(&v) => decode_error(format!(
-                "unsupported version {v} (this module reads version {CURRENT_VERSION})"
+                "unsupported version {v} (this module reads versions 1 to {CURRENT_VERSION})"
             )),
         }
     }
@@ -151,15 +249,23 @@ impl<'a> BlobReader<'a> {
         Ok(value)
     }
 
-    fn entries(&mut self) -> Result<Vec<Entry>, DecodeError> {
+    /// A list's count, bounded by `max` and by the bytes left (each item at least
+    /// `min_bytes`), before anything is allocated for it.
+    fn count(&mut self, max: usize, min_bytes: usize, what: &str) -> Result<usize, DecodeError> {
         let count: u64 = self.next()?;
-        // Bound the count before allocating anything for it.
-        let Some(count) = usize::try_from(count).ok().filter(|c| *c <= MAX_REPLICAS) else {
-            return decode_error(format!("{count} replica ids (at most {MAX_REPLICAS})"));
+        let Some(count) = usize::try_from(count).ok().filter(|c| *c <= max) else {
+            return decode_error(format!("{count} {what} (at most {max})"));
         };
-        if count.saturating_mul(MIN_ENTRY_BYTES) > self.rest().len() {
-            return decode_error("truncated (fewer bytes than its replica count needs)");
+        if count.saturating_mul(min_bytes) > self.rest().len() {
+            return decode_error(format!(
+                "truncated (fewer bytes than its {what} count needs)"
+            ));
         }
+        Ok(count)
+    }
+
+    fn entries(&mut self) -> Result<Vec<Entry>, DecodeError> {
+        let count = self.count(MAX_REPLICAS, MIN_ENTRY_BYTES, "replica ids")?;
         let mut entries = Vec::with_capacity(count);
         for _ in 0..count {
             let wire: WireEntry = self.next()?;
@@ -171,6 +277,65 @@ impl<'a> BlobReader<'a> {
             });
         }
         Ok(entries)
+    }
+
+    /// The merged part of a bounded counter (version 2; None in version 1).
+    fn bound(&mut self) -> Result<Option<Bound>, DecodeError> {
+        if self.version == VERSION_1 {
+            return Ok(None);
+        }
+        let switch: Option<WireSwitch> = self.next()?;
+        let switch = match switch {
+            Some(s) => Some(FloorSwitch {
+                epoch: s.epoch,
+                setter: parse_id(s.setter)?,
+                on: s.on,
+            }),
+            None => None,
+        };
+        let count = self.count(MAX_REPLICAS, 4, "floor moves")?;
+        let mut moves = Vec::with_capacity(count);
+        for _ in 0..count {
+            let m: WireMove = self.next()?;
+            moves.push(FloorMove {
+                id: parse_id(m.id)?,
+                raised: m.raised,
+                lowered: m.lowered,
+            });
+        }
+        let count = self.count(MAX_TRANSFERS, 5, "transfers")?;
+        let mut transfers = Vec::with_capacity(count);
+        for _ in 0..count {
+            let t: WireTransfer = self.next()?;
+            transfers.push(Transfer {
+                from: parse_id(t.from)?,
+                to: parse_id(t.to)?,
+                amount: t.amount,
+            });
+        }
+        Ok(Some(Bound {
+            switch,
+            moves,
+            transfers,
+            ledger: Vec::new(),
+        }))
+    }
+
+    fn ledger(&mut self) -> Result<Vec<LedgerEntry>, DecodeError> {
+        let count = self.count(LEDGER_CAPACITY, 4, "ledger tokens")?;
+        let mut ledger = Vec::with_capacity(count);
+        for _ in 0..count {
+            let t: WireToken = self.next()?;
+            if t.token.is_empty() || t.token.len() > MAX_TOKEN_LEN {
+                return decode_error("a ledger token of 0 or more than 256 bytes");
+            }
+            ledger.push(LedgerEntry {
+                token: t.token.into(),
+                amount: t.amount,
+                reply: t.reply,
+            });
+        }
+        Ok(ledger)
     }
 
     fn home(&mut self) -> Result<Option<Home>, DecodeError> {
@@ -222,6 +387,58 @@ mod tests {
         c.add(&id("ap.south_1"), i64::MAX).unwrap();
         c.add(&id("us-east"), 5).unwrap();
         c
+    }
+
+    /// A bounded counter: floor, transfers and a ledger (version 2).
+    fn bounded_sample() -> PnCounter {
+        let mut c = sample();
+        let (eu, us) = (id("eu-west"), id("ap.south_1"));
+        c.set_floor(&eu, Some(-5)).unwrap();
+        c.give(&us, &eu, 1_000).unwrap();
+        c.decrement_within_rights(&eu, 7).unwrap();
+        c.record_token(LedgerEntry {
+            token: b"order-1".to_vec().into(),
+            amount: 7,
+            reply: Some(c.value()),
+        });
+        c.record_token(LedgerEntry {
+            token: vec![0, 255].into(),
+            amount: i64::MAX,
+            reply: None,
+        });
+        c.set_home(Some(Home { id: eu, gen: 3 }));
+        c
+    }
+
+    #[test]
+    fn a_bounded_counter_roundtrips_as_version_2_and_a_plain_one_stays_version_1() {
+        let c = bounded_sample();
+        let state = encode_state(&c);
+        assert_eq!(state[0], VERSION_2);
+        let shipped = decode_state(&state).unwrap();
+        assert!(shipped.same_state(&c));
+        assert!(
+            shipped.bound().unwrap().ledger.is_empty(),
+            "the ledger stays home"
+        );
+        assert_eq!(decode_stored(&encode_stored(&c)).unwrap(), c);
+        assert_eq!(encode_state(&sample())[0], VERSION_1);
+        for len in 0..encode_stored(&c).len() {
+            assert!(decode_stored(&encode_stored(&c)[..len]).is_err(), "{len}");
+        }
+        // A transfer to its own giver, or unordered moves, are refused.
+        let mut bad = c.clone();
+        bad.give(&id("eu-west"), &id("zz"), 1).unwrap();
+        let mut blob = encode_state(&bad);
+        let at = blob.windows(2).rposition(|w| w == b"zz").unwrap();
+        blob[at..at + 2].copy_from_slice(b"eu");
+        blob.splice(at..at + 2, b"eu-west".iter().copied());
+        blob[at - 1] = 7;
+        assert!(
+            msg(decode_state(&blob)).contains("own giver"),
+            "{}",
+            msg(decode_state(&blob))
+        );
     }
 
     #[test]
@@ -294,7 +511,7 @@ mod tests {
     #[test]
     fn refuses_each_kind_of_bad_blob_with_a_clear_reason() {
         assert_eq!(msg(decode_state(&[])), "empty");
-        assert!(msg(decode_state(&[2, 0])).starts_with("unsupported version 2"));
+        assert!(msg(decode_state(&[3, 0])).starts_with("unsupported version 3"));
         assert!(msg(decode_state(&[0, 0])).starts_with("unsupported version 0"));
         assert!(msg(decode_state(&[1, 0, 0])).contains("trailing"));
         assert!(msg(decode_state(&[1, 0, b'\n'])).contains("newline"));
@@ -355,10 +572,16 @@ mod tests {
             id: id("h"),
             gen: 9,
         }));
-        let seeds = [encode_state(&c), encode_stored(&c)];
+        let b = bounded_sample();
+        let seeds = [
+            encode_state(&c),
+            encode_stored(&c),
+            encode_state(&b),
+            encode_stored(&b),
+        ];
         let mut rng = Rng::new(7);
-        for i in 0..20_000 {
-            let mut blob = seeds[i % 2].clone();
+        for i in 0..40_000 {
+            let mut blob = seeds[i % 4].clone();
             for _ in 0..1 + rng.below(4) {
                 let at = rng.below(blob.len() as u64 + 1) as usize;
                 match rng.below(4) {

@@ -11,10 +11,14 @@
 //! must fit in an `i64`. An add that would leave that range fails with
 //! [`PncError::Overflow`], a merge whose result would leave it is refused; both change nothing.
 
+pub mod bound;
+pub mod delta;
+pub mod demand;
 mod entries;
 mod id;
 pub mod identity;
 
+pub use bound::{Bound, BoundError, Decrement, FloorMove, FloorSwitch, LedgerEntry, Transfer};
 pub use id::{ConfiguredIdError, IdError, ReplicaId, MAX_CONFIGURED_ID_LEN, MAX_ID_LEN};
 pub use identity::{identity, Home, Identity};
 
@@ -78,6 +82,9 @@ pub struct PnCounter {
     /// entry yet: local adds find their slot without a search. Derived from `entries` and
     /// `home`, recomputed whenever either changes shape.
     home_slot: u32,
+    /// The floor, the rights matrix and the token ledger of a bounded counter
+    /// ([`bound`]); None for a plain PN-counter (the common case costs one pointer).
+    bound: Option<Box<Bound>>,
 }
 
 /// `home_slot` when the home record has no entry.
@@ -90,6 +97,7 @@ impl Default for PnCounter {
             value: 0,
             home: None,
             home_slot: NO_SLOT,
+            bound: None,
         }
     }
 }
@@ -114,6 +122,18 @@ impl PnCounter {
     /// Builds a counter from entries, checking every invariant: ids strictly increasing (so
     /// unique), totals within [`SLOT_MAX`], at most [`MAX_REPLICAS`] entries, value in range.
     pub fn from_entries(entries: Vec<Entry>, home: Option<Home>) -> Result<Self, StateError> {
+        Self::from_parts(entries, home, None)
+    }
+
+    /// [`PnCounter::from_entries`] with a bounded part, validated too (an empty one is none).
+    pub fn from_parts(
+        entries: Vec<Entry>,
+        home: Option<Home>,
+        bound: Option<Bound>,
+    ) -> Result<Self, StateError> {
+        if let Some(b) = &bound {
+            bound::validate(b).map_err(StateError::Bound)?;
+        }
         if entries.len() > MAX_REPLICAS {
             return Err(StateError::TooManyReplicas);
         }
@@ -133,6 +153,7 @@ impl PnCounter {
             value,
             home,
             home_slot: NO_SLOT,
+            bound: bound.filter(|b| !b.is_empty()).map(Box::new),
         };
         counter.locate_home();
         Ok(counter)
@@ -165,9 +186,29 @@ impl PnCounter {
             .unwrap_or(NO_SLOT);
     }
 
+    /// The merged state alone, what `PNC.STATE` ships: no home record, no token ledger.
+    pub fn shipped(&self) -> PnCounter {
+        let bound = self.bound.as_deref().map(|b| Bound {
+            ledger: Vec::new(),
+            ..b.clone()
+        });
+        PnCounter {
+            entries: self.entries.clone(),
+            value: self.value,
+            home: None,
+            home_slot: NO_SLOT,
+            bound: bound.filter(|b| !b.is_empty()).map(Box::new),
+        }
+    }
+
     /// True when both hold the same CRDT state (the home record is not part of it).
     pub fn same_state(&self, other: &PnCounter) -> bool {
-        self.entries == other.entries
+        let empty = Bound::default();
+        let (a, b) = (
+            self.bound.as_deref().unwrap_or(&empty),
+            other.bound.as_deref().unwrap_or(&empty),
+        );
+        self.entries == other.entries && a.same_state(b)
     }
 
     /// The totals of `id`, if it has written this counter.
@@ -306,11 +347,27 @@ impl PnCounter {
             out.push(next);
         }
         let value = value_of(&out).ok_or(PncError::Overflow)?;
+        let bound = match (&self.bound, &other.bound) {
+            (None, None) => None,
+            (a, b) => {
+                let empty = Bound::default();
+                let (a, b) = (
+                    a.as_deref().unwrap_or(&empty),
+                    b.as_deref().unwrap_or(&empty),
+                );
+                let joined = a.merged(b).map_err(|e| match e {
+                    BoundError::TooManyEntries => PncError::TooManyReplicas,
+                    _ => PncError::Overflow,
+                })?;
+                (!joined.is_empty()).then(|| Box::new(joined))
+            }
+        };
         let mut merged = PnCounter {
             entries: Entries::from_vec(out),
             value,
             home: self.home.clone(),
             home_slot: NO_SLOT,
+            bound,
         };
         merged.locate_home();
         Ok(merged)
@@ -325,6 +382,7 @@ impl PnCounter {
                 .map(|e| e.id.heap_bytes())
                 .sum::<usize>()
             + self.home.as_ref().map_or(0, |h| h.id.heap_bytes())
+            + self.bound.as_deref().map_or(0, bound_bytes)
     }
 
     /// What a boxed counter really costs, its box included: each allocation as the allocator
@@ -339,6 +397,10 @@ impl PnCounter {
                 .map(|e| e.id.allocated_bytes())
                 .sum::<usize>()
             + self.home.as_ref().map_or(0, |h| h.id.allocated_bytes())
+            + self
+                .bound
+                .as_deref()
+                .map_or(0, |b| usable_size(bound_bytes(b)))
     }
 
     /// Separate heap allocations (for the lazy-free decision).
@@ -350,8 +412,20 @@ impl PnCounter {
             .chain(self.home.as_ref().map(|h| &h.id))
             .filter(|id| id.heap_bytes() > 0)
             .count();
-        usize::from(self.entries.boxed_len() > 0) + long_ids
+        usize::from(self.entries.boxed_len() > 0)
+            + long_ids
+            + self.bound.as_deref().map_or(0, |b| 1 + b.ledger.len())
     }
+}
+
+/// Heap bytes of a bounded part, its box included (ids counted at their inline size).
+fn bound_bytes(b: &Bound) -> usize {
+    use std::mem::size_of;
+    size_of::<Bound>()
+        + b.moves.capacity() * size_of::<FloorMove>()
+        + b.transfers.capacity() * size_of::<Transfer>()
+        + b.ledger.capacity() * size_of::<LedgerEntry>()
+        + b.ledger.iter().map(|e| e.token.len()).sum::<usize>()
 }
 
 /// `total` plus the magnitude of `delta`, within [`SLOT_MAX`].
@@ -387,6 +461,8 @@ pub enum StateError {
     Unordered,
     SlotOutOfRange,
     ValueOutOfRange,
+    /// An invalid floor, transfer matrix or ledger.
+    Bound(&'static str),
 }
 
 impl StateError {
@@ -397,6 +473,7 @@ impl StateError {
             StateError::Unordered => "replica ids out of order",
             StateError::SlotOutOfRange => "a P or N total exceeds 9223372036854775807",
             StateError::ValueOutOfRange => "its value is outside the signed 64-bit range",
+            StateError::Bound(why) => why,
         }
     }
 }
@@ -407,5 +484,7 @@ impl fmt::Display for StateError {
     }
 }
 
+#[cfg(test)]
+mod simulator;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -73,3 +73,20 @@ impl Rng {
         }
     }
 }
+
+/// Runs the pnc-sync binary built with the tests: its exit status and its output (stdout, then
+/// stderr).
+pub fn sync_tool(args: &[String]) -> (i32, String) {
+    // Set for the module crate's tests (the client crate's tests share this file, not the tool).
+    let Some(tool) = option_env!("CARGO_BIN_EXE_pnc-sync") else {
+        panic!("pnc-sync is built with the module crate's tests only");
+    };
+    let out = std::process::Command::new(tool)
+        .args(args)
+        .output()
+        .expect("run pnc-sync");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}

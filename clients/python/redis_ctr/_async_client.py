@@ -388,3 +388,17 @@ class AsyncPnc:
     async def info(self, key: KeyT) -> PncInfo:
         """``PNC.INFO`` as a dict."""
         return await run(self.client, _calls.pnc_info(key))
+
+    async def floor(self, key: KeyT, floor: Optional[int]) -> None:
+        """``PNC.FLOOR``."""
+        return await run(self.client, _calls.pnc_floor(key, floor))
+
+    async def decrfloor(
+        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None
+    ) -> Optional[int]:
+        """``PNC.DECRFLOOR``: the new value, or None when refused here."""
+        return await run(self.client, _calls.pnc_decrfloor(key, amount, token))
+
+    async def give(self, key: KeyT, to_replica: KeyT, amount: int) -> Optional[int]:
+        """``PNC.GIVE``: the rights left here, or None."""
+        return await run(self.client, _calls.pnc_give(key, to_replica, amount))

@@ -142,12 +142,19 @@ def _pnc_replica(raw: Any) -> PncReplica:
 
 def _pnc_info(raw: Any) -> PncInfo:
     info = _as_map(raw)
-    return {
+    out: PncInfo = {
         "value": int(info["value"]),
         "replica-id": _optional_text(info.get("replica-id")),
         "home": _optional_text(info.get("home")),
         "replicas": [_pnc_replica(r) for r in info.get("replicas") or []],
     }
+    # A bounded counter's fields (PNC.FLOOR, PNC.GIVE or a tokened PNC.DECRFLOOR touched it).
+    if "rights" in info:
+        out["floor"] = _optional_int(info.get("floor"))
+        out["floor-level"] = int(info["floor-level"])
+        out["rights"] = int(info["rights"])
+        out["refused"] = int(info["refused"])
+    return out
 
 
 def _optional_bytes(raw: Any) -> Optional[bytes]:
@@ -357,3 +364,16 @@ def pnc_clear(key: KeyT) -> Call[int]:
 
 def pnc_info(key: KeyT) -> Call[PncInfo]:
     return Call(("PNC.INFO", key), _pnc_info)
+
+
+def pnc_floor(key: KeyT, floor: Optional[int]) -> Call[None]:
+    return Call(("PNC.FLOOR", key, "NONE" if floor is None else integer("floor", floor)), _ok)
+
+
+def pnc_decrfloor(key: KeyT, amount: int, token: Optional[KeyT] = None) -> Call[Optional[int]]:
+    args = ("PNC.DECRFLOOR", key, integer("amount", amount), *_token_and_time(token, None))
+    return Call(args, _optional_int)
+
+
+def pnc_give(key: KeyT, to_replica: KeyT, amount: int) -> Call[Optional[int]]:
+    return Call(("PNC.GIVE", key, to_replica, integer("amount", amount)), _optional_int)

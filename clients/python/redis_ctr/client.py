@@ -602,3 +602,21 @@ class Pnc:
     def info(self, key: KeyT) -> PncInfo:
         """``PNC.INFO`` as a dict; works on a missing key (value 0, no replicas)."""
         return run(self.client, _calls.pnc_info(key))
+
+    def floor(self, key: KeyT, floor: Optional[int]) -> None:
+        """``PNC.FLOOR``: sets or moves the floor of the sum over every deployment (None:
+        removes it); raises :class:`redis_ctr.CtrError` when the value seen here is below it or
+        a raise needs more rights than this deployment holds."""
+        return run(self.client, _calls.pnc_floor(key, floor))
+
+    def decrfloor(
+        self, key: KeyT, amount: int, *, token: Optional[KeyT] = None
+    ) -> Optional[int]:
+        """``PNC.DECRFLOOR``: the new value, or None when this deployment's rights do not cover
+        ``amount``; a ``token`` retry replays the first outcome."""
+        return run(self.client, _calls.pnc_decrfloor(key, amount, token))
+
+    def give(self, key: KeyT, to_replica: KeyT, amount: int) -> Optional[int]:
+        """``PNC.GIVE``: moves rights to the deployment ``to_replica``; the rights left here, or
+        None when they do not cover ``amount``."""
+        return run(self.client, _calls.pnc_give(key, to_replica, amount))

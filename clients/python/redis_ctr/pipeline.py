@@ -246,6 +246,20 @@ class _Queue:
         """Queues ``PNC.INFO``: a dict (:class:`~redis_ctr.PncInfo`)."""
         return self._queue(_calls.pnc_info(key))
 
+    def pnc_floor(self: P, key: KeyT, floor: Optional[int]) -> P:
+        """Queues ``PNC.FLOOR``: None."""
+        return self._queue(_calls.pnc_floor(key, floor))
+
+    def pnc_decrfloor(
+        self: P, key: KeyT, amount: int, *, token: Optional[KeyT] = None
+    ) -> P:
+        """Queues ``PNC.DECRFLOOR``: the new value, or None when refused here."""
+        return self._queue(_calls.pnc_decrfloor(key, amount, token))
+
+    def pnc_give(self: P, key: KeyT, to_replica: KeyT, amount: int) -> P:
+        """Queues ``PNC.GIVE``: the rights left here, or None."""
+        return self._queue(_calls.pnc_give(key, to_replica, amount))
+
 
 class CtrPipeline(_Queue):
     """``CTR.*`` and ``PNC.*`` commands on a redis-py sync pipeline (``redis.Redis.pipeline()``,

@@ -51,9 +51,18 @@ class PncReplica(TypedDict):
     n: int
 
 
-PncInfo = TypedDict(
-    "PncInfo",
+_PncSlots = TypedDict(
+    "_PncSlots",
     {"value": int, "replica-id": Optional[str], "home": Optional[str], "replicas": List[PncReplica]},
 )
-PncInfo.__doc__ = """``PNC.INFO``: the value, this deployment's replica id, the id of the last
-local write to the key, and every replica id's slot, sorted by id."""
+_PncBound = TypedDict(
+    "_PncBound",
+    {"floor": Optional[int], "floor-level": int, "rights": int, "refused": int},
+    total=False,
+)
+
+
+class PncInfo(_PncSlots, _PncBound):
+    """``PNC.INFO``: the value, this deployment's replica id, the id of the last local write to
+    the key, and every replica id's slot, sorted by id; on a bounded counter also the floor in
+    force (None when removed), its level, this deployment's rights and the units refused here."""

@@ -56,6 +56,14 @@ async def exercise(test: unittest.TestCase, ctr: AsyncCtr, pnc: AsyncPnc, tag: s
     test.assertEqual(await pnc.merge(fresh("copy"), state), 5)
     test.assertEqual((await pnc.info(likes))["replicas"][0]["p"], 5)
     test.assertEqual(await pnc.clear(likes), 5)
+    stock = fresh("stock")
+    await pnc.add(stock, 4)
+    test.assertIsNone(await pnc.floor(stock, 0))
+    test.assertEqual(await pnc.decrfloor(stock, 1, token="t"), 3)
+    test.assertEqual(await pnc.decrfloor(stock, 1, token="t"), 3)
+    test.assertEqual(await pnc.give(stock, "elsewhere", 3), 0)
+    test.assertIsNone(await pnc.decrfloor(stock, 1))
+    test.assertEqual((await pnc.info(stock))["rights"], 0)
     with test.assertRaises(redis_ctr.InvalidState):
         await pnc.merge(likes, b"")
 

@@ -83,6 +83,23 @@ def exercise_pnc(test: unittest.TestCase, pnc: Pnc) -> dict[str, Any]:
     test.assertEqual(pnc.clear(likes), 7)
     test.assertEqual(pnc.get(likes), 0)
     test.assertEqual(pnc.info(fresh("none"))["replicas"], [])
+    # The bounded counter: rights from increments, spent here only, given away.
+    stock = fresh("stock")
+    pnc.add(stock, 10)
+    test.assertIsNone(pnc.floor(stock, 0))
+    test.assertEqual(pnc.decrfloor(stock, 3, token="o1"), 7)
+    test.assertEqual(pnc.decrfloor(stock, 3, token="o1"), 7)
+    test.assertIsNone(pnc.decrfloor(stock, 100))
+    test.assertEqual(pnc.give(stock, "elsewhere", 2), 5)
+    test.assertIsNone(pnc.give(stock, "elsewhere", 50))
+    bounded = pnc.info(stock)
+    test.assertEqual(
+        (bounded["floor"], bounded["floor-level"], bounded["rights"], bounded["refused"]),
+        (0, 0, 5, 100),
+    )
+    test.assertIsNone(pnc.floor(stock, None))
+    test.assertIsNone(pnc.info(stock)["floor"])
+    test.assertNotIn("rights", info, "a plain counter has no bounded fields")
     return dict(info)
 
 

@@ -133,6 +133,8 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             "ERR cannot clear to 0: the counter's floor is above 0",
             BelowFloor,
         ),
+        ("ERR not enough rights in this deployment", BelowFloor),
+        ("ERR PNC.CLEAR of a floored PN-counter", BelowFloor),
         (
             "ERR token event time is older than the dedup window",
             TokenTooOld,
@@ -172,7 +174,17 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             "ERR PNC.ADD replayed on a PN-counter without a home record",
             InvalidState,
         ),
+        (
+            "ERR cannot give rights to this deployment's own replica id",
+            InvalidState,
+        ),
+        (
+            "ERR {} is replicated as its effect and never replayed",
+            InvalidState,
+        ),
+        ("ERR invalid version", InvalidState),
         ("ERR too many replica ids", TooManyReplicas),
+        ("ERR too many floor or transfer entries", TooManyReplicas),
         ("ERR {} must run on a primary", NotPrimary),
         ("ERR syntax error", Syntax),
         ("ERR invalid spread id", Syntax),
