@@ -331,7 +331,9 @@ fn purchase(
 ) -> Option<bool> {
     let amount = amount.to_string();
     for i in probe_order(token.as_bytes(), holders.len()) {
-        match client.cmd(&["CTR.DECRFLOOR", &holders[i], &amount, "TOKEN", token]) {
+        // Once: a TRYAGAIN (budget in flight while a replica is frozen) is retried by the
+        // caller, with the same token, for as long as the scene needs.
+        match client.cmd_once(&["CTR.DECRFLOOR", &holders[i], &amount, "TOKEN", token]) {
             Value::Int(_) => return Some(true),
             Value::Nil => continue,
             Value::Error(e) if e.starts_with("TRYAGAIN") => return None,

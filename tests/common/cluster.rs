@@ -368,6 +368,7 @@ impl ClusterClient {
         let mut asking = false;
         let mut redirections = 0;
         let mut waits = 0;
+        let mut trail: Vec<(u16, String)> = Vec::new();
         while redirections < 16 && waits < 250 {
             let conn = self.conn(port);
             if asking {
@@ -377,6 +378,7 @@ impl ClusterClient {
             let Value::Error(e) = &reply else {
                 return reply;
             };
+            trail.push((port, e.clone()));
             let words: Vec<&str> = e.split_whitespace().collect();
             match words.as_slice() {
                 ["MOVED", slot, addr] => {
@@ -400,9 +402,10 @@ impl ClusterClient {
                 _ => return reply,
             }
         }
+        let last = &trail[trail.len().saturating_sub(8)..];
         panic!(
-            "too many redirections for {:?}",
-            String::from_utf8_lossy(&key)
+            "gave up on {:?} after {redirections} redirections and {waits} TRYAGAIN waits; last replies: {last:?}",
+            String::from_utf8_lossy(&key),
         );
     }
 
