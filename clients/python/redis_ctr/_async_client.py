@@ -16,9 +16,9 @@ from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait_async, send_once_async
 from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
-from .client import DEFAULT_REFRESH_MS, away_for_ms, checked_wait, holder_cache, is_pipeline
+from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache, is_pipeline
 from .client import DEFAULT_REPLICAS_TIMEOUT_MS, checked_replicas, durable_grant
-from .client import failed_node, names_like, not_run, refused, timed_out
+from .client import names_like, not_run, refused, sent_on, timed_out
 from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
 from .errors import classify_cluster
 from .types import CounterInfo, PncInfo
@@ -197,9 +197,8 @@ class AsyncCtr:
                 if timed_out(e):
                     cache.timed_out(target)  # maybe counted: raised, see Ctr._add
                     raise
-                if target == key or retry or not not_run(e):
+                if target == key or not not_run(e) or not sent_on(cache, target, e, token, retry):
                     raise
-                cache.unreachable(target, away_for_ms(e), failed_node(e))
                 folded.append(target)
                 target = cache.retarget(key, holders, token, folded)
 

@@ -12,15 +12,20 @@ key, or the holders known), which is always right.
   added to it :data:`PROBE_AFTER` times (:meth:`HolderCache.cold`): a counter that is not
   spread costs one command per add.
 - An untokened add goes to a holder picked at random among those not known to be out of reach:
-  a holder whose master could not be connected to, or that this (non-cluster) client's server
-  answered ``MOVED`` for, is left out for a while (:meth:`HolderCache.unreachable`). Neither
-  error means the add counted (``MOVED`` and a failed connect come before the command runs), so
-  the add is sent on to another holder.
+  a holder whose master could not be connected to or timed out, or that this (non-cluster)
+  client's server answered ``MOVED`` for, is left out for a while
+  (:meth:`HolderCache.unreachable`). Neither ``MOVED`` nor a failed connect means the add
+  counted (both come before the command runs), so the add is sent on to another holder.
 - A tokened add goes to ``holders[crc16(token) % len(holders)]`` (CRC16/XMODEM of the token's
-  bytes, the hash Redis Cluster hashes keys with), the documented token rule; the Rust library
-  picks the same holder for the same token and holder list. The holder a token was first sent
-  to is remembered (the last ``max_tokens`` tokens), so a retry through the same client reaches
-  that holder even when the holder list grew in between.
+  bytes, the hash Redis Cluster hashes keys with), the documented token rule, over the whole
+  list: the Rust library, and this library in another process, pick the same holder for the
+  same token and holder list. A holder that is merely out of reach is never skipped (a retry
+  that picked by another list would count twice); while it is left out the add is refused
+  unsent (:class:`~redis_ctr.errors.HolderAway`), and a failed connect is raised, not sent
+  elsewhere. Only holders this non-cluster client's server does not serve (``MOVED``) are
+  skipped: it could never write them. The holder a token was first sent to is remembered (the
+  last ``max_tokens`` tokens), so a retry through the same client reaches that holder even when
+  the holder list grew in between.
 - An add that meets a holder a shrink folded back (``HolderFolded``) did not count there: a
   folded holder answers a retry of a write it counted (same token) with that write's first
   reply, and refuses every other write. So the add re-reads the holders and goes on to a
@@ -46,6 +51,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
+from .errors import HolderAway
 Holders = Tuple[KeyT, ...]
 
 UNREACHABLE_MS = 1000
@@ -157,6 +163,9 @@ class HolderCache:
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
         self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
         self._away: Dict[KeyT, float] = {}
+        # Holders this (non-cluster) client's server answered MOVED for, until when: the only
+        # ones a tokened add skips (it could never write them).
+        self._elsewhere: Dict[KeyT, float] = {}
         # What reachable() last kept from a holder list, until a holder is left out again or
         # an absence may end (it asks the slot map for every holder: a cost on every add).
         self._kept: Dict[Holders, Tuple[int, float, Holders]] = {}
@@ -175,6 +184,7 @@ class HolderCache:
         for_ms: float = UNREACHABLE_MS,
         node: Optional[str] = None,
         node_away_ms: float = NODE_AWAY_MS,
+        moved: bool = False,
     ) -> None:
         """Leaves ``holder`` out of the holders untokened adds and new sums pick, for
         ``for_ms``: its master could not be connected to, or the client's server does not serve
@@ -183,12 +193,16 @@ class HolderCache:
         too, for :data:`NODE_AWAY_MS`, doubled each time it refuses again (up to
         :data:`NODE_AWAY_MAX_MS`): one failed connect per master now and then, not one per
         holder every second (each costs a cluster client its retries and slot map refreshes,
-        about 0.1 s with redis-py 8.1)."""
+        about 0.1 s with redis-py 8.1). ``moved``: the server answered ``MOVED`` (it does not
+        serve ``holder``), the one case where tokened adds skip it too."""
         now = _now_ms()
         with self._lock:
             self._epoch += 1
             self._away.pop(holder, None)
             _bounded_put(self._away, holder, now + for_ms, self.max_keys)
+            if moved:
+                self._elsewhere.pop(holder, None)
+                _bounded_put(self._elsewhere, holder, now + for_ms, self.max_keys)
             if node is not None and self.node_of is not None:
                 strikes, last_until = self._node_strikes.pop(node, (0, 0.0))
                 if now - last_until > NODE_AWAY_MAX_MS:
@@ -287,23 +301,36 @@ class HolderCache:
 
     def target(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> KeyT:
         """The key an add goes to: a random holder (among those in reach), or the token's
-        holder (the one it was first sent to, when remembered; else picked among those in
-        reach)."""
+        holder (the one it was first sent to, when remembered; else by the token rule over
+        :meth:`writable` holders). Raises :class:`~redis_ctr.errors.HolderAway`, sending
+        nothing, when the token's holder is left out for now."""
         if token is None:
             if len(holders) == 1:
                 return holders[0]
             return random.choice(self.reachable(holders))
         with self._lock:
-            remembered = self._tokens.get((key, token))
-            if remembered is not None:
-                return remembered
-        holders = self.reachable(holders)
+            chosen = self._tokens.get((key, token))
+        if chosen is None:
+            chosen = holder_for_token(self.writable(holders), token)
+        if len(holders) > 1 and self.away(chosen):
+            raise HolderAway(chosen)
         with self._lock:
             # Remembered even for an unspread key: a retry after the key spreads must still
             # reach the home key its first send went to.
-            chosen = holder_for_token(holders, token)
-            _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
-            return chosen
+            if (key, token) not in self._tokens:
+                _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
+        return chosen
+
+    def writable(self, holders: Holders) -> Holders:
+        """``holders`` without those this client's server answered ``MOVED`` for (all of them
+        when that would leave none): the list the token rule picks from. A holder out of reach
+        stays in it."""
+        if not self._elsewhere:
+            return holders
+        now = _now_ms()
+        with self._lock:
+            kept = tuple(h for h in holders if self._elsewhere.get(h, 0.0) <= now)
+        return kept or holders
 
     def remembers(self, key: KeyT, token: Optional[KeyT]) -> bool:
         """True when ``token`` was sent for ``key`` before (its holder is remembered): a retry,
@@ -318,14 +345,15 @@ class HolderCache:
     ) -> KeyT:
         """The key an add goes to after the ``folded`` holders refused it as folded back into
         their home (so it did not count there): a random one of ``holders`` (re-read) that
-        did not refuse it, or the token's holder, remembered from now on; the home key when
-        that one refused it too (a home is never folded). Also after holders that did not run
-        it at all (a failed connect, ``MOVED``): then ``folded`` lists those."""
-        holders = self.reachable(holders)
+        did not refuse it, or the token's holder (by the token rule over :meth:`writable`
+        holders), remembered from now on; the home key when that one refused it too (a home is
+        never folded). Also after holders that did not run it at all (an untokened add after a
+        failed connect or ``MOVED``, a tokened one after ``MOVED``): then ``folded`` lists
+        those."""
         if token is None:
-            current = [h for h in holders if h not in folded]
+            current = [h for h in self.reachable(holders) if h not in folded]
             return random.choice(current) if current else key
-        chosen = holder_for_token(holders, token)
+        chosen = holder_for_token(self.writable(holders), token)
         if chosen in folded:
             chosen = key
         with self._lock:

@@ -155,6 +155,26 @@ def timed_out(error: BaseException) -> bool:
     return isinstance(error, TimeoutError) and not not_run(error)
 
 
+def left_out(cache: HolderCache, holder: KeyT, error: BaseException) -> None:
+    """Leaves ``holder`` out for a while after ``error``, which did not run a write there (see
+    :func:`not_run`): ``MOVED`` (this client's server does not serve it), or its master out
+    of reach (every holder that master serves with it)."""
+    moved = isinstance(error, MovedError)
+    cache.unreachable(holder, away_for_ms(error), failed_node(error), moved=moved)
+
+
+def sent_on(
+    cache: HolderCache, holder: KeyT, error: BaseException, token: Optional[KeyT], retry: bool
+) -> bool:
+    """After ``error`` did not run an add at ``holder`` (not the key given): leaves ``holder``
+    out and says whether the add goes on to another holder. An untokened add does; a tokened
+    one only at its first send and only after ``MOVED`` (this client can never write that
+    holder). A tokened add whose holder's master is out of reach is raised: its retry, from
+    here or another process, must pick the same holder."""
+    left_out(cache, holder, error)
+    return token is None or (not retry and isinstance(error, MovedError))
+
+
 def away_for_ms(error: BaseException) -> int:
     """How long a holder that failed with ``error`` (see :func:`not_run`) is left out."""
     return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
@@ -384,9 +404,8 @@ class Ctr:
                     cache.timed_out(target)
                     raise
                 # Never ran there (MOVED, no connection): on to another holder in reach.
-                if target == key or retry or not not_run(e):
+                if target == key or not not_run(e) or not sent_on(cache, target, e, token, retry):
                     raise
-                cache.unreachable(target, away_for_ms(e), failed_node(e))
                 folded.append(target)
                 target = cache.retarget(key, holders, token, folded)
 

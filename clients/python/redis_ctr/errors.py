@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from redis.exceptions import ClusterDownError, ClusterError, RedisError, ResponseError
+from redis.exceptions import ClusterDownError, ClusterError, ConnectionError, RedisError
+from redis.exceptions import ResponseError
 from redis.exceptions import TryAgainError
 
 
@@ -189,6 +190,21 @@ class GatherInTransaction(CtrError):
 
 class CannotShrink(CtrError):
     """``CTR.SPREAD`` with fewer holders than the counter has, on a module from before folds."""
+
+
+class HolderAway(ConnectionError):
+    """A tokened add that was not sent: its token's holder is on a master that could not be
+    reached, or timed out, moments ago (left out for a while). A tokened add never goes to
+    another holder (a retry of its token, from this client or another, must reach the holder
+    that may count it), so it is refused at once instead of costing a timeout. Nothing was
+    sent: retry later with the same token. A redis-py ``ConnectionError``."""
+
+    def __init__(self, holder: object) -> None:
+        super().__init__(
+            f"not sent: the token's holder {holder!r} is on a master out of reach for now; "
+            "retry later with the same token"
+        )
+        self.holder = holder
 
 
 class HolderFolded(CtrError):

@@ -31,7 +31,7 @@ from ._calls import KeyT
 from ._spread import HolderCache, Holders, holder_for_token
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
-from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, away_for_ms, failed_node, not_run, run
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, left_out, not_run, run
 from .client import timed_out
 from .client import sync_client
 from .errors import CtrError, HolderFolded
@@ -339,7 +339,7 @@ class _Writer(Generic[ClientT]):
                 cache.timed_out(target)
             return False
         if cache is not None:
-            cache.unreachable(target, away_for_ms(error), failed_node(error))
+            left_out(cache, target, error)
         sums.unsettled[0] = moved
         sums.stats.rerouted += 1
         return True

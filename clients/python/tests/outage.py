@@ -106,11 +106,19 @@ class MasterDownTest(unittest.TestCase):
             control_key = fresh("control")
         control = redis_ctr.Ctr(control_client, spread_refresh_ms=None)
         acknowledged = 0
+        # Tokened adds whose holder's master is down: refused (nothing sent, or a connection
+        # that failed), retried with their tokens once the replica has taken over.
+        refused_tokens: List[str] = []
 
         def add(i: int) -> None:
             nonlocal acknowledged
             if i % 2:
-                ctr.add(key, 1, token=f"{key}:{time.monotonic_ns()}")
+                token = f"{key}:{time.monotonic_ns()}"
+                try:
+                    ctr.add(key, 1, token=token)
+                except redis.ConnectionError:  # HolderAway too
+                    refused_tokens.append(token)
+                    return
             else:
                 ctr.add(key, 1)
             acknowledged += 1
@@ -123,6 +131,7 @@ class MasterDownTest(unittest.TestCase):
             control.add(control_key, 1)
 
         healthy = relative_rates([add, write, control_add])
+        self.assertEqual(refused_tokens, [])
         down = redis.Redis(host="127.0.0.1", port=DOWN_PORT)
         try:
             down.execute_command("SHUTDOWN", "NOSAVE")
@@ -142,7 +151,8 @@ class MasterDownTest(unittest.TestCase):
             outage = relative_rates([add, write, control_add])
         rates = (
             f"relative to the control: Ctr.add {healthy[0]:.2f} -> {outage[0]:.2f}, "
-            f"writer sums {healthy[1]:.2f} -> {outage[1]:.2f}"
+            f"writer sums {healthy[1]:.2f} -> {outage[1]:.2f}; "
+            f"{len(refused_tokens)} tokened adds refused"
         )
         print(rates)
         self.assertGreaterEqual(outage[0], healthy[0] / 2, rates)
@@ -160,6 +170,17 @@ class MasterDownTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "the cluster never came back")
             time.sleep(0.1)
         rate(add, 0.5)
+        # The refused tokens, retried: each counts once, on its token's holder.
+        deadline = time.monotonic() + 60
+        for token in refused_tokens:
+            while True:
+                try:
+                    ctr.add(key, 1, token=token)
+                    break
+                except redis.ConnectionError:
+                    self.assertLess(time.monotonic(), deadline, "a refused add never got through")
+                    time.sleep(0.2)
+            acknowledged += 1
         writer.close()
         self.assertEqual(writer.stats.dropped, 0)
         expected = acknowledged + writer.stats.adds
@@ -278,6 +299,7 @@ class MasterFrozenTest(unittest.TestCase):
         acknowledged = 0
         timed_out_plain = 0  # sent once each: maybe counted (as a lost reply)
         timed_out_tokens: List[str] = []  # retried with their tokens once it wakes
+        unsent_tokens: List[str] = []  # their holder left out: refused unsent, retried too
         held_flushes = 0
 
         def add(i: int) -> None:
@@ -286,6 +308,9 @@ class MasterFrozenTest(unittest.TestCase):
             try:
                 writes.add(token)
                 acknowledged += 1
+            except redis_ctr.HolderAway:
+                assert token is not None, "an untokened add goes to a holder in reach"
+                unsent_tokens.append(token)
             except redis.TimeoutError:
                 if token is None:
                     timed_out_plain += 1
@@ -313,6 +338,7 @@ class MasterFrozenTest(unittest.TestCase):
             f"{what}, relative to the control: add {healthy[0]:.2f} -> {outage[0]:.2f}, "
             f"writer sums {healthy[1]:.2f} -> {outage[1]:.2f}; frozen {frozen_for:.1f} s, "
             f"{timed_out_plain} plain and {len(timed_out_tokens)} tokened adds timed out, "
+            f"{len(unsent_tokens)} tokened adds refused unsent, "
             f"{held_flushes} flushes held a sum back"
         )
         print(rates)
@@ -321,15 +347,16 @@ class MasterFrozenTest(unittest.TestCase):
         self.assertGreaterEqual(outage[0], healthy[0] / 2, rates)
         self.assertGreaterEqual(outage[1], healthy[1] / 2, rates)
 
-        # Awake: the tokened adds that timed out are retried (each counts once, where it first
-        # went), the held sums are flushed; nothing is lost, nothing counted twice.
+        # Awake: the tokened adds that timed out or were refused unsent are retried (each
+        # counts once, on its token's holder, which refuses them until its leave-out ends), the
+        # held sums are flushed; nothing is lost, nothing counted twice.
         deadline = time.monotonic() + 60
-        for token in timed_out_tokens:
+        for token in timed_out_tokens + unsent_tokens:
             while True:
                 try:
                     writes.add(token)
                     break
-                except redis.TimeoutError:
+                except (redis.TimeoutError, redis_ctr.HolderAway):
                     self.assertLess(time.monotonic(), deadline, "a retry never got through")
                     time.sleep(0.2)
             acknowledged += 1

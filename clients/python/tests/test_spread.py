@@ -16,6 +16,7 @@ import redis.asyncio
 
 from redis_ctr import (
     BudgetInFlight,
+    HolderAway,
     HolderFolded,
     CoalescingWriter,
     Ctr,
@@ -23,7 +24,7 @@ from redis_ctr import (
     SpreadRefused,
     probe_order,
 )
-from redis_ctr._spread import holder_for_token, holders_of, token_hash
+from redis_ctr._spread import ELSEWHERE_MS, HolderCache, holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
 from .proxy import ReplyDroppingProxy
@@ -168,6 +169,36 @@ class SpreadTest(unittest.TestCase):
 
     def test_purchases_follow_the_probe_rule_and_retries_replay(self) -> None:
         check_spread_purchases(self, client(), fresh("purchase"))
+
+    def test_a_holder_out_of_reach_never_moves_a_token(self) -> None:
+        """A tokened add goes by the token rule over the whole list even when its holder is
+        left out, and is refused unsent then: a retry whose first pick was forgotten (one
+        token remembered here) or made in another process must reach the same holder."""
+        holders = ("k", "h1", "h2", "h3")
+        cache = HolderCache(refresh_ms=60_000, max_tokens=1)
+        tokens = [f"t{i}" for i in range(40)]
+        frozen = holder_for_token(holders, tokens[0])
+        cache.timed_out(frozen)
+        refused = 0
+        for token in tokens * 2:
+            rule = holder_for_token(holders, token)
+            if rule == frozen:
+                with self.assertRaises(HolderAway):
+                    cache.target("k", holders, token)
+                refused += 1
+            else:
+                self.assertEqual(cache.target("k", holders, token), rule)
+        self.assertGreater(refused, 0)
+
+    def test_a_token_skips_only_holders_its_server_does_not_serve(self) -> None:
+        """A non-cluster client's tokened adds skip the holders its server answered MOVED for
+        (it can never write them): the rule over the others."""
+        holders = ("k", "h1", "h2", "h3")
+        cache = HolderCache(refresh_ms=60_000)
+        cache.unreachable("h2", ELSEWHERE_MS, moved=True)
+        for i in range(40):
+            token = f"m{i}"
+            self.assertEqual(cache.target("k", holders, token), holder_for_token(("k", "h1", "h3"), token))
 
     def test_the_token_hash_is_crc16_xmodem_as_in_the_rust_library(self) -> None:
         self.assertEqual(token_hash("123456789"), 0x31C3)

@@ -337,6 +337,15 @@ pub enum CtrError {
         /// Replicas asked for.
         replicas: u32,
     },
+    /// A tokened add that was not sent: its token's holder is on a master that refused a
+    /// connection, or timed out, moments ago (left out for a while). A tokened add never goes
+    /// to another holder (a retry of its token, from here or another process, must reach the
+    /// holder that may count it), so it is refused at once instead of costing a timeout.
+    /// Nothing was sent: retry later with the same token.
+    HolderAway {
+        /// The token's holder.
+        holder: Vec<u8>,
+    },
 }
 
 impl CtrError {
@@ -349,9 +358,11 @@ impl CtrError {
     }
 
     /// True for errors after which the command may or may not have run (a lost connection or
-    /// a timeout): what a retry with the same token is for.
+    /// a timeout), and for a tokened add not sent because its holder is out of reach
+    /// ([`CtrError::HolderAway`]): what a retry with the same token is for.
     pub fn is_connection_error(&self) -> bool {
         match self {
+            CtrError::HolderAway { .. } => true,
             CtrError::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()
@@ -391,6 +402,12 @@ impl fmt::Display for CtrError {
                 f,
                 "purchase granted on '{}' (value {value}) but acknowledged by {acknowledged} of \
                  the {replicas} replicas asked for in time: a failover may still lose it",
+                String::from_utf8_lossy(holder)
+            ),
+            CtrError::HolderAway { holder } => write!(
+                f,
+                "not sent: the token's holder '{}' is on a master out of reach for now; retry \
+                 later with the same token",
                 String::from_utf8_lossy(holder)
             ),
         }

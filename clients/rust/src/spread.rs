@@ -12,17 +12,22 @@
 //!   find the cache stale together wait for the one `CTR.HOLDERS` in flight.
 //! - An untokened add goes to a holder picked at random among those not left out (below); a
 //!   tokened add to `holders[crc16(token) % holders.len()]` (CRC16/XMODEM of the token's
-//!   bytes, the hash Redis Cluster hashes keys with), over the holders not left out: the
-//!   documented token rule, the same holder the Python library picks. The holder a token was
-//!   first sent to is remembered (the last [`SpreadRouter::MAX_TOKENS`]), so a retry through
-//!   the same router reaches it even when the holder list grew in between.
+//!   bytes, the hash Redis Cluster hashes keys with) over the whole list: the documented token
+//!   rule, the same holder the Python library, or this one in another process, picks. A holder
+//!   merely out of reach is never skipped (a retry that picked by another list would count
+//!   twice): while it is left out the add is refused unsent ([`CtrError::HolderAway`]). Only
+//!   holders this non-cluster connection's server answered `MOVED` for are skipped: it could
+//!   never write them. The holder a token was first sent to is remembered (the last
+//!   [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router reaches it even when the
+//!   holder list grew in between.
 //! - An add that did not run on a holder goes on to another one: `MOVED` (a non-cluster
 //!   connection, e.g. a `redis::Connection` to the home's master, whose server does not serve
 //!   that holder) or a refused connection (the holder's master is down) both come before the
 //!   command runs. The holder is left out of new adds for [`SpreadRouter::UNREACHABLE`] (a
 //!   refused connection) or [`SpreadRouter::ELSEWHERE`] (`MOVED`). This applies to untokened
-//!   adds and to the first send of a tokened one; a tokened add this router sent before (a
-//!   retry) stays with its holder, whatever it answers.
+//!   adds; a tokened one goes on only at its first send after `MOVED`. A refused connection
+//!   is returned for a tokened add, and a tokened add this router sent before (a retry) stays
+//!   with its holder, whatever it answers.
 //! - An add whose reply timed out (a frozen or overloaded master; the write may still count,
 //!   since the master runs what it had read once it wakes) is never sent elsewhere: its error
 //!   is returned (maybe counted, as a lost reply; a tokened add retried with its token reaches
@@ -211,6 +216,9 @@ struct Cache {
     holders: Bounded<Vec<u8>, (Instant, Holders)>,
     /// Holders left out of new adds until the time given (see [`SpreadRouter::UNREACHABLE`]).
     away: Bounded<Vec<u8>, Instant>,
+    /// Holders this (non-cluster) connection's server answered `MOVED` for, until the time
+    /// given: the only ones a tokened add skips (it could never write them).
+    elsewhere: Bounded<Vec<u8>, Instant>,
     tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
     /// The holder list each purchase token first used, by (key, token).
     purchases: Bounded<(Vec<u8>, Vec<u8>), Holders>,
@@ -301,6 +309,7 @@ impl SpreadRouter {
             cache: Mutex::new(Cache {
                 holders: Bounded::new(SpreadRouter::MAX_KEYS),
                 away: Bounded::new(SpreadRouter::MAX_KEYS),
+                elsewhere: Bounded::new(SpreadRouter::MAX_KEYS),
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
                 purchases: Bounded::new(SpreadRouter::MAX_TOKENS),
                 picks: 0,
@@ -358,11 +367,18 @@ impl SpreadRouter {
         holders
     }
 
-    /// Leaves `holder` out of new adds for `time` (see the [module](self) docs).
-    pub(crate) fn leave_out(&self, holder: &[u8], time: Duration) {
+    /// Leaves `holder` out of new adds for `time` (see the [module](self) docs); `moved`: its
+    /// server answered `MOVED` (it does not serve `holder`), the one case where tokened adds
+    /// skip it too.
+    pub(crate) fn leave_out(&self, holder: &[u8], time: Duration, moved: bool) {
+        let until = Instant::now() + time;
         let mut cache = self.cache();
         cache.away.remove(&holder.to_vec());
-        cache.away.insert(holder.to_vec(), Instant::now() + time);
+        cache.away.insert(holder.to_vec(), until);
+        if moved {
+            cache.elsewhere.remove(&holder.to_vec());
+            cache.elsewhere.insert(holder.to_vec(), until);
+        }
     }
 
     /// A write to `holder` timed out waiting for its reply (see the [module](self) docs):
@@ -478,27 +494,40 @@ impl SpreadRouter {
         h.finish()
     }
 
-    /// The key an add goes to: the token's holder (the one it was first sent to, when
-    /// remembered, else picked among the holders not left out), or a holder picked at random
-    /// among those not left out.
-    fn target(&self, key: &[u8], holders: &[Vec<u8>], token: Option<&[u8]>) -> Vec<u8> {
+    /// The key an add goes to: a holder picked at random among those not left out, or the
+    /// token's holder (the one it was first sent to, when remembered, else by the token rule
+    /// over the holders this connection can write). [`CtrError::HolderAway`], nothing sent,
+    /// when the token's holder is left out for now.
+    fn target(
+        &self,
+        key: &[u8],
+        holders: &[Vec<u8>],
+        token: Option<&[u8]>,
+    ) -> Result<Vec<u8>, CtrError> {
         let mut cache = self.cache();
         let Some(token) = token else {
             if holders.len() == 1 {
-                return holders[0].clone();
+                return Ok(holders[0].clone());
             }
             let holders = reachable(&cache, holders);
-            return holders[(self.pick(&mut cache) % holders.len() as u64) as usize].clone();
+            let i = (self.pick(&mut cache) % holders.len() as u64) as usize;
+            return Ok(holders[i].clone());
         };
         let remembered = (key.to_vec(), token.to_vec());
-        if let Some(target) = cache.tokens.map.get(&remembered) {
-            return target.clone();
+        let known = cache.tokens.map.get(&remembered).cloned();
+        let target = match known {
+            Some(target) => target,
+            None => holder_for_token(&writable(&cache, holders), token).to_vec(),
+        };
+        if holders.len() > 1 && cache.away(&target, Instant::now()) {
+            return Err(CtrError::HolderAway { holder: target });
         }
-        // Remembered even for an unspread key: a retry after the key spreads must still reach
-        // the home key its first send went to.
-        let target = holder_for_token(&reachable(&cache, holders), token).to_vec();
-        cache.tokens.insert(remembered, target.clone());
-        target
+        if !cache.tokens.map.contains_key(&remembered) {
+            // Remembered even for an unspread key: a retry after the key spreads must still
+            // reach the home key its first send went to.
+            cache.tokens.insert(remembered, target.clone());
+        }
+        Ok(target)
     }
 
     /// The holder list a purchase token first used, when remembered.
@@ -650,11 +679,11 @@ impl SpreadRouter {
         }
         let token = options.token.as_deref();
         let retry = self.remembers(key, token);
-        let mut target = self.target(key, &holders, token);
+        let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
         loop {
             let added = send_once(con, calls::add_with(target.as_slice(), delta, options));
-            match self.next_target(&added, &target, key, retry) {
+            match self.next_target(&added, &target, key, token.is_some(), retry) {
                 Next::Done => return added,
                 Next::Elsewhere => {}
                 Next::Folded => {
@@ -670,13 +699,16 @@ impl SpreadRouter {
     /// What an add does after `added`, its reply from `target`: done (a reply, or an error
     /// that is final or may mean it ran), on to another holder because `target` was folded
     /// back (re-read the holders), or because it did not run there (`MOVED`, a refused
-    /// connection: `target` is left out for a while). Never past the home key, and a retry of
-    /// a token sent before stays with its holder unless that one was folded.
+    /// connection: `target` is left out for a while). Never past the home key. A tokened add
+    /// goes on only from a holder folded back, or at its first send after `MOVED` (this
+    /// connection can never write that holder): a retry of its token, from here or another
+    /// process, must reach the holder its rule picks.
     fn next_target<T>(
         &self,
         added: &Result<T, CtrError>,
         target: &[u8],
         key: &[u8],
+        tokened: bool,
         retry: bool,
     ) -> Next {
         let Err(e) = added else { return Next::Done };
@@ -691,12 +723,14 @@ impl SpreadRouter {
         if e.module_error() == Some(ModuleError::HolderFolded) {
             return Next::Folded;
         }
-        match not_run(e) {
-            Some(away) if !retry => {
-                self.leave_out(target, away);
-                Next::Elsewhere
-            }
-            _ => Next::Done,
+        let Some(away) = not_run(e) else {
+            return Next::Done;
+        };
+        self.leave_out(target, away, moved(e));
+        if !tokened || (moved(e) && !retry) {
+            Next::Elsewhere
+        } else {
+            Next::Done
         }
     }
 
@@ -713,8 +747,8 @@ impl SpreadRouter {
         folded: &[Vec<u8>],
     ) -> Vec<u8> {
         let mut cache = self.cache();
-        let holders = reachable(&cache, holders);
         let Some(token) = token else {
+            let holders = reachable(&cache, holders);
             let current: Vec<&Vec<u8>> = holders.iter().filter(|h| !folded.contains(h)).collect();
             if current.is_empty() {
                 return key.to_vec();
@@ -722,7 +756,7 @@ impl SpreadRouter {
             let i = (self.pick(&mut cache) % current.len() as u64) as usize;
             return current[i].clone();
         };
-        let mut chosen = holder_for_token(&holders, token).to_vec();
+        let mut chosen = holder_for_token(&writable(&cache, holders), token).to_vec();
         if folded.contains(&chosen) {
             chosen = key.to_vec();
         }
@@ -821,11 +855,11 @@ impl SpreadRouter {
         }
         let token = options.token.as_deref();
         let retry = self.remembers(key, token);
-        let mut target = self.target(key, &holders, token);
+        let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
         loop {
             let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
-            match self.next_target(&added, &target, key, retry) {
+            match self.next_target(&added, &target, key, token.is_some(), retry) {
                 Next::Done => return added,
                 Next::Elsewhere => {}
                 Next::Folded => {
@@ -860,6 +894,33 @@ fn reachable(cache: &Cache, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
     } else {
         kept
     }
+}
+
+/// `holders` without those this connection's server answered `MOVED` for (all of them when
+/// that would leave none): the list the token rule picks from. A holder out of reach stays in.
+fn writable(cache: &Cache, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let now = Instant::now();
+    let kept: Vec<Vec<u8>> = holders
+        .iter()
+        .filter(|h| {
+            cache
+                .elsewhere
+                .map
+                .get(*h)
+                .is_none_or(|until| *until <= now)
+        })
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        holders.to_vec()
+    } else {
+        kept
+    }
+}
+
+/// True when `error` is `MOVED`: this (non-cluster) connection's server does not serve the key.
+pub(crate) fn moved(error: &CtrError) -> bool {
+    matches!(error, CtrError::Redis(e) if e.kind() == redis::ErrorKind::Moved)
 }
 
 /// When `error` means that the command never ran, so that an add can go to another holder
@@ -902,7 +963,9 @@ fn cluster_of<C: ConnectionLike + 'static>(con: &mut C) -> Option<&mut SyncClust
 /// one-command cluster pipeline, which the `redis` crate does not resend after a timeout;
 /// after any other failure but the server's reply (`MOVED`, `ASK`, `TRYAGAIN`, a refused or
 /// dropped connection) as a plain request, which the crate sends as it sends every other one
-/// (it reconnects, follows redirections, refreshes its slot map).
+/// (it reconnects, follows redirections, refreshes its slot map after `MOVED`); one still
+/// refused (its master down: the crate keeps its slot map) goes to a node in reach, whose
+/// `MOVED` to the slot's current master makes the crate read the map again.
 pub(crate) fn send_once<C: ConnectionLike + 'static, T>(
     con: &mut C,
     call: calls::Call<T>,
@@ -926,6 +989,18 @@ pub(crate) fn send_once<C: ConnectionLike + 'static, T>(
             Err(e) if e.is_io_error() || never_ran(&e) => {}
             Err(e) => return Err(e.into()), // the server's reply
         }
+        return match call.cmd.query::<Value>(cluster) {
+            Err(e) if e.is_connection_refusal() => {
+                // The `redis` crate reconnects to a refused address and never reads the slot
+                // map again: after a failover every write of that slot would be refused. A
+                // node in reach answers MOVED instead (the command did not run where it was
+                // refused), and the crate reads the map again and follows it.
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let anywhere = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                (call.parse)(cluster.route_command(&call.cmd, anywhere)?)
+            }
+            reply => (call.parse)(reply?),
+        };
     }
     run(con, call)
 }
@@ -1075,10 +1150,10 @@ mod tests {
     fn a_token_keeps_its_first_holder_and_the_caches_are_bounded() {
         let router = SpreadRouter::new(Duration::from_secs(60));
         let home: Holders = holders_of(b"k", None);
-        assert_eq!(router.target(b"k", &home, Some(b"t")), b"k");
+        assert_eq!(router.target(b"k", &home, Some(b"t")).unwrap(), b"k");
         let spread = holders_of(b"k", Some(vec!["k".into(), "a".into(), "b".into()]));
-        assert_eq!(router.target(b"k", &spread, Some(b"t")), b"k");
-        let fresh_token = router.target(b"k", &spread, Some(b"u"));
+        assert_eq!(router.target(b"k", &spread, Some(b"t")).unwrap(), b"k");
+        let fresh_token = router.target(b"k", &spread, Some(b"u")).unwrap();
         assert_eq!(fresh_token, holder_for_token(&spread, b"u"));
         let mut bounded = Bounded::new(2);
         for i in 0..5 {
@@ -1086,5 +1161,54 @@ mod tests {
         }
         assert_eq!((bounded.map.len(), bounded.order.len()), (2, 2));
         assert!(bounded.map.contains_key(&4) && !bounded.map.contains_key(&2));
+    }
+
+    /// A tokened add goes by the token rule over the whole list even when its holder is left
+    /// out, and is refused unsent then: a retry whose first pick was forgotten, or made in
+    /// another process, must reach the same holder.
+    #[test]
+    fn a_holder_out_of_reach_never_moves_a_token() {
+        let router = SpreadRouter::new(Duration::from_secs(60));
+        let spread = holders_of(
+            b"k",
+            Some(vec!["k".into(), "a".into(), "b".into(), "c".into()]),
+        );
+        let tokens: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+        let frozen = holder_for_token(&spread, tokens[0].as_bytes()).to_vec();
+        router.timed_out_at(&frozen);
+        let mut refused = 0;
+        for token in tokens.iter().chain(&tokens) {
+            let rule = holder_for_token(&spread, token.as_bytes());
+            match router.target(b"k", &spread, Some(token.as_bytes())) {
+                Ok(target) => assert_eq!(target, rule),
+                Err(CtrError::HolderAway { holder }) => {
+                    assert_eq!(holder, frozen);
+                    refused += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(refused > 0);
+        assert!(router.target(b"k", &spread, None).unwrap() != frozen);
+    }
+
+    /// A non-cluster connection's tokened adds skip the holders its server answered `MOVED`
+    /// for (it can never write them): the rule over the others.
+    #[test]
+    fn a_token_skips_only_holders_its_server_does_not_serve() {
+        let router = SpreadRouter::new(Duration::from_secs(60));
+        let spread = holders_of(
+            b"k",
+            Some(vec!["k".into(), "a".into(), "b".into(), "c".into()]),
+        );
+        router.leave_out(b"b", SpreadRouter::ELSEWHERE, true);
+        let served: Vec<Vec<u8>> = vec![b"k".to_vec(), b"a".to_vec(), b"c".to_vec()];
+        for i in 0..40 {
+            let token = format!("m{i}");
+            let target = router
+                .target(b"k", &spread, Some(token.as_bytes()))
+                .unwrap();
+            assert_eq!(target, holder_for_token(&served, token.as_bytes()));
+        }
     }
 }

@@ -57,7 +57,7 @@ use redis::{ConnectionLike, RedisResult};
 
 use crate::calls;
 use crate::error::{CtrError, ModuleError};
-use crate::spread::{holder_for_token, not_run, send_once, timed_out, SpreadRouter};
+use crate::spread::{holder_for_token, moved, not_run, send_once, timed_out, SpreadRouter};
 use crate::types::AddOptions;
 
 /// How the writer makes connections (again, after one fails).
@@ -600,7 +600,7 @@ impl<C: Connector> Flusher<C> {
         let Some(connection) = self.connection.as_mut() else {
             return false;
         };
-        router.leave_out(&target, away);
+        router.leave_out(&target, away, moved(error));
         sum.folded.push(target);
         let holders = match router.holders(connection, &sum.key) {
             Ok(holders) => router.reachable(&holders),

@@ -1327,17 +1327,25 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
         .get_connection()
         .unwrap();
     let mut acknowledged = 0i64;
+    // Tokened adds whose holder's master is down: refused (nothing sent, or a connection that
+    // failed), retried with their tokens once the replica has taken over.
+    let mut refused_tokens = Vec::new();
     let mut n = 0u64;
-    let mut rates = |con: &mut redis::cluster::ClusterConnection, acknowledged: &mut i64| {
+    let mut rates = |con: &mut redis::cluster::ClusterConnection,
+                     acknowledged: &mut i64,
+                     refused_tokens: &mut Vec<String>| {
         let mut add = |n: u64| {
             let token = format!("{key}:{n}");
-            let options = if n.is_multiple_of(2) {
-                AddOptions::new().token(token)
-            } else {
-                AddOptions::new()
+            let tokened = n.is_multiple_of(2);
+            let options = match tokened {
+                true => AddOptions::new().token(&token),
+                false => AddOptions::new(),
             };
-            router.add(con, &key, 1, &options).unwrap();
-            *acknowledged += 1;
+            match router.add(con, &key, 1, &options) {
+                Ok(_) => *acknowledged += 1,
+                Err(e) if tokened && e.is_connection_error() => refused_tokens.push(token),
+                Err(e) => panic!("{e}"),
+            }
         };
         let mut write = |_| {
             writer.add(&key, 1).unwrap();
@@ -1348,7 +1356,8 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
         };
         relative_rates(5, &mut n, [&mut add, &mut write, &mut control_add])
     };
-    let healthy = rates(&mut con, &mut acknowledged);
+    let healthy = rates(&mut con, &mut acknowledged, &mut refused_tokens);
+    assert!(refused_tokens.is_empty(), "{refused_tokens:?}");
     let mut down = redis::Client::open(url(cluster.nodes[2].port, false))
         .unwrap()
         .get_connection()
@@ -1360,12 +1369,15 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     // that held every add back behind the master down would fail all three. A measurement takes
     // about 3 s; none starts after 8 s, so that all end before the nodes call the master failing.
     let kept = |outage: [f64; 2]| outage[0] >= healthy[0] / 2.0 && outage[1] >= healthy[1] / 2.0;
-    let mut outage = rates(&mut con, &mut acknowledged);
+    let mut outage = rates(&mut con, &mut acknowledged, &mut refused_tokens);
     while !kept(outage) && shut_down.elapsed() < Duration::from_secs(8) {
-        outage = rates(&mut con, &mut acknowledged);
+        outage = rates(&mut con, &mut acknowledged, &mut refused_tokens);
     }
-    let report =
-        format!("relative rates (router, writer): healthy {healthy:.2?}, outage {outage:.2?}");
+    let report = format!(
+        "relative rates (router, writer): healthy {healthy:.2?}, outage {outage:.2?}; {} \
+         tokened adds refused",
+        refused_tokens.len()
+    );
     println!("{report}");
     assert!(kept(outage), "{report}");
 
@@ -1377,6 +1389,12 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
         let up = r.q("CLUSTER INFO").text().contains("cluster_state:ok");
         (master && up).then_some(())
     });
+    // The refused tokens, retried through the same router: each counts once on its holder.
+    for token in &refused_tokens {
+        let options = AddOptions::new().token(token);
+        common::eventually(60, || router.add(&mut con, &key, 1, &options).ok());
+        acknowledged += 1;
+    }
     let stats = writer.close().unwrap();
     assert_eq!(stats.dropped, 0, "{stats:?}");
     let expected = acknowledged + stats.adds as i64;
@@ -1458,6 +1476,8 @@ fn router_and_writer_keep_half_their_rate_with_a_master_frozen() {
                 Err(CtrError::Redis(e)) if e.is_timeout() && tokened => {
                     timed_out_tokens.push(token)
                 }
+                // Its holder left out (its master timed out): refused unsent, retried later.
+                Err(CtrError::HolderAway { .. }) if tokened => timed_out_tokens.push(token),
                 Err(CtrError::Redis(e)) if e.is_timeout() => timed_out_plain += 1,
                 Err(e) => panic!("{e}"),
             }
@@ -1485,7 +1505,8 @@ fn router_and_writer_keep_half_their_rate_with_a_master_frozen() {
     let frozen_for = frozen_at.elapsed();
     let report = format!(
         "relative rates (router, writer): healthy {healthy:.2?}, frozen {outage:.2?}; frozen \
-         {frozen_for:.1?}, {timed_out_plain} plain and {} tokened adds timed out, {held_flushes} \
+         {frozen_for:.1?}, {timed_out_plain} plain and {} tokened adds timed out or refused unsent, \
+         {held_flushes} \
          flushes held a sum back",
         timed_out_tokens.len()
     );
@@ -1498,16 +1519,16 @@ fn router_and_writer_keep_half_their_rate_with_a_master_frozen() {
     assert!(outage[0] >= healthy[0] / 2.0, "{report}");
     assert!(outage[1] >= healthy[1] / 2.0, "{report}");
 
-    // Awake: the tokened adds that timed out are retried (each counts once, where it first
-    // went), the held sums are flushed; nothing is lost, nothing counted twice. The retries go
-    // through a router of their own, as from another process: this one remembers the holders
-    // of its last 10,000 tokens (SpreadRouter::MAX_TOKENS), fewer than it sent since, and picks
-    // a token it forgot among the holders in reach, which leaves out the master that timed out
-    // for a while yet. Its first send went by the token rule over every holder (that master
-    // was not left out before it timed out), where a router that never saw it frozen sends it.
-    let retrying = SpreadRouter::default();
-    for token in &timed_out_tokens {
+    // Awake: the tokened adds that timed out or were refused unsent are retried (each counts
+    // once, on its token's holder), the held sums are flushed; nothing is lost, nothing counted
+    // twice. Half the retries go through this router (which refuses them while that master is
+    // left out, and has forgotten the holders of most of them: it remembers its last 10,000
+    // tokens), half through a new one, as from another process: both pick by the token rule
+    // over every holder, where the first send went.
+    let other_process = SpreadRouter::default();
+    for (i, token) in timed_out_tokens.iter().enumerate() {
         let options = AddOptions::new().token(token);
+        let retrying = if i % 2 == 0 { &router } else { &other_process };
         common::eventually(60, || retrying.add(&mut con, &key, 1, &options).ok());
         acknowledged += 1;
     }
