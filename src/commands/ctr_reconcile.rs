@@ -4,15 +4,15 @@ use super::ctr_args::{parse_reconcile, TruthSource};
 use super::ctr_store::with_counter;
 use super::ctr_store::{refuse_unwritable, update_counter, Write};
 use super::holder_check::Checked;
+use super::reconcile_write::{reply, write_reconcile};
 use super::spread_holders::refuse_look_alike;
 use super::spread_reconcile;
 use crate::counter::history::bucket_of;
 use crate::counter::history::WatermarkError;
-use crate::counter::{CounterError, CounterRef, ReconcileOp, Repair, StartOp};
+use crate::counter::{CounterError, CounterRef, ReconcileOp, StartOp};
 use crate::ffi::{
     Args, CommandError, CommandResult, Ctx, Key, KeyKind, RawString, Reply, WRONG_TYPE,
 };
-use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
 /// The newest bucket boundary at least `settle` old: events up to it have had time to land in
@@ -145,17 +145,6 @@ fn stream_entries_after(ctx: Ctx, key: &[u8], w: i64) -> Result<u64, CommandErro
     }
 }
 
-/// `[value, drift]`: the drift is an integer, or its exact decimal text (a bulk string, which
-/// every client reads) in the rare case that it lies outside the i64 range: a counter near one
-/// end of the range repaired to the other end.
-pub(super) fn reply(repair: Repair) -> Reply {
-    let drift = match i64::try_from(repair.drift) {
-        Ok(d) => Reply::Integer(d),
-        Err(_) => Reply::Bulk(repair.drift.to_string().into_bytes()),
-    };
-    Reply::Array(vec![Reply::Integer(repair.value), drift])
-}
-
 /// What the counter key holds, as far as a reconcile cares: its bucket width and earliest
 /// accepted watermark when it keeps a history. WRONGTYPE for another type.
 fn tracked_history(ctx: Ctx, key: RawString) -> Result<Option<(i64, i64)>, CommandError> {
@@ -282,27 +271,4 @@ pub fn reconcile(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let repair = write_reconcile(&w, key, op)?;
     Ok(reply(repair))
-}
-
-/// Applies `op` to the counter in `key` (open for writing), then replicates, notifies and
-/// counts the drift when it changed something.
-pub(super) fn write_reconcile(
-    w: &Write,
-    key: Key,
-    op: ReconcileOp,
-) -> Result<Repair, CommandError> {
-    let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
-    let (repair, before) = update_counter(&key, |c, before| {
-        Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))
-    })?;
-    drop(key); // closed before the keyspace event fires
-    if repair.changed {
-        let effect = Effect {
-            op: CounterOp::Reconcile(op),
-            expire_at: None,
-        };
-        w.finish(&effect, before, c"ctr.reconcile")?;
-        metrics::record_drift(repair.drift);
-    }
-    Ok(repair)
 }

@@ -26,6 +26,7 @@ pub mod pnc;
 pub mod pnc_bound;
 pub mod pnc_delta;
 mod read_links;
+mod reconcile_write;
 mod replication_gate;
 pub mod slot_migration;
 pub mod spread_audit;

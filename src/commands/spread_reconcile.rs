@@ -9,9 +9,9 @@
 //! of it is (its floor is held by every holder). Adds that race the gather count as they would
 //! against a plain overwrite.
 
-use super::ctr_reconcile::{reply, write_reconcile};
 use super::ctr_spread::{write_total, TotalWrite};
 use super::ctr_store::{open_for_write, with_counter, Write};
+use super::reconcile_write::{reply, write_reconcile};
 use super::spread_clear::refuse_unless_still_served;
 use crate::counter::{CounterError, CounterRef, ReconcileOp};
 use crate::ffi::{CommandError, CommandResult, Ctx, KeyName, RawString};
