@@ -656,6 +656,13 @@ impl Sim {
         m.audit = Audit::default();
         m.held_audit.clear();
         self.expected -= lost;
+        // A rename the replica never had is undone: the sealed holder is back under its listed
+        // name (and may be renamed again), so this record of it goes too.
+        let renamed = std::mem::take(&mut self.renamed);
+        self.renamed = renamed
+            .into_iter()
+            .filter(|(_, to)| self.get(to).is_some())
+            .collect();
         self.note(format_args!(
             "failover of master {master} (lost {lost} client units)"
         ));
