@@ -25,6 +25,7 @@ pub mod parse;
 pub mod pnc;
 pub mod pnc_bound;
 pub mod pnc_delta;
+mod pnc_store;
 mod read_links;
 mod reconcile_write;
 mod replication_gate;

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::ctr_args::{parse_decrement, parse_floor, AMOUNT_NOT_POSITIVE};
 use super::ctr_store::TOKEN_REUSED;
 use super::parse::{integer, SYNTAX_ERROR};
-use super::pnc::{check_arity, origin, replicate_apply_with, write, Origin, Outcome};
+use super::pnc_store::{check_arity, origin, replicate_apply_with, write, Origin, Outcome};
 use crate::ffi::{random_bytes, Args, CommandError, CommandResult, Ctx, RawString, Reply};
 use crate::metrics::{PNC_DECR_GRANTED, PNC_DECR_REFUSED};
 use crate::persist::pnc_format;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::pnc::read;
+use super::pnc_store::read;
 use crate::ffi::{random_bytes, Args, CommandError, CommandResult, Ctx, Reply};
 use crate::persist::pnc_format::encode_state;
 use crate::pncounter::delta::{History, Version};
