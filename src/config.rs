@@ -38,9 +38,12 @@ pub static COLLECT_TIMEOUT_MS: AtomicI64 = AtomicI64::new(10_000);
 /// stay answered gone before its holders here are deleted.
 pub static AUDIT_INTERVAL_MS: AtomicI64 = AtomicI64::new(60_000);
 pub static ORPHAN_GRACE_MS: AtomicI64 = AtomicI64::new(600_000);
+/// How long a command whose units are still travelling (a purchase whose budget is in flight,
+/// `CTR.FLOOR` during folds) waits in the server before it answers `TRYAGAIN` (0 = never).
+pub static PURCHASE_WAIT_MS: AtomicI64 = AtomicI64::new(200);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 17] = [
+pub const I64_CONFIGS: [I64Config; 18] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -101,6 +104,7 @@ pub const I64_CONFIGS: [I64Config; 17] = [
     ),
     ("audit-interval-ms", &AUDIT_INTERVAL_MS, 60_000, 0, DAY_MS),
     ("orphan-grace-ms", &ORPHAN_GRACE_MS, 600_000, 0, 7 * DAY_MS),
+    ("purchase-wait-ms", &PURCHASE_WAIT_MS, 200, 0, 60_000),
 ];
 
 /// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any

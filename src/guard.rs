@@ -53,6 +53,12 @@ pub const CALLBACKS: &[&str] = &[
     "holder-check-reply",
     "holder-check-disconnect",
     "holder-check-free",
+    // A command waiting in the server for units in flight: the tick, and its blocked
+    // client's callbacks.
+    "waiter-timer",
+    "waiter-reply",
+    "waiter-disconnect",
+    "waiter-free",
     // Cluster bus receivers, one per file that owns message kinds.
     "bus-gather",
     "bus-collect",

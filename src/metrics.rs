@@ -66,6 +66,10 @@ pub static DECREMENTS_REFUSED: Counter = Counter::new();
 /// CTR.DECRFLOOR refusals answered TRYAGAIN because budget was still travelling (not final,
 /// not recorded against a token).
 pub static DECREMENTS_AWAITING_BUDGET: Counter = Counter::new();
+/// Commands that waited in the server for units in flight (`ctr.purchase-wait-ms`), and those
+/// of them that reached the bound (then answered as they answer: `TRYAGAIN` if still waiting).
+pub static COMMANDS_WAITED: Counter = Counter::new();
+pub static WAITS_PAST_BOUND: Counter = Counter::new();
 /// Final CTR.DECRFLOOR refusals that may be false: by a holder of a floored spread counter,
 /// with no fresh bound of the whole counter's headroom showing the amount beyond it (what the
 /// CtrFalseRefusals alert reads). Also counted in `DECREMENTS_REFUSED`.
@@ -237,6 +241,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("decrements_granted", &DECREMENTS_GRANTED),
         ("decrements_refused", &DECREMENTS_REFUSED),
         ("decrements_awaiting_budget", &DECREMENTS_AWAITING_BUDGET),
+        ("commands_waited", &COMMANDS_WAITED),
+        ("waits_past_bound", &WAITS_PAST_BOUND),
         ("decrements_refused_unproven", &DECREMENTS_REFUSED_UNPROVEN),
         ("holders_left_behind", &HOLDERS_LEFT_BEHIND),
         ("restored_copies_detached", &RESTORED_COPIES_DETACHED),

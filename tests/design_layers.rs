@@ -121,8 +121,16 @@ fn persistence_never_calls_into_the_commands() {
 fn the_glue_table_says_what_each_file_imports_and_has_no_circle() {
     let rows = layer_table();
     assert!(rows.len() >= 15, "the table was found: {rows:?}");
-    // The glue: the files of the table and every file its import column names.
-    let mut glue: BTreeSet<String> = rows.iter().map(|(f, _)| f.clone()).collect();
+    // The glue: every file of src/commands but the argument parsers (`parse`), so that a
+    // file a row imports and the table does not name is found.
+    let mut glue: BTreeSet<String> = fs::read_dir("src/commands")
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".rs").map(str::to_string)
+        })
+        .filter(|m| m != "mod" && m != "parse")
+        .collect();
     for (_, named) in &rows {
         glue.extend(named.iter().cloned());
     }

@@ -46,6 +46,10 @@ const CALLBACKS: &[&str] = &[
     "holder-check-reply",
     "holder-check-disconnect",
     "holder-check-free",
+    "waiter-timer",
+    "waiter-reply",
+    "waiter-disconnect",
+    "waiter-free",
     "bus-gather",
     "bus-collect",
     "bus-audit",
@@ -102,7 +106,7 @@ fn a_panic_in_any_callback_is_logged_and_the_cluster_goes_on() {
         .iter()
         .copied()
         .filter(|&n| n != "rebalance" && n != "move-follow" && n != "slot-migration")
-        .filter(|n| !n.starts_with("type-"))
+        .filter(|n| !n.starts_with("type-") && !n.starts_with("waiter-"))
         .collect();
     let cluster = Cluster::start(
         3,
@@ -334,6 +338,53 @@ fn on_one_server_the_timers_and_events_it_runs_are_guarded() {
         "{}",
         server.log()
     );
+}
+
+/// The callbacks of a command waiting in the server for units in flight (issue 34, item 9),
+/// each panicking once on one server: the tick (re-armed outside its guard: the wait still
+/// ends at its bound), the reply (that client gets the internal error), the disconnect of a
+/// client that left while it waited (its wait ends at the bound all the same) and the free.
+/// The server goes on, and the next wait answers as it should.
+#[test]
+fn a_panic_in_a_waiting_commands_callbacks_is_logged_and_the_server_goes_on() {
+    let armed = "waiter-timer,waiter-reply,waiter-disconnect,waiter-free";
+    let server = Server::start_with(&[], &["debug-panic-in", armed, "purchase-wait-ms", "300"]);
+    let mut c = server.conn();
+    // A holder of a floored spread (odd id) before its first credit: its purchases wait.
+    let holder = "{ctr.00000000000000ab.1.0}sale";
+    assert_eq!(
+        c.cmd(&["CTR.ADD", "made{ctr.00000000000000ab.1.0}sale", "0"]),
+        Value::Int(0)
+    );
+    assert_eq!(
+        c.cmd(&["RENAME", "made{ctr.00000000000000ab.1.0}sale", holder])
+            .text(),
+        "OK"
+    );
+    let mut leaving = Conn::connect(server.port).expect("connect");
+    leaving.send(&["CTR.DECRFLOOR", holder, "1"]);
+    std::thread::sleep(Duration::from_millis(50));
+    drop(leaving);
+    let first = c.cmd(&["CTR.DECRFLOOR", holder, "1"]);
+    assert!(first.is_error(), "{first:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want: Vec<&str> = armed.split(',').collect();
+    loop {
+        let seen = logged(&[server.log()]);
+        let missing: Vec<&&str> = want.iter().filter(|n| !seen.contains(**n)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no panic logged for {missing:?}:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ping(server.port), "{}", server.log());
+    let next = c.cmd(&["CTR.DECRFLOOR", holder, "1"]);
+    common::assert_awaits_budget(next, holder);
 }
 
 /// Issue 23, item 4: the data types' callbacks (but `rdb_save` and `aof_rewrite`, see

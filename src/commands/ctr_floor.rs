@@ -1,6 +1,7 @@
 //! The strong tier: CTR.FLOOR and CTR.DECRFLOOR.
 
 use super::ctr_args::{parse_decrement, parse_floor};
+use super::ctr_store::with_counter;
 use super::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write,
@@ -8,10 +9,12 @@ use super::ctr_store::{
 use super::floor_moves::refusal_may_be_false;
 use super::holder_check::Checked;
 use super::spread_holders::refuse_look_alike;
+use super::spread_transfer::serves;
+use super::waiter;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::counter::transfer::{purchase_refused, purchase_waits_for_budget};
-use crate::counter::{DecrOp, WriteKind};
-use crate::ffi::{Args, CommandError, CommandResult, Ctx, Reply};
+use crate::counter::{Counter, CounterRef, DecrOp, WriteKind};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyName, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 
@@ -31,21 +34,57 @@ pub fn floor(ctx: Ctx, args: &Args) -> CommandResult {
     if floor.is_none() && is_missing(&key) {
         return Ok(Reply::Ok); // no counter, no floor to remove
     }
+    let mut moving = false;
     let changed = update_counter(&key, |c, before| {
         if c.spread().is_some() {
             return Err(SPREAD_FLOOR_REFUSED);
         }
-        if c.transfers().is_some_and(|t| t.has_pending()) {
+        if units_moving(c) {
+            moving = true;
             return Err(units_in_flight(args.bytes(1)));
         }
         Ok(c.set_floor(floor)? || before.created)
-    })?;
+    });
     drop(key);
+    if moving && wait_for_units(ctx, args, floor_cmd_still_waits(args.bytes(1)), self::floor) {
+        return Ok(Reply::Blocked);
+    }
+    let changed = changed?;
     if changed {
         ctx.replicate_verbatim();
         ctx.key_changed(c"ctr.floor", key_name);
     }
     Ok(Reply::Ok)
+}
+
+/// True while the counter's units are still moving (a shrink's folds landing, a credit
+/// unacknowledged): a floor set now would be set on part of it.
+fn units_moving(c: &Counter) -> bool {
+    c.transfers().is_some_and(|t| t.has_pending())
+}
+
+/// Whether `CTR.FLOOR` of `key` would still wait (the key's units still moving).
+fn floor_cmd_still_waits(key: &[u8]) -> waiter::StillWaits {
+    let key = key.to_vec();
+    Box::new(move |ctx| {
+        let name = KeyName::new(ctx, &key);
+        with_counter(
+            ctx,
+            name.raw,
+            |c| matches!(c, Some(CounterRef::Boxed(c)) if units_moving(c)),
+        ) == Ok(true)
+    })
+}
+
+/// Blocks the client until the units the command at `args` waits for have come (see
+/// [`waiter`]); false when it cannot wait (it replies its `TRYAGAIN` now).
+fn wait_for_units(
+    ctx: Ctx,
+    args: &Args,
+    still_waits: waiter::StillWaits,
+    rerun: waiter::Rerun,
+) -> bool {
+    waiter::wait(ctx, args.bytes(1), rerun, still_waits, serves)
 }
 
 /// The retryable refusal of a floor set on a counter whose units are still moving (a shrink's
@@ -85,6 +124,33 @@ fn count_refusal(unproven: bool) {
     }
 }
 
+/// The closure's way out of a write when the purchase waits for budget (never replied).
+const NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
+
+/// Whether a purchase of `amount` at `key` would still wait for budget: its share or a move
+/// still travelling, or budget a rebalance round is to gather to it.
+fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> waiter::StillWaits {
+    let key = key.to_vec();
+    Box::new(move |ctx| {
+        let name = KeyName::new(ctx, &key);
+        let now = ctx.now_ms();
+        let waits = |c: Option<&Counter>| {
+            purchase_waits_for_budget(c, amount, floor_if_none, now)
+                || c.is_some_and(|c| {
+                    purchase_refused(c, amount, floor_if_none)
+                        && super::floor_moves::refusal_waits_for_rebalance(
+                            ctx, &key, c, amount, now,
+                        )
+                })
+        };
+        with_counter(ctx, name.raw, |c| match c {
+            None => waits(None),
+            Some(CounterRef::Inline(v)) => waits(Some(&Counter::plain(v))),
+            Some(CounterRef::Boxed(c)) => waits(Some(c)),
+        }) == Ok(true)
+    })
+}
+
 /// What a holder waits for: budget on its way to it.
 const ITS_SHARE: &str = "its share";
 /// What a holder waits for: budget the next rebalance round gathers to it.
@@ -118,8 +184,13 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let floor_if_none = floor_by_name(args.bytes(1));
     let named_holder = parse_holder_name(args.bytes(1)).is_some();
+    let still_waits = || purchase_still_waits(args.bytes(1), parsed.amount, floor_if_none);
     if w.token.is_none() && is_missing(&key) {
         if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
+            drop(key);
+            if wait_for_units(ctx, args, still_waits(), decrfloor) {
+                return Ok(Reply::Blocked);
+            }
             return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
@@ -132,6 +203,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(Reply::Null);
     }
     let mut gathering = false;
+    let mut awaits = None;
     let mut unproven = false;
     let outcome = w.update(&key, |c, before| {
         if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
@@ -140,7 +212,8 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none, w.now) {
             // Before anything changes: a missing key is not made, a token not recorded.
-            return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
+            awaits = Some(ITS_SHARE);
+            return Err(NOT_YET);
         }
         if purchase_refused(c, parsed.amount, floor_if_none)
             && super::floor_moves::refusal_waits_for_rebalance(
@@ -154,7 +227,8 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             // The whole counter may cover it once budget gathers here: the refusal's demand
             // asks the next rebalance round for it.
             gathering = true;
-            return Err(awaiting_budget(args.bytes(1), GATHERED_BUDGET));
+            awaits = Some(GATHERED_BUDGET);
+            return Err(NOT_YET);
         }
         let shards = w.shards(c, before);
         let op = DecrOp {
@@ -176,6 +250,13 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     });
     if gathering {
         super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, Some(w.now));
+    }
+    if let Some(waits_for) = awaits {
+        drop(key);
+        if wait_for_units(ctx, args, still_waits(), decrfloor) {
+            return Ok(Reply::Blocked);
+        }
+        return Err(awaiting_budget(args.bytes(1), waits_for));
     }
     let outcome = outcome?;
     let reply = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);

@@ -94,6 +94,11 @@ thread_local! {
     static CHECKS: RefCell<Checks> = RefCell::new(Checks::default());
     /// The holder whose write runs again from a reply callback, its check passed.
     static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// Holders found listed, until when their writes go on unchecked: a write that the check's
+    /// reply could not answer for good (a purchase whose budget is in flight answers
+    /// `TRYAGAIN` there, a reply callback cannot wait) is retried without a second check, and
+    /// then waits in the server.
+    static LISTED: RefCell<HashMap<Vec<u8>, i64>> = RefCell::new(HashMap::new());
     /// The slot keys the home side may still read in the current window, and when it began.
     static SLOT_KEYS_LEFT: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
@@ -185,7 +190,15 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
 
 fn passed(name: &[u8]) -> bool {
     PASSED.with(|p| p.borrow().as_deref() == Some(name))
+        || LISTED.with(|l| {
+            l.borrow()
+                .get(name)
+                .is_some_and(|until| *until > crate::ffi::coarse_now_ms())
+        })
 }
+
+/// How long a holder found listed is trusted by this node's later first writes.
+const LISTED_MS: i64 = 1_000;
 
 fn can_block(ctx: Ctx) -> bool {
     ctx.flags()
@@ -408,8 +421,18 @@ fn run_checked(ctx: Ctx, args: &Args, outcome: &Outcome) -> CommandResult {
         ));
     }
     PASSED.with(|p| *p.borrow_mut() = Some(name.to_vec()));
-    let result = (outcome.rerun)(ctx, args);
+    let result = super::waiter::replying(|| (outcome.rerun)(ctx, args));
     PASSED.with(|p| *p.borrow_mut() = None);
+    if outcome.verdict == Verdict::Listed {
+        let now = ctx.now_ms();
+        LISTED.with(|l| {
+            let mut l = l.borrow_mut();
+            l.retain(|_, until| *until > now);
+            if l.len() < MAX_PENDING {
+                l.insert(name.to_vec(), now.saturating_add(LISTED_MS));
+            }
+        });
+    }
     result
 }
 

@@ -42,6 +42,7 @@ mod spread_restore;
 pub mod spread_transfer;
 pub mod sweep;
 mod ttl;
+mod waiter;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -274,6 +274,8 @@ fn write_step(
         return Err(CommandError::fixed("ERR could not replicate the write"));
     }
     ctx.key_changed(c"ctr.transfer", key_name);
+    // Units came or an acknowledgement landed: commands waiting for them may go on.
+    super::waiter::key_written(ctx, crate::ffi::string_bytes(key_name));
     Ok(outcome)
 }
 

@@ -1,0 +1,287 @@
+//! The waits that happen in the server: a command that cannot be answered yet only because
+//! units are still travelling to its key (a purchase whose budget is in flight, `CTR.FLOOR`
+//! while a shrink's folds land) blocks its client instead of replying `TRYAGAIN`, up to
+//! `ctr.purchase-wait-ms`:
+//! - when a transfer step writes the awaited key (a credit, an acknowledgement: the glue calls
+//!   [`key_written`]) and the command's own test says it would no longer wait, or at a tick
+//!   (every [`TICK_MS`]) that finds so, the command runs again from the reply callback, once,
+//!   and replies what it replies then (a grant, a refusal, an applied floor);
+//! - at the bound it runs again all the same and replies what it replies then, its retryable
+//!   `TRYAGAIN` when the units still travel.
+//!
+//! A run from the reply callback never waits again. Nothing waits where a client cannot be
+//! blocked (inside MULTI/EXEC or a script), on a replica's replay, or past [`MAX_WAITING`];
+//! the key's slot moved or writes paused while it waited: the command's `TRYAGAIN` names that.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use crate::config;
+use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply};
+use crate::guard::guard;
+use crate::metrics;
+
+/// How often waiting commands are tested and their bounds checked.
+pub const TICK_MS: i64 = 10;
+/// The most clients waiting on this node; past it a command replies at once.
+pub const MAX_WAITING: usize = 10_000;
+
+/// The command run again from the reply callback.
+pub type Rerun = fn(Ctx, &Args) -> CommandResult;
+/// True while the command would still wait (run on the waiting command's database).
+pub type StillWaits = Box<dyn Fn(Ctx) -> bool>;
+/// True while this node still serves the key for writes (its slot here, not moving, a master).
+pub type Serves = fn(Ctx, &[u8]) -> bool;
+
+struct Waiting {
+    bc: *mut raw::RedisModuleBlockedClient,
+    db: c_int,
+    key: Vec<u8>,
+    deadline_ms: i64,
+    rerun: Rerun,
+    still_waits: StillWaits,
+    serves: Serves,
+}
+
+/// What the reply callback receives.
+struct Wake {
+    rerun: Rerun,
+    serves: Serves,
+}
+
+#[derive(Default)]
+struct Waiters {
+    by_id: HashMap<u64, Waiting>,
+    next_id: u64,
+    ticking: bool,
+}
+
+thread_local! {
+    static WAITERS: RefCell<Waiters> = RefCell::new(Waiters::default());
+    /// True while a command runs again from the reply callback: it must not wait again.
+    static RERUNNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Blocks the client of the command running in `ctx` until the units it waits for at `key`
+/// have come (`still_waits` false) or `ctr.purchase-wait-ms` has passed; then `rerun` runs
+/// again from the reply callback. False (nothing done: the command replies now) where a
+/// client cannot wait.
+pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves: Serves) -> bool {
+    let bound = config::PURCHASE_WAIT_MS.load(Relaxed);
+    if bound == 0 || RERUNNING.get() || ctx.is_replaying() || !can_block(ctx) {
+        return false;
+    }
+    let id = WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        (w.by_id.len() < MAX_WAITING).then(|| {
+            w.next_id = w.next_id.wrapping_add(1);
+            w.next_id
+        })
+    });
+    let Some(id) = id else {
+        return false;
+    };
+    // SAFETY: ctx is the live context of a command that may block (checked above). No server
+    // timeout: the tick ends a wait at its bound and the command answers then.
+    let bc =
+        unsafe { rm!(RedisModule_BlockClient)(ctx.ptr, Some(on_reply), None, Some(free_wake), 0) };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    metrics::COMMANDS_WAITED.incr();
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    let waiting = Waiting {
+        bc,
+        db,
+        key: key.to_vec(),
+        deadline_ms: ctx.now_ms().saturating_add(bound),
+        rerun,
+        still_waits,
+        serves,
+    };
+    WAITERS.with(|w| w.borrow_mut().by_id.insert(id, waiting));
+    arm_tick(ctx.ptr);
+    true
+}
+
+fn can_block(ctx: Ctx) -> bool {
+    ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        == 0
+}
+
+/// Runs `f`, a command run again from another blocked client's reply callback (the holder
+/// check's): nothing in it waits, since a reply callback cannot block its client again.
+pub fn replying<R>(f: impl FnOnce() -> R) -> R {
+    let outer = RERUNNING.replace(true);
+    let result = f();
+    RERUNNING.set(outer);
+    result
+}
+
+/// A transfer step wrote `key` in the database selected in `ctx`: the commands waiting for it
+/// that would no longer wait run again.
+pub fn key_written(ctx: Ctx, key: &[u8]) {
+    if WAITERS.with(|w| w.borrow().by_id.is_empty()) {
+        return;
+    }
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    let ids: Vec<u64> = WAITERS.with(|w| {
+        let w = w.borrow();
+        let on_key = w.by_id.iter().filter(|(_, p)| p.db == db && p.key == key);
+        on_key.map(|(id, _)| *id).collect()
+    });
+    for id in ids {
+        let done = WAITERS.with(|w| w.borrow().by_id.get(&id).map(|p| !(p.still_waits)(ctx)));
+        if done == Some(true) {
+            wake(id);
+        }
+    }
+}
+
+/// Ends the wait `id`: its command runs again from the reply callback.
+fn wake(id: u64) {
+    let Some(p) = WAITERS.with(|w| w.borrow_mut().by_id.remove(&id)) else {
+        return;
+    };
+    let wake = Box::new(Wake {
+        rerun: p.rerun,
+        serves: p.serves,
+    });
+    // SAFETY: bc is blocked and unblocked once: its wait was just removed from the table.
+    unsafe { rm!(RedisModule_UnblockClient)(p.bc, Box::into_raw(wake).cast::<c_void>()) };
+}
+
+fn arm_tick(ctx: *mut raw::RedisModuleCtx) {
+    let start = WAITERS.with(|w| !std::mem::replace(&mut w.borrow_mut().ticking, true));
+    if start {
+        // SAFETY: ctx is live; the timer carries no data.
+        unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_tick), std::ptr::null_mut()) };
+    }
+}
+
+/// The tick: wakes the waits past their bound, and those whose units came by a path that
+/// wrote no step to their key (budget gathered by a rebalance round decided elsewhere).
+fn tick(ctx: Ctx) {
+    let now = ctx.now_ms();
+    let waiting: Vec<(u64, c_int, bool)> = WAITERS.with(|w| {
+        let w = w.borrow();
+        let all = w.by_id.iter();
+        all.map(|(id, p)| (*id, p.db, p.deadline_ms <= now))
+            .collect()
+    });
+    for (id, db, expired) in waiting {
+        if expired {
+            metrics::WAITS_PAST_BOUND.incr();
+            wake(id);
+            continue;
+        }
+        // SAFETY: ctx is the timer's live context; db is a database a client had selected.
+        unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) };
+        let done = WAITERS.with(|w| w.borrow().by_id.get(&id).map(|p| !(p.still_waits)(ctx)));
+        if done == Some(true) {
+            wake(id);
+        }
+    }
+}
+
+unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard(ctx, "waiter-timer", || tick(Ctx { ptr: ctx }));
+    let waiting = WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        w.ticking = false;
+        !w.by_id.is_empty()
+    });
+    if waiting {
+        arm_tick(ctx);
+    }
+}
+
+/// The reply callback: the command runs again, once, without waiting.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed wake given to UnblockClient.
+    let wake = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<Wake>();
+    let ctx = Ctx { ptr: ctx };
+    let replied = guard(ctx.ptr, "waiter-reply", || {
+        // SAFETY: non-null wakes are ours and live until free_wake.
+        let Some(wake) = (unsafe { wake.as_ref() }) else {
+            return ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr: a waiting command lost its wake (a bug: please report it)",
+            ));
+        };
+        // SAFETY: the server passes the blocked command's argc live arguments.
+        let args = unsafe { Args::new(argv, argc) };
+        match run_again(ctx, &args, wake) {
+            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(
+                "ERR internal error in redis-ctr: a command waited twice (a bug: please report it)",
+            )),
+            Ok(reply) => ctx.reply(&reply),
+            Err(e) => ctx.reply_error(&e),
+        }
+    });
+    if replied.is_none() {
+        ctx.reply_error(&CommandError::fixed(
+            "ERR internal error in redis-ctr (a bug: please report it)",
+        ));
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+fn run_again(ctx: Ctx, args: &Args, wake: &Wake) -> CommandResult {
+    if args.len() < 2 {
+        return Err(CommandError::fixed(
+            "ERR internal error in redis-ctr: a waiting command lost its arguments (a bug: please report it)",
+        ));
+    }
+    let name = args.bytes(1);
+    // The key's slot may have moved, or this master failed over, while the client waited; or
+    // writes are paused (a manual failover, CLIENT PAUSE WRITE), which a write run from here
+    // would not respect.
+    if !(wake.serves)(ctx, name) || crate::ffi::writes_paused() {
+        return Err(CommandError(
+            format!(
+                "TRYAGAIN spread counter '{}' moved, or writes were paused, while its command waited for units in flight",
+                String::from_utf8_lossy(name)
+            )
+            .into(),
+        ));
+    }
+    replying(|| (wake.rerun)(ctx, args))
+}
+
+unsafe extern "C" fn on_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    let found = guard(ctx, "waiter-disconnect", || {
+        WAITERS.with(|w| {
+            let mut w = w.borrow_mut();
+            let id = w.by_id.iter().find(|(_, p)| p.bc == bc).map(|(id, _)| *id);
+            id.and_then(|id| w.by_id.remove(&id)).is_some()
+        })
+    });
+    if found.unwrap_or(false) {
+        // A client blocked without keys is released only by UnblockClient.
+        // SAFETY: bc is live until this call; its wait is gone, so nothing unblocks it again.
+        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    }
+}
+
+unsafe extern "C" fn free_wake(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient, freed once here.
+        let wake = unsafe { Box::from_raw(data.cast::<Wake>()) };
+        guard(ctx, "waiter-free", || drop(wake));
+    }
+}
