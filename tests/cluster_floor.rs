@@ -654,7 +654,9 @@ fn a_failover_of_the_receivers_master_mid_move_credits_each_share_once() {
 /// kill replays, and the new home's master coordinates the next rebalance.
 #[test]
 fn a_failover_of_the_coordinator_mid_rebalance_keeps_the_move_exact() {
-    let mut cluster = Cluster::start_for_failovers(3, &[]);
+    // No wait in the server: a purchase waiting for budget answers TRYAGAIN at once, so that
+    // the test sees the hot holder refuse before its budget comes.
+    let mut cluster = Cluster::start_for_failovers(3, &["purchase-wait-ms", "0"]);
     let mut client = cluster.client();
     let home = "{coordinator}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));

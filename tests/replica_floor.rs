@@ -123,7 +123,9 @@ fn spread_id_of(holder: &str) -> u64 {
 
 #[test]
 fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_credit() {
-    let cluster = Cluster::start(3, &[]);
+    // No wait in the server: each purchase that waits for its share answers TRYAGAIN at once
+    // (tests/spread_waits.rs covers the wait).
+    let cluster = Cluster::start(3, &["purchase-wait-ms", "0"]);
     let replicas: Vec<Server> = (0..3).map(|n| cluster.start_replica_of(n)).collect();
     let mut client = cluster.client();
     let home = "{stock}";

@@ -126,7 +126,9 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
     let Some(holder) = parse_holder_name(name) else {
         return Ok(Checked::Go);
     };
-    if ctx.is_replaying() || passed(name) || !can_block(ctx) {
+    // A write run again from a reply callback (it waited for units in flight) was checked
+    // before it waited, and cannot block again.
+    if ctx.is_replaying() || passed(name) || !can_block(ctx) || super::waiter::rerunning() {
         return Ok(Checked::Go);
     }
     // A key whose slot is moving (`ASKING` on the importing node, which the routing check of a

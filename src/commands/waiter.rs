@@ -29,6 +29,9 @@ use crate::metrics;
 pub const TICK_MS: i64 = 10;
 /// The most clients waiting on this node; past it a command replies at once.
 pub const MAX_WAITING: usize = 10_000;
+/// The most waiting commands a tick tests (in turn): their units mostly come by transfer
+/// steps, which test the commands waiting on their key at once; the tick is the fallback.
+const TESTS_PER_TICK: usize = 256;
 
 /// The command run again from the reply callback.
 pub type Rerun = fn(Ctx, &Args) -> CommandResult;
@@ -56,6 +59,8 @@ struct Wake {
 #[derive(Default)]
 struct Waiters {
     by_id: HashMap<u64, Waiting>,
+    /// The ids in the order the tick tests them (ids of ended waits are skipped).
+    turns: std::collections::VecDeque<u64>,
     next_id: u64,
     ticking: bool,
 }
@@ -103,7 +108,11 @@ pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves:
         still_waits,
         serves,
     };
-    WAITERS.with(|w| w.borrow_mut().by_id.insert(id, waiting));
+    WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        w.by_id.insert(id, waiting);
+        w.turns.push_back(id);
+    });
     arm_tick(ctx.ptr);
     true
 }
@@ -123,6 +132,12 @@ pub fn replying<R>(f: impl FnOnce() -> R) -> R {
     let result = f();
     RERUNNING.set(outer);
     result
+}
+
+/// True while a command runs again from a blocked client's reply callback (this waiter's or
+/// the holder check's): it cannot block its client again, so nothing in it waits or checks.
+pub fn rerunning() -> bool {
+    RERUNNING.get()
 }
 
 /// A transfer step wrote `key` in the database selected in `ctx`: the commands waiting for it
@@ -167,22 +182,22 @@ fn arm_tick(ctx: *mut raw::RedisModuleCtx) {
     }
 }
 
-/// The tick: wakes the waits past their bound, and those whose units came by a path that
-/// wrote no step to their key (budget gathered by a rebalance round decided elsewhere).
+/// The tick: wakes the waits past their bound, and tests up to [`TESTS_PER_TICK`] others in
+/// turn (units that came by a path that wrote no step to their key, a refusal a rebalance
+/// round made final).
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
-    let waiting: Vec<(u64, c_int, bool)> = WAITERS.with(|w| {
+    let expired: Vec<u64> = WAITERS.with(|w| {
         let w = w.borrow();
-        let all = w.by_id.iter();
-        all.map(|(id, p)| (*id, p.db, p.deadline_ms <= now))
-            .collect()
+        let past = w.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
+        past.map(|(id, _)| *id).collect()
     });
-    for (id, db, expired) in waiting {
-        if expired {
-            metrics::WAITS_PAST_BOUND.incr();
-            wake(id);
-            continue;
-        }
+    metrics::WAITS_PAST_BOUND.add(expired.len() as u64);
+    for id in expired {
+        wake(id);
+    }
+    for _ in 0..TESTS_PER_TICK {
+        let Some((id, db)) = next_turn() else { break };
         // SAFETY: ctx is the timer's live context; db is a database a client had selected.
         unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) };
         let done = WAITERS.with(|w| w.borrow().by_id.get(&id).map(|p| !(p.still_waits)(ctx)));
@@ -192,11 +207,29 @@ fn tick(ctx: Ctx) {
     }
 }
 
+/// The next waiting command the tick tests, and its database (it goes to the back of the
+/// turns); None when none waits.
+fn next_turn() -> Option<(u64, c_int)> {
+    WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        while let Some(id) = w.turns.pop_front() {
+            if let Some(db) = w.by_id.get(&id).map(|p| p.db) {
+                w.turns.push_back(id);
+                return Some((id, db));
+            }
+        }
+        None
+    })
+}
+
 unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard(ctx, "waiter-timer", || tick(Ctx { ptr: ctx }));
     let waiting = WAITERS.with(|w| {
         let mut w = w.borrow_mut();
         w.ticking = false;
+        if w.by_id.is_empty() {
+            w.turns.clear(); // only ids of ended waits are left
+        }
         !w.by_id.is_empty()
     });
     if waiting {
