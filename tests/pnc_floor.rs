@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 
 use common::pnc::{sync_tool, Rng};
-use common::{free_port, note, Conn, Server, Value};
+use common::{free_port, note, Conn, Frozen, Server, Value};
 
 fn region(id: &str) -> Server {
     Server::start_with(&[], &["replica-id", id])
@@ -154,31 +153,6 @@ fn a_replica_holds_the_masters_bounded_counters_bit_for_bit() {
     );
 }
 
-/// SIGSTOP of a server this test started; SIGCONT when dropped (also on a failed assertion).
-struct Frozen(u32);
-
-impl Frozen {
-    fn freeze(server: &Server) -> Frozen {
-        let pid = server.pid().expect("the test's own server");
-        signal("-STOP", pid);
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal("-CONT", self.0);
-    }
-}
-
-fn signal(which: &str, pid: u32) {
-    let status = Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-}
-
 /// Before issue 36 a deployment down made pnc-sync merge nothing and exit 3: the two it
 /// reached stayed apart. Now it skips the stopped and the frozen one with a line each, the
 /// others converge, the summary counts them, and the metrics file says so.
@@ -212,7 +186,7 @@ fn pnc_sync_converges_what_it_reaches_and_counts_the_rest() {
     );
 
     // A frozen deployment: connected, silent. Skipped after the timeout.
-    let frozen = Frozen::freeze(&servers[2]);
+    let frozen = frozen_server(&servers[2]);
     conns[0].q("PNC.ADD k 1000");
     let mut args: Vec<String> = ["--key", "k", "--timeout", "0.5"]
         .iter()
@@ -351,7 +325,7 @@ fn a_sale_across_three_regions_through_a_partition_never_oversells() {
     }
     // Phase 2: ap frozen; the sync skips it and the others go on.
     {
-        let _frozen = Frozen::freeze(&servers[2]);
+        let _frozen = frozen_server(&servers[2]);
         for _ in 0..2 {
             let (status, out) = sync(&[0, 1, 2]);
             assert_eq!(status, 3, "{out}");
@@ -400,4 +374,9 @@ fn a_sale_across_three_regions_through_a_partition_never_oversells() {
         "sale: {sold} of {STOCK} sold in {attempts} purchases, {refused} refused, {false_refusals} of them false (the stock covered them)"
     ));
     assert!(sold > STOCK / 2, "the sale sold most of its stock: {sold}");
+}
+
+/// SIGSTOP of a server this test started; SIGCONT when dropped (also on a failed assertion).
+fn frozen_server(server: &Server) -> Frozen {
+    Frozen::freeze(server.pid().expect("the test's own server"))
 }

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster};
-use common::{assert_awaits_budget, names, Conn, Server, Value};
+use common::{assert_awaits_budget, names, Conn, Frozen, Server, Value};
 
 /// Module arguments of a server that never applies a transfer credit: a holder's share never
 /// lands, a shrink's folds never end.
@@ -46,13 +46,16 @@ fn a_purchase_waits_in_the_server_for_its_share_and_is_granted() {
     assert_eq!(client.cmd(&["CTR.ADD", home, "1000"]), Value::Int(1000));
     assert_eq!(client.q("CTR.FLOOR {waits} 100").text(), "OK");
     cluster.nodes[home_node].wait_replicas(1);
-    let asleep = replica.port;
-    let sleeper = thread::spawn(move || Conn::connect(asleep).unwrap().q("DEBUG SLEEP 2"));
-    thread::sleep(Duration::from_millis(200));
+    // The home's replica frozen: the home holds its credits back until the replica holds the
+    // debits, so every share travels until it wakes.
+    let frozen = Frozen::freeze(replica.pid().expect("started here"));
     let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
     let holder = &holders[1];
     let node = cluster.owner(key_slot(holder.as_bytes()));
     let mut master = cluster.nodes[node].conn();
+    // The holder's master has a replica of its own (unless it is the home's), which must
+    // hold what the purchase run again from the reply callback wrote.
+    let holder_replica = (node != home_node).then(|| cluster.start_replica_of(node));
 
     let mut tx = cluster.nodes[node].conn();
     assert_eq!(tx.q("MULTI").text(), "OK");
@@ -68,6 +71,10 @@ fn a_purchase_waits_in_the_server_for_its_share_and_is_granted() {
     // check's reply cannot wait (a reply callback cannot block again): it may answer TRYAGAIN
     // once, and its retry, checked already, waits in the server.
     let waited_before = stat(&cluster.nodes[node], "commands_waited");
+    let waker = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(1500));
+        drop(frozen);
+    });
     let started = Instant::now();
     let purchase = ["CTR.DECRFLOOR", holder.as_str(), "1", "TOKEN", "w1"];
     let mut reply = master.cmd(&purchase);
@@ -89,7 +96,13 @@ fn a_purchase_waits_in_the_server_for_its_share_and_is_granted() {
         Value::Int(149),
         "a retry replays the grant"
     );
-    sleeper.join().unwrap();
+    waker.join().unwrap();
+    // Replicated as any purchase: the replica holds the same state (value and ledger).
+    let replica_of_holder = holder_replica.as_ref().unwrap_or(&replica);
+    cluster.nodes[node].wait_replicas(1);
+    let digest = |c: &mut Conn| c.cmd(&["DEBUG", "DIGEST-VALUE", holder]);
+    let mut r = replica_of_holder.conn();
+    assert_eq!(digest(&mut r), digest(&mut master));
 }
 
 /// On one server: a purchase on a holder before its share waits up to `ctr.purchase-wait-ms`,

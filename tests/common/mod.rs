@@ -716,3 +716,30 @@ impl Lcg {
         (self.0 >> 33) % bound
     }
 }
+
+/// A server this test started, frozen with SIGSTOP until dropped (SIGCONT, also when an
+/// assertion fails): it accepts connections and answers nothing, acknowledges nothing.
+#[allow(dead_code)]
+pub struct Frozen(u32);
+
+#[allow(dead_code)]
+impl Frozen {
+    pub fn freeze(pid: u32) -> Frozen {
+        signal("-STOP", pid);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
+}
+
+fn signal(which: &str, pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill {which} {pid}");
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::cluster::Cluster;
-use common::Server;
+use common::{Frozen, Server};
 use redis_ctr_client::spread::holder_for_token;
 use redis_ctr_client::{
     AddOptions, AsyncCtrCommands, CoalescingWriter, CounterInfo, CtrCommands, CtrError,
@@ -1400,30 +1400,6 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     let expected = acknowledged + stats.adds as i64;
     let total = common::eventually(30, || con.ctr_get(&key).ok());
     assert_eq!(total, expected, "{report}");
-}
-
-/// Wakes a server frozen with SIGSTOP (SIGCONT) when dropped: also when an assertion fails.
-struct Frozen(u32);
-
-impl Frozen {
-    fn freeze(pid: u32) -> Frozen {
-        signal("-STOP", pid);
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal("-CONT", self.0);
-    }
-}
-
-fn signal(which: &str, pid: u32) {
-    let sent = std::process::Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(sent.success(), "kill {which} {pid}");
 }
 
 /// One master of three frozen (SIGSTOP, about 6 s, less than the cluster's node timeout of
