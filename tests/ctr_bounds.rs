@@ -419,6 +419,9 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.INCREX rl BYINT 30 UBOUND 10 SATURATE PERSIST TOKEN t3");
     c.q("CTR.INCREX plain PX 50000");
     c.q("CTR.INCREX plain EX 100 ENX");
+    // Untokened with an expiry: replicated as sent, the TTL after it as PEXPIREAT.
+    c.q("CTR.INCREX plain BYINT 2 UBOUND 100 EX 200");
+    c.q("CTR.INCREX plain BYINT 2 UBOUND 100 EX 300 ENX");
     c.q("CTR.INCREX skipped BYINT 2 LBOUND 5 TOKEN t");
     c.q("CTR.ADD stock 10");
     c.q("CTR.FLOOR stock 0");

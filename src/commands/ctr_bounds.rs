@@ -163,9 +163,12 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         op: CounterOp::Increx(op),
         expire_at: None,
     };
-    // Without a token or an expiry, on a counter whose outcome does not depend on the clock,
-    // the call is decided by the state alone: replicated as sent, as a bare CTR.ADD is.
-    let deterministic = w.token.is_none() && parsed.expiry.expiry.is_none();
+    // Without a token, on a counter whose outcome does not depend on the clock, the value is
+    // decided by the state alone: replicated as sent, as a bare CTR.ADD is. Its TTL change, the
+    // one part a replica's clock would decide otherwise, follows as `PEXPIREAT` (an absolute
+    // time, `ttl::publish`), which overrides the TTL the replay set; with `ENX` on a key that
+    // has one, nothing changes there or on the replay.
+    let deterministic = w.token.is_none();
     w.replicate(deterministic, before, &effect, c"ctr.increx")?;
     if expires {
         ctx.expire_set(w.key_name);
