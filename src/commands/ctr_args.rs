@@ -81,24 +81,67 @@ impl ExpiryArgs {
     }
 }
 
+/// An option's name, upper-cased and held inline (a write's hot path parses several: no heap).
+/// Every option is a short word; a longer one, or one that is not text, reads as no name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct OptName {
+    len: u8,
+    bytes: [u8; OptName::MAX],
+}
+
+impl OptName {
+    const MAX: usize = 16;
+
+    fn of(word: &[u8]) -> OptName {
+        let mut name = OptName {
+            len: 0,
+            bytes: [0; OptName::MAX],
+        };
+        if word.len() <= OptName::MAX {
+            name.bytes[..word.len()].copy_from_slice(word);
+            name.bytes.make_ascii_uppercase();
+            name.len = word.len() as u8;
+        }
+        name
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
 /// The option words of a command, read one by one: each name at most once (any case).
 struct Words<'a, 'b> {
     rest: &'b [&'a [u8]],
-    seen: Vec<String>,
+    seen: [OptName; Words::MAX_NAMES],
+    seen_count: usize,
 }
 
-impl<'a> Words<'a, '_> {
+impl<'a, 'b> Words<'a, 'b> {
+    /// More distinct names than any command takes: past it, a name is unknown or repeated.
+    const MAX_NAMES: usize = 16;
+
+    fn new(rest: &'b [&'a [u8]]) -> Words<'a, 'b> {
+        Words {
+            rest,
+            seen: [OptName::of(b""); Words::MAX_NAMES],
+            seen_count: 0,
+        }
+    }
+
     /// The next option's name, upper-cased; a repeated one is a syntax error.
-    fn name(&mut self) -> Result<Option<String>, CommandError> {
+    fn name(&mut self) -> Result<Option<OptName>, CommandError> {
         let Some((first, rest)) = self.rest.split_first() else {
             return Ok(None);
         };
         self.rest = rest;
-        let name = String::from_utf8_lossy(first).to_ascii_uppercase();
-        if self.seen.contains(&name) {
+        let name = OptName::of(first);
+        let seen = &self.seen[..self.seen_count];
+        if seen.contains(&name) || self.seen_count == Words::MAX_NAMES {
             return Err(SYNTAX_ERROR);
         }
-        self.seen.push(name.clone());
+        self.seen[self.seen_count] = name;
+        self.seen_count += 1;
         Ok(Some(name))
     }
 
@@ -230,15 +273,12 @@ pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
         delta: integer(delta)?,
         ..AddArgs::default()
     };
-    let mut words = Words {
-        rest,
-        seen: Vec::new(),
-    };
+    let mut words = Words::new(rest);
     while let Some(name) = words.name()? {
         match name.as_str() {
             "TOKEN" => parsed.token = Some(token(words.value()?)?),
             "AT" => parsed.at = Some(event_time(words.value()?)?),
-            _ if parsed.expiry.take(&name, &mut words, BAD_EXPIRE)? => {}
+            _ if parsed.expiry.take(name.as_str(), &mut words, BAD_EXPIRE)? => {}
             _ => return Err(SYNTAX_ERROR),
         }
     }
@@ -256,10 +296,7 @@ pub fn parse_increx<'a>(args: &[&'a [u8]]) -> Result<IncrexArgs<'a>, CommandErro
         token: None,
         at: None,
     };
-    let mut words = Words {
-        rest: args,
-        seen: Vec::new(),
-    };
+    let mut words = Words::new(args);
     while let Some(name) = words.name()? {
         match name.as_str() {
             "BYINT" => parsed.increment = integer(words.value()?)?,
@@ -269,7 +306,9 @@ pub fn parse_increx<'a>(args: &[&'a [u8]]) -> Result<IncrexArgs<'a>, CommandErro
             "SATURATE" => parsed.saturate = true,
             "TOKEN" => parsed.token = Some(token(words.value()?)?),
             "AT" => parsed.at = Some(event_time(words.value()?)?),
-            _ if parsed.expiry.take(&name, &mut words, BAD_EXPIRE_INCREX)? => {}
+            _ if parsed
+                .expiry
+                .take(name.as_str(), &mut words, BAD_EXPIRE_INCREX)? => {}
             _ => return Err(SYNTAX_ERROR),
         }
     }
@@ -395,6 +434,29 @@ pub fn parse_clear<'a>(args: &[&'a [u8]]) -> Result<ClearArgs<'a>, CommandError>
 mod tests {
     use super::*;
     use crate::commands::parse::NOT_AN_INTEGER;
+
+    #[test]
+    fn option_names_are_read_in_any_case_once_and_never_past_their_length() {
+        let increx = |line: &str| {
+            let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+            parse_increx(&words).map(|p| (p.increment, p.upper, p.saturate))
+        };
+        assert_eq!(increx("byint 2 UbOuNd 9 saturate"), Ok((2, Some(9), true)));
+        assert_eq!(
+            increx("BYINT 2 byint 3"),
+            Err(SYNTAX_ERROR),
+            "repeated, any case"
+        );
+        assert_eq!(
+            increx("SATURATEXXXXXXXXX"),
+            Err(SYNTAX_ERROR),
+            "past 16 bytes"
+        );
+        assert_eq!(increx("SATURATE\u{e9}"), Err(SYNTAX_ERROR), "not an option");
+        assert_eq!(OptName::of(b"ub").as_str(), "UB");
+        let many = ["SATURATE"; 17].join(" ");
+        assert_eq!(increx(&many), Err(SYNTAX_ERROR));
+    }
 
     fn add(line: &str) -> Result<AddArgs<'_>, CommandError> {
         let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();

@@ -1,19 +1,22 @@
 //! Bounds as users write them: CTR.CEIL (the mirror of CTR.FLOOR), CTR.INCREX (Redis 8.8's
 //! INCREX on a counter, with tokens) and CTR.REFUND (a tokened grant given back once).
 
-use super::ctr_args::{parse_floor, parse_increx, parse_token, BAD_EXPIRE_INCREX};
+use super::ctr_args::{parse_floor, parse_increx, parse_token, IncrexArgs, BAD_EXPIRE_INCREX};
 use super::ctr_store::{
-    created_with_ttl, is_missing, open_for_write, open_for_write_as, update_counter, Before, Write,
+    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, update_counter,
+    Before, Write,
 };
 use super::parse::SYNTAX_ERROR;
 use super::ttl::{self, TtlChange};
+use crate::config::Settings;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::{
     AddOp, Counter, CounterCell, CounterError, CounterRef, IncrexOp, RefundOp, RefundPlan,
     WriteKind,
 };
-use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyContent, Reply};
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply};
 use crate::metrics;
+use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
 
 /// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
@@ -75,6 +78,14 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(CounterError::CeilingOnSpread.into());
     }
     let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE_INCREX)?;
+    if let Some((reply, ttl_change)) = increx_inline(ctx, &key, content, &parsed, deadline, args)? {
+        drop(key);
+        ctx.replicate_verbatim();
+        ctx.key_changed(c"ctr.increx", args.raw(1));
+        ttl::publish(ctx, args.raw(1), ttl_change)?;
+        metrics::ADDS.incr_from_command();
+        return Ok(pair(reply));
+    }
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     // The target and the value it starts from, as a windowed counter's window stands now.
     let at = w.now.max(w.event);
@@ -178,6 +189,71 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         metrics::ADDS.incr_from_command();
     }
     Ok(pair(reply))
+}
+
+/// The fast path of `CTR.INCREX` without a token or `AT` on a counter that is nothing but its
+/// value (missing, or inline), as `CTR.ADD`'s: the write applied in place and its TTL set, for
+/// the caller to replicate as sent (the TTL change after it); None for anything else (a skip,
+/// a value past the inline range, a counter turning hot, history kept for every counter),
+/// which the general path decides.
+fn increx_inline(
+    ctx: Ctx,
+    key: &Key,
+    content: KeyContent,
+    parsed: &IncrexArgs,
+    deadline: Option<i64>,
+    args: &Args,
+) -> Result<Option<((i64, i64), TtlChange)>, CommandError> {
+    if parsed.token.is_some() || parsed.at.is_some() {
+        return Ok(None);
+    }
+    let stored = match content {
+        KeyContent::Empty => None,
+        KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
+            Some(value) => Some((raw, value)),
+            None => return Ok(None),
+        },
+        KeyContent::Other => return Ok(None), // the general path says WRONGTYPE
+    };
+    let s = Settings::current();
+    if s.track_history {
+        return Ok(None);
+    }
+    let now = ctx.now_ms();
+    let current = stored.map_or(0, |(_, value)| value);
+    let (target, current) = Counter::plain(current).increx_target_at(
+        now,
+        parsed.increment,
+        parsed.lower,
+        parsed.upper,
+        parsed.saturate,
+    )?;
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    if inline_advice(args.bytes(1), now, s.promote_threshold, s.max_shards) != 1 {
+        return Ok(None);
+    }
+    let Some(cell) = CounterCell::inline(target) else {
+        return Ok(None);
+    };
+    let had_ttl = stored.is_some() && key.abs_expire().is_some();
+    match stored {
+        None => {
+            // An inline cell owns no memory: nothing to take back if the keyspace refuses it.
+            if !key.set_value(ctr_type(), cell.into_raw()) {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some((raw, _)) if raw != cell.as_raw() => {
+            if key.replace_value(ctr_type(), cell.into_raw()).is_none() {
+                return Err(CommandError::fixed("ERR could not store the counter"));
+            }
+        }
+        Some(_) => {}
+    }
+    let ttl_change = ttl::apply(ctx, key, parsed.expiry, deadline, had_ttl);
+    Ok(Some(((target, target - current), ttl_change)))
 }
 
 /// What a `CTR.REFUND` found.
