@@ -191,6 +191,9 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(pair(reply))
 }
 
+/// What the fast path did: its reply (value, applied) and its key's TTL change.
+type InlineIncrex = ((i64, i64), TtlChange);
+
 /// The fast path of `CTR.INCREX` without a token or `AT` on a counter that is nothing but its
 /// value (missing, or inline), as `CTR.ADD`'s: the write applied in place and its TTL set, for
 /// the caller to replicate as sent (the TTL change after it); None for anything else (a skip,
@@ -203,7 +206,7 @@ fn increx_inline(
     parsed: &IncrexArgs,
     deadline: Option<i64>,
     args: &Args,
-) -> Result<Option<((i64, i64), TtlChange)>, CommandError> {
+) -> Result<Option<InlineIncrex>, CommandError> {
     if parsed.token.is_some() || parsed.at.is_some() {
         return Ok(None);
     }
