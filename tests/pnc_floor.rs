@@ -5,7 +5,6 @@
 
 mod common;
 
-
 use common::pnc::{sync_tool, Rng};
 use common::{free_port, note, Conn, Frozen, Server, Value};
 

@@ -142,6 +142,10 @@ class AsyncCtr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: Literal[False] = False,
     ) -> int: ...
     @overload
@@ -154,6 +158,10 @@ class AsyncCtr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: bool,
     ) -> Optional[int]: ...
     async def add(
@@ -165,12 +173,19 @@ class AsyncCtr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: bool = False,
     ) -> Optional[int]:
         """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders;
         a floor's refusal raises ``FloorRefused`` unless ``refusable=True``)."""
-        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
-        value = await self._add(key, call, token, ex is not None or px is not None)
+        # TypeError (not an int) or ValueError (options the module refuses) here, before any I/O
+        call = _calls.add(key, delta, token, at, ex, px, exat, pxat, persist, enx)
+        value = await self._add(
+            key, call, token, _calls.changes_ttl(ex, px, exat, pxat, persist, enx)
+        )
         if value is None and not refusable:
             raise refused(key, delta)
         return value

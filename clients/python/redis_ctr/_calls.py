@@ -182,6 +182,52 @@ def _token_and_time(token: Optional[KeyT], at: Optional[int]) -> list[Any]:
     return args
 
 
+def expiry(
+    ex: Optional[int] = None,
+    px: Optional[int] = None,
+    exat: Optional[int] = None,
+    pxat: Optional[int] = None,
+    persist: bool = False,
+    enx: bool = False,
+    checked: bool = False,
+) -> list[Any]:
+    """The expiry options of ``CTR.ADD`` and ``CTR.INCREX`` as arguments. ``checked``: a
+    combination the module refuses (two of ``ex``/``px``/``exat``/``pxat``/``persist``,
+    ``enx`` without a time or with ``persist``) raises ``ValueError`` here, before any I/O."""
+    times = (("EX", ex), ("PX", px), ("EXAT", exat), ("PXAT", pxat))
+    args: list[Any] = []
+    for name, value in times:
+        if value is not None:
+            args += [name, integer(name.lower(), value)]
+    if persist:
+        args.append("PERSIST")
+    if checked:
+        given = [name.lower() for name, value in times if value is not None]
+        if persist:
+            given.append("persist")
+        if len(given) > 1:
+            both = " and ".join(given)
+            raise ValueError(f"at most one of ex, px, exat, pxat and persist: {both} given")
+        if enx and (not given or persist):
+            raise ValueError("enx needs one of ex, px, exat or pxat")
+    if enx:
+        args.append("ENX")
+    return args
+
+
+def changes_ttl(
+    ex: Optional[int],
+    px: Optional[int],
+    exat: Optional[int],
+    pxat: Optional[int],
+    persist: bool,
+    enx: bool,
+) -> bool:
+    """True for an add that may set or remove its key's TTL: on a spread counter it goes to
+    the home key (a TTL set on a holder would expire that holder alone)."""
+    return bool(persist or enx) or any(value is not None for value in (ex, px, exat, pxat))
+
+
 def add(
     key: KeyT,
     delta: int,
@@ -189,12 +235,13 @@ def add(
     at: Optional[int] = None,
     ex: Optional[int] = None,
     px: Optional[int] = None,
+    exat: Optional[int] = None,
+    pxat: Optional[int] = None,
+    persist: bool = False,
+    enx: bool = False,
 ) -> Call[Optional[int]]:
     args: list[Any] = ["CTR.ADD", key, integer("delta", delta), *_token_and_time(token, at)]
-    if ex is not None:
-        args += ["EX", integer("ex", ex)]
-    if px is not None:
-        args += ["PX", integer("px", px)]
+    args += expiry(ex, px, exat, pxat, persist, enx, checked=True)
     return Call(tuple(args), _optional_int, write=True)
 
 
@@ -242,13 +289,7 @@ def increx(
             args += [name, integer(name.lower(), value)]
     if saturate:
         args.append("SATURATE")
-    for name, value in (("EX", ex), ("PX", px), ("EXAT", exat), ("PXAT", pxat)):
-        if value is not None:
-            args += [name, integer(name.lower(), value)]
-    if persist:
-        args.append("PERSIST")
-    if enx:
-        args.append("ENX")
+    args += expiry(ex, px, exat, pxat, persist, enx)
     return Call((*args, *_token_and_time(token, at)), _increxed, write=True)
 
 

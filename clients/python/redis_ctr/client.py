@@ -330,6 +330,10 @@ class Ctr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: Literal[False] = False,
     ) -> int: ...
     @overload
@@ -342,6 +346,10 @@ class Ctr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: bool,
     ) -> Optional[int]: ...
     def add(
@@ -353,12 +361,21 @@ class Ctr:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: bool = False,
     ) -> Optional[int]:
         """``CTR.ADD``: adds ``delta`` and returns the new value (an ``int``).
 
         ``token`` makes a retry count once (inside ``ctr.token-window-ms``); ``at`` is the
-        event's time (unix ms); ``ex``/``px`` set a TTL only when this call creates the key.
+        event's time (unix ms). ``ex``/``px`` (a TTL in s/ms) and ``exat``/``pxat`` (an
+        expiry at a unix time in s/ms) are set only when this call creates the key, or with
+        ``enx=True`` also on an existing key that has no TTL (one it has is never changed);
+        ``persist=True`` removes the key's TTL. At most one of ``ex``, ``px``, ``exat``,
+        ``pxat`` and ``persist``, and ``enx`` only with one of the four times: another
+        combination raises ``ValueError`` before anything is sent.
         A negative delta that the counter's floor refuses (nothing changed) raises
         :class:`~redis_ctr.errors.FloorRefused` (a ``BelowFloor``), a positive one its ceiling
         refuses :class:`~redis_ctr.errors.CeilingRefused` (an ``AboveCeiling``); with
@@ -368,8 +385,11 @@ class Ctr:
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
         add through this client reaches the holder its first send went to.
         """
-        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before any I/O
-        value = self._add(key, call, token, ex is not None or px is not None)
+        # TypeError (not an int) or ValueError (options the module refuses) here, before any I/O
+        call = _calls.add(key, delta, token, at, ex, px, exat, pxat, persist, enx)
+        value = self._add(
+            key, call, token, _calls.changes_ttl(ex, px, exat, pxat, persist, enx)
+        )
         if value is None and not refusable:
             raise refused(key, delta)
         return value
@@ -378,9 +398,10 @@ class Ctr:
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
         cache = self._holders
-        # An add that sets a TTL goes home: a TTL set on a holder would expire it alone. So does
-        # an untokened add of a key whose holders were never read, until it is added to often
-        # (HolderCache.cold): a counter that is not spread costs one command per add.
+        # An add that sets or removes a TTL (ex/px/exat/pxat, enx, persist) goes home: a TTL
+        # set on a holder would expire it alone. So does an untokened add of a key whose
+        # holders were never read, until it is added to often (HolderCache.cold): a counter
+        # that is not spread costs one command per add.
         if cache is None or with_ttl or (token is None and cache.cold(key)):
             return run(self.client, call)
         holders = self._route_holders(key)

@@ -115,12 +115,17 @@ class _Queue:
         at: Optional[int] = None,
         ex: Optional[int] = None,
         px: Optional[int] = None,
+        exat: Optional[int] = None,
+        pxat: Optional[int] = None,
+        persist: bool = False,
+        enx: bool = False,
         refusable: bool = False,
     ) -> P:
         """Queues ``CTR.ADD`` on ``key`` itself; its result is the new value, or (a floor's
         refusal) a :class:`~redis_ctr.errors.FloorRefused` error, None with
         ``refusable=True``."""
-        call = _calls.add(key, delta, token, at, ex, px)  # TypeError here, before queueing
+        # TypeError (not an int) or ValueError (options the module refuses) here, before queueing
+        call = _calls.add(key, delta, token, at, ex, px, exat, pxat, persist, enx)
         return self._queue(call, _add_parser(key, call.args[2], refusable))
 
     def get(self: P, key: KeyT) -> P:

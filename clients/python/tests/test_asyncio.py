@@ -3,6 +3,7 @@ cluster client."""
 
 from __future__ import annotations
 
+import time
 import unittest
 
 import redis.asyncio
@@ -12,6 +13,7 @@ import redis_ctr
 from redis_ctr.asyncio import AsyncCtr, AsyncPnc
 
 from .servers import CLUSTER_PORT, PORT, fresh
+from .test_commands import BAD_EXPIRY_OPTIONS
 
 
 async def exercise(test: unittest.TestCase, ctr: AsyncCtr, pnc: AsyncPnc, tag: str) -> None:
@@ -75,6 +77,27 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
                 r = redis.asyncio.Redis(port=PORT, protocol=protocol)
                 await exercise(self, AsyncCtr(r), AsyncPnc(r), fresh("a"))
                 await r.aclose()
+
+    async def test_add_takes_every_expiry_option(self) -> None:
+        r = redis.asyncio.Redis(port=PORT)
+        self.addAsyncCleanup(r.aclose)
+        ctr, key = AsyncCtr(r), fresh("async-expiry")
+        at_ms = int(time.time() * 1000) + 200_789
+        self.assertEqual(await ctr.add(key, 1), 1)
+        self.assertEqual(await ctr.add(key, 1, pxat=at_ms, enx=True), 2)  # no TTL yet: set
+        self.assertEqual(int(await r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(await ctr.add(key, 1, ex=5, enx=True), 3)  # has one: kept
+        self.assertEqual(int(await r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(await ctr.add(key, 1, persist=True), 4)
+        self.assertEqual(await r.pttl(key), -1)
+        other = fresh("async-exat")
+        self.assertEqual(await ctr.add(other, 1, exat=at_ms // 1000), 1)
+        self.assertEqual(int(await r.execute_command("PEXPIRETIME", other)), at_ms // 1000 * 1000)
+        bad = fresh("async-bad")
+        for options in BAD_EXPIRY_OPTIONS:
+            with self.assertRaises(ValueError, msg=repr(options)):
+                await ctr.add(bad, 1, **options)
+        self.assertEqual(await r.exists(bad), 0)
 
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     async def test_every_method_on_the_cluster(self) -> None:

@@ -254,6 +254,8 @@ class ErrorsTest(unittest.TestCase):
                     lambda: ctr.add(key, value),
                     lambda: ctr.add(key, 1, at=value) if value is not None else 1 / 0,
                     lambda: ctr.add(key, 1, ex=value) if value is not None else 1 / 0,
+                    lambda: ctr.add(key, 1, exat=value) if value is not None else 1 / 0,
+                    lambda: ctr.add(key, 1, pxat=value, enx=True) if value is not None else 1 / 0,
                     lambda: ctr.decrfloor(key, value),
                     lambda: ctr.decrfloor(key, 1, at=value) if value is not None else 1 / 0,
                     lambda: ctr.floor(key, value) if value is not None else 1 / 0,
@@ -353,6 +355,136 @@ def module_error_texts() -> Dict[str, str]:
         for match in ERROR_LITERAL.finditer(code):
             texts[match.group(1)] = f"{path.relative_to(MODULE_SRC)}"
     return texts
+
+
+def pexpiretime(r: Any, key: str) -> int:
+    """The key's absolute expiry in unix ms; -1 without a TTL, -2 when missing."""
+    return int(r.execute_command("PEXPIRETIME", key))
+
+
+# Every option combination CTR.ADD refuses (ERR syntax error, or ENX without a time).
+BAD_EXPIRY_OPTIONS: list[Dict[str, Any]] = [
+    {"ex": 60, "px": 60_000},
+    {"ex": 60, "exat": 4_000_000_000},
+    {"px": 60_000, "pxat": 4_000_000_000_000},
+    {"exat": 4_000_000_000, "pxat": 4_000_000_000_000},
+    {"ex": 60, "persist": True},
+    {"pxat": 4_000_000_000_000, "persist": True},
+    {"ex": 60, "px": 60_000, "enx": True},
+    {"enx": True},
+    {"persist": True, "enx": True},
+]
+
+
+class AddExpiryTest(unittest.TestCase):
+    """``Ctr.add``'s expiry options: ``ex``/``px``/``exat``/``pxat`` on create, ``enx`` on an
+    existing key without a TTL, ``persist``; the combinations the module refuses raise before
+    anything is sent."""
+
+    def setUp(self) -> None:
+        self.r = redis.Redis(port=PORT, protocol=3)
+        self.ctr = Ctr(self.r)
+
+    def test_each_form_sets_the_ttl_it_names_on_create(self) -> None:
+        ctr, r = self.ctr, self.r
+        now_ms = int(time.time() * 1000)
+        ex, px, exat, pxat = fresh("ex"), fresh("px"), fresh("exat"), fresh("pxat")
+        self.assertEqual(ctr.add(ex, 1, ex=60), 1)
+        self.assertTrue(59_000 < r.pttl(ex) <= 60_000, r.pttl(ex))
+        self.assertEqual(ctr.add(px, 1, px=90_000), 1)
+        self.assertTrue(89_000 < r.pttl(px) <= 90_000, r.pttl(px))
+        at_s = now_ms // 1000 + 120
+        self.assertEqual(ctr.add(exat, 1, exat=at_s), 1)
+        self.assertEqual(pexpiretime(r, exat), at_s * 1000)
+        at_ms = now_ms + 150_123
+        self.assertEqual(ctr.add(pxat, 1, pxat=at_ms, token="t", at=now_ms), 1)
+        self.assertEqual(pexpiretime(r, pxat), at_ms)
+        # Without ENX, on an existing key: the TTL it has is kept, none is given to one without.
+        self.assertEqual(ctr.add(pxat, 1, pxat=at_ms + 60_000), 2)
+        self.assertEqual(pexpiretime(r, pxat), at_ms)
+        plain = fresh("plain")
+        ctr.add(plain, 1)
+        self.assertEqual(ctr.add(plain, 1, exat=at_s), 2)
+        self.assertEqual(r.pttl(plain), -1)
+        # A time already past: the add replies, and the key is gone.
+        past = fresh("past")
+        self.assertEqual(ctr.add(past, 5, pxat=now_ms - 1000), 5)
+        self.assertEqual(r.exists(past), 0)
+        # Not positive: refused by the module, nothing created.
+        with self.assertRaises(redis_ctr.InvalidExpire):
+            ctr.add(past, 1, exat=0)
+        self.assertEqual(r.exists(past), 0)
+
+    def test_enx_sets_a_ttl_only_on_a_key_without_one(self) -> None:
+        ctr, r = self.ctr, self.r
+        now_ms = int(time.time() * 1000)
+        window = fresh("window")
+        self.assertEqual(ctr.add(window, 1), 1)  # written once without a TTL
+        self.assertEqual(r.pttl(window), -1)
+        self.assertEqual(ctr.add(window, 1, ex=60, enx=True), 2)  # repaired
+        self.assertTrue(59_000 < r.pttl(window) <= 60_000, r.pttl(window))
+        kept = pexpiretime(r, window)
+        for options in ({"ex": 5}, {"px": 5_000}, {"exat": now_ms // 1000 + 600},
+                        {"pxat": now_ms + 600_000}):
+            ctr.add(window, 1, enx=True, **options)
+            self.assertEqual(pexpiretime(r, window), kept, options)  # never changed
+        self.assertEqual(ctr.get(window), 6)
+        for form, options in (("exat", {"exat": now_ms // 1000 + 300}),
+                              ("pxat", {"pxat": now_ms + 300_456})):
+            key = fresh(form)
+            ctr.add(key, 1)
+            ctr.add(key, 1, enx=True, **options)
+            expected = options.get("pxat", options.get("exat", 0) * 1000)
+            self.assertEqual(pexpiretime(r, key), expected, form)
+        created = fresh("created")
+        self.assertEqual(ctr.add(created, 1, px=70_000, enx=True), 1)
+        self.assertTrue(69_000 < r.pttl(created) <= 70_000, r.pttl(created))
+
+    def test_persist_removes_the_ttl(self) -> None:
+        ctr, r = self.ctr, self.r
+        key = fresh("persist")
+        ctr.add(key, 1, ex=60)
+        self.assertGreater(r.pttl(key), 0)
+        self.assertEqual(ctr.add(key, 2, persist=True), 3)
+        self.assertEqual(r.pttl(key), -1)
+        self.assertEqual(ctr.add(key, 1, persist=True), 4)  # none to remove
+        self.assertEqual(r.pttl(key), -1)
+        created = fresh("persist-created")
+        self.assertEqual(ctr.add(created, 1, persist=True), 1)
+        self.assertEqual(r.pttl(created), -1)
+        # Queued on a pipeline too.
+        pipe = ctr.pipeline()
+        pipe.add(key, 1, pxat=int(time.time() * 1000) + 60_000, enx=True).add(key, 1)
+        self.assertEqual(pipe.execute(), [5, 6])
+        self.assertGreater(r.pttl(key), 0)
+        self.assertEqual(ctr.pipeline().add(key, 1, persist=True).execute(), [7])
+        self.assertEqual(r.pttl(key), -1)
+
+    def test_refused_combinations_raise_before_anything_is_sent(self) -> None:
+        key, spread = fresh("bad-expiry"), fresh("bad-expiry-spread")
+        self.ctr.spread(spread, 4)
+        sent_before = self.r.info("commandstats")
+        for options in BAD_EXPIRY_OPTIONS:
+            for target in (key, spread):
+                ctr = Ctr(self.r)  # no holders cached: a lookup would show as CTR.HOLDERS
+                with self.assertRaises(ValueError, msg=repr(options)):
+                    ctr.add(target, 1, **options)
+                with self.assertRaises(ValueError, msg=repr(options)):
+                    ctr.add(target, 1, token="t", refusable=True, **options)
+            pipe = self.ctr.pipeline()
+            with self.assertRaises(ValueError, msg=repr(options)):
+                pipe.add(key, 1, **options)
+            self.assertEqual(len(pipe), 0)
+        for value in (0.5, "60", True):
+            with self.assertRaises(TypeError, msg=repr(value)):
+                self.ctr.add(key, 1, exat=value)
+            with self.assertRaises(TypeError, msg=repr(value)):
+                self.ctr.add(key, 1, pxat=value, enx=True)
+        sent = self.r.info("commandstats")
+        calls = {name: sent[name]["calls"] - sent_before.get(name, {"calls": 0})["calls"]
+                 for name in sent if name.startswith("cmdstat_ctr")}
+        self.assertEqual({n: c for n, c in calls.items() if c}, {})
+        self.assertEqual(self.r.exists(key), 0)
 
 
 class ErrorTableTest(unittest.TestCase):

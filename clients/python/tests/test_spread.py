@@ -222,6 +222,31 @@ class SpreadTest(unittest.TestCase):
     def test_adds_spread_and_tokens_stay_on_their_holder(self) -> None:
         check_spread_writes(self, client(), fresh("spread"))
 
+    def test_adds_that_change_the_ttl_go_to_the_home_key(self) -> None:
+        """An add with an expiry option (``enx`` and ``persist`` too) is sent to the home key,
+        with the holders known: a TTL on a holder would expire that holder alone."""
+        key, r = fresh("spread-ttl"), client()
+        ctr = Ctr(r)
+        holders = ctr.spread(key, 4)
+        for _ in range(100):
+            ctr.add(key, 1)  # the holders are read and cached
+        before = holder_values(ctr, key)
+        self.assertTrue(all(v > 0 for v in before[1:]), before)
+        at_ms = int(time.time() * 1000) + 300_000
+        ctr.add(key, 1, pxat=at_ms, enx=True)
+        self.assertEqual(int(r.execute_command("PEXPIRETIME", key)), at_ms)
+        ctr.add(key, 1, ex=5, enx=True, token="ttl-1")  # has one: kept, even tokened
+        self.assertEqual(int(r.execute_command("PEXPIRETIME", key)), at_ms)
+        ctr.add(key, 1, persist=True, token="ttl-2")
+        self.assertEqual(r.pttl(key), -1)
+        ctr.add(key, 1, exat=at_ms // 1000)  # an existing key without ENX: ignored
+        self.assertEqual(r.pttl(key), -1)
+        after = holder_values(ctr, key)
+        self.assertEqual(after[1:], before[1:], "no holder was written")
+        self.assertEqual(after[0], before[0] + 4)
+        self.assertEqual([r.pttl(h) for h in holders[1:]], [-1] * (len(holders) - 1))
+        self.assertEqual(ctr.get(key), 104)
+
     def test_a_spread_is_learned_within_the_refresh_bound(self) -> None:
         key, r = fresh("learn"), client()
         ctr = Ctr(r, spread_refresh_ms=100, unspread_refresh_ms=100)

@@ -19,6 +19,11 @@ def sync_usage(r: redis.Redis, rc: RedisCluster) -> None:
     redis_ctr.Ctr(rc)
     plain: int = ctr.add("k", 1)  # a plain add is an int: no None check
     tokened: int = ctr.add("k", 1, token="t", at=1, ex=60)
+    repaired: int = ctr.add("k", 1, exat=1_900_000_000, enx=True)
+    ctr.add("k", 1, pxat=1_900_000_000_000, persist=False, enx=True)
+    kept: Optional[int] = ctr.add("k", 1, persist=True, refusable=True)
+    ctr.add("k", 1, persist="yes")  # type: ignore[call-overload]
+    ctr.add("k", 1, exat=1.5)  # type: ignore[call-overload]
     maybe: Optional[int] = ctr.add("k", -1, refusable=True)
     not_int: int = ctr.add("k", -1, refusable=True)  # type: ignore[assignment]
     names: List[str] = ctr.spread("k", 4)
@@ -28,10 +33,11 @@ def sync_usage(r: redis.Redis, rc: RedisCluster) -> None:
     mixed: List[str] = ctr.holders(b"k")  # type: ignore[assignment]
     bought: Optional[int] = ctr.decrfloor("k", 1)
     replies: List[Any] = ctr.pipeline().add("k", 1).get("k").execute()
-    redis_ctr.CtrPipeline(r.pipeline()).add("k", 1)
+    redis_ctr.CtrPipeline(r.pipeline()).add("k", 1).add("k", 1, px=60_000, enx=True)
     with redis_ctr.CoalescingWriter(r) as writer:
         writer.add("k")
-    print(plain, tokened, maybe, not_int, names, same, raw, raw_again, mixed, bought, replies)
+    print(plain, tokened, repaired, kept, maybe, not_int, names, same, raw, raw_again, mixed)
+    print(bought, replies)
 
 
 def wrong_kind(ar: redis.asyncio.Redis) -> None:
@@ -43,10 +49,12 @@ async def async_usage(ar: redis.asyncio.Redis, r: redis.Redis) -> None:
     ctr = AsyncCtr(ar)
     plain: int = await ctr.add("k", 1)
     maybe: Optional[int] = await ctr.add("k", -1, refusable=True)
+    expiring: int = await ctr.add("k", 1, pxat=1_900_000_000_000, enx=True)
+    await ctr.add("k", 1, persist=True)
     names: List[str] = await ctr.holders("k")
     raw: List[bytes] = await ctr.spread(b"k", 2)
     replies: List[Any] = await ctr.pipeline().add("k", 1).execute()
     async with AsyncCoalescingWriter(ar) as writer:
         await writer.add("k")
     AsyncCtr(r)  # type: ignore[arg-type]
-    print(plain, maybe, names, raw, replies)
+    print(plain, maybe, expiring, names, raw, replies)

@@ -6,8 +6,7 @@ use redis::{Cmd, ToRedisArgs, Value};
 use crate::error::CtrError;
 use crate::reply;
 use crate::types::{
-    AddOptions, CounterInfo, Expire, IncrexOptions, Increxed, PncInfo, Reconciled, Source,
-    Throttled,
+    AddOptions, CounterInfo, IncrexOptions, Increxed, PncInfo, Reconciled, Source, Throttled,
 };
 
 pub(crate) struct Call<T> {
@@ -49,6 +48,20 @@ fn with_token_and_time(cmd: &mut Cmd, token: Option<&[u8]>, at: Option<i64>) {
     }
 }
 
+/// The expiry options of `CTR.ADD` and `CTR.INCREX`: `EX`/`PX`/`EXAT`/`PXAT` with its time,
+/// `PERSIST`, `ENX`, as given (a combination the module refuses is refused there).
+fn with_expiry(cmd: &mut Cmd, time: Option<(&str, i64)>, persist: bool, enx: bool) {
+    if let Some((name, time)) = time {
+        cmd.arg(name).arg(time);
+    }
+    if persist {
+        cmd.arg("PERSIST");
+    }
+    if enx {
+        cmd.arg("ENX");
+    }
+}
+
 pub(crate) fn add<K: ToRedisArgs>(key: K, delta: i64) -> Call<Option<i64>> {
     add_with(key, delta, &AddOptions::default())
 }
@@ -61,11 +74,7 @@ pub(crate) fn add_with<K: ToRedisArgs>(
     let mut cmd = keyed("CTR.ADD", key);
     cmd.arg(delta);
     with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
-    match options.expire {
-        Some(Expire::Seconds(s)) => cmd.arg("EX").arg(s),
-        Some(Expire::Millis(ms)) => cmd.arg("PX").arg(ms),
-        None => &mut cmd,
-    };
+    with_expiry(&mut cmd, options.expiry, options.persist, options.enx);
     write(cmd, reply::plain)
 }
 
@@ -116,15 +125,7 @@ pub(crate) fn increx<K: ToRedisArgs>(key: K, options: &IncrexOptions) -> Call<In
     if options.saturate {
         cmd.arg("SATURATE");
     }
-    if let Some((name, time)) = options.expiry {
-        cmd.arg(name).arg(time);
-    }
-    if options.persist {
-        cmd.arg("PERSIST");
-    }
-    if options.enx {
-        cmd.arg("ENX");
-    }
+    with_expiry(&mut cmd, options.expiry, options.persist, options.enx);
     with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
     write(cmd, reply::increxed)
 }

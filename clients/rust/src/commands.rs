@@ -144,7 +144,8 @@ commands! {
     /// counter's floor (nothing changed).
     fn ctr_add<K: ToRedisArgs>(key: K, delta: i64) -> Option<i64> = calls::add;
 
-    /// `CTR.ADD key delta [TOKEN t] [AT ms] [EX s | PX ms]`: with a token, a retry counts once.
+    /// `CTR.ADD key delta [TOKEN t] [AT ms] [EX s | PX ms | EXAT unix-s | PXAT unix-ms |
+    /// PERSIST] [ENX]`: with a token, a retry counts once (see [`AddOptions`]).
     fn ctr_add_with<K: ToRedisArgs>(key: K, delta: i64, options: &AddOptions) -> Option<i64>
         = calls::add_with;
 

@@ -49,8 +49,8 @@
 //!   (a tokened add to its token's holder, remembered from then on), or to the home key when
 //!   that one refused it too (a home is never folded); only the home key's own refusal (the
 //!   key given is a folded holder's name) is returned.
-//! - An add that sets a TTL (`EX`/`PX`) goes to the home key: a TTL set on a holder would
-//!   expire that holder alone.
+//! - An add that sets or removes a TTL (`EX`/`PX`/`EXAT`/`PXAT`, `ENX`, `PERSIST`) goes to the
+//!   home key: a TTL set on a holder would expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
 //! - A purchase ([`SpreadRouter::decrfloor`]) follows the documented probe rule: it visits the
 //!   holders in the order [`probe_order`] derives from its token, stopping at the first grant,
@@ -670,7 +670,7 @@ impl SpreadRouter {
         options: &AddOptions,
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
-        if options.expire.is_some() {
+        if options.changes_ttl() {
             return send_once(con, calls::add_with(key, delta, options));
         }
         let mut holders = self.holders(con, key)?;
@@ -845,7 +845,7 @@ impl SpreadRouter {
     ) -> Result<Option<i64>, CtrError> {
         use crate::commands::run_async;
         let key = key.as_ref();
-        if options.expire.is_some() {
+        if options.changes_ttl() {
             return run_async(con, calls::add_with(key, delta, options)).await;
         }
         let mut holders = self.holders_async(con, key).await?;

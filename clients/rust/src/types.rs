@@ -4,18 +4,22 @@ use std::collections::HashMap;
 
 use redis::Value;
 
-/// Options of `CTR.ADD`: a token, an event time, a TTL set on create.
+/// Options of `CTR.ADD`: a token, an event time, an expiry (a TTL or a unix time set on create,
+/// or also on a key without a TTL with `enx`), `PERSIST`.
+///
+/// At most one of `ex`, `px`, `exat` and `pxat` is sent: each replaces the one given before.
+/// As for [`IncrexOptions`], the combinations the module refuses are sent and refused there,
+/// changing nothing: `persist` with a time or with `enx` is [`ModuleError::Syntax`], `enx`
+/// without a time too (`ERR ENX requires one of EX, PX, EXAT or PXAT`).
+///
+/// [`ModuleError::Syntax`]: crate::ModuleError::Syntax
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddOptions {
     pub(crate) token: Option<Vec<u8>>,
     pub(crate) at: Option<i64>,
-    pub(crate) expire: Option<Expire>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expire {
-    Seconds(i64),
-    Millis(i64),
+    pub(crate) expiry: Option<(&'static str, i64)>,
+    pub(crate) persist: bool,
+    pub(crate) enx: bool,
 }
 
 impl AddOptions {
@@ -35,16 +39,50 @@ impl AddOptions {
         self
     }
 
-    /// `EX`: a time to live in seconds, set only when this call creates the key.
+    /// `EX`: a time to live in seconds, set only when this call creates the key (see `enx`).
     pub fn ex(mut self, seconds: i64) -> AddOptions {
-        self.expire = Some(Expire::Seconds(seconds));
+        self.expiry = Some(("EX", seconds));
         self
     }
 
-    /// `PX`: a time to live in milliseconds, set only when this call creates the key.
+    /// `PX`: a time to live in milliseconds, set only when this call creates the key (see
+    /// `enx`).
     pub fn px(mut self, millis: i64) -> AddOptions {
-        self.expire = Some(Expire::Millis(millis));
+        self.expiry = Some(("PX", millis));
         self
+    }
+
+    /// `EXAT`: an expiry at a unix time in seconds, set only when this call creates the key
+    /// (see `enx`). A time already past deletes the key right after the add.
+    pub fn exat(mut self, unix_seconds: i64) -> AddOptions {
+        self.expiry = Some(("EXAT", unix_seconds));
+        self
+    }
+
+    /// `PXAT`: an expiry at a unix time in milliseconds, set only when this call creates the
+    /// key (see `enx`). A time already past deletes the key right after the add.
+    pub fn pxat(mut self, unix_ms: i64) -> AddOptions {
+        self.expiry = Some(("PXAT", unix_ms));
+        self
+    }
+
+    /// `PERSIST`: removes the key's TTL (not with a time nor `enx`).
+    pub fn persist(mut self) -> AddOptions {
+        self.persist = true;
+        self
+    }
+
+    /// `ENX`, with one of `ex`/`px`/`exat`/`pxat`: the time is also set on an existing key
+    /// that has no TTL, and never changes one the key has.
+    pub fn enx(mut self) -> AddOptions {
+        self.enx = true;
+        self
+    }
+
+    /// True for an add that may set or remove the key's TTL: on a spread counter it goes to
+    /// the home key (a TTL set on a holder would expire that holder alone).
+    pub(crate) fn changes_ttl(&self) -> bool {
+        self.expiry.is_some() || self.persist || self.enx
     }
 }
 

@@ -221,6 +221,196 @@ fn bounds_increx_and_refunds() {
     }
 }
 
+/// The key's TTL in ms (`PTTL`: -1 without one, -2 when missing).
+fn pttl<C: redis::ConnectionLike>(con: &mut C, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).unwrap()
+}
+
+/// The key's absolute expiry in unix ms (`PEXPIRETIME`: -1 without one, -2 when missing).
+fn pexpiretime<C: redis::ConnectionLike>(con: &mut C, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
+}
+
+/// `CTR.ADD`'s expiry options through `AddOptions`: each time form on create, ignored on an
+/// existing key without `enx`; `enx` setting a TTL on a key without one and never changing
+/// one; `persist` removing it; the combinations the module refuses changing nothing.
+#[test]
+fn add_expiry_options_set_keep_and_remove_the_ttl() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, true)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let c = &mut con;
+    let now = now_ms();
+    let add = |c: &mut redis::Connection, key: &str, options: &AddOptions| {
+        c.ctr_add_with(key, 1, options).unwrap().unwrap()
+    };
+
+    // On create: each form.
+    assert_eq!(add(c, "ex", &AddOptions::new().ex(60)), 1);
+    assert!(
+        (59_000..=60_000).contains(&pttl(c, "ex")),
+        "{}",
+        pttl(c, "ex")
+    );
+    assert_eq!(add(c, "px", &AddOptions::new().px(90_000)), 1);
+    assert!((89_000..=90_000).contains(&pttl(c, "px")));
+    let at_s = now / 1000 + 120;
+    assert_eq!(add(c, "exat", &AddOptions::new().exat(at_s)), 1);
+    assert_eq!(pexpiretime(c, "exat"), at_s * 1000);
+    let at_ms = now + 150_123;
+    let tokened = AddOptions::new().token("t").at(now).pxat(at_ms);
+    assert_eq!(add(c, "pxat", &tokened), 1);
+    assert_eq!(add(c, "pxat", &tokened), 1, "a retry");
+    assert_eq!(pexpiretime(c, "pxat"), at_ms);
+    // The last time given is the one sent.
+    assert_eq!(add(c, "last", &AddOptions::new().ex(5).px(70_000)), 1);
+    assert!((69_000..=70_000).contains(&pttl(c, "last")));
+    // Without ENX, on an existing key: the TTL it has is kept, none given to one without.
+    assert_eq!(add(c, "pxat", &AddOptions::new().pxat(at_ms + 60_000)), 2);
+    assert_eq!(pexpiretime(c, "pxat"), at_ms);
+    c.ctr_add("plain", 1).unwrap();
+    assert_eq!(add(c, "plain", &AddOptions::new().exat(at_s)), 2);
+    assert_eq!(pttl(c, "plain"), -1);
+    // A time already past: the add replies, and the key is gone.
+    assert_eq!(add(c, "past", &AddOptions::new().pxat(now - 1000)), 1);
+    assert_eq!(pttl(c, "past"), -2);
+    let zero = c.ctr_add_with("past", 1, &AddOptions::new().exat(0));
+    assert_eq!(module_error(zero), ModuleError::InvalidExpire);
+
+    // ENX: a key written once without a TTL is repaired; a TTL it has is never changed.
+    c.ctr_add("window", 1).unwrap();
+    assert_eq!(add(c, "window", &AddOptions::new().ex(60).enx()), 2);
+    assert!((59_000..=60_000).contains(&pttl(c, "window")));
+    let kept = pexpiretime(c, "window");
+    for options in [
+        AddOptions::new().ex(5).enx(),
+        AddOptions::new().px(5_000).enx(),
+        AddOptions::new().exat(now / 1000 + 600).enx(),
+        AddOptions::new().pxat(now + 600_000).enx(),
+    ] {
+        add(c, "window", &options);
+        assert_eq!(pexpiretime(c, "window"), kept, "{options:?}");
+    }
+    assert_eq!(c.ctr_get("window").unwrap(), 6);
+    for (key, options, expected) in [
+        (
+            "enx-exat",
+            AddOptions::new().exat(at_s + 1).enx(),
+            (at_s + 1) * 1000,
+        ),
+        (
+            "enx-pxat",
+            AddOptions::new().pxat(at_ms + 1).enx(),
+            at_ms + 1,
+        ),
+    ] {
+        c.ctr_add(key, 1).unwrap();
+        assert_eq!(add(c, key, &options), 2);
+        assert_eq!(pexpiretime(c, key), expected, "{key}");
+    }
+    assert_eq!(add(c, "enx-new", &AddOptions::new().px(70_000).enx()), 1);
+    assert!((69_000..=70_000).contains(&pttl(c, "enx-new")));
+
+    // PERSIST removes the TTL (none to remove: nothing to do).
+    assert_eq!(add(c, "window", &AddOptions::new().persist()), 7);
+    assert_eq!(pttl(c, "window"), -1);
+    assert_eq!(add(c, "window", &AddOptions::new().persist()), 8);
+    assert_eq!(pttl(c, "window"), -1);
+
+    // What the module refuses: nothing changes (as for IncrexOptions, refused by the server).
+    add(c, "window", &AddOptions::new().ex(60).enx());
+    let ttl = pexpiretime(c, "window");
+    for options in [
+        AddOptions::new().ex(60).persist(),
+        AddOptions::new().pxat(now + 60_000).persist(),
+        AddOptions::new().enx(),
+        AddOptions::new().persist().enx(),
+        AddOptions::new().token("bad").enx(),
+    ] {
+        let refused = c.ctr_add_with("window", 1, &options);
+        assert_eq!(module_error(refused), ModuleError::Syntax, "{options:?}");
+        let missing = c.ctr_add_with("never", 1, &options);
+        assert_eq!(module_error(missing), ModuleError::Syntax, "{options:?}");
+    }
+    assert_eq!(c.ctr_get("window").unwrap(), 9);
+    assert_eq!(pexpiretime(c, "window"), ttl);
+    assert_eq!(pttl(c, "never"), -2);
+
+    // Queued on a pipeline, and on an async connection.
+    let (first, second): (Option<i64>, Option<i64>) = redis::pipe()
+        .ctr_add_with("window", 1, &AddOptions::new().persist())
+        .ctr_add_with("window", 1, &AddOptions::new().exat(at_s).enx())
+        .query_ctr(c)
+        .unwrap();
+    assert_eq!((first, second), (Some(10), Some(11)));
+    assert_eq!(pexpiretime(c, "window"), at_s * 1000);
+    block_on(async {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let persist = AddOptions::new().persist();
+        assert_eq!(
+            con.ctr_add_with("window", 1, &persist).await.unwrap(),
+            Some(12)
+        );
+        let repair = AddOptions::new().pxat(at_ms).enx();
+        assert_eq!(
+            con.ctr_add_with("window", 1, &repair).await.unwrap(),
+            Some(13)
+        );
+    });
+    assert_eq!(pexpiretime(c, "window"), at_ms);
+}
+
+/// An add with an expiry option (`enx` and `persist` too) goes to the home key of a spread
+/// counter, through the sync and async routers: a TTL on a holder would expire it alone.
+#[test]
+fn router_adds_that_change_the_ttl_go_to_the_home_key() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let c = &mut con;
+    let router = SpreadRouter::default();
+    let holders = router.spread(c, "hot", 4).unwrap();
+    for _ in 0..100 {
+        router.add(c, "hot", 1, &AddOptions::new()).unwrap();
+    }
+    let before = holder_values(c, "hot");
+    assert!(before[1..].iter().all(|&v| v > 0), "{before:?}");
+    let at_ms = now_ms() + 300_000;
+    router
+        .add(c, "hot", 1, &AddOptions::new().pxat(at_ms).enx())
+        .unwrap();
+    assert_eq!(pexpiretime(c, "hot"), at_ms);
+    let kept = AddOptions::new().ex(5).enx().token("ttl-1");
+    router.add(c, "hot", 1, &kept).unwrap();
+    assert_eq!(pexpiretime(c, "hot"), at_ms, "has one: kept");
+    let persist = AddOptions::new().persist().token("ttl-2");
+    router.add(c, "hot", 1, &persist).unwrap();
+    assert_eq!(pttl(c, "hot"), -1);
+    block_on(async {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let router = SpreadRouter::default();
+        let repair = AddOptions::new().exat(at_ms / 1000).enx();
+        router.add_async(&mut con, "hot", 1, &repair).await.unwrap();
+        assert_eq!(
+            pexpiretime(&mut client.get_connection().unwrap(), "hot"),
+            at_ms / 1000 * 1000
+        );
+        let persist = AddOptions::new().persist();
+        router
+            .add_async(&mut con, "hot", 1, &persist)
+            .await
+            .unwrap();
+    });
+    assert_eq!(pttl(c, "hot"), -1);
+    let after = holder_values(c, "hot");
+    assert_eq!(after[1..], before[1..], "no holder was written");
+    assert_eq!(after[0], before[0] + 5);
+    for holder in &holders[1..] {
+        assert_eq!(pttl(c, holder), -1, "{holder}");
+    }
+    assert_eq!(c.ctr_get("hot").unwrap(), 105);
+}
+
 #[test]
 fn throttle_and_window_on_resp2_and_resp3() {
     let server = Server::start();
