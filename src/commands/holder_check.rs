@@ -34,11 +34,12 @@ use super::home_names::{holds_home, living_home};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
+use super::waiter::{reply_by_running_again, ReplyDefects};
 use crate::config;
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::{key_slot, parse_holder_name, HolderName};
 use crate::counter::CounterRef;
-use crate::ffi::{rm, run_soon, Args, CommandError, CommandResult, Ctx, Key, KeyName, Reply};
+use crate::ffi::{rm, run_soon, Args, CommandError, CommandResult, Ctx, Key, KeyName};
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
@@ -371,32 +372,13 @@ unsafe extern "C" fn on_reply(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    // SAFETY: the private data is the boxed outcome given to UnblockClient.
-    let outcome = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<Outcome>();
-    let ctx = Ctx { ptr: ctx };
-    let replied = guard(ctx.ptr, "holder-check-reply", || {
-        // SAFETY: non-null outcomes are ours and live until free_outcome.
-        let Some(outcome) = (unsafe { outcome.as_ref() }) else {
-            return ctx.reply_error(&CommandError::fixed(
-                "ERR internal error in redis-ctr: the holder check lost its outcome (a bug: please report it)",
-            ));
-        };
-        // SAFETY: the server passes the blocked command's argc live arguments.
-        let args = unsafe { Args::new(argv, argc) };
-        match run_checked(ctx, &args, outcome) {
-            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(
-                "ERR internal error in redis-ctr: a write waited twice for its holder check (a bug: please report it)",
-            )),
-            Ok(reply) => ctx.reply(&reply),
-            Err(e) => ctx.reply_error(&e),
-        }
-    });
-    if replied.is_none() {
-        ctx.reply_error(&CommandError::fixed(
-            "ERR internal error in redis-ctr (a bug: please report it)",
-        ));
-    }
-    raw::REDISMODULE_OK as c_int
+    let defects = ReplyDefects {
+        callback: "holder-check-reply",
+        lost_data: "ERR internal error in redis-ctr: the holder check lost its outcome (a bug: please report it)",
+        blocked_twice: "ERR internal error in redis-ctr: a write waited twice for its holder check (a bug: please report it)",
+    };
+    // SAFETY: a reply callback of clients blocked by `check`, unblocked with a boxed Outcome.
+    unsafe { reply_by_running_again(ctx, argv, argc, &defects, run_checked) }
 }
 
 fn run_checked(ctx: Ctx, args: &Args, outcome: &Outcome) -> CommandResult {

@@ -237,28 +237,41 @@ unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     }
 }
 
-/// The reply callback: the command runs again, once, without waiting.
-unsafe extern "C" fn on_reply(
+/// What a reply callback that runs its blocked command again says when something that cannot
+/// happen did (a bug): its private data gone, or the command run again asking to block.
+pub struct ReplyDefects {
+    /// The guard's callback name.
+    pub callback: &'static str,
+    pub lost_data: &'static str,
+    pub blocked_twice: &'static str,
+}
+
+/// The body of a blocked client's reply callback that runs its command again from it: `run`
+/// gets the boxed `T` given to `UnblockClient` and the command's arguments, and its reply is
+/// sent (an error for a panic, for a lost `T`, or for a command that would block again).
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` are those the server passed to a reply callback of a client
+/// unblocked with a `Box<T>` (or null) as its private data.
+pub unsafe fn reply_by_running_again<T>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
+    defects: &ReplyDefects,
+    run: impl FnOnce(Ctx, &Args, &T) -> CommandResult,
 ) -> c_int {
-    // SAFETY: the private data is the boxed wake given to UnblockClient.
-    let wake = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<Wake>();
+    // SAFETY: the private data is the boxed T given to UnblockClient (see above).
+    let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<T>();
     let ctx = Ctx { ptr: ctx };
-    let replied = guard(ctx.ptr, "waiter-reply", || {
-        // SAFETY: non-null wakes are ours and live until free_wake.
-        let Some(wake) = (unsafe { wake.as_ref() }) else {
-            return ctx.reply_error(&CommandError::fixed(
-                "ERR internal error in redis-ctr: a waiting command lost its wake (a bug: please report it)",
-            ));
+    let replied = guard(ctx.ptr, defects.callback, || {
+        // SAFETY: non-null data is the caller's and lives until its free callback.
+        let Some(data) = (unsafe { data.as_ref() }) else {
+            return ctx.reply_error(&CommandError::fixed(defects.lost_data));
         };
         // SAFETY: the server passes the blocked command's argc live arguments.
         let args = unsafe { Args::new(argv, argc) };
-        match run_again(ctx, &args, wake) {
-            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(
-                "ERR internal error in redis-ctr: a command waited twice (a bug: please report it)",
-            )),
+        match run(ctx, &args, data) {
+            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(defects.blocked_twice)),
             Ok(reply) => ctx.reply(&reply),
             Err(e) => ctx.reply_error(&e),
         }
@@ -269,6 +282,21 @@ unsafe extern "C" fn on_reply(
         ));
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// The reply callback: the command runs again, once, without waiting.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let defects = ReplyDefects {
+        callback: "waiter-reply",
+        lost_data: "ERR internal error in redis-ctr: a waiting command lost its wake (a bug: please report it)",
+        blocked_twice: "ERR internal error in redis-ctr: a command waited twice (a bug: please report it)",
+    };
+    // SAFETY: a reply callback of clients blocked by `wait`, unblocked with a boxed Wake.
+    unsafe { reply_by_running_again(ctx, argv, argc, &defects, run_again) }
 }
 
 fn run_again(ctx: Ctx, args: &Args, wake: &Wake) -> CommandResult {
