@@ -8,6 +8,7 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, Expiry, ExpiryArgs, BAD_EXPIRE};
+use super::ctr_store::store_inline;
 use super::ctr_store::{
     created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
     refuse_sealed_unless_retry, with_counter, Before, Write,
@@ -22,7 +23,6 @@ use crate::counter::spread::floor_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
-use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
 
 enum Added {
@@ -217,21 +217,7 @@ fn add_fast(
     let Some(cell) = CounterCell::inline(value) else {
         return Ok(FastAdd::General);
     };
-    match stored {
-        None => {
-            // An inline cell owns no memory: nothing to take back if the keyspace refuses it.
-            if !key.set_value(ctr_type(), cell.into_raw()) {
-                return Err(CommandError::fixed("ERR could not store the counter"));
-            }
-        }
-        Some((raw, _)) if raw != cell.as_raw() => {
-            // The old value is inline too: nothing to free.
-            if key.replace_value(ctr_type(), cell.into_raw()).is_none() {
-                return Err(CommandError::fixed("ERR could not store the counter"));
-            }
-        }
-        Some(_) => {}
-    }
+    store_inline(key, stored.map(|(raw, _)| raw), cell)?;
     Ok(FastAdd::Done(value))
 }
 

@@ -2,6 +2,7 @@
 //! INCREX on a counter, with tokens) and CTR.REFUND (a tokened grant given back once).
 
 use super::ctr_args::{parse_floor, parse_increx, parse_token, IncrexArgs, BAD_EXPIRE_INCREX};
+use super::ctr_store::store_inline;
 use super::ctr_store::{
     created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, update_counter,
     Before, Write,
@@ -16,7 +17,6 @@ use crate::counter::{
 };
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply};
 use crate::metrics;
-use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
 
 /// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
@@ -241,20 +241,7 @@ fn increx_inline(
         return Ok(None);
     };
     let had_ttl = stored.is_some() && key.abs_expire().is_some();
-    match stored {
-        None => {
-            // An inline cell owns no memory: nothing to take back if the keyspace refuses it.
-            if !key.set_value(ctr_type(), cell.into_raw()) {
-                return Err(CommandError::fixed("ERR could not store the counter"));
-            }
-        }
-        Some((raw, _)) if raw != cell.as_raw() => {
-            if key.replace_value(ctr_type(), cell.into_raw()).is_none() {
-                return Err(CommandError::fixed("ERR could not store the counter"));
-            }
-        }
-        Some(_) => {}
-    }
+    store_inline(key, stored.map(|(raw, _)| raw), cell)?;
     let ttl_change = ttl::apply(ctx, key, parsed.expiry, deadline, had_ttl);
     Ok(Some(((target, target - current), ttl_change)))
 }

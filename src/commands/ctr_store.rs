@@ -279,6 +279,28 @@ pub fn inline_advice(key: &[u8], now: i64, threshold: i64, max_shards: usize) ->
     }
 }
 
+/// Stores the inline `cell` at `key`, which held nothing (`old` None) or the inline counter
+/// `old`: the fast paths' write. An inline cell owns no memory, so nothing is taken back when
+/// the keyspace refuses it, and an unchanged value writes nothing.
+pub fn store_inline(
+    key: &Key,
+    old: Option<*mut std::ffi::c_void>,
+    cell: CounterCell,
+) -> Result<(), CommandError> {
+    let stored = match old {
+        None => key.set_value(ctr_type(), cell.into_raw()),
+        Some(raw) if raw != cell.as_raw() => {
+            key.replace_value(ctr_type(), cell.into_raw()).is_some()
+        }
+        Some(_) => true,
+    };
+    if stored {
+        Ok(())
+    } else {
+        Err(CommandError::fixed("ERR could not store the counter"))
+    }
+}
+
 /// One write command as the master runs it: its time, configs and token stamp, and the
 /// decisions it makes. A command replayed from our master or the AOF decides nothing.
 pub struct Write<'a> {
