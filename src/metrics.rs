@@ -80,6 +80,9 @@ pub static HOLDERS_LEFT_BEHIND: Counter = Counter::new();
 /// Spread homes restored under another name while the home lived, detached into counters of
 /// their own units.
 pub static RESTORED_COPIES_DETACHED: Counter = Counter::new();
+/// Outbox entries dropped from keys restored (`RESTORE`) under a name they were not debited at
+/// (`Counter::drop_foreign_transfers`).
+pub static RESTORED_TRANSFERS_DROPPED: Counter = Counter::new();
 /// Negative CTR.ADDs refused because they would cross a counter's floor.
 pub static ADDS_REFUSED_BY_FLOOR: Counter = Counter::new();
 /// Writes refused because their event time was at or before a reconciled watermark.
@@ -246,6 +249,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("decrements_refused_unproven", &DECREMENTS_REFUSED_UNPROVEN),
         ("holders_left_behind", &HOLDERS_LEFT_BEHIND),
         ("restored_copies_detached", &RESTORED_COPIES_DETACHED),
+        ("restored_transfers_dropped", &RESTORED_TRANSFERS_DROPPED),
         ("adds_refused_by_floor", &ADDS_REFUSED_BY_FLOOR),
         ("late_adds", &LATE_ADDS),
         ("reconciles", &RECONCILES),

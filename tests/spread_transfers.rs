@@ -107,9 +107,10 @@ fn release(held: &Server, args: &[&str]) -> Server {
 /// Issue 22, "DUMP of a sealed holder with a credit pending, RESTORE under another name: the
 /// home applies its credit twice". A copy of a sealed holder keeps the holder's outbox (RESTORE
 /// does not know the old name) and sends the same credit under its new name; the home must
-/// apply the units once. Copies under a plain name and under another holder-shaped name of the
-/// same spread. On the old build (5835e1b) receivers deduplicated by the giver's name, so each
-/// copy's credit was applied again: the total read 180 instead of 100.
+/// apply the units once. Copies under a plain name (since issue 34 it keeps no outbox entry:
+/// it sends nothing) and under another holder-shaped name of the same spread. On the old build
+/// (5835e1b) receivers deduplicated by the giver's name, so each copy's credit was applied
+/// again: the total read 180 instead of 100.
 #[test]
 fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
     let held = Server::start_with(&[], HOLD);
@@ -133,13 +134,20 @@ fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
         );
     }
 
+    // The copy under a plain name keeps nothing to send (issue 34: a restored key sends only
+    // what it debited under its own name); the holder-shaped one keeps its entry.
+    assert_eq!(
+        held.info_field("ctr", "ctr_restored_transfers_dropped"),
+        "1"
+    );
+
     let free = release(&held, &[]);
     let mut f = free.conn();
     wait_folded(&mut f, "views");
-    // The copies' credits are answered too (a repeat or a refusal), not applied; a total
-    // that moves (a copy's credit applied) ends the wait early.
+    // The holder-shaped copy's credit is answered too (a repeat or a refusal), not applied; a
+    // total that moves (its credit applied) ends the wait early.
     eventually(20, || {
-        let answered = stat(&free, "duplicate_credits") + stat(&free, "refused") >= 2;
+        let answered = stat(&free, "duplicate_credits") + stat(&free, "refused") >= 1;
         (answered || f.q("CTR.GET views").int() != total).then_some(())
     });
     assert_eq!(f.q("CTR.GET views").int(), total, "each unit counted once");
@@ -738,4 +746,138 @@ fn a_restored_payload_naming_another_key_seals_and_credits_nothing() {
             "{forger} credited: {got:?}"
         );
     }
+}
+
+/// A state with section 16 whose one outbox entry claims a transfer debited at `from` (the
+/// name a receiver judges a credit by) toward `receiver`.
+fn forged_outbox(receiver: &str, from: &str, dv: i64, df: i64, fold_id: u64) -> Vec<u8> {
+    use common::{ivarint, uvarint};
+    let seq = 1u64 << 50;
+    let mut s = vec![1u8, 1];
+    s.extend(ivarint(0));
+    s.push(16);
+    s.extend(0x5eed_u64.to_le_bytes()); // giver id, of the forger's choosing
+    s.extend(uvarint(seq));
+    if fold_id == 0 {
+        s.push(0); // not sealed
+    } else {
+        s.push(1); // a fold is sent by a holder sealed into its receiver
+        s.extend(uvarint(receiver.len() as u64));
+        s.extend(receiver.as_bytes());
+    }
+    s.extend(uvarint(1));
+    s.extend(uvarint(receiver.len() as u64));
+    s.extend(receiver.as_bytes());
+    s.extend(uvarint(seq));
+    s.extend(ivarint(dv));
+    s.extend(ivarint(df));
+    s.extend(fold_id.to_le_bytes());
+    s.extend(uvarint(from.len() as u64));
+    s.extend(from.as_bytes());
+    s.extend(uvarint(0)); // inbox
+    s.extend(uvarint(0)); // leaving
+    s.push(0); // END
+    s
+}
+
+/// The fold id a home keeps for its leaving holder `holder`, read from the home's uncompressed
+/// DUMP as anyone allowed to read the home can (`leaving`: the name, then the id, 8 bytes LE).
+fn fold_id_in_dump(home_blob: &[u8], holder: &str) -> u64 {
+    let name = holder.as_bytes();
+    let at = (0..=home_blob.len() - name.len())
+        .rev()
+        .find(|&i| &home_blob[i..i + name.len()] == name)
+        .expect("the leaving holder in the home's DUMP")
+        + name.len();
+    u64::from_le_bytes(home_blob[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Issue 34, item 1 ("mint through RESTORE"): a user allowed `RESTORE` on keys of its own
+/// restores a payload whose outbox claims a transfer debited at a key it cannot write: a fold
+/// credit "from" a leaving holder carrying the fold id read from the home's `DUMP`, and a
+/// budget move "from" a floored spread's home toward one of its holders. A restored key sends
+/// only what was debited under its own name (or, for a holder's copy, a holder name of the same
+/// spread): both entries are dropped on `RESTORE`; the home's total stays exact and its real
+/// holder's fold lands, the holder's floor stays. A third, restored under a holder-shaped name
+/// that carries the victim spread's id but the attacker's own home, sends its move under its
+/// own name: no holder of `stock` takes it for a sibling's (before, the id alone made a
+/// sibling). The real fold cannot land first (the home's
+/// value is 10 below the largest integer, its 20 units would overflow it) until the test makes
+/// room. Before, the home applied the forged fold (its 1,000,000 units taken away), then took
+/// the real holder's credit as a repeat (its 20 units gone), and the holder's budget grew by
+/// 1,000,000.
+#[test]
+fn a_restored_outbox_sends_nothing_its_name_did_not_debit() {
+    let held = Server::start_with(&["--rdbcompression", "no"], HOLD);
+    let mut c = held.conn();
+    let (holders, _) = spread_with_values(&mut c, "victim", 2);
+    shrink_held(&mut c, "victim", 1, &holders[1..]);
+    let near_max = c.cmd(&["CTR.ADD", "victim", &(i64::MAX - 20).to_string()]);
+    assert_eq!(near_max.int(), i64::MAX - 10);
+    let home_blob = DumpFrame::parse(&c.cmd(&["DUMP", "victim"]).bytes())
+        .expect("an uncompressed DUMP")
+        .blob;
+    let fold_id = fold_id_in_dump(&home_blob, &holders[1]);
+
+    c.q("CTR.ADD stock 1000");
+    c.q("CTR.FLOOR stock 100");
+    let stock = names(&c.q("CTR.SPREAD stock 4"));
+    let budgets_before = info(&mut c, "stock", "holder_budgets").unwrap();
+
+    c.q("CTR.ADD frame 1");
+    let frame = common::dump::DumpFrame::of_key(&mut c, "frame");
+    // A holder-shaped name carrying the attacker's own home and the victim spread's (public)
+    // id: a user allowed to write `{ctr.*}atk:*` names, as spread writers of `atk:*` homes are.
+    let (tag, _) = stock[1].split_once('}').expect("a holder name");
+    let id = tag.split('.').nth(1).expect("{ctr.<id>");
+    let sibling = format!("{{ctr.{id}.9.0}}atk:sib");
+    let forged = [
+        (
+            "atk:fold",
+            forged_outbox("victim", &holders[1], -1_000_000, 0, fold_id),
+        ),
+        (
+            "atk:move",
+            forged_outbox(&stock[1], "stock", 0, -1_000_000, 0),
+        ),
+        (
+            &sibling,
+            forged_outbox(&stock[1], &sibling, 0, -1_000_000, 0),
+        ),
+    ];
+    for (key, state) in &forged {
+        assert_eq!(
+            c.cmd(&[
+                b"RESTORE".as_slice(),
+                key.as_bytes(),
+                b"0",
+                &frame.with_blob(state)
+            ]),
+            Value::Simple("OK".into()),
+            "RESTORE {key}"
+        );
+    }
+    assert_eq!(
+        held.info_field("ctr", "ctr_restored_transfers_dropped"),
+        "2"
+    );
+
+    let free = release(&held, &[]);
+    let mut f = free.conn();
+    // The forged credits would be sent (and resent) by now.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(f.q("CTR.ADD victim -100").int(), i64::MAX - 110);
+    wait_folded(&mut f, "victim");
+    assert_eq!(
+        f.q("CTR.GET victim").int(),
+        i64::MAX - 90,
+        "no unit minted nor lost"
+    );
+    assert_eq!(
+        info(&mut f, "stock", "holder_budgets").unwrap(),
+        budgets_before,
+        "no budget given by the forged move"
+    );
+    assert_eq!(info(&mut f, "stock", "floor"), Some(Value::Int(100)));
+    assert_eq!(f.cmd(&["CTR.DECRFLOOR", &stock[1], "1000"]), Value::Nil);
 }

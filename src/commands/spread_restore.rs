@@ -8,6 +8,12 @@
 //! own units (`Counter::detach_from_spread`), replicated as its resulting state. A restore
 //! under the home's own name (`RESTORE ... REPLACE`, `MIGRATE`), or after the home is gone,
 //! keeps the holders. Counted in `ctr_restored_copies_detached`.
+//!
+//! First, whatever its name: a restored key keeps only the transfers it debited under that
+//! name (`Counter::drop_foreign_transfers`). A payload is the restorer's to write, and a
+//! receiver judges a credit by the name it was debited at: a kept outbox entry signed with a
+//! name the restorer cannot write would be a credit from that key. Counted in
+//! `ctr_restored_transfers_dropped`.
 
 use super::ctr_store::{publish_state, update_counter, with_counter};
 use super::home_names;
@@ -32,6 +38,7 @@ pub fn on_restored(ctx: Ctx, key: RawString) {
     if super::slot_migration::importing_key(name) {
         return;
     }
+    drop_foreign_transfers(ctx, key, name);
     let Ok(Some((carried, spread_id))) = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) => carried_by(b),
         _ => None,
@@ -55,6 +62,33 @@ pub fn on_restored(ctx: Ctx, key: RawString) {
                 "ctr: '{}' was restored as a copy of the spread counter '{}': it is now a counter of its own units",
                 String::from_utf8_lossy(name),
                 String::from_utf8_lossy(&carried)
+            ));
+        }
+    }
+}
+
+/// Drops the restored key's outbox entries it did not debit under `name`, replicated as its
+/// resulting state.
+fn drop_foreign_transfers(ctx: Ctx, key: RawString, name: &[u8]) {
+    let foreign = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.has_foreign_transfers(name),
+        _ => false,
+    });
+    if foreign == Ok(true) {
+        let opened = Key::open(ctx, key, true);
+        let state = update_counter(&opened, |c, _| {
+            let dropped = c.drop_foreign_transfers(name);
+            Ok((dropped, ctr_format::encode(c)))
+        });
+        drop(opened);
+        let Ok((dropped, state)) = state else {
+            return;
+        };
+        if publish_state(ctx, key, &state).is_ok() {
+            metrics::RESTORED_TRANSFERS_DROPPED.add(dropped as u64);
+            ctx.log_warning(&format!(
+                "ctr: '{}' was restored with {dropped} transfer(s) debited under another name: dropped, never sent",
+                String::from_utf8_lossy(name)
             ));
         }
     }

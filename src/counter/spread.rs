@@ -212,12 +212,14 @@ pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
 }
 
 /// True when `a` and `b` are members of one spread: two holder names with the same spread id
-/// (and, for names from before ids, the same home), or a holder name and the home name it
-/// carries (either way round). Holders of one spread may carry different home names when the
-/// home was renamed between two grows.
+/// and the same home, or a holder name and the home name it carries (either way round). Every
+/// holder of one spread carries the home's name when it first spread (a grow after a `RENAME`
+/// names its holders so too). The home is compared also with an id: ids are public (holder
+/// names show them), and a user allowed to write `{ctr.*}<its own home>` names must not pass
+/// for a member of another home's spread.
 pub fn same_spread(a: &[u8], b: &[u8]) -> bool {
     match (parse_holder_name(a), parse_holder_name(b)) {
-        (Some(x), Some(y)) => x.spread_id == y.spread_id && (x.spread_id != 0 || x.home == y.home),
+        (Some(x), Some(y)) => x.spread_id == y.spread_id && x.home == y.home,
         (Some(x), None) => x.home == b,
         (None, Some(y)) => y.home == a,
         (None, None) => false,
@@ -472,8 +474,8 @@ mod tests {
             "another spread"
         );
         assert!(
-            same_spread(&a, &holder_name(b"j", 5, 2, 0)),
-            "grown after a RENAME of the home"
+            !same_spread(&a, &holder_name(b"j", 5, 2, 0)),
+            "the same (public) id carrying another home: not a member"
         );
         assert!(
             !same_spread(b"{ctr.1.0}k", b"{ctr.2.0}j"),

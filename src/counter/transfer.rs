@@ -385,6 +385,14 @@ fn is_to_former_home(o: &Outgoing, home: &[u8]) -> bool {
     o.fold_id == 0 && o.receiver != home && parse_holder_name(&o.receiver).is_none()
 }
 
+/// True when an outbox entry signed `from` may be sent by the key `name` it was restored under
+/// ([`Counter::drop_foreign_transfers`]): its own name (an empty `from` is the current name's,
+/// in states from before the field), or two holder names of one spread (the same id and home).
+fn debited_as(from: &[u8], name: &[u8]) -> bool {
+    let both_holders = parse_holder_name(from).is_some() && parse_holder_name(name).is_some();
+    from.is_empty() || from == name || (both_holders && same_spread(from, name))
+}
+
 /// The seq after `last` at time `now_ms` (see the module docs).
 pub fn next_seq(last: u64, now_ms: i64) -> u64 {
     let by_time = u64::try_from(now_ms).unwrap_or(0).saturating_mul(1024);
@@ -437,6 +445,38 @@ impl Counter {
             }
         }
         self.trim_ext();
+    }
+
+    /// On `RESTORE` under `name`: drops every outbox entry this key did not debit under `name`
+    /// and returns how many went. A receiver judges a credit by the name it was debited at
+    /// (`from`), and a payload's outbox is the restorer's to write: kept, it would send credits
+    /// "from" keys the restorer cannot write (a leaving holder, with the fold id read from its
+    /// home's `DUMP`; a floored spread's home). Kept are entries debited under `name` (the
+    /// key's own, as `MIGRATE` and `RESTORE ... REPLACE` bring them) and, on a holder name,
+    /// those of another holder name of the same spread, id and home (a holder renamed, then
+    /// migrated: whoever may write `{ctr.*}<home>` names may write that home's holders already).
+    /// A dropped entry's debit stays: a transfer that may have been applied is never undone,
+    /// so a genuine one dropped (a renamed home's move, restored) is a leak, never a mint.
+    pub fn drop_foreign_transfers(&mut self, name: &[u8]) -> usize {
+        if !self.has_foreign_transfers(name) {
+            return 0;
+        }
+        let Some(t) = self.ext.as_mut().and_then(|e| e.transfers.as_deref_mut()) else {
+            return 0;
+        };
+        let before = t.outbox.len();
+        t.outbox.retain(|o| debited_as(&o.from, name));
+        let dropped = before - t.outbox.len();
+        if dropped > 0 {
+            self.trim_transfers();
+        }
+        dropped
+    }
+
+    /// True when [`Counter::drop_foreign_transfers`] would drop something (asked on a read).
+    pub fn has_foreign_transfers(&self, name: &[u8]) -> bool {
+        self.transfers()
+            .is_some_and(|t| t.outbox.iter().any(|o| !debited_as(&o.from, name)))
     }
 
     /// Drops every transfer state (what a copy of the counter under another name starts from).
@@ -1811,6 +1851,62 @@ mod tests {
             None,
             "a missing holder is a fresh one"
         );
+    }
+
+    /// On `RESTORE`, a key keeps only the outbox entries debited under its own name (or, on a
+    /// holder name, under a holder name of its spread); the debits stay.
+    #[test]
+    fn a_restored_key_keeps_only_what_it_debited_under_its_name() {
+        let (h1, h2) = (holder(1), holder(2));
+        let mut home = Counter::plain(10);
+        home.set_floor(Some(0)).unwrap();
+        home.set_spread(crate::counter::Spread::of(vec![h1.clone(), h2.clone()]))
+            .unwrap();
+        let signed = |name: &'static [u8]| Giver { name, new_id: 3 };
+        home.start_transfer(&h1, 0, -4, 1, signed(HOME)).unwrap();
+        let mut copy = home.clone();
+        assert_eq!(
+            copy.drop_foreign_transfers(HOME),
+            0,
+            "MIGRATE: the same name"
+        );
+        assert_eq!(copy, home);
+        assert_eq!(copy.drop_foreign_transfers(b"atk:copy"), 1);
+        assert!(copy.transfers().is_none_or(|t| t.outbox.is_empty()));
+        assert_eq!(
+            copy.floor(),
+            home.floor(),
+            "the debit stays: a leak, never a mint"
+        );
+        assert!(copy.messages_due(b"atk:copy").1.is_empty());
+
+        let mut sealed = Counter::plain(20);
+        sealed
+            .seal_into(
+                HOME,
+                101,
+                1,
+                Giver {
+                    name: &h1,
+                    new_id: 5,
+                },
+            )
+            .unwrap();
+        let renamed = holder_name(HOME, 7, 9, 0);
+        let other_home = holder_name(b"atk:k", 7, 1, 0);
+        let other_spread = holder_name(HOME, 8, 1, 0);
+        let cases = [
+            (&h1, 1),
+            (&renamed, 1),
+            (&other_home, 0),
+            (&other_spread, 0),
+        ];
+        for (name, kept) in cases.into_iter().chain([(&b"k2".to_vec(), 0)]) {
+            let mut c = sealed.clone();
+            c.drop_foreign_transfers(name);
+            let left = c.transfers().map_or(0, |t| t.outbox.len());
+            assert_eq!(left, kept, "{}", String::from_utf8_lossy(name));
+        }
     }
 
     /// A holder asked to seal by its home under a new name first sends its own move toward
