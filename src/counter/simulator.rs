@@ -14,7 +14,9 @@
 //!   purchases that a holder cannot cover made final or retryable by that bound, as the glue
 //!   does (`counter::headroom`);
 //! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
-//!   name of the same spread), DUMP/RESTORE of the home under another name (the glue's
+//!   name of the same spread), RESTORE of forged payloads whose outbox claims a member's
+//!   transfer (the glue's rule, `drop_foreign_transfers`, runs on every RESTORE), DUMP/RESTORE
+//!   of the home under another name (the glue's
 //!   `collect::Copy` rule must detach it), COPY of a holder, RENAME of a sealed holder and of
 //!   the home, expiry of a folded holder, DEL of the home and a new spread under the same name,
 //!   with the collection of the gone spread's holders (`collect::left_by`, `still_to_collect`,
@@ -53,7 +55,8 @@ use super::spread::{
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Seal, TransferError,
+    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
+    TransferError,
 };
 use super::{AddOp, Counter, DecrOp, Spread};
 
@@ -417,7 +420,8 @@ impl Sim {
             77..=81 => self.budget_move(),
             82..=84 if self.faults => self.failover(master),
             85..=86 if self.faults => self.restart(master),
-            87..=89 if self.faults => self.restore_copy(),
+            87 | 88 if self.faults => self.restore_copy(),
+            89 if self.faults => self.restore_forged(),
             90 if self.faults => self.rename_sealed_holder(),
             91 if self.faults => self.rename_home(),
             92 if self.faults => self.delete_home_and_spread_again(),
@@ -943,8 +947,70 @@ impl Sim {
         if self.members().contains(&name) || self.get(&name).is_some() {
             return;
         }
-        self.note(format_args!("restore {} as {}", show(&from), show(&name)));
+        let mut c = c;
+        let dropped = c.drop_foreign_transfers(&name); // the glue's rule on RESTORE
+        self.note(format_args!(
+            "restore {} as {} ({dropped} dropped)",
+            show(&from),
+            show(&name)
+        ));
         self.write(&name, Some(c), 0);
+    }
+
+    /// RESTORE of a forged payload under a name a tenant may write (`atk:<n>`, or a
+    /// holder-shaped name with this spread's public id and the tenant's own home): its outbox
+    /// claims a transfer debited at a member, a fold credit from a leaving holder with the fold
+    /// id the home's DUMP shows, or a budget move from the home or a holder to another member.
+    /// The glue's rule runs on it (`drop_foreign_transfers`); the checks catch any unit a
+    /// forged credit mints or destroys.
+    fn restore_forged(&mut self) {
+        let Some(home) = self.home_counter().cloned() else {
+            return;
+        };
+        let id = home.spread().map_or(7, |s| s.id);
+        let name = if self.rng.percent(50) {
+            format!("atk:{}", self.rng.below(1000)).into_bytes()
+        } else {
+            holder_name(b"atk", id, 900 + self.rng.below(50), 0)
+        };
+        if self.get(&name).is_some() {
+            return;
+        }
+        let new_id = 1 + self.rng.below(1 << 30) as u64;
+        let leaving = home.leaving().to_vec();
+        let mut forged = Counter::plain(1_000_000);
+        let made = if !leaving.is_empty() && self.rng.percent(50) {
+            let l = &leaving[self.rng.below(leaving.len())];
+            let giver = Giver {
+                name: &l.name,
+                new_id,
+            };
+            forged
+                .seal_into(&self.home, l.fold_id, self.now, giver)
+                .map(|_| ())
+        } else {
+            let members = self.members();
+            let from = members[self.rng.below(members.len())].clone();
+            let to = members[self.rng.below(members.len())].clone();
+            let _ = forged.set_floor(Some(0));
+            let giver = Giver {
+                name: &from,
+                new_id,
+            };
+            let units = 1 + self.rng.below(1000) as i64;
+            forged
+                .start_transfer(&to, 0, -units, self.now, giver)
+                .map(|_| ())
+        };
+        if made.is_err() {
+            return;
+        }
+        let dropped = forged.drop_foreign_transfers(&name);
+        self.note(format_args!(
+            "restore a forged outbox as {} ({dropped} dropped)",
+            show(&name)
+        ));
+        self.write(&name, Some(forged), 0);
     }
 
     /// A folded holder's key expires (its grace period over): sealed, its fold answered, no
