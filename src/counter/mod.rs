@@ -84,19 +84,12 @@ struct Extras {
     floor: Option<Floor>,
     /// The ceiling and the per-shard budgets of its headroom, when a ceiling is set.
     ceiling: Option<Ceiling>,
-    /// Tokens of `CTR.ADD key 1 TOKEN t`, the common form (12 bytes each).
-    tokens: TokenWindow,
-    /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
-    /// outcome and its intent (24 bytes each).
-    ledger: TokenWindow<LedgerEntry>,
-    /// What some tokened writes keep beside their ledger entry, under the same fingerprint and
-    /// expiry: the increment a `CTR.INCREX` applied ([`Intent::APPLIED`]), the units a grant
-    /// took ([`Intent::GRANT`], refundable once) or gave back ([`Intent::REFUNDED`]). Not
-    /// tokens of their own: the tokens gauge and `CTR.INFO` do not count them.
-    records: TokenWindow<LedgerEntry>,
-    /// Time buckets and reconcile state, once the counter has been reconciled. Boxed, as the
-    /// two below: few counters have them, and every counter with a token or a floor pays for
-    /// this struct (168 bytes with the three boxed, 376 with them inline).
+    /// The tokened writes it remembers, when it remembers any. Boxed, as every part below:
+    /// every counter with a floor, a window or a limiter pays for this struct (112 bytes with
+    /// the parts boxed; 272 with the three token windows inline, which cost a windowed limit
+    /// 208 bytes a key, a tenth of a sorted-set limiter's at 100 requests a window).
+    remembered: Option<Box<Remembered>>,
+    /// Time buckets and reconcile state, once the counter has been reconciled.
     history: Option<Box<History>>,
     /// The other holders of a spread counter whose home this is.
     spread: Option<Box<Spread>>,
@@ -108,13 +101,39 @@ struct Extras {
     window: Option<Box<Window>>,
 }
 
+/// The tokened writes a counter remembers (never held empty: see [`Counter::trim_ext`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Remembered {
+    /// Tokens of `CTR.ADD key 1 TOKEN t`, the common form (12 bytes each).
+    tokens: TokenWindow,
+    /// Every other tokened write (decrements, other adds, refused adds, clears) with its first
+    /// outcome and its intent (24 bytes each).
+    ledger: TokenWindow<LedgerEntry>,
+    /// What some tokened writes keep beside their ledger entry, under the same fingerprint and
+    /// expiry: the increment a `CTR.INCREX` applied ([`Intent::APPLIED`]), the units a grant
+    /// took ([`Intent::GRANT`], refundable once) or gave back ([`Intent::REFUNDED`]). Not
+    /// tokens of their own: the tokens gauge and `CTR.INFO` do not count them.
+    records: TokenWindow<LedgerEntry>,
+}
+
+impl Remembered {
+    fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.ledger.is_empty() && self.records.is_empty()
+    }
+
+    /// Drops the entries expired at `now` from the three windows; returns how many tokens and
+    /// ledger entries went (records go with their ledger entries, uncounted).
+    fn sweep(&mut self, now: i64) -> usize {
+        self.records.sweep(now);
+        self.tokens.sweep(now) + self.ledger.sweep(now)
+    }
+}
+
 impl Extras {
     fn is_empty(&self) -> bool {
         self.floor.is_none()
             && self.ceiling.is_none()
-            && self.tokens.is_empty()
-            && self.ledger.is_empty()
-            && self.records.is_empty()
+            && self.remembered.as_ref().is_none_or(|r| r.is_empty())
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
@@ -228,12 +247,15 @@ impl Counter {
         } else {
             shards
         };
-        let ext = Extras {
-            floor,
-            ceiling,
+        let remembered = Remembered {
             tokens,
             ledger,
             records,
+        };
+        let ext = Extras {
+            floor,
+            ceiling,
+            remembered: (!remembered.is_empty()).then(|| Box::new(remembered)),
             history: history.map(Box::new),
             spread: spread.map(Box::new),
             transfers: transfers.map(Box::new),
@@ -282,16 +304,28 @@ impl Counter {
         self.ext.as_ref()?.ceiling.as_ref()
     }
 
+    fn remembered(&self) -> Option<&Remembered> {
+        self.ext.as_ref()?.remembered.as_deref()
+    }
+
+    fn remembered_mut_if_any(&mut self) -> Option<&mut Remembered> {
+        self.ext.as_deref_mut()?.remembered.as_deref_mut()
+    }
+
+    fn remembered_mut(&mut self) -> &mut Remembered {
+        self.ext_mut().remembered.get_or_insert_with(Box::default)
+    }
+
     pub fn tokens(&self) -> &TokenWindow {
-        self.ext.as_ref().map_or(&NO_TOKENS, |e| &e.tokens)
+        self.remembered().map_or(&NO_TOKENS, |r| &r.tokens)
     }
 
     pub fn ledger(&self) -> &TokenWindow<LedgerEntry> {
-        self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.ledger)
+        self.remembered().map_or(&NO_LEDGER, |r| &r.ledger)
     }
 
     pub fn records(&self) -> &TokenWindow<LedgerEntry> {
-        self.ext.as_ref().map_or(&NO_LEDGER, |e| &e.records)
+        self.remembered().map_or(&NO_LEDGER, |r| &r.records)
     }
 
     /// The live record of token `fp` (see [`Extras::records`]).
@@ -306,7 +340,7 @@ impl Counter {
             outcome: Some(value),
             intent,
         };
-        self.ext_mut().records.insert(fp, entry);
+        self.remembered_mut().records.insert(fp, entry);
     }
 
     pub fn history(&self) -> Option<&History> {
@@ -368,8 +402,9 @@ impl Counter {
             && self.shards.is_empty()
             && self.ext.as_ref().is_none_or(|e| {
                 e.floor.is_none()
-                    && e.tokens.is_empty()
-                    && e.ledger.is_empty()
+                    && e.remembered
+                        .as_ref()
+                        .is_none_or(|r| r.tokens.is_empty() && r.ledger.is_empty())
                     && e.history.is_none()
                     && e.spread.is_none()
                     && e.transfers.is_none()
@@ -412,6 +447,11 @@ impl Counter {
 
     /// Drops the optional state once nothing is left in it (so the counter can go inline).
     fn trim_ext(&mut self) {
+        if let Some(e) = self.ext.as_deref_mut() {
+            if e.remembered.as_ref().is_some_and(|r| r.is_empty()) {
+                e.remembered = None;
+            }
+        }
         if self.ext.as_ref().is_some_and(|e| e.is_empty()) {
             self.ext = None;
         }
@@ -438,13 +478,15 @@ impl Counter {
             && self.shards.is_empty()
             && e.floor.is_none()
             && e.ceiling.is_none()
-            && e.tokens.is_empty()
+            && self.tokens().is_empty()
             && e.history.is_none()
             && e.window.is_none()
             && e.throttle.is_none();
         if bare {
             // Records expire with the ledger entries they stand beside.
-            e.ledger.latest_expiry().max(e.records.latest_expiry())
+            self.ledger()
+                .latest_expiry()
+                .max(self.records().latest_expiry())
         } else {
             None
         }
@@ -498,17 +540,17 @@ impl Counter {
         write: WriteKind,
         outcome: Option<i64>,
     ) {
-        let ext = self.ext_mut();
+        let remembered = self.remembered_mut();
         // A refused `CTR.ADD key 1` (by a ceiling) keeps its refusal in the ledger.
         if write == UNIT_ADD && outcome.is_some() {
-            ext.tokens.insert(fp, expires_at);
+            remembered.tokens.insert(fp, expires_at);
         } else {
             let entry = LedgerEntry {
                 expires_at,
                 outcome,
                 intent: Intent::of(write),
             };
-            ext.ledger.insert(fp, entry);
+            remembered.ledger.insert(fp, entry);
         }
     }
 
@@ -554,8 +596,12 @@ impl Counter {
             .ext
             .as_ref()
             .map_or(0, |_| std::mem::size_of::<Extras>());
+        let remembered = self
+            .remembered()
+            .map_or(0, |_| std::mem::size_of::<Remembered>());
         (self.shards.capacity() + budgets) * std::mem::size_of::<i64>()
             + ext
+            + remembered
             + self.tokens().heap_bytes()
             + self.ledger().heap_bytes()
             + self.records().heap_bytes()
@@ -584,9 +630,13 @@ impl Counter {
             .ext
             .as_ref()
             .map_or(0, |_| usable_size(std::mem::size_of::<Extras>()));
+        let remembered = self
+            .remembered()
+            .map_or(0, |_| usable_size(std::mem::size_of::<Remembered>()));
         usable_size(std::mem::size_of::<Counter>())
             + vec_bytes::<i64>(self.shards.capacity())
             + ext
+            + remembered
             + self
                 .floor()
                 .map_or(0, |f| vec_bytes::<i64>(f.budgets.capacity()))

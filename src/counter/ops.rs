@@ -880,14 +880,8 @@ impl Counter {
     /// would (same schedule, so replicas replaying it hold the same entries). Returns how many
     /// were dropped.
     pub fn apply_sweep(&mut self, now: i64) -> usize {
-        let dropped = match &mut self.ext {
-            Some(e) => {
-                // Records go with their ledger entries; only tokens count as released.
-                e.records.sweep(now);
-                e.tokens.sweep(now) + e.ledger.sweep(now)
-            }
-            None => 0,
-        };
+        // Records go with their ledger entries; only tokens count as released.
+        let dropped = self.remembered_mut_if_any().map_or(0, |r| r.sweep(now));
         self.trim_ext();
         dropped
     }
@@ -1057,10 +1051,8 @@ impl Counter {
     }
 
     pub(super) fn record_write(&mut self, now: i64) {
-        if let Some(e) = &mut self.ext {
-            e.tokens.sweep(now);
-            e.ledger.sweep(now);
-            e.records.sweep(now);
+        if let Some(r) = self.remembered_mut_if_any() {
+            r.sweep(now);
         }
         self.trim_ext();
     }

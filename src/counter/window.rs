@@ -56,9 +56,21 @@ impl Window {
             live: VecDeque::new(),
         };
         if value != 0 {
-            w.live.push_back((w.index(at), value));
+            w.push_newest((w.index(at), value));
         }
         Ok(w)
+    }
+
+    /// Appends the newest bucket, growing the deque to at most `buckets` entries: a limit that
+    /// sees its requests in one bucket holds one (16 bytes, where the deque's own growth starts
+    /// at 4), a full window `buckets` (never the next power of two).
+    fn push_newest(&mut self, entry: (i64, i64)) {
+        let len = self.live.len();
+        if len == self.live.capacity() {
+            let bound = usize::try_from(self.buckets).unwrap_or(1).max(len + 1);
+            self.live.reserve_exact((len * 2).clamp(1, bound) - len);
+        }
+        self.live.push_back(entry);
     }
 
     pub fn bucket_ms(&self) -> i64 {
@@ -118,7 +130,7 @@ impl Window {
                     self.live.pop_back();
                 }
             }
-            _ => self.live.push_back((current, delta)),
+            _ => self.push_newest((current, delta)),
         }
         Ok(())
     }
@@ -221,6 +233,20 @@ mod tests {
         w.record(0, 5).unwrap();
         assert_eq!(w.live, VecDeque::from([(9, 6)]));
         w.validate().unwrap();
+    }
+
+    #[test]
+    fn the_buckets_held_never_outgrow_the_window() {
+        let mut w = Window::new(10_000, 10, 0, 0).unwrap();
+        w.record(5, 1).unwrap();
+        assert_eq!(w.live.capacity(), 1, "one bucket, one entry");
+        for t in (0..30_000).step_by(500) {
+            w.slide(t);
+            w.record(t, 1).unwrap();
+            assert!(w.live.len() <= 10 && w.live.capacity() <= 10, "at {t}");
+        }
+        assert_eq!(w.live.len(), 10);
+        assert_eq!(w.total(), Some(20));
     }
 
     #[test]
