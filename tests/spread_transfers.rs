@@ -803,9 +803,11 @@ fn fold_id_in_dump(home_blob: &[u8], holder: &str) -> u64 {
 /// own name: no holder of `stock` takes it for a sibling's (before, the id alone made a
 /// sibling). The real fold cannot land first (the home's
 /// value is 10 below the largest integer, its 20 units would overflow it) until the test makes
-/// room. Before, the home applied the forged fold (its 1,000,000 units taken away), then took
-/// the real holder's credit as a repeat (its 20 units gone), and the holder's budget grew by
-/// 1,000,000.
+/// room. A fourth carries the real fold id but signs with the forger's own name (which it may
+/// write): the home matches a fold by its id and its holder's name. Before, the home applied
+/// the forged fold (its 1,000,000 units taken away), then took the real holder's credit as a
+/// repeat (its 20 units gone), and the holder's budget grew by 1,000,000; the fourth alone did
+/// the first.
 #[test]
 fn a_restored_outbox_sends_nothing_its_name_did_not_debit() {
     let held = Server::start_with(&["--rdbcompression", "no"], HOLD);
@@ -835,6 +837,10 @@ fn a_restored_outbox_sends_nothing_its_name_did_not_debit() {
         (
             "atk:fold",
             forged_outbox("victim", &holders[1], -1_000_000, 0, fold_id),
+        ),
+        (
+            "atk:own",
+            forged_outbox("victim", "atk:own", -1_000_000, 0, fold_id),
         ),
         (
             "atk:move",

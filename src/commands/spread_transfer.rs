@@ -417,7 +417,7 @@ fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
         .filter(|n| {
             let key = KeyName::new(ctx, n);
             with_counter(ctx, key.raw, |c| match c {
-                Some(CounterRef::Boxed(b)) => b.carries_fold(m.fold_id),
+                Some(CounterRef::Boxed(b)) => b.carries_fold(m.fold_id, &m.holder),
                 _ => false,
             })
             .unwrap_or(false)

@@ -466,7 +466,7 @@ impl Sim {
                 let carriers: Vec<Vec<u8>> = master
                     .keys
                     .iter()
-                    .filter(|(_, c)| c.carries_fold(s.fold_id))
+                    .filter(|(_, c)| c.carries_fold(s.fold_id, &s.holder))
                     .map(|(k, _)| k.clone())
                     .collect();
                 if self.get(&s.holder).is_none() && !carriers.is_empty() {
@@ -959,8 +959,9 @@ impl Sim {
 
     /// RESTORE of a forged payload under a name a tenant may write (`atk:<n>`, or a
     /// holder-shaped name with this spread's public id and the tenant's own home): its outbox
-    /// claims a transfer debited at a member, a fold credit from a leaving holder with the fold
-    /// id the home's DUMP shows, or a budget move from the home or a holder to another member.
+    /// claims a transfer debited at a member, a fold credit with the fold id the home's DUMP
+    /// shows (signed with the leaving holder's name, or with the forger's own), or a budget move
+    /// from the home or a holder to another member.
     /// The glue's rule runs on it (`drop_foreign_transfers`); the checks catch any unit a
     /// forged credit mints or destroys.
     fn restore_forged(&mut self) {
@@ -981,8 +982,10 @@ impl Sim {
         let mut forged = Counter::plain(1_000_000);
         let made = if !leaving.is_empty() && self.rng.percent(50) {
             let l = &leaving[self.rng.below(leaving.len())];
+            // Signed with the leaving holder's name, or with the forger's own (kept on RESTORE).
+            let signer = if self.rng.percent(50) { &l.name } else { &name };
             let giver = Giver {
-                name: &l.name,
+                name: signer,
                 new_id,
             };
             forged

@@ -270,11 +270,14 @@ impl Transfers {
         folded::first_attempts(self, spread_id)
     }
 
-    /// The leaving holder a fold credit ends, if this home still expects it.
+    /// The leaving holder a fold credit ends, if this home still expects it: the fold of that
+    /// id, from that holder's name (what the credit was debited under). The id alone is no
+    /// proof: the home's `DUMP` shows it, and a key restored under a name its restorer may
+    /// write keeps the transfers signed with that name.
     fn leaving_slot(&self, fold_id: u64, giver: &[u8]) -> Option<usize> {
         self.leaving
             .iter()
-            .position(|l| l.fold_id == fold_id && (fold_id != LEGACY_FOLD || l.name == giver))
+            .position(|l| l.fold_id == fold_id && l.name == giver)
     }
 
     /// Checks what a decoder may carry: bounded, ordered, unique names; seqs given out.
@@ -512,15 +515,19 @@ impl Counter {
         }
     }
 
-    /// True when this counter is a holder sealed for the fold `fold_id` whose credit is not
-    /// acknowledged yet: it, and no key made anew under the holder's old name, carries that
-    /// fold (a sealed holder renamed, or restored under another name, before its home had it).
-    pub fn carries_fold(&self, fold_id: u64) -> bool {
+    /// True when this counter is the holder `holder` sealed for the fold `fold_id` (its credit
+    /// debited under that name) whose credit is not acknowledged yet: it, and no key made anew
+    /// under the holder's old name, carries that fold (a sealed holder renamed before its home
+    /// had it). The fold id alone is no proof: a key restored with that id, signed with its
+    /// own name, would hold the real holder's fold back for ever.
+    pub fn carries_fold(&self, fold_id: u64, holder: &[u8]) -> bool {
         self.is_sealed()
             && fold_id != 0
-            && self
-                .transfers()
-                .is_some_and(|t| t.outbox.iter().any(|o| o.fold_id == fold_id))
+            && self.transfers().is_some_and(|t| {
+                t.outbox
+                    .iter()
+                    .any(|o| o.fold_id == fold_id && o.from == holder)
+            })
     }
 
     /// What a gather counts as this counter's floor when it is a holder: its floor plus the
@@ -1262,13 +1269,14 @@ mod tests {
     #[test]
     fn a_sealed_holder_carries_its_fold_until_acknowledged() {
         let mut holder = Counter::plain(30);
-        assert!(!holder.carries_fold(42), "not sealed");
+        assert!(!holder.carries_fold(42, b"g"), "not sealed");
         let fold = holder.seal_into(HOME, 42, 1, g(9)).unwrap().unwrap();
-        assert!(holder.carries_fold(42));
-        assert!(!holder.carries_fold(43), "another fold");
-        assert!(!holder.carries_fold(0));
+        assert!(holder.carries_fold(42, b"g"));
+        assert!(!holder.carries_fold(42, b"h"), "another holder's");
+        assert!(!holder.carries_fold(43, b"g"), "another fold");
+        assert!(!holder.carries_fold(0, b"g"));
         assert!(holder.apply_ack(HOME, fold.seq));
-        assert!(!holder.carries_fold(42), "its home has it");
+        assert!(!holder.carries_fold(42, b"g"), "its home has it");
     }
 
     /// A sealed holder's floor counts where its fold is in flight, as its value does; a budget
