@@ -141,6 +141,7 @@ bytes_per_key() {
   before=$(rcli INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
   [ "$setup" = window ] && window_keys ctrw: "$MEM_KEYS" 1000 60000
   redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -P 16 -n $((MEM_KEYS * 100)) -r "$MEM_KEYS" -q "$@" >/dev/null 2>&1
+  sleep 1 # the keyspace's rehash done
   after=$(rcli INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
   echo $(((after - before) / MEM_KEYS))
 }
@@ -157,11 +158,12 @@ bytes_spread() {
   awk -v keys="$MEM_KEYS" -v base="$base" -v form="$form" -v zsha="$ZSET_SHA" -v tsha="$TWO_SHA" 'BEGIN {
     for (j = 0; j < 100; j++) { t = base + j * 590
       for (k = 0; k < keys; k++) { key = sprintf("%012d", k)
-        if (form == "ctr") printf "CTR.DECRFLOOR ctrw:%s 1 AT %d\n", key, t
-        else if (form == "zset") printf "EVALSHA %s 1 zset:%s 1000 60000 %012d %d\n", zsha, key, j * keys + k, t
-        else printf "EVALSHA %s 1 two:%s 1000 60000 %d\n", tsha, key, t } } }' |
+        if (form == "ctr") printf "CTR.DECRFLOOR ctrw:%s 1 AT %.0f\n", key, t
+        else if (form == "zset") printf "EVALSHA %s 1 zset:%s 1000 60000 %012d %.0f\n", zsha, key, j * keys + k, t
+        else printf "EVALSHA %s 1 two:%s 1000 60000 %.0f\n", tsha, key, t } } }' |
     rcli --pipe >"$tmp/spread.out" 2>&1
   grep -q 'errors: 0' "$tmp/spread.out" || die "the spread requests of $form failed: $(tail -n 2 "$tmp/spread.out")"
+  sleep 1 # the keyspace's rehash done
   after=$(rcli INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
   echo $(((after - before) / MEM_KEYS))
 }

@@ -664,8 +664,7 @@ impl Counter {
                 usable_size(std::mem::size_of::<Throttle>()) + t.allocated_bytes()
             })
             + self.window().map_or(0, |w| {
-                usable_size(std::mem::size_of::<Window>())
-                    + vec_bytes::<(i64, i64)>(w.live.capacity())
+                usable_size(std::mem::size_of::<Window>()) + vec_bytes::<i64>(w.capacity())
             })
     }
 }

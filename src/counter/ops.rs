@@ -580,7 +580,7 @@ impl Counter {
             h.retained_since = h.retained_since.max(bucket_of(op.now, h.width));
         }
         if let Some(w) = self.window_mut() {
-            w.live.clear();
+            w.clear();
         }
         self.record_write(op.now);
         if let Some(t) = op.token {

@@ -23,8 +23,11 @@ pub const MAX_BUCKETS: i64 = 4096;
 pub struct Window {
     pub width_ms: i64,
     pub buckets: i64,
-    /// (bucket index, sum), indices strictly increasing, spanning fewer than `buckets`.
-    pub live: VecDeque<(i64, i64)>,
+    /// The index of the oldest bucket held (`sums[0]`); 0 when none is.
+    first: i64,
+    /// The sums of the consecutive buckets `first`, `first + 1`, ...: the first and the last
+    /// never 0 (one between them may be), at most `buckets` of them (8 bytes a bucket).
+    sums: VecDeque<i64>,
 }
 
 /// Why a window's configuration is refused (its text is the client's error).
@@ -53,24 +56,97 @@ impl Window {
         let mut w = Window {
             width_ms,
             buckets,
-            live: VecDeque::new(),
+            first: 0,
+            sums: VecDeque::new(),
         };
         if value != 0 {
-            w.push_newest((w.index(at), value));
+            w.first = w.index(at);
+            w.push_newest(value);
         }
         Ok(w)
     }
 
-    /// Appends the newest bucket, growing the deque to at most `buckets` entries: a limit that
-    /// sees its requests in one bucket holds one (16 bytes, where the deque's own growth starts
-    /// at 4), a full window `buckets` (never the next power of two).
-    fn push_newest(&mut self, entry: (i64, i64)) {
-        let len = self.live.len();
-        if len == self.live.capacity() {
-            let bound = usize::try_from(self.buckets).unwrap_or(1).max(len + 1);
-            self.live.reserve_exact((len * 2).clamp(1, bound) - len);
+    /// A window holding the buckets `held` ((index, sum), what the encoding carries): indices
+    /// strictly increasing, no zero sum, spanning fewer than `buckets`.
+    pub fn from_buckets(
+        width_ms: i64,
+        buckets: i64,
+        held: &[(i64, i64)],
+    ) -> Result<Window, CounterError> {
+        check_config(width_ms, buckets).map_err(CounterError::InvalidOperation)?;
+        let bad = |why| Err(CounterError::InvalidOperation(why));
+        if held.iter().any(|(_, s)| *s == 0) {
+            return bad("an empty window bucket");
         }
-        self.live.push_back(entry);
+        let ordered = held.windows(2).all(|p| p[0].0 < p[1].0);
+        let span = match (held.first(), held.last()) {
+            (Some(f), Some(l)) => l.0.checked_sub(f.0).and_then(|d| d.checked_add(1)),
+            _ => Some(0),
+        };
+        let Some(span) = span.filter(|n| ordered && *n <= buckets) else {
+            return bad("window buckets out of order or wider than the window");
+        };
+        let mut w = Window {
+            width_ms,
+            buckets,
+            first: held.first().map_or(0, |b| b.0),
+            sums: VecDeque::new(),
+        };
+        // span <= buckets <= MAX_BUCKETS: it fits.
+        w.sums.reserve_exact(span as usize);
+        w.sums.resize(span as usize, 0);
+        for (index, sum) in held {
+            w.sums[(index - w.first) as usize] = *sum;
+        }
+        Ok(w)
+    }
+
+    /// The buckets held, oldest first, as (index, sum), empty ones left out (what the encoding
+    /// writes).
+    pub fn buckets_held(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.sums
+            .iter()
+            .enumerate()
+            .filter(|(_, sum)| **sum != 0)
+            .map(|(k, sum)| (self.first + k as i64, *sum))
+    }
+
+    /// Bucket slots allocated (what the window's memory grows with).
+    pub fn capacity(&self) -> usize {
+        self.sums.capacity()
+    }
+
+    /// Drops every bucket (`CTR.CLEAR`).
+    pub fn clear(&mut self) {
+        self.sums.clear();
+        self.first = 0;
+    }
+
+    /// Appends the newest bucket, growing the deque to at most `buckets` entries: a limit that
+    /// sees its requests in one bucket holds one (8 bytes, where the deque's own growth starts
+    /// at 4), a full window `buckets` (never the next power of two).
+    fn push_newest(&mut self, sum: i64) {
+        let len = self.sums.len();
+        if len == self.sums.capacity() {
+            let bound = usize::try_from(self.buckets).unwrap_or(1).max(len + 1);
+            self.sums.reserve_exact((len * 2).clamp(1, bound) - len);
+        }
+        self.sums.push_back(sum);
+    }
+
+    /// Drops the empty buckets at either end (so the first and the last held are never 0).
+    fn trim(&mut self) {
+        while self.sums.back() == Some(&0) {
+            self.sums.pop_back();
+        }
+        // Never past the newest bucket (a nonzero one is left): `first` stays an index held.
+        while self.sums.front() == Some(&0) {
+            self.sums.pop_front();
+            self.first += 1;
+        }
+        if self.sums.is_empty() {
+            self.first = 0;
+        }
     }
 
     pub fn bucket_ms(&self) -> i64 {
@@ -81,10 +157,15 @@ impl Window {
         t.div_euclid(self.bucket_ms())
     }
 
+    /// The index of the newest bucket held.
+    fn newest(&self) -> Option<i64> {
+        (!self.sums.is_empty()).then(|| self.first + (self.sums.len() as i64 - 1))
+    }
+
     /// The index writes at `at` land in: the bucket of `at`, or the newest one when later.
     fn current(&self, at: i64) -> i64 {
         let i = self.index(at);
-        self.live.back().map_or(i, |(newest, _)| i.max(*newest))
+        self.newest().map_or(i, |newest| i.max(newest))
     }
 
     /// The oldest index still live when the window stands at `at`.
@@ -92,46 +173,62 @@ impl Window {
         self.current(at).saturating_sub(self.buckets - 1)
     }
 
+    /// How many of the buckets held have left the window by `at` (they are the oldest).
+    fn gone_by(&self, at: i64) -> usize {
+        let gone = i128::from(self.oldest_live(at)) - i128::from(self.first);
+        // Clamped to the buckets held: it fits.
+        gone.clamp(0, self.sums.len() as i128) as usize
+    }
+
     /// The sum of the buckets that have left the window by `at` (they are the oldest).
     pub fn expired_sum(&self, at: i64) -> i128 {
-        let oldest = self.oldest_live(at);
-        self.live
-            .iter()
-            .take_while(|(i, _)| *i < oldest)
-            .map(|(_, s)| i128::from(*s))
-            .sum()
+        let gone = self.gone_by(at);
+        self.sums.iter().take(gone).map(|s| i128::from(*s)).sum()
     }
 
     /// True when some bucket has left the window by `at`.
     pub fn has_expired(&self, at: i64) -> bool {
-        self.live
-            .front()
-            .is_some_and(|(i, _)| *i < self.oldest_live(at))
+        self.gone_by(at) > 0
     }
 
     /// Drops the buckets that left the window by `at`.
     pub fn slide(&mut self, at: i64) {
-        let oldest = self.oldest_live(at);
-        while self.live.front().is_some_and(|(i, _)| *i < oldest) {
-            self.live.pop_front();
+        let gone = self.gone_by(at);
+        if gone == self.sums.len() {
+            self.clear();
+            return;
         }
+        self.sums.drain(..gone);
+        self.first += gone as i64; // at most the newest index held: it fits
+        self.trim();
     }
 
-    /// Adds `delta` to the bucket writes at `at` land in (after [`Window::slide`]).
+    /// Adds `delta` to the bucket writes at `at` land in (after [`Window::slide`], so that
+    /// bucket is within `buckets` of the oldest held).
     pub fn record(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
         if delta == 0 {
             return Ok(());
         }
         let current = self.current(at);
-        match self.live.back_mut() {
-            Some((i, sum)) if *i == current => {
-                *sum = sum.checked_add(delta).ok_or(CounterError::Overflow)?;
-                if *sum == 0 {
-                    self.live.pop_back();
-                }
-            }
-            _ => self.push_newest((current, delta)),
+        if self.sums.is_empty() {
+            self.first = current;
+            self.push_newest(delta);
+            return Ok(());
         }
+        let offset = i128::from(current) - i128::from(self.first);
+        if offset >= i128::from(self.buckets) {
+            return Err(CounterError::InvalidOperation(
+                "a window write before its slide",
+            ));
+        }
+        // 0 <= offset < buckets <= MAX_BUCKETS: it fits.
+        let offset = offset as usize;
+        while self.sums.len() <= offset {
+            self.push_newest(0);
+        }
+        let sum = &mut self.sums[offset];
+        *sum = sum.checked_add(delta).ok_or(CounterError::Overflow)?;
+        self.trim();
         Ok(())
     }
 
@@ -139,13 +236,11 @@ impl Window {
     /// [`Window::slide`]: what the floor holds back when a slide would take the value below it
     /// leaves the window with the buckets that took the value down.
     pub fn hold_in_oldest(&mut self, at: i64, delta: i64) -> Result<(), CounterError> {
-        let Some((_, sum)) = self.live.front_mut() else {
+        let Some(sum) = self.sums.front_mut() else {
             return self.record(at, delta);
         };
         *sum = sum.checked_add(delta).ok_or(CounterError::Overflow)?;
-        if *sum == 0 {
-            self.live.pop_front();
-        }
+        self.trim();
         Ok(())
     }
 
@@ -153,9 +248,11 @@ impl Window {
     /// bucket (the value itself may still fit: other buckets may be negative).
     pub fn check_record(&self, at: i64, delta: i64) -> Result<(), CounterError> {
         let current = self.current(at);
-        match self.live.back() {
-            Some((i, sum)) if *i == current => sum
-                .checked_add(delta)
+        match self.newest() {
+            Some(newest) if newest == current => self
+                .sums
+                .back()
+                .map_or(Some(0), |sum| sum.checked_add(delta))
                 .map(|_| ())
                 .ok_or(CounterError::Overflow),
             _ => Ok(()),
@@ -164,39 +261,25 @@ impl Window {
 
     /// The sum of the buckets held (what the value is, between writes).
     pub fn total(&self) -> Option<i64> {
-        super::exact_sum(self.live.iter().map(|(_, s)| *s))
+        super::exact_sum(self.sums.iter().copied())
     }
 
-    /// The buckets' shape: increasing indices, no zero sum, spanning fewer than `buckets`.
+    /// The buckets' shape: at most `buckets` held, the first and the last not empty.
     pub fn validate(&self) -> Result<(), CounterError> {
         check_config(self.width_ms, self.buckets).map_err(CounterError::InvalidOperation)?;
         let bad = |why| Err(CounterError::InvalidOperation(why));
-        if self.live.len() as i64 > self.buckets {
+        if self.sums.len() as i64 > self.buckets {
             return bad("more window buckets than the window has");
         }
-        if self.live.iter().any(|(_, s)| *s == 0) {
+        let ends_held = self.sums.front() != Some(&0) && self.sums.back() != Some(&0);
+        if !ends_held || (self.sums.is_empty() && self.first != 0) {
             return bad("an empty window bucket");
-        }
-        let ordered = self
-            .live
-            .iter()
-            .zip(self.live.iter().skip(1))
-            .all(|(a, b)| a.0 < b.0);
-        let span_ok = match (self.live.front(), self.live.back()) {
-            (Some(first), Some(last)) => last
-                .0
-                .checked_sub(first.0)
-                .is_some_and(|d| d < self.buckets),
-            _ => true,
-        };
-        if !ordered || !span_ok {
-            return bad("window buckets out of order or wider than the window");
         }
         Ok(())
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.live.capacity() * std::mem::size_of::<(i64, i64)>()
+        self.sums.capacity() * std::mem::size_of::<i64>()
     }
 }
 
@@ -213,6 +296,10 @@ pub struct WindowOp {
 mod tests {
     use super::*;
 
+    fn held(w: &Window) -> Vec<(i64, i64)> {
+        w.buckets_held().collect()
+    }
+
     #[test]
     fn buckets_leave_the_window_one_width_at_a_time() {
         // 1 s in 10 buckets of 100 ms.
@@ -221,17 +308,17 @@ mod tests {
             w.slide(t);
             w.record(t, 1).unwrap();
         }
-        assert_eq!(w.live, VecDeque::from([(0, 2), (1, 1), (9, 1)]));
+        assert_eq!(held(&w), [(0, 2), (1, 1), (9, 1)]);
         assert_eq!(w.expired_sum(999), 0);
         assert_eq!(w.expired_sum(1000), 2, "bucket 0 leaves at 1000");
         assert_eq!(w.expired_sum(1100), 3);
         assert_eq!(w.expired_sum(1899), 3);
         assert_eq!(w.expired_sum(1900), 4, "bucket 9 leaves at 1900");
         w.slide(1100);
-        assert_eq!(w.live, VecDeque::from([(9, 1)]));
+        assert_eq!(held(&w), [(9, 1)]);
         // A write from before the newest bucket lands in it: the window never runs backwards.
         w.record(0, 5).unwrap();
-        assert_eq!(w.live, VecDeque::from([(9, 6)]));
+        assert_eq!(held(&w), [(9, 6)]);
         w.validate().unwrap();
     }
 
@@ -239,21 +326,36 @@ mod tests {
     fn the_buckets_held_never_outgrow_the_window() {
         let mut w = Window::new(10_000, 10, 0, 0).unwrap();
         w.record(5, 1).unwrap();
-        assert_eq!(w.live.capacity(), 1, "one bucket, one entry");
+        assert_eq!(w.capacity(), 1, "one bucket, one entry");
         for t in (0..30_000).step_by(500) {
             w.slide(t);
             w.record(t, 1).unwrap();
-            assert!(w.live.len() <= 10 && w.live.capacity() <= 10, "at {t}");
+            assert!(w.sums.len() <= 10 && w.capacity() <= 10, "at {t}");
         }
-        assert_eq!(w.live.len(), 10);
+        assert_eq!(w.sums.len(), 10);
         assert_eq!(w.total(), Some(20));
+    }
+
+    #[test]
+    fn buckets_at_the_end_of_time_slide_and_empty_without_overflow() {
+        let top = i64::MAX;
+        let mut w = Window::from_buckets(10, 10, &[(top - 1, 1), (top, 2)]).unwrap();
+        assert_eq!(w.check_record(top, i64::MAX), Err(CounterError::Overflow));
+        w.record(top, -2).unwrap();
+        assert_eq!(held(&w), [(top - 1, 1)]);
+        w.hold_in_oldest(top, -1).unwrap();
+        assert!(held(&w).is_empty());
+        let mut w = Window::from_buckets(10, 10, &[(top, 5)]).unwrap();
+        w.slide(i64::MAX);
+        assert_eq!(w.total(), Some(5), "the newest bucket stays");
+        w.validate().unwrap();
     }
 
     #[test]
     fn a_bucket_summing_to_zero_is_dropped() {
         let mut w = Window::new(60_000, 6, 0, 3).unwrap();
         w.record(10, -3).unwrap();
-        assert!(w.live.is_empty());
+        assert!(w.sums.is_empty());
         assert_eq!(w.total(), Some(0));
     }
 
@@ -264,12 +366,14 @@ mod tests {
         assert_eq!(check_config(100_000, 4097), Err(BAD_BUCKETS));
         assert_eq!(check_config(1000, 3), Err(NOT_A_MULTIPLE));
         assert_eq!(check_config(4096, 4096), Ok(()));
-        let mut w = Window::new(1000, 10, 0, 1).unwrap();
-        w.live.push_back((10, 1));
-        assert!(w.validate().is_err(), "wider than the window");
-        w.live.pop_back();
-        w.live.push_front((-1, 0));
-        assert!(w.validate().is_err(), "a zero bucket");
+        let from = |held: &[(i64, i64)]| Window::from_buckets(1000, 10, held);
+        assert!(from(&[(0, 1), (10, 1)]).is_err(), "wider than the window");
+        assert!(from(&[(1, 1), (0, 1)]).is_err(), "out of order");
+        assert!(from(&[(-1, 0), (0, 1)]).is_err(), "a zero bucket");
+        let w = from(&[(-1, 2), (8, -1)]).unwrap();
+        assert_eq!((w.sums.len(), w.total()), (10, Some(1)));
+        assert_eq!(held(&w), [(-1, 2), (8, -1)]);
+        w.validate().unwrap();
     }
 }
 

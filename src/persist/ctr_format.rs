@@ -194,9 +194,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
         w.u8(TAG_WINDOW)
             .ivarint(win.width_ms)
             .ivarint(win.buckets)
-            .uvarint(win.live.len() as u64);
-        for (index, sum) in &win.live {
-            w.ivarint(*index).ivarint(*sum);
+            .uvarint(win.buckets_held().count() as u64);
+        for (index, sum) in win.buckets_held() {
+            w.ivarint(index).ivarint(sum);
         }
     }
     if let Some(t) = counter.throttle() {
@@ -239,14 +239,11 @@ fn decode_window_section(r: &mut Reader) -> Result<Window, DecodeError> {
     }
     // Each bucket takes at least 2 bytes; checked against `buckets` by Counter::from_parts.
     let n = r.count(MAX_WINDOW_BUCKETS as usize, 2)?;
-    let live = (0..n)
+    let held = (0..n)
         .map(|_| Ok((r.ivarint()?, r.ivarint()?)))
-        .collect::<Result<_, DecodeError>>()?;
-    Ok(Window {
-        width_ms,
-        buckets,
-        live,
-    })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    Window::from_buckets(width_ms, buckets, &held)
+        .or_else(|e| decode_error(format!("CTR window refused ({e})")))
 }
 
 fn decode_throttle(r: &mut Reader) -> Result<Throttle, DecodeError> {
