@@ -721,7 +721,7 @@ impl Counter {
                 })
             }
         };
-        Ok(self.replace_extra(ceiling, |e| &mut e.ceiling))
+        Ok(self.replace_extra(ceiling.map(Box::new), |e| &mut e.ceiling))
     }
 
     /// Spreads the ceiling's headroom evenly over the shards again (after a reconcile set the

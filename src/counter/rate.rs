@@ -25,6 +25,10 @@ pub struct RateTracker {
     last_rate: u32,
     hot_streak: u8,
     cold_streak: u8,
+    /// Retries of this copy of the counter recognised and ignored (what CTR.INFO reports as
+    /// `duplicates_ignored`). Not about the rate, but local and advisory like it, and kept here
+    /// because this struct's padding holds it: a boxed counter stays at 64 bytes.
+    duplicates: u32,
 }
 
 /// What the rate says the shard count should become.
@@ -43,7 +47,17 @@ impl RateTracker {
             last_rate: 0,
             hot_streak: 0,
             cold_streak: 0,
+            duplicates: 0,
         }
+    }
+
+    /// Counts a retry recognised and ignored (saturating at 2^32 - 1).
+    pub fn note_duplicate(&mut self) {
+        self.duplicates = self.duplicates.saturating_add(1);
+    }
+
+    pub fn duplicates(&self) -> u32 {
+        self.duplicates
     }
 
     /// Records one add at `now` for a counter with `shards` shards and returns the advice.

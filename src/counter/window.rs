@@ -16,7 +16,7 @@ use super::CounterError;
 
 /// Buckets when `CTR.WINDOW` names none.
 pub const DEFAULT_BUCKETS: i64 = 10;
-/// The most buckets a window may have (its memory bound: 16 bytes each).
+/// The most buckets a window may have (its memory bound: 8 bytes each).
 pub const MAX_BUCKETS: i64 = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
