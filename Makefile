@@ -26,7 +26,7 @@ MYPY := mypy==2.4.1
 # suite on Valkey 9.1).
 SPREAD_TESTS ?= spread_identity spread_transfers replica_floor spread_clear spread_reconcile spread_collect spread_gather_bounds panic_guards atomic_slot_migration spread_waits
 
-.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate
+.PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate mutants
 
 all: build
 
@@ -119,6 +119,11 @@ SIM_SCHEDULES ?= 1000000
 SIM_BASE ?= 10000
 simulate: deps
 	CTR_SIM_SCHEDULES=$(SIM_SCHEDULES) CTR_SIM_BASE=$(SIM_BASE) $(CARGO) test --release --lib -p redis-ctr simulator -- --nocapture
+
+# The simulator's mutation check: each listed one-line bug in the pure rules must make the
+# schedules `make test` runs fail (tests/simulator_mutants.sh; a build per mutant).
+mutants: deps
+	CARGO=$(CARGO) bash tests/simulator_mutants.sh
 
 # libFuzzer on every decoder and argument parser (tests/fuzz), FUZZ_SECONDS per target.
 # Installs cargo-fuzz when missing; runs on the stable toolchain (see docs/RELIABILITY.md).

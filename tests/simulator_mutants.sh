@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The simulator's mutation check (`make mutants`): each one-line bug below is applied to the
+# pure rules in turn, the simulator runs the schedules `make test` runs (CTR_SIM_SCHEDULES,
+# 10,000 by default), and the bug must make it fail; the source is restored after each, also
+# when the script is interrupted. Prints one line per mutant (caught at which seed, or
+# SURVIVED) and exits 1 when one survives. Not part of `make test` (a build per mutant:
+# about a minute each); docs/CLUSTER.md lists what it found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCHEDULES=${CTR_SIM_SCHEDULES:-10000}
+CARGO=${CARGO:-cargo}
+# A target directory of its own: the mutants never reach target/release, which the server
+# tests load.
+export CARGO_TARGET_DIR=${MUTANTS_TARGET_DIR:-target/mutants}
+
+# Each mutant: its name, its file, the exact text it changes (found once), the replacement.
+mutant() { NAMES+=("$1"); FILES+=("$2"); FROMS+=("$3"); TOS+=("$4"); }
+NAMES=() FILES=() FROMS=() TOS=()
+mutant "a restored key keeps every outbox entry" src/counter/transfer.rs \
+  '    from.is_empty() || from == name || (both_holders && same_spread(from, name))' '    true'
+mutant "spread membership by the id alone" src/counter/spread.rs \
+  'x.spread_id == y.spread_id && x.home == y.home,' 'x.spread_id == y.spread_id,'
+mutant "a fold matched by its id alone" src/counter/transfer.rs \
+  '.position(|l| l.fold_id == fold_id && l.name == giver)' '.position(|l| l.fold_id == fold_id)'
+mutant "a fold's carrier found by its id alone" src/counter/transfer.rs \
+  '.any(|o| o.fold_id == fold_id && o.from == holder)' '.any(|o| o.fold_id == fold_id)'
+mutant "a restored copy of the home never detached" src/counter/collect.rs \
+  '        if self.carried_home == self.name {' '        if true {'
+
+backup=""
+restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }
+trap restore EXIT INT TERM
+
+survived=0
+for i in "${!NAMES[@]}"; do
+  name=${NAMES[$i]} file=${FILES[$i]} from=${FROMS[$i]} to=${TOS[$i]}
+  backup=$(mktemp)
+  cp "$file" "$backup"
+  MUT_FROM=$from MUT_TO=$to python3 - "$file" <<'EOF'
+import os, sys
+path = sys.argv[1]
+text = open(path).read()
+old, new = os.environ["MUT_FROM"], os.environ["MUT_TO"]
+if text.count(old) != 1:
+    sys.exit(f"mutant text found {text.count(old)} times in {path}: {old!r}")
+open(path, "w").write(text.replace(old, new))
+EOF
+  out=$(CTR_SIM_SCHEDULES=$SCHEDULES $CARGO test --release --lib -p redis-ctr every_schedule 2>&1 || true)
+  restore
+  if seed=$(grep -o 'CTR_SIM_SEED=[0-9]*' <<<"$out" | head -n 1); then
+    echo "caught    ${seed#CTR_SIM_SEED=}: $name"
+  elif grep -q 'error\[' <<<"$out"; then
+    echo "BROKEN    (does not build): $name"
+    survived=1
+  else
+    echo "SURVIVED  $SCHEDULES schedules: $name"
+    survived=1
+  fi
+done
+exit $survived
