@@ -49,22 +49,27 @@ pub fn on_restored(ctx: Ctx, key: RawString) {
         home_names::note_key(ctx, key);
         return;
     }
+    if rewrite_restored(ctx, key, |c| c.detach_from_spread()).is_some() {
+        metrics::RESTORED_COPIES_DETACHED.incr();
+        ctx.log_warning(&format!(
+            "ctr: '{}' was restored as a copy of the spread counter '{}': it is now a counter of its own units",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(&carried)
+        ));
+    }
+}
+
+/// Changes the restored counter at `key` with `f` and replicates it as its resulting state;
+/// None when it could not be written or published.
+fn rewrite_restored<R>(ctx: Ctx, key: RawString, f: impl FnOnce(&mut Counter) -> R) -> Option<R> {
     let opened = Key::open(ctx, key, true);
-    let state = update_counter(&opened, |c, _| {
-        c.detach_from_spread();
-        Ok(ctr_format::encode(c))
+    let written = update_counter(&opened, |c, _| {
+        let r = f(c);
+        Ok((r, ctr_format::encode(c)))
     });
     drop(opened);
-    if let Ok(state) = state {
-        if publish_state(ctx, key, &state).is_ok() {
-            metrics::RESTORED_COPIES_DETACHED.incr();
-            ctx.log_warning(&format!(
-                "ctr: '{}' was restored as a copy of the spread counter '{}': it is now a counter of its own units",
-                String::from_utf8_lossy(name),
-                String::from_utf8_lossy(&carried)
-            ));
-        }
-    }
+    let (r, state) = written.ok()?;
+    publish_state(ctx, key, &state).ok().map(|_| r)
 }
 
 /// Drops the restored key's outbox entries it did not debit under `name`, replicated as its
@@ -74,23 +79,15 @@ fn drop_foreign_transfers(ctx: Ctx, key: RawString, name: &[u8]) {
         Some(CounterRef::Boxed(b)) => b.has_foreign_transfers(name),
         _ => false,
     });
-    if foreign == Ok(true) {
-        let opened = Key::open(ctx, key, true);
-        let state = update_counter(&opened, |c, _| {
-            let dropped = c.drop_foreign_transfers(name);
-            Ok((dropped, ctr_format::encode(c)))
-        });
-        drop(opened);
-        let Ok((dropped, state)) = state else {
-            return;
-        };
-        if publish_state(ctx, key, &state).is_ok() {
-            metrics::RESTORED_TRANSFERS_DROPPED.add(dropped as u64);
-            ctx.log_warning(&format!(
-                "ctr: '{}' was restored with {dropped} transfer(s) debited under another name: dropped, never sent",
-                String::from_utf8_lossy(name)
-            ));
-        }
+    if foreign != Ok(true) {
+        return;
+    }
+    if let Some(dropped) = rewrite_restored(ctx, key, |c| c.drop_foreign_transfers(name)) {
+        metrics::RESTORED_TRANSFERS_DROPPED.add(dropped as u64);
+        ctx.log_warning(&format!(
+            "ctr: '{}' was restored with {dropped} transfer(s) debited under another name: dropped, never sent",
+            String::from_utf8_lossy(name)
+        ));
     }
 }
 
