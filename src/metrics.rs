@@ -160,6 +160,8 @@ pub static HOLDER_CHECKS: Counter = Counter::new();
 pub static PAUSED_SKIPS: Counter = Counter::new();
 pub static HOLDER_CHECKS_REFUSED: Counter = Counter::new();
 pub static HOLDER_CHECK_TIMEOUTS: Counter = Counter::new();
+/// Holder check requests asked again at the check's tick (no answer yet: a message may be lost).
+pub static HOLDER_CHECK_RESENDS: Counter = Counter::new();
 pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
     Counter::new(),
     Counter::new(),
@@ -282,6 +284,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("paused_skips", &PAUSED_SKIPS),
         ("holder_checks_refused", &HOLDER_CHECKS_REFUSED),
         ("holder_check_timeouts", &HOLDER_CHECK_TIMEOUTS),
+        ("holder_check_resends", &HOLDER_CHECK_RESENDS),
         ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),
         ("gather_latency_1_9ms", &GATHER_LATENCY_HISTOGRAM[1]),
         ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),

@@ -327,3 +327,44 @@ fn a_write_to_a_look_alike_holder_is_refused_in_a_cluster() {
         (client.cmd(&["CTR.GET", renamed]) == Value::Int(7)).then_some(())
     });
 }
+
+/// A holder check whose request is lost (the link to the home's master dropped just before it
+/// was sent: `DEBUG CLUSTERLINK KILL`) is asked again at the check's next tick and passes: the
+/// first write is applied, well before `ctr.gather-timeout-ms` would let it go on unchecked.
+#[test]
+fn a_lost_holder_check_request_is_asked_again() {
+    let cluster = Cluster::start(3, &["gather-timeout-ms", "30000"]);
+    let mut client = cluster.client();
+    let home = "{lost}:views";
+    let home_master = cluster.owner(key_slot(home.as_bytes()));
+    let home_id = cluster.nodes[home_master].conn().q("CLUSTER MYID").text();
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "12"]));
+    let on = |name: &str| cluster.owner(key_slot(name.as_bytes()));
+    let stat = |node: usize, field: &str| -> u64 {
+        let value = cluster.nodes[node].info_field("ctr", field);
+        value.parse().unwrap_or(0)
+    };
+    let (mut resent, mut written) = (0, 0);
+    let elsewhere = holders[1..].iter().filter(|h| on(h) != home_master);
+    // Whether the link is down when the request goes out is a race with the cluster's own
+    // reconnect (every 100 ms): tried on holders in turn until one request was lost.
+    for holder in elsewhere.take(6) {
+        let node = on(holder);
+        let mut master = cluster.nodes[node].conn();
+        let kill = ["DEBUG", "CLUSTERLINK", "KILL", "to", home_id.as_str()];
+        assert_eq!(master.cmd(&kill).text(), "OK");
+        assert_eq!(
+            master.cmd(&["CTR.ADD", holder, "1"]),
+            Value::Int(1),
+            "{holder}"
+        );
+        written += 1;
+        assert_eq!(stat(node, "ctr_holder_check_timeouts"), 0);
+        resent += stat(node, "ctr_holder_check_resends");
+        if resent > 0 {
+            break;
+        }
+    }
+    assert!(resent > 0, "no request was lost in six tries");
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(written));
+}

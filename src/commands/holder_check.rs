@@ -49,6 +49,8 @@ const MSG_RESPONSE: u8 = 0xD6;
 
 /// How often pending checks are looked at for their deadline.
 const TICK_MS: i64 = 100;
+/// The most unanswered checks asked again at one tick (the others at the next ones).
+const RESENDS_PER_TICK: usize = 256;
 /// The most writes waiting for holder checks on this node; past it a write goes on unchecked.
 pub const MAX_PENDING: usize = 10_000;
 /// The most keys of the home's slot read to find a home renamed to a name this master did not
@@ -295,21 +297,38 @@ fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
     }
 }
 
-/// The timer: answers the checks of homes this master serves, and lets the writes whose
-/// checks passed their deadline go on unchecked.
+/// The timer: answers the checks of homes this master serves, asks again for the others (a
+/// bus message may be lost: a link reconnecting drops it), and lets the writes whose checks
+/// passed their deadline go on unchecked.
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
-    let (local, expired): (Vec<(u64, Vec<u8>)>, Vec<u64>) = CHECKS.with(|c| {
+    type Asking = (Vec<(u64, Vec<u8>)>, Vec<(u64, NodeId, Vec<u8>)>, Vec<u64>);
+    let (local, unanswered, expired): Asking = CHECKS.with(|c| {
         let c = c.borrow();
-        let local = c.by_id.iter().filter(|(_, p)| p.asked.is_none());
+        let live = || c.by_id.iter().filter(|(_, p)| p.deadline_ms > now);
+        let local = live().filter(|(_, p)| p.asked.is_none());
+        let remote = live().filter_map(|(id, p)| p.asked.map(|node| (*id, node, &p.holder)));
         let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
         (
             local.map(|(id, p)| (*id, p.holder.clone())).collect(),
+            remote
+                .take(RESENDS_PER_TICK)
+                .map(|(id, node, h)| (id, node, h.clone()))
+                .collect(),
             expired.map(|(id, _)| *id).collect(),
         )
     });
     for (id, holder) in local {
         resolve(id, verdict(ctx, &holder));
+    }
+    for (id, node, holder) in unanswered {
+        metrics::HOLDER_CHECK_RESENDS.incr();
+        cluster::send(
+            ctx.ptr,
+            &node,
+            MSG_REQUEST,
+            &msg::encode_request(id, &holder),
+        );
     }
     if !expired.is_empty() {
         metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
