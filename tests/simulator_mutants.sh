@@ -26,6 +26,10 @@ mutant "a fold's carrier found by its id alone" src/counter/transfer.rs \
   '.any(|o| o.fold_id == fold_id && o.from == holder)' '.any(|o| o.fold_id == fold_id)'
 mutant "a restored copy of the home never detached" src/counter/collect.rs \
   '        if self.carried_home == self.name {' '        if true {'
+mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
+  '    last.saturating_add(1).max(by_time)' '    by_time.max(1)'
+mutant "the audit reports without its grace" src/counter/audit.rs \
+  '                if now.saturating_sub(since) < grace {' '                if false {'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }
@@ -34,6 +38,10 @@ trap restore EXIT INT TERM
 survived=0
 for i in "${!NAMES[@]}"; do
   name=${NAMES[$i]} file=${FILES[$i]} from=${FROMS[$i]} to=${TOS[$i]}
+  # MUTANTS=<pattern>: only the mutants whose name matches (grep -E).
+  if [ -n "${MUTANTS:-}" ] && ! grep -qE -- "$MUTANTS" <<<"$name"; then
+    continue
+  fi
   backup=$(mktemp)
   cp "$file" "$backup"
   MUT_FROM=$from MUT_TO=$to python3 - "$file" <<'EOF'

@@ -455,12 +455,19 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     }
     let name = KeyName::new(ctx, &m.receiver);
     // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
-    let Ok(decided) = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => Counter::credit_outcome_at(Some(b), &m),
-        Some(CounterRef::Inline(v)) => Counter::credit_outcome_at(Some(&Counter::plain(v)), &m),
-        None => Counter::credit_outcome_at(None, &m),
+    let Ok((decided, missing)) = with_counter(ctx, name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => (Counter::credit_outcome_at(Some(b), &m), false),
+        Some(CounterRef::Inline(v)) => (
+            Counter::credit_outcome_at(Some(&Counter::plain(v)), &m),
+            false,
+        ),
+        None => (Counter::credit_outcome_at(None, &m), true),
     }) else {
         return; // another type under the receiver's name
+    };
+    let decided = match decided {
+        Some(CreditOutcome::NotYet) if missing => Some(outcome_at_renamed_home(ctx, &m)),
+        decided => decided,
     };
     let outcome = match decided {
         Some(outcome) => outcome,
@@ -489,6 +496,24 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
         None => on_ack(ctx, ack),
         Some(node) => queue_ack(node, ack),
     }
+}
+
+/// A credit to a home name missing here: the home renamed on this master (the renamed-home
+/// rule, `home_names`) answers it as a repeat when it applied it under that name; else it is
+/// not yet (see [`Counter::credit_outcome_at_renamed_home`]).
+fn outcome_at_renamed_home(ctx: Ctx, m: &Credit) -> CreditOutcome {
+    let renamed = parse_holder_name(&m.from)
+        .filter(|h| h.spread_id != 0)
+        .and_then(|h| super::home_names::living_home(ctx, &m.receiver, h.spread_id));
+    let Some(home) = renamed else {
+        return CreditOutcome::NotYet;
+    };
+    let key = KeyName::new(ctx, &home);
+    let outcome = with_counter(ctx, key.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => Counter::credit_outcome_at_renamed_home(b, m),
+        _ => CreditOutcome::NotYet,
+    });
+    outcome.unwrap_or(CreditOutcome::NotYet)
 }
 
 /// Queues an acknowledgement for the timer, which sends it once the replicas hold the credit.

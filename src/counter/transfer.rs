@@ -755,6 +755,23 @@ impl Counter {
         }
     }
 
+    /// The outcome of a credit addressed to a missing home name, at `home`, the counter that
+    /// home lives on as under another name (a `RENAME`, found by the glue's renamed-home rule):
+    /// a credit it applied under its former name is a repeat, answered so that the giver's
+    /// entry clears (a failover of the giver's master may have lost the first answer after the
+    /// rename); anything else is not yet (never applied or refused under a name it was not
+    /// sent to).
+    pub fn credit_outcome_at_renamed_home(home: &Counter, c: &Credit) -> CreditOutcome {
+        let applied = home
+            .transfers()
+            .is_some_and(|t| t.has_applied(c.giver_id, &c.from, c.seq));
+        if applied {
+            CreditOutcome::Repeat
+        } else {
+            CreditOutcome::NotYet
+        }
+    }
+
     /// Step 2 on the receiver: applies a credit it expects and has not applied before.
     /// A fold credit ends its holder's fold in the same write. Err: expected, but the units
     /// cannot be taken now (overflow, floor): nothing changes and the giver sends it again.
@@ -1209,6 +1226,44 @@ mod tests {
         send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
         assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
+    }
+
+    /// A holder's move to its home, applied there, whose answer a failover of the holder's
+    /// master lost after the home was renamed: the renamed home answers the resend to the old
+    /// name as a repeat (the giver's entry clears); a credit it never applied waits.
+    #[test]
+    fn a_renamed_home_answers_a_credit_it_applied_under_its_former_name() {
+        let h1 = holder(1);
+        let mut giver = Counter::plain(10);
+        giver.set_floor(Some(0)).unwrap();
+        let mut home = Counter::plain(0);
+        home.set_spread(crate::counter::Spread {
+            id: 7,
+            holders: vec![h1.clone()],
+            floor: None,
+        })
+        .unwrap();
+        let out = giver.start_transfer(HOME, 3, 0, 1, g(9)).unwrap();
+        assert_eq!(
+            send(&giver, &h1, &mut home, HOME, &out),
+            Ok(CreditOutcome::Applied)
+        );
+        let resent = credit(&h1, HOME, 9, &out);
+        assert_eq!(
+            Counter::credit_outcome_at_renamed_home(&home, &resent),
+            CreditOutcome::Repeat
+        );
+        assert!(
+            giver.apply_ack(HOME, out.seq),
+            "the repeat's answer clears it"
+        );
+        let next = giver.start_transfer(HOME, 2, 0, 2, g(9)).unwrap();
+        assert_eq!(
+            Counter::credit_outcome_at_renamed_home(&home, &credit(&h1, HOME, 9, &next)),
+            CreditOutcome::NotYet,
+            "never applied under a name it was not sent to"
+        );
+        assert_eq!(home.value(), 3);
     }
 
     /// A refusal waits for budget (retryable, never recorded) only while budget travels: before
