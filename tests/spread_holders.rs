@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, spread_over_masters, Cluster};
-use common::{names, Server, Value};
+use common::{names, Conn, Frozen, Server, Value};
 
 #[test]
 fn holders_of_counters_on_one_server() {
@@ -367,4 +367,43 @@ fn a_lost_holder_check_request_is_asked_again() {
     }
     assert!(resent > 0, "no request was lost in six tries");
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(written));
+}
+
+/// A holder check waiting on a home's master that stops answering (frozen) while its replica
+/// takes over (`CLUSTER FAILOVER TAKEOVER`) is asked again of the new master, which answers:
+/// the first write is applied and counted, not let go unchecked at the timeout.
+#[test]
+fn a_holder_check_follows_the_homes_failover() {
+    let cluster = Cluster::start(3, &["gather-timeout-ms", "30000"]);
+    let mut client = cluster.client();
+    let home = "{fails}:views";
+    let home_master = cluster.owner(key_slot(home.as_bytes()));
+    let replica = cluster.start_replica_of(home_master);
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    cluster.nodes[home_master].wait_replicas(1);
+    let holder = holders[1..]
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_master)
+        .expect("a holder on another master")
+        .clone();
+    let node = cluster.owner(key_slot(holder.as_bytes()));
+    let frozen = Frozen::freeze(cluster.nodes[home_master].pid().expect("started here"));
+    let port = cluster.nodes[node].port;
+    let write = holder.clone();
+    let writer = std::thread::spawn(move || {
+        let mut c = Conn::connect(port).expect("connect");
+        c.cmd(&["CTR.ADD", &write, "1"])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut r = replica.conn();
+    assert_eq!(r.q("CLUSTER FAILOVER TAKEOVER").text(), "OK");
+    assert_eq!(writer.join().expect("the writer"), Value::Int(1));
+    let timeouts = cluster.nodes[node].info_field("ctr", "ctr_holder_check_timeouts");
+    assert_eq!(
+        timeouts, "0",
+        "answered by the new master, not let go at the timeout"
+    );
+    drop(frozen);
+    let mut holder_master = cluster.nodes[node].conn();
+    assert_eq!(holder_master.cmd(&["CTR.GET", &holder]), Value::Int(1));
 }

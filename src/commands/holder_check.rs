@@ -298,8 +298,8 @@ fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
 }
 
 /// The timer: answers the checks of homes this master serves, asks again for the others (a
-/// bus message may be lost: a link reconnecting drops it), and lets the writes whose checks
-/// passed their deadline go on unchecked.
+/// bus message may be lost: a link reconnecting drops it; the home's master may have changed),
+/// and lets the writes whose checks passed their deadline go on unchecked.
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
     type Asking = (Vec<(u64, Vec<u8>)>, Vec<(u64, NodeId, Vec<u8>)>, Vec<u64>);
@@ -321,20 +321,39 @@ fn tick(ctx: Ctx) {
     for (id, holder) in local {
         resolve(id, verdict(ctx, &holder));
     }
-    for (id, node, holder) in unanswered {
-        metrics::HOLDER_CHECK_RESENDS.incr();
-        cluster::send(
-            ctx.ptr,
-            &node,
-            MSG_REQUEST,
-            &msg::encode_request(id, &holder),
-        );
+    for (id, asked, holder) in unanswered {
+        ask_again(ctx, id, asked, &holder);
     }
     if !expired.is_empty() {
         metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
     }
     for id in expired {
         resolve(id, Verdict::Unsure);
+    }
+}
+
+/// Asks again for the check `id` of `holder`, unanswered from `asked`: of the master that
+/// serves the home's slot now (a failover or a reshard may have moved it; only that master's
+/// answer then ends the check), or at the next tick from here when that is this node.
+fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
+    let home = parse_holder_name(holder).map_or(&[][..], |h| h.home);
+    let now_asked = match route(ctx, home) {
+        Ok(route) => route,
+        Err(_) => Some(asked), // no master known for the slot now: the one asked before
+    };
+    CHECKS.with(|c| {
+        if let Some(p) = c.borrow_mut().by_id.get_mut(&id) {
+            p.asked = now_asked;
+        }
+    });
+    if let Some(node) = now_asked {
+        metrics::HOLDER_CHECK_RESENDS.incr();
+        cluster::send(
+            ctx.ptr,
+            &node,
+            MSG_REQUEST,
+            &msg::encode_request(id, holder),
+        );
     }
 }
 
