@@ -77,6 +77,8 @@ struct Pending {
     /// The master asked, or None when the home's slot is this master's (read by the timer).
     asked: Option<NodeId>,
     deadline_ms: i64,
+    /// When it was last sent (asked again only a tick later).
+    sent_ms: i64,
     rerun: Rerun,
 }
 
@@ -177,6 +179,7 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
                 holder: name.to_vec(),
                 asked,
                 deadline_ms,
+                sent_ms: ctx.now_ms(),
                 rerun,
             },
         )
@@ -307,7 +310,8 @@ fn tick(ctx: Ctx) {
         let c = c.borrow();
         let live = || c.by_id.iter().filter(|(_, p)| p.deadline_ms > now);
         let local = live().filter(|(_, p)| p.asked.is_none());
-        let remote = live().filter_map(|(id, p)| p.asked.map(|node| (*id, node, &p.holder)));
+        let silent = live().filter(|(_, p)| now.saturating_sub(p.sent_ms) >= TICK_MS);
+        let remote = silent.filter_map(|(id, p)| p.asked.map(|node| (*id, node, &p.holder)));
         let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
         (
             local.map(|(id, p)| (*id, p.holder.clone())).collect(),
@@ -322,7 +326,7 @@ fn tick(ctx: Ctx) {
         resolve(id, verdict(ctx, &holder));
     }
     for (id, asked, holder) in unanswered {
-        ask_again(ctx, id, asked, &holder);
+        ask_again(ctx, id, asked, &holder, now);
     }
     if !expired.is_empty() {
         metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
@@ -335,7 +339,7 @@ fn tick(ctx: Ctx) {
 /// Asks again for the check `id` of `holder`, unanswered from `asked`: of the master that
 /// serves the home's slot now (a failover or a reshard may have moved it; only that master's
 /// answer then ends the check), or at the next tick from here when that is this node.
-fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
+fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8], now: i64) {
     let home = parse_holder_name(holder).map_or(&[][..], |h| h.home);
     let now_asked = match route(ctx, home) {
         Ok(route) => route,
@@ -344,6 +348,7 @@ fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
     CHECKS.with(|c| {
         if let Some(p) = c.borrow_mut().by_id.get_mut(&id) {
             p.asked = now_asked;
+            p.sent_ms = now;
         }
     });
     if let Some(node) = now_asked {
