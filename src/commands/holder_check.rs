@@ -311,13 +311,17 @@ fn tick(ctx: Ctx) {
         let live = || c.by_id.iter().filter(|(_, p)| p.deadline_ms > now);
         let local = live().filter(|(_, p)| p.asked.is_none());
         let silent = live().filter(|(_, p)| now.saturating_sub(p.sent_ms) >= TICK_MS);
-        let remote = silent.filter_map(|(id, p)| p.asked.map(|node| (*id, node, &p.holder)));
+        let remote = silent.filter_map(|(id, p)| p.asked.map(|node| (p.sent_ms, *id, node)));
+        // The longest silent first: past the bound, the others wait for the next tick.
+        let mut remote: Vec<(i64, u64, NodeId)> = remote.collect();
+        remote.sort_unstable();
+        remote.truncate(RESENDS_PER_TICK);
         let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
         (
             local.map(|(id, p)| (*id, p.holder.clone())).collect(),
             remote
-                .take(RESENDS_PER_TICK)
-                .map(|(id, node, h)| (id, node, h.clone()))
+                .into_iter()
+                .filter_map(|(_, id, node)| Some((id, node, c.by_id.get(&id)?.holder.clone())))
                 .collect(),
             expired.map(|(id, _)| *id).collect(),
         )
