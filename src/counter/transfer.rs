@@ -727,13 +727,16 @@ impl Counter {
         Some(current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == from)))
     }
 
+    /// True when this counter applied the credit `c` (or a later one of its giver) before.
+    fn applied_before(&self, c: &Credit) -> bool {
+        self.transfers()
+            .is_some_and(|t| t.has_applied(c.giver_id, &c.from, c.seq))
+    }
+
     /// A credit's outcome when it changes nothing (a repeat, or a refusal); None when it is
     /// to be applied. The glue asks this on a read, so that such answers write nothing.
     pub fn credit_outcome(&self, c: &Credit) -> Option<CreditOutcome> {
-        let applied = self
-            .transfers()
-            .is_some_and(|t| t.has_applied(c.giver_id, &c.from, c.seq));
-        if applied {
+        if self.applied_before(c) {
             return Some(CreditOutcome::Repeat);
         }
         match self.expects(c) {
@@ -762,10 +765,7 @@ impl Counter {
     /// rename); anything else is not yet (never applied or refused under a name it was not
     /// sent to).
     pub fn credit_outcome_at_renamed_home(home: &Counter, c: &Credit) -> CreditOutcome {
-        let applied = home
-            .transfers()
-            .is_some_and(|t| t.has_applied(c.giver_id, &c.from, c.seq));
-        if applied {
+        if home.applied_before(c) {
             CreditOutcome::Repeat
         } else {
             CreditOutcome::NotYet
