@@ -311,17 +311,18 @@ fn tick(ctx: Ctx) {
         let live = || c.by_id.iter().filter(|(_, p)| p.deadline_ms > now);
         let local = live().filter(|(_, p)| p.asked.is_none());
         let silent = live().filter(|(_, p)| now.saturating_sub(p.sent_ms) >= TICK_MS);
-        let remote = silent.filter_map(|(id, p)| p.asked.map(|node| (p.sent_ms, *id, node)));
+        let mut remote: Vec<_> = silent
+            .filter_map(|(id, p)| Some((p.sent_ms, *id, p.asked?, &p.holder)))
+            .collect();
         // The longest silent first: past the bound, the others wait for the next tick.
-        let mut remote: Vec<(i64, u64, NodeId)> = remote.collect();
-        remote.sort_unstable();
+        remote.sort_unstable_by_key(|&(sent_ms, id, _, _)| (sent_ms, id));
         remote.truncate(RESENDS_PER_TICK);
         let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
         (
             local.map(|(id, p)| (*id, p.holder.clone())).collect(),
             remote
                 .into_iter()
-                .filter_map(|(_, id, node)| Some((id, node, c.by_id.get(&id)?.holder.clone())))
+                .map(|(_, id, node, holder)| (id, node, holder.clone()))
                 .collect(),
             expired.map(|(id, _)| *id).collect(),
         )

@@ -455,19 +455,25 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     }
     let name = KeyName::new(ctx, &m.receiver);
     // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
-    let Ok((decided, missing)) = with_counter(ctx, name.raw, |c| match c {
+    let Ok((decided, missing_home)) = with_counter(ctx, name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => (Counter::credit_outcome_at(Some(b), &m), false),
         Some(CounterRef::Inline(v)) => (
             Counter::credit_outcome_at(Some(&Counter::plain(v)), &m),
             false,
         ),
-        None => (Counter::credit_outcome_at(None, &m), true),
+        None => (
+            Counter::credit_outcome_at(None, &m),
+            parse_holder_name(&m.receiver).is_none(),
+        ),
     }) else {
         return; // another type under the receiver's name
     };
-    let decided = match decided {
-        Some(CreditOutcome::NotYet) if missing => Some(outcome_at_renamed_home(ctx, &m)),
-        decided => decided,
+    // A home name missing here (not yet, for the core): the home renamed on this master
+    // answers a credit it applied under that name (the simulator's copy of the glue does too).
+    let decided = if missing_home {
+        Some(outcome_at_renamed_home(ctx, &m))
+    } else {
+        decided
     };
     let outcome = match decided {
         Some(outcome) => outcome,
