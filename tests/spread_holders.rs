@@ -390,9 +390,19 @@ fn a_holder_check_follows_the_homes_failover() {
     let frozen = Frozen::freeze(cluster.nodes[home_master].pid().expect("started here"));
     let port = cluster.nodes[node].port;
     let write = holder.clone();
+    // As a cluster client does, the writer retries a CLUSTERDOWN (seen once on a loaded
+    // machine while the nodes learned of the takeover); the token makes a retry count once.
     let writer = std::thread::spawn(move || {
         let mut c = Conn::connect(port).expect("connect");
-        c.cmd(&["CTR.ADD", &write, "1"])
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match c.cmd(&["CTR.ADD", &write, "1", "TOKEN", "once"]) {
+                Value::Error(e) if e.starts_with("CLUSTERDOWN") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                reply => return reply,
+            }
+        }
     });
     std::thread::sleep(Duration::from_millis(300));
     let mut r = replica.conn();
