@@ -187,7 +187,7 @@ struct Sim {
     /// `ctr.orphan-grace-ms` of this schedule.
     grace: i64,
     /// The percent of steps run in the same millisecond as the step before (Redis runs many
-    /// commands, timers and bus messages in one): 0, 10 or 50 per schedule.
+    /// commands, timers and bus messages in one): 0, 10, 50 or 90 per schedule.
     same_ms: u64,
     /// A replayed step that did not reach the master's state (reported by `check`).
     replay_error: Option<String>,
@@ -345,10 +345,7 @@ impl Sim {
     /// every add acknowledged on its holders since, which is asynchronous replication's loss
     /// of acknowledged writes, not the protocol's.
     fn wait_replica(&mut self, key: &[u8]) {
-        let m = master_of(key);
-        while !self.masters[m].unreplicated.is_empty() {
-            self.replicate_one(m);
-        }
+        self.replicate_all(master_of(key));
     }
 
     /// A new holder's name as the glue's planner picks it: the next index, the home name the
@@ -703,9 +700,7 @@ impl Sim {
     }
 
     fn restart(&mut self, master: usize) {
-        while !self.masters[master].unreplicated.is_empty() {
-            self.replicate_one(master);
-        }
+        self.replicate_all(master);
         let m = &mut self.masters[master];
         m.answers.clear();
         m.headroom = HeadroomView::default();
@@ -1188,13 +1183,13 @@ impl Sim {
     /// every master's replica holds the restore. Nothing may be lost: a spread is reported only
     /// when answered gone twice, the grace apart.
     fn home_restored_after_its_holders(&mut self) {
+        if self.grace == 0 {
+            return; // without a grace the audit may not wait for a restore
+        }
         let home = self.home.clone();
         let Some(saved) = self.home_counter().cloned() else {
             return;
         };
-        if self.grace == 0 {
-            return; // without a grace the audit may not wait for a restore
-        }
         let back_at = self.now + self.rng.below(self.grace as usize) as i64;
         self.note(format_args!(
             "backup restore: {} missing until {back_at}",
@@ -1204,8 +1199,7 @@ impl Sim {
         loop {
             self.audit_round();
             for m in 0..MASTERS {
-                let reported = self.masters[m].audit.orphans().map(|(q, _, _)| q.spread_id);
-                let reported = reported.collect();
+                let reported = self.reported(m);
                 self.operator_deletes_reported(m, reported);
             }
             let next = self.now + 1 + self.rng.below(self.grace as usize / 4 + 1) as i64;
@@ -1216,8 +1210,9 @@ impl Sim {
         }
         self.write(&home, Some(saved), 0);
         // The model's bound: the audit asks again (and finds the home) before the next
-        // restore: the answers held during the absence land, then a new ask. Two restores of one home inside a grace, with no answer between, look like
-        // one absence as long as the grace (a known gap, docs/CLUSTER.md).
+        // restore: the answers held during the absence land, then a new ask. Two restores of
+        // one home inside a grace, with no answer between, look like one absence as long as
+        // the grace (a known gap, docs/CLUSTER.md).
         for _ in 0..2 {
             self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
             self.audit_round();
@@ -1425,11 +1420,7 @@ impl Sim {
     /// a living spread would lose units here, which the checks after it catch.
     fn operator_deletes_reported_orphans(&mut self) -> Result<(), String> {
         for m in 0..MASTERS {
-            let reported: Vec<u64> = self.masters[m]
-                .audit
-                .orphans()
-                .map(|(q, _, _)| q.spread_id)
-                .collect();
+            let reported = self.reported(m);
             for (name, c) in &self.masters[m].keys {
                 let Some(h) = parse_holder_name(name).filter(|h| h.spread_id != 0) else {
                     continue;
@@ -1449,6 +1440,12 @@ impl Sim {
             self.operator_deletes_reported(m, reported);
         }
         Ok(())
+    }
+
+    /// The spreads master `m`'s audit reports as orphans.
+    fn reported(&self, m: usize) -> Vec<u64> {
+        let orphans = self.masters[m].audit.orphans();
+        orphans.map(|(q, _, _)| q.spread_id).collect()
     }
 
     /// The operator's `CTR.ORPHANS DELETE` on master `m` of the spreads `reported` there: each
@@ -1609,9 +1606,7 @@ impl Sim {
     fn quiet_rounds(&mut self, n: usize) {
         for _ in 0..n {
             for m in 0..MASTERS {
-                while !self.masters[m].unreplicated.is_empty() {
-                    self.replicate_one(m);
-                }
+                self.replicate_all(m);
                 self.tick(m);
             }
             while let Some(m) = self.network.pop() {
