@@ -1,6 +1,7 @@
 //! redis-ctr: sharded, floored, idempotent, reconcilable and CRDT-mergeable counters as native
 //! Redis data types. This file only registers the module; see `counter` (the pure core),
-//! `persist` (encodings and type callbacks) and `commands` (the Redis glue).
+//! `protocol` (the spread node's pure exchange and timeout), `persist` (encodings and type
+//! callbacks) and `commands` (the Redis glue).
 
 pub mod command_info;
 pub mod commands;
@@ -16,6 +17,7 @@ pub mod memsize;
 pub mod metrics;
 pub mod persist;
 pub mod pncounter;
+pub mod protocol;
 
 #[cfg(all(feature = "module", not(test)))]
 mod module {

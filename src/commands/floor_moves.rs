@@ -21,8 +21,8 @@
 //! lost notice or give costs one round; the next refusal starts another. What must not be
 //! lost (the move itself) is a transfer: replicated, resent until acknowledged.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -44,6 +44,8 @@ use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::metrics;
 use crate::persist::demand_msg::{self as msg, Give, Headroom, HolderDemand};
+use crate::protocol::exchange::Exchange;
+use crate::protocol::timeout::Timeout;
 
 const MSG_NOTICE: u8 = 0xD0;
 const MSG_POLL: u8 = 0xD1;
@@ -67,9 +69,12 @@ struct Poll {
     asks: Vec<(NodeId, Option<Vec<usize>>)>,
 }
 
+/// The most polls under way on one master (one per home at a time).
+const MAX_POLLS: usize = 10_000;
+
 thread_local! {
-    static POLLS: RefCell<HashMap<u64, Poll>> = RefCell::new(HashMap::new());
-    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+    /// Never resent (a lost poll costs a round), ended at `POLL_TIMEOUT_MS`.
+    static POLLS: RefCell<Exchange<Poll>> = RefCell::new(Exchange::new(MAX_POLLS));
 }
 
 /// A rebalance of `home` is due on this master (a holder of it refused): the home's master
@@ -86,7 +91,7 @@ pub fn rebalance(ctx: Ctx, home: &[u8]) {
 
 /// On the home's master: reads the holders it serves and polls the other masters.
 fn start_poll(ctx: Ctx, home: &[u8]) {
-    let busy = POLLS.with(|p| p.borrow().values().any(|poll| poll.home == home));
+    let busy = POLLS.with(|p| p.borrow().iter().any(|(_, poll)| poll.home == home));
     if busy || !transfer::serves(ctx, home) {
         return; // a poll of this home is under way; the refusal's demand waits for the next
     }
@@ -115,31 +120,42 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     if poll.asks.is_empty() {
         return finish(ctx, poll);
     }
-    let id = NEXT_ID.with(|n| n.replace(n.get().wrapping_add(1).max(1)));
-    for (node, asked) in &poll.asks {
-        let names: Vec<Vec<u8>> = asked
-            .iter()
-            .flatten()
-            .map(|&i| poll.names[i].clone())
-            .collect();
-        cluster::send(ctx.ptr, node, MSG_POLL, &msg::encode_poll(id, home, &names));
+    let polls: Vec<(NodeId, Vec<Vec<u8>>)> = poll
+        .asks
+        .iter()
+        .map(|(node, asked)| {
+            let names = asked.iter().flatten().map(|&i| poll.names[i].clone());
+            (*node, names.collect())
+        })
+        .collect();
+    let deadline_ms = ctx.now_ms().saturating_add(POLL_TIMEOUT_MS);
+    let random = || u64::from_le_bytes(crate::ffi::random_bytes());
+    let opened = POLLS.with(|p| {
+        p.borrow_mut()
+            .open(random, poll, Timeout::NEVER, deadline_ms)
+    });
+    let Ok(id) = opened else {
+        return; // too many polls under way: this refusal's demand waits for the next round
+    };
+    for (node, names) in &polls {
+        cluster::send(ctx.ptr, node, MSG_POLL, &msg::encode_poll(id, home, names));
     }
-    POLLS.with(|p| p.borrow_mut().insert(id, poll));
-    // SAFETY: ctx is live; the timer's data is the poll id, not a pointer.
+    // SAFETY: ctx is live; the timer carries no data.
     unsafe {
         rm!(RedisModule_CreateTimer)(
             ctx.ptr,
             POLL_TIMEOUT_MS,
             Some(on_poll_timeout),
-            id as usize as *mut c_void,
+            std::ptr::null_mut(),
         )
     };
 }
 
-unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    let id = data as usize as u64;
+/// Timer (one per poll, at its deadline): drops the polls past their deadline.
+unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     crate::guard::guard(ctx, "floor-poll-timeout", || {
-        POLLS.with(|p| p.borrow_mut().remove(&id))
+        let now = Ctx { ptr: ctx }.now_ms();
+        POLLS.with(|p| p.borrow_mut().expired(now))
     });
 }
 
@@ -277,14 +293,14 @@ fn on_answer(ctx: Ctx, from: NodeId, payload: &[u8]) {
     };
     let complete = POLLS.with(|p| {
         let mut polls = p.borrow_mut();
-        let poll = polls.get_mut(&id)?;
+        let poll = polls.get_mut(id)?;
         let (_, asked) = poll.asks.iter_mut().find(|(n, _)| *n == from)?;
         let indices = asked.take_if(|a| a.len() == answers.len())?;
         for (i, report) in indices.into_iter().zip(answers) {
             poll.reports[i] = Some(report);
         }
         let done = poll.asks.iter().all(|(_, a)| a.is_none());
-        done.then(|| polls.remove(&id)).flatten()
+        done.then(|| polls.end(id)).flatten()
     });
     if let Some(poll) = complete {
         finish(ctx, poll);

@@ -43,6 +43,8 @@ use crate::ffi::{rm, run_soon, Args, CommandError, CommandResult, Ctx, Key, KeyN
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
+use crate::protocol::exchange::Exchange;
+use crate::protocol::timeout::Timeout;
 
 const MSG_REQUEST: u8 = 0xD5;
 const MSG_RESPONSE: u8 = 0xD6;
@@ -76,9 +78,6 @@ struct Pending {
     holder: Vec<u8>,
     /// The master asked, or None when the home's slot is this master's (read by the timer).
     asked: Option<NodeId>,
-    deadline_ms: i64,
-    /// When it was last sent (asked again only a tick later).
-    sent_ms: i64,
     rerun: Rerun,
 }
 
@@ -88,15 +87,17 @@ struct Outcome {
     rerun: Rerun,
 }
 
-#[derive(Default)]
 struct Checks {
-    by_id: HashMap<u64, Pending>,
-    next_id: u64,
+    /// Asked again a tick after each send, ended at `ctr.gather-timeout-ms`.
+    exchange: Exchange<Pending>,
     ticking: bool,
 }
 
 thread_local! {
-    static CHECKS: RefCell<Checks> = RefCell::new(Checks::default());
+    static CHECKS: RefCell<Checks> = RefCell::new(Checks {
+        exchange: Exchange::new(MAX_PENDING),
+        ticking: false,
+    });
     /// The holder whose write runs again from a reply callback, its check passed.
     static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
     /// Holders found listed, until when their writes go on unchecked: a write that the check's
@@ -146,23 +147,11 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
         Ok(asked) => asked,
         Err(_) => return Ok(Checked::Go), // no master known for the home's slot now
     };
-    let id = CHECKS.with(|c| {
-        let mut c = c.borrow_mut();
-        (c.by_id.len() < MAX_PENDING).then(|| {
-            // From a random start: a late answer to an earlier life of this node matches nothing.
-            if c.next_id == 0 {
-                c.next_id = u64::from_le_bytes(crate::ffi::random_bytes());
-            }
-            c.next_id = c.next_id.wrapping_add(1).max(1);
-            c.next_id
-        })
-    });
-    let Some(id) = id else {
+    if !CHECKS.with(|c| c.borrow().exchange.has_room()) {
         return Ok(Checked::Go);
-    };
-    let deadline_ms = ctx
-        .now_ms()
-        .saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
+    }
+    let now = ctx.now_ms();
+    let deadline_ms = now.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
     // SAFETY: ctx is the live context of a command that may block (checked above). No server
     // timeout: the tick ends a check at its deadline and lets the write go on.
     let bc = unsafe {
@@ -171,19 +160,27 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
     // SAFETY: bc was just returned by BlockClient.
     unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
     metrics::HOLDER_CHECKS.incr();
-    CHECKS.with(|c| {
-        c.borrow_mut().by_id.insert(
-            id,
-            Pending {
-                bc,
-                holder: name.to_vec(),
-                asked,
-                deadline_ms,
-                sent_ms: ctx.now_ms(),
-                rerun,
-            },
-        )
+    let pending = Pending {
+        bc,
+        holder: name.to_vec(),
+        asked,
+        rerun,
+    };
+    let opened = CHECKS.with(|c| {
+        let random = || u64::from_le_bytes(crate::ffi::random_bytes());
+        let resend = Timeout::every(now, TICK_MS);
+        c.borrow_mut()
+            .exchange
+            .open(random, pending, resend, deadline_ms)
     });
+    let id = match opened {
+        Ok(id) => id,
+        Err(pending) => {
+            // Full since the check above (nothing runs in between): the write goes on.
+            unblock(pending, Verdict::Unsure);
+            return Ok(Checked::Blocked);
+        }
+    };
     match asked {
         Some(node) => {
             cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, name));
@@ -274,9 +271,12 @@ fn home_elsewhere_in_slot(ctx: Ctx, h: HolderName, lists: impl Fn(&[u8]) -> bool
 
 /// Ends the check `id` with `verdict`: the client's command replies (runs again, or refuses).
 fn resolve(id: u64, verdict: Verdict) {
-    let Some(p) = CHECKS.with(|c| c.borrow_mut().by_id.remove(&id)) else {
-        return;
-    };
+    if let Some(p) = CHECKS.with(|c| c.borrow_mut().exchange.end(id)) {
+        unblock(p, verdict);
+    }
+}
+
+fn unblock(p: Pending, verdict: Verdict) {
     if verdict == Verdict::NotListed {
         metrics::HOLDER_CHECKS_REFUSED.incr();
     }
@@ -305,55 +305,49 @@ fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
 /// and lets the writes whose checks passed their deadline go on unchecked.
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
-    type Asking = (Vec<(u64, Vec<u8>)>, Vec<(u64, NodeId, Vec<u8>)>, Vec<u64>);
-    let (local, unanswered, expired): Asking = CHECKS.with(|c| {
+    let expired = CHECKS.with(|c| c.borrow_mut().exchange.expired(now));
+    if !expired.is_empty() {
+        metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
+    }
+    for (_, p) in expired {
+        unblock(p, Verdict::Unsure);
+    }
+    let local: Vec<(u64, Vec<u8>)> = CHECKS.with(|c| {
         let c = c.borrow();
-        let live = || c.by_id.iter().filter(|(_, p)| p.deadline_ms > now);
-        let local = live().filter(|(_, p)| p.asked.is_none());
-        let silent = live().filter(|(_, p)| now.saturating_sub(p.sent_ms) >= TICK_MS);
-        let mut remote: Vec<_> = silent
-            .filter_map(|(id, p)| Some((p.sent_ms, *id, p.asked?, &p.holder)))
-            .collect();
-        // The longest silent first: past the bound, the others wait for the next tick.
-        remote.sort_unstable_by_key(|&(sent_ms, id, _, _)| (sent_ms, id));
-        remote.truncate(RESENDS_PER_TICK);
-        let expired = c.by_id.iter().filter(|(_, p)| p.deadline_ms <= now);
-        (
-            local.map(|(id, p)| (*id, p.holder.clone())).collect(),
-            remote
-                .into_iter()
-                .map(|(_, id, node, holder)| (id, node, holder.clone()))
-                .collect(),
-            expired.map(|(id, _)| *id).collect(),
-        )
+        let local = c.exchange.iter().filter(|(_, p)| p.asked.is_none());
+        local.map(|(id, p)| (id, p.holder.clone())).collect()
     });
     for (id, holder) in local {
         resolve(id, verdict(ctx, &holder));
     }
+    // Every check left is asked of another master: those silent for a tick are asked again.
+    let unanswered: Vec<(u64, NodeId, Vec<u8>)> = CHECKS.with(|c| {
+        let mut c = c.borrow_mut();
+        let due = c.exchange.due(now, RESENDS_PER_TICK);
+        let asked = |id| {
+            c.exchange
+                .get(id)
+                .and_then(|p| Some((id, p.asked?, p.holder.clone())))
+        };
+        due.into_iter().filter_map(asked).collect()
+    });
     for (id, asked, holder) in unanswered {
-        ask_again(ctx, id, asked, &holder, now);
-    }
-    if !expired.is_empty() {
-        metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
-    }
-    for id in expired {
-        resolve(id, Verdict::Unsure);
+        ask_again(ctx, id, asked, &holder);
     }
 }
 
 /// Asks again for the check `id` of `holder`, unanswered from `asked`: of the master that
 /// serves the home's slot now (a failover or a reshard may have moved it; only that master's
 /// answer then ends the check), or at the next tick from here when that is this node.
-fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8], now: i64) {
+fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
     let home = parse_holder_name(holder).map_or(&[][..], |h| h.home);
     let now_asked = match route(ctx, home) {
         Ok(route) => route,
         Err(_) => Some(asked), // no master known for the slot now: the one asked before
     };
     CHECKS.with(|c| {
-        if let Some(p) = c.borrow_mut().by_id.get_mut(&id) {
+        if let Some(p) = c.borrow_mut().exchange.get_mut(id) {
             p.asked = now_asked;
-            p.sent_ms = now;
         }
     });
     if let Some(node) = now_asked {
@@ -375,7 +369,7 @@ unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let waiting = CHECKS.with(|c| {
         let mut c = c.borrow_mut();
         c.ticking = false;
-        !c.by_id.is_empty()
+        !c.exchange.is_empty()
     });
     if waiting {
         arm_periodic_tick(ctx);
@@ -403,7 +397,7 @@ impl cluster::BusReceiver for Messages {
                 let Ok((id, verdict)) = msg::decode_response(payload) else {
                     return;
                 };
-                let asked = CHECKS.with(|c| c.borrow().by_id.get(&id).map(|p| p.asked));
+                let asked = CHECKS.with(|c| c.borrow().exchange.get(id).map(|p| p.asked));
                 if asked == Some(Some(from)) {
                     resolve(id, verdict);
                 }
@@ -475,8 +469,12 @@ unsafe extern "C" fn on_disconnect(
     let found = guard(ctx, "holder-check-disconnect", || {
         CHECKS.with(|c| {
             let mut c = c.borrow_mut();
-            let id = c.by_id.iter().find(|(_, p)| p.bc == bc).map(|(id, _)| *id);
-            id.and_then(|id| c.by_id.remove(&id)).is_some()
+            let id = c
+                .exchange
+                .iter()
+                .find(|(_, p)| p.bc == bc)
+                .map(|(id, _)| id);
+            id.and_then(|id| c.exchange.end(id)).is_some()
         })
     });
     if found.unwrap_or(false) {

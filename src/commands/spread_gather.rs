@@ -49,6 +49,8 @@ use crate::ffi::{
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::gather_msg::{self, HolderAnswer};
+use crate::protocol::exchange::Exchange;
+use crate::protocol::timeout::Timeout;
 
 /// Bus message types (0-254): a gather request and its response.
 const MSG_GATHER_REQUEST: u8 = 0xC7;
@@ -427,9 +429,6 @@ struct Round {
     /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
     locals: Vec<usize>,
     locals_read: bool,
-    /// The wait before the next resend (doubling from RESEND_MS), and when it is due (ms).
-    resend_ms: i64,
-    resend_at: i64,
     /// The reads waiting for it (their blocked clients' addresses).
     waiters: Vec<usize>,
     name_bytes: usize,
@@ -477,7 +476,7 @@ enum Effect {
 
 #[derive(Default)]
 struct Gathers {
-    rounds: HashMap<u64, Round>,
+    rounds: Exchange<Round>,
     /// Request id -> its gather.
     requests: HashMap<u64, u64>,
     /// (db, home) -> its gathers, one entry per holder list being read.
@@ -504,7 +503,7 @@ impl Gathers {
         // The gather in flight may be joined only when it starts after this read arrived: it
         // was started by this very command, or its turn came and it has not started yet.
         let joinable =
-            |id: &u64| started_now.contains(id) || self.rounds.get(id).is_some_and(|r| !r.started);
+            |id: &u64| started_now.contains(id) || self.rounds.get(*id).is_some_and(|r| !r.started);
         let id = match home.in_flight.filter(joinable) {
             Some(id) => id,
             None => home.next?,
@@ -538,17 +537,17 @@ impl Gathers {
             home.next = Some(id);
         }
         r.holders = home.holders.clone();
-        if let Some(round) = self.rounds.get_mut(&id) {
+        if let Some(round) = self.rounds.get_mut(id) {
             round.holders = r.holders.clone();
         }
     }
 
     fn new_round(&mut self, db: i32, r: &Reading, shared: bool) -> u64 {
-        let id = next_request_id();
         let name_bytes = r.holders.iter().map(Vec::len).sum();
         self.name_bytes = self.name_bytes.saturating_add(name_bytes);
-        self.rounds.insert(
-            id,
+        // Resent once launched; no deadline of its own (each read waiting for it has one).
+        self.rounds.open_unbounded(
+            random_id,
             Round {
                 db,
                 home: r.home.clone(),
@@ -560,35 +559,44 @@ impl Gathers {
                 requests: Vec::new(),
                 locals: Vec::new(),
                 locals_read: false,
-                resend_ms: RESEND_MS,
-                resend_at: i64::MAX,
                 waiters: Vec::new(),
                 name_bytes,
             },
-        );
-        id
+            Timeout::NEVER,
+            i64::MAX,
+        )
     }
 
     /// Gives a started round its requests (ids registered) and local holders.
     fn plan(&mut self, id: u64, plan: Plan) {
-        let Some(round) = self.rounds.get_mut(&id) else {
+        let Some(round) = self.rounds.get(id) else {
             return;
         };
+        let mut split = Vec::new();
         for (node, addr, asked) in plan.asks {
             let lens: Vec<usize> = asked.iter().map(|&h| round.holders[h].len()).collect();
             for range in gather_msg::split_request(&lens) {
-                let rid = next_request_id();
-                self.requests.insert(rid, id);
-                round.requests.push(Request {
-                    id: rid,
-                    node,
-                    addr,
-                    sent: false,
-                    asked: asked[range].to_vec(),
-                    answered: false,
-                });
+                split.push((node, addr, asked[range].to_vec()));
             }
         }
+        let mut requests = Vec::with_capacity(split.len());
+        for (node, addr, asked) in split {
+            // The requests' ids come from the rounds' own: one id space per node life.
+            let rid = self.rounds.draw_id(random_id);
+            self.requests.insert(rid, id);
+            requests.push(Request {
+                id: rid,
+                node,
+                addr,
+                sent: false,
+                asked,
+                answered: false,
+            });
+        }
+        let Some(round) = self.rounds.get_mut(id) else {
+            return;
+        };
+        round.requests.extend(requests);
         round.locals_read = plan.locals.is_empty();
         round.locals = plan.locals;
         round.started = true;
@@ -597,7 +605,7 @@ impl Gathers {
     /// Removes a round from every table; the home's queued round, if this one was in flight,
     /// moves up and is to be started.
     fn unlink(&mut self, id: u64, effects: &mut Vec<Effect>) -> Option<Round> {
-        let round = self.rounds.remove(&id)?;
+        let round = self.rounds.end(id)?;
         self.name_bytes = self.name_bytes.saturating_sub(round.name_bytes);
         for r in &round.requests {
             self.requests.remove(&r.id);
@@ -626,7 +634,7 @@ impl Gathers {
 
     /// A read stops waiting for a round; a round no read waits for any more is dropped.
     fn leave(&mut self, bc: usize, id: u64, effects: &mut Vec<Effect>) {
-        let Some(round) = self.rounds.get_mut(&id) else {
+        let Some(round) = self.rounds.get_mut(id) else {
             return;
         };
         round.waiters.retain(|&w| w != bc);
@@ -691,7 +699,7 @@ impl Gathers {
     fn silent_for(&self, reader: &Reader) -> usize {
         let mut silent: HashSet<&NodeId> = HashSet::new();
         for &(_, id) in &reader.waits {
-            let Some(round) = self.rounds.get(&id) else {
+            let Some(round) = self.rounds.get(id) else {
                 continue;
             };
             let ahead = if round.started {
@@ -700,7 +708,7 @@ impl Gathers {
                 self.homes
                     .get(&(round.db, round.home.clone()))
                     .and_then(|l| l.iter().find(|h| h.next == Some(id)))
-                    .and_then(|h| self.rounds.get(&h.in_flight?))
+                    .and_then(|h| self.rounds.get(h.in_flight?))
             };
             silent.extend(ahead.into_iter().flat_map(Round::silent_nodes));
         }
@@ -710,7 +718,6 @@ impl Gathers {
 
 thread_local! {
     static GATHERS: RefCell<Gathers> = RefCell::new(Gathers::default());
-    static NEXT_ID: Cell<u64> = const { Cell::new(0) };
     static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
     /// Bytes of the holder names the cache keeps (bounded by CACHE_NAME_BYTES).
     static CACHE_BYTES: Cell<usize> = const { Cell::new(0) };
@@ -757,17 +764,9 @@ pub(super) fn forget_cached(home: &[u8]) {
     }
 }
 
-fn next_request_id() -> u64 {
-    NEXT_ID.with(|n| {
-        // Start from a random id so that a late answer to a previous life of this node cannot
-        // match a new request.
-        let id = match n.get() {
-            0 => u64::from_le_bytes(crate::ffi::random_bytes()) | 1,
-            id => id,
-        };
-        n.set(id.wrapping_add(1).max(1));
-        id
-    })
+/// A request id's random start (see `protocol::exchange`).
+fn random_id() -> u64 {
+    u64::from_le_bytes(crate::ffi::random_bytes())
 }
 
 /// A holder's value and own floor (None: it has none), as one read.
@@ -1006,7 +1005,7 @@ fn wait_for_gathers(
                     id
                 }
             };
-            if let Some(round) = g.rounds.get_mut(&id) {
+            if let Some(round) = g.rounds.get_mut(id) {
                 round.waiters.push(bc as usize);
             }
             waits.push((i, id));
@@ -1040,7 +1039,10 @@ enum Within {
 /// serves: from a timer run at once (`ffi::run_soon`) when launched by a command (not inside
 /// it: see `Round::locals`), directly from a callback (no timer on the way of a queued round).
 fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
-    if send_requests(ctx, id).is_none() {
+    let now = Ctx { ptr: ctx }.now_ms();
+    let resend = Timeout::backoff(now, RESEND_MS, RESEND_MAX_MS);
+    GATHERS.with(|g| g.borrow_mut().rounds.set_resend(id, resend));
+    if !send_requests(ctx, id) {
         return;
     }
     arm_resend_tick(ctx);
@@ -1053,16 +1055,14 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
 /// Sends (again) the requests of round `id` that have not been answered: the first time on
 /// the master's read link when it has one ready (`read_links`), else and always after over the
 /// bus. A send that fails (no link right now) is retried at the next resend; the timeout bounds
-/// the whole wait. Each request is encoded from the round's one copy of the names. Returns the
-/// time of the next resend (None: the round is gone).
-fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
-    let now = Ctx { ptr: ctx }.now_ms();
+/// the whole wait. Each request is encoded from the round's one copy of the names. False when
+/// the round is gone.
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> bool {
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
-        let round = g.rounds.get_mut(&id)?;
-        let wait = round.resend_ms;
-        round.resend_ms = wait.saturating_mul(2).min(RESEND_MAX_MS);
-        round.resend_at = now.saturating_add(wait);
+        let Some(round) = g.rounds.get_mut(id) else {
+            return false;
+        };
         let holders = &round.holders;
         for request in round.requests.iter_mut().filter(|r| !r.answered) {
             let payload = request_bytes(holders, request);
@@ -1071,7 +1071,7 @@ fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> Option<i64> {
                 cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
             }
         }
-        Some(round.resend_at)
+        true
     })
 }
 
@@ -1089,7 +1089,7 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
         read_links::Delivery::Lost(node, rid) => {
             let payload = GATHERS.with(|g| {
                 let g = g.borrow();
-                let round = g.rounds.get(g.requests.get(&rid)?)?;
+                let round = g.rounds.get(*g.requests.get(&rid)?)?;
                 let request = round
                     .requests
                     .iter()
@@ -1129,14 +1129,8 @@ unsafe extern "C" fn on_resend_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c
     RESEND_TICK_ARMED.with(|a| a.set(false));
     guard(ctx, "gather-resend", || {
         let now = Ctx { ptr: ctx }.now_ms();
-        let due: Vec<u64> = GATHERS.with(|g| {
-            let g = g.borrow();
-            let due = g
-                .rounds
-                .iter()
-                .filter(|(_, r)| r.started && r.resend_at <= now);
-            due.map(|(&id, _)| id).collect()
-        });
+        // Only launched rounds have a resend due (queued ones never).
+        let due = GATHERS.with(|g| g.borrow_mut().rounds.due(now, usize::MAX));
         for id in due {
             send_requests(ctx, id);
         }
@@ -1157,7 +1151,7 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
     // The names are shared out first: no table borrow is held across the reads.
     let Some((holders, locals)) = GATHERS.with(|g| {
         let g = g.borrow();
-        let round = g.rounds.get(&id).filter(|r| r.started && !r.locals_read)?;
+        let round = g.rounds.get(id).filter(|r| r.started && !r.locals_read)?;
         Some((round.holders.clone(), round.locals.clone()))
     }) else {
         return;
@@ -1175,7 +1169,7 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
     let mut effects = Vec::new();
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
-        let Some(round) = g.rounds.get_mut(&id) else {
+        let Some(round) = g.rounds.get_mut(id) else {
             return;
         };
         let outcome = read.map(|values| {
@@ -1209,14 +1203,14 @@ fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
                 let topology = cluster::topology(c, false);
                 let launched = GATHERS.with(|g| {
                     let mut g = g.borrow_mut();
-                    let holders = g.rounds.get(&id).filter(|r| !r.started)?.holders.clone();
+                    let holders = g.rounds.get(id).filter(|r| !r.started)?.holders.clone();
                     match topology.and_then(|t| plan_round(&t, &holders)) {
                         Ok(plan) => {
                             g.plan(id, plan);
                             Some(true)
                         }
                         Err(e) => {
-                            if let Some(round) = g.rounds.get_mut(&id) {
+                            if let Some(round) = g.rounds.get_mut(id) {
                                 round.started = true;
                             }
                             g.settle(id, Err(e), c.now_ms(), &mut effects);
@@ -1309,7 +1303,7 @@ fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
         let Some(&id) = g.requests.get(&rid) else {
             return; // a late or repeated answer, or one to a round that is gone
         };
-        let Some(round) = g.rounds.get_mut(&id) else {
+        let Some(round) = g.rounds.get_mut(id) else {
             return;
         };
         let outcome = record_answers(round, rid, &from, answers);
@@ -1552,7 +1546,7 @@ mod tests {
                     id
                 }
             };
-            g.rounds.get_mut(&id).unwrap().waiters.push(bc);
+            g.rounds.get_mut(id).unwrap().waiters.push(bc);
             waits.push((i, id));
             placed.push((id, started.contains(&id)));
         }
@@ -1567,8 +1561,15 @@ mod tests {
         placed
     }
 
+    /// Gathers whose ids start at 1 (no server to draw a random start from).
+    fn gathers() -> Gathers {
+        let mut g = Gathers::default();
+        g.rounds.draw_id(|| 1);
+        g
+    }
+
     fn answer_all(g: &mut Gathers, id: u64, value: i64) -> Vec<Effect> {
-        let round = g.rounds.get_mut(&id).unwrap();
+        let round = g.rounds.get_mut(id).unwrap();
         round.values.iter_mut().for_each(|v| *v = Some(value));
         round.requests.iter_mut().for_each(|r| r.answered = true);
         assert!(round.complete());
@@ -1601,8 +1602,7 @@ mod tests {
 
     #[test]
     fn reads_arriving_during_a_gather_share_the_next_one_and_never_that_one() {
-        NEXT_ID.with(|n| n.set(1));
-        let mut g = Gathers::default();
+        let mut g = gathers();
         let first = arrive(&mut g, 8, vec![reading("h", 1000)])[0];
         assert!(first.1, "nothing in flight: the first read starts a gather");
         let second = arrive(&mut g, 16, vec![reading("h", 1000)])[0];
@@ -1610,7 +1610,7 @@ mod tests {
         assert!(!second.1 && second.0 != first.0, "not the gather in flight");
         assert_eq!(second, third, "one queued gather for every later read");
         // The names are held once per gather, shared with the reads.
-        let holders = &g.rounds[&second.0].holders;
+        let holders = &g.rounds.get(second.0).unwrap().holders;
         assert!(Rc::ptr_eq(holders, &g.readers[&24].readings[0].holders));
         assert_eq!(g.rounds.len(), 2);
         // The first gather answers: its read is done, the queued one starts.
@@ -1637,20 +1637,16 @@ mod tests {
 
     #[test]
     fn a_read_that_leaves_drops_a_gather_nobody_waits_for_and_errors_fail_every_waiter() {
-        NEXT_ID.with(|n| n.set(1));
-        let mut g = Gathers::default();
+        let mut g = gathers();
         let a = arrive(&mut g, 8, vec![reading("a", 3)])[0];
         let queued = arrive(&mut g, 16, vec![reading("a", 3), reading("b", 2)]);
         assert_eq!(g.readers.len(), 2);
         // The first read times out: its gather is dropped, the queued one moves up.
         let mut effects = Vec::new();
         g.remove_reader(8, &mut effects);
-        assert!(!g.rounds.contains_key(&a.0));
+        assert!(!g.rounds.contains(a.0));
         assert_eq!(starts(&effects), vec![queued[0].0]);
-        assert!(g
-            .requests
-            .keys()
-            .all(|r| g.rounds.contains_key(&g.requests[r])));
+        assert!(g.requests.keys().all(|r| g.rounds.contains(g.requests[r])));
         // An error in one of its gathers fails the read, which leaves the other one.
         let mut effects = Vec::new();
         g.settle(queued[1].0, Err(OVERFLOW), 0, &mut effects);
@@ -1661,8 +1657,7 @@ mod tests {
 
     #[test]
     fn an_mget_of_one_home_twice_waits_for_one_gather() {
-        NEXT_ID.with(|n| n.set(1));
-        let mut g = Gathers::default();
+        let mut g = gathers();
         let placed = arrive(&mut g, 8, vec![reading("h", 4), reading("h", 4)]);
         assert_eq!(placed[0], placed[1]);
         assert!(placed[0].1);
@@ -1671,8 +1666,7 @@ mod tests {
 
     #[test]
     fn another_holder_list_of_the_same_home_gathers_apart() {
-        NEXT_ID.with(|n| n.set(1));
-        let mut g = Gathers::default();
+        let mut g = gathers();
         let four = arrive(&mut g, 8, vec![reading("h", 4)])[0];
         let five = arrive(&mut g, 16, vec![reading("h", 5)])[0];
         assert!(four.1 && five.1 && four.0 != five.0);

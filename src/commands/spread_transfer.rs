@@ -61,6 +61,7 @@ use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
+use crate::protocol::timeout::Timeout;
 
 const MSG_SEAL: u8 = 0xC9;
 const MSG_CREDIT: u8 = 0xCA;
@@ -77,11 +78,11 @@ const MAX_BACKOFF_MS: i64 = 2_000;
 /// retried token replays its first answer there for as long as a token is remembered.
 pub const SEALED_GRACE_MS: i64 = 60_000;
 
-/// When a key was last sent for, how many sends went unanswered, and the replication its
-/// last write must reach before anything about it is sent.
+/// When a key is due to send (at once, then backing off while unanswered), whether it sent
+/// before, and the replication its last write must reach before anything about it is sent.
 struct Due {
-    next_ms: i64,
-    attempts: u32,
+    resend: Timeout,
+    sent_before: bool,
     gate: Gate,
 }
 
@@ -120,8 +121,8 @@ fn enter(db: c_int, name: &[u8]) {
             .entry((db, name.to_vec()))
             .and_modify(|d| d.gate = Gate::default())
             .or_insert(Due {
-                next_ms: 0,
-                attempts: 0,
+                resend: Timeout::backoff_from_now(TICK_MS, MAX_BACKOFF_MS),
+                sent_before: false,
                 gate: Gate::default(),
             });
     });
@@ -152,7 +153,7 @@ pub fn start(
     REGISTRY.with(|r| {
         let key = (selected_db(ctx), string_bytes(giver).to_vec());
         if let Some(d) = r.borrow_mut().get_mut(&key) {
-            d.next_ms = 0;
+            d.resend.hurry();
         }
     });
     tick_soon(ctx);
@@ -646,15 +647,15 @@ fn tick(ctx: Ctx) {
     if let Some(r) = &replication {
         send_acks(ctx, r);
     }
-    let due: Vec<(c_int, Vec<u8>, u32)> = REGISTRY.with(|r| {
+    let due: Vec<(c_int, Vec<u8>, bool)> = REGISTRY.with(|r| {
         r.borrow()
             .iter()
-            .filter(|(_, d)| d.next_ms <= now)
-            .map(|((db, name), d)| (*db, name.clone(), d.attempts))
+            .filter(|(_, d)| d.resend.fired(now))
+            .map(|((db, name), d)| (*db, name.clone(), d.sent_before))
             .collect()
     });
     let mut held_by_gate = false;
-    for (db, name, attempts) in due {
+    for (db, name, resend) in due {
         // SAFETY: ctx is the timer's live context.
         if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
             forget(db, &name);
@@ -683,7 +684,6 @@ fn tick(ctx: Ctx) {
         if super::slot_migration::moving_key(&name) {
             continue;
         }
-        let resend = attempts > 0;
         let sent = send_seals(ctx, &name) + send_credits(ctx, &name, resend);
         if sent == 0 {
             forget(db, &name);
@@ -691,9 +691,8 @@ fn tick(ctx: Ctx) {
         }
         REGISTRY.with(|r| {
             if let Some(d) = r.borrow_mut().get_mut(&(db, name)) {
-                d.attempts = attempts.saturating_add(1);
-                let backoff = TICK_MS.saturating_mul(1 << attempts.min(5));
-                d.next_ms = now.saturating_add(backoff.min(MAX_BACKOFF_MS));
+                d.sent_before = true;
+                d.resend.fire(now);
             }
         });
     }
