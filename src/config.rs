@@ -33,7 +33,7 @@ pub static REBALANCE_DELAY_MS: AtomicI64 = AtomicI64::new(20);
 /// Spread counters: how long a master keeps asking other masters to delete the holders of a
 /// deleted home before it gives up (counted in `ctr_collections_abandoned`).
 pub static COLLECT_TIMEOUT_MS: AtomicI64 = AtomicI64::new(10_000);
-/// Spread counters, the orphan audit (`commands::spread_audit`): how long after one walk of a
+/// Spread counters, the orphan audit (`runtime::spread_audit`): how long after one walk of a
 /// master's keys for holders began the next one begins (0 = never), and how long a spread must
 /// stay answered gone before its holders here are deleted.
 pub static AUDIT_INTERVAL_MS: AtomicI64 = AtomicI64::new(60_000);
@@ -91,7 +91,7 @@ pub const I64_CONFIGS: [I64Config; 18] = [
         2,
         crate::counter::spread::MAX_HOLDERS as i64,
     ),
-    // The idle sweep: work units per tick (see commands::sweep), 0 = off.
+    // The idle sweep: work units per tick (see runtime::sweep), 0 = off.
     ("sweep-budget", &SWEEP_BUDGET, 2_000, 0, 1_000_000),
     ("sweep-interval-ms", &SWEEP_INTERVAL_MS, 100, 1, 60_000),
     ("rebalance-delay-ms", &REBALANCE_DELAY_MS, 20, 0, 60_000),
@@ -237,7 +237,7 @@ impl redis_module::configuration::ConfigurationValue<redis_module::RedisString> 
 }
 
 /// `ctr.read-links yes|no`: gathers send their requests to the other masters' client ports on
-/// the module's own connections (`commands::read_links`); no: over the cluster bus only.
+/// the module's own connections (`runtime::read_links`); no: over the cluster bus only.
 pub const READ_LINKS_CONFIG: &str = "read-links";
 pub static READ_LINKS: AtomicBool = AtomicBool::new(true);
 /// The credentials read links authenticate with (empty: none).

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod persist;
 pub mod pncounter;
 pub mod protocol;
+pub mod runtime;
 
 #[cfg(all(feature = "module", not(test)))]
 mod module {
@@ -46,12 +47,12 @@ mod module {
         // is not reported modified on close; each write that changes something says so itself
         // (`Ctx::key_changed`), so a duplicate or refused write leaves `WATCH` holding.
         // Valkey 9 (HANDLE_ATOMIC_SLOT_MIGRATION): the module handles atomic slot migration
-        // (`commands::slot_migration`); without the declaration a loaded module switches it off
+        // (`runtime::slot_migration`); without the declaration a loaded module switches it off
         // for the whole cluster. Added only where the server lists the option.
-        crate::commands::slot_migration::detect();
+        crate::runtime::slot_migration::detect();
         let options = raw::ModuleOptions::HANDLE_IO_ERRORS.bits()
             | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED.bits()
-            | crate::commands::slot_migration::module_options();
+            | crate::runtime::slot_migration::module_options();
         // SAFETY: ctx is the live load context; every supported server has the API.
         if let Some(set) = unsafe { raw::RedisModule_SetModuleOptions } {
             // SAFETY: as above.
@@ -75,7 +76,7 @@ mod module {
                  (expose-internal-commands yes)"
             }
         });
-        crate::commands::sweep::start(ctx);
+        crate::runtime::sweep::start(ctx);
         Ok(())
     }
 

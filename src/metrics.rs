@@ -147,16 +147,16 @@ pub static GATHERS: Counter = Counter::new();
 pub static GATHER_FAILURES: Counter = Counter::new();
 pub static GATHER_TIMEOUTS: Counter = Counter::new();
 pub static GATHER_REQUESTS_SERVED: Counter = Counter::new();
-/// Read links (`commands::read_links`): gather requests sent on them, requests that went over
+/// Read links (`runtime::read_links`): gather requests sent on them, requests that went over
 /// the bus after their link failed, and links made.
 pub static LINK_REQUESTS: Counter = Counter::new();
 pub static LINK_FALLBACKS: Counter = Counter::new();
 pub static LINKS_OPENED: Counter = Counter::new();
-/// Holder checks (`commands::holder_check`): first writes of holders that asked the home's
+/// Holder checks (`runtime::holder_check`): first writes of holders that asked the home's
 /// master, those refused as look-alikes, and those that went on unchecked at their deadline.
 pub static HOLDER_CHECKS: Counter = Counter::new();
 /// Timer runs skipped and bus messages dropped while the server paused writes
-/// (`commands::replication_gate::paused`).
+/// (`runtime::replication_gate::paused`).
 pub static PAUSED_SKIPS: Counter = Counter::new();
 pub static HOLDER_CHECKS_REFUSED: Counter = Counter::new();
 pub static HOLDER_CHECK_TIMEOUTS: Counter = Counter::new();
@@ -190,7 +190,7 @@ pub static TRANSFERS_ROLLED_BACK: Counter = Counter::new();
 /// failed); the next refusal asks again.
 pub static BUDGET_MOVES: Counter = Counter::new();
 pub static BUDGET_MOVES_SKIPPED: Counter = Counter::new();
-/// Collections of a gone spread home's holders (see `commands::spread_collect`): started on
+/// Collections of a gone spread home's holders (see `runtime::spread_collect`): started on
 /// this master (one per spread and carried home name), pending now (a gauge), abandoned (not
 /// every holder answered within `ctr.collect-timeout-ms`, or past the memory cap), and holder
 /// keys this master deleted for one (as the receiver).
@@ -198,7 +198,7 @@ pub static COLLECTIONS: Counter = Counter::new();
 pub static COLLECTIONS_PENDING: Counter = Counter::new();
 pub static COLLECTIONS_ABANDONED: Counter = Counter::new();
 pub static HOLDERS_COLLECTED: Counter = Counter::new();
-/// The orphan audit (see `commands::spread_audit`): walks of this master's keys finished,
+/// The orphan audit (see `runtime::spread_audit`): walks of this master's keys finished,
 /// questions it asked about the spreads of the holders it found, spreads it reported as
 /// orphans (answered gone past the grace; their holders stay), the spreads reported now (a
 /// gauge), and holder keys deleted on an operator's `CTR.ORPHANS DELETE` (they count in
@@ -209,10 +209,10 @@ pub static AUDIT_ORPHANS: Counter = Counter::new();
 pub static ORPHANS_REPORTED: Counter = Counter::new();
 pub static ORPHAN_HOLDERS_DELETED: Counter = Counter::new();
 /// Requests for acknowledgements this master sent its replicas because a send waited for them
-/// (`commands::replication_gate`).
+/// (`runtime::replication_gate`).
 pub static ACK_REQUESTS: Counter = Counter::new();
 /// Atomic slot migrations (Valkey 9 `CLUSTER MIGRATESLOTS`, Redis 8.4+ `CLUSTER MIGRATION
-/// IMPORT`, see `commands::slot_migration`) this node took part in: imports and exports
+/// IMPORT`, see `runtime::slot_migration`) this node took part in: imports and exports
 /// started, and of those, ended without moving the slots (failed or cancelled); a gauge of
 /// the ones under way (module work on keys of their slots waits for them).
 pub static SLOT_IMPORTS: Counter = Counter::new();

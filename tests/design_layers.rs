@@ -1,6 +1,8 @@
-//! docs/DESIGN.md's layers, checked against the code (no server): the pure core uses no Redis
-//! API, `persist` never calls into `commands`, and the table of the spread counters' glue says
-//! what each file imports, each importing only files listed above it (no circle).
+//! docs/DESIGN.md's layers, checked against the code (no server): the pure core and the protocol
+//! machinery use no Redis API (and the protocol no globals), `persist` never calls into the
+//! commands or the runtime, the runtime never into the command handlers, the table of the
+//! runtime says what each file imports, each importing only files listed above it (no circle),
+//! and the handlers import each other without a circle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -36,11 +38,12 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// The modules of `src/commands` a file of it names: `super::m`, `super::{m, ...}` and
-/// `crate::commands::m`.
-fn glue_references(code: &str) -> BTreeSet<String> {
+/// The modules of `folder` (`commands` or `runtime`) a file of it names: `super::m`,
+/// `super::{m, ...}` and `crate::<folder>::m`.
+fn sibling_references(code: &str, folder: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for prefix in ["super::", "crate::commands::"] {
+    let own = format!("crate::{folder}::");
+    for prefix in ["super::", own.as_str()] {
         for (at, _) in code.match_indices(prefix) {
             let rest = &code[at + prefix.len()..];
             if let Some(group) = rest.strip_prefix('{') {
@@ -57,6 +60,34 @@ fn glue_references(code: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+/// The modules of a folder of `src` (its `.rs` files but `mod.rs`).
+fn modules_of(folder: &str) -> BTreeSet<String> {
+    fs::read_dir(format!("src/{folder}"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".rs").map(str::to_string)
+        })
+        .filter(|m| m != "mod")
+        .collect()
+}
+
+/// Each module of `folder` with the modules of the same folder it imports.
+fn import_graph(folder: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules_of(folder);
+    modules
+        .iter()
+        .map(|name| {
+            let code = code_of(Path::new(&format!("src/{folder}/{name}.rs")));
+            let imports = sibling_references(&code, folder)
+                .into_iter()
+                .filter(|m| modules.contains(m) && m != name)
+                .collect();
+            (name.clone(), imports)
+        })
+        .collect()
 }
 
 /// The table's rows in order: file (without `.rs`) and the glue files its last column names.
@@ -107,35 +138,57 @@ fn the_core_uses_no_redis_api() {
 }
 
 #[test]
-fn persistence_never_calls_into_the_commands() {
+fn persistence_never_calls_into_the_commands_or_the_runtime() {
     for file in rust_files(Path::new("src/persist")) {
+        let code = code_of(&file);
+        for banned in ["crate::commands", "crate::runtime"] {
+            assert!(!code.contains(banned), "{} uses {banned}", file.display());
+        }
+    }
+}
+
+#[test]
+fn the_runtime_never_calls_into_the_command_handlers() {
+    for file in rust_files(Path::new("src/runtime")) {
         assert!(
             !code_of(&file).contains("crate::commands"),
-            "{} calls into src/commands",
+            "{} calls into src/commands: data flows from the handlers into the runtime",
             file.display()
         );
     }
 }
 
 #[test]
-fn the_glue_table_says_what_each_file_imports_and_has_no_circle() {
+fn the_protocol_machinery_holds_no_globals() {
+    for file in rust_files(Path::new("src/protocol")) {
+        let code = code_of(&file);
+        for line in code.lines().map(str::trim_start) {
+            let global = ["static ", "pub static ", "pub(crate) static "]
+                .iter()
+                .any(|p| line.starts_with(p))
+                || ["thread_local!", "static mut", "Mutex", "RefCell", "Cell<"]
+                    .iter()
+                    .any(|b| line.contains(b));
+            assert!(
+                !global,
+                "{} holds a global ({line}): its state belongs to the machine that owns it",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_runtime_table_says_what_each_file_imports_and_has_no_circle() {
     let rows = layer_table();
     assert!(rows.len() >= 15, "the table was found: {rows:?}");
-    // The glue: every file of src/commands but the argument parsers (`parse`), so that a
-    // file a row imports and the table does not name is found.
-    let mut glue: BTreeSet<String> = fs::read_dir("src/commands")
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".rs").map(str::to_string)
-        })
-        .filter(|m| m != "mod" && m != "parse")
-        .collect();
-    for (_, named) in &rows {
-        glue.extend(named.iter().cloned());
+    let graph = import_graph("runtime");
+    let mut named: BTreeSet<String> = graph.keys().cloned().collect();
+    for (_, imports) in &rows {
+        named.extend(imports.iter().cloned());
     }
-    for name in &glue {
-        let path = format!("src/commands/{name}.rs");
+    for name in &named {
+        let path = format!("src/runtime/{name}.rs");
         assert!(Path::new(&path).exists(), "{path}, named in DESIGN.md");
     }
     let place: BTreeMap<&str, usize> = rows
@@ -144,18 +197,14 @@ fn the_glue_table_says_what_each_file_imports_and_has_no_circle() {
         .map(|(i, (f, _))| (f.as_str(), i))
         .collect();
     let mut wrong = Vec::new();
-    for (i, (file, named)) in rows.iter().enumerate() {
-        let code = code_of(Path::new(&format!("src/commands/{file}.rs")));
-        let imports: BTreeSet<String> = glue_references(&code)
-            .into_iter()
-            .filter(|m| glue.contains(m) && m != file)
-            .collect();
-        if &imports != named {
+    for (i, (file, said)) in rows.iter().enumerate() {
+        let imports = &graph[file];
+        if imports != said {
             wrong.push(format!(
-                "{file}.rs imports {imports:?}, the table says {named:?}"
+                "{file}.rs imports {imports:?}, the table says {said:?}"
             ));
         }
-        for m in &imports {
+        for m in imports {
             if place.get(m.as_str()).is_some_and(|&j| j >= i) {
                 wrong.push(format!("{file}.rs imports {m}, listed below it"));
             }
@@ -166,19 +215,17 @@ fn the_glue_table_says_what_each_file_imports_and_has_no_circle() {
         "docs/DESIGN.md's layer table:\n{}",
         wrong.join("\n")
     );
-    // The files the table names without a row of their own (leaves such as `home_names`) may
-    // import glue too: no circle through them either.
-    let graph: BTreeMap<String, BTreeSet<String>> = glue
-        .iter()
-        .map(|name| {
-            let code = code_of(Path::new(&format!("src/commands/{name}.rs")));
-            let imports = glue_references(&code)
-                .into_iter()
-                .filter(|m| glue.contains(m) && m != name)
-                .collect();
-            (name.clone(), imports)
-        })
-        .collect();
+    // The files without a row of their own (leaves such as `home_names`) may import runtime
+    // files too: no circle through them either.
+    for start in graph.keys() {
+        assert_no_circle(&graph, start, &mut Vec::new());
+    }
+}
+
+#[test]
+fn the_command_handlers_have_no_import_circle() {
+    let graph = import_graph("commands");
+    assert!(graph.len() >= 15, "the handlers were found: {graph:?}");
     for start in graph.keys() {
         assert_no_circle(&graph, start, &mut Vec::new());
     }

@@ -1,4 +1,4 @@
-//! Read links (`src/commands/read_links.rs`) on a real 3-master cluster: a gathered read of a
+//! Read links (`src/runtime/read_links.rs`) on a real 3-master cluster: a gathered read of a
 //! spread counter sends its requests to the other masters' client ports (`CTR.GATHER`) on the
 //! module's own connections, and every guarantee of a gathered read holds there as over the
 //! bus: every add completed before a read began is in its total; a link that cannot

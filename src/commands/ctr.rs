@@ -8,13 +8,6 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, Expiry, ExpiryArgs, BAD_EXPIRE};
-use super::ctr_store::store_inline;
-use super::ctr_store::{
-    created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
-    refuse_sealed_unless_retry, with_counter, Before, Write,
-};
-use super::decide;
-use super::holder_check::Checked;
 use super::parse::integer;
 use super::spread_holders::refuse_look_alike;
 use super::ttl::{self, TtlChange};
@@ -24,6 +17,13 @@ use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, Counter
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::store_inline;
+use crate::runtime::ctr_store::{
+    created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
+    refuse_sealed_unless_retry, with_counter, Before, Write,
+};
+use crate::runtime::decide;
+use crate::runtime::holder_check::Checked;
 
 enum Added {
     /// Applied, or refused by the floor with the refusal remembered under its token.

@@ -2,11 +2,6 @@
 //! INCREX on a counter, with tokens) and CTR.REFUND (a tokened grant given back once).
 
 use super::ctr_args::{parse_floor, parse_increx, parse_token, IncrexArgs, BAD_EXPIRE_INCREX};
-use super::ctr_store::store_inline;
-use super::ctr_store::{
-    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, update_counter,
-    Before, Write,
-};
 use super::parse::SYNTAX_ERROR;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
@@ -18,6 +13,11 @@ use crate::counter::{
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::store_inline;
+use crate::runtime::ctr_store::{
+    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, update_counter,
+    Before, Write,
+};
 
 /// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
 /// key named as a holder, or a home that lists holders or still folds some back.

@@ -1,22 +1,22 @@
 //! The strong tier: CTR.FLOOR and CTR.DECRFLOOR.
 
 use super::ctr_args::{parse_decrement, parse_floor};
-use super::ctr_store::with_counter;
-use super::ctr_store::{
-    created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
-    update_counter, Before, Write,
-};
-use super::floor_moves::refusal_may_be_false;
-use super::holder_check::Checked;
 use super::spread_holders::refuse_look_alike;
-use super::spread_transfer::serves;
-use super::waiter;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::counter::transfer::{purchase_refused, purchase_waits_for_budget};
 use crate::counter::{Counter, CounterRef, DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyName, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::with_counter;
+use crate::runtime::ctr_store::{
+    created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
+    update_counter, Before, Write,
+};
+use crate::runtime::floor_moves::refusal_may_be_false;
+use crate::runtime::holder_check::Checked;
+use crate::runtime::spread_transfer::serves;
+use crate::runtime::waiter;
 
 const SPREAD_FLOOR_REFUSED: CommandError = CommandError::fixed(
     "ERR the floor of a spread counter is set before it spreads (its holders keep floors of their own)",
@@ -138,7 +138,7 @@ fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> 
             purchase_waits_for_budget(c, amount, floor_if_none, now)
                 || c.is_some_and(|c| {
                     purchase_refused(c, amount, floor_if_none)
-                        && super::floor_moves::refusal_waits_for_rebalance(
+                        && crate::runtime::floor_moves::refusal_waits_for_rebalance(
                             ctx, &key, c, amount, now,
                         )
                 })
@@ -198,7 +198,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         let unproven = refusal_may_be_false(ctx, args.bytes(1), None, parsed.amount, w.now);
         count_refusal(unproven);
         if named_holder {
-            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
+            crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
     }
@@ -216,7 +216,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             return Err(NOT_YET);
         }
         if purchase_refused(c, parsed.amount, floor_if_none)
-            && super::floor_moves::refusal_waits_for_rebalance(
+            && crate::runtime::floor_moves::refusal_waits_for_rebalance(
                 ctx,
                 args.bytes(1),
                 c,
@@ -249,7 +249,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         Ok(Decremented::Recorded(op, before, result))
     });
     if gathering {
-        super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, Some(w.now));
+        crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, Some(w.now));
     }
     if let Some(waits_for) = awaits {
         drop(key);
@@ -267,7 +267,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             count_refusal(unproven);
-            super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
+            crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -285,7 +285,12 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
                     count_refusal(unproven);
-                    super::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
+                    crate::runtime::floor_moves::record_refusal(
+                        ctx,
+                        args.bytes(1),
+                        parsed.amount,
+                        None,
+                    );
                 }
             }
             Ok(reply(result))

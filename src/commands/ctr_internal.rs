@@ -2,13 +2,13 @@
 //! CTR.STEP (replicated transfer and fold steps) and CTR.SETSTATE (AOF rewrite). All are
 //! deterministic and validate everything first.
 
-use super::ctr_store::{update_counter, with_counter};
-use super::spread_gather::forget_cached;
 use crate::counter::spread::{floor_by_name, parse_holder_name};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
 use crate::persist::step_msg;
+use crate::runtime::ctr_store::{update_counter, with_counter};
+use crate::runtime::spread_gather::forget_cached;
 
 /// Refuses an internal command unless the master decided it: it runs from the master's
 /// replication stream, an atomic slot import (the slots' source decided) and while loading
@@ -124,10 +124,10 @@ pub fn step(ctx: Ctx, args: &Args) -> CommandResult {
     let key_name = args.raw(1);
     let key = Key::open(ctx, key_name, true);
     update_counter(&key, |c, _| {
-        super::spread_transfer::apply_step(ctx, key_name, c, &step)?;
+        crate::runtime::spread_transfer::apply_step(ctx, key_name, c, &step)?;
         // As for a state set (the AOF, a replica's stream): a renamed home is entered.
-        let db = super::spread_transfer::selected_db(ctx);
-        super::home_names::note(db, args.bytes(1), c, false);
+        let db = crate::runtime::spread_transfer::selected_db(ctx);
+        crate::runtime::home_names::note(db, args.bytes(1), c, false);
         Ok(())
     })?;
     drop(key);
@@ -149,12 +149,12 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     // A replaced value keeps the key's TTL as it was (the AOF rewrite sends its own PEXPIREAT):
     // none of the TTL a write gives a key that only remembers refusals.
     let ttl = key.abs_expire();
-    let db = super::spread_transfer::selected_db(ctx);
+    let db = crate::runtime::spread_transfer::selected_db(ctx);
     update_counter(&key, |c, _| {
         // A replica or a restarted server resumes the transfers this state has under way.
-        super::spread_transfer::track(db, args.bytes(1), &counter);
+        crate::runtime::spread_transfer::track(db, args.bytes(1), &counter);
         // The AOF and a replica's stream enter a renamed home as a load does: the first one.
-        super::home_names::note(db, args.bytes(1), &counter, false);
+        crate::runtime::home_names::note(db, args.bytes(1), &counter, false);
         *c = counter;
         Ok(())
     })?;

@@ -5,7 +5,6 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::ctr_args::token_and_at;
-use super::ctr_store::{is_missing, open_for_write, update_counter, Write, TOKEN_REUSED};
 use super::parse::{integer, SYNTAX_ERROR};
 use crate::counter::throttle::{throttle_intent, Gcra, ThrottleError, ThrottleReply, NS_PER_MS};
 use crate::counter::window::{check_config, DEFAULT_BUCKETS};
@@ -14,6 +13,7 @@ use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply,
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::{is_missing, open_for_write, update_counter, Write, TOKEN_REUSED};
 
 /// `CTR.THROTTLE key max_burst count_per_period period_seconds [quantity] [TOKEN t] [AT ms]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

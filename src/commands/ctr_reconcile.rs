@@ -1,9 +1,6 @@
 //! CTR.RECONCILE: repair a counter from its source of truth at a watermark, and measure drift.
 
 use super::ctr_args::{parse_reconcile, TruthSource};
-use super::ctr_store::with_counter;
-use super::ctr_store::{refuse_unwritable, update_counter, Write};
-use super::holder_check::Checked;
 use super::reconcile_write::{reply, write_reconcile};
 use super::spread_holders::refuse_look_alike;
 use super::spread_reconcile;
@@ -14,6 +11,9 @@ use crate::ffi::{
     Args, CommandError, CommandResult, Ctx, Key, KeyKind, RawString, Reply, WRONG_TYPE,
 };
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::with_counter;
+use crate::runtime::ctr_store::{refuse_unwritable, update_counter, Write};
+use crate::runtime::holder_check::Checked;
 
 /// The newest bucket boundary at least `settle` old: events up to it have had time to land in
 /// the source.

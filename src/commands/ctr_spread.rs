@@ -1,17 +1,10 @@
 //! Spread counters: CTR.SPREAD (growing, shrinking, auto-spread) and the refusal of whole-counter
 //! commands on a holder. The gathered reads of a home key (CTR.GET, CTR.MGET and CTR.INFO give
-//! the total over every holder) are in [`super::spread_gather`], re-exported here.
+//! the total over every holder) are in [`crate::runtime::spread_gather`], re-exported here.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use redis_module::raw;
-
-use super::ctr_floor_spread as floored;
-use super::ctr_store::{publish_state, update_counter, with_counter};
 use super::parse::integer;
-use super::spread_cluster as cluster;
-use super::spread_gather::{self, forget_cached, names_reply};
-pub use super::spread_gather::{get, info, mget, write_total, ApplyTotal, TotalWrite};
 use crate::config;
 use crate::counter::folded::first_attempt_at;
 use crate::counter::spread::{
@@ -23,6 +16,11 @@ use crate::counter::{CounterRef, Spread};
 use crate::ffi::{string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString};
 use crate::metrics;
 use crate::persist::ctr_format;
+use crate::runtime::ctr_floor_spread as floored;
+use crate::runtime::ctr_store::{publish_state, update_counter, with_counter};
+use crate::runtime::spread_cluster as cluster;
+use crate::runtime::spread_gather::{forget_cached, names_reply};
+pub use crate::runtime::spread_gather::{get, info, mget, write_total, ApplyTotal, TotalWrite};
 
 /// Refuses a command that acts on a whole counter (CTR.SPREAD, CTR.FLOOR, CTR.CLEAR) when
 /// `key` is named as a holder: a holder is never a home, and acting on it alone would change
@@ -57,7 +55,7 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
             "ERR holders must be between 1 and 1024",
         ))?;
     let home = args.bytes(1);
-    super::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
+    crate::runtime::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
     let ceiled = with_counter(
         ctx,
         args.raw(1),
@@ -70,7 +68,7 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
     if target < current.len() + 1 {
         // The reply comes at once; the removed holders fold back in the background (CTR.INFO
         // lists them under `leaving` until then), and reads stay exact meanwhile.
-        let kept = super::spread_transfer::begin_fold(ctx, args.raw(1), target)?;
+        let kept = crate::runtime::spread_transfer::begin_fold(ctx, args.raw(1), target)?;
         forget_cached(home);
         return Ok(names_reply(home, kept.iter()));
     }
@@ -110,7 +108,7 @@ fn grow(
         ));
     }
     let in_cluster = cluster::in_cluster(ctx);
-    let is_floored = super::ctr_store::floor_of(ctx, key_name)?.is_some();
+    let is_floored = crate::runtime::ctr_store::floor_of(ctx, key_name)?.is_some();
     // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
     // then keeps it at or above 0 until its first budget credit gives it a floor.
     // What the home knows of its earlier holders: names a new holder must not take (a folded
@@ -192,7 +190,7 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     }
     let Ok(Some((rate, (current, spread_id)))) = with_counter(ctx, key, |c| {
         let rate = match c? {
-            CounterRef::Inline(_) => super::decide::inline_counter_rate(key_bytes),
+            CounterRef::Inline(_) => crate::runtime::decide::inline_counter_rate(key_bytes),
             CounterRef::Boxed(b) if b.floor().is_some() || b.ceiling().is_some() => return None,
             CounterRef::Boxed(b) => b.add_rate(),
         };
@@ -232,9 +230,4 @@ fn plan(
     .map_err(|PlanError::NoSlot| {
         CommandError::fixed("ERR no free slot found for a holder on some master")
     })
-}
-
-/// Registers the gather's bus receivers (harmless outside a cluster).
-pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    spread_gather::register(ctx);
 }

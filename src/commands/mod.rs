@@ -9,40 +9,22 @@ pub mod ctr;
 pub mod ctr_args;
 pub mod ctr_bounds;
 pub mod ctr_floor;
-mod ctr_floor_spread;
+mod ctr_gather;
 pub mod ctr_internal;
 pub mod ctr_limits;
+mod ctr_orphans;
 pub mod ctr_reconcile;
 pub mod ctr_spread;
-mod ctr_store;
-mod decide;
-mod demand;
-mod floor_moves;
-mod holder_check;
-mod home_names;
-mod keyspace;
 pub mod parse;
 pub mod pnc;
 pub mod pnc_bound;
 pub mod pnc_delta;
 mod pnc_store;
-mod read_links;
 mod reconcile_write;
-mod replication_gate;
-pub mod slot_migration;
-pub mod spread_audit;
 mod spread_clear;
-mod spread_cluster;
-pub mod spread_collect;
-mod spread_gather;
 pub mod spread_holders;
-mod spread_move;
 mod spread_reconcile;
-mod spread_restore;
-pub mod spread_transfer;
-pub mod sweep;
 mod ttl;
-mod waiter;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -355,7 +337,7 @@ pub static COMMANDS: &[CommandDef] = &[
     },
     CommandDef {
         name: c"ctr.orphans",
-        entry: entry!(spread_audit::orphans_command),
+        entry: entry!(ctr_orphans::orphans_command),
         // No keys: it lists and deletes this master's holders the orphan audit reported,
         // whatever their slots (each deleted through the server's routing check).
         flags: c"write admin",
@@ -369,7 +351,7 @@ pub static COMMANDS: &[CommandDef] = &[
     },
     CommandDef {
         name: c"ctr.gather",
-        entry: entry!(spread_gather::answer_link_request),
+        entry: entry!(ctr_gather::answer_link_request),
         // No keys: the holders it reads may sit in any slot this master serves, each read
         // through the server's routing check and the caller's ACL rights.
         flags: c"readonly",
@@ -685,14 +667,7 @@ pub fn register(
         crate::command_info::set(ctx, def)?;
     }
     acl_categories::set_all(ctx, COMMANDS);
-    ctr_spread::register(ctx);
-    spread_transfer::register(ctx);
-    spread_collect::register(ctx);
-    spread_audit::register(ctx);
-    holder_check::register(ctx);
-    floor_moves::register(ctx);
-    keyspace::register(ctx);
-    slot_migration::register(ctx);
+    crate::runtime::register(ctx);
     Ok(internal)
 }
 

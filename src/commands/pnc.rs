@@ -95,11 +95,12 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     // its effect too: Redis sends the slot's snapshot as RESTOREs, which drop the home record,
     // so the add replayed verbatim there would find no home slot (and be lost with an error
     // on the import's stream).
-    let form = if form == Form::Verbatim && super::slot_migration::moving_key(args.bytes(1)) {
-        Form::Effect
-    } else {
-        form
-    };
+    let form =
+        if form == Form::Verbatim && crate::runtime::slot_migration::moving_key(args.bytes(1)) {
+            Form::Effect
+        } else {
+            form
+        };
     // Only the effect needs the home, after the lock is released (a keyspace event handler may
     // run a PNC command).
     let stamped = (outcome.changed && form == Form::Effect).then(|| current.clone());

@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::ctr_args::{parse_decrement, parse_floor, AMOUNT_NOT_POSITIVE};
-use super::ctr_store::TOKEN_REUSED;
 use super::parse::{integer, SYNTAX_ERROR};
 use super::pnc_store::{check_arity, origin, replicate_apply_with, write, Origin, Outcome};
 use crate::ffi::{random_bytes, Args, CommandError, CommandResult, Ctx, RawString, Reply};
 use crate::metrics::{PNC_DECR_GRANTED, PNC_DECR_REFUSED};
 use crate::persist::pnc_format;
 use crate::pncounter::{identity, BoundError, Decrement, Home, LedgerEntry, PnCounter, ReplicaId};
+use crate::runtime::ctr_store::TOKEN_REUSED;
 
 /// The internal command that carries the exact state PNC.FLOOR and PNC.GIVE leave.
 const SETSTATE_COMMAND: &std::ffi::CStr = c"PNC.SETSTATE";

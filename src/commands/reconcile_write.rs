@@ -2,11 +2,11 @@
 //! (`ctr_reconcile.rs`) and of a spread home (`spread_reconcile.rs`), which each import it, so
 //! that neither imports the other.
 
-use super::ctr_store::{update_counter, Write};
 use crate::counter::{ReconcileOp, Repair};
 use crate::ffi::{CommandError, Key, Reply};
 use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
+use crate::runtime::ctr_store::{update_counter, Write};
 
 /// `[value, drift]`: the drift is an integer, or its exact decimal text (a bulk string, which
 /// every client reads) in the rare case that it lies outside the i64 range: a counter near one

@@ -14,15 +14,15 @@
 //! holders hold budgets that lowering the home cannot take back.
 
 use super::ctr_spread::TotalWrite;
-use super::ctr_store::{
-    created_with_ttl, finish_clear, is_missing, open_for_write, update_counter, Write,
-};
-use super::spread_transfer::serves;
 use crate::counter::{ClearTotalOp, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{CommandError, CommandResult, Ctx, Key, KeyContent, KeyName, Reply};
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
 use crate::persist::effect::CounterOp;
+use crate::runtime::ctr_store::{
+    created_with_ttl, finish_clear, is_missing, open_for_write, update_counter, Write,
+};
+use crate::runtime::spread_transfer::serves;
 
 /// True when `key` (open, a counter or missing) is a spread home: holders, current or still
 /// folding back. A replayed command never gathers (it would not be one: clears replicate as
@@ -66,8 +66,8 @@ pub fn clear(ctx: Ctx, w: &Write, key: Key) -> CommandResult {
 /// command; in one, in a callback, which the server's pause of writes does not hold back, and
 /// after the home's master may have failed over or its slot moved while the holders were read.
 pub(super) fn refuse_unless_still_served(ctx: Ctx, home: &[u8]) -> Result<(), CommandError> {
-    if super::spread_cluster::in_cluster(ctx)
-        && (!serves(ctx, home) || super::replication_gate::paused())
+    if crate::runtime::spread_cluster::in_cluster(ctx)
+        && (!serves(ctx, home) || crate::runtime::replication_gate::paused())
     {
         return Err(CommandError(
             format!(

@@ -8,13 +8,13 @@
 //! while another master is down or frozen. Client libraries refresh their holder lists with it.
 
 use super::ctr_spread::refuse_holder;
-use super::ctr_store::{is_missing, with_counter};
-use super::holder_check::{self, look_alike_error, Checked, Rerun};
-use super::home_names::living_home;
-use super::spread_cluster::in_cluster;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
+use crate::runtime::ctr_store::{is_missing, with_counter};
+use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
+use crate::runtime::home_names::living_home;
+use crate::runtime::spread_cluster::in_cluster;
 
 /// CTR.HOLDERS key
 ///

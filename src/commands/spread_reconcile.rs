@@ -10,11 +10,11 @@
 //! against a plain overwrite.
 
 use super::ctr_spread::{write_total, TotalWrite};
-use super::ctr_store::{open_for_write, with_counter, Write};
 use super::reconcile_write::{reply, write_reconcile};
 use super::spread_clear::refuse_unless_still_served;
 use crate::counter::{CounterError, CounterRef, ReconcileOp};
 use crate::ffi::{CommandError, CommandResult, Ctx, KeyName, RawString};
+use crate::runtime::ctr_store::{open_for_write, with_counter, Write};
 
 /// `AT` (or an implied watermark) on a spread home.
 pub const AT_ON_SPREAD: CommandError = CommandError::fixed(

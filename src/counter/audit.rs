@@ -1,4 +1,4 @@
-//! The orphan audit, the pure rules (the glue is `crate::commands::spread_audit`, the bus
+//! The orphan audit, the pure rules (the glue is `crate::runtime::spread_audit`, the bus
 //! payloads `crate::persist::audit_msg`): the backstop of collections (`collect`).
 //!
 //! A collection lives in the memory of the master that saw the home go. It is lost when that

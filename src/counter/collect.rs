@@ -1,5 +1,5 @@
 //! Collecting the holders of a spread counter whose home is gone, the pure rules (the glue is
-//! `crate::commands::spread_collect`, the bus messages `crate::persist::collect_msg`).
+//! `crate::runtime::spread_collect`, the bus messages `crate::persist::collect_msg`).
 //!
 //! A home deleted (`DEL`, `UNLINK`, expiry, eviction, `FLUSHALL`/`FLUSHDB`) or overwritten
 //! takes the whole counter with it; its holders, on every master, are then deleted too:

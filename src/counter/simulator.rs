@@ -2,7 +2,7 @@
 //! TigerBeetle's VOPR are the models): the pure core's rules (`transfer.rs`: what a key has to
 //! send, a credit's outcome, an answer's effect, seals, shrinks, budget moves) driven through
 //! seeded random schedules on simulated masters, each with a lagging replica, the way the
-//! Redis glue (`commands::spread_transfer`) drives them:
+//! Redis glue (`runtime::spread_transfer`) drives them:
 //!
 //! - messages (seal requests, credits, answers) lost, duplicated, reordered and delayed;
 //! - a key's messages leave its master only once its replica holds the key's last write, and

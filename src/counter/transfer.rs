@@ -1,6 +1,6 @@
 //! Transfers between counters, the pure part: moving a pair (dv value units, df floor units)
 //! from a *giver* key to a *receiver* key, possibly on another master, with no unit lost or
-//! counted twice. The glue (`crate::commands::spread_transfer`) drives it; folds of spread
+//! counted twice. The glue (`crate::runtime::spread_transfer`) drives it; folds of spread
 //! counters (shrinking) are built on it, and so are budget moves between holders.
 //!
 //! A transfer is two ordinary replicated writes sharing one id (giver name, seq):

@@ -91,7 +91,7 @@ pub type LoadedHome = (c_int, Vec<u8>, Vec<u8>, u64);
 
 thread_local! {
     /// Homes loaded under another name than their holders carry, until the renamed-home table
-    /// of the glue (`commands::home_names`) takes them.
+    /// of the glue (`runtime::home_names`) takes them.
     static LOADED_HOMES: std::cell::RefCell<std::collections::VecDeque<LoadedHome>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
@@ -239,7 +239,7 @@ pub fn take_unlinked() -> Vec<Unlinked> {
 /// Called by the server when a key holding a counter is unlinked from the keyspace. Only a
 /// spread home (holders current or still folding back) matters: what it leaves to collect is
 /// stashed for the keyspace event that follows, which says whether the counter is gone or
-/// lives on under another name (the collector, `crate::commands::spread_collect`, takes it
+/// lives on under another name (the collector, `crate::runtime::spread_collect`, takes it
 /// with [`take_unlinked`] at that event: the type's callbacks never call into the commands).
 ///
 /// When the server calls it (read in the sources: Redis 7.0.15 `db.c`, `module.c`,

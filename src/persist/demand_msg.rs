@@ -1,5 +1,5 @@
 //! The cluster-bus messages that move budget toward demand between the holders of a floored
-//! spread counter across masters (see `commands::floor_moves`):
+//! spread counter across masters (see `runtime::floor_moves`):
 //!
 //! ```text
 //! notice: u8 version (= 1), (uvarint len, home)

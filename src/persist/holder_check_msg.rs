@@ -1,6 +1,6 @@
 //! The cluster-bus messages of a holder check: before a client's write creates a key named like
 //! a holder, the key's master asks the master of the home that name carries whether that home
-//! lists it (`crate::commands::holder_check`).
+//! lists it (`crate::runtime::holder_check`).
 //!
 //! ```text
 //! request:  u8 version (= 1), u64 LE request id, (uvarint len, holder name)

@@ -17,6 +17,8 @@ pub mod pnc_type;
 pub mod resp;
 pub mod step_msg;
 pub mod transfer_msg;
+#[cfg(test)]
+mod wire_bytes;
 
 use redis_module::raw;
 

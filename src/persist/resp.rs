@@ -1,4 +1,4 @@
-//! The RESP2 a read link speaks (see `commands::read_links`): commands encoded as arrays of bulk
+//! The RESP2 a read link speaks (see `runtime::read_links`): commands encoded as arrays of bulk
 //! strings, and the replies they get back, parsed incrementally from a byte buffer. Only the
 //! reply kinds the link's own commands get are accepted (simple strings, errors, integers, bulk
 //! strings); anything else is invalid and the link is closed.

@@ -2,7 +2,10 @@
 //! API and no globals, driven by the runtime (`src/commands`' timers and bus receivers) and by
 //! unit tests. `timeout.rs` is the one timeout type (a deadline, or a resend that backs off);
 //! `exchange.rs` the one request/response exchange (ids from a random start, matching,
-//! deadlines, resends) that the gather, the holder check and the budget poll each own.
+//! deadlines, resends) that the gather, the holder check and the budget poll each own;
+//! `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
+//! writes).
 
 pub mod exchange;
+pub mod messages;
 pub mod timeout;

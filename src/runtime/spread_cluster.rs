@@ -13,6 +13,7 @@ use redis_module::raw;
 use crate::counter::spread::{SlotOwners, SLOTS};
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
+use crate::protocol::messages::MessageKind;
 
 /// A cluster node id (40 hex characters).
 pub type NodeId = [u8; 40];
@@ -468,7 +469,7 @@ fn slot_number(reply: Option<ReplyRef>) -> Option<usize> {
 
 /// Sends a bus message; false when the node is unknown or has no link right now (delivery is
 /// best effort even when true).
-pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]) -> bool {
+pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: MessageKind, payload: &[u8]) -> bool {
     let Ok(len) = u32::try_from(payload.len()) else {
         return false;
     };
@@ -480,7 +481,7 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
         rm!(RedisModule_SendClusterMessage)(
             ctx,
             target.as_ptr().cast(),
-            kind,
+            kind.byte(),
             payload.as_ptr().cast(),
             len,
         )
@@ -488,48 +489,10 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, to: &NodeId, kind: u8, payload: &[u8]
     status == raw::REDISMODULE_OK as c_int
 }
 
-/// What receives some kinds of bus message, as Rust values (after [`on_bus_message`]'s checks,
-/// with a panic contained): one implementation per file that owns those kinds.
-pub trait BusReceiver {
-    /// The receiver's name in the panic log and `ctr.debug-panic-in` (one of
-    /// [`crate::guard::CALLBACKS`]).
-    const CALLBACK: &'static str;
-    /// True when handling a message may write (and so replicate): such messages are dropped
-    /// while the server pauses writes (`replication_gate::paused`; the senders resend).
-    const WRITES: bool = true;
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]);
-}
-
-/// Registers `R` as the server's receiver of the bus messages of each of `kinds` (from the
-/// module's load).
-pub fn register_receiver<R: BusReceiver>(ctx: *mut raw::RedisModuleCtx, kinds: &[u8]) {
-    for &kind in kinds {
-        // SAFETY: called from OnLoad with its live context.
-        unsafe { rm!(RedisModule_RegisterClusterMessageReceiver)(ctx, kind, Some(receive::<R>)) };
-    }
-}
-
-/// The server's callback for the bus messages `R` receives.
-unsafe extern "C" fn receive<R: BusReceiver>(
-    ctx: *mut raw::RedisModuleCtx,
-    sender: *const c_char,
-    kind: u8,
-    payload: *const std::ffi::c_uchar,
-    len: u32,
-) {
-    if R::WRITES && super::replication_gate::paused() {
-        return;
-    }
-    // SAFETY: the server passes the sender's 40-byte id and len payload bytes.
-    unsafe {
-        on_bus_message(ctx, R::CALLBACK, sender, payload, len, |c, from, bytes| {
-            R::receive(c, from, kind, bytes)
-        })
-    }
-}
-
-/// What every bus receiver does: hands `handle` the sender's id and the payload as Rust
-/// values, and contains a panic (a defect, which must not take the server down).
+/// The server's callback for every bus message of this module (one receiver, registered for
+/// each kind of the table by `bus`): hands `handle` the sender's id and the payload as Rust
+/// values, and contains a panic (a defect, which must not take the server down) under
+/// `callback`'s name.
 ///
 /// # Safety
 /// As [`received`]; `ctx` is the receiver's live context.

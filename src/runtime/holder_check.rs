@@ -44,10 +44,11 @@ use crate::guard::guard;
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
 use crate::protocol::exchange::Exchange;
+use crate::protocol::messages::MessageKind;
 use crate::protocol::timeout::Timeout;
 
-const MSG_REQUEST: u8 = 0xD5;
-const MSG_RESPONSE: u8 = 0xD6;
+const MSG_REQUEST: MessageKind = MessageKind::HolderCheckRequest;
+const MSG_RESPONSE: MessageKind = MessageKind::HolderCheckResponse;
 
 /// How often pending checks are looked at for their deadline.
 const TICK_MS: i64 = 100;
@@ -378,32 +379,25 @@ unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 
 /// The bus messages: a request (answered with this master's verdict) and a response (ends the
 /// check it answers, when it comes from the master asked).
-struct Messages;
-
-impl cluster::BusReceiver for Messages {
-    const CALLBACK: &'static str = "bus-holder-check";
-    // Verdicts read; a listed write runs from its reply callback, which checks the pause.
-    const WRITES: bool = false;
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        match kind {
-            MSG_REQUEST => {
-                let Ok((id, holder)) = msg::decode_request(payload) else {
-                    return; // malformed: the asker's write goes on at its deadline
-                };
-                let response = msg::encode_response(id, verdict(ctx, holder));
-                cluster::send(ctx.ptr, &from, MSG_RESPONSE, &response);
-            }
-            MSG_RESPONSE => {
-                let Ok((id, verdict)) = msg::decode_response(payload) else {
-                    return;
-                };
-                let asked = CHECKS.with(|c| c.borrow().exchange.get(id).map(|p| p.asked));
-                if asked == Some(Some(from)) {
-                    resolve(id, verdict);
-                }
-            }
-            _ => {}
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
+    match kind {
+        MSG_REQUEST => {
+            let Ok((id, holder)) = msg::decode_request(payload) else {
+                return; // malformed: the asker's write goes on at its deadline
+            };
+            let response = msg::encode_response(id, verdict(ctx, holder));
+            cluster::send(ctx.ptr, &from, MSG_RESPONSE, &response);
         }
+        MSG_RESPONSE => {
+            let Ok((id, verdict)) = msg::decode_response(payload) else {
+                return;
+            };
+            let asked = CHECKS.with(|c| c.borrow().exchange.get(id).map(|p| p.asked));
+            if asked == Some(Some(from)) {
+                resolve(id, verdict);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -490,9 +484,4 @@ unsafe extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_vo
         let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
         guard(ctx, "holder-check-free", || drop(outcome));
     }
-}
-
-/// Registers the bus receivers (harmless outside a cluster).
-pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(ctx, &[MSG_REQUEST, MSG_RESPONSE]);
 }

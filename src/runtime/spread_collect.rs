@@ -72,9 +72,10 @@ use crate::guard::guard;
 use crate::metrics;
 use crate::persist::collect_msg;
 use crate::persist::ctr_type::ctr_type;
+use crate::protocol::messages::MessageKind;
 
-const MSG_COLLECT: u8 = 0xCC;
-const MSG_COLLECTED: u8 = 0xCD;
+const MSG_COLLECT: MessageKind = MessageKind::Collect;
+const MSG_COLLECTED: MessageKind = MessageKind::Collected;
 
 /// The timer's period (also the resend period: `collect::RESEND_MS`).
 const TICK_MS: i64 = 100;
@@ -223,7 +224,7 @@ fn claim(lefts: Vec<Left>) {
     }
 }
 
-pub(super) fn select_db(ctx: Ctx, db: c_int) -> bool {
+pub(crate) fn select_db(ctx: Ctx, db: c_int) -> bool {
     // SAFETY: ctx is live.
     unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
 }
@@ -484,7 +485,7 @@ fn collect_here(ctx: Ctx, collections: &[Collection], budget: usize) -> Vec<Coll
 
 /// `DEL name` through the server (`!`: replicated to the replicas and the AOF, with its
 /// keyspace event); true when it ran.
-pub(super) fn delete(ctx: Ctx, name: &[u8]) -> bool {
+pub(crate) fn delete(ctx: Ctx, name: &[u8]) -> bool {
     // SAFETY: ctx is live; "b" takes (pointer, length).
     let reply = unsafe {
         rm!(RedisModule_Call)(
@@ -533,7 +534,8 @@ fn on_answer(answered: &[Collection]) {
     metrics::COLLECTIONS_PENDING.set(s.pending.len() as u64);
 }
 
-fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+/// Receives this file's bus messages (from `bus`, the one receiver).
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
     match kind {
         MSG_COLLECT => {
             let Ok(collections) = collect_msg::decode(payload) else {
@@ -561,16 +563,6 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
             }
         }
         _ => {}
-    }
-}
-
-/// This file's bus messages.
-struct Messages;
-
-impl cluster::BusReceiver for Messages {
-    const CALLBACK: &'static str = "bus-collect";
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        handle(ctx, from, kind, payload);
     }
 }
 
@@ -703,7 +695,6 @@ unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
 /// Registers the bus receivers and the flush event, and starts the timer (from the module's
 /// load). The keyspace events reach [`on_event`] through `spread_transfer`'s subscription.
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(ctx, &[MSG_COLLECT, MSG_COLLECTED]);
     let flush = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_FLUSHDB,
         dataver: 1,

@@ -50,11 +50,12 @@ use crate::guard::guard;
 use crate::metrics;
 use crate::persist::gather_msg::{self, HolderAnswer};
 use crate::protocol::exchange::Exchange;
+use crate::protocol::messages::MessageKind;
 use crate::protocol::timeout::Timeout;
 
 /// Bus message types (0-254): a gather request and its response.
-const MSG_GATHER_REQUEST: u8 = 0xC7;
-const MSG_GATHER_RESPONSE: u8 = 0xC8;
+const MSG_GATHER_REQUEST: MessageKind = MessageKind::GatherRequest;
+const MSG_GATHER_RESPONSE: MessageKind = MessageKind::GatherResponse;
 
 const CANNOT_BLOCK: CommandError = CommandError::fixed(
     "ERR spread counter total needs a gather from other masters, which cannot wait inside MULTI/EXEC or a script (read it outside, or set ctr.gather-cache-ms)",
@@ -135,7 +136,7 @@ fn unlisted(c: CounterRef, holders: &[Vec<u8>]) -> Vec<usize> {
         .collect()
 }
 
-pub(super) fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
+pub(crate) fn names_reply<'a>(home: &[u8], holders: impl Iterator<Item = &'a Vec<u8>>) -> Reply {
     let mut names = vec![Reply::Bulk(home.to_vec())];
     names.extend(holders.map(|h| Reply::Bulk(h.clone())));
     Reply::Array(names)
@@ -757,7 +758,7 @@ const CACHE_LIMIT: usize = 10_000;
 /// Bound on the bytes of holder names cached; past it the cache starts over.
 const CACHE_NAME_BYTES: usize = 64 << 20;
 
-pub(super) fn forget_cached(home: &[u8]) {
+pub(crate) fn forget_cached(home: &[u8]) {
     let gone = CACHE.with(|c| c.borrow_mut().remove(home));
     if let Some(g) = gone {
         CACHE_BYTES.with(|b| b.set(b.get().saturating_sub(g.name_bytes())));
@@ -1246,18 +1247,11 @@ fn unblock(bc: *mut raw::RedisModuleBlockedClient, result: CommandResult) {
 
 /// The gather's bus messages: a request (answered for each holder this node serves) and a
 /// response (recorded; once every master has answered, the reads waiting are unblocked).
-struct GatherMessages;
-
-impl cluster::BusReceiver for GatherMessages {
-    const CALLBACK: &'static str = "bus-gather";
-    // Answers read; a finished gather's clear refuses while writes are paused (spread_clear).
-    const WRITES: bool = false;
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        match kind {
-            MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),
-            MSG_GATHER_RESPONSE => record_gather_answers(ctx, from, payload),
-            _ => {}
-        }
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
+    match kind {
+        MSG_GATHER_REQUEST => answer_gather(ctx, from, payload),
+        MSG_GATHER_RESPONSE => record_gather_answers(ctx, from, payload),
+        _ => {}
     }
 }
 
@@ -1269,8 +1263,8 @@ fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
 }
 
 /// The response to a gather request's bytes (None: malformed), each holder read with the
-/// rights of `caller`.
-fn answer_request(ctx: Ctx, bytes: &[u8], caller: Caller) -> Option<Vec<u8>> {
+/// rights of `caller`: a bus request's (the module's), or `CTR.GATHER`'s calling client's.
+pub fn answer_request(ctx: Ctx, bytes: &[u8], caller: Caller) -> Option<Vec<u8>> {
     let (id, names) = gather_msg::decode_request(bytes).ok()?;
     let answers: Vec<HolderAnswer> = names
         .iter()
@@ -1278,18 +1272,6 @@ fn answer_request(ctx: Ctx, bytes: &[u8], caller: Caller) -> Option<Vec<u8>> {
         .collect();
     metrics::GATHER_REQUESTS_SERVED.incr();
     Some(gather_msg::encode_response(id, &answers))
-}
-
-/// `CTR.GATHER request`: a gather request from another node's read link, answered with the
-/// response's bytes. Each holder is read with the calling client's ACL rights, through the
-/// server's routing check, as a bus request is.
-pub fn answer_link_request(ctx: Ctx, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(super::wrong_arity("ctr.gather"));
-    }
-    answer_request(ctx, args.bytes(1), Caller::Client)
-        .map(Reply::Bulk)
-        .ok_or(CommandError::fixed("ERR malformed gather request"))
 }
 
 fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
@@ -1496,7 +1478,6 @@ unsafe extern "C" fn free_result(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
 
 /// Registers the bus receivers (harmless outside a cluster).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<GatherMessages>(ctx, &[MSG_GATHER_REQUEST, MSG_GATHER_RESPONSE]);
     read_links::register(ctx, on_link_delivery);
 }
 

@@ -53,14 +53,15 @@ use crate::config::{AUDIT_INTERVAL_MS, ORPHAN_GRACE_MS};
 use crate::counter::audit::{self, Answer, Audit, Question};
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{CounterCell, CounterRef};
-use crate::ffi::{rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, Reply};
+use crate::ffi::{rm, string_bytes, Ctx, KeyName};
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::audit_msg;
 use crate::persist::ctr_type::ctr_type;
+use crate::protocol::messages::MessageKind;
 
-const MSG_ASK: u8 = 0xCE;
-const MSG_ANSWER: u8 = 0xCF;
+const MSG_ASK: MessageKind = MessageKind::AuditAsk;
+const MSG_ANSWER: MessageKind = MessageKind::AuditAnswer;
 
 const TICK_MS: i64 = 100;
 /// Keys one tick reads at most, and the most main-thread time it walks.
@@ -289,75 +290,61 @@ fn on_answer(ctx: Ctx, q: &Question, answer: Answer, now: i64) {
     ));
 }
 
-/// CTR.ORPHANS [DELETE spread-id]
-///
-/// Without arguments: the spreads this master's audit reports as orphans, each as
-/// `[spread id (16 hex digits), carried home name, [holder names here], reported since (ms)]`.
-/// `DELETE id`: the operator's order to delete this master's holders of that reported spread
-/// (each read again: still a holder of exactly that spread id and carried home, in a slot this
-/// master serves); replies how many keys went. An id that is not reported here is an error and
-/// deletes nothing.
-pub fn orphans_command(ctx: Ctx, args: &Args) -> CommandResult {
-    match args.len() {
-        1 => Ok(Reply::Array(AUDIT.with(|a| {
-            a.borrow()
-                .orphans()
-                .map(|(q, holders, since)| {
-                    Reply::Array(vec![
-                        Reply::Bulk(format!("{:016x}", q.spread_id).into_bytes()),
-                        Reply::Bulk(q.home.clone()),
-                        Reply::Array(holders.iter().cloned().map(Reply::Bulk).collect()),
-                        Reply::Integer(since),
-                    ])
-                })
-                .collect()
-        }))),
-        3 if args.bytes(1).eq_ignore_ascii_case(b"delete") => {
-            let id = parse_spread_id(args.bytes(2))?;
-            let taken = AUDIT.with(|a| a.borrow_mut().take_orphans(id));
-            if taken.is_empty() {
-                return Err(CommandError(
-                    format!("ERR no orphaned spread {id:016x} is reported on this node").into(),
-                ));
-            }
-            let count = AUDIT.with(|a| a.borrow().orphan_count());
-            metrics::ORPHANS_REPORTED.set(count as u64);
-            select_db(ctx, 0);
-            let mut deleted = 0;
-            for c in &taken {
-                let q = Question {
-                    spread_id: c.spread_id,
-                    home: c.home.clone(),
-                };
-                for name in &c.holders {
-                    if still_asked_with(ctx, name, &q) && delete(ctx, name) {
-                        deleted += 1;
-                    }
-                }
-            }
-            metrics::ORPHAN_HOLDERS_DELETED.add(deleted);
-            ctx.log_warning(&format!(
-                "ctr: CTR.ORPHANS DELETE {id:016x} deleted {deleted} holder(s) of that spread"
-            ));
-            Ok(Reply::Integer(deleted as i64))
-        }
-        2 | 3 => Err(CommandError::fixed("ERR syntax error")),
-        _ => Err(super::wrong_arity("ctr.orphans")),
-    }
+/// A spread this master's audit reports as an orphan.
+pub struct Orphan {
+    pub spread_id: u64,
+    /// The home name its holders carry.
+    pub home: Vec<u8>,
+    /// Its holders on this master.
+    pub holders: Vec<Vec<u8>>,
+    /// When it was first reported (ms).
+    pub since_ms: i64,
 }
 
-/// A spread id as `CTR.ORPHANS` lists it: 1 to 16 hex digits, not 0.
-fn parse_spread_id(word: &[u8]) -> Result<u64, CommandError> {
-    let bad =
-        || CommandError::fixed("ERR invalid spread id (16 hex digits, as CTR.ORPHANS lists it)");
-    if word.is_empty() || word.len() > 16 {
-        return Err(bad());
+/// The spreads this master's audit reports as orphans (`CTR.ORPHANS`).
+pub fn orphans() -> Vec<Orphan> {
+    AUDIT.with(|a| {
+        a.borrow()
+            .orphans()
+            .map(|(q, holders, since_ms)| Orphan {
+                spread_id: q.spread_id,
+                home: q.home.clone(),
+                holders: holders.to_vec(),
+                since_ms,
+            })
+            .collect()
+    })
+}
+
+/// The operator's order (`CTR.ORPHANS DELETE id`): deletes this master's holders of the
+/// reported spread `id`, each read again (still a holder of exactly that spread id and carried
+/// home, in a slot this master serves). How many keys went; None when `id` is not reported
+/// here (nothing deleted).
+pub fn delete_orphans(ctx: Ctx, id: u64) -> Option<u64> {
+    let taken = AUDIT.with(|a| a.borrow_mut().take_orphans(id));
+    if taken.is_empty() {
+        return None;
     }
-    let text = std::str::from_utf8(word).map_err(|_| bad())?;
-    match u64::from_str_radix(text, 16) {
-        Ok(id) if id != 0 => Ok(id),
-        _ => Err(bad()),
+    let count = AUDIT.with(|a| a.borrow().orphan_count());
+    metrics::ORPHANS_REPORTED.set(count as u64);
+    select_db(ctx, 0);
+    let mut deleted = 0;
+    for c in &taken {
+        let q = Question {
+            spread_id: c.spread_id,
+            home: c.home.clone(),
+        };
+        for name in &c.holders {
+            if still_asked_with(ctx, name, &q) && delete(ctx, name) {
+                deleted += 1;
+            }
+        }
     }
+    metrics::ORPHAN_HOLDERS_DELETED.add(deleted);
+    ctx.log_warning(&format!(
+        "ctr: CTR.ORPHANS DELETE {id:016x} deleted {deleted} holder(s) of that spread"
+    ));
+    Some(deleted)
 }
 
 /// True when `name` is still a holder this master serves that the walk would ask about with
@@ -395,7 +382,8 @@ fn send_answers(ctx: Ctx, to: &NodeId, answers: &[(Question, Answer)]) {
     }
 }
 
-fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+/// Receives this file's bus messages (from `bus`, the one receiver).
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
     match kind {
         MSG_ASK => {
             let Ok(questions) = audit_msg::decode_ask(payload) else {
@@ -438,16 +426,6 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
     }
 }
 
-/// This file's bus messages.
-struct Messages;
-
-impl cluster::BusReceiver for Messages {
-    const CALLBACK: &'static str = "bus-audit";
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        handle(ctx, from, kind, payload);
-    }
-}
-
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     // A panic here is a defect; it must not take the server down or stop the timer.
     guard(ctx, "audit-tick", || tick(Ctx { ptr: ctx }));
@@ -461,6 +439,5 @@ fn arm(ctx: *mut raw::RedisModuleCtx) {
 
 /// Registers the bus receivers and starts the timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(ctx, &[MSG_ASK, MSG_ANSWER]);
     arm(ctx);
 }

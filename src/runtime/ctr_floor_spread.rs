@@ -136,7 +136,7 @@ pub fn spread_floored_across_masters(
 
 /// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
 /// resulting state.
-pub(super) fn write_floor(
+pub(crate) fn write_floor(
     ctx: Ctx,
     key_name: RawString,
     floor: i64,

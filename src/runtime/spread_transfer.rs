@@ -61,11 +61,12 @@ use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
+use crate::protocol::messages::MessageKind;
 use crate::protocol::timeout::Timeout;
 
-const MSG_SEAL: u8 = 0xC9;
-const MSG_CREDIT: u8 = 0xCA;
-const MSG_ACK: u8 = 0xCB;
+const MSG_SEAL: MessageKind = MessageKind::Seal;
+const MSG_CREDIT: MessageKind = MessageKind::Credit;
+const MSG_ACK: MessageKind = MessageKind::Ack;
 
 /// The registry's timer period, the first resend delay, and the longest one.
 const TICK_MS: i64 = 100;
@@ -312,7 +313,7 @@ pub fn is_master(ctx: Ctx) -> bool {
 
 /// Where a message about `name` goes: None when this server serves it (always outside a
 /// cluster), else the master serving its slot. Err when no master is known for it now.
-pub(super) fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
+pub(crate) fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandError> {
     if !cluster::in_cluster(ctx) {
         return Ok(None);
     }
@@ -325,7 +326,7 @@ pub(super) fn route(ctx: Ctx, name: &[u8]) -> Result<Option<NodeId>, CommandErro
 /// nor a credit stranded in a slot this node is giving up), nor in an atomic slot migration
 /// either way (`slot_migration`, rule 1: a write the source made once the handoff began would
 /// reach no snapshot nor stream, and be lost with the trimmed key after it was acknowledged).
-pub(super) fn serves(ctx: Ctx, name: &[u8]) -> bool {
+pub(crate) fn serves(ctx: Ctx, name: &[u8]) -> bool {
     is_master(ctx)
         && matches!(route(ctx, name), Ok(None))
         && (!cluster::in_cluster(ctx)
@@ -333,7 +334,7 @@ pub(super) fn serves(ctx: Ctx, name: &[u8]) -> bool {
 }
 
 /// Sends one message toward the master of `to_key`, or handles it here when that is us.
-fn deliver(ctx: Ctx, to_key: &[u8], kind: u8, payload: &[u8]) {
+fn deliver(ctx: Ctx, to_key: &[u8], kind: MessageKind, payload: &[u8]) {
     match route(ctx, to_key) {
         Ok(None) => handle(ctx, None, kind, payload),
         Ok(Some(node)) => {
@@ -343,7 +344,7 @@ fn deliver(ctx: Ctx, to_key: &[u8], kind: u8, payload: &[u8]) {
     }
 }
 
-fn handle(ctx: Ctx, from: Option<NodeId>, kind: u8, payload: &[u8]) {
+fn handle(ctx: Ctx, from: Option<NodeId>, kind: MessageKind, payload: &[u8]) {
     let _ = match kind {
         MSG_SEAL => msg::decode_seal(payload).map(|m| on_seal(ctx, m)),
         MSG_CREDIT => msg::decode_credit(payload).map(|m| on_credit(ctx, from, m)),
@@ -766,15 +767,10 @@ unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     crate::guard::guard(ctx, "transfer-tick", || tick(c));
 }
 
-/// This file's bus messages.
-struct Messages;
-
-impl cluster::BusReceiver for Messages {
-    const CALLBACK: &'static str = "bus-transfer";
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        handle(ctx, Some(from), kind, payload);
-        tick_soon(ctx);
-    }
+/// Receives this file's bus messages (from `bus`, the one receiver).
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
+    handle(ctx, Some(from), kind, payload);
+    tick_soon(ctx);
 }
 
 /// After `RENAME` or `MOVE` (the key's `rename_to` / `move_to` event): a key keeps its
@@ -793,6 +789,5 @@ pub fn track_key(ctx: Ctx, key: RawString) {
 
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(ctx, &[MSG_SEAL, MSG_CREDIT, MSG_ACK]);
     arm(ctx);
 }

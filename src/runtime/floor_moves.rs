@@ -45,13 +45,14 @@ use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::metrics;
 use crate::persist::demand_msg::{self as msg, Give, Headroom, HolderDemand};
 use crate::protocol::exchange::Exchange;
+use crate::protocol::messages::MessageKind;
 use crate::protocol::timeout::Timeout;
 
-const MSG_NOTICE: u8 = 0xD0;
-const MSG_POLL: u8 = 0xD1;
-const MSG_ANSWER: u8 = 0xD2;
-const MSG_GIVE: u8 = 0xD3;
-const MSG_HEADROOM: u8 = 0xD4;
+const MSG_NOTICE: MessageKind = MessageKind::DemandNotice;
+const MSG_POLL: MessageKind = MessageKind::DemandPoll;
+const MSG_ANSWER: MessageKind = MessageKind::DemandAnswer;
+const MSG_GIVE: MessageKind = MessageKind::DemandGive;
+const MSG_HEADROOM: MessageKind = MessageKind::Headroom;
 
 /// How long the home's master waits for every master's answer before dropping a poll.
 const POLL_TIMEOUT_MS: i64 = 1_000;
@@ -140,22 +141,29 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     for (node, names) in &polls {
         cluster::send(ctx.ptr, node, MSG_POLL, &msg::encode_poll(id, home, names));
     }
-    // SAFETY: ctx is live; the timer carries no data.
+    // SAFETY: ctx is live; the timer's data is the poll id, not a pointer.
     unsafe {
         rm!(RedisModule_CreateTimer)(
             ctx.ptr,
             POLL_TIMEOUT_MS,
             Some(on_poll_timeout),
-            std::ptr::null_mut(),
+            id as usize as *mut c_void,
         )
     };
 }
 
-/// Timer (one per poll, at its deadline): drops the polls past their deadline.
-unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+/// Timer (one per poll, at its deadline): drops that poll if unanswered, and any other past
+/// its deadline. By id, not by the clock alone: the cached clock may read a little earlier
+/// than the timer's, and a poll left behind would keep its home from being polled again.
+unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let id = data as usize as u64;
     crate::guard::guard(ctx, "floor-poll-timeout", || {
         let now = Ctx { ptr: ctx }.now_ms();
-        POLLS.with(|p| p.borrow_mut().expired(now))
+        POLLS.with(|p| {
+            let mut polls = p.borrow_mut();
+            polls.end(id);
+            polls.expired(now);
+        })
     });
 }
 
@@ -307,7 +315,7 @@ fn on_answer(ctx: Ctx, from: NodeId, payload: &[u8]) {
     }
 }
 
-fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
+fn handle(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
     match kind {
         MSG_NOTICE => {
             if let Ok(home) = msg::decode_notice(payload) {
@@ -331,23 +339,10 @@ fn handle(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
     }
 }
 
-/// This file's bus messages.
-struct Messages;
-
-impl cluster::BusReceiver for Messages {
-    const CALLBACK: &'static str = "bus-floor-moves";
-    fn receive(ctx: Ctx, from: NodeId, kind: u8, payload: &[u8]) {
-        handle(ctx, from, kind, payload);
-        transfer::tick_soon(ctx);
-    }
-}
-
-/// Registers the bus receivers (from the module's load).
-pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    cluster::register_receiver::<Messages>(
-        ctx,
-        &[MSG_NOTICE, MSG_POLL, MSG_ANSWER, MSG_GIVE, MSG_HEADROOM],
-    );
+/// Receives this file's bus messages (from `bus`, the one receiver).
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
+    handle(ctx, from, kind, payload);
+    transfer::tick_soon(ctx);
 }
 
 /// True when a purchase of `amount` that the counter `c` at `key` cannot cover should wait for

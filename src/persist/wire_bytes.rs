@@ -1,0 +1,256 @@
+//! Golden bytes of every cluster-bus message kind (no server): a fixed message of each kind of
+//! the table (`protocol::messages`) encodes to exactly these bytes and decodes back. A cluster
+//! runs mixed module versions while it is upgraded, so a change here is a wire change: it
+//! needs a new payload version that older nodes refuse as malformed, never new meanings of old
+//! bytes.
+
+use crate::counter::audit::{Answer, Question};
+use crate::counter::collect::Collection;
+use crate::counter::rebalance::DemandMeter;
+use crate::persist::demand_msg::{Give, Headroom, HolderDemand};
+use crate::persist::gather_msg::HolderAnswer;
+use crate::persist::holder_check_msg::Verdict;
+use crate::persist::transfer_msg;
+use crate::persist::transfer_msg::{Ack, Credit, Seal};
+use crate::persist::{audit_msg, collect_msg, demand_msg, gather_msg, holder_check_msg};
+use crate::protocol::messages::MessageKind;
+use crate::protocol::messages::MessageKind as K;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const HOME: &[u8] = b"{ctr}home";
+const HOLDER: &[u8] = b"{ctr.00000000000000ab.1.0}{ctr}home";
+
+/// Each kind's encoding of its fixed message, in the table's order.
+fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
+    let question = Question {
+        spread_id: 0xab,
+        home: HOME.to_vec(),
+    };
+    let meter = DemandMeter {
+        refused_units: 7,
+        refusals: 2,
+        largest_refused: 5,
+        ..DemandMeter::default()
+    };
+    vec![
+        (
+            K::GatherRequest,
+            gather_msg::encode_request(0x1122, [HOLDER].into_iter()),
+        ),
+        (
+            K::GatherResponse,
+            gather_msg::encode_response(
+                0x1122,
+                &[
+                    HolderAnswer::Value(-3),
+                    HolderAnswer::Floored(10, 2),
+                    HolderAnswer::NotHere,
+                    HolderAnswer::Failed("WRONGTYPE".into()),
+                ],
+            ),
+        ),
+        (
+            K::Seal,
+            transfer_msg::encode_seal(&Seal {
+                home: HOME.to_vec(),
+                holder: HOLDER.to_vec(),
+                fold_id: 0x0102,
+            }),
+        ),
+        (
+            K::Credit,
+            transfer_msg::encode_credit(&Credit {
+                giver: HOLDER.to_vec(),
+                from: HOLDER.to_vec(),
+                receiver: HOME.to_vec(),
+                giver_id: 0x0304,
+                seq: 9,
+                dv: -5,
+                df: 4,
+                fold_id: 0x0102,
+            }),
+        ),
+        (
+            K::Ack,
+            transfer_msg::encode_ack(&Ack {
+                giver: HOLDER.to_vec(),
+                receiver: HOME.to_vec(),
+                seq: 9,
+                refused: true,
+            }),
+        ),
+        (
+            K::Collect,
+            collect_msg::encode(&[Collection {
+                spread_id: 0xab,
+                home: HOME.to_vec(),
+                holders: vec![HOLDER.to_vec()],
+            }]),
+        ),
+        (
+            K::Collected,
+            collect_msg::encode(&[Collection {
+                spread_id: 0xab,
+                home: HOME.to_vec(),
+                holders: vec![HOLDER.to_vec(), HOME.to_vec()],
+            }]),
+        ),
+        (
+            K::AuditAsk,
+            audit_msg::encode_ask(std::slice::from_ref(&question)),
+        ),
+        (
+            K::AuditAnswer,
+            audit_msg::encode_answers(&[(question, Answer::Gone)]),
+        ),
+        (K::DemandNotice, demand_msg::encode_notice(HOME)),
+        (
+            K::DemandPoll,
+            demand_msg::encode_poll(0x55, HOME, &[HOLDER.to_vec()]),
+        ),
+        (
+            K::DemandAnswer,
+            demand_msg::encode_answer(
+                0x55,
+                &[
+                    HolderDemand::Here {
+                        budget: 40,
+                        moving_out: 3,
+                        meter,
+                    },
+                    HolderDemand::NotHere,
+                ],
+            ),
+        ),
+        (
+            K::DemandGive,
+            demand_msg::encode_give(&Give {
+                giver: HOLDER.to_vec(),
+                receiver: HOME.to_vec(),
+                units: 12,
+            }),
+        ),
+        (
+            K::Headroom,
+            demand_msg::encode_headroom(&Headroom {
+                home: HOME.to_vec(),
+                spread_id: 0xab,
+                units: 300,
+                round_ms: 1_700_000_000_000,
+            }),
+        ),
+        (
+            K::HolderCheckRequest,
+            holder_check_msg::encode_request(0x77, HOLDER),
+        ),
+        (
+            K::HolderCheckResponse,
+            holder_check_msg::encode_response(0x77, Verdict::NotListed),
+        ),
+    ]
+}
+
+const GOLDEN: [(u8, &str); 16] = [
+    (0xC7, "01221100000000000001237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
+    (0xC8, "01221100000000000004000503140401020957524f4e4754595045"),
+    (0xC9, "02097b6374727d686f6d65237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d650201000000000000"),
+    (0xCA, "02237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d6504030000000000000909080201000000000000"),
+    (0xCB, "02237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d650901"),
+    (0xCC, "0101ab00000000000000097b6374727d686f6d6501237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
+    (0xCD, "0101ab00000000000000097b6374727d686f6d6502237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d65"),
+    (0xCE, "0101ab00000000000000097b6374727d686f6d65"),
+    (0xCF, "0101ab00000000000000097b6374727d686f6d6501"),
+    (0xD0, "01097b6374727d686f6d65"),
+    (0xD1, "015500000000000000097b6374727d686f6d6501237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
+    (0xD2, "0155000000000000000202500307020501"),
+    (0xD3, "01237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d650c"),
+    (0xD4, "01097b6374727d686f6d65ab00000000000000ac0280a0abfef962"),
+    (0xD5, "017700000000000000237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
+    (0xD6, "01770000000000000001"),
+];
+
+#[test]
+fn every_kind_encodes_to_its_golden_bytes() {
+    let encodings = encodings();
+    assert_eq!(
+        encodings.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        MessageKind::ALL,
+        "one fixed message per kind of the table"
+    );
+    let mut wrong = Vec::new();
+    for ((kind, bytes), (byte, golden)) in encodings.iter().zip(GOLDEN) {
+        assert_eq!(kind.byte(), byte, "{kind:?}'s byte on the wire");
+        if hex(bytes) != golden {
+            wrong.push(format!("    (0x{byte:02X}, \"{}\"),", hex(bytes)));
+        }
+    }
+    assert!(wrong.is_empty(), "bytes changed:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_kind_decodes_its_golden_bytes_back() {
+    let e = encodings();
+    let bytes = |k: MessageKind| &e.iter().find(|(kind, _)| *kind == k).unwrap().1;
+    let (id, names) = gather_msg::decode_request(bytes(K::GatherRequest)).unwrap();
+    assert_eq!((id, names), (0x1122, vec![HOLDER]));
+    let (id, answers) = gather_msg::decode_response(bytes(K::GatherResponse)).unwrap();
+    assert_eq!(id, 0x1122);
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[1], HolderAnswer::Floored(10, 2));
+    assert_eq!(
+        transfer_msg::decode_seal(bytes(K::Seal)).unwrap().fold_id,
+        0x0102
+    );
+    let credit = transfer_msg::decode_credit(bytes(K::Credit)).unwrap();
+    assert_eq!(
+        (credit.seq, credit.dv, credit.df, credit.giver_id),
+        (9, -5, 4, 0x0304)
+    );
+    assert!(transfer_msg::decode_ack(bytes(K::Ack)).unwrap().refused);
+    assert_eq!(
+        collect_msg::decode(bytes(K::Collect)).unwrap()[0].holders,
+        vec![HOLDER.to_vec()]
+    );
+    assert_eq!(
+        collect_msg::decode(bytes(K::Collected)).unwrap()[0]
+            .holders
+            .len(),
+        2
+    );
+    assert_eq!(
+        audit_msg::decode_ask(bytes(K::AuditAsk)).unwrap()[0].spread_id,
+        0xab
+    );
+    assert_eq!(
+        audit_msg::decode_answers(bytes(K::AuditAnswer)).unwrap()[0].1,
+        Answer::Gone
+    );
+    assert_eq!(
+        demand_msg::decode_notice(bytes(K::DemandNotice)).unwrap(),
+        HOME
+    );
+    let poll = demand_msg::decode_poll(bytes(K::DemandPoll)).unwrap();
+    assert_eq!((poll.id, poll.names.len()), (0x55, 1));
+    let (id, reports) = demand_msg::decode_answer(bytes(K::DemandAnswer)).unwrap();
+    assert_eq!(
+        (id, reports.len(), reports[1] == HolderDemand::NotHere),
+        (0x55, 2, true)
+    );
+    assert_eq!(
+        demand_msg::decode_give(bytes(K::DemandGive)).unwrap().units,
+        12
+    );
+    assert_eq!(
+        demand_msg::decode_headroom(bytes(K::Headroom))
+            .unwrap()
+            .units,
+        300
+    );
+    let (id, holder) = holder_check_msg::decode_request(bytes(K::HolderCheckRequest)).unwrap();
+    assert_eq!((id, holder), (0x77, HOLDER));
+    let (id, verdict) = holder_check_msg::decode_response(bytes(K::HolderCheckResponse)).unwrap();
+    assert_eq!((id, verdict), (0x77, Verdict::NotListed));
+}
