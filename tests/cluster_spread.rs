@@ -5,7 +5,8 @@
 //! slot is migrating fails the read with TRYAGAIN (never a partial sum) and the total is exact
 //! after the move; a killed master makes reads fail clearly within the gather timeout; shrinking
 //! during writes keeps the total exact, also when a holder's master and then the home's master
-//! die in the middle of the fold; folds wait while the holders' masters pause writes.
+//! die in the middle of the fold; folds wait while the holders' masters pause writes; a read
+//! right after a reshard asks where the moved holders are now instead of failing.
 
 mod common;
 
@@ -252,6 +253,90 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
     assert_eq!(on.len(), 3, "auto-spread holders on every master");
     let more = write_randomly(&cluster, &auto_holders, 2, 50);
     assert_eq!(client.cmd(&["CTR.GET", auto]), Value::Int(sent + more));
+}
+
+/// Moves `key`'s slot from master `from` to master `to` at once: the key migrated, then every
+/// master told the slot's new owner.
+fn move_slot_now(cluster: &Cluster, key: &str, from: usize, to: usize) {
+    let slot = key_slot(key.as_bytes()).to_string();
+    let (from_id, to_id) = (&cluster.ids[from], &cluster.ids[to]);
+    let mut src = cluster.nodes[from].conn();
+    let mut dst = cluster.nodes[to].conn();
+    assert_eq!(
+        dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", from_id]),
+        ok()
+    );
+    assert_eq!(
+        src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", to_id]),
+        ok()
+    );
+    let to_port = cluster.nodes[to].port.to_string();
+    let migrate = [
+        "MIGRATE",
+        "127.0.0.1",
+        &to_port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        key,
+    ];
+    assert_eq!(src.cmd(&migrate), ok());
+    for node in [to, from]
+        .into_iter()
+        .chain((0..3).filter(|&n| n != to && n != from))
+    {
+        let reply = cluster.nodes[node]
+            .conn()
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", to_id]);
+        assert_eq!(reply, ok());
+    }
+}
+
+/// A read right after a reshard, while the home's master still holds the slot map it read a
+/// moment before, finds holders where they are now: a master that no longer serves a holder
+/// says so, and the gather asks the master a fresh map names (here one holder moved to the
+/// third master, one to the home's own master) instead of failing the read with `TRYAGAIN`.
+#[test]
+fn a_read_right_after_a_reshard_asks_where_the_holders_are_now() {
+    let cluster = Cluster::start(3, &[]);
+    let home = "{resharded}";
+    let (home_node, holders, total) = common::cluster::spread_over_masters(&cluster, home);
+    let on = owners(&cluster, &holders);
+    let others: Vec<usize> = (0..3).filter(|&n| n != home_node).collect();
+    let away = |node: usize| {
+        let i = (1..holders.len()).find(|&i| on[i] == node)?;
+        Some(holders[i].clone())
+    };
+    // One holder from a master that is not the home's to the third master, one from the
+    // third master to the home's master.
+    let (x, y) = (others[0], others[1]);
+    let (to_third, to_home) = (away(x).unwrap(), away(y).unwrap());
+    let mut h = cluster.nodes[home_node].conn();
+    let reroutes = || {
+        cluster.nodes[home_node]
+            .info_field("ctr", "ctr_gather_reroutes")
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = reroutes();
+    let started = Instant::now();
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(total)); // the map is read here
+    move_slot_now(&cluster, &to_third, x, y);
+    move_slot_now(&cluster, &to_home, y, home_node);
+    let read = h.cmd(&["CTR.GET", home]);
+    let elapsed = started.elapsed();
+    assert_eq!(read, Value::Int(total), "exact, not TRYAGAIN");
+    // The map read by the first CTR.GET is kept for 1 s: within it, both holders were asked
+    // again (past it the second read read a fresh map, and nothing was stale).
+    if elapsed < Duration::from_millis(900) {
+        assert_eq!(reroutes() - before, 2, "both moved holders asked again");
+    } else {
+        eprintln!("note: the moves took {elapsed:?}: the second read found a fresh map");
+    }
+    // Writes follow the holders, and the total stays exact.
+    let more = write_randomly(&cluster, &holders, 2, 30);
+    assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(total + more));
 }
 
 #[test]

@@ -430,6 +430,9 @@ struct Round {
     /// read from inside `CTR.GET home` would be looked for in the home's slot and read as 0.
     locals: Vec<usize>,
     locals_read: bool,
+    /// Holders asked once more after a master said they are not served there (their slot
+    /// moved since this node read the slot map); a second "not here" fails the read.
+    rerouted: Vec<usize>,
     /// The reads waiting for it (their blocked clients' addresses).
     waiters: Vec<usize>,
     name_bytes: usize,
@@ -560,6 +563,7 @@ impl Gathers {
                 requests: Vec::new(),
                 locals: Vec::new(),
                 locals_read: false,
+                rerouted: Vec::new(),
                 waiters: Vec::new(),
                 name_bytes,
             },
@@ -570,11 +574,23 @@ impl Gathers {
 
     /// Gives a started round its requests (ids registered) and local holders.
     fn plan(&mut self, id: u64, plan: Plan) {
+        self.add_requests(id, plan.asks);
+        let Some(round) = self.rounds.get_mut(id) else {
+            return;
+        };
+        round.locals_read = plan.locals.is_empty();
+        round.locals = plan.locals;
+        round.started = true;
+    }
+
+    /// Gives round `id` requests for `asks` (holders by master), each under an id of its own
+    /// and within what a receiver takes.
+    fn add_requests(&mut self, id: u64, asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)>) {
         let Some(round) = self.rounds.get(id) else {
             return;
         };
         let mut split = Vec::new();
-        for (node, addr, asked) in plan.asks {
+        for (node, addr, asked) in asks {
             let lens: Vec<usize> = asked.iter().map(|&h| round.holders[h].len()).collect();
             for range in gather_msg::split_request(&lens) {
                 split.push((node, addr, asked[range].to_vec()));
@@ -594,13 +610,9 @@ impl Gathers {
                 answered: false,
             });
         }
-        let Some(round) = self.rounds.get_mut(id) else {
-            return;
-        };
-        round.requests.extend(requests);
-        round.locals_read = plan.locals.is_empty();
-        round.locals = plan.locals;
-        round.started = true;
+        if let Some(round) = self.rounds.get_mut(id) {
+            round.requests.extend(requests);
+        }
     }
 
     /// Removes a round from every table; the home's queued round, if this one was in flight,
@@ -1043,7 +1055,7 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
     let now = Ctx { ptr: ctx }.now_ms();
     let resend = Timeout::backoff(now, RESEND_MS, RESEND_MAX_MS);
     GATHERS.with(|g| g.borrow_mut().rounds.set_resend(id, resend));
-    if !send_requests(ctx, id) {
+    if !send_requests(ctx, id, false) {
         return;
     }
     arm_resend_tick(ctx);
@@ -1058,14 +1070,15 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
 /// bus. A send that fails (no link right now) is retried at the next resend; the timeout bounds
 /// the whole wait. Each request is encoded from the round's one copy of the names. False when
 /// the round is gone.
-fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64) -> bool {
+fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64, unsent_only: bool) -> bool {
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
         let Some(round) = g.rounds.get_mut(id) else {
             return false;
         };
         let holders = &round.holders;
-        for request in round.requests.iter_mut().filter(|r| !r.answered) {
+        let due = |r: &&mut Request| !(r.answered || (unsent_only && r.sent));
+        for request in round.requests.iter_mut().filter(due) {
             let payload = request_bytes(holders, request);
             let first = !std::mem::replace(&mut request.sent, true);
             if !(first && read_links::send(&request.node, request.addr, request.id, &payload)) {
@@ -1133,7 +1146,7 @@ unsafe extern "C" fn on_resend_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c
         // Only launched rounds have a resend due (queued ones never).
         let due = GATHERS.with(|g| g.borrow_mut().rounds.due(now, usize::MAX));
         for id in due {
-            send_requests(ctx, id);
+            send_requests(ctx, id, false);
         }
     });
     if GATHERS.with(|g| !g.borrow().rounds.is_empty()) {
@@ -1157,13 +1170,16 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
     }) else {
         return;
     };
+    // A holder whose slot left this node since the slot map was read is asked where it is now.
+    let mut moved = Vec::new();
     let read: Result<Vec<(usize, HolderRead)>, CommandError> = locals
         .into_iter()
-        .map(|h| {
-            Ok((
-                h,
-                answer_error(&holders[h], cluster::read_holder(ctx, &holders[h]))?,
-            ))
+        .filter_map(|h| match cluster::read_holder(ctx, &holders[h]) {
+            HolderAnswer::NotHere => {
+                moved.push(h);
+                None
+            }
+            answer => Some(answer_error(&holders[h], answer).map(|read| (h, read))),
         })
         .collect();
     let now = Ctx { ptr: ctx }.now_ms();
@@ -1178,13 +1194,18 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
                 round.values[h] = Some(v);
                 round.floors[h] = f;
             }
+            round.rerouted.extend_from_slice(&moved);
             round.locals_read = true;
         });
-        if outcome.is_err() || round.complete() {
+        if outcome.is_err() || (moved.is_empty() && round.complete()) {
             g.settle(id, outcome, now, &mut effects);
+            moved.clear();
         }
     });
     run(ctx, effects);
+    if !moved.is_empty() {
+        ask_where_served_now(Ctx { ptr: ctx }, id, moved, None);
+    }
 }
 
 /// Timer: starts a queued round whose turn came in a callback that should not start it itself
@@ -1280,6 +1301,7 @@ fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
     };
     let now = ctx.now_ms();
     let mut effects = Vec::new();
+    let mut reroute = None;
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
         let Some(&id) = g.requests.get(&rid) else {
@@ -1292,21 +1314,26 @@ fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
         let complete = round.complete();
         match outcome {
             Some(Err(e)) => g.settle(id, Err(e), now, &mut effects),
-            Some(Ok(())) if complete => g.settle(id, Ok(()), now, &mut effects),
+            Some(Ok(moved)) if !moved.is_empty() => reroute = Some((id, moved)),
+            Some(Ok(_)) if complete => g.settle(id, Ok(()), now, &mut effects),
             _ => {}
         }
     });
     run(ctx.ptr, effects);
+    if let Some((id, moved)) = reroute {
+        ask_where_served_now(ctx, id, moved, Some(from));
+    }
 }
 
 /// Stores one request's answers in its round. None when the sender was not asked that (or
-/// answered already); Some(Err) when an answer fails the read.
+/// answered already); Some(Err) when an answer fails the read; else the holders to ask again
+/// where they are served now (see [`ask_where_served_now`]).
 fn record_answers(
     round: &mut Round,
     rid: u64,
     from: &NodeId,
     answers: Vec<HolderAnswer>,
-) -> Option<Result<(), CommandError>> {
+) -> Option<Result<Vec<usize>, CommandError>> {
     let request = round
         .requests
         .iter_mut()
@@ -1315,7 +1342,13 @@ fn record_answers(
         return None;
     }
     request.answered = true;
+    let mut moved = Vec::new();
     for (&h, answer) in request.asked.iter().zip(answers) {
+        if answer == HolderAnswer::NotHere && !round.rerouted.contains(&h) {
+            round.rerouted.push(h);
+            moved.push(h);
+            continue;
+        }
         match answer_error(&round.holders[h], answer) {
             Ok((v, f)) => {
                 round.values[h] = Some(v);
@@ -1324,7 +1357,72 @@ fn record_answers(
             Err(e) => return Some(Err(e)),
         }
     }
-    Some(Ok(()))
+    Some(Ok(moved))
+}
+
+/// Holders `asked` said it does not serve (None: this node), their slot moved since the slot
+/// map was read: asked once more where a fresh map says they are served now, within the same
+/// round and the reads' own timeouts, so a read across a reshard waits for the exact total
+/// instead of failing. The read fails with the holder's `TRYAGAIN`, as before, when the fresh
+/// map still names the same master (the slot is being migrated: `ASK` territory) or names none.
+fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<NodeId>) {
+    let Some(holders) = GATHERS.with(|g| Some(g.borrow().rounds.get(id)?.holders.clone())) else {
+        return;
+    };
+    cluster::forget_topology();
+    let topology = cluster::topology(ctx, true).ok();
+    let mut asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)> = Vec::new();
+    let mut locals: Vec<(usize, HolderAnswer)> = Vec::new();
+    let mut asked_again = 0u64;
+    for &h in &moved {
+        let owner = topology
+            .as_ref()
+            .and_then(|t| t.remote_owner(key_slot(&holders[h])).ok());
+        match owner {
+            // Served here now (it moved to this node).
+            Some(None) if asked.is_some() => {
+                asked_again += 1;
+                locals.push((h, cluster::read_holder(ctx.ptr, &holders[h])));
+            }
+            Some(Some(node)) if Some(node) != asked => {
+                asked_again += 1;
+                match asks.iter_mut().find(|(n, _, _)| *n == node) {
+                    Some((_, _, hs)) => hs.push(h),
+                    None => {
+                        let addr = topology.as_ref().and_then(|t| t.client_address(&node));
+                        asks.push((node, addr, vec![h]));
+                    }
+                }
+            }
+            // The same master again (the slot is migrating), or none known: the read fails.
+            _ => locals.push((h, HolderAnswer::NotHere)),
+        }
+    }
+    metrics::GATHER_REROUTES.add(asked_again);
+    let now = ctx.now_ms();
+    let mut effects = Vec::new();
+    GATHERS.with(|g| {
+        let mut g = g.borrow_mut();
+        g.add_requests(id, asks);
+        let Some(round) = g.rounds.get_mut(id) else {
+            return;
+        };
+        let mut outcome = Ok(());
+        for (h, answer) in locals {
+            match answer_error(&round.holders[h], answer) {
+                Ok((v, f)) => {
+                    round.values[h] = Some(v);
+                    round.floors[h] = f;
+                }
+                Err(e) => outcome = Err(e),
+            }
+        }
+        if outcome.is_err() || round.complete() {
+            g.settle(id, outcome, now, &mut effects);
+        }
+    });
+    run(ctx.ptr, effects);
+    send_requests(ctx.ptr, id, true);
 }
 
 /// Takes each home's own state as it is now, when the total is summed (the holders were read
