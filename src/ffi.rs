@@ -270,6 +270,8 @@ pub enum Reply {
     Ok,
     Bulk(Vec<u8>),
     Array(Vec<Reply>),
+    /// Two integers as an array, without allocating one (`CTR.INCREX`'s `[value, applied]`).
+    Pair(i64, i64),
     /// A RESP3 map; the server flattens it into an array for RESP2 clients.
     Map(Vec<(&'static str, Reply)>),
     /// Nothing now: the client is blocked and gets its reply when it is unblocked.
@@ -339,6 +341,11 @@ impl Ctx {
                 Reply::Array(items) => {
                     rm!(RedisModule_ReplyWithArray)(ctx, items.len() as _);
                     items.iter().for_each(|item| self.reply(item));
+                }
+                Reply::Pair(a, b) => {
+                    rm!(RedisModule_ReplyWithArray)(ctx, 2);
+                    self.reply_integer(*a);
+                    self.reply_integer(*b);
                 }
                 Reply::Blocked => {}
                 Reply::Map(fields) => {

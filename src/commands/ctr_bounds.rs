@@ -63,7 +63,7 @@ enum Increxed {
 }
 
 fn pair((value, applied): (i64, i64)) -> Reply {
-    Reply::Array(vec![Reply::Integer(value), Reply::Integer(applied)])
+    Reply::Pair(value, applied)
 }
 
 /// CTR.INCREX key [BYINT increment] [LBOUND lb] [UBOUND ub] [SATURATE]
@@ -73,7 +73,11 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(super::wrong_arity("ctr.increx"));
     }
     let (key, content) = open_for_write_as(ctx, args.raw(1))?;
-    let parsed = args.with_words(2, parse_increx)?;
+    // `CTR.INCREX key`, the commonest form, has no words to collect.
+    let parsed = match args.len() {
+        2 => parse_increx(&[])?,
+        _ => args.with_words(2, parse_increx)?,
+    };
     if parse_holder_name(args.bytes(1)).is_some() {
         return Err(CounterError::CeilingOnSpread.into());
     }
@@ -240,7 +244,8 @@ fn increx_inline(
     let Some(cell) = CounterCell::inline(target) else {
         return Ok(None);
     };
-    let had_ttl = stored.is_some() && key.abs_expire().is_some();
+    // The TTL is looked up only for an expiry option to act on.
+    let had_ttl = stored.is_some() && parsed.expiry.expiry.is_some() && key.abs_expire().is_some();
     store_inline(key, stored.map(|(raw, _)| raw), cell)?;
     let ttl_change = ttl::apply(ctx, key, parsed.expiry, deadline, had_ttl);
     Ok(Some(((target, target - current), ttl_change)))
