@@ -20,6 +20,7 @@
 
 use super::spread::{key_slot, parse_holder_name};
 use super::Counter;
+use crate::protocol::timeout::Timeout;
 
 /// The holders of one spread to collect: the spread's id and the home name its holders'
 /// names carry (the home's name when it spread), and the holders' names.
@@ -238,7 +239,7 @@ pub const RESEND_MS: i64 = 100;
 struct Entry {
     c: Collection,
     started_ms: i64,
-    next_ms: i64,
+    resend: Timeout,
 }
 
 /// The collections a master has started and not seen answered: each is sent again every
@@ -287,7 +288,7 @@ impl Pending {
             self.bytes += added;
             e.c.holders.extend(new);
             e.started_ms = now;
-            e.next_ms = now;
+            e.resend = Timeout::every_from(now, RESEND_MS);
             return true;
         }
         let size = c.bytes();
@@ -298,7 +299,7 @@ impl Pending {
         self.entries.push(Entry {
             c,
             started_ms: now,
-            next_ms: now,
+            resend: Timeout::every_from(now, RESEND_MS),
         });
         true
     }
@@ -308,9 +309,9 @@ impl Pending {
     /// is due); each is due again [`RESEND_MS`] later.
     pub fn due(&mut self, now: i64, max_names: usize) -> Vec<Collection> {
         let mut waiting: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| self.entries[i].next_ms <= now)
+            .filter(|&i| self.entries[i].resend.fired(now))
             .collect();
-        waiting.sort_by_key(|&i| self.entries[i].next_ms);
+        waiting.sort_by_key(|&i| self.entries[i].resend.due_ms());
         let mut out = Vec::new();
         let mut names = 0usize;
         for i in waiting {
@@ -319,7 +320,7 @@ impl Pending {
                 break;
             }
             names += e.c.holders.len();
-            e.next_ms = now.saturating_add(RESEND_MS);
+            e.resend.fire(now);
             out.push(e.c.clone());
         }
         out

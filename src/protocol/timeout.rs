@@ -36,6 +36,16 @@ impl Timeout {
         }
     }
 
+    /// Due at `due_ms`, then every `period_ms` after each firing.
+    pub fn every_from(due_ms: i64, period_ms: i64) -> Timeout {
+        let period_ms = period_ms.max(1);
+        Timeout {
+            due_ms,
+            wait_ms: period_ms,
+            max_wait_ms: period_ms,
+        }
+    }
+
     /// Due at once, then after `first_ms`, then after twice the previous wait, at most
     /// `max_wait_ms` (something to send now and resend until answered).
     pub fn backoff_from_now(first_ms: i64, max_wait_ms: i64) -> Timeout {
@@ -112,6 +122,14 @@ mod tests {
         let mut never = Timeout::NEVER;
         never.hurry();
         assert!(!never.fired(0));
+    }
+
+    #[test]
+    fn a_period_from_a_given_time_is_due_then_and_every_period_after() {
+        let mut t = Timeout::every_from(500, 100);
+        assert!(!t.fired(499) && t.fired(500));
+        t.fire(520);
+        assert_eq!(t.due_ms(), 620);
     }
 
     #[test]
