@@ -255,44 +255,6 @@ fn holders_land_on_every_master_and_the_gathered_total_is_exact() {
     assert_eq!(client.cmd(&["CTR.GET", auto]), Value::Int(sent + more));
 }
 
-/// Moves `key`'s slot from master `from` to master `to` at once: the key migrated, then every
-/// master told the slot's new owner.
-fn move_slot_now(cluster: &Cluster, key: &str, from: usize, to: usize) {
-    let slot = key_slot(key.as_bytes()).to_string();
-    let (from_id, to_id) = (&cluster.ids[from], &cluster.ids[to]);
-    let mut src = cluster.nodes[from].conn();
-    let mut dst = cluster.nodes[to].conn();
-    assert_eq!(
-        dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", from_id]),
-        ok()
-    );
-    assert_eq!(
-        src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", to_id]),
-        ok()
-    );
-    let to_port = cluster.nodes[to].port.to_string();
-    let migrate = [
-        "MIGRATE",
-        "127.0.0.1",
-        &to_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        key,
-    ];
-    assert_eq!(src.cmd(&migrate), ok());
-    for node in [to, from]
-        .into_iter()
-        .chain((0..3).filter(|&n| n != to && n != from))
-    {
-        let reply = cluster.nodes[node]
-            .conn()
-            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", to_id]);
-        assert_eq!(reply, ok());
-    }
-}
-
 /// A read right after a reshard, while the home's master still holds the slot map it read a
 /// moment before, finds holders where they are now: a master that no longer serves a holder
 /// says so, and the gather asks the master a fresh map names (here one holder moved to the
@@ -322,8 +284,10 @@ fn a_read_right_after_a_reshard_asks_where_the_holders_are_now() {
     let before = reroutes();
     let started = Instant::now();
     assert_eq!(h.cmd(&["CTR.GET", home]), Value::Int(total)); // the map is read here
-    move_slot_now(&cluster, &to_third, x, y);
-    move_slot_now(&cluster, &to_home, y, home_node);
+    for (key, from, to) in [(&to_third, x, y), (&to_home, y, home_node)] {
+        cluster.migrate_key(key, from, to);
+        cluster.give_slot(key, from, to);
+    }
     let read = h.cmd(&["CTR.GET", home]);
     let elapsed = started.elapsed();
     assert_eq!(read, Value::Int(total), "exact, not TRYAGAIN");

@@ -658,29 +658,9 @@ fn a_reshard_cancelled_after_migrating_the_home_loses_no_holder() {
     let (source, holders, total) = spread_over_masters(&cluster, home);
     let target = (source + 1) % 3;
     let slot = key_slot(home.as_bytes()).to_string();
-    let (from_id, to_id) = (&cluster.ids[source], &cluster.ids[target]);
+    cluster.migrate_key(home, source, target);
     let mut src = cluster.nodes[source].conn();
     let mut dst = cluster.nodes[target].conn();
-    assert_eq!(
-        dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", from_id]),
-        ok()
-    );
-    assert_eq!(
-        src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", to_id]),
-        ok()
-    );
-    let to_port = cluster.nodes[target].port.to_string();
-    let migrate = [
-        "MIGRATE",
-        "127.0.0.1",
-        &to_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        home,
-    ];
-    assert_eq!(src.cmd(&migrate), ok());
     // The operator cancels the reshard.
     assert_eq!(src.cmd(&["CLUSTER", "SETSLOT", &slot, "STABLE"]), ok());
     assert_eq!(dst.cmd(&["CLUSTER", "SETSLOT", &slot, "STABLE"]), ok());
@@ -703,12 +683,7 @@ fn a_reshard_cancelled_after_migrating_the_home_loses_no_holder() {
     );
     assert_eq!(sum_info(&cluster, "ctr_holders_collected"), 0);
     // The operator puts it right: the slot goes to the master that holds the home.
-    for n in &cluster.nodes {
-        assert_eq!(
-            n.conn().cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", to_id]),
-            ok()
-        );
-    }
+    cluster.give_slot(home, source, target);
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(
         existing_in(&cluster, &holders[1..]).len(),

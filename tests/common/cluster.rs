@@ -227,6 +227,48 @@ impl Cluster {
             .expect("owner is one of ours")
     }
 
+    /// Starts moving `key`'s slot from master `from` to master `to` and migrates the key:
+    /// `IMPORTING` on `to`, `MIGRATING` on `from`, then `MIGRATE` of `key` alone.
+    #[allow(dead_code)]
+    pub fn migrate_key(&self, key: &str, from: usize, to: usize) {
+        let ok = Value::Simple("OK".into());
+        let slot = key_slot(key.as_bytes()).to_string();
+        let (from_id, to_id) = (&self.ids[from], &self.ids[to]);
+        let mut src = self.nodes[from].conn();
+        let mut dst = self.nodes[to].conn();
+        let importing = dst.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", from_id]);
+        assert_eq!(importing, ok);
+        let migrating = src.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", to_id]);
+        assert_eq!(migrating, ok);
+        let to_port = self.nodes[to].port.to_string();
+        let migrate = [
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ];
+        assert_eq!(src.cmd(&migrate), ok);
+    }
+
+    /// Ends a move begun by [`Cluster::migrate_key`]: `key`'s slot is given to master `to` on
+    /// every master, the target first, then the source, then the others.
+    #[allow(dead_code)]
+    pub fn give_slot(&self, key: &str, from: usize, to: usize) {
+        let slot = key_slot(key.as_bytes()).to_string();
+        let others = (0..self.nodes.len()).filter(|&n| n != to && n != from);
+        for node in [to, from].into_iter().chain(others) {
+            let reply =
+                self.nodes[node]
+                    .conn()
+                    .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &self.ids[to]]);
+            assert_eq!(reply, Value::Simple("OK".into()));
+        }
+    }
+
     /// Starts a replica of master `master`, joined to the cluster and in sync. It is not added
     /// to `nodes` (so `wait_settled` keeps counting masters).
     pub fn start_replica_of(&self, master: usize) -> Server {
