@@ -4,6 +4,9 @@
 //! `crate::persist::*_msg`, and `persist::wire_bytes`' golden-bytes tests pin each kind's
 //! encoding.
 
+/// A cluster node's id (40 bytes), as the bus names a sender and a target.
+pub type NodeId = [u8; 40];
+
 /// A kind of bus message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MessageKind {

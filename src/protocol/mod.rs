@@ -3,9 +3,11 @@
 //! unit tests. `timeout.rs` is the one timeout type (a deadline, or a resend that backs off);
 //! `exchange.rs` the one request/response exchange (ids from a random start, matching,
 //! deadlines, resends) that the gather, the holder check and the budget poll each own;
-//! `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
+//! `gather.rs` the gather's table (rounds shared by the reads of a home, settled into the
+//! reads' values); `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
 //! writes).
 
 pub mod exchange;
+pub mod gather;
 pub mod messages;
 pub mod timeout;

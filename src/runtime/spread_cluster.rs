@@ -15,8 +15,7 @@ use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
 use crate::protocol::messages::MessageKind;
 
-/// A cluster node id (40 hex characters).
-pub type NodeId = [u8; 40];
+pub use crate::protocol::messages::NodeId;
 
 /// How long a slot map is trusted before a gather or a spread fetches it again.
 const TOPOLOGY_MAX_AGE_MS: i64 = 1000;
