@@ -30,6 +30,8 @@ mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
   '    last.saturating_add(1).max(by_time)' '    by_time.max(1)'
 mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
+mutant "a settled gather's values shifted off the read's own" src/protocol/gather.rs \
+  '                reading.values.truncate(1);' '                reading.values.truncate(0);'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }
