@@ -7,7 +7,8 @@
 //! split to what a receiver takes, each with its own request id, resent until answered), reads
 //! the holders this node serves from a timer, all through `RM_Call`, which checks slot
 //! ownership, and hands every read waiting for it the holders' values once everything is in.
-//! A holder that a master no longer serves (resharded, migrating) fails the reads with
+//! A holder that a master no longer serves is asked once more where a fresh slot map says it
+//! is now; one still migrating there, or not served a second time, fails the reads with
 //! TRYAGAIN; after `ctr.gather-timeout-ms` a read fails, never with a partial sum. Where a
 //! client cannot block (MULTI/EXEC, scripts), a read in a cluster whose holders are not in the
 //! cache (`ctr.gather-cache-ms`) fails with a clear error.
@@ -18,7 +19,8 @@
 //! one at once; a read that finds one in flight joins the queued one (made if needed), which
 //! starts when the one in flight settles (answered, failed, or left by all its reads). One
 //! gather serves every read waiting for it, and a read waits for one gather only. A clear
-//! gathers alone (it writes), as before.
+//! gathers alone (it writes), as before. The table of rounds and reads is
+//! `protocol::gather`; this file blocks the clients, sends, records and replies.
 //!
 //! **Bounds** (docs/RELIABILITY.md): at most [`MAX_WAITING_READS`] reads wait at once and
 //! pending gathers hold at most [`MAX_GATHER_NAME_BYTES`] of holder names (each gather's names
