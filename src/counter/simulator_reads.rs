@@ -58,10 +58,7 @@ fn plan_of(holders: &[Vec<u8>]) -> Plan {
     let mut plan = Plan::default();
     for (h, name) in holders.iter().enumerate() {
         let node: NodeId = [b'0' + master_of(name) as u8; 40];
-        match plan.asks.iter_mut().find(|(n, _, _)| *n == node) {
-            Some((_, _, asked)) => asked.push(h),
-            None => plan.asks.push((node, None, vec![h])),
-        }
+        plan.ask(node, || None, h);
     }
     plan
 }

@@ -81,6 +81,12 @@ pub(crate) struct Round {
 }
 
 impl Round {
+    /// Holder `h`'s value and own floor, as read.
+    pub(crate) fn record(&mut self, h: usize, (value, floor): (i64, Option<i64>)) {
+        self.values[h] = Some(value);
+        self.floors[h] = floor;
+    }
+
     pub(crate) fn complete(&self) -> bool {
         self.started && self.locals_read && self.requests.iter().all(|r| r.answered)
     }
@@ -400,6 +406,22 @@ impl<F, E: Clone> Gathers<F, E> {
 pub(crate) struct Plan {
     pub(crate) asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)>,
     pub(crate) locals: Vec<usize>,
+}
+
+impl Plan {
+    /// Holder `h` is asked of `node` (its read link's address, when the node is new here):
+    /// with the other holders that node is asked for.
+    pub(crate) fn ask(
+        &mut self,
+        node: NodeId,
+        addr: impl FnOnce() -> Option<SocketAddr>,
+        h: usize,
+    ) {
+        match self.asks.iter_mut().find(|(n, _, _)| *n == node) {
+            Some((_, _, asked)) => asked.push(h),
+            None => self.asks.push((node, addr(), vec![h])),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -487,12 +486,7 @@ fn plan_round(topology: &Topology, holders: &[Vec<u8>]) -> Result<Plan, CommandE
     for (h, name) in holders.iter().enumerate() {
         match topology.remote_owner(key_slot(name))? {
             None => plan.locals.push(h),
-            Some(node) => match plan.asks.iter_mut().find(|(n, _, _)| *n == node) {
-                Some((_, _, asked)) => asked.push(h),
-                None => plan
-                    .asks
-                    .push((node, topology.client_address(&node), vec![h])),
-            },
+            Some(node) => plan.ask(node, || topology.client_address(&node), h),
         }
     }
     Ok(plan)
@@ -854,9 +848,8 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
             return;
         };
         let outcome = read.map(|values| {
-            for (h, (v, f)) in values {
-                round.values[h] = Some(v);
-                round.floors[h] = f;
+            for (h, read) in values {
+                round.record(h, read);
             }
             round.rerouted.extend_from_slice(&moved);
             round.locals_read = true;
@@ -1015,10 +1008,11 @@ fn record_answers(
             moved.push(h);
             continue;
         }
+        // Field by field: `request` borrows the round's requests.
         match answer_error(&round.holders[h], answer) {
-            Ok((v, f)) => {
-                round.values[h] = Some(v);
-                round.floors[h] = f;
+            Ok((value, floor)) => {
+                round.values[h] = Some(value);
+                round.floors[h] = floor;
             }
             Err(e) => return Some(Err(e)),
         }
@@ -1035,9 +1029,8 @@ fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<Node
     let Some(holders) = GATHERS.with(|g| Some(g.borrow().rounds.get(id)?.holders.clone())) else {
         return;
     };
-    cluster::forget_topology();
     let topology = cluster::topology(ctx, true).ok();
-    let mut asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)> = Vec::new();
+    let mut plan = Plan::default();
     let mut locals: Vec<(usize, HolderAnswer)> = Vec::new();
     let mut asked_again = 0u64;
     for &h in &moved {
@@ -1052,13 +1045,8 @@ fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<Node
             }
             Some(Some(node)) if Some(node) != asked => {
                 asked_again += 1;
-                match asks.iter_mut().find(|(n, _, _)| *n == node) {
-                    Some((_, _, hs)) => hs.push(h),
-                    None => {
-                        let addr = topology.as_ref().and_then(|t| t.client_address(&node));
-                        asks.push((node, addr, vec![h]));
-                    }
-                }
+                let addr = || topology.as_ref().and_then(|t| t.client_address(&node));
+                plan.ask(node, addr, h);
             }
             // The same master again (the slot is migrating), or none known: the read fails.
             _ => locals.push((h, HolderAnswer::NotHere)),
@@ -1069,17 +1057,14 @@ fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<Node
     let mut effects = Vec::new();
     GATHERS.with(|g| {
         let mut g = g.borrow_mut();
-        g.add_requests(id, asks);
+        g.add_requests(id, plan.asks);
         let Some(round) = g.rounds.get_mut(id) else {
             return;
         };
         let mut outcome = Ok(());
         for (h, answer) in locals {
             match answer_error(&round.holders[h], answer) {
-                Ok((v, f)) => {
-                    round.values[h] = Some(v);
-                    round.floors[h] = f;
-                }
+                Ok(read) => round.record(h, read),
                 Err(e) => outcome = Err(e),
             }
         }
