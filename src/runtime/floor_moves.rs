@@ -74,7 +74,7 @@ struct Poll {
 const MAX_POLLS: usize = 10_000;
 
 thread_local! {
-    /// Never resent (a lost poll costs a round), ended at `POLL_TIMEOUT_MS`.
+    /// Never resent (a lost poll costs a round), ended by its own timer at `POLL_TIMEOUT_MS`.
     static POLLS: RefCell<Exchange<Poll>> = RefCell::new(Exchange::new(MAX_POLLS));
 }
 
@@ -129,12 +129,11 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
             (*node, names.collect())
         })
         .collect();
-    let deadline_ms = ctx.now_ms().saturating_add(POLL_TIMEOUT_MS);
     let random = || u64::from_le_bytes(crate::ffi::random_bytes());
-    let opened = POLLS.with(|p| {
-        p.borrow_mut()
-            .open(random, poll, Timeout::NEVER, deadline_ms)
-    });
+    // No deadline in the exchange: the poll's own timer below ends it by id (the cached clock
+    // may read a little earlier than the timer's, and a poll left behind would keep its home
+    // from being polled again).
+    let opened = POLLS.with(|p| p.borrow_mut().open(random, poll, Timeout::NEVER, i64::MAX));
     let Ok(id) = opened else {
         return; // too many polls under way: this refusal's demand waits for the next round
     };
@@ -152,18 +151,11 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     };
 }
 
-/// Timer (one per poll, at its deadline): drops that poll if unanswered, and any other past
-/// its deadline. By id, not by the clock alone: the cached clock may read a little earlier
-/// than the timer's, and a poll left behind would keep its home from being polled again.
+/// Timer (one per poll, at `POLL_TIMEOUT_MS`): drops that poll if still unanswered.
 unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = data as usize as u64;
     crate::guard::guard(ctx, "floor-poll-timeout", || {
-        let now = Ctx { ptr: ctx }.now_ms();
-        POLLS.with(|p| {
-            let mut polls = p.borrow_mut();
-            polls.end(id);
-            polls.expired(now);
-        })
+        POLLS.with(|p| p.borrow_mut().end(id))
     });
 }
 
