@@ -249,6 +249,9 @@ impl<'a> Args<'a> {
     pub fn with_words<R>(&self, from: usize, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
         const INLINE: usize = 16;
         let n = self.argv.len().saturating_sub(from);
+        if n == 0 {
+            return f(&[]); // the commonest call of an option-taking command: no array to fill
+        }
         if n <= INLINE {
             let mut words: [&[u8]; INLINE] = [&[]; INLINE];
             for (slot, i) in words.iter_mut().zip(from..self.argv.len()) {

@@ -73,11 +73,7 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         return Err(super::wrong_arity("ctr.increx"));
     }
     let (key, content) = open_for_write_as(ctx, args.raw(1))?;
-    // `CTR.INCREX key`, the commonest form, has no words to collect.
-    let parsed = match args.len() {
-        2 => parse_increx(&[])?,
-        _ => args.with_words(2, parse_increx)?,
-    };
+    let parsed = args.with_words(2, parse_increx)?;
     if parse_holder_name(args.bytes(1)).is_some() {
         return Err(CounterError::CeilingOnSpread.into());
     }

@@ -22,7 +22,8 @@ impl Timeout {
 
     /// Due every `period_ms` from `now` (at least 1 ms).
     pub fn every(now: i64, period_ms: i64) -> Timeout {
-        Timeout::backoff(now, period_ms, period_ms)
+        let period_ms = period_ms.max(1);
+        Timeout::every_from(now.saturating_add(period_ms), period_ms)
     }
 
     /// Due `first_ms` after `now`, then after twice the previous wait, at most `max_wait_ms`.
