@@ -150,6 +150,9 @@ pub static GATHER_REQUESTS_SERVED: Counter = Counter::new();
 /// Holders a gather asked once more where a fresh slot map says they are served now, after a
 /// master said it does not serve them (`runtime::spread_gather`).
 pub static GATHER_REROUTES: Counter = Counter::new();
+/// Reads that gathered again a moment later, a holder's slot being handed over between two
+/// masters when they first gathered (`runtime::read_handoff`).
+pub static GATHER_RETRIES: Counter = Counter::new();
 /// Read links (`runtime::read_links`): gather requests sent on them, requests that went over
 /// the bus after their link failed, and links made.
 pub static LINK_REQUESTS: Counter = Counter::new();
@@ -281,6 +284,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("gather_timeouts", &GATHER_TIMEOUTS),
         ("gather_requests_served", &GATHER_REQUESTS_SERVED),
         ("gather_reroutes", &GATHER_REROUTES),
+        ("gather_retries", &GATHER_RETRIES),
         ("read_link_requests", &LINK_REQUESTS),
         ("read_link_fallbacks", &LINK_FALLBACKS),
         ("read_links_opened", &LINKS_OPENED),

@@ -873,12 +873,13 @@ fn the_homes_slot_resharded_by_migrate_under_traffic_with_a_fold_in_flight() {
 }
 
 /// While the source pauses writes for the handoff and the target does not take over, a read of
-/// a total that needs the moving holder fails with TRYAGAIN: the source may have lost the slot
-/// already (it cannot know before the new owner's announcement reaches it). Once the migration
-/// completes, the total is exact.
+/// a total that needs the moving holder waits in the server (it gathers again every few
+/// milliseconds) up to `ctr.purchase-wait-ms`, then fails with TRYAGAIN, never stale: the source
+/// may have lost the slot already (it cannot know before the new owner's announcement reaches
+/// it). A read that may wait longer than the handoff lasts is exact once the target took over.
 #[test]
-fn reads_during_the_handoff_fail_with_tryagain_never_stale() {
-    let test = "reads_during_the_handoff_fail_with_tryagain_never_stale";
+fn reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale() {
+    let test = "reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale";
     let cluster = Cluster::start(3, &[]);
     let Some(asm) = asm_of(&cluster, test) else {
         return;
@@ -903,19 +904,54 @@ fn reads_during_the_handoff_fail_with_tryagain_never_stale() {
     let target = (0..3).find(|&i| i != source && i != home_node).unwrap();
     let migration = Migration::start(&cluster, asm, &[slot], source, target, Hold::Handoff);
     migration.wait_paused(&cluster);
-    let mut reader = Conn::connect(cluster.nodes[home_node].port).unwrap();
+    let home_port = cluster.nodes[home_node].port;
+    let mut reader = Conn::connect(home_port).unwrap();
+    if cannot_hold_a_handoff(&cluster, source, test) {
+        assert_eq!(reader.cmd(&["CTR.GET", home]), Value::Int(total));
+        migration.release(&cluster);
+        return;
+    }
     let mut tryagain = 0;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(HANDOFF_PAUSE_MS / 2) {
+    while started.elapsed() < Duration::from_millis(HANDOFF_PAUSE_MS / 4) {
+        let asked = Instant::now();
         match reader.cmd(&["CTR.GET", home]) {
-            Value::Error(e) if e.starts_with("TRYAGAIN") => tryagain += 1,
+            Value::Error(e) if e.starts_with("TRYAGAIN") => {
+                tryagain += 1;
+                // ctr.purchase-wait-ms (200 ms by default), less a retry's 20 ms
+                assert!(
+                    asked.elapsed() >= Duration::from_millis(150),
+                    "{:?}",
+                    asked.elapsed()
+                );
+            }
             Value::Int(v) => assert_eq!(v, total, "a read during the handoff"),
             other => panic!("{other:?}"),
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(tryagain > 0, "reads during the handoff answer TRYAGAIN");
+    assert!(
+        tryagain > 0,
+        "reads during the handoff answer TRYAGAIN past the bound"
+    );
+    let retries = ctr_stat(&cluster.nodes[home_node], "gather_retries");
+    assert!(
+        retries >= 5,
+        "the reads gathered again while they waited ({retries})"
+    );
+    // A read that may wait for 10 s: exact once the target took over.
+    ok(reader.cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
+    let waiting = std::thread::spawn(move || {
+        let mut reader = Conn::connect(home_port).unwrap();
+        reader.cmd(&["CTR.GET", "{handoff}"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!waiting.is_finished(), "the read waits for the handoff");
     migration.release(&cluster);
+    assert_eq!(
+        waiting.join().unwrap(),
+        Value::Int(total),
+        "a read that waited"
+    );
     // Released in time the target takes over; too late, the source gives up and the slot is
     // moved again (a Redis import tries again by itself).
     if !migration.wait_end(&cluster) {
@@ -931,6 +967,120 @@ fn reads_during_the_handoff_fail_with_tryagain_never_stale() {
         10 * i + 1
     });
     eprintln!("{asm:?}: {tryagain} reads answered TRYAGAIN during the handoff");
+}
+
+/// True (with a note) when the migration held at its handoff by [`Migration::wait_paused`] was
+/// cancelled instead: Redis 8.6 cancels an export when a client pauses writes ("Cancelled due
+/// to client pause requested"), and its fail points cannot hold the handoff's own pause, so no
+/// read can be made during a handoff there.
+fn cannot_hold_a_handoff(cluster: &Cluster, source: usize, test: &str) -> bool {
+    let cancelled = ctr_stat(&cluster.nodes[source], "slot_migrations_in_progress") == 0;
+    if cancelled {
+        note(&format!(
+            "{test}: the server cannot hold a handoff: the pause cancelled the export"
+        ));
+    }
+    cancelled
+}
+
+/// A read of a spread home while its own slot is handed over waits in the server for the
+/// handoff to end (it failed with TRYAGAIN at once before): then the slot has moved, and the
+/// read is redirected with `MOVED` to the new master, where it is exact; or the source gave up
+/// the handoff and the read, run again there, is exact. `CTR.MGET` waits on the home it names,
+/// wherever it stands in its keys.
+#[test]
+fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
+    let test = "a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact";
+    let cluster = Cluster::start(3, &[]);
+    let Some(asm) = asm_of(&cluster, test) else {
+        return;
+    };
+    let mut client = cluster.client();
+    let home = "{homeoff}";
+    let plain = "{homeoff}plain";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let mut total = 0;
+    for (i, h) in holders.iter().enumerate() {
+        let delta = 10 * i as i64 + 3;
+        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
+        total += delta;
+    }
+    client.cmd(&["CTR.ADD", plain, "7"]);
+    let slot = key_slot(home.as_bytes());
+    let source = cluster.owner(slot);
+    let target = (source + 1) % 3;
+    let mut admin = cluster.nodes[source].conn();
+    ok(admin.cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
+    let migration = Migration::start(&cluster, asm, &[slot], source, target, Hold::Handoff);
+    migration.wait_paused(&cluster);
+    if cannot_hold_a_handoff(&cluster, source, test) {
+        let mut reader = Conn::connect(cluster.nodes[source].port).unwrap();
+        assert_eq!(reader.cmd(&["CTR.GET", home]), Value::Int(total));
+        migration.release(&cluster);
+        return;
+    }
+    let port = cluster.nodes[source].port;
+    let read = |args: &'static [&'static str]| {
+        std::thread::spawn(move || {
+            let mut reader = Conn::connect(port).unwrap();
+            let started = Instant::now();
+            (reader.cmd(args), started.elapsed())
+        })
+    };
+    let get = read(&["CTR.GET", "{homeoff}"]);
+    let mget = read(&["CTR.MGET", "{homeoff}plain", "{homeoff}"]);
+    std::thread::sleep(Duration::from_millis(300));
+    if get.is_finished() || mget.is_finished() {
+        let answers = (get.join().unwrap(), mget.join().unwrap());
+        panic!("reads during the handoff of the home's slot wait for its end: {answers:?}");
+    }
+    migration.release(&cluster);
+    let (got, waited) = get.join().unwrap();
+    let (mgot, _) = mget.join().unwrap();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    let moved = migration.wait_end(&cluster);
+    let target_port = cluster.nodes[target].port;
+    let redirect = format!("MOVED {slot} 127.0.0.1:{target_port}");
+    match (&got, &mgot) {
+        (Value::Int(v), Value::Array(values)) if !moved => {
+            assert_eq!(
+                *v, total,
+                "a read run again on the source after the handoff gave up"
+            );
+            assert_eq!(values, &[Value::Int(7), Value::Int(total)]);
+        }
+        (Value::Error(e), Value::Error(m)) => {
+            assert!(moved, "{e}");
+            assert_eq!(e, &redirect, "the read is redirected to the new master");
+            assert_eq!(m, &redirect);
+            let mut there = Conn::connect(target_port).unwrap();
+            assert_eq!(there.cmd(&["CTR.GET", home]), Value::Int(total));
+        }
+        other => panic!("moved {moved}: {other:?}"),
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(total));
+    let waits = ctr_stat(&cluster.nodes[source], "commands_waited");
+    assert!(waits >= 2, "both reads waited ({waits})");
+    eprintln!("{asm:?}: the read waited {waited:?} and replied {got:?}, {mgot:?}");
+    if !moved {
+        return;
+    }
+    // Back the other way, and this time the source gives the handoff up (nobody releases the
+    // target): the read waits for that, runs again on the source, and is exact there.
+    ok(cluster.nodes[target]
+        .conn()
+        .cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
+    let back = Migration::start(&cluster, asm, &[slot], target, source, Hold::Handoff);
+    back.wait_paused(&cluster);
+    let mut reader = Conn::connect(target_port).unwrap();
+    let started = Instant::now();
+    assert_eq!(reader.cmd(&["CTR.GET", home]), Value::Int(total));
+    let waited = started.elapsed();
+    back.release(&cluster);
+    assert!(!back.wait_end(&cluster), "the handoff was given up");
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    assert_eq!(cluster.owner(slot), target);
+    eprintln!("{asm:?}: a read waited {waited:?} for a handoff given up");
 }
 
 /// A migration of a spread home's slot cancelled halfway: the target had the home (and writes

@@ -16,6 +16,7 @@ pub(crate) mod floor_moves;
 pub(crate) mod holder_check;
 pub(crate) mod home_names;
 pub(crate) mod keyspace;
+pub(crate) mod read_handoff;
 pub(crate) mod read_links;
 pub(crate) mod replication_gate;
 pub mod slot_migration;

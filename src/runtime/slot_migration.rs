@@ -37,7 +37,8 @@
 //! 2. **Reads during the handoff** ([`handing_off`]): once the source pauses writes for the
 //!    handoff it may already have lost the slots without knowing yet, and its copy of the keys
 //!    stops being the counter's: a holder read there answers "not here" and a gathered read of
-//!    a home there fails with `TRYAGAIN` (retryable), never with a stale or partial sum.
+//!    a home there waits for the handoff's end (`read_handoff`), then fails with `TRYAGAIN`
+//!    (retryable) past its bound, never with a stale or partial sum.
 //! 3. **Nor are their messages sent** (`spread_transfer`): the seal requests and credits that
 //!    keys of a moving slot have to send wait too, on both nodes; once the move has ended the
 //!    slots' master sends them (the target after a completed move, the source after an

@@ -8,8 +8,11 @@
 //! the holders this node serves from a timer, all through `RM_Call`, which checks slot
 //! ownership, and hands every read waiting for it the holders' values once everything is in.
 //! A holder that a master no longer serves is asked once more where a fresh slot map says it
-//! is now; one still migrating there, or not served a second time, fails the reads with
-//! TRYAGAIN; after `ctr.gather-timeout-ms` a read fails, never with a partial sum. Where a
+//! is now; one still migrating there, or not served a second time, fails the round with
+//! TRYAGAIN, and its reads gather again a moment later within `ctr.purchase-wait-ms` of their
+//! arrival (`read_handoff`), then fail with it. A read of a home whose own slot is being handed
+//! over waits there for the handoff's end before it gathers. After `ctr.gather-timeout-ms` a
+//! read fails, never with a partial sum. Where a
 //! client cannot block (MULTI/EXEC, scripts), a read in a cluster whose holders are not in the
 //! cache (`ctr.gather-cache-ms`) fails with a clear error.
 //!
@@ -39,6 +42,7 @@ use redis_module::raw;
 
 use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{value_and_floor, with_counter};
+use super::read_handoff::{self, Outcome};
 use super::read_links;
 use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
 use crate::config;
@@ -56,9 +60,24 @@ use crate::protocol::timeout::Timeout;
 
 /// Bus message types (0-254): a gather request and its response.
 /// The gather table (`protocol::gather`) with this runtime's reply and error types.
-type Gathers = gather::Gathers<Finish, CommandError>;
-type Reader = gather::Reader<Finish>;
-type Effect = gather::Effect<Finish, CommandError>;
+type Gathers = gather::Gathers<Ending, CommandError>;
+type Reader = gather::Reader<Ending>;
+type Effect = gather::Effect<Ending, CommandError>;
+
+/// How a blocked read ends: its reply, and the database its keys are in (to read them again
+/// when it gathers again, `read_handoff`).
+struct Ending {
+    how: Finish,
+    db: c_int,
+}
+
+/// A read's client blocked already (a read gathering again after a wait), and when the read
+/// arrived.
+#[derive(Clone, Copy)]
+struct Blocked {
+    bc: *mut raw::RedisModuleBlockedClient,
+    started_ms: i64,
+}
 
 const MSG_GATHER_REQUEST: MessageKind = MessageKind::GatherRequest;
 const MSG_GATHER_RESPONSE: MessageKind = MessageKind::GatherResponse;
@@ -313,12 +332,21 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     if r.holders.is_empty() {
         return Ok(Reply::Map(fields));
     }
+    let view = floored_view(ctx, key, &r)?;
+    gather(ctx, vec![r], Finish::Info(fields, view))
+}
+
+/// The floor fields of CTR.INFO of a floored spread home, for the holders `r` reads.
+fn floored_view(
+    ctx: Ctx,
+    key: RawString,
+    r: &Reading,
+) -> Result<Option<FlooredView>, CommandError> {
     let spread_floor = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
         _ => None,
     })?;
-    let view = spread_floor.map(|f| floored::floored_view(ctx, key, f, &r.holders));
-    gather(ctx, vec![r], Finish::Info(fields, view))
+    Ok(spread_floor.map(|f| floored::floored_view(ctx, key, f, &r.holders)))
 }
 
 fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
@@ -551,7 +579,21 @@ enum Waited {
 /// same homes) have answered.
 fn gather(ctx: Ctx, readings: Vec<Reading>, how: Finish) -> CommandResult {
     metrics::GATHERS.incr();
-    match wait_for_gathers(ctx, readings, how) {
+    // The home's slot is being handed over to another master (atomic slot migration): the
+    // home here may no longer be the counter's. The read waits for the handoff's end.
+    if let Some(home) = handing_off_home(&readings) {
+        let parked = match how {
+            Finish::Clear(..) => None, // a write never runs while writes are paused
+            _ => read_handoff::park_bound(ctx),
+        };
+        let Some(bound) = parked else {
+            metrics::GATHER_FAILURES.incr();
+            return Err(read_handoff::moving_error(&home));
+        };
+        park(ctx, readings, how, &home, bound);
+        return Ok(Reply::Blocked);
+    }
+    match wait_for_gathers(ctx, readings, how, None) {
         Ok(Waited::Blocked) => Ok(Reply::Blocked),
         Ok(Waited::Ready(readings, how)) => {
             metrics::record_gather_latency(0);
@@ -564,26 +606,132 @@ fn gather(ctx: Ctx, readings: Vec<Reading>, how: Finish) -> CommandResult {
     }
 }
 
+/// The first home of `readings` (one with holders) whose slot is being handed over.
+fn handing_off_home(readings: &[Reading]) -> Option<Vec<u8>> {
+    let r = readings
+        .iter()
+        .find(|r| !r.holders.is_empty() && super::slot_migration::handing_off(&r.home))?;
+    Some(r.home.clone())
+}
+
+/// Blocks the read's client and parks it until the handoff of `home`'s slot ends
+/// (`read_handoff`). The server's timeout covers the wait and the gather after it.
+fn park(ctx: Ctx, readings: Vec<Reading>, how: Finish, home: &[u8], bound: i64) {
+    let timeout = bound.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
+    let now = ctx.now_ms();
+    let blocked = Blocked {
+        bc: block_client(ctx, timeout),
+        started_ms: now,
+    };
+    // SAFETY: ctx is live.
+    let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
+    let keys = readings.into_iter().map(|r| r.home).collect();
+    let wait = read_handoff::Wait {
+        home: home.to_vec(),
+        retry_at_ms: now,
+        deadline_ms: now.saturating_add(bound),
+    };
+    park_blocked(ctx, blocked, Ending { how, db }, keys, wait);
+}
+
+/// Parks the read of the client `blocked`, with its `keys`, until `wait` lets it gather again.
+fn park_blocked(
+    ctx: Ctx,
+    blocked: Blocked,
+    ending: Ending,
+    keys: Vec<Vec<u8>>,
+    wait: read_handoff::Wait,
+) {
+    let resume = move |ctx: Ctx, outcome: Outcome| {
+        let result = match outcome {
+            Outcome::Served => gather_again(ctx, blocked, ending, &keys),
+            Outcome::Refused(e) => Err(e),
+        };
+        if let Some(result) = result.transpose() {
+            unblock(blocked.bc, result);
+        }
+    };
+    read_handoff::park(ctx, blocked.bc as usize, wait, Box::new(resume));
+}
+
+/// A parked read whose wait ended with its home's slot served here: its keys are read afresh
+/// (the home may have changed since the read arrived) and gathered for its client, blocked
+/// already. Ok(None) when it waits for a gather (which unblocks it).
+fn gather_again(
+    ctx: Ctx,
+    blocked: Blocked,
+    ending: Ending,
+    keys: &[Vec<u8>],
+) -> Result<Option<Reply>, CommandError> {
+    // SAFETY: ctx is the timer's live context; db is the one the client had selected.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, ending.db) };
+    let names: Vec<KeyName> = keys.iter().map(|k| KeyName::new(ctx, k)).collect();
+    let readings = names
+        .iter()
+        .map(|k| reading(ctx, k.raw))
+        .collect::<Result<Vec<_>, _>>()?;
+    let how = match ending.how {
+        Finish::Info(fields, _) => {
+            Finish::Info(fields, floored_view(ctx, names[0].raw, &readings[0])?)
+        }
+        other => other,
+    };
+    match wait_for_gathers(ctx, readings, how, Some(blocked))? {
+        Waited::Blocked => Ok(None),
+        Waited::Ready(readings, how) => finish(ctx, &readings, how).map(Some),
+    }
+}
+
+/// How long after a holder answered "moving" its read gathers again.
+const GATHER_AGAIN_MS: i64 = 20;
+
+/// A read whose gather failed: a holder whose slot is being handed over between two other
+/// masters (its `TRYAGAIN`) makes the read gather again [`GATHER_AGAIN_MS`] later, within
+/// `ctr.purchase-wait-ms` of its arrival (`read_handoff`); any other failure, or past that
+/// bound, replies the error.
+fn gather_again_or_fail(ctx: Ctx, reader: Reader, e: CommandError) {
+    let bc = reader.bc as *mut raw::RedisModuleBlockedClient;
+    let now = ctx.now_ms();
+    let deadline = reader
+        .started_ms
+        .saturating_add(config::PURCHASE_WAIT_MS.load(Relaxed));
+    let retry_at = now.saturating_add(GATHER_AGAIN_MS);
+    let again = e.0.starts_with("TRYAGAIN")
+        && !matches!(reader.finish.how, Finish::Clear(..))
+        && retry_at < deadline
+        && read_handoff::has_room();
+    let Some(home) = reader
+        .readings
+        .first()
+        .map(|r| r.home.clone())
+        .filter(|_| again)
+    else {
+        unblock(bc, Err(e));
+        return;
+    };
+    metrics::GATHER_RETRIES.incr();
+    let blocked = Blocked {
+        bc,
+        started_ms: reader.started_ms,
+    };
+    let keys = reader.readings.into_iter().map(|r| r.home).collect();
+    let wait = read_handoff::Wait {
+        home,
+        retry_at_ms: retry_at,
+        deadline_ms: deadline,
+    };
+    park_blocked(ctx, blocked, reader.finish, keys, wait);
+}
+
+/// Fills the readings and, where holders are elsewhere, blocks the client (or uses `blocked`,
+/// a client blocked already, for a parked read) until the gathers it waits for answered.
 fn wait_for_gathers(
     ctx: Ctx,
     mut readings: Vec<Reading>,
     how: Finish,
+    blocked: Option<Blocked>,
 ) -> Result<Waited, CommandError> {
     let clearing = matches!(how, Finish::Clear(..));
-    // The home's slot is being handed over to another master (atomic slot migration): the
-    // home here may no longer be the counter's.
-    if let Some(r) = readings
-        .iter()
-        .find(|r| !r.holders.is_empty() && super::slot_migration::handing_off(&r.home))
-    {
-        return Err(CommandError(
-            format!(
-                "TRYAGAIN spread counter '{}' is moving between masters",
-                String::from_utf8_lossy(&r.home)
-            )
-            .into(),
-        ));
-    }
     let in_cluster = cluster::in_cluster(ctx);
     let topology = if in_cluster {
         Some(cluster::topology(ctx, false)?)
@@ -594,11 +742,12 @@ fn wait_for_gathers(
     let Some(topology) = topology.filter(|_| !waiting.is_empty()) else {
         return Ok(Waited::Ready(readings, how));
     };
-    if ctx.flags()
-        & (raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA
-            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        != 0
+    if blocked.is_none()
+        && ctx.flags()
+            & (raw::REDISMODULE_CTX_FLAGS_MULTI
+                | raw::REDISMODULE_CTX_FLAGS_LUA
+                | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+            != 0
     {
         return Err(if clearing {
             CANNOT_BLOCK_CLEAR
@@ -632,20 +781,13 @@ fn wait_for_gathers(
     if new_bytes > 0 && held_bytes.saturating_add(new_bytes) > MAX_GATHER_NAME_BYTES {
         return Err(TOO_MANY_NAMES);
     }
-    let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
-    // SAFETY: ctx is the live context of a command that may block (checked above).
-    let bc = unsafe {
-        rm!(RedisModule_BlockClient)(
-            ctx.ptr,
-            Some(on_reply),
-            Some(on_timeout),
-            Some(free_result),
-            timeout,
-        )
+    let (bc, started_ms, within) = match blocked {
+        Some(b) => (b.bc, b.started_ms, Within::Callback),
+        None => {
+            let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
+            (block_client(ctx, timeout), ctx.now_ms(), Within::Command)
+        }
     };
-    // SAFETY: bc was just returned by BlockClient.
-    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
-    let started_ms = ctx.now_ms();
     let started = GATHERS.with(|g| {
         let mut g = g.borrow_mut();
         let mut started = Vec::new();
@@ -686,15 +828,33 @@ fn wait_for_gathers(
             started_ms,
             readings,
             waits,
-            finish: how,
+            finish: Ending { how, db },
         };
         g.readers.insert(bc as usize, reader);
         started
     });
     for id in started {
-        launch(ctx.ptr, id, Within::Command);
+        launch(ctx.ptr, id, within);
     }
     Ok(Waited::Blocked)
+}
+
+/// Blocks the client of the read running in `ctx` (allowed: checked by the caller) for up to
+/// `timeout` ms.
+fn block_client(ctx: Ctx, timeout: i64) -> *mut raw::RedisModuleBlockedClient {
+    // SAFETY: ctx is the live context of a command that may block (checked by the caller).
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.ptr,
+            Some(on_reply),
+            Some(on_timeout),
+            Some(free_result),
+            timeout,
+        )
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
+    bc
 }
 
 /// Where a round is launched from.
@@ -906,12 +1066,10 @@ fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
                 let mut readings = reader.readings;
                 metrics::record_gather_latency(c.now_ms().saturating_sub(reader.started_ms));
                 sum_time_view(c, &mut readings);
-                let result = finish(c, &readings, reader.finish);
+                let result = finish(c, &readings, reader.finish.how);
                 unblock(reader.bc as *mut raw::RedisModuleBlockedClient, result);
             }
-            Effect::Fail(reader, e) => {
-                unblock(reader.bc as *mut raw::RedisModuleBlockedClient, Err(e))
-            }
+            Effect::Fail(reader, e) => gather_again_or_fail(Ctx { ptr: ctx }, reader, e),
         }
     }
 }
@@ -1189,17 +1347,24 @@ unsafe extern "C" fn on_timeout(
 ) -> c_int {
     // SAFETY: ctx is the timeout context of a blocked client.
     let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
+    let parked = guard(ctx, "gather-timeout", || read_handoff::unpark(bc as usize));
     let silent = guard(ctx, "gather-timeout", || drop_reader(ctx, bc))
         .flatten()
         .unwrap_or(0);
     metrics::GATHER_FAILURES.incr();
     metrics::GATHER_TIMEOUTS.incr();
-    Ctx { ptr: ctx }.reply_error(&CommandError(
-        format!(
-            "ERR spread counter total unavailable: {silent} master(s) did not answer within ctr.gather-timeout-ms"
+    let error = if parked == Some(true) {
+        // Only a server that lets the timer lag past the wait's bound gets here.
+        CommandError::fixed("TRYAGAIN spread counter is moving between masters")
+    } else {
+        CommandError(
+            format!(
+                "ERR spread counter total unavailable: {silent} master(s) did not answer within ctr.gather-timeout-ms"
+            )
+            .into(),
         )
-        .into(),
-    ));
+    };
+    Ctx { ptr: ctx }.reply_error(&error);
     // A client blocked without keys is released only by UnblockClient, timed out or not.
     // SAFETY: bc is live until this call; its read is gone, so no answer unblocks it again.
     unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
@@ -1210,7 +1375,9 @@ unsafe extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    let found = guard(ctx, "gather-disconnect", || drop_reader(ctx, bc).is_some());
+    let found = guard(ctx, "gather-disconnect", || {
+        read_handoff::unpark(bc as usize) | drop_reader(ctx, bc).is_some()
+    });
     if found.unwrap_or(false) {
         // SAFETY: as in on_timeout.
         unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
