@@ -306,6 +306,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("TRYAGAIN budget in flight", BudgetInFlight),
     ("TRYAGAIN spread counter holder", HolderMoving),
     ("TRYAGAIN spread counter '", HolderMoving),
+    ("TRYAGAIN spread counter is moving", HolderMoving),
     ("TRYAGAIN units in flight", HolderMoving),
     ("ERR spread counter holder '", HolderError),
     ("ERR spread counter total needs a gather", GatherInTransaction),

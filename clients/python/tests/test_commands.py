@@ -336,8 +336,9 @@ REDIS_ERROR_CODES = (
     "CROSSSLOT|NOSCRIPT|EXECABORT|NOAUTH|MISCONF|OOM|NOREPLICAS|NOTBUSY|MOVED|ASK|UNBLOCKED"
 )
 ERROR_LITERAL = re.compile(r'"((?:%s) (?:[^"\\]|\\.)*)"' % REDIS_ERROR_CODES)
-# An error of a command the module runs inside the server, passed on as that command replied.
-PASSED_ON = {"ERR {e}"}
+# An error of a command the module runs inside the server, passed on as that command replied,
+# and the server's own redirection (redis-py raises MovedError for it).
+PASSED_ON = {"ERR {e}", "MOVED {slot} {}:{}"}
 
 
 def module_error_texts() -> Dict[str, str]:

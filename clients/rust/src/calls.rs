@@ -15,6 +15,10 @@ pub(crate) struct Call<T> {
     /// A command that changes the counter: sent once on a sync cluster connection, which
     /// would resend it after a timeout (see [`crate::spread::send_once`]).
     pub(crate) write: bool,
+    /// A write that may be sent again after a connection broke once it was sent (it may have
+    /// run): it carries a token (a copy replays the first reply) or sets what it sets (a floor,
+    /// a ceiling, a reconciled value, a merged state). An untokened add sent twice counts twice.
+    pub(crate) resendable: bool,
 }
 
 fn call<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
@@ -22,6 +26,7 @@ fn call<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
         cmd,
         parse,
         write: false,
+        resendable: true,
     }
 }
 
@@ -30,6 +35,27 @@ fn write<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
         cmd,
         parse,
         write: true,
+        resendable: false,
+    }
+}
+
+/// A write that sets what it sets, or one with a token: see [`Call::resendable`].
+fn resendable_write<T>(cmd: Cmd, parse: fn(Value) -> Result<T, CtrError>) -> Call<T> {
+    Call {
+        resendable: true,
+        ..write(cmd, parse)
+    }
+}
+
+/// A write, resendable when it carries a token.
+fn write_tokened<T>(
+    cmd: Cmd,
+    parse: fn(Value) -> Result<T, CtrError>,
+    token: Option<&[u8]>,
+) -> Call<T> {
+    Call {
+        resendable: token.is_some(),
+        ..write(cmd, parse)
     }
 }
 
@@ -75,7 +101,7 @@ pub(crate) fn add_with<K: ToRedisArgs>(
     cmd.arg(delta);
     with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
     with_expiry(&mut cmd, options.expiry, options.persist, options.enx);
-    write(cmd, reply::plain)
+    write_tokened(cmd, reply::plain, options.token.as_deref())
 }
 
 pub(crate) fn get<K: ToRedisArgs>(key: K) -> Call<i64> {
@@ -93,7 +119,7 @@ pub(crate) fn clear<K: ToRedisArgs>(key: K) -> Call<i64> {
 pub(crate) fn clear_with_token<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Call<i64> {
     let mut cmd = keyed("CTR.CLEAR", key);
     with_token_and_time(&mut cmd, Some(token.as_ref()), None);
-    write(cmd, reply::plain)
+    resendable_write(cmd, reply::plain)
 }
 
 pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
@@ -102,7 +128,7 @@ pub(crate) fn floor<K: ToRedisArgs>(key: K, floor: Option<i64>) -> Call<()> {
         Some(floor) => cmd.arg(floor),
         None => cmd.arg("NONE"),
     };
-    write(cmd, reply::ok)
+    resendable_write(cmd, reply::ok)
 }
 
 pub(crate) fn ceil<K: ToRedisArgs>(key: K, ceiling: Option<i64>) -> Call<()> {
@@ -111,7 +137,7 @@ pub(crate) fn ceil<K: ToRedisArgs>(key: K, ceiling: Option<i64>) -> Call<()> {
         Some(ceiling) => cmd.arg(ceiling),
         None => cmd.arg("NONE"),
     };
-    write(cmd, reply::ok)
+    resendable_write(cmd, reply::ok)
 }
 
 pub(crate) fn increx<K: ToRedisArgs>(key: K, options: &IncrexOptions) -> Call<Increxed> {
@@ -127,13 +153,13 @@ pub(crate) fn increx<K: ToRedisArgs>(key: K, options: &IncrexOptions) -> Call<In
     }
     with_expiry(&mut cmd, options.expiry, options.persist, options.enx);
     with_token_and_time(&mut cmd, options.token.as_deref(), options.at);
-    write(cmd, reply::increxed)
+    write_tokened(cmd, reply::increxed, options.token.as_deref())
 }
 
 pub(crate) fn refund<K: ToRedisArgs, T: AsRef<[u8]>>(key: K, token: T) -> Call<Option<i64>> {
     let mut cmd = keyed("CTR.REFUND", key);
     cmd.arg("TOKEN").arg(token.as_ref());
-    write(cmd, reply::plain)
+    resendable_write(cmd, reply::plain)
 }
 
 pub(crate) fn decrfloor<K: ToRedisArgs>(key: K, amount: i64) -> Call<Option<i64>> {
@@ -152,14 +178,14 @@ pub(crate) fn decrfloor_with<K: ToRedisArgs, T: AsRef<[u8]>>(
     let mut cmd = keyed("CTR.DECRFLOOR", key);
     cmd.arg(amount);
     with_token_and_time(&mut cmd, Some(token.as_ref()), at);
-    write(cmd, reply::plain)
+    resendable_write(cmd, reply::plain)
 }
 
 pub(crate) fn reconcile<K: ToRedisArgs>(key: K, truth: i64, at: Option<i64>) -> Call<Reconciled> {
     let mut cmd = keyed("CTR.RECONCILE", key);
     cmd.arg(truth);
     with_token_and_time(&mut cmd, None, at);
-    write(cmd, reply::reconciled)
+    resendable_write(cmd, reply::reconciled)
 }
 
 pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
@@ -171,7 +197,7 @@ pub(crate) fn reconcile_from<K: ToRedisArgs, S: ToRedisArgs>(
     let mut cmd = keyed("CTR.RECONCILE", key);
     cmd.arg("FROM").arg(kind.keyword()).arg(source);
     with_token_and_time(&mut cmd, None, at);
-    write(cmd, reply::reconciled)
+    resendable_write(cmd, reply::reconciled)
 }
 
 /// `max_burst count period`, as `CTR.THROTTLE` takes them.
@@ -193,7 +219,7 @@ pub(crate) fn throttle_with<K: ToRedisArgs, T: AsRef<[u8]>>(
     let mut cmd = keyed("CTR.THROTTLE", key);
     cmd.arg(rate.0).arg(rate.1).arg(rate.2).arg(quantity);
     with_token_and_time(&mut cmd, Some(token.as_ref()), at);
-    write(cmd, reply::throttled)
+    resendable_write(cmd, reply::throttled)
 }
 
 pub(crate) fn window<K: ToRedisArgs>(
@@ -209,7 +235,7 @@ pub(crate) fn window<K: ToRedisArgs>(
     if let (Some(_), Some(n)) = (window_ms, buckets) {
         cmd.arg("BUCKETS").arg(n);
     }
-    write(cmd, reply::ok)
+    resendable_write(cmd, reply::ok)
 }
 
 pub(crate) fn reconcile_start<K: ToRedisArgs>(key: K) -> Call<i64> {
@@ -220,7 +246,7 @@ pub(crate) fn reconcile_start<K: ToRedisArgs>(key: K) -> Call<i64> {
 }
 
 pub(crate) fn spread<K: ToRedisArgs>(key: K, holders: u32) -> Call<Vec<String>> {
-    write(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
+    resendable_write(keyed("CTR.SPREAD", key).arg(holders).clone(), reply::plain)
 }
 
 pub(crate) fn holders<K: ToRedisArgs>(key: K) -> Call<Vec<String>> {
@@ -244,7 +270,7 @@ pub(crate) fn pnc_state<K: ToRedisArgs>(key: K) -> Call<Option<Vec<u8>>> {
 }
 
 pub(crate) fn pnc_merge<K: ToRedisArgs>(key: K, state: &[u8]) -> Call<i64> {
-    write(keyed("PNC.MERGE", key).arg(state).clone(), reply::plain)
+    resendable_write(keyed("PNC.MERGE", key).arg(state).clone(), reply::plain)
 }
 
 pub(crate) fn pnc_clear<K: ToRedisArgs>(key: K) -> Call<i64> {

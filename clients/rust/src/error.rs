@@ -201,6 +201,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("TRYAGAIN budget in flight", BudgetInFlight),
         ("TRYAGAIN spread counter holder", HolderMoving),
         ("TRYAGAIN spread counter '", HolderMoving),
+        ("TRYAGAIN spread counter is moving", HolderMoving),
         ("TRYAGAIN units in flight", HolderMoving),
         ("ERR spread counter holder '", HolderError),
         (
@@ -454,7 +455,9 @@ mod tests {
         "UNBLOCKED",
     ];
     /// An error of a command the module runs inside the server, passed on as it replied.
-    const PASSED_ON: &[&str] = &["ERR {e}"];
+    /// Texts that are no module error of their own: an error passed on, and the server's own
+    /// redirection (`MOVED`, which the `redis` crate reads as `ErrorKind::Moved`).
+    const PASSED_ON: &[&str] = &["ERR {e}", "MOVED {slot} {}:{}"];
 
     fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("the module's source") {

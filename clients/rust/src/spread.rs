@@ -39,10 +39,13 @@
 //!   timeout. On a `redis::cluster::ClusterConnection` a holder write is sent as a one-command
 //!   cluster pipeline, which the `redis` crate sends once: its plain requests resend a command
 //!   whose reply timed out (`ClusterClientBuilder::retries` times, default 16, each waiting the
-//!   response timeout, each a copy the frozen master may count). After any other failure but
-//!   the server's reply (`MOVED`, `ASK`, `TRYAGAIN`, a refused or dropped connection) it is
-//!   sent as a plain request, as the crate sends every other one. The async connections of the
-//!   `redis` crate have no such path: see [`SpreadRouter::add_async`].
+//!   response timeout, each a copy the frozen master may count). A connection that broke once
+//!   the write was sent (the master may have run it, its reply lost) is no reason to send it
+//!   again either: its error is returned, maybe counted, unless a copy cannot count twice (a
+//!   tokened write replays its first reply; a floor, a ceiling, a reconcile set what they set).
+//!   After a failure that proves it did not run (`MOVED`, `ASK`, `TRYAGAIN`, a refused
+//!   connection) it is sent as a plain request, as the crate sends every other one. The async
+//!   connections of the `redis` crate have no such path: see [`SpreadRouter::add_async`].
 //! - An add that meets a holder a shrink folded back (`HolderFolded`) did not count there: a
 //!   folded holder answers a retry of a write it counted (same token) with that write's first
 //!   reply and refuses any other. So the add re-reads the holders and goes on to a current one
@@ -960,9 +963,11 @@ fn cluster_of<C: ConnectionLike + 'static>(con: &mut C) -> Option<&mut SyncClust
 }
 
 /// Sends one holder write (see the [module](self) docs): on a sync cluster connection as a
-/// one-command cluster pipeline, which the `redis` crate does not resend after a timeout;
-/// after any other failure but the server's reply (`MOVED`, `ASK`, `TRYAGAIN`, a refused or
-/// dropped connection) as a plain request, which the crate sends as it sends every other one
+/// one-command cluster pipeline, which the `redis` crate does not resend after a timeout or a
+/// broken connection; after a failure that proves it did not run (`MOVED`, `ASK`, `TRYAGAIN`,
+/// a refused connection), or a broken connection when a copy cannot count twice
+/// ([`Call::resendable`](crate::calls::Call): a token, or a write that sets what it sets), as a
+/// plain request, which the crate sends as it sends every other one
 /// (it reconnects, follows redirections, refreshes its slot map after `MOVED`); one still
 /// refused (its master down: the crate keeps its slot map) goes to a node in reach, whose
 /// `MOVED` to the slot's current master makes the crate read the map again.
@@ -986,8 +991,11 @@ pub(crate) fn send_once<C: ConnectionLike + 'static, T>(
             }
             // Maybe ran (a frozen master runs what it read when it wakes): not sent again.
             Err(e) if e.is_timeout() => return Err(e.into()),
-            Err(e) if e.is_io_error() || never_ran(&e) => {}
-            Err(e) => return Err(e.into()), // the server's reply
+            Err(e) if never_ran(&e) => {}
+            // The connection broke, maybe after the master ran it (its reply lost): sent again
+            // only when a copy cannot count twice (a token, or a write that sets what it sets).
+            Err(e) if e.is_io_error() && call.resendable => {}
+            Err(e) => return Err(e.into()), // the server's reply, or maybe ran
         }
         return match call.cmd.query::<Value>(cluster) {
             Err(e) if e.is_connection_refusal() => {

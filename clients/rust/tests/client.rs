@@ -992,6 +992,52 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mut forward: impl FnMut(&[u8]) -
     let _ = to.shutdown(Shutdown::Both);
 }
 
+/// A cluster write whose connection broke after the master ran it (its reply lost): an
+/// untokened write is never sent again (it would count twice: before, the one-command pipeline's
+/// I/O error made it go again as a plain request, and the add counted 10 for 5), its error is
+/// returned as maybe applied; a tokened write is sent again, and counts once.
+#[test]
+fn a_cluster_write_whose_reply_was_lost_is_sent_again_only_with_its_token() {
+    let cluster = Cluster::start(3, &[]);
+    let key = "lost-reply";
+    let node = cluster.owner(common::cluster::key_slot(key.as_bytes()));
+    let proxy = ReplyDroppingProxy::start(cluster.nodes[node].port, b"CTR.ADD", 2);
+    // The node announces the proxy as its client address: every client reaches it through it.
+    let port = proxy.port.to_string();
+    let set = ["CONFIG", "SET", "cluster-announce-port", port.as_str()];
+    assert_eq!(
+        cluster.nodes[node].conn().cmd(&set),
+        common::Value::Simple("OK".into())
+    );
+    let seed = (node + 1) % 3;
+    let announced =
+        |c: &mut common::Conn| format!("{:?}", c.cmd(&["CLUSTER", "SLOTS"])).contains(&port);
+    common::eventually(10, || {
+        announced(&mut cluster.nodes[seed].conn()).then_some(())
+    });
+    let client = redis::cluster::ClusterClient::new(vec![url(cluster.nodes[seed].port, false)]);
+    let mut con = client.unwrap().get_connection().unwrap();
+
+    let untokened = con.ctr_add(key, 5);
+    let error = untokened.expect_err("a write whose reply was lost");
+    assert!(error.is_connection_error(), "{error}");
+    let mut direct = cluster.nodes[node].conn();
+    assert_eq!(
+        direct.cmd(&["CTR.GET", key]),
+        common::Value::Int(5),
+        "counted once"
+    );
+
+    let once = AddOptions::new().token("lost-1");
+    assert_eq!(con.ctr_add_with(key, 7, &once).unwrap(), Some(12));
+    assert_eq!(
+        direct.cmd(&["CTR.GET", key]),
+        common::Value::Int(12),
+        "counted once"
+    );
+    assert_eq!(proxy.dropped.load(Ordering::SeqCst), 2);
+}
+
 fn ctr_stat(server: &Server, field: &str) -> i64 {
     server.info_field("ctr", field).trim().parse().unwrap()
 }
@@ -1489,7 +1535,9 @@ fn outage_keys(
 /// adds) and the coalescing writer (one sum per flush) write a spread counter with holders on
 /// every master: each keeps at least half its healthy rate, measured against a control (adds
 /// to a counter on a master that stays up, through a connection of its own) taken in turn in
-/// 0.2 s windows; once the master's replica has taken over, the total is every acknowledged add.
+/// 0.2 s windows; once the master's replica has taken over, the total is every acknowledged add,
+/// plus at most once each plain add whose connection broke as the master went down (returned as
+/// maybe counted, never sent again).
 ///
 /// The nodes wait 15 s before they call a silent master failing: every measurement ends before
 /// that, while the cluster still serves the healthy masters (past it, with the default
@@ -1520,6 +1568,9 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     // Tokened adds whose holder's master is down: refused (nothing sent, or a connection that
     // failed), retried with their tokens once the replica has taken over.
     let mut refused_tokens = Vec::new();
+    // Plain adds whose connection broke as the master went down: maybe counted, never sent
+    // again (a copy could count twice).
+    let mut maybe = 0i64;
     let mut n = 0u64;
     let mut rates = |con: &mut redis::cluster::ClusterConnection,
                      acknowledged: &mut i64,
@@ -1534,6 +1585,7 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
             match router.add(con, &key, 1, &options) {
                 Ok(_) => *acknowledged += 1,
                 Err(e) if tokened && e.is_connection_error() => refused_tokens.push(token),
+                Err(e) if e.is_connection_error() => maybe += 1,
                 Err(e) => panic!("{e}"),
             }
         };
@@ -1565,7 +1617,7 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     }
     let report = format!(
         "relative rates (router, writer): healthy {healthy:.2?}, outage {outage:.2?}; {} \
-         tokened adds refused",
+         tokened adds refused, {maybe} plain adds maybe counted",
         refused_tokens.len()
     );
     println!("{report}");
@@ -1589,7 +1641,11 @@ fn router_and_writer_keep_half_their_rate_with_a_master_down() {
     assert_eq!(stats.dropped, 0, "{stats:?}");
     let expected = acknowledged + stats.adds as i64;
     let total = common::eventually(30, || con.ctr_get(&key).ok());
-    assert_eq!(total, expected, "{report}");
+    // Each plain add cut off counted once or not at all.
+    assert!(
+        (expected..=expected + maybe).contains(&total),
+        "total {total}, expected {expected} and up to {maybe} more: {report}"
+    );
 }
 
 /// One master of three frozen (SIGSTOP, about 6 s, less than the cluster's node timeout of
