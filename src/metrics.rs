@@ -153,6 +153,9 @@ pub static GATHER_REROUTES: Counter = Counter::new();
 /// Reads that gathered again a moment later, a holder's slot being handed over between two
 /// masters when they first gathered (`runtime::read_handoff`).
 pub static GATHER_RETRIES: Counter = Counter::new();
+/// `COPY`s of a counter under a holder's name refused (`persist::ctr_type`): a holder is made
+/// by the spread protocol only.
+pub static HOLDER_COPIES_REFUSED: Counter = Counter::new();
 /// Read links (`runtime::read_links`): gather requests sent on them, requests that went over
 /// the bus after their link failed, and links made.
 pub static LINK_REQUESTS: Counter = Counter::new();
@@ -285,6 +288,7 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("gather_requests_served", &GATHER_REQUESTS_SERVED),
         ("gather_reroutes", &GATHER_REROUTES),
         ("gather_retries", &GATHER_RETRIES),
+        ("holder_copies_refused", &HOLDER_COPIES_REFUSED),
         ("read_link_requests", &LINK_REQUESTS),
         ("read_link_fallbacks", &LINK_FALLBACKS),
         ("read_links_opened", &LINKS_OPENED),

@@ -214,6 +214,51 @@ fn a_write_to_a_look_alike_holder_is_refused_on_one_server() {
     );
 }
 
+/// Issue 34, item 2: a counter `COPY`d under a holder's name was that holder from then on,
+/// counted in its spread's total without any holder check (a negative copy took a floored
+/// spread's total below its floor: -1,000 under a floor of 50). A holder is made by the spread
+/// protocol only: `COPY` of a counter to a holder-shaped name is refused, whatever the source
+/// and whether the holder exists (`REPLACE`), and writes nothing; a holder copied out to
+/// another name still copies.
+#[test]
+fn a_counter_copied_under_a_holders_name_is_refused() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 100");
+    c.q("CTR.FLOOR stock 50");
+    let holders = names(&c.q("CTR.SPREAD stock 4"));
+    common::eventually(10, || {
+        (c.q("CTR.INFO stock").field("units_in_flight") == Value::Int(0)).then_some(())
+    });
+    c.q("CTR.ADD negative -1000");
+    // An unfloored spread's holder exists from its first write: not written yet.
+    let fresh = names(&c.q("CTR.SPREAD views 3"))[2].clone();
+    assert_eq!(c.cmd(&["EXISTS", &fresh]), Value::Int(0), "not written yet");
+    let before = c.q("DEBUG DIGEST");
+    for copy in [
+        vec!["COPY", "negative", &fresh],
+        vec!["COPY", "negative", &holders[1], "REPLACE"],
+        vec!["COPY", &holders[2], &holders[3], "REPLACE"],
+    ] {
+        let e = c.cmd(&copy).error();
+        assert!(e.contains("failed to copy"), "{copy:?}: {e}");
+    }
+    assert_eq!(c.q("DEBUG DIGEST"), before, "nothing was written");
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(100));
+    assert_eq!(c.cmd(&["EXISTS", &fresh]), Value::Int(0));
+    assert_eq!(server.info_field("ctr", "ctr_holder_copies_refused"), "3");
+    let info = c.q("CTR.INFO stock");
+    assert_eq!(
+        (info.field("value"), info.field("floor")),
+        (Value::Int(100), Value::Int(50))
+    );
+    // A holder copied out under a plain name: a counter of its own units.
+    assert_eq!(c.cmd(&["COPY", &holders[1], "kept"]), Value::Int(1));
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
+}
+
 /// In a cluster the first write of a key named like a holder asks the home's master whether
 /// the home lists it (the holder check): a look-alike on any master, the home's own included,
 /// is refused (CTR.ADD, CTR.DECRFLOOR, CTR.RECONCILE) and creates nothing; every holder

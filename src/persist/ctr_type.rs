@@ -13,8 +13,9 @@ use super::{
 
 use super::ctr_format;
 use crate::counter::collect::carried_by;
+use crate::counter::spread::parse_holder_name;
 use crate::counter::{CounterCell, CounterRef};
-use crate::ffi::rm;
+use crate::ffi::{rm, string_bytes};
 use crate::guard::guard;
 use crate::metrics;
 use std::ptr::null_mut;
@@ -193,11 +194,22 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 
 unsafe extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
     // A contained panic refuses the copy (NULL), as a spread home's is.
-    guard(null_mut(), "type-copy", || copy_value(value)).unwrap_or_else(null_mut)
+    guard(null_mut(), "type-copy", || {
+        // A holder exists because the spread protocol made it: a counter copied under a
+        // holder's name would be counted in that spread's total (a floored one below its
+        // floor, by a negative copy) without ever passing the holder check. Refused (NULL: the
+        // server replies "ERR module key failed to copy" and writes nothing).
+        if !to.is_null() && parse_holder_name(string_bytes(to)).is_some() {
+            metrics::HOLDER_COPIES_REFUSED.incr();
+            return null_mut();
+        }
+        copy_value(value)
+    })
+    .unwrap_or_else(null_mut)
 }
 
 fn copy_value(value: *const c_void) -> *mut c_void {
