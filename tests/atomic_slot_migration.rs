@@ -872,6 +872,18 @@ fn the_homes_slot_resharded_by_migrate_under_traffic_with_a_fold_in_flight() {
     reshard_with_migrate_during_traffic(Moving::Homes);
 }
 
+/// Spreads `home` over 6 holders and adds `10 i + base` to holder `i`: the holders, the total.
+fn spread_over_six(client: &mut ClusterClient, home: &str, base: i64) -> (Vec<String>, i64) {
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let mut total = 0;
+    for (i, h) in holders.iter().enumerate() {
+        let delta = 10 * i as i64 + base;
+        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
+        total += delta;
+    }
+    (holders, total)
+}
+
 /// While the source pauses writes for the handoff and the target does not take over, a read of
 /// a total that needs the moving holder waits in the server (it gathers again every few
 /// milliseconds) up to `ctr.purchase-wait-ms`, then fails with TRYAGAIN, never stale: the source
@@ -887,13 +899,7 @@ fn reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale() {
     let mut client = cluster.client();
     let home = "{handoff}";
     let home_node = cluster.owner(key_slot(home.as_bytes()));
-    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    let mut total = 0;
-    for (i, h) in holders.iter().enumerate() {
-        let delta = 10 * i as i64 + 1;
-        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
-        total += delta;
-    }
+    let (holders, total) = spread_over_six(&mut client, home, 1);
     let moving = holders[1..]
         .iter()
         .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
@@ -998,13 +1004,7 @@ fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
     let mut client = cluster.client();
     let home = "{homeoff}";
     let plain = "{homeoff}plain";
-    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    let mut total = 0;
-    for (i, h) in holders.iter().enumerate() {
-        let delta = 10 * i as i64 + 3;
-        client.cmd(&["CTR.ADD", h, &delta.to_string()]);
-        total += delta;
-    }
+    let (_, total) = spread_over_six(&mut client, home, 3);
     client.cmd(&["CTR.ADD", plain, "7"]);
     let slot = key_slot(home.as_bytes());
     let source = cluster.owner(slot);
