@@ -164,8 +164,10 @@ fn tick(ctx: Ctx) {
         t.parked = parked;
         due
     });
+    // One fresh slot map per tick, however many reads a handoff's end wakes.
+    let mut fresh = true;
     for p in due {
-        let outcome = outcome(ctx, &p.wait.home);
+        let outcome = outcome(ctx, &p.wait.home, &mut fresh);
         if matches!(outcome, Outcome::Refused(_)) && handing_off(&p.wait.home) {
             metrics::WAITS_PAST_BOUND.incr();
         }
@@ -173,22 +175,23 @@ fn tick(ctx: Ctx) {
     }
 }
 
-/// Where a read whose wait ended goes on.
-fn outcome(ctx: Ctx, home: &[u8]) -> Outcome {
+/// Where a read whose wait ended goes on; `fresh`: read the slot map afresh for a redirection
+/// (then false: the map just read will do for the tick's other reads).
+fn outcome(ctx: Ctx, home: &[u8], fresh: &mut bool) -> Outcome {
     if handing_off(home) {
         return Outcome::Refused(moving_error(home));
     }
     if cluster::routed_here(ctx.ptr, home) {
         return Outcome::Served;
     }
-    Outcome::Refused(moved(ctx, home).unwrap_or_else(|| moving_error(home)))
+    Outcome::Refused(moved(ctx, home, fresh).unwrap_or_else(|| moving_error(home)))
 }
 
-/// The server's own redirection to the master a fresh slot map names for `home`'s slot; None
-/// when no other master with a known client address serves it.
-fn moved(ctx: Ctx, home: &[u8]) -> Option<CommandError> {
+/// The server's own redirection to the master the slot map names for `home`'s slot; None when
+/// no other master with a known client address serves it.
+fn moved(ctx: Ctx, home: &[u8], fresh: &mut bool) -> Option<CommandError> {
     let slot = key_slot(home);
-    let topology = cluster::topology(ctx, true).ok()?;
+    let topology = cluster::topology(ctx, std::mem::take(fresh)).ok()?;
     let owner = topology.remote_owner(slot).ok()??;
     let address = topology.client_address(&owner)?;
     let reply = format!("MOVED {slot} {}:{}", address.ip(), address.port());
