@@ -372,7 +372,25 @@ fn add_takes_every_expiry_form() {
         c.q("CTR.ADD win 1 EXAT 0").error(),
         "ERR invalid expire time in 'ctr.add' command"
     );
+    // On a key that exists an expiry sets nothing, and a bad one is refused all the same.
+    for bad in ["EX 0", "EX -5", "PX 9223372036854775807", "EXAT 0"] {
+        let add = format!("CTR.ADD win 1 {bad}");
+        let e = c.q(&add).error();
+        assert_eq!(e, "ERR invalid expire time in 'ctr.add' command", "{add}");
+    }
+    assert_eq!(
+        c.q("CTR.ADD win 1 EX abc").error(),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(c.q("CTR.ADD win 1 EX").error(), "ERR syntax error");
     assert_eq!(c.q("CTR.GET win"), Value::Int(4));
+    let ttl = c.q("PTTL win").int();
+    c.q("CTR.ADD win 1 EX 5");
+    assert!(
+        c.q("PTTL win").int() <= ttl,
+        "EX on a key that exists: nothing set"
+    );
+    assert_eq!(c.q("CTR.GET win"), Value::Int(5));
 }
 
 /// Every new write reaches a replica as its effect (and the TTLs as PEXPIREAT/PERSIST): equal
@@ -432,6 +450,14 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.ADD win 1 EX 60 ENX");
     c.q("CTR.ADD gone 1 EX 60");
     c.q("CTR.ADD gone 1 PERSIST");
+    // A fixed window: its first add sets the TTL; the next ones (the bare add's fast path)
+    // replicate as sent and set nothing; a tokened one (a boxed counter) takes the general path.
+    c.q("CTR.ADD fixed 1 EX 600");
+    c.q("CTR.ADD fixed 1 EX 600");
+    c.q("CTR.ADD fixed 1 PXAT 1");
+    c.q("CTR.ADD boxed 1 EX 600");
+    c.q("CTR.ADD boxed 1 EX 600 TOKEN first");
+    c.q("CTR.ADD boxed 1 EX 300");
     // Without a token or a TTL, on a counter without tokens: replicated as sent.
     c.q("CTR.ADD lim 5");
     c.q("CTR.FLOOR lim 0");
@@ -441,7 +467,7 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.ADD past 1");
     c.q("CTR.INCREX past PXAT 1"); // gone at once, as SET ... PXAT 1 would be
     [
-        "capped", "rl", "plain", "skipped", "stock", "win", "gone", "lim",
+        "capped", "rl", "plain", "skipped", "stock", "win", "gone", "lim", "fixed", "boxed",
     ]
     .iter()
     .map(|s| s.to_string())

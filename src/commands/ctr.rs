@@ -50,9 +50,9 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     // path decides its adds (the fast path knows no floor).
     let floor_if_none = floor_by_name(args.bytes(1));
     // With ctr.track-history yes a bare add may start a history: the general path decides.
-    if args.len() == 3
-        && floor_if_none.is_none()
+    if floor_if_none.is_none()
         && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
+        && (args.len() == 3 || expiry_only_on_create(ctx, content, args)?)
     {
         match add_fast(ctx, &key, content, args)? {
             FastAdd::Done(value) => {
@@ -164,6 +164,21 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             Ok(Reply::Null)
         }
     }
+}
+
+/// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists: the expiry is
+/// for the add that creates the key, so this add is the bare one (a fixed window's every add
+/// after its first), and takes its fast path. Its options are checked as the general path
+/// checks them (the same errors for a bad time), and it replicates as sent: replayed on a key
+/// that exists there too, it changes no TTL either.
+fn expiry_only_on_create(ctx: Ctx, content: KeyContent, args: &Args) -> Result<bool, CommandError> {
+    if args.len() != 5 || !matches!(content, KeyContent::Mine(_)) {
+        return Ok(false);
+    }
+    let parsed = args.with_words(2, parse_add)?;
+    let on_create = matches!(parsed.expiry.expiry, Some(Expiry::In(_) | Expiry::At(_)));
+    ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE)?;
+    Ok(on_create && !parsed.expiry.only_if_none && parsed.token.is_none() && parsed.at.is_none())
 }
 
 /// What the bare add's fast path did.
