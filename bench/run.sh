@@ -138,9 +138,16 @@ check_scripts() {
     rcli --no-raw EVALSHA "${SHA[floor_decr_ledger]}" 2 probe:s2 probe:o2 2 0 60
     rcli --no-raw EVALSHA "${SHA[floor_decr_ledger]}" 2 probe:s2 probe:o2 2 0 60
     rcli --no-raw GET probe:s2
+    # The first add of a window sets its TTL; a later one leaves the TTL it finds.
+    rcli --no-raw EVALSHA "${SHA[fixed_window]}" 1 probe:w 2 60
+    rcli --no-raw EVAL "return redis.call('TTL', KEYS[1]) > 30 and 1 or 0" 1 probe:w
+    rcli EXPIRE probe:w 30 >/dev/null
+    rcli --no-raw EVALSHA "${SHA[fixed_window]}" 1 probe:w 2 60
+    rcli --no-raw EVAL "return redis.call('TTL', KEYS[1]) <= 30 and 1 or 0" 1 probe:w
   )
   want=$(printf '%s\n' '(integer) 5' '(integer) 5' '(integer) 10' '(integer) 1' '(nil)' \
-    '(integer) 1' '(integer) 1' '(nil)' '(nil)' '"1"')
+    '(integer) 1' '(integer) 1' '(nil)' '(nil)' '"1"' \
+    '(integer) 2' '(integer) 1' '(integer) 4' '(integer) 1')
   [ "$got" = "$want" ] || die "a Lua script misbehaves: got [$got], want [$want]"
 }
 
