@@ -973,6 +973,25 @@ fn reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale() {
         10 * i + 1
     });
     eprintln!("{asm:?}: {tryagain} reads answered TRYAGAIN during the handoff");
+    // Back the other way: a CTR.CLEAR of the total gathers while the holder's slot is handed
+    // over, and waits in the server too; once the holder is served again, the total is
+    // cleared exactly (the reply is the total before), never from a partial gather.
+    let back = Migration::start(&cluster, asm, &[slot], target, source, Hold::Handoff);
+    back.wait_paused(&cluster);
+    let clearing = std::thread::spawn(move || {
+        let mut c = Conn::connect(home_port).unwrap();
+        c.cmd(&["CTR.CLEAR", "{handoff}"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!clearing.is_finished(), "the clear waits for the handoff");
+    back.release(&cluster);
+    assert_eq!(
+        clearing.join().unwrap(),
+        Value::Int(total),
+        "the total before"
+    );
+    back.wait_end(&cluster);
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(0));
 }
 
 /// True (with a note) when the migration held at its handoff by [`Migration::wait_paused`] was

@@ -12,9 +12,9 @@
 //!   it at once), or `TRYAGAIN` when that master's address is not known;
 //! - past the bound, still handing off: `TRYAGAIN`, as before the wait.
 //!
-//! A read whose gather failed because a holder's slot is being handed over between two other
-//! masters (both say "not here", `spread_gather`) parks here too, to gather again a moment
-//! later, within the same bound from its arrival.
+//! A read (or a clear, a reconcile of a spread home) whose gather failed because a holder's
+//! slot is being handed over between two other masters (both say "not here", `spread_gather`)
+//! parks here too, to gather again a moment later, within the same bound from its arrival.
 //!
 //! A read cannot park where its client cannot be blocked (MULTI/EXEC, scripts, a command run
 //! again from a reply callback) or past [`MAX_PARKED`]: it replies `TRYAGAIN` at once.

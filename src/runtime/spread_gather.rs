@@ -685,10 +685,10 @@ fn gather_again(
 /// How long after a holder answered "moving" its read gathers again.
 const GATHER_AGAIN_MS: i64 = 20;
 
-/// A read whose gather failed: a holder whose slot is being handed over between two other
-/// masters (its `TRYAGAIN`) makes the read gather again [`GATHER_AGAIN_MS`] later, within
-/// `ctr.purchase-wait-ms` of its arrival (`read_handoff`); any other failure, or past that
-/// bound, replies the error.
+/// A read (or a clear, a reconcile) whose gather failed: a holder whose slot is being handed
+/// over between two other masters (its `TRYAGAIN`) makes it gather again [`GATHER_AGAIN_MS`]
+/// later, within `ctr.purchase-wait-ms` of its arrival (`read_handoff`); any other failure, or
+/// past that bound, replies the error.
 fn gather_again_or_fail(ctx: Ctx, reader: Reader, e: CommandError) {
     let bc = reader.bc as *mut raw::RedisModuleBlockedClient;
     let now = ctx.now_ms();
@@ -696,10 +696,8 @@ fn gather_again_or_fail(ctx: Ctx, reader: Reader, e: CommandError) {
         .started_ms
         .saturating_add(config::PURCHASE_WAIT_MS.load(Relaxed));
     let retry_at = now.saturating_add(GATHER_AGAIN_MS);
-    let again = e.0.starts_with("TRYAGAIN")
-        && !matches!(reader.finish.how, Finish::Clear(..))
-        && retry_at < deadline
-        && read_handoff::has_room();
+    // A clear or reconcile gathers again too: it writes only once every holder answered.
+    let again = e.0.starts_with("TRYAGAIN") && retry_at < deadline && read_handoff::has_room();
     let Some(home) = reader
         .readings
         .first()
