@@ -156,6 +156,10 @@ pub static GATHER_RETRIES: Counter = Counter::new();
 /// `COPY`s of a counter under a holder's name refused (`persist::ctr_type`): a holder is made
 /// by the spread protocol only.
 pub static HOLDER_COPIES_REFUSED: Counter = Counter::new();
+/// Counters renamed onto a holder's name, marked strays; and strays renamed or restored under
+/// another name, unmarked (`runtime::strays`).
+pub static STRAYS_MARKED: Counter = Counter::new();
+pub static STRAYS_UNMARKED: Counter = Counter::new();
 /// Read links (`runtime::read_links`): gather requests sent on them, requests that went over
 /// the bus after their link failed, and links made.
 pub static LINK_REQUESTS: Counter = Counter::new();
@@ -289,6 +293,8 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("gather_reroutes", &GATHER_REROUTES),
         ("gather_retries", &GATHER_RETRIES),
         ("holder_copies_refused", &HOLDER_COPIES_REFUSED),
+        ("strays_marked", &STRAYS_MARKED),
+        ("strays_unmarked", &STRAYS_UNMARKED),
         ("read_link_requests", &LINK_REQUESTS),
         ("read_link_fallbacks", &LINK_FALLBACKS),
         ("read_links_opened", &LINKS_OPENED),

@@ -352,15 +352,7 @@ fn a_panic_in_a_waiting_commands_callbacks_is_logged_and_the_server_goes_on() {
     let mut c = server.conn();
     // A holder of a floored spread (odd id) before its first credit: its purchases wait.
     let holder = "{ctr.00000000000000ab.1.0}sale";
-    assert_eq!(
-        c.cmd(&["CTR.ADD", "made{ctr.00000000000000ab.1.0}sale", "0"]),
-        Value::Int(0)
-    );
-    assert_eq!(
-        c.cmd(&["RENAME", "made{ctr.00000000000000ab.1.0}sale", holder])
-            .text(),
-        "OK"
-    );
+    common::restore_plain_counter(&mut c, holder);
     let mut leaving = Conn::connect(server.port).expect("connect");
     leaving.send(&["CTR.DECRFLOOR", holder, "1"]);
     std::thread::sleep(Duration::from_millis(50));

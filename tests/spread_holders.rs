@@ -156,8 +156,8 @@ fn look_alikes(real: &str, home: &str) -> Vec<String> {
 /// Item 7 of issue 26: `CTR.ADD {ctr.2.3}{page:1}:views 5` (CLUSTER.md's old transcript) was
 /// accepted with no holder of that name: the total stayed 0. On one server every home is at
 /// hand, so every look-alike is refused (CTR.ADD, CTR.DECRFLOOR, CTR.RECONCILE), with an error
-/// that names the home, and nothing is created; the real holders, a renamed home's holders and
-/// a key that already exists are written as before.
+/// that names the home, and nothing is created; the real holders and a renamed home's holders
+/// are written as before, and a counter renamed onto a holder-shaped name is a stray, refused.
 #[test]
 fn a_write_to_a_look_alike_holder_is_refused_on_one_server() {
     let server = Server::start();
@@ -201,11 +201,12 @@ fn a_write_to_a_look_alike_holder_is_refused_on_one_server() {
     assert_eq!(c.cmd(&["RENAME", home, "renamed"]).text(), "OK");
     assert_eq!(c.cmd(&["CTR.ADD", &grown[5], "2"]), Value::Int(2));
     assert_eq!(c.cmd(&["CTR.GET", "renamed"]), Value::Int(17));
-    // A key that exists is not checked (made here by a RENAME; what holds it is its own).
+    // A counter renamed onto a holder-shaped name is a stray: refused, counted nowhere.
     let fake = format!("{{ctr.2.3}}{home}");
     assert_eq!(c.cmd(&["CTR.ADD", "made{ctr.2.3}x", "1"]), Value::Int(1));
     assert_eq!(c.cmd(&["RENAME", "made{ctr.2.3}x", &fake]).text(), "OK");
-    assert_eq!(c.cmd(&["CTR.ADD", &fake, "1"]), Value::Int(2));
+    let e = c.cmd(&["CTR.ADD", &fake, "1"]).error();
+    assert!(e.contains("is not that holder"), "{e}");
     // Whole-counter commands keep their own error on a holder's name.
     let e = c.cmd(&["CTR.CLEAR", "{ctr.7.0}nobody"]).error();
     assert!(
@@ -257,6 +258,115 @@ fn a_counter_copied_under_a_holders_name_is_refused() {
     assert_eq!(c.cmd(&["COPY", &holders[1], "kept"]), Value::Int(1));
     server.wait_replicas(1);
     assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
+}
+
+/// Issue 34, item 2: a counter `RENAME`d onto a holder's name was that holder from then on,
+/// counted in its spread's total without any holder check: a negative counter renamed onto a
+/// floored spread's holder took the total to -970 under a floor of 50. Now it is a stray: not
+/// that holder. The total counts it as a missing holder (0); no command reads or writes it
+/// (each says why); the protocol takes nothing from it. Renamed to any other name, or its dump
+/// restored under one, it is a counter of its own again. The mark survives a reload, and
+/// reaches the replica.
+#[test]
+fn a_counter_renamed_onto_a_holders_name_is_a_stray() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    // An unfloored spread whose third holder was never written.
+    let views = names(&c.q("CTR.SPREAD views 3"));
+    c.cmd(&["CTR.ADD", &views[1], "7"]);
+    c.q("CTR.ADD negative -1000");
+    assert_eq!(c.cmd(&["RENAME", "negative", &views[2]]).text(), "OK");
+    assert_eq!(c.q("CTR.GET views"), Value::Int(7), "a stray counts 0");
+    let refused = c.cmd(&["CTR.ADD", &views[2], "1"]).error();
+    assert!(refused.contains("is not that holder"), "{refused}");
+    assert!(refused.contains("'views'"), "{refused}");
+    for read in [vec!["CTR.GET", &views[2]], vec!["CTR.INFO", &views[2]]] {
+        assert!(
+            c.cmd(&read).error().contains("is not that holder"),
+            "{read:?}"
+        );
+    }
+    // A floored spread: a negative counter renamed over one of its holders.
+    c.q("CTR.ADD stock 100");
+    c.q("CTR.FLOOR stock 50");
+    let stock = names(&c.q("CTR.SPREAD stock 4"));
+    common::eventually(10, || {
+        (c.q("CTR.INFO stock").field("units_in_flight") == Value::Int(0)).then_some(())
+    });
+    let held = c.cmd(&["CTR.INFO", &stock[1]]);
+    let (lost, lost_floor) = (held.field("value").int(), held.field("floor").int());
+    c.q("CTR.ADD negative2 -1000");
+    assert_eq!(c.cmd(&["RENAME", "negative2", &stock[1]]).text(), "OK");
+    let info = c.q("CTR.INFO stock");
+    let (value, floor) = (info.field("value").int(), info.field("floor").int());
+    assert_eq!(
+        value,
+        100 - lost,
+        "the renamed-over holder's units went with it, as by DEL"
+    );
+    assert!(
+        value >= floor,
+        "never below the floor: {value} < {floor} (lost floor {lost_floor})"
+    );
+    assert_eq!(server.info_field("ctr", "ctr_strays_marked"), "2");
+    // It survives a reload, and the replica has it.
+    assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
+    assert!(c
+        .cmd(&["CTR.GET", &views[2]])
+        .error()
+        .contains("is not that holder"));
+    assert_eq!(c.q("CTR.GET views"), Value::Int(7));
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
+    // Renamed away: a counter of its own; the holder's name is free for the real holder.
+    assert_eq!(c.cmd(&["RENAME", &views[2], "back"]).text(), "OK");
+    assert_eq!(c.q("CTR.GET back"), Value::Int(-1000));
+    assert_eq!(c.cmd(&["CTR.ADD", &views[2], "5"]), Value::Int(5));
+    assert_eq!(c.q("CTR.GET views"), Value::Int(12));
+    // A stray's dump restored under another name: a counter of its own too.
+    let dump = c.cmd(&["DUMP", &stock[1]]);
+    let Value::Bulk(dump) = dump else {
+        panic!("{dump:?}")
+    };
+    let restored = c.cmd(&[&b"RESTORE"[..], b"restored", b"0", &dump]);
+    assert_eq!(restored, Value::Simple("OK".into()));
+    assert_eq!(c.q("CTR.GET restored"), Value::Int(-1000));
+    assert_eq!(server.info_field("ctr", "ctr_strays_unmarked"), "2");
+    server.wait_replicas(1);
+    assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
+}
+
+/// In a cluster too: a counter renamed onto a holder's name (the same slot: the holder's hash
+/// tag) on another master than the home's is counted 0 by the home's gather, and refused.
+#[test]
+fn a_stray_on_another_master_is_counted_zero_in_a_cluster() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{home}views";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    for h in &holders {
+        assert_eq!(client.cmd(&["CTR.ADD", h, "1"]), Value::Int(1));
+    }
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let far = holders[1..]
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .expect("a holder on another master")
+        .clone();
+    let tag_end = far.find('}').unwrap() + 1;
+    let source = format!("neg{}", &far[..tag_end]); // the holder's slot, not a holder's name
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &source, "-1000"]),
+        Value::Int(-1000)
+    );
+    assert_eq!(client.cmd(&["RENAME", &source, &far]).text(), "OK");
+    // Its own 1 went with the RENAME (as by DEL); the stray counts 0.
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(5));
+    let e = client.cmd(&["CTR.ADD", &far, "1"]).error();
+    assert!(e.contains("is not that holder"), "{e}");
+    let owner = &cluster.nodes[cluster.owner(key_slot(far.as_bytes()))];
+    assert_eq!(owner.info_field("ctr", "ctr_strays_marked"), "1");
 }
 
 /// In a cluster the first write of a key named like a holder asks the home's master whether

@@ -147,14 +147,25 @@ fn a_home_renamed_onto_its_holder_reads_its_own_units_and_the_server_lives() {
     let holders = spread(&mut c, "k", 2);
     let holder = holders[1].clone();
     assert_eq!(c.cmd(&["RENAME", "k", &holder]), Value::Simple("OK".into()));
-    // The key now carries a holder list naming itself: a read takes its own units only.
-    assert_eq!(c.cmd(&["CTR.GET", &holder]), Value::Int(5));
-    assert_eq!(
-        c.cmd(&["CTR.MGET", &holder, "k"]),
-        Value::Array(vec![Value::Int(5), Value::Int(0)])
-    );
-    assert_eq!(info_field(&mut c, &holder, "value"), Value::Int(5));
+    // Renamed onto a holder's name it is not that holder (a stray): nothing reads it, nothing
+    // recurses, and the server lives.
+    for read in [
+        vec!["CTR.GET", &holder],
+        vec!["CTR.MGET", &holder, "k"],
+        vec!["CTR.INFO", &holder],
+    ] {
+        let e = c.cmd(&read).error();
+        assert!(e.contains("is not that holder"), "{read:?}: {e}");
+    }
     assert!(server.alive());
+    // Renamed back, it is the home it was, with its holder list (the holder it sat on, gone
+    // with the RENAME, counts 0).
+    assert_eq!(c.cmd(&["RENAME", &holder, "k"]), Value::Simple("OK".into()));
+    assert_eq!(c.cmd(&["CTR.GET", "k"]), Value::Int(5));
+    assert_eq!(
+        info_field(&mut c, "k", "holders"),
+        c.cmd(&["CTR.HOLDERS", "k"])
+    );
 }
 
 #[test]
@@ -199,8 +210,8 @@ fn a_gather_through_a_holder_that_lists_holders_never_recurses() {
     );
     assert_eq!(
         c.q("CTR.GET outer"),
-        Value::Int(4),
-        "the holder's own units"
+        Value::Int(0),
+        "a counter renamed onto a holder's name is a stray, counted 0"
     );
     assert!(server.alive());
 }

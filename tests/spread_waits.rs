@@ -24,12 +24,10 @@ fn stat(server: &Server, field: &str) -> i64 {
 }
 
 /// A key named as a holder of a floored spread (odd id) without a floor of its own: a holder
-/// before its first credit, whose purchases wait for a share that never comes here (made
-/// under another name of its slot and renamed: on one server no home lists it).
+/// before its first credit, whose purchases wait for a share that never comes here (a
+/// counter's dump restored under its name: on one server no home lists it).
 fn holder_before_its_share(c: &mut Conn, name: &str) {
-    let tmp = format!("made{name}");
-    assert_eq!(c.cmd(&["CTR.ADD", &tmp, "0"]), Value::Int(0));
-    assert_eq!(c.cmd(&["RENAME", &tmp, name]).text(), "OK");
+    common::restore_plain_counter(c, name);
 }
 
 /// A purchase on a holder whose share travels (a cluster, the home's replica asleep so the home

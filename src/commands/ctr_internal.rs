@@ -7,7 +7,7 @@ use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
 use crate::persist::step_msg;
-use crate::runtime::ctr_store::{update_counter, with_counter};
+use crate::runtime::ctr_store::{update_counter, update_counter_even_stray, with_counter};
 use crate::runtime::spread_gather::forget_cached;
 
 /// Refuses an internal command unless the master decided it: it runs from the master's
@@ -150,7 +150,8 @@ pub fn setstate(ctx: Ctx, args: &Args) -> CommandResult {
     // none of the TTL a write gives a key that only remembers refusals.
     let ttl = key.abs_expire();
     let db = crate::runtime::spread_transfer::selected_db(ctx);
-    update_counter(&key, |c, _| {
+    // The whole state, as the master decided it: a stray's too (marked or unmarked there).
+    update_counter_even_stray(&key, |c, _| {
         // A replica or a restarted server resumes the transfers this state has under way.
         crate::runtime::spread_transfer::track(db, args.bytes(1), &counter);
         // The AOF and a replica's stream enter a renamed home as a load does: the first one.

@@ -99,6 +99,9 @@ struct Extras {
     throttle: Option<Box<Throttle>>,
     /// A sliding window (`CTR.WINDOW`): the value is the sum of its live buckets.
     window: Option<Box<Window>>,
+    /// A counter renamed onto a holder's name by a client (`RENAME`): not that holder, never
+    /// counted in its spread, written by no command until it is renamed away (a stray).
+    stray: bool,
 }
 
 /// The tokened writes a counter remembers (never held empty: see [`Counter::trim_ext`]).
@@ -139,6 +142,7 @@ impl Extras {
             && self.transfers.is_none()
             && self.throttle.is_none()
             && self.window.is_none()
+            && !self.stray
     }
 }
 
@@ -159,6 +163,8 @@ pub struct CounterParts {
     pub transfers: Option<Transfers>,
     pub throttle: Option<Throttle>,
     pub window: Option<Window>,
+    /// See [`Counter::is_stray`].
+    pub stray: bool,
 }
 
 /// Equality of the persistent state (what the encoding and the digest cover).
@@ -200,6 +206,7 @@ impl Counter {
             transfers,
             throttle,
             window,
+            stray,
         } = parts;
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(CounterError::InvalidOperation("shard count out of range"));
@@ -260,6 +267,7 @@ impl Counter {
             transfers: transfers.map(Box::new),
             throttle: throttle.filter(|t| !t.is_empty()).map(Box::new),
             window: window.map(Box::new),
+            stray,
         };
         Ok(Counter {
             value,
@@ -297,6 +305,23 @@ impl Counter {
 
     pub fn floor(&self) -> Option<&Floor> {
         self.ext.as_ref()?.floor.as_ref()
+    }
+
+    /// True for a counter a client renamed onto a holder's name (a stray): the spread protocol
+    /// did not make it, so it is not that holder. It keeps its own state; the glue counts it
+    /// in no total and lets no command write it until it is renamed to another name.
+    pub fn is_stray(&self) -> bool {
+        self.ext.as_ref().is_some_and(|e| e.stray)
+    }
+
+    /// Marks (or clears) the counter as a stray ([`Counter::is_stray`]).
+    pub fn set_stray(&mut self, stray: bool) {
+        if stray {
+            self.ext.get_or_insert_with(Default::default).stray = true;
+        } else if let Some(e) = self.ext.as_deref_mut() {
+            e.stray = false;
+            self.trim_ext();
+        }
     }
 
     pub fn ceiling(&self) -> Option<&Ceiling> {

@@ -76,6 +76,8 @@
 //!             tokened writes keep beside their ledger entry (`Counter::records`): the increment
 //!             a CTR.INCREX applied (APPLIED), the units a grant took (GRANT, > 0) or a refund
 //!             gave back (REFUNDED, >= 0). Files without it keep none.
+//!  23 STRAY  (no body): a counter a client renamed onto a holder's name, which is not that
+//!             holder (`Counter::is_stray`). Files without it hold none.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -124,6 +126,7 @@ const TAG_CEILING: u8 = 19;
 const TAG_RECORDS: u8 = 22;
 const TAG_WINDOW: u8 = 20;
 const TAG_THROTTLE: u8 = 21;
+const TAG_STRAY: u8 = 23;
 const THROTTLE_TAT: u8 = 1;
 const THROTTLE_REPLIES: u8 = 2;
 
@@ -206,6 +209,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
         w.uvarint(u64::from(e.intent.bits()))
             .ivarint(e.outcome.unwrap_or(0));
     });
+    if counter.is_stray() {
+        w.u8(TAG_STRAY);
+    }
     w.u8(TAG_END);
     w.finish()
 }
@@ -476,6 +482,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut intents = None;
     let mut throttle = None;
     let mut window_state = None;
+    let mut stray = false;
     let mut last_tag = 0u8;
     loop {
         let tag = r.u8()?;
@@ -527,6 +534,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_RECORDS => records = Some(decode_window(r, decode_record)?),
             TAG_WINDOW => window_state = Some(decode_window_section(r)?),
             TAG_THROTTLE => throttle = Some(decode_throttle(r)?),
+            TAG_STRAY => stray = true,
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -568,6 +576,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         transfers,
         throttle,
         window: window_state,
+        stray,
     };
     let counter = Counter::from_parts(parts)
         .or_else(|e| decode_error(format!("CTR state is inconsistent: {e}")))?;
@@ -860,6 +869,29 @@ mod tests {
         ] {
             assert_eq!(decode(&encode(&c)).unwrap(), c);
         }
+    }
+
+    #[test]
+    fn roundtrip_a_stray_and_its_unmarking() {
+        let mut c = Counter::from_shards(vec![-600, -400]).unwrap();
+        c.set_stray(true);
+        let bytes = encode(&c);
+        assert_eq!(bytes[bytes.len() - 2..], [TAG_STRAY, TAG_END]);
+        let back = decode(&bytes).unwrap();
+        assert!(back.is_stray());
+        assert_eq!(back, c);
+        // Unmarked, it is the counter it was, byte for byte (no empty extras left behind).
+        let mut plain = Counter::plain(-1000);
+        plain.set_stray(true);
+        plain.set_stray(false);
+        assert_eq!(encode(&plain), encode(&Counter::plain(-1000)));
+        // A stray with nothing else: the value and the mark.
+        let mut bare = Counter::plain(5);
+        bare.set_stray(true);
+        assert_eq!(
+            encode(&bare),
+            vec![FORMAT_V1, TAG_VALUE, 10, TAG_STRAY, TAG_END]
+        );
     }
 
     #[test]

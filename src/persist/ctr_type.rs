@@ -227,6 +227,8 @@ fn copy_value(value: *const c_void) -> *mut c_void {
     // Units in flight and folds under way belong to the original key alone: a copy carrying
     // them would send the same units a second time under its own name.
     counter.forget_transfers();
+    // A stray copied out (never to a holder's name: refused above) is a counter of its own.
+    counter.set_stray(false);
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
     CounterCell::new(counter).into_raw()
 }

@@ -6,12 +6,14 @@ use std::ffi::CStr;
 
 use super::decide;
 use crate::config::Settings;
+use crate::counter::spread::parse_holder_name;
 use crate::counter::{
     siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
     StartOp, TokenStamp, TokenTimeError, TokenUse, WriteKind,
 };
 use crate::ffi::{
-    Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply, WRONG_TYPE,
+    string_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply,
+    WRONG_TYPE,
 };
 use crate::metrics;
 use crate::persist::ctr_type::ctr_type;
@@ -83,7 +85,9 @@ pub fn open_for_write_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
         KeyContent::Other => Err(WRONG_TYPE),
         KeyContent::Mine(raw) => {
             // SAFETY: the key is open and holds a live counter for the duration of this borrow.
-            refuse_sealed(unsafe { CounterCell::borrow(raw) })?;
+            let c = unsafe { CounterCell::borrow(raw) };
+            refuse_stray(c, string_bytes(key))?;
+            refuse_sealed(c)?;
             Ok((k, KeyContent::Mine(raw)))
         }
         content => Ok((k, content)),
@@ -97,6 +101,10 @@ pub fn open_for_retry_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
     let k = Key::open(ctx, key, true);
     match k.content(ctr_type()) {
         KeyContent::Other => Err(WRONG_TYPE),
+        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+        KeyContent::Mine(raw) if is_stray(unsafe { CounterCell::borrow(raw) }) => {
+            Err(stray_error(string_bytes(key)))
+        }
         content => Ok((k, content)),
     }
 }
@@ -142,7 +150,9 @@ pub fn is_missing(key: &Key) -> bool {
     matches!(key.content(ctr_type()), KeyContent::Empty)
 }
 
-/// A view of the counter at `key` (None when missing), or WRONGTYPE.
+/// A view of the counter at `key` (None when missing), or WRONGTYPE, or the refusal of a
+/// stray (a counter renamed onto a holder's name is no counter any command reads or writes
+/// until it is renamed away, `strays`).
 pub fn with_counter<R>(
     ctx: Ctx,
     key: RawString,
@@ -151,16 +161,74 @@ pub fn with_counter<R>(
     let k = Key::open(ctx, key, false);
     match k.content(ctr_type()) {
         KeyContent::Empty => Ok(f(None)),
-        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
-        KeyContent::Mine(raw) => Ok(f(Some(unsafe { CounterCell::borrow(raw) }))),
+        KeyContent::Mine(raw) => {
+            // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+            let c = unsafe { CounterCell::borrow(raw) };
+            refuse_stray(c, string_bytes(key))?;
+            Ok(f(Some(c)))
+        }
         KeyContent::Other => Err(WRONG_TYPE),
     }
 }
 
+/// True for a stray (`Counter::is_stray`).
+pub fn is_stray(c: CounterRef) -> bool {
+    matches!(c, CounterRef::Boxed(b) if b.is_stray())
+}
+
+/// True when `key` holds a stray.
+pub fn holds_stray(ctx: Ctx, key: RawString) -> bool {
+    let k = Key::open(ctx, key, false);
+    match k.content(ctr_type()) {
+        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+        KeyContent::Mine(raw) => is_stray(unsafe { CounterCell::borrow(raw) }),
+        _ => false,
+    }
+}
+
+/// The refusal of any command on a stray named `name`.
+pub fn stray_error(name: &[u8]) -> CommandError {
+    let home = parse_holder_name(name).map_or(&b""[..], |h| h.home);
+    CommandError(
+        format!(
+            "ERR '{}' was renamed onto the name of a holder of the spread counter '{}' and is not that holder: rename it to another name or delete it",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(home)
+        )
+        .into(),
+    )
+}
+
+fn refuse_stray(c: CounterRef, name: &[u8]) -> Result<(), CommandError> {
+    if is_stray(c) {
+        return Err(stray_error(name));
+    }
+    Ok(())
+}
+
+/// The refusal of a write to a stray by a path that does not know its name.
+const STRAY: CommandError = CommandError::fixed(
+    "ERR this key was renamed onto the name of a spread counter's holder and is not that holder: rename it to another name or delete it",
+);
+
 /// Applies `f` to the counter in `key` (opened for writing), creating it at 0 when missing.
 /// Nothing is stored when `f` fails. Keeps the stored form (inline or boxed) right and the
-/// tokens-held gauge exact.
+/// tokens-held gauge exact. A stray is refused (`with_counter`).
 pub fn update_counter<R>(
+    key: &Key,
+    f: impl FnOnce(&mut Counter, Before) -> Result<R, CommandError>,
+) -> Result<R, CommandError> {
+    if let KeyContent::Mine(raw) = key.content(ctr_type()) {
+        // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+        if is_stray(unsafe { CounterCell::borrow(raw) }) {
+            return Err(STRAY);
+        }
+    }
+    update_counter_even_stray(key, f)
+}
+
+/// [`update_counter`], also on a stray: for the marking and unmarking of strays alone.
+pub fn update_counter_even_stray<R>(
     key: &Key,
     f: impl FnOnce(&mut Counter, Before) -> Result<R, CommandError>,
 ) -> Result<R, CommandError> {

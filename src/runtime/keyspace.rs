@@ -9,7 +9,9 @@
 //! - `move_from`, `move_to` (paired here): a spread home moved to another database takes its
 //!   holders along (`spread_move`), and the client's database is selected again (Valkey 8.1);
 //! - `restore`: a spread home restored under another name while the home lives is detached
-//!   into a counter of its own (`spread_restore`).
+//!   into a counter of its own (`spread_restore`);
+//! - `rename_to`, `restore`: a counter renamed onto a holder's name is marked a stray, and one
+//!   renamed or restored under another name unmarked (`strays`).
 //!
 //! One subscriber at the top of the glue, so that none of those imports another for it.
 
@@ -42,8 +44,12 @@ unsafe extern "C" fn on_keyspace(
             super::home_names::note_key(ctx, key);
         });
     }
+    if event == c"rename_to" {
+        crate::guard::guard(ctx.ptr, "keyspace", || super::strays::on_renamed(ctx, key));
+    }
     if event == c"restore" {
         crate::guard::guard(ctx.ptr, "keyspace", || {
+            super::strays::on_restored(ctx, key);
             super::spread_restore::on_restored(ctx, key);
         });
     }

@@ -27,6 +27,7 @@ pub(crate) mod spread_gather;
 pub(crate) mod spread_move;
 pub(crate) mod spread_restore;
 pub mod spread_transfer;
+pub(crate) mod strays;
 pub mod sweep;
 pub(crate) mod waiter;
 

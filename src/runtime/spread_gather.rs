@@ -278,6 +278,9 @@ fn held(c: CounterRef) -> i64 {
 /// CTR.GET key: the value, or a spread counter's total.
 pub fn get(ctx: Ctx, key: RawString) -> CommandResult {
     let own_units_only = reads_own_units_only(string_bytes(key));
+    if cluster::reading_a_holder() && super::ctr_store::holds_stray(ctx, key) {
+        return Ok(Reply::Integer(0)); // not the holder: counted as a missing one (`strays`)
+    }
     let r = with_counter(ctx, key, |c| match c {
         Some(CounterRef::Boxed(b))
             if !own_units_only && (b.spread().is_some() || !b.leaving().is_empty()) =>

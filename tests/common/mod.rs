@@ -661,6 +661,20 @@ pub fn lists_holders(info: &Value) -> bool {
 }
 
 /// The strings of an array reply (holder names, ...).
+/// Makes a plain counter at 0 under `name` by restoring a counter's dump there (`RESTORE`
+/// writes what a user may write under a name: a key named like a holder that no home lists,
+/// which no write may create, and which a counter renamed there would not be: a stray). The
+/// dump is made under `made<name>`, the same slot.
+#[allow(dead_code)]
+pub fn restore_plain_counter(c: &mut Conn, name: &str) {
+    let tmp = format!("made{name}");
+    assert_eq!(c.cmd(&["CTR.ADD", &tmp, "0"]), Value::Int(0));
+    let dump = c.cmd(&["DUMP", &tmp]).bytes();
+    let restored = c.cmd(&[b"RESTORE".as_slice(), name.as_bytes(), b"0", &dump]);
+    assert_eq!(restored, Value::Simple("OK".into()), "{name}");
+    assert_eq!(c.cmd(&["DEL", &tmp]), Value::Int(1));
+}
+
 pub fn names(reply: &Value) -> Vec<String> {
     reply.array().iter().map(Value::text).collect()
 }

@@ -214,8 +214,10 @@ class HolderFolded(CtrError):
     of the home) and write the home or a current holder: :meth:`redis_ctr.Ctr.add` and the
     writers do. Raised to the caller only for a key that is itself a folded holder's name.
     Also a write that would create a key named like a holder that its home does not list
-    (``ERR <key> is not a holder of the spread counter <home> ...``: a stale or made-up name):
-    nothing changed, handled the same way."""
+    (``ERR <key> is not a holder of the spread counter <home> ...``: a stale or made-up name),
+    or any command on a counter renamed onto a holder's name, which is not that holder
+    (``ERR '<key>' was renamed onto the name of a holder ...``): nothing changed, handled the
+    same way."""
 
 
 class UseHomeKey(CtrError):
@@ -313,6 +315,8 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR a spread counter cannot shrink yet", CannotShrink),
     ("ERR this key was a spread counter holder and has been folded back", HolderFolded),
     ("ERR {} is not a holder of the spread counter ", HolderFolded),
+    ("ERR '{}' was renamed onto the name of a holder", HolderFolded),
+    ("ERR this key was renamed onto the name of a spread counter's holder", HolderFolded),
     ("ERR {} is a holder of the spread counter ", UseHomeKey),
     ("ERR the floor of a spread counter is set before it spreads", FlooredSpread),
     ("ERR cannot clear a floored spread counter", FlooredSpread),

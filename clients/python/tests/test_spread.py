@@ -91,12 +91,13 @@ def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
 def waiting_holder(r: Any) -> str:
     """A key named as holder 1 of a floored spread (odd spread id) before its first credit:
     without a floor of its own it answers BudgetInFlight to any purchase it cannot cover.
-    No home lists it, so a write may not create it (a look-alike): it is made at 0 under
-    another name of its slot and renamed (a real one is made by its home's first credit)."""
+    No home lists it, so a write may not create it (a look-alike), and a counter renamed there
+    would be a stray: a counter's dump made at 0 under another name of its slot is restored
+    under its name (a real one is made by its home's first credit)."""
     key = "{ctr.00000000000000ab.1.0}" + fresh("sale")
     made = "made" + key  # the same hash tag, so the same slot; not a holder's name
     r.execute_command("CTR.ADD", made, 0)
-    r.execute_command("RENAME", made, key)
+    r.execute_command("RESTORE", key, 0, r.execute_command("DUMP", made))
     return key
 
 
@@ -105,7 +106,7 @@ async def waiting_holder_async(r: Any) -> str:
     key = "{ctr.00000000000000ab.1.0}" + fresh("sale")
     made = "made" + key
     await r.execute_command("CTR.ADD", made, 0)
-    await r.execute_command("RENAME", made, key)
+    await r.execute_command("RESTORE", key, 0, await r.execute_command("DUMP", made))
     return key
 
 

@@ -88,7 +88,9 @@ pub enum ModuleError {
     /// (`CTR.HOLDERS` of the home) and write the home or a current holder:
     /// [`crate::SpreadRouter`] and the writer do. Also a write that would create a key named
     /// like a holder that its home does not list (`ERR <key> is not a holder of the spread
-    /// counter <home> ...`, a stale or made-up name): nothing changed, handled the same way.
+    /// counter <home> ...`, a stale or made-up name), or any command on a counter renamed onto
+    /// a holder's name, which is not that holder (`ERR '<key>' was renamed onto the name of a
+    /// holder ...`): nothing changed, handled the same way.
     HolderFolded,
     /// `CTR.SPREAD`, `CTR.FLOOR` or `CTR.CLEAR` on a key named as a holder of a spread counter:
     /// those are the whole counter's, sent to its home key (the error names it).
@@ -215,6 +217,14 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ),
         (
             "ERR {} is not a holder of the spread counter ",
+            HolderFolded,
+        ),
+        (
+            "ERR '{}' was renamed onto the name of a holder",
+            HolderFolded,
+        ),
+        (
+            "ERR this key was renamed onto the name of a spread counter's holder",
             HolderFolded,
         ),
         ("ERR {} is a holder of the spread counter ", UseHomeKey),

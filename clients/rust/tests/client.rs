@@ -814,13 +814,16 @@ fn spread_counters_reconcile_start_and_their_errors() {
     // before its first credit): the purchase asks it again, with the same token, never
     // skipping it, until the budget lands or the router's purchase wait is over.
     let waiting = "{ctr.00000000000000ab.1.0}sale";
-    // No home lists it, so no write may create it (a look-alike holder): made at 0 under
-    // another name of its slot and renamed (a real one is made by its home's first credit).
+    // No home lists it, so no write may create it (a look-alike holder), and a counter renamed
+    // there would be a stray: a counter's dump made at 0 under another name of its slot,
+    // restored under its name (a real one is made by its home's first credit).
     let made = format!("made{waiting}");
     c.ctr_add(&made, 0).unwrap();
-    let _: () = redis::cmd("RENAME")
-        .arg(&made)
+    let dump: Vec<u8> = redis::cmd("DUMP").arg(&made).query(c).unwrap();
+    let _: () = redis::cmd("RESTORE")
         .arg(waiting)
+        .arg(0)
+        .arg(dump)
         .query(c)
         .unwrap();
     let impatient = SpreadRouter::default().with_purchase_wait(Duration::from_millis(200));
