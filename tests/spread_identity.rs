@@ -468,19 +468,31 @@ fn a_home_restored_under_another_name_is_a_counter_of_its_own_units() {
     // the real home's folds): a counter of the home's own units.
     assert_eq!(c.cmd(&["CTR.GET", "h2"]), Value::Int(5));
     assert_eq!(c.cmd(&["CTR.GET", "h"]), Value::Int(15));
+    // Restored over a key that exists (REPLACE): detached too. Before, the detached state
+    // reached the replica before the RESTORE, which the replica then ran over it (a second
+    // home there).
+    assert_eq!(c.cmd(&["CTR.ADD", "h3", "1"]), Value::Int(1));
+    assert_eq!(
+        c.cmd(&[b"RESTORE".as_slice(), b"h3", b"0", &dump, b"REPLACE"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["CTR.GET", "h3"]), Value::Int(5));
+    assert_eq!(c.cmd(&["CTR.GET", "h"]), Value::Int(15));
     assert_eq!(
         server.info_field("ctr", "ctr_restored_copies_detached"),
-        "1"
+        "2"
     );
     // The real home folds its holders back, whole (at once on one server).
     spread(&mut c, "h", 1);
     assert_eq!(info_field(&mut c, "h", "value"), Value::Int(15));
     assert_eq!(c.cmd(&["CTR.GET", "h"]), Value::Int(15));
     assert_eq!(c.cmd(&["CTR.GET", "h2"]), Value::Int(5));
-    // The replica holds the copy as the master detached it.
+    // The replica holds the copies as the master detached them.
     server.wait_replicas(1);
-    let digest = |conn: &mut Conn| conn.cmd(&["DEBUG", "DIGEST-VALUE", "h2"]);
-    assert_eq!(digest(&mut replica.conn()), digest(&mut c));
+    for copy in ["h2", "h3"] {
+        let digest = |conn: &mut Conn| conn.cmd(&["DEBUG", "DIGEST-VALUE", copy]);
+        assert_eq!(digest(&mut replica.conn()), digest(&mut c), "{copy}");
+    }
     // Restored over itself (MIGRATE, RESTORE ... REPLACE) a home keeps its holders.
     assert_eq!(c.cmd(&["CTR.ADD", "k", "1"]), Value::Int(1));
     let k_holders = spread(&mut c, "k", 2);
