@@ -946,15 +946,12 @@ fn reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale() {
     );
     // A read that may wait for 10 s: exact once the target took over.
     ok(reader.cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
-    let waiting = std::thread::spawn(move || {
-        let mut reader = Conn::connect(home_port).unwrap();
-        reader.cmd(&["CTR.GET", "{handoff}"])
-    });
+    let waiting = sent_from_a_thread(home_port, &["CTR.GET", "{handoff}"]);
     std::thread::sleep(Duration::from_millis(200));
     assert!(!waiting.is_finished(), "the read waits for the handoff");
     migration.release(&cluster);
     assert_eq!(
-        waiting.join().unwrap(),
+        waiting.join().unwrap().0,
         Value::Int(total),
         "a read that waited"
     );
@@ -978,20 +975,30 @@ fn reads_during_the_handoff_wait_then_fail_with_tryagain_never_stale() {
     // cleared exactly (the reply is the total before), never from a partial gather.
     let back = Migration::start(&cluster, asm, &[slot], target, source, Hold::Handoff);
     back.wait_paused(&cluster);
-    let clearing = std::thread::spawn(move || {
-        let mut c = Conn::connect(home_port).unwrap();
-        c.cmd(&["CTR.CLEAR", "{handoff}"])
-    });
+    let clearing = sent_from_a_thread(home_port, &["CTR.CLEAR", "{handoff}"]);
     std::thread::sleep(Duration::from_millis(200));
     assert!(!clearing.is_finished(), "the clear waits for the handoff");
     back.release(&cluster);
     assert_eq!(
-        clearing.join().unwrap(),
+        clearing.join().unwrap().0,
         Value::Int(total),
         "the total before"
     );
     back.wait_end(&cluster);
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(0));
+}
+
+/// Sends `args` to the node at `port` from a thread of its own (the command may wait in the
+/// server): its reply, and how long it took.
+fn sent_from_a_thread(
+    port: u16,
+    args: &'static [&'static str],
+) -> std::thread::JoinHandle<(Value, Duration)> {
+    std::thread::spawn(move || {
+        let mut c = Conn::connect(port).unwrap();
+        let started = Instant::now();
+        (c.cmd(args), started.elapsed())
+    })
 }
 
 /// True (with a note) when the migration held at its handoff by [`Migration::wait_paused`] was
@@ -1039,15 +1046,8 @@ fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
         return;
     }
     let port = cluster.nodes[source].port;
-    let read = |args: &'static [&'static str]| {
-        std::thread::spawn(move || {
-            let mut reader = Conn::connect(port).unwrap();
-            let started = Instant::now();
-            (reader.cmd(args), started.elapsed())
-        })
-    };
-    let get = read(&["CTR.GET", "{homeoff}"]);
-    let mget = read(&["CTR.MGET", "{homeoff}plain", "{homeoff}"]);
+    let get = sent_from_a_thread(port, &["CTR.GET", "{homeoff}"]);
+    let mget = sent_from_a_thread(port, &["CTR.MGET", "{homeoff}plain", "{homeoff}"]);
     // A third read whose client goes away while it waits: forgotten, nothing answered to it.
     let mut gone = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     std::io::Write::write_all(&mut gone, b"*2\r\n$7\r\nCTR.GET\r\n$9\r\n{homeoff}\r\n").unwrap();
@@ -1096,15 +1096,12 @@ fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
         .cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
     let back = Migration::start(&cluster, asm, &[slot], target, source, Hold::Handoff);
     back.wait_paused(&cluster);
-    let info = std::thread::spawn(move || {
-        let mut reader = Conn::connect(target_port).unwrap();
-        reader.cmd(&["CTR.INFO", "{homeoff}"])
-    });
+    let info = sent_from_a_thread(target_port, &["CTR.INFO", "{homeoff}"]);
     let mut reader = Conn::connect(target_port).unwrap();
     let started = Instant::now();
     assert_eq!(reader.cmd(&["CTR.GET", home]), Value::Int(total));
     let waited = started.elapsed();
-    let info = info.join().unwrap();
+    let info = info.join().unwrap().0;
     assert_eq!(info.field("value"), Value::Int(total), "{info:?}");
     assert_eq!(names(&info.field("holders")).len(), 6);
     back.release(&cluster);
