@@ -262,7 +262,7 @@ fn a_counter_copied_under_a_holders_name_is_refused() {
 
 /// Issue 34, item 2: a counter `RENAME`d onto a holder's name was that holder from then on,
 /// counted in its spread's total without any holder check: a negative counter renamed onto a
-/// floored spread's holder took the total to -970 under a floor of 50. Now it is a stray: not
+/// floored spread's holder took the total to -900 under a floor of 50. Now it is a stray: not
 /// that holder. The total counts it as a missing holder (0); no command reads or writes it
 /// (each says why); the protocol takes nothing from it. Renamed to any other name, or its dump
 /// restored under one, it is a counter of its own again. The mark survives a reload, and
