@@ -337,6 +337,35 @@ fn a_counter_renamed_onto_a_holders_name_is_a_stray() {
     assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
 }
 
+/// A stray outlives its spread as the user's own counter: deleting the home collects the real
+/// holders and leaves the stray, and the orphan audit, which reports holders of a spread gone,
+/// never reports it (it is no holder), so no operator's `CTR.ORPHANS DELETE` can take it.
+#[test]
+fn a_stray_is_neither_collected_nor_reported_as_an_orphan() {
+    let audit = ["audit-interval-ms", "200", "orphan-grace-ms", "300"];
+    let cluster = Cluster::start(3, &audit);
+    let mut client = cluster.client();
+    let home = "{home}views";
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let far = holders[1..]
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .expect("a holder on another master")
+        .clone();
+    let tag_end = far.find('}').unwrap() + 1;
+    let mine = format!("mine{}", &far[..tag_end]);
+    assert_eq!(client.cmd(&["CTR.ADD", &mine, "40"]), Value::Int(40));
+    assert_eq!(client.cmd(&["RENAME", &mine, &far]).text(), "OK");
+    assert_eq!(client.cmd(&["DEL", home]), Value::Int(1));
+    // Two audit answers, a grace apart, report what a collection left of a spread gone.
+    std::thread::sleep(Duration::from_millis(2000));
+    let owner = &cluster.nodes[cluster.owner(key_slot(far.as_bytes()))];
+    assert_eq!(owner.conn().q("CTR.ORPHANS"), Value::Array(vec![]));
+    assert_eq!(client.cmd(&["RENAME", &far, &mine]).text(), "OK");
+    assert_eq!(client.cmd(&["CTR.GET", &mine]), Value::Int(40));
+}
+
 /// In a cluster too: a counter renamed onto a holder's name (the same slot: the holder's hash
 /// tag) on another master than the home's is counted 0 by the home's gather, and refused.
 #[test]

@@ -360,9 +360,11 @@ fn still_asked_with(ctx: Ctx, name: &[u8], q: &Question) -> bool {
     .unwrap_or(false)
 }
 
-/// The question the walk asks about the holder `name` holding `c` (`audit::question_for`).
+/// The question the walk asks about the holder `name` holding `c` (`audit::question_for`);
+/// none about a stray, which is no holder (`strays`).
 fn question_at(name: &[u8], c: CounterRef) -> Option<Question> {
     match c {
+        CounterRef::Boxed(c) if c.is_stray() => None,
         CounterRef::Boxed(c) => audit::question_for(name, Some(c)),
         CounterRef::Inline(_) => audit::question_for(name, None),
     }
