@@ -452,6 +452,16 @@ impl Ctx {
         replayed(self.flags())
     }
 
+    /// True when the running command's client may be blocked: not inside MULTI/EXEC or a
+    /// script, nor where the server denies blocking.
+    pub fn can_block(&self) -> bool {
+        self.flags()
+            & (raw::REDISMODULE_CTX_FLAGS_MULTI
+                | raw::REDISMODULE_CTX_FLAGS_LUA
+                | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+            == 0
+    }
+
     /// The server's context flags (`REDISMODULE_CTX_FLAGS_*`).
     pub fn flags(&self) -> u32 {
         // SAFETY: ctx is live.

@@ -337,6 +337,22 @@ fn a_counter_renamed_onto_a_holders_name_is_a_stray() {
     assert_eq!(replica.conn().q("DEBUG DIGEST"), c.q("DEBUG DIGEST"));
 }
 
+/// A holder of `home` on another master than the home's.
+fn holder_elsewhere(cluster: &Cluster, home: &str, holders: &[String]) -> String {
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    holders[1..]
+        .iter()
+        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
+        .expect("a holder on another master")
+        .clone()
+}
+
+/// A name in `holder`'s slot (its hash tag after `prefix`) that is not a holder's name.
+fn slot_mate(prefix: &str, holder: &str) -> String {
+    let tag_end = holder.find('}').expect("a hash tag") + 1;
+    format!("{prefix}{}", &holder[..tag_end])
+}
+
 /// A stray outlives its spread as the user's own counter: deleting the home collects the real
 /// holders and leaves the stray, and the orphan audit, which reports holders of a spread gone,
 /// never reports it (it is no holder), so no operator's `CTR.ORPHANS DELETE` can take it.
@@ -347,14 +363,8 @@ fn a_stray_is_neither_collected_nor_reported_as_an_orphan() {
     let mut client = cluster.client();
     let home = "{home}views";
     let holders = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
-    let home_node = cluster.owner(key_slot(home.as_bytes()));
-    let far = holders[1..]
-        .iter()
-        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
-        .expect("a holder on another master")
-        .clone();
-    let tag_end = far.find('}').unwrap() + 1;
-    let mine = format!("mine{}", &far[..tag_end]);
+    let far = holder_elsewhere(&cluster, home, &holders);
+    let mine = slot_mate("mine", &far);
     assert_eq!(client.cmd(&["CTR.ADD", &mine, "40"]), Value::Int(40));
     assert_eq!(client.cmd(&["RENAME", &mine, &far]).text(), "OK");
     assert_eq!(client.cmd(&["DEL", home]), Value::Int(1));
@@ -377,14 +387,8 @@ fn a_stray_on_another_master_is_counted_zero_in_a_cluster() {
     for h in &holders {
         assert_eq!(client.cmd(&["CTR.ADD", h, "1"]), Value::Int(1));
     }
-    let home_node = cluster.owner(key_slot(home.as_bytes()));
-    let far = holders[1..]
-        .iter()
-        .find(|h| cluster.owner(key_slot(h.as_bytes())) != home_node)
-        .expect("a holder on another master")
-        .clone();
-    let tag_end = far.find('}').unwrap() + 1;
-    let source = format!("neg{}", &far[..tag_end]); // the holder's slot, not a holder's name
+    let far = holder_elsewhere(&cluster, home, &holders);
+    let source = slot_mate("neg", &far);
     assert_eq!(
         client.cmd(&["CTR.ADD", &source, "-1000"]),
         Value::Int(-1000)

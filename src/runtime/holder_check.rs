@@ -135,7 +135,7 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
     };
     // A write run again from a reply callback (it waited for units in flight) was checked
     // before it waited, and cannot block again.
-    if ctx.is_replaying() || passed(name) || !can_block(ctx) || super::waiter::rerunning() {
+    if ctx.is_replaying() || passed(name) || !ctx.can_block() || super::waiter::rerunning() {
         return Ok(Checked::Go);
     }
     // A key whose slot is moving (`ASKING` on the importing node, which the routing check of a
@@ -205,14 +205,6 @@ fn passed(name: &[u8]) -> bool {
 
 /// How long a holder found listed is trusted by this node's later first writes.
 const LISTED_MS: i64 = 1_000;
-
-fn can_block(ctx: Ctx) -> bool {
-    ctx.flags()
-        & (raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA
-            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        == 0
-}
 
 /// The home side: what this master says of `holder` (database 0, a cluster's only one).
 fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {

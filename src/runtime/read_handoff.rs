@@ -82,14 +82,8 @@ pub fn moving_error(home: &[u8]) -> CommandError {
 /// `ctx` cannot park (its client cannot be blocked, the bound is 0, the table is full).
 pub fn park_bound(ctx: Ctx) -> Option<i64> {
     let bound = config::PURCHASE_WAIT_MS.load(Relaxed);
-    let cannot_block = raw::REDISMODULE_CTX_FLAGS_MULTI
-        | raw::REDISMODULE_CTX_FLAGS_LUA
-        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
-    let can = bound > 0
-        && ctx.flags() & cannot_block == 0
-        && !waiter::rerunning()
-        && !ctx.is_replaying()
-        && has_room();
+    let can =
+        bound > 0 && ctx.can_block() && !waiter::rerunning() && !ctx.is_replaying() && has_room();
     can.then_some(bound)
 }
 

@@ -743,13 +743,7 @@ fn wait_for_gathers(
     let Some(topology) = topology.filter(|_| !waiting.is_empty()) else {
         return Ok(Waited::Ready(readings, how));
     };
-    if blocked.is_none()
-        && ctx.flags()
-            & (raw::REDISMODULE_CTX_FLAGS_MULTI
-                | raw::REDISMODULE_CTX_FLAGS_LUA
-                | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-            != 0
-    {
+    if blocked.is_none() && !ctx.can_block() {
         return Err(if clearing {
             CANNOT_BLOCK_CLEAR
         } else {

@@ -77,7 +77,7 @@ thread_local! {
 /// client cannot wait.
 pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves: Serves) -> bool {
     let bound = config::PURCHASE_WAIT_MS.load(Relaxed);
-    if bound == 0 || RERUNNING.get() || ctx.is_replaying() || !can_block(ctx) {
+    if bound == 0 || RERUNNING.get() || ctx.is_replaying() || !ctx.can_block() {
         return false;
     }
     let id = WAITERS.with(|w| {
@@ -115,14 +115,6 @@ pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves:
     });
     arm_tick(ctx.ptr);
     true
-}
-
-fn can_block(ctx: Ctx) -> bool {
-    ctx.flags()
-        & (raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA
-            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        == 0
 }
 
 /// Runs `f`, a command run again from another blocked client's reply callback (the holder
