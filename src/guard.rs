@@ -59,6 +59,11 @@ pub const CALLBACKS: &[&str] = &[
     "waiter-reply",
     "waiter-disconnect",
     "waiter-free",
+    // The tick of reads parked while a slot is handed over.
+    "read-handoff-timer",
+    // The job that judges a restored key (Redis 7.2+, Valkey; 7.0 judges it in the keyspace
+    // event).
+    "restore-judge",
     // Cluster bus receivers, one per file that owns message kinds.
     "bus-gather",
     "bus-collect",
