@@ -124,20 +124,6 @@ pub fn missing_apis() -> Vec<&'static str> {
 
 pub type RawString = *mut raw::RedisModuleString;
 
-/// A module timer callback.
-pub type TimerCallback = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
-
-/// Runs `callback` from a module timer in this iteration of the server's event loop (after the
-/// I/O it is handling), with a module context: a timer due a second ago. Why not due now: the
-/// server fires module timers in due order and, when the next one is due within a millisecond,
-/// reschedules its handler a full millisecond ahead; a timer made due now while another is
-/// overdue waits behind it for that millisecond. One due in the past is first in line and
-/// makes the server fire its handler at once.
-pub fn run_soon(ctx: *mut raw::RedisModuleCtx, callback: TimerCallback, data: *mut c_void) {
-    // SAFETY: ctx is a live context of this module.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, -1000, Some(callback), data) };
-}
-
 /// Random bytes from the server's own generator.
 pub fn random_bytes() -> [u8; 8] {
     let mut bytes = [0u8; 8];

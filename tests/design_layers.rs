@@ -246,3 +246,22 @@ fn assert_no_circle(
     }
     path.pop();
 }
+
+/// One scheduler: no file but `src/runtime/scheduler.rs` makes a module timer (`ffi.rs` only
+/// lists the API function among those it loads).
+#[test]
+fn every_timer_is_made_by_the_one_scheduler() {
+    let mut makers = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        let code = code_of(&file);
+        let makes = code.contains("RedisModule_CreateTimer)") || code.contains("create_timer(");
+        if makes && !file.ends_with("runtime/scheduler.rs") {
+            makers.push(file.display().to_string());
+        }
+    }
+    assert!(
+        makers.is_empty(),
+        "timers made outside the scheduler: {makers:?}"
+    );
+    assert!(code_of(Path::new("src/runtime/scheduler.rs")).contains("RedisModule_CreateTimer)"));
+}

@@ -23,7 +23,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -33,6 +33,7 @@ use super::ctr_store::value_and_floor;
 use super::ctr_store::with_counter;
 use super::demand::{self, selected_db, since_last_rebalance, take_meter, DbKey, DEMAND_LIMIT};
 use super::demand::{saw_headroom, SpreadKey};
+use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer as transfer;
 use crate::config;
@@ -140,24 +141,18 @@ fn start_poll(ctx: Ctx, home: &[u8]) {
     for (node, names) in &polls {
         cluster::send(ctx.ptr, node, MSG_POLL, &msg::encode_poll(id, home, names));
     }
-    // SAFETY: ctx is live; the timer's data is the poll id, not a pointer.
-    unsafe {
-        rm!(RedisModule_CreateTimer)(
-            ctx.ptr,
-            POLL_TIMEOUT_MS,
-            Some(on_poll_timeout),
-            id as usize as *mut c_void,
-        )
-    };
+    scheduler::arm(
+        ctx.ptr,
+        When::After(POLL_TIMEOUT_MS),
+        &POLL_TIMEOUT,
+        id as usize,
+    );
 }
 
-/// Timer (one per poll, at `POLL_TIMEOUT_MS`): drops that poll if still unanswered.
-unsafe extern "C" fn on_poll_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    let id = data as usize as u64;
-    crate::guard::guard(ctx, "floor-poll-timeout", || {
-        POLLS.with(|p| p.borrow_mut().end(id))
-    });
-}
+/// One per poll, at `POLL_TIMEOUT_MS`: drops that poll if still unanswered.
+static POLL_TIMEOUT: Job = Job::once("floor-poll-timeout", |_, id| {
+    POLLS.with(|p| p.borrow_mut().end(id as u64));
+});
 
 /// A holder's budget, budget moving out and demand meter on this master (NotHere unless it
 /// serves it).
@@ -398,8 +393,8 @@ pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64, waiting_since: Option<i
 const MAX_MOVES: usize = 16;
 
 thread_local! {
-    /// Homes with refusals since their last rebalance, and whether the timer is armed.
-    static DUE: RefCell<(HashSet<DbKey>, bool)> = RefCell::new((HashSet::new(), false));
+    /// Homes with refusals since their last rebalance.
+    static DUE: RefCell<HashSet<DbKey>> = RefCell::new(HashSet::new());
 }
 
 /// Schedules a rebalance of `home` `ctr.rebalance-delay-ms` from now (0: never): refusals of
@@ -409,42 +404,30 @@ fn schedule_rebalance(ctx: Ctx, home: DbKey) {
     if delay == 0 {
         return;
     }
-    let arm = DUE.with(|d| {
-        let (homes, armed) = &mut *d.borrow_mut();
+    DUE.with(|d| {
+        let mut homes = d.borrow_mut();
         // O(1) per refusal: a burst of refusals over many keys costs no scan of the others.
         if homes.len() < DEMAND_LIMIT {
             homes.insert(home);
         }
-        !std::mem::replace(armed, true)
     });
-    if arm {
-        // SAFETY: ctx is live; the timer carries no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
-        };
-    }
+    scheduler::arm_once(ctx.ptr, When::After(delay), &REBALANCE);
 }
 
-/// Timer: rebalances every home with refusals since the last run (on a master only).
-unsafe extern "C" fn on_rebalance(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    let ctx = Ctx { ptr: ctx };
-    if super::replication_gate::paused() {
-        // The homes wait, the timer still armed, for a run once writes go on.
-        let delay = config::REBALANCE_DELAY_MS.load(Relaxed).max(100);
-        // SAFETY: ctx is live; the timer carries no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer)(ctx.ptr, delay, Some(on_rebalance), std::ptr::null_mut())
-        };
-        return;
-    }
-    // Taken before the guarded body: a panic in it must not leave the timer disarmed for good.
-    let homes = DUE.with(|d| {
-        let (homes, armed) = &mut *d.borrow_mut();
-        *armed = false;
-        std::mem::take(homes)
-    });
-    crate::guard::guard(ctx.ptr, "rebalance", || rebalance_due(ctx, homes));
-}
+/// Rebalances every home with refusals since the last run (on a master only). A panic in it
+/// leaves the job free: the next refusal arms it again.
+static REBALANCE: Job = Job::new(
+    "rebalance",
+    |ctx, _| {
+        if super::replication_gate::paused() {
+            // The homes wait, the job still armed, for a run once writes go on.
+            return Next::After(config::REBALANCE_DELAY_MS.load(Relaxed).max(100));
+        }
+        rebalance_due(ctx, DUE.with(|d| std::mem::take(&mut *d.borrow_mut())));
+        Next::Done
+    },
+    || Next::Done,
+);
 
 /// Rebalances every home with refusals since the last run.
 fn rebalance_due(ctx: Ctx, homes: HashSet<DbKey>) {

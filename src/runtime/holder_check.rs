@@ -31,6 +31,7 @@ use redis_module::raw;
 
 use super::ctr_store::{is_missing, with_counter};
 use super::home_names::{holds_home, living_home};
+use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
@@ -39,7 +40,7 @@ use crate::config;
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::{key_slot, parse_holder_name, HolderName};
 use crate::counter::CounterRef;
-use crate::ffi::{rm, run_soon, Args, CommandError, CommandResult, Ctx, Key, KeyName};
+use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Key, KeyName};
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
@@ -91,13 +92,11 @@ struct Outcome {
 struct Checks {
     /// Asked again a tick after each send, ended at `ctr.gather-timeout-ms`.
     exchange: Exchange<Pending>,
-    ticking: bool,
 }
 
 thread_local! {
     static CHECKS: RefCell<Checks> = RefCell::new(Checks {
         exchange: Exchange::new(MAX_PENDING),
-        ticking: false,
     });
     /// The holder whose write runs again from a reply callback, its check passed.
     static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
@@ -186,7 +185,7 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
         Some(node) => {
             cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, name));
         }
-        None => run_soon(ctx.ptr, on_tick, std::ptr::null_mut()),
+        None => scheduler::arm(ctx.ptr, When::Now, &LOCAL_ANSWERS, 0),
     }
     // The periodic tick runs while any check waits: it ends them at their deadline, and answers
     // a local one whose timer above failed.
@@ -281,15 +280,27 @@ fn unblock(p: Pending, verdict: Verdict) {
     unsafe { rm!(RedisModule_UnblockClient)(p.bc, Box::into_raw(outcome).cast::<c_void>()) };
 }
 
-/// The data of the periodic tick's timer (one at a time); the timers that answer local checks
-/// at once carry none.
-const PERIODIC: *mut c_void = std::ptr::dangling_mut::<c_void>();
+/// The periodic tick, armed while a check waits (a panic in it is a defect; it goes on).
+static TICK: Job = Job::new(
+    "holder-check-timer",
+    |ctx, _| {
+        tick(ctx);
+        while_checking()
+    },
+    while_checking,
+);
+/// The same tick at once, answering a check of a home this master serves.
+static LOCAL_ANSWERS: Job = Job::once("holder-check-timer", |ctx, _| tick(ctx));
 
 fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
-    let start = CHECKS.with(|c| !std::mem::replace(&mut c.borrow_mut().ticking, true));
-    if start {
-        // SAFETY: ctx is live; the timer's data is a marker, never dereferenced.
-        unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_tick), PERIODIC) };
+    scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
+}
+
+fn while_checking() -> Next {
+    if CHECKS.with(|c| c.borrow().exchange.is_empty()) {
+        Next::Done
+    } else {
+        Next::After(TICK_MS)
     }
 }
 
@@ -351,21 +362,6 @@ fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
             MSG_REQUEST,
             &msg::encode_request(id, holder),
         );
-    }
-}
-
-unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    guard(ctx, "holder-check-timer", || tick(Ctx { ptr: ctx }));
-    if data != PERIODIC {
-        return;
-    }
-    let waiting = CHECKS.with(|c| {
-        let mut c = c.borrow_mut();
-        c.ticking = false;
-        !c.exchange.is_empty()
-    });
-    if waiting {
-        arm_periodic_tick(ctx);
     }
 }
 

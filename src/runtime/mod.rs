@@ -19,6 +19,7 @@ pub(crate) mod keyspace;
 pub(crate) mod read_handoff;
 pub(crate) mod read_links;
 pub(crate) mod replication_gate;
+pub(crate) mod scheduler;
 pub mod slot_migration;
 pub mod spread_audit;
 pub(crate) mod spread_cluster;

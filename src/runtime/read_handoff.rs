@@ -20,18 +20,15 @@
 //! again from a reply callback) or past [`MAX_PARKED`]: it replies `TRYAGAIN` at once.
 
 use std::cell::RefCell;
-use std::ffi::c_void;
 use std::sync::atomic::Ordering::Relaxed;
 
-use redis_module::raw;
-
+use super::scheduler::{self, Job, Next, When};
 use super::slot_migration::handing_off;
 use super::spread_cluster as cluster;
 use super::waiter;
 use crate::config;
 use crate::counter::spread::key_slot;
-use crate::ffi::{rm, CommandError, Ctx};
-use crate::guard::guard;
+use crate::ffi::{CommandError, Ctx};
 use crate::metrics;
 
 /// How often parked reads look at their handoff.
@@ -60,7 +57,6 @@ struct Parked {
 #[derive(Default)]
 struct Table {
     parked: Vec<Parked>,
-    ticking: bool,
 }
 
 thread_local! {
@@ -109,14 +105,8 @@ pub fn park(ctx: Ctx, client: usize, wait: Wait, resume: Resume) {
         wait,
         resume,
     };
-    let start = PARKED.with(|t| {
-        let mut t = t.borrow_mut();
-        t.parked.push(parked);
-        !std::mem::replace(&mut t.ticking, true)
-    });
-    if start {
-        arm_tick(ctx.ptr);
-    }
+    PARKED.with(|t| t.borrow_mut().parked.push(parked));
+    scheduler::arm_once(ctx.ptr, When::After(TICK_MS), &TICK);
 }
 
 /// Forgets the parked read of `client` (its client timed out or went away); false when none.
@@ -129,20 +119,21 @@ pub fn unpark(client: usize) -> bool {
     })
 }
 
-fn arm_tick(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: ctx is live; the timer carries no data.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_tick), std::ptr::null_mut()) };
-}
+/// The tick, armed while a read is parked (a panic in it is a defect; it goes on).
+static TICK: Job = Job::new(
+    "read-handoff-timer",
+    |ctx, _| {
+        tick(ctx);
+        while_parked()
+    },
+    while_parked,
+);
 
-unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard(ctx, "read-handoff-timer", || tick(Ctx { ptr: ctx }));
-    let again = PARKED.with(|t| {
-        let mut t = t.borrow_mut();
-        t.ticking = !t.parked.is_empty();
-        t.ticking
-    });
-    if again {
-        arm_tick(ctx);
+fn while_parked() -> Next {
+    if PARKED.with(|t| t.borrow().parked.is_empty()) {
+        Next::Done
+    } else {
+        Next::After(TICK_MS)
     }
 }
 

@@ -16,7 +16,7 @@
 //!   ([`Delivery::Lost`]), and the gather's own resends (over the bus) and timeout apply as
 //!   before. An answer is recorded by the gather exactly as a bus answer is: only for a request
 //!   id it sent to that master and has not had answered.
-//! - Replies come back in order; each is handed to the gather from a timer run at once (`ffi::run_soon`) (a proper
+//! - Replies come back in order; each is handed to the gather from a timer run at once (`scheduler::When::Now`) (a proper
 //!   module context, the same iteration of the event loop), never from inside the I/O callback.
 //! - A new link first sends `AUTH` (when `ctr.read-link-user` or `ctr.read-link-password` is
 //!   set) and `CLIENT SETNAME ctr-read-link`. A link that failed is made again after
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::raw;
 
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::NodeId;
 use crate::config;
 use crate::ffi::{rm, Ctx};
@@ -104,7 +105,6 @@ struct Links {
     /// The last failure logged per master (logged again only when it changes).
     logged: HashMap<NodeId, String>,
     deliveries: Vec<Delivery>,
-    timer_armed: bool,
 }
 
 thread_local! {
@@ -478,35 +478,23 @@ fn describe(reply: &RespReply) -> String {
     }
 }
 
-/// Arms the timer (`ffi::run_soon`) that hands deliveries to the gather, when there are some.
+/// Hands every delivery to the gather, from a timer run at once after the I/O.
+static DELIVER: Job = Job::once("link-deliver", |ctx, _| {
+    let deliveries = LINKS.with(|l| std::mem::take(&mut l.borrow_mut().deliveries));
+    let Some(handler) = HANDLER.with(Cell::get) else {
+        return;
+    };
+    for delivery in deliveries {
+        handler(ctx, delivery);
+    }
+});
+
+/// Arms the timer that hands deliveries to the gather, when there are some. A panic in a
+/// handler loses only what the gather's resends over the bus recover; the timer is armed again
+/// by the next delivery.
 fn arm_delivery() {
     let ctx = MODULE_CTX.with(Cell::get);
-    let arm = LINKS.with(|l| {
-        let mut links = l.borrow_mut();
-        let arm = !links.timer_armed && !links.deliveries.is_empty() && !ctx.is_null();
-        links.timer_armed |= arm;
-        arm
-    });
-    if arm {
-        crate::ffi::run_soon(ctx, on_deliver, std::ptr::null_mut());
+    if !ctx.is_null() && LINKS.with(|l| !l.borrow().deliveries.is_empty()) {
+        scheduler::arm_once(ctx, When::Now, &DELIVER);
     }
-}
-
-/// Timer: hands every delivery to the gather. The table is emptied before the guard, so that
-/// a panic in a handler loses only what the gather's resends over the bus recover, and the
-/// timer is armed again by the next delivery.
-unsafe extern "C" fn on_deliver(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    let deliveries = LINKS.with(|l| {
-        let mut links = l.borrow_mut();
-        links.timer_armed = false;
-        std::mem::take(&mut links.deliveries)
-    });
-    guard(ctx, "link-deliver", || {
-        let Some(handler) = HANDLER.with(Cell::get) else {
-            return;
-        };
-        for delivery in deliveries {
-            handler(Ctx { ptr: ctx }, delivery);
-        }
-    });
 }

@@ -59,6 +59,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
 
+use super::scheduler::{self, Next, When};
 use crate::counter::spread::key_slot;
 use crate::ffi::{rm, Ctx};
 use crate::guard::guard;
@@ -254,8 +255,6 @@ pub fn handing_off(name: &[u8]) -> bool {
 
 /// How often the table is checked against the server's own list while it is not empty.
 const CHECK_MS: i64 = 1000;
-/// The check's timer is armed.
-static CHECK_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Checks the table against the migrations the server lists as under way, once a second while
 /// it is not empty: a migration whose end event this module missed (a contained panic, or an
@@ -360,21 +359,26 @@ fn listed_migrations(
     listed
 }
 
-unsafe extern "C" fn on_check(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    CHECK_ARMED.store(false, Relaxed);
-    guard(ctx, "slot-migration", || check(Ctx { ptr: ctx }));
+/// The check of the migrations under way, armed while there are some.
+static CHECK: scheduler::Job = scheduler::Job::new(
+    "slot-migration",
+    |ctx, _| {
+        check(ctx);
+        while_migrating()
+    },
+    while_migrating,
+);
+
+fn while_migrating() -> Next {
     if ANY.load(Relaxed) {
-        arm_check(ctx);
+        Next::After(CHECK_MS)
+    } else {
+        Next::Done
     }
 }
 
 fn arm_check(ctx: *mut raw::RedisModuleCtx) {
-    if !CHECK_ARMED.swap(true, Relaxed) {
-        // SAFETY: ctx is live; the timer carries no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer)(ctx, CHECK_MS, Some(on_check), std::ptr::null_mut())
-        };
-    }
+    scheduler::arm_once(ctx, When::After(CHECK_MS), &CHECK);
 }
 
 /// Slot ranges as the log shows them (`5`, `100-200`).

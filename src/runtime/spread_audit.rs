@@ -46,6 +46,7 @@ use redis_module::raw;
 use super::ctr_store::with_counter;
 use super::home_names;
 use super::replication_gate::{self, Gate};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::{delete, select_db};
 use super::spread_transfer::{is_master, route, serves};
@@ -428,18 +429,10 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
     }
 }
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // A panic here is a defect; it must not take the server down or stop the timer.
-    guard(ctx, "audit-tick", || tick(Ctx { ptr: ctx }));
-    arm(ctx);
-}
-
-fn arm(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: ctx is live; the timer carries no data.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_timer), std::ptr::null_mut()) };
-}
+/// The audit's tick (a panic in it is a defect; the tick goes on).
+static TICK: Job = Job::every("audit-tick", tick, TICK_MS);
 
 /// Registers the bus receivers and starts the timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    arm(ctx);
+    scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }

@@ -61,6 +61,7 @@ use redis_module::raw;
 
 use super::ctr_store::with_counter;
 use super::replication_gate::{self, Gate};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_transfer::{is_master, route, selected_db, serves};
 use crate::config;
@@ -128,8 +129,6 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 /// Something is stashed: the keyspace event handler's fast path.
 static STASHED: AtomicBool = AtomicBool::new(false);
-/// A tick is already due at once.
-static SOON: AtomicBool = AtomicBool::new(false);
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
@@ -668,28 +667,13 @@ unsafe extern "C" fn visit_home(
     });
 }
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // A panic here is a defect; it must not take the server down or stop the timer.
-    guard(ctx, "collect-tick", || tick(Ctx { ptr: ctx }));
-    arm(ctx);
-}
+/// The collector's tick (a panic in it is a defect; the tick goes on).
+static TICK: Job = Job::every("collect-tick", tick, TICK_MS);
+/// One more tick right after the current command (something was claimed).
+static SOON: Job = Job::once("collect-tick", |ctx, _| tick(ctx));
 
-fn arm(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: ctx is live; the timer carries no data.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_timer), std::ptr::null_mut()) };
-}
-
-/// A tick right after the current command (something was claimed).
 fn soon(ctx: Ctx) {
-    if !SOON.swap(true, Relaxed) {
-        // SAFETY: ctx is live; a one-shot timer that does not re-arm.
-        unsafe { rm!(RedisModule_CreateTimer)(ctx.ptr, 0, Some(on_soon), std::ptr::null_mut()) };
-    }
-}
-
-unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    SOON.store(false, Relaxed);
-    guard(ctx, "collect-tick", || tick(Ctx { ptr: ctx }));
+    scheduler::arm_once(ctx.ptr, When::After(0), &SOON);
 }
 
 /// Registers the bus receivers and the flush event, and starts the timer (from the module's
@@ -701,5 +685,5 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) {
     };
     // SAFETY: as above.
     unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx, flush, Some(on_flush)) };
-    arm(ctx);
+    scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }

@@ -44,6 +44,7 @@ use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{value_and_floor, with_counter};
 use super::read_handoff::{self, Outcome};
 use super::read_links;
+use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
@@ -862,7 +863,7 @@ enum Within {
 }
 
 /// Sends a started round's requests, arms its resend tick and reads the holders this node
-/// serves: from a timer run at once (`ffi::run_soon`) when launched by a command (not inside
+/// serves: from a timer run at once (`scheduler::When::Now`) when launched by a command (not inside
 /// it: see `Round::locals`), directly from a callback (no timer on the way of a queued round).
 fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
     let now = Ctx { ptr: ctx }.now_ms();
@@ -873,7 +874,7 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
     }
     arm_resend_tick(ctx);
     match within {
-        Within::Command => crate::ffi::run_soon(ctx, on_local_reads, id as usize as *mut c_void),
+        Within::Command => scheduler::arm(ctx, When::Now, &LOCAL_READS, id as usize),
         Within::Callback => read_locals(ctx, id),
     }
 }
@@ -930,49 +931,39 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
     }
 }
 
-fn arm_timer(
-    ctx: *mut raw::RedisModuleCtx,
-    id: u64,
-    after_ms: i64,
-    proc_: crate::ffi::TimerCallback,
-) {
-    // SAFETY: ctx is live; the timer's data is the round id itself, not a pointer.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, after_ms, Some(proc_), id as usize as *mut c_void) };
-}
-
-thread_local! {
-    static RESEND_TICK_ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn arm_resend_tick(ctx: *mut raw::RedisModuleCtx) {
-    if !RESEND_TICK_ARMED.with(|a| a.replace(true)) {
-        arm_timer(ctx, 0, RESEND_TICK_MS, on_resend_tick);
-    }
-}
-
-/// Timer: resends what is unanswered of every round due a resend; armed again while rounds
-/// are pending (outside the guard, so that a contained panic does not stop resends).
-unsafe extern "C" fn on_resend_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    RESEND_TICK_ARMED.with(|a| a.set(false));
-    guard(ctx, "gather-resend", || {
-        let now = Ctx { ptr: ctx }.now_ms();
+/// Resends what is unanswered of every round due a resend; armed while rounds are pending
+/// (a contained panic does not stop resends).
+static RESEND: Job = Job::new(
+    "gather-resend",
+    |ctx, _| {
+        let now = ctx.now_ms();
         // Only launched rounds have a resend due (queued ones never).
         let due = GATHERS.with(|g| g.borrow_mut().rounds.due(now, usize::MAX));
         for id in due {
-            send_requests(ctx, id, false);
+            send_requests(ctx.ptr, id, false);
         }
-    });
-    if GATHERS.with(|g| !g.borrow().rounds.is_empty()) {
-        arm_resend_tick(ctx);
+        while_gathering()
+    },
+    while_gathering,
+);
+
+fn while_gathering() -> Next {
+    if GATHERS.with(|g| g.borrow().rounds.is_empty()) {
+        Next::Done
+    } else {
+        Next::After(RESEND_TICK_MS)
     }
 }
 
-/// Timer: reads the holders this node serves (outside any command, so each key is looked up
-/// in its own slot), then completes the round if the other masters have answered.
-unsafe extern "C" fn on_local_reads(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    let id = data as usize as u64;
-    guard(ctx, "gather-local-reads", || read_locals(ctx, id));
+fn arm_resend_tick(ctx: *mut raw::RedisModuleCtx) {
+    scheduler::arm_once(ctx, When::After(RESEND_TICK_MS), &RESEND);
 }
+
+/// Reads the holders this node serves, from a timer (outside any command, so each key is
+/// looked up in its own slot), then completes the round if the other masters have answered.
+static LOCAL_READS: Job = Job::once("gather-local-reads", |ctx, id| {
+    read_locals(ctx.ptr, id as u64)
+});
 
 fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
     // The names are shared out first: no table borrow is held across the reads.
@@ -1020,12 +1011,11 @@ fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
     }
 }
 
-/// Timer: starts a queued round whose turn came in a callback that should not start it itself
-/// (a timed-out or disconnected client's).
-unsafe extern "C" fn on_start(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    let id = data as usize as u64;
-    guard(ctx, "gather-start", || run(ctx, vec![Effect::Start(id)]));
-}
+/// Starts a queued round whose turn came in a callback that should not start it itself (a
+/// timed-out or disconnected client's), from a timer.
+static START: Job = Job::once("gather-start", |ctx, id| {
+    run(ctx.ptr, vec![Effect::Start(id as u64)])
+});
 
 /// Carries out what settling rounds left to do, with no table borrowed: starts queued rounds
 /// (which may fail at once and settle in turn), and replies to the reads that are done.
@@ -1329,7 +1319,7 @@ fn drop_reader(
     });
     for effect in effects {
         if let Effect::Start(id) = effect {
-            arm_timer(ctx, id, 0, on_start);
+            scheduler::arm(ctx, When::After(0), &START, id as usize);
         }
     }
     silent

@@ -17,6 +17,7 @@ use std::ffi::{c_char, c_int, c_void};
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
+use super::scheduler::{self, Job, When};
 use super::spread_transfer::{is_master, selected_db};
 use crate::counter::CounterRef;
 use crate::ffi::{rm, Ctx, RawString};
@@ -63,8 +64,7 @@ pub fn on_moved(ctx: Ctx, key: RawString, from: c_int) {
             return;
         }
     }
-    // SAFETY: ctx is live; the timer carries no data.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx.ptr, 0, Some(on_timer), std::ptr::null_mut()) };
+    scheduler::arm(ctx.ptr, When::After(0), &MOVE_DUE, 0);
 }
 
 /// Post-notification job: moves every scheduled holder.
@@ -72,10 +72,8 @@ unsafe extern "C" fn on_job(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     move_due(Ctx { ptr: ctx });
 }
 
-/// Timer: moves every scheduled holder.
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    move_due(Ctx { ptr: ctx });
-}
+/// Timer (Redis 7.0): moves every scheduled holder.
+static MOVE_DUE: Job = Job::once("move-follow", |ctx, _| move_due(ctx));
 
 /// Moves every scheduled holder, each by a replicated `MOVE`, and selects the context's
 /// database again (a job may run on the client's own context).

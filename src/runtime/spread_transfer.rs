@@ -44,13 +44,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
 use super::ctr_store::{update_counter, with_counter};
 use super::replication_gate::{self, Gate, Replication};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
@@ -101,9 +102,8 @@ thread_local! {
     /// (db, key name) of every key with something to send.
     static REGISTRY: RefCell<HashMap<(c_int, Vec<u8>), Due>> = RefCell::new(HashMap::new());
     static PENDING_ACKS: RefCell<Vec<PendingAck>> = const { RefCell::new(Vec::new()) };
+    /// Something was noted to send since the last tick: [`tick_soon`] may tick at once.
     static TICK_SOON: Cell<bool> = const { Cell::new(false) };
-    /// A one-shot re-check after asking the replicas to acknowledge is armed.
-    static RECHECK_ARMED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Records that `name` in `db` may have something to send (a no-op when it has not).
@@ -713,19 +713,7 @@ const RECHECK_MS: i64 = 2;
 
 /// A one-shot tick [`RECHECK_MS`] from now, unless one is armed already.
 fn recheck_soon(ctx: Ctx) {
-    if RECHECK_ARMED.with(|a| a.replace(true)) {
-        return;
-    }
-    // SAFETY: ctx is live; a one-shot timer that does not re-arm.
-    unsafe {
-        rm!(RedisModule_CreateTimer)(ctx.ptr, RECHECK_MS, Some(on_recheck), std::ptr::null_mut())
-    };
-}
-
-unsafe extern "C" fn on_recheck(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    RECHECK_ARMED.with(|a| a.set(false));
-    let c = Ctx { ptr: ctx };
-    crate::guard::guard(ctx, "transfer-tick", || tick(c));
+    scheduler::arm_once(ctx.ptr, When::After(RECHECK_MS), &RECHECK);
 }
 
 fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
@@ -741,30 +729,25 @@ fn forget(db: c_int, name: &[u8]) {
     REGISTRY.with(|r| r.borrow_mut().remove(&(db, name.to_vec())));
 }
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    TICK_SOON.with(|t| t.set(false));
-    let c = Ctx { ptr: ctx };
-    // A panic here is a defect; it must not take the server down or stop the timer.
-    crate::guard::guard(ctx, "transfer-tick", || tick(c));
-    arm(ctx);
-}
-
-fn arm(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: ctx is live; the timer carries no data.
-    unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_timer), std::ptr::null_mut()) };
-}
+/// The registry's tick (a panic in it is a defect; the tick goes on).
+static TICK: Job = Job::every(
+    "transfer-tick",
+    |ctx| {
+        TICK_SOON.with(|t| t.set(false));
+        tick(ctx);
+    },
+    TICK_MS,
+);
+/// One more tick right after the current command.
+static SOON: Job = Job::once("transfer-tick", |ctx, _| tick(ctx));
+/// One more tick once the replicas were asked to acknowledge.
+static RECHECK: Job = Job::once("transfer-tick", |ctx, _| tick(ctx));
 
 /// A tick at once (after the current command): a transfer just started or a fold began.
 pub fn tick_soon(ctx: Ctx) {
     if TICK_SOON.with(|t| t.replace(false)) {
-        // SAFETY: ctx is live; a one-shot timer that does not re-arm.
-        unsafe { rm!(RedisModule_CreateTimer)(ctx.ptr, 0, Some(on_soon), std::ptr::null_mut()) };
+        scheduler::arm(ctx.ptr, When::After(0), &SOON, 0);
     }
-}
-
-unsafe extern "C" fn on_soon(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    let c = Ctx { ptr: ctx };
-    crate::guard::guard(ctx, "transfer-tick", || tick(c));
 }
 
 /// Receives this file's bus messages (from `bus`, the one receiver).
@@ -789,5 +772,5 @@ pub fn track_key(ctx: Ctx, key: RawString) {
 
 /// Registers the bus receivers and starts the registry's timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
-    arm(ctx);
+    scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use redis_module::raw;
 
 use super::ctr_store::update_counter;
+use super::scheduler::{self, Job, Next, When};
 use crate::config::{SWEEP_BUDGET, SWEEP_INTERVAL_MS};
 use crate::counter::{CounterCell, CounterRef};
 use crate::ffi::{rm, Ctx, Key, KeyContent};
@@ -59,20 +60,24 @@ struct Found {
 
 /// Starts the timer (from the module's load).
 pub fn start(ctx: &redis_module::Context) {
-    arm(ctx, false);
+    scheduler::arm_once(ctx.ctx, When::After(period(false)), &SWEEP);
 }
 
-fn arm(ctx: &redis_module::Context, busy: bool) {
-    let period = u64::try_from(SWEEP_INTERVAL_MS.load(Relaxed)).unwrap_or(100);
-    let period = if busy { period / 10 } else { period };
-    ctx.create_timer(Duration::from_millis(period.max(1)), on_tick, ());
-}
+/// The sweep's tick, sooner while a pass found more to do than its budget (a panic in it is a
+/// defect; the tick goes on).
+static SWEEP: Job = Job::new(
+    "sweep",
+    |ctx, _| Next::After(period(tick(ctx))),
+    || Next::After(period(false)),
+);
 
-fn on_tick(ctx: &redis_module::Context, (): ()) {
-    let c = Ctx { ptr: ctx.ctx };
-    // A panic here is a defect; it must not take the server down or stop the timer.
-    let busy = crate::guard::guard(ctx.ctx, "sweep", || tick(c)).unwrap_or(false);
-    arm(ctx, busy);
+fn period(busy: bool) -> i64 {
+    let period = SWEEP_INTERVAL_MS.load(Relaxed).max(1);
+    if busy {
+        (period / 10).max(1)
+    } else {
+        period
+    }
 }
 
 fn should_sweep(ctx: Ctx) -> bool {

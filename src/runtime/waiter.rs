@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
+use super::scheduler::{self, Job, Next, When};
 use crate::config;
 use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply};
 use crate::guard::guard;
@@ -62,7 +63,6 @@ struct Waiters {
     /// The ids in the order the tick tests them (ids of ended waits are skipped).
     turns: std::collections::VecDeque<u64>,
     next_id: u64,
-    ticking: bool,
 }
 
 thread_local! {
@@ -166,12 +166,30 @@ fn wake(id: u64) {
     unsafe { rm!(RedisModule_UnblockClient)(p.bc, Box::into_raw(wake).cast::<c_void>()) };
 }
 
+/// The tick, armed while commands wait (a panic in it is a defect; it goes on).
+static TICK: Job = Job::new(
+    "waiter-timer",
+    |ctx, _| {
+        tick(ctx);
+        while_waiting()
+    },
+    while_waiting,
+);
+
 fn arm_tick(ctx: *mut raw::RedisModuleCtx) {
-    let start = WAITERS.with(|w| !std::mem::replace(&mut w.borrow_mut().ticking, true));
-    if start {
-        // SAFETY: ctx is live; the timer carries no data.
-        unsafe { rm!(RedisModule_CreateTimer)(ctx, TICK_MS, Some(on_tick), std::ptr::null_mut()) };
-    }
+    scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
+}
+
+/// The tick goes on while a command waits.
+fn while_waiting() -> Next {
+    WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.by_id.is_empty() {
+            w.turns.clear(); // only ids of ended waits are left
+            return Next::Done;
+        }
+        Next::After(TICK_MS)
+    })
 }
 
 /// The tick: wakes the waits past their bound, and tests up to [`TESTS_PER_TICK`] others in
@@ -212,21 +230,6 @@ fn next_turn() -> Option<(u64, c_int)> {
         }
         None
     })
-}
-
-unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard(ctx, "waiter-timer", || tick(Ctx { ptr: ctx }));
-    let waiting = WAITERS.with(|w| {
-        let mut w = w.borrow_mut();
-        w.ticking = false;
-        if w.by_id.is_empty() {
-            w.turns.clear(); // only ids of ended waits are left
-        }
-        !w.by_id.is_empty()
-    });
-    if waiting {
-        arm_tick(ctx);
-    }
 }
 
 /// What a reply callback that runs its blocked command again says when something that cannot
