@@ -71,6 +71,9 @@ pub const CALLBACKS: &[&str] = &[
     "bus-transfer",
     "bus-floor-moves",
     "bus-holder-check",
+    "bus-holder-admission",
+    // The holder admission's timer (asks again, answers this master's own names).
+    "admission-timer",
     // The data types' callbacks (CTR and PNC alike; `free` also guards `free_effort`). Not
     // `rdb_save` and `aof_rewrite`: a contained panic would write a wrong or unreadable value;
     // they run in the fork child of BGSAVE and BGREWRITEAOF, where an abort fails that save.

@@ -175,6 +175,11 @@ pub static HOLDER_CHECKS_REFUSED: Counter = Counter::new();
 pub static HOLDER_CHECK_TIMEOUTS: Counter = Counter::new();
 /// Holder check requests asked again at the check's tick (no answer yet: a message may be lost).
 pub static HOLDER_CHECK_RESENDS: Counter = Counter::new();
+/// Holder admission (`runtime::holder_admission`): planned holder names a grow asked about,
+/// those found taken (the grow named others), and the grows that waited for the answers.
+pub static HOLDER_NAMES_ASKED: Counter = Counter::new();
+pub static HOLDER_NAMES_TAKEN: Counter = Counter::new();
+pub static GROWS_WAITED: Counter = Counter::new();
 pub static GATHER_LATENCY_HISTOGRAM: [Counter; 5] = [
     Counter::new(),
     Counter::new(),
@@ -303,6 +308,9 @@ pub fn all() -> Vec<(&'static str, &'static Counter)> {
         ("holder_checks_refused", &HOLDER_CHECKS_REFUSED),
         ("holder_check_timeouts", &HOLDER_CHECK_TIMEOUTS),
         ("holder_check_resends", &HOLDER_CHECK_RESENDS),
+        ("holder_names_asked", &HOLDER_NAMES_ASKED),
+        ("holder_names_taken", &HOLDER_NAMES_TAKEN),
+        ("grows_waited", &GROWS_WAITED),
         ("gather_latency_0ms", &GATHER_LATENCY_HISTOGRAM[0]),
         ("gather_latency_1_9ms", &GATHER_LATENCY_HISTOGRAM[1]),
         ("gather_latency_10_99ms", &GATHER_LATENCY_HISTOGRAM[2]),

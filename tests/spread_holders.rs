@@ -605,3 +605,143 @@ fn a_holder_check_follows_the_homes_failover() {
     let mut holder_master = cluster.nodes[node].conn();
     assert_eq!(holder_master.cmd(&["CTR.GET", &holder]), Value::Int(1));
 }
+
+/// The spread id a holder name carries (`{ctr.<id>.<i>.<k>}<home>`).
+fn spread_id_of(holder: &str) -> String {
+    holder["{ctr.".len()..]
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Keys a tenant put where a grow of `home` (spread `id`) may plan its holders 2 to 5, before
+/// the grow: a string, a counter restored with 1,000 units, and (where `multi` opens one for
+/// its name) a counter written inside MULTI, which the holder check cannot stop. Returns them.
+fn occupy_planned_names(
+    id: &str,
+    home: &str,
+    attempts: usize,
+    conn_for: &mut dyn FnMut(&str) -> Conn,
+    multi: bool,
+) -> Vec<String> {
+    let mut source = conn_for("{src}made");
+    assert_eq!(
+        source.cmd(&["CTR.ADD", "{src}made", "1000"]),
+        Value::Int(1000)
+    );
+    let dump = source.cmd(&["DUMP", "{src}made"]).bytes();
+    let mut occupied = Vec::new();
+    for i in 2..6 {
+        for k in 0..attempts {
+            let name = format!("{{ctr.{id}.{i}.{k}}}{home}");
+            let mut c = conn_for(&name);
+            match (k % 3, multi) {
+                (0, _) => assert_eq!(c.cmd(&["SET", &name, "x"]), Value::Simple("OK".into())),
+                (_, false) | (1, true) => assert_eq!(
+                    c.cmd(&[b"RESTORE".as_slice(), name.as_bytes(), b"0", &dump]),
+                    Value::Simple("OK".into())
+                ),
+                (_, true) => {
+                    c.cmd(&["MULTI"]);
+                    c.cmd(&["CTR.ADD", &name, "-700"]);
+                    assert_eq!(c.cmd(&["EXEC"]), Value::Array(vec![Value::Int(-700)]));
+                }
+            }
+            occupied.push(name);
+        }
+    }
+    occupied
+}
+
+/// Issue 34, item 2: a grow lists a new holder only where no key sits. A tenant who can write
+/// holder names (any spread writer) put keys at the names a grow would plan (the spread id is
+/// public): before, the grow listed them, so every read of the total failed with WRONGTYPE, or
+/// it counted a restored counter's 1,000 units. On one server the grow reads each name and plans
+/// another attempt around a taken one.
+#[test]
+fn a_grow_on_one_server_never_lists_a_name_where_a_key_sits() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(c.cmd(&["CTR.ADD", "gh", "5"]), Value::Int(5));
+    let first = names(&c.cmd(&["CTR.SPREAD", "gh", "2"]));
+    let id = spread_id_of(&first[1]);
+    let port = server.port;
+    let occupied = occupy_planned_names(&id, "gh", 6, &mut |_| Conn::connect(port).unwrap(), false);
+    let grown = names(&c.cmd(&["CTR.SPREAD", "gh", "6"]));
+    assert_eq!(grown.len(), 6);
+    assert!(grown.iter().all(|n| !occupied.contains(n)), "{grown:?}");
+    assert_eq!(c.cmd(&["CTR.GET", "gh"]), Value::Int(5));
+    for h in &grown[1..] {
+        assert_eq!(c.cmd(&["CTR.ADD", h, "1"]), Value::Int(1), "{h}");
+    }
+    assert_eq!(c.cmd(&["CTR.GET", "gh"]), Value::Int(10));
+    let taken: u64 = server
+        .info_field("ctr", "ctr_holder_names_taken")
+        .parse()
+        .unwrap();
+    assert!(taken >= 4, "{taken}");
+    // The occupied keys are left as they were.
+    assert_eq!(c.cmd(&["GET", &occupied[0]]), Value::Bulk(b"x".to_vec()));
+}
+
+/// The same in a cluster of 3 masters: the grow asks each new name's master (over the bus, or
+/// from a timer for its own) and waits in the server for the answers, then plans again around
+/// the taken names; a counter written inside MULTI (where the holder check cannot wait) is
+/// avoided too. A grow inside MULTI cannot wait: it asks, refuses with `TRYAGAIN`, and a retry
+/// lists the names found free.
+#[test]
+fn a_grow_in_a_cluster_never_lists_a_name_where_a_key_sits() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{gc}h";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "5"]), Value::Int(5));
+    let first = names(&client.cmd(&["CTR.SPREAD", home, "2"]));
+    let id = spread_id_of(&first[1]);
+    let mut conn_for = |name: &str| {
+        let node = cluster.owner(key_slot(name.as_bytes()));
+        Conn::connect(cluster.nodes[node].port).unwrap()
+    };
+    let occupied = occupy_planned_names(&id, home, 9, &mut conn_for, true);
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let mut at_home = Conn::connect(cluster.nodes[home_node].port).unwrap();
+    // Each round of answers may find the next attempts taken too: a retry goes on from there.
+    let grown = common::eventually(20, || {
+        let reply = at_home.cmd(&["CTR.SPREAD", home, "6"]);
+        match &reply {
+            Value::Error(e) if e.starts_with("TRYAGAIN") => None,
+            _ => Some(names(&reply)),
+        }
+    });
+    assert_eq!(grown.len(), 6);
+    assert!(grown.iter().all(|n| !occupied.contains(n)), "{grown:?}");
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(5));
+    for h in &grown[1..] {
+        assert_eq!(client.cmd(&["CTR.ADD", h, "1"]), Value::Int(1), "{h}");
+    }
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(10));
+    let field = |name| {
+        cluster.nodes[home_node]
+            .info_field("ctr", name)
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(field("ctr_holder_names_taken") >= 4);
+    assert!(field("ctr_grows_waited") >= 1);
+    // Inside MULTI the grow cannot wait: TRYAGAIN, and the names are asked meanwhile.
+    at_home.cmd(&["MULTI"]);
+    at_home.cmd(&["CTR.SPREAD", home, "8"]);
+    let in_multi = at_home.cmd(&["EXEC"]);
+    let first_reply = &in_multi.array()[0];
+    assert!(
+        matches!(first_reply, Value::Error(e) if e.contains("is checking that the names of its new holders are free")),
+        "{in_multi:?}"
+    );
+    let grown = common::eventually(20, || {
+        let reply = at_home.cmd(&["CTR.SPREAD", home, "8"]);
+        (!reply.is_error()).then(|| names(&reply))
+    });
+    assert_eq!(grown.len(), 8);
+    assert!(grown.iter().all(|n| !occupied.contains(n)), "{grown:?}");
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(10));
+}

@@ -13,14 +13,19 @@ use crate::counter::spread::{
 };
 use crate::counter::transfer::Transfers;
 use crate::counter::{CounterRef, Spread};
-use crate::ffi::{string_bytes, Args, CommandError, CommandResult, Ctx, Key, RawString};
+use crate::ffi::{
+    string_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyName, RawString, Reply,
+};
 use crate::metrics;
 use crate::persist::ctr_format;
 use crate::runtime::ctr_floor_spread as floored;
 use crate::runtime::ctr_store::{publish_state, update_counter, with_counter};
+use crate::runtime::holder_admission::{self, Names};
 use crate::runtime::spread_cluster as cluster;
 use crate::runtime::spread_gather::{forget_cached, names_reply};
 pub use crate::runtime::spread_gather::{get, info, mget, write_total, ApplyTotal, TotalWrite};
+use crate::runtime::spread_transfer::serves;
+use crate::runtime::waiter;
 
 /// Refuses a command that acts on a whole counter (CTR.SPREAD, CTR.FLOOR, CTR.CLEAR) when
 /// `key` is named as a holder: a holder is never a home, and acting on it alone would change
@@ -73,8 +78,15 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(names_reply(home, kept.iter()));
     }
     if target > current.len() + 1 {
-        let all = grow(ctx, args.raw(1), spread_id, &current, target)?;
-        return Ok(names_reply(home, all.iter()));
+        // A grow run again once its names were found free plans on the same slot map.
+        let map = match waiter::rerunning() {
+            true => SlotMap::Cached,
+            false => SlotMap::Fresh,
+        };
+        return match grow(ctx, args.raw(1), spread_id, &current, target, map)? {
+            Some(all) => Ok(names_reply(home, all.iter())),
+            None => wait_for_names(ctx, args, target),
+        };
     }
     Ok(names_reply(home, current.iter()))
 }
@@ -90,60 +102,49 @@ fn current_spread(c: Option<CounterRef>) -> (Vec<Vec<u8>>, Option<u64>) {
     }
 }
 
+/// The new holders of a grow: their names (each free on its master), the spread's id, and
+/// whether the counter is floored.
+struct GrowPlan {
+    spread_id: u64,
+    added: Vec<Vec<u8>>,
+    is_floored: bool,
+}
+
+/// Which slot map a grow plans on: read afresh (a client's `CTR.SPREAD`), or the one read at
+/// most a second ago (a grow waiting for its names, run again once they are free, or made by an
+/// add: the names planned again must be those asked about, and an add must not read the map).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotMap {
+    Fresh,
+    Cached,
+}
+
+/// How many times a grow plans again around names found taken, within one command.
+const MAX_PLANS: usize = 8;
+
 /// Adds holders to reach `target` (more than `current` has), records them and replicates the
-/// resulting state; returns every holder's name but the home's. A counter spreading afresh
-/// (`spread_id` None) gets a random id here, on the master; replicas and the AOF get it with
-/// the state.
+/// resulting state; returns every holder's name but the home's, or None while the masters of
+/// the new names are asked whether those are free (`holder_admission`: the command then
+/// waits). A counter spreading afresh (`spread_id` None) gets a random id here, on the master;
+/// replicas and the AOF get it with the state.
 fn grow(
     ctx: Ctx,
     key_name: RawString,
     spread_id: Option<u64>,
     current: &[Vec<u8>],
     target: usize,
-) -> Result<Vec<Vec<u8>>, CommandError> {
+    map: SlotMap,
+) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
+    let Some(GrowPlan {
+        spread_id,
+        added,
+        is_floored,
+    }) = plan_grow(ctx, key_name, spread_id, current, target, map)?
+    else {
+        return Ok(None);
+    };
     let home = string_bytes(key_name);
-    if home.len() > MAX_HOME_NAME {
-        return Err(CommandError::fixed(
-            "ERR key name too long to spread (at most 1024 bytes)",
-        ));
-    }
     let in_cluster = cluster::in_cluster(ctx);
-    let is_floored = crate::runtime::ctr_store::floor_of(ctx, key_name)?.is_some();
-    // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
-    // then keeps it at or above 0 until its first budget credit gives it a floor.
-    // What the home knows of its earlier holders: names a new holder must not take (a folded
-    // one may still exist, sealed), and spread ids it retired (never drawn again).
-    let known: Option<Transfers> = with_counter(ctx, key_name, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.transfers().cloned(),
-        _ => None,
-    })?;
-    let retired = |id: u64| known.as_ref().is_some_and(|t| t.retired.contains(&id));
-    let spread_id = spread_id.unwrap_or_else(|| loop {
-        let id = spread_id_from(crate::ffi::random_bytes(), is_floored);
-        if !retired(id) {
-            break id;
-        }
-    });
-    let taken = |name: &[u8]| known.as_ref().is_some_and(|t| t.knows_name(name));
-    let later = known.as_ref().map(|t| t.first_attempts(spread_id));
-    let first_attempt = |index: usize| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
-    // What a new holder's name must avoid: a name the home knows, an attempt before one it
-    // knows at that index.
-    let avoid: Avoid = (&taken, &first_attempt);
-    // New holders carry the home name the others carry (a home renamed since keeps it).
-    let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
-    let added = if in_cluster {
-        plan(
-            carried,
-            spread_id,
-            current,
-            target,
-            &*cluster::topology(ctx, true)?,
-            avoid,
-        )
-    } else {
-        plan(carried, spread_id, current, target, &Standalone, avoid)
-    }?;
     if is_floored && in_cluster {
         floored::spread_floored_across_masters(ctx, key_name, spread_id, current, &added)?;
     } else if is_floored {
@@ -163,7 +164,114 @@ fn grow(
     }
     metrics::SPREADS.incr();
     forget_cached(home);
-    Ok(current.iter().chain(&added).cloned().collect())
+    Ok(Some(current.iter().chain(&added).cloned().collect()))
+}
+
+/// Plans the names of a grow's new holders. A grow of a spread that has an id (its names
+/// follow from public facts) lists only names where no key sits: each taken one is planned
+/// again at a later attempt, and in a cluster the plan is None until every name's master has
+/// answered. A first spread's fresh random id makes names no one could know in advance.
+fn plan_grow(
+    ctx: Ctx,
+    key_name: RawString,
+    spread_id: Option<u64>,
+    current: &[Vec<u8>],
+    target: usize,
+    map: SlotMap,
+) -> Result<Option<GrowPlan>, CommandError> {
+    let home = string_bytes(key_name);
+    if home.len() > MAX_HOME_NAME {
+        return Err(CommandError::fixed(
+            "ERR key name too long to spread (at most 1024 bytes)",
+        ));
+    }
+    let in_cluster = cluster::in_cluster(ctx);
+    let is_floored = crate::runtime::ctr_store::floor_of(ctx, key_name)?.is_some();
+    // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
+    // then keeps it at or above 0 until its first budget credit gives it a floor.
+    // What the home knows of its earlier holders: names a new holder must not take (a folded
+    // one may still exist, sealed), and spread ids it retired (never drawn again).
+    let known: Option<Transfers> = with_counter(ctx, key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.transfers().cloned(),
+        _ => None,
+    })?;
+    let retired = |id: u64| known.as_ref().is_some_and(|t| t.retired.contains(&id));
+    let fresh_id = spread_id.is_none();
+    let spread_id = spread_id.unwrap_or_else(|| loop {
+        let id = spread_id_from(crate::ffi::random_bytes(), is_floored);
+        if !retired(id) {
+            break id;
+        }
+    });
+    // What a new holder's name must avoid: a name the home knows or one found taken (outside
+    // a cluster, read here and now), an attempt before one it knows at that index.
+    let admitted = !fresh_id;
+    let taken = |name: &[u8]| {
+        known.as_ref().is_some_and(|t| t.knows_name(name))
+            || (admitted && holder_admission::is_taken(ctx, name, in_cluster))
+    };
+    let later = known.as_ref().map(|t| t.first_attempts(spread_id));
+    let first_attempt = |index: usize| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
+    let avoid: Avoid = (&taken, &first_attempt);
+    // New holders carry the home name the others carry (a home renamed since keeps it).
+    let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
+    let topology = match in_cluster {
+        true => Some(cluster::topology(ctx, map == SlotMap::Fresh)?),
+        false => None,
+    };
+    for _ in 0..MAX_PLANS {
+        let added = match &topology {
+            Some(t) => plan(carried, spread_id, current, target, &**t, avoid),
+            None => plan(carried, spread_id, current, target, &Standalone, avoid),
+        }?;
+        let names = match fresh_id {
+            true => Names::Free,
+            false => holder_admission::check(ctx, &added, in_cluster),
+        };
+        match names {
+            Names::Free => {
+                return Ok(Some(GrowPlan {
+                    spread_id,
+                    added,
+                    is_floored,
+                }))
+            }
+            Names::Asked => return Ok(None),
+            Names::Taken => {} // planned again around them
+        }
+    }
+    Err(CommandError::fixed(
+        "ERR the names planned for the new holders are taken by other keys: delete them or grow to another count",
+    ))
+}
+
+/// Blocks the client of a grow until the masters of its new names have said they are free
+/// (`holder_admission`), up to `ctr.purchase-wait-ms`: the grow then runs again and lists them.
+/// Where a client cannot wait (MULTI, a script), or past the bound, a retryable refusal.
+fn wait_for_names(ctx: Ctx, args: &Args, target: usize) -> CommandResult {
+    let home = args.bytes(1).to_vec();
+    let still_waits: waiter::StillWaits = Box::new(move |ctx| {
+        let name = KeyName::new(ctx, &home);
+        let Ok((current, spread_id)) = with_counter(ctx, name.raw, current_spread) else {
+            return false;
+        };
+        target > current.len() + 1
+            && matches!(
+                plan_grow(ctx, name.raw, spread_id, &current, target, SlotMap::Cached),
+                Ok(None)
+            )
+    });
+    if waiter::wait(ctx, args.bytes(1), spread, still_waits, serves) {
+        metrics::GROWS_WAITED.incr();
+        return Ok(Reply::Blocked);
+    }
+    Err(CommandError(
+        format!(
+            "TRYAGAIN spread counter '{}' is checking that the names of its new holders are free on their masters; retry CTR.SPREAD",
+            String::from_utf8_lossy(args.bytes(1))
+        )
+        .into(),
+    ))
 }
 
 /// After an add on the master: a counter whose last full second's add rate is above
@@ -198,9 +306,11 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     }) else {
         return;
     };
+    // A grow whose new names are still asked about is made by a later add.
     if i64::from(rate) > threshold
         && current.len() + 1 < target
-        && grow(ctx, key, spread_id, &current, target).is_ok()
+        && grow(ctx, key, spread_id, &current, target, SlotMap::Cached)
+            .is_ok_and(|grown| grown.is_some())
     {
         metrics::AUTO_SPREADS.incr();
     }

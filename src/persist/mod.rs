@@ -3,6 +3,7 @@
 // Raw pointers here come from Redis itself (IO handles, keys, digests).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod admission_msg;
 pub mod audit_msg;
 pub mod codec;
 pub mod collect_msg;

@@ -7,6 +7,7 @@
 use crate::counter::audit::{Answer, Question};
 use crate::counter::collect::Collection;
 use crate::counter::rebalance::DemandMeter;
+use crate::persist::admission_msg::{self, NameAnswer};
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand};
 use crate::persist::gather_msg::HolderAnswer;
 use crate::persist::holder_check_msg::Verdict;
@@ -150,10 +151,18 @@ fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
             K::HolderCheckResponse,
             holder_check_msg::encode_response(0x77, Verdict::NotListed),
         ),
+        (
+            K::AdmissionRequest,
+            admission_msg::encode_request(0x78, HOLDER),
+        ),
+        (
+            K::AdmissionResponse,
+            admission_msg::encode_response(0x78, NameAnswer::Taken),
+        ),
     ]
 }
 
-const GOLDEN: [(u8, &str); 16] = [
+const GOLDEN: [(u8, &str); 18] = [
     (0xC7, "01221100000000000001237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
     (0xC8, "01221100000000000004000503140401020957524f4e4754595045"),
     (0xC9, "02097b6374727d686f6d65237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d650201000000000000"),
@@ -170,6 +179,8 @@ const GOLDEN: [(u8, &str); 16] = [
     (0xD4, "01097b6374727d686f6d65ab00000000000000ac0280a0abfef962"),
     (0xD5, "017700000000000000237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
     (0xD6, "01770000000000000001"),
+    (0xD7, "017800000000000000237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
+    (0xD8, "01780000000000000001"),
 ];
 
 #[test]
@@ -253,4 +264,8 @@ fn every_kind_decodes_its_golden_bytes_back() {
     assert_eq!((id, holder), (0x77, HOLDER));
     let (id, verdict) = holder_check_msg::decode_response(bytes(K::HolderCheckResponse)).unwrap();
     assert_eq!((id, verdict), (0x77, Verdict::NotListed));
+    let (id, name) = admission_msg::decode_request(bytes(K::AdmissionRequest)).unwrap();
+    assert_eq!((id, name), (0x78, HOLDER));
+    let (id, answer) = admission_msg::decode_response(bytes(K::AdmissionResponse)).unwrap();
+    assert_eq!((id, answer), (0x78, NameAnswer::Taken));
 }

@@ -36,6 +36,10 @@ pub enum MessageKind {
     /// (`persist::holder_check_msg`).
     HolderCheckRequest,
     HolderCheckResponse,
+    /// A grow asks the master of a planned holder name whether the name is free there, and the
+    /// answer (`persist::admission_msg`).
+    AdmissionRequest,
+    AdmissionResponse,
 }
 
 /// The machine that receives a kind.
@@ -47,11 +51,12 @@ pub enum Receiver {
     Audit,
     BudgetMoves,
     HolderCheck,
+    HolderAdmission,
 }
 
 impl MessageKind {
     /// Every kind, in byte order.
-    pub const ALL: [MessageKind; 16] = [
+    pub const ALL: [MessageKind; 18] = [
         MessageKind::GatherRequest,
         MessageKind::GatherResponse,
         MessageKind::Seal,
@@ -68,9 +73,11 @@ impl MessageKind {
         MessageKind::Headroom,
         MessageKind::HolderCheckRequest,
         MessageKind::HolderCheckResponse,
+        MessageKind::AdmissionRequest,
+        MessageKind::AdmissionResponse,
     ];
 
-    /// The kind's byte on the wire (0xC7 to 0xD6, in the order above).
+    /// The kind's byte on the wire (0xC7 to 0xD8, in the order above).
     pub fn byte(self) -> u8 {
         match self {
             MessageKind::GatherRequest => 0xC7,
@@ -89,6 +96,8 @@ impl MessageKind {
             MessageKind::Headroom => 0xD4,
             MessageKind::HolderCheckRequest => 0xD5,
             MessageKind::HolderCheckResponse => 0xD6,
+            MessageKind::AdmissionRequest => 0xD7,
+            MessageKind::AdmissionResponse => 0xD8,
         }
     }
 
@@ -109,16 +118,20 @@ impl MessageKind {
                 Receiver::BudgetMoves
             }
             HolderCheckRequest | HolderCheckResponse => Receiver::HolderCheck,
+            AdmissionRequest | AdmissionResponse => Receiver::HolderAdmission,
         }
     }
 }
 
 impl Receiver {
     /// True when receiving may write (and so replicate): the runtime drops such messages while
-    /// the server pauses writes (their senders resend). The gather and the holder check only
-    /// read; what a gather's clear or a listed write then runs checks the pause itself.
+    /// the server pauses writes (their senders resend). The gather, the holder check and the
+    /// holder admission only read; what a gather's clear or a listed write then runs checks the pause itself.
     pub fn writes(self) -> bool {
-        !matches!(self, Receiver::Gather | Receiver::HolderCheck)
+        !matches!(
+            self,
+            Receiver::Gather | Receiver::HolderCheck | Receiver::HolderAdmission
+        )
     }
 
     /// Its name in the panic log and `ctr.debug-panic-in`.
@@ -130,6 +143,7 @@ impl Receiver {
             Receiver::Audit => "bus-audit",
             Receiver::BudgetMoves => "bus-floor-moves",
             Receiver::HolderCheck => "bus-holder-check",
+            Receiver::HolderAdmission => "bus-holder-admission",
         }
     }
 }
@@ -143,14 +157,14 @@ mod tests {
         let bytes: Vec<u8> = MessageKind::ALL.iter().map(|k| k.byte()).collect();
         assert_eq!(
             bytes,
-            (0xC7..=0xD6).collect::<Vec<u8>>(),
+            (0xC7..=0xD8).collect::<Vec<u8>>(),
             "the wire bytes never change"
         );
         for kind in MessageKind::ALL {
             assert_eq!(MessageKind::from_byte(kind.byte()), Some(kind));
         }
         assert_eq!(MessageKind::from_byte(0xC6), None);
-        assert_eq!(MessageKind::from_byte(0xD7), None);
+        assert_eq!(MessageKind::from_byte(0xD9), None);
     }
 
     #[test]
@@ -166,7 +180,9 @@ mod tests {
                 GatherRequest,
                 GatherResponse,
                 HolderCheckRequest,
-                HolderCheckResponse
+                HolderCheckResponse,
+                AdmissionRequest,
+                AdmissionResponse
             ]
         );
     }

@@ -8,7 +8,8 @@ use std::ffi::c_char;
 use redis_module::raw;
 
 use super::spread_cluster::on_bus_message;
-use super::{floor_moves, holder_check, replication_gate, spread_audit, spread_collect};
+use super::{floor_moves, holder_admission, holder_check, replication_gate};
+use super::{spread_audit, spread_collect};
 use super::{spread_gather, spread_transfer};
 use crate::ffi::rm;
 use crate::protocol::messages::{MessageKind, Receiver};
@@ -51,6 +52,7 @@ unsafe extern "C" fn receive(
                 Receiver::Audit => spread_audit::receive(c, from, kind, bytes),
                 Receiver::BudgetMoves => floor_moves::receive(c, from, kind, bytes),
                 Receiver::HolderCheck => holder_check::receive(c, from, kind, bytes),
+                Receiver::HolderAdmission => holder_admission::receive(c, from, kind, bytes),
             },
         )
     }

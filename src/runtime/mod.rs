@@ -13,6 +13,7 @@ pub(crate) mod ctr_store;
 pub(crate) mod decide;
 pub(crate) mod demand;
 pub(crate) mod floor_moves;
+pub(crate) mod holder_admission;
 pub(crate) mod holder_check;
 pub(crate) mod home_names;
 pub(crate) mod keyspace;

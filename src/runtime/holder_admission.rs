@@ -1,0 +1,318 @@
+//! Holder admission: a grow lists a new holder name only where no key sits yet.
+//!
+//! A grow of a spread keeps its id, and the names it plans follow from public facts (the id,
+//! the home, the slot map, the names the home knows), so a key could be put at a planned name
+//! before the grow (`SET`, `RESTORE`, a write inside MULTI or a script, which the holder check
+//! cannot stop) and would then be counted in the total, or fail every read with WRONGTYPE. So
+//! before a grow lists its new names, each name's master says whether a key sits there:
+//! - free (no key of any type): the name may be listed;
+//! - taken: the grow plans another attempt at that index (the name is avoided for
+//!   [`TAKEN_MS`]);
+//! - unsure, or no answer: nothing is concluded; the name is asked again.
+//!
+//! Outside a cluster every key is this server's and the grow reads the names itself, within the
+//! command. In a cluster the names sit on other masters (or on this one, in slots a command must
+//! not read on Valkey): the grow asks over the bus (0xD7, 0xD8, `persist::admission_msg`), or
+//! from a timer for this master's own names, and the command waits in the server for the answers
+//! (`waiter`, up to `ctr.purchase-wait-ms`), then runs again and lists them. A free answer is
+//! trusted for [`FREE_MS`]: a key made at a free name after its answer and before the listing (a
+//! window of one bus round trip) is adopted, as is whatever `RESTORE` writes under a listed
+//! name ([threat model](../../docs/CLUSTER.md#who-may-do-what-threat-model)).
+//!
+//! A first spread draws a fresh random id: no key can sit at names no one could know, and it is
+//! not asked about.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::ctr_store::is_missing;
+use super::scheduler::{self, Job, Next, When};
+use super::spread_cluster::{self as cluster, NodeId};
+use super::spread_collect::select_db;
+use super::spread_transfer::{route, serves};
+use crate::config;
+use crate::ffi::{Ctx, Key, KeyName};
+use crate::metrics;
+use crate::persist::admission_msg::{self as msg, NameAnswer};
+use crate::protocol::exchange::Exchange;
+use crate::protocol::messages::MessageKind;
+use crate::protocol::timeout::Timeout;
+
+const MSG_REQUEST: MessageKind = MessageKind::AdmissionRequest;
+const MSG_RESPONSE: MessageKind = MessageKind::AdmissionResponse;
+
+/// How often unanswered asks are sent again and ended at their deadline.
+const TICK_MS: i64 = 20;
+/// How long a free answer lets a grow list the name.
+const FREE_MS: i64 = 1_000;
+/// How long a taken name is avoided by this node's grows.
+const TAKEN_MS: i64 = 60_000;
+/// The most names asked about at once, and the most answers kept.
+const MAX_ASKS: usize = 10_000;
+const MAX_ANSWERS: usize = 100_000;
+
+/// What this node knows of a name, and until when.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Known {
+    Free,
+    Taken,
+}
+
+/// A name asked about: of the master serving it, or of this node's timer (None).
+struct Ask {
+    name: Vec<u8>,
+    asked: Option<NodeId>,
+}
+
+#[derive(Default)]
+struct Admission {
+    asks: Exchange<Ask>,
+    /// The names with an ask under way.
+    asking: HashSet<Vec<u8>>,
+    answers: HashMap<Vec<u8>, (Known, i64)>,
+}
+
+thread_local! {
+    static ADMISSION: RefCell<Admission> = RefCell::new(Admission::default());
+}
+
+/// Where a grow's planned names stand.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Names {
+    /// Every name is free: the grow may list them.
+    Free,
+    /// Some are taken (now known to [`is_taken`]): plan again.
+    Taken,
+    /// Some are not known yet: they are asked about; wait and plan again.
+    Asked,
+}
+
+/// True when a grow's planner must avoid `name`: outside a cluster, a key sits there now; in a
+/// cluster, its master said so lately.
+pub fn is_taken(ctx: Ctx, name: &[u8], in_cluster: bool) -> bool {
+    let now = ctx.now_ms();
+    let known = match in_cluster {
+        true => known(name, now),
+        false => Some(read_here(ctx, name, now)),
+    };
+    known == Some(Known::Taken)
+}
+
+/// Where the names a grow planned stand. Outside a cluster (`in_cluster` false) each is read
+/// here, now; in a cluster from the answers of their masters, asking for those not known.
+pub fn check(ctx: Ctx, names: &[Vec<u8>], in_cluster: bool) -> Names {
+    let now = ctx.now_ms();
+    let mut names_state = Names::Free;
+    for name in names {
+        let known = if in_cluster {
+            known(name, now)
+        } else {
+            Some(read_here(ctx, name, now))
+        };
+        match known {
+            Some(Known::Free) => {}
+            Some(Known::Taken) => names_state = Names::Taken,
+            None => {
+                ask(ctx, name);
+                if names_state == Names::Free {
+                    names_state = Names::Asked;
+                }
+            }
+        }
+    }
+    names_state
+}
+
+fn known(name: &[u8], now: i64) -> Option<Known> {
+    ADMISSION.with(|a| {
+        let a = a.borrow();
+        a.answers
+            .get(name)
+            .filter(|(_, until)| *until > now)
+            .map(|(k, _)| *k)
+    })
+}
+
+fn remember(name: &[u8], answer: NameAnswer, now: i64) {
+    let known = match answer {
+        NameAnswer::Free => (Known::Free, now.saturating_add(FREE_MS)),
+        NameAnswer::Taken => {
+            metrics::HOLDER_NAMES_TAKEN.incr();
+            (Known::Taken, now.saturating_add(TAKEN_MS))
+        }
+        NameAnswer::Unsure => return, // nothing concluded: asked again
+    };
+    ADMISSION.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.answers.len() >= MAX_ANSWERS {
+            a.answers.retain(|_, (_, until)| *until > now);
+        }
+        if a.answers.len() < MAX_ANSWERS {
+            a.answers.insert(name.to_vec(), known);
+        }
+    });
+}
+
+/// Reads `name` on this server (outside a command in a cluster: a timer or a bus callback).
+fn read_here(ctx: Ctx, name: &[u8], now: i64) -> Known {
+    let answer = answer_here(ctx, name);
+    remember(name, answer, now);
+    match answer {
+        NameAnswer::Free => Known::Free,
+        _ => Known::Taken,
+    }
+}
+
+/// What this master says of `name`: free when no key of any type is there.
+fn answer_here(ctx: Ctx, name: &[u8]) -> NameAnswer {
+    if cluster::in_cluster(ctx) {
+        select_db(ctx, 0);
+        if !serves(ctx, name) {
+            return NameAnswer::Unsure;
+        }
+    }
+    let key_name = KeyName::new(ctx, name);
+    if is_missing(&Key::open(ctx, key_name.raw, false)) {
+        NameAnswer::Free
+    } else {
+        NameAnswer::Taken
+    }
+}
+
+/// Asks the master of `name` about it, unless an ask is under way.
+fn ask(ctx: Ctx, name: &[u8]) {
+    let asked = match route(ctx, name) {
+        Ok(asked) => asked,
+        Err(_) => return, // no master known for the slot now: asked again by the waiting grow
+    };
+    let now = ctx.now_ms();
+    let deadline_ms = now.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
+    let opened = ADMISSION.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.asking.contains(name) || !a.asks.has_room() || a.asking.len() >= MAX_ASKS {
+            return None;
+        }
+        a.asking.insert(name.to_vec());
+        let random = || u64::from_le_bytes(crate::ffi::random_bytes());
+        let ask = Ask {
+            name: name.to_vec(),
+            asked,
+        };
+        a.asks
+            .open(random, ask, Timeout::every(now, TICK_MS), deadline_ms)
+            .ok()
+    });
+    let Some(id) = opened else {
+        return;
+    };
+    metrics::HOLDER_NAMES_ASKED.incr();
+    match asked {
+        Some(node) => {
+            cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, name));
+        }
+        // This master's own name: read from a timer, outside the command.
+        None => scheduler::arm(ctx.ptr, When::Now, &LOCAL, 0),
+    }
+    scheduler::arm_once(ctx.ptr, When::After(TICK_MS), &TICK);
+}
+
+/// Ends the ask `id` with `answer`.
+fn answered(ctx: Ctx, id: u64, answer: NameAnswer) {
+    let Some(ask) = ADMISSION.with(|a| {
+        let mut a = a.borrow_mut();
+        let ask = a.asks.end(id)?;
+        a.asking.remove(&ask.name);
+        Some(ask)
+    }) else {
+        return;
+    };
+    remember(&ask.name, answer, ctx.now_ms());
+}
+
+/// Answers the asks of this master's own names.
+static LOCAL: Job = Job::once("admission-timer", |ctx, _| answer_local(ctx));
+
+/// Sends again the asks unanswered for a tick (to the master serving the name now), ends those
+/// past their deadline, and answers this master's own; armed while asks are under way.
+static TICK: Job = Job::new(
+    "admission-timer",
+    |ctx, _| {
+        tick(ctx);
+        while_asking()
+    },
+    while_asking,
+);
+
+fn while_asking() -> Next {
+    if ADMISSION.with(|a| a.borrow().asks.is_empty()) {
+        Next::Done
+    } else {
+        Next::After(TICK_MS)
+    }
+}
+
+fn answer_local(ctx: Ctx) {
+    let local: Vec<(u64, Vec<u8>)> = ADMISSION.with(|a| {
+        let a = a.borrow();
+        let local = a.asks.iter().filter(|(_, ask)| ask.asked.is_none());
+        local.map(|(id, ask)| (id, ask.name.clone())).collect()
+    });
+    for (id, name) in local {
+        answered(ctx, id, answer_here(ctx, &name));
+    }
+}
+
+fn tick(ctx: Ctx) {
+    let now = ctx.now_ms();
+    ADMISSION.with(|a| {
+        let mut a = a.borrow_mut();
+        for (_, ask) in a.asks.expired(now) {
+            a.asking.remove(&ask.name);
+        }
+    });
+    answer_local(ctx);
+    let due: Vec<(u64, Vec<u8>)> = ADMISSION.with(|a| {
+        let mut a = a.borrow_mut();
+        let due = a.asks.due(now, MAX_ASKS);
+        let name_of = |id| a.asks.get(id).map(|ask| (id, ask.name.clone()));
+        due.into_iter().filter_map(name_of).collect()
+    });
+    for (id, name) in due {
+        let Ok(now_asked) = route(ctx, &name) else {
+            continue;
+        };
+        ADMISSION.with(|a| {
+            if let Some(ask) = a.borrow_mut().asks.get_mut(id) {
+                ask.asked = now_asked;
+            }
+        });
+        if let Some(node) = now_asked {
+            cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, &name));
+        }
+    }
+}
+
+/// The bus messages: a request (answered with what this master holds at the name) and a
+/// response (ends the ask it answers, when it comes from the master asked).
+pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
+    match kind {
+        MSG_REQUEST => {
+            let Ok((id, name)) = msg::decode_request(payload) else {
+                return; // malformed: the asker asks again
+            };
+            let response = msg::encode_response(id, answer_here(ctx, name));
+            cluster::send(ctx.ptr, &from, MSG_RESPONSE, &response);
+        }
+        MSG_RESPONSE => {
+            let Ok((id, answer)) = msg::decode_response(payload) else {
+                return;
+            };
+            let asked = ADMISSION.with(|a| a.borrow().asks.get(id).map(|ask| ask.asked));
+            if asked == Some(Some(from)) {
+                answered(ctx, id, answer);
+            }
+        }
+        _ => {}
+    }
+}
