@@ -83,7 +83,14 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
             true => SlotMap::Cached,
             false => SlotMap::Fresh,
         };
-        return match grow(ctx, args.raw(1), spread_id, &current, target, map)? {
+        let asked = GrowTo {
+            key: args.raw(1),
+            spread_id,
+            current: &current,
+            target,
+            map,
+        };
+        return match grow(ctx, &asked)? {
             Some(all) => Ok(names_reply(home, all.iter())),
             None => wait_for_names(ctx, args, target),
         };
@@ -119,6 +126,16 @@ enum SlotMap {
     Cached,
 }
 
+/// A grow: of the counter at `key`, with its spread's id (None: not spread yet) and its current
+/// holders, to `target` holders, planned on `map`.
+struct GrowTo<'a> {
+    key: RawString,
+    spread_id: Option<u64>,
+    current: &'a [Vec<u8>],
+    target: usize,
+    map: SlotMap,
+}
+
 /// How many times a grow plans again around names found taken, within one command.
 const MAX_PLANS: usize = 8;
 
@@ -127,22 +144,16 @@ const MAX_PLANS: usize = 8;
 /// the new names are asked whether those are free (`holder_admission`: the command then
 /// waits). A counter spreading afresh (`spread_id` None) gets a random id here, on the master;
 /// replicas and the AOF get it with the state.
-fn grow(
-    ctx: Ctx,
-    key_name: RawString,
-    spread_id: Option<u64>,
-    current: &[Vec<u8>],
-    target: usize,
-    map: SlotMap,
-) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
+fn grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
     let Some(GrowPlan {
         spread_id,
         added,
         is_floored,
-    }) = plan_grow(ctx, key_name, spread_id, current, target, map)?
+    }) = plan_grow(ctx, asked)?
     else {
         return Ok(None);
     };
+    let (key_name, current) = (asked.key, asked.current);
     let home = string_bytes(key_name);
     let in_cluster = cluster::in_cluster(ctx);
     if is_floored && in_cluster {
@@ -171,14 +182,14 @@ fn grow(
 /// follow from public facts) lists only names where no key sits: each taken one is planned
 /// again at a later attempt, and in a cluster the plan is None until every name's master has
 /// answered. A first spread's fresh random id makes names no one could know in advance.
-fn plan_grow(
-    ctx: Ctx,
-    key_name: RawString,
-    spread_id: Option<u64>,
-    current: &[Vec<u8>],
-    target: usize,
-    map: SlotMap,
-) -> Result<Option<GrowPlan>, CommandError> {
+fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError> {
+    let GrowTo {
+        key: key_name,
+        spread_id,
+        current,
+        target,
+        map,
+    } = *asked;
     let home = string_bytes(key_name);
     if home.len() > MAX_HOME_NAME {
         return Err(CommandError::fixed(
@@ -255,11 +266,14 @@ fn wait_for_names(ctx: Ctx, args: &Args, target: usize) -> CommandResult {
         let Ok((current, spread_id)) = with_counter(ctx, name.raw, current_spread) else {
             return false;
         };
-        target > current.len() + 1
-            && matches!(
-                plan_grow(ctx, name.raw, spread_id, &current, target, SlotMap::Cached),
-                Ok(None)
-            )
+        let asked = GrowTo {
+            key: name.raw,
+            spread_id,
+            current: &current,
+            target,
+            map: SlotMap::Cached,
+        };
+        target > current.len() + 1 && matches!(plan_grow(ctx, &asked), Ok(None))
     });
     if waiter::wait(ctx, args.bytes(1), spread, still_waits, serves) {
         metrics::GROWS_WAITED.incr();
@@ -309,8 +323,17 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
     // A grow whose new names are still asked about is made by a later add.
     if i64::from(rate) > threshold
         && current.len() + 1 < target
-        && grow(ctx, key, spread_id, &current, target, SlotMap::Cached)
-            .is_ok_and(|grown| grown.is_some())
+        && grow(
+            ctx,
+            &GrowTo {
+                key,
+                spread_id,
+                current: &current,
+                target,
+                map: SlotMap::Cached,
+            },
+        )
+        .is_ok_and(|grown| grown.is_some())
     {
         metrics::AUTO_SPREADS.incr();
     }

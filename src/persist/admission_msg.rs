@@ -13,8 +13,8 @@
 //! or answer, is refused by the decoder and dropped (the asker asks again, as for a lost
 //! message).
 
-use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::spread::MAX_HOLDER_NAME;
+use super::codec::{decode_error, DecodeError};
+use super::name_query;
 
 const VERSION: u8 = 1;
 const FAMILY: &str = "holder admission message";
@@ -51,32 +51,20 @@ impl NameAnswer {
 }
 
 pub fn encode_request(id: u64, holder: &[u8]) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u8(VERSION).fixed_u64(id).bytes(holder);
-    w.finish()
+    name_query::encode_request(VERSION, id, holder)
 }
 
 pub fn decode_request(buf: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
-    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
-    let id = r.fixed_u64()?;
-    let holder = r.bytes(MAX_HOLDER_NAME)?;
-    if holder.is_empty() {
-        return decode_error("holder admission for an empty name");
-    }
-    r.end((id, holder), FAMILY)
+    name_query::decode_request(buf, VERSION, FAMILY)
 }
 
 pub fn encode_response(id: u64, answer: NameAnswer) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u8(VERSION).fixed_u64(id).u8(answer.code());
-    w.finish()
+    name_query::encode_answer(VERSION, id, answer.code())
 }
 
 pub fn decode_response(buf: &[u8]) -> Result<(u64, NameAnswer), DecodeError> {
-    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
-    let id = r.fixed_u64()?;
-    let answer = NameAnswer::from_code(r.u8()?)?;
-    r.end((id, answer), FAMILY)
+    let (id, code) = name_query::decode_answer(buf, VERSION, FAMILY)?;
+    Ok((id, NameAnswer::from_code(code)?))
 }
 
 #[cfg(test)]

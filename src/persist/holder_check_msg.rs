@@ -12,8 +12,8 @@
 //! including an unknown version or verdict, is refused by the decoder and dropped (the asker
 //! then times out, as for a lost message).
 
-use super::codec::{decode_error, DecodeError, Reader, Writer};
-use crate::counter::spread::MAX_HOLDER_NAME;
+use super::codec::{decode_error, DecodeError};
+use super::name_query;
 
 const VERSION: u8 = 1;
 const FAMILY: &str = "holder check message";
@@ -50,37 +50,26 @@ impl Verdict {
 }
 
 pub fn encode_request(id: u64, holder: &[u8]) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u8(VERSION).fixed_u64(id).bytes(holder);
-    w.finish()
+    name_query::encode_request(VERSION, id, holder)
 }
 
 pub fn decode_request(buf: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
-    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
-    let id = r.fixed_u64()?;
-    let holder = r.bytes(MAX_HOLDER_NAME)?;
-    if holder.is_empty() {
-        return decode_error("holder check for an empty name");
-    }
-    r.end((id, holder), FAMILY)
+    name_query::decode_request(buf, VERSION, FAMILY)
 }
 
-pub fn encode_response(id: u64, verdict: Verdict) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u8(VERSION).fixed_u64(id).u8(verdict.code());
-    w.finish()
+pub fn encode_response(id: u64, answer: Verdict) -> Vec<u8> {
+    name_query::encode_answer(VERSION, id, answer.code())
 }
 
 pub fn decode_response(buf: &[u8]) -> Result<(u64, Verdict), DecodeError> {
-    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
-    let id = r.fixed_u64()?;
-    let verdict = Verdict::from_code(r.u8()?)?;
-    r.end((id, verdict), FAMILY)
+    let (id, code) = name_query::decode_answer(buf, VERSION, FAMILY)?;
+    Ok((id, Verdict::from_code(code)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counter::spread::MAX_HOLDER_NAME;
 
     #[test]
     fn requests_and_responses_round_trip() {

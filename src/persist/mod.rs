@@ -13,6 +13,7 @@ pub mod demand_msg;
 pub mod effect;
 pub mod gather_msg;
 pub mod holder_check_msg;
+pub mod name_query;
 pub mod pnc_format;
 pub mod pnc_type;
 pub mod resp;

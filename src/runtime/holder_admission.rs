@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ctr_store::is_missing;
-use super::scheduler::{self, Job, Next, When};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
@@ -235,21 +235,10 @@ static LOCAL: Job = Job::once("admission-timer", |ctx, _| answer_local(ctx));
 
 /// Sends again the asks unanswered for a tick (to the master serving the name now), ends those
 /// past their deadline, and answers this master's own; armed while asks are under way.
-static TICK: Job = Job::new(
-    "admission-timer",
-    |ctx, _| {
-        tick(ctx);
-        while_asking()
-    },
-    while_asking,
-);
+static TICK: Job = Job::while_busy("admission-timer", tick, asking, TICK_MS);
 
-fn while_asking() -> Next {
-    if ADMISSION.with(|a| a.borrow().asks.is_empty()) {
-        Next::Done
-    } else {
-        Next::After(TICK_MS)
-    }
+fn asking() -> bool {
+    ADMISSION.with(|a| !a.borrow().asks.is_empty())
 }
 
 fn answer_local(ctx: Ctx) {

@@ -31,7 +31,7 @@ use redis_module::raw;
 
 use super::ctr_store::{is_missing, with_counter};
 use super::home_names::{holds_home, living_home};
-use super::scheduler::{self, Job, Next, When};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
@@ -281,14 +281,7 @@ fn unblock(p: Pending, verdict: Verdict) {
 }
 
 /// The periodic tick, armed while a check waits (a panic in it is a defect; it goes on).
-static TICK: Job = Job::new(
-    "holder-check-timer",
-    |ctx, _| {
-        tick(ctx);
-        while_checking()
-    },
-    while_checking,
-);
+static TICK: Job = Job::while_busy("holder-check-timer", tick, checking, TICK_MS);
 /// The same tick at once, answering a check of a home this master serves.
 static LOCAL_ANSWERS: Job = Job::once("holder-check-timer", |ctx, _| tick(ctx));
 
@@ -296,12 +289,8 @@ fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
     scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }
 
-fn while_checking() -> Next {
-    if CHECKS.with(|c| c.borrow().exchange.is_empty()) {
-        Next::Done
-    } else {
-        Next::After(TICK_MS)
-    }
+fn checking() -> bool {
+    CHECKS.with(|c| !c.borrow().exchange.is_empty())
 }
 
 /// The timer: answers the checks of homes this master serves, asks again for the others (a

@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::scheduler::{self, Job, Next, When};
+use super::scheduler::{self, Job, When};
 use super::slot_migration::handing_off;
 use super::spread_cluster as cluster;
 use super::waiter;
@@ -120,21 +120,10 @@ pub fn unpark(client: usize) -> bool {
 }
 
 /// The tick, armed while a read is parked (a panic in it is a defect; it goes on).
-static TICK: Job = Job::new(
-    "read-handoff-timer",
-    |ctx, _| {
-        tick(ctx);
-        while_parked()
-    },
-    while_parked,
-);
+static TICK: Job = Job::while_busy("read-handoff-timer", tick, parked, TICK_MS);
 
-fn while_parked() -> Next {
-    if PARKED.with(|t| t.borrow().parked.is_empty()) {
-        Next::Done
-    } else {
-        Next::After(TICK_MS)
-    }
+fn parked() -> bool {
+    PARKED.with(|t| !t.borrow().parked.is_empty())
 }
 
 /// Resumes the parked reads whose handoff ended or whose bound passed.

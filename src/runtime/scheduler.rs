@@ -57,6 +57,9 @@ enum Body {
     Run(fn(Ctx, usize) -> Next, fn() -> Next),
     /// A machine's tick: runs every that many milliseconds for ever, a panic or not.
     Every(fn(Ctx), i64),
+    /// A machine's tick while it has work: runs every that many milliseconds as long as the
+    /// second function says so after a run, a panic or not.
+    WhileBusy(fn(Ctx), fn() -> bool, i64),
     /// Runs once per arming.
     Once(fn(Ctx, usize)),
 }
@@ -87,6 +90,21 @@ impl Job {
         Job {
             name,
             body: Body::Every(tick, period_ms),
+            armed: ArmedFlag(Cell::new(false)),
+        }
+    }
+
+    /// A tick: `tick` every `period_ms` once armed (with [`arm_once`]) while `busy` says so
+    /// after a run; armed again by the machine when it has work again.
+    pub const fn while_busy(
+        name: &'static str,
+        tick: fn(Ctx),
+        busy: fn() -> bool,
+        period_ms: i64,
+    ) -> Job {
+        Job {
+            name,
+            body: Body::WhileBusy(tick, busy, period_ms),
             armed: ArmedFlag(Cell::new(false)),
         }
     }
@@ -174,6 +192,13 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         Body::Every(tick, period_ms) => {
             guard(ctx, job.name, || tick(ctx_));
             Next::After(period_ms)
+        }
+        Body::WhileBusy(tick, busy, period_ms) => {
+            guard(ctx, job.name, || tick(ctx_));
+            match busy() {
+                true => Next::After(period_ms),
+                false => Next::Done,
+            }
         }
         Body::Once(run) => {
             guard(ctx, job.name, || run(ctx_, pending.data));

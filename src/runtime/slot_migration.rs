@@ -59,7 +59,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::scheduler::{self, Next, When};
+use super::scheduler::{self, When};
 use crate::counter::spread::key_slot;
 use crate::ffi::{rm, Ctx};
 use crate::guard::guard;
@@ -360,22 +360,8 @@ fn listed_migrations(
 }
 
 /// The check of the migrations under way, armed while there are some.
-static CHECK: scheduler::Job = scheduler::Job::new(
-    "slot-migration",
-    |ctx, _| {
-        check(ctx);
-        while_migrating()
-    },
-    while_migrating,
-);
-
-fn while_migrating() -> Next {
-    if ANY.load(Relaxed) {
-        Next::After(CHECK_MS)
-    } else {
-        Next::Done
-    }
-}
+static CHECK: scheduler::Job =
+    scheduler::Job::while_busy("slot-migration", check, || ANY.load(Relaxed), CHECK_MS);
 
 fn arm_check(ctx: *mut raw::RedisModuleCtx) {
     scheduler::arm_once(ctx, When::After(CHECK_MS), &CHECK);

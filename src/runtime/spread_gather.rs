@@ -44,7 +44,7 @@ use super::ctr_floor_spread::{self as floored, FlooredView};
 use super::ctr_store::{value_and_floor, with_counter};
 use super::read_handoff::{self, Outcome};
 use super::read_links;
-use super::scheduler::{self, Job, Next, When};
+use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
@@ -933,27 +933,19 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
 
 /// Resends what is unanswered of every round due a resend; armed while rounds are pending
 /// (a contained panic does not stop resends).
-static RESEND: Job = Job::new(
+static RESEND: Job = Job::while_busy(
     "gather-resend",
-    |ctx, _| {
+    |ctx| {
         let now = ctx.now_ms();
         // Only launched rounds have a resend due (queued ones never).
         let due = GATHERS.with(|g| g.borrow_mut().rounds.due(now, usize::MAX));
         for id in due {
             send_requests(ctx.ptr, id, false);
         }
-        while_gathering()
     },
-    while_gathering,
+    || GATHERS.with(|g| !g.borrow().rounds.is_empty()),
+    RESEND_TICK_MS,
 );
-
-fn while_gathering() -> Next {
-    if GATHERS.with(|g| g.borrow().rounds.is_empty()) {
-        Next::Done
-    } else {
-        Next::After(RESEND_TICK_MS)
-    }
-}
 
 fn arm_resend_tick(ctx: *mut raw::RedisModuleCtx) {
     scheduler::arm_once(ctx, When::After(RESEND_TICK_MS), &RESEND);

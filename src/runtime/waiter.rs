@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::scheduler::{self, Job, Next, When};
+use super::scheduler::{self, Job, When};
 use crate::config;
 use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply};
 use crate::guard::guard;
@@ -167,28 +167,20 @@ fn wake(id: u64) {
 }
 
 /// The tick, armed while commands wait (a panic in it is a defect; it goes on).
-static TICK: Job = Job::new(
-    "waiter-timer",
-    |ctx, _| {
-        tick(ctx);
-        while_waiting()
-    },
-    while_waiting,
-);
+static TICK: Job = Job::while_busy("waiter-timer", tick, waiting, TICK_MS);
 
 fn arm_tick(ctx: *mut raw::RedisModuleCtx) {
     scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }
 
 /// The tick goes on while a command waits.
-fn while_waiting() -> Next {
+fn waiting() -> bool {
     WAITERS.with(|w| {
         let mut w = w.borrow_mut();
         if w.by_id.is_empty() {
             w.turns.clear(); // only ids of ended waits are left
-            return Next::Done;
         }
-        Next::After(TICK_MS)
+        !w.by_id.is_empty()
     })
 }
 
