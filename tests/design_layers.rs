@@ -265,3 +265,25 @@ fn every_timer_is_made_by_the_one_scheduler() {
     );
     assert!(code_of(Path::new("src/runtime/scheduler.rs")).contains("RedisModule_CreateTimer)"));
 }
+
+/// `src/commands/` holds handlers only: no state of their own between commands (tables,
+/// caches, statistics live in the runtime, `src/runtime/`).
+#[test]
+fn the_command_handlers_keep_no_state_between_commands() {
+    let mut stateful = Vec::new();
+    for file in rust_files(Path::new("src/commands")) {
+        let code = code_of(&file);
+        for marker in [
+            "thread_local!",
+            "Mutex<",
+            "RefCell<",
+            "static mut ",
+            "Atomic",
+        ] {
+            if code.contains(marker) {
+                stateful.push(format!("{}: {marker}", file.display()));
+            }
+        }
+    }
+    assert!(stateful.is_empty(), "state kept by handlers: {stateful:?}");
+}

@@ -8,9 +8,6 @@
 //! replays, also for a refusal); `PNC.FLOOR` and `PNC.GIVE` (rare, decided on the master's id
 //! and rights) go as `PNC.SETSTATE key <stored form>`, the exact state they left.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
-
 use super::ctr_args::{parse_decrement, parse_floor, AMOUNT_NOT_POSITIVE};
 use super::parse::{integer, SYNTAX_ERROR};
 use super::pnc_store::{check_arity, origin, replicate_apply_with, write, Origin, Outcome};
@@ -19,6 +16,7 @@ use crate::metrics::{PNC_DECR_GRANTED, PNC_DECR_REFUSED};
 use crate::persist::pnc_format;
 use crate::pncounter::{identity, BoundError, Decrement, Home, LedgerEntry, PnCounter, ReplicaId};
 use crate::runtime::ctr_store::TOKEN_REUSED;
+use crate::runtime::pnc_refusals;
 
 /// The internal command that carries the exact state PNC.FLOOR and PNC.GIVE leave.
 const SETSTATE_COMMAND: &std::ffi::CStr = c"PNC.SETSTATE";
@@ -31,26 +29,6 @@ impl From<BoundError> for CommandError {
     fn from(e: BoundError) -> Self {
         CommandError::fixed(e.message())
     }
-}
-
-/// Units `PNC.DECRFLOOR` refused here, per key, since the server started: the demand
-/// `pnc-sync` moves rights toward. A statistic, not data: it is not saved or replicated, and
-/// it is forgotten as a whole past [`REFUSED_KEYS`] keys.
-static REFUSED_UNITS: Mutex<Option<HashMap<Vec<u8>, u64>>> = Mutex::new(None);
-const REFUSED_KEYS: usize = 100_000;
-
-fn refused_units() -> MutexGuard<'static, Option<HashMap<Vec<u8>, u64>>> {
-    REFUSED_UNITS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn note_refusal(key: &[u8], amount: i64) {
-    let mut map = refused_units();
-    let map = map.get_or_insert_with(HashMap::new);
-    if map.len() >= REFUSED_KEYS && !map.contains_key(key) {
-        map.clear();
-    }
-    let units = map.entry(key.to_vec()).or_insert(0);
-    *units = units.saturating_add(amount.unsigned_abs());
 }
 
 /// A plain `PNC.ADD` under a floor in force may only decrement what this deployment's rights
@@ -74,10 +52,7 @@ pub fn info_fields(
     key: &[u8],
 ) -> Vec<(&'static str, Reply)> {
     let rights = in_use.map_or(0, |id| c.rights(id));
-    let refused = refused_units()
-        .as_ref()
-        .and_then(|m| m.get(key).copied())
-        .unwrap_or(0);
+    let refused = pnc_refusals::units(key);
     vec![
         ("floor", c.floor().map_or(Reply::Null, Reply::Integer)),
         ("floor-level", Reply::Integer(c.floor_level())),
@@ -218,7 +193,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             Some(_) => PNC_DECR_GRANTED.incr(),
             None => {
                 PNC_DECR_REFUSED.incr();
-                note_refusal(args.bytes(1), amount);
+                pnc_refusals::note(args.bytes(1), amount);
             }
         }
     }
