@@ -84,7 +84,8 @@ fn wait_for_units(
     still_waits: waiter::StillWaits,
     rerun: waiter::Rerun,
 ) -> bool {
-    waiter::wait(ctx, args.bytes(1), rerun, still_waits, serves)
+    let bound_ms = crate::config::PURCHASE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    waiter::wait(ctx, args.bytes(1), rerun, still_waits, serves, bound_ms)
 }
 
 /// The retryable refusal of a floor set on a counter whose units are still moving (a shrink's

@@ -257,7 +257,8 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
 }
 
 /// Blocks the client of a grow until the masters of its new names have said they are free
-/// (`holder_admission`), up to `ctr.purchase-wait-ms`: the grow then runs again and lists them.
+/// (`holder_admission`), up to `ctr.gather-timeout-ms` (the asks' own deadline): the grow then
+/// runs again and lists them.
 /// Where a client cannot wait (MULTI, a script), or past the bound, a retryable refusal.
 fn wait_for_names(ctx: Ctx, args: &Args, target: usize) -> CommandResult {
     let home = args.bytes(1).to_vec();
@@ -275,7 +276,9 @@ fn wait_for_names(ctx: Ctx, args: &Args, target: usize) -> CommandResult {
         };
         target > current.len() + 1 && matches!(plan_grow(ctx, &asked), Ok(None))
     });
-    if waiter::wait(ctx, args.bytes(1), spread, still_waits, serves) {
+    // As long as the asks themselves may take.
+    let bound_ms = config::GATHER_TIMEOUT_MS.load(Relaxed);
+    if waiter::wait(ctx, args.bytes(1), spread, still_waits, serves, bound_ms) {
         metrics::GROWS_WAITED.incr();
         return Ok(Reply::Blocked);
     }

@@ -16,12 +16,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
 use super::scheduler::{self, Job, When};
-use crate::config;
 use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply};
 use crate::guard::guard;
 use crate::metrics;
@@ -71,13 +69,19 @@ thread_local! {
     static RERUNNING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Blocks the client of the command running in `ctx` until the units it waits for at `key`
-/// have come (`still_waits` false) or `ctr.purchase-wait-ms` has passed; then `rerun` runs
-/// again from the reply callback. False (nothing done: the command replies now) where a
-/// client cannot wait.
-pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves: Serves) -> bool {
-    let bound = config::PURCHASE_WAIT_MS.load(Relaxed);
-    if bound == 0 || RERUNNING.get() || ctx.is_replaying() || !ctx.can_block() {
+/// Blocks the client of the command running in `ctx` until what it waits for at `key` has
+/// come (`still_waits` false) or `bound_ms` has passed (`ctr.purchase-wait-ms` for units in
+/// flight); then `rerun` runs again from the reply callback. False (nothing done: the command
+/// replies now) where a client cannot wait, or with a bound of 0.
+pub fn wait(
+    ctx: Ctx,
+    key: &[u8],
+    rerun: Rerun,
+    still_waits: StillWaits,
+    serves: Serves,
+    bound_ms: i64,
+) -> bool {
+    if bound_ms <= 0 || RERUNNING.get() || ctx.is_replaying() || !ctx.can_block() {
         return false;
     }
     let id = WAITERS.with(|w| {
@@ -103,7 +107,7 @@ pub fn wait(ctx: Ctx, key: &[u8], rerun: Rerun, still_waits: StillWaits, serves:
         bc,
         db,
         key: key.to_vec(),
-        deadline_ms: ctx.now_ms().saturating_add(bound),
+        deadline_ms: ctx.now_ms().saturating_add(bound_ms),
         rerun,
         still_waits,
         serves,
