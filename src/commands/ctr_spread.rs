@@ -237,7 +237,7 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
         }?;
         let names = match fresh_id {
             true => Names::Free,
-            false => holder_admission::check(ctx, &added, in_cluster),
+            false => holder_admission::check(ctx, home, &added, in_cluster),
         };
         match names {
             Names::Free => {

@@ -31,6 +31,7 @@ use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
+use super::waiter;
 use crate::config;
 use crate::ffi::{Ctx, Key, KeyName};
 use crate::metrics;
@@ -59,10 +60,12 @@ enum Known {
     Taken,
 }
 
-/// A name asked about: of the master serving it, or of this node's timer (None).
+/// A name asked about: of the master serving it, or of this node's timer (None), for a grow of
+/// the home `home` (a cluster's database 0), which its answer wakes.
 struct Ask {
     name: Vec<u8>,
     asked: Option<NodeId>,
+    home: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -99,9 +102,10 @@ pub fn is_taken(ctx: Ctx, name: &[u8], in_cluster: bool) -> bool {
     known == Some(Known::Taken)
 }
 
-/// Where the names a grow planned stand. Outside a cluster (`in_cluster` false) each is read
-/// here, now; in a cluster from the answers of their masters, asking for those not known.
-pub fn check(ctx: Ctx, names: &[Vec<u8>], in_cluster: bool) -> Names {
+/// Where the names a grow of `home` planned stand. Outside a cluster (`in_cluster` false) each
+/// is read here, now; in a cluster from the answers of their masters, asking for those not
+/// known.
+pub fn check(ctx: Ctx, home: &[u8], names: &[Vec<u8>], in_cluster: bool) -> Names {
     let now = ctx.now_ms();
     let mut names_state = Names::Free;
     for name in names {
@@ -114,7 +118,7 @@ pub fn check(ctx: Ctx, names: &[Vec<u8>], in_cluster: bool) -> Names {
             Some(Known::Free) => {}
             Some(Known::Taken) => names_state = Names::Taken,
             None => {
-                ask(ctx, name);
+                ask(ctx, home, name);
                 if names_state == Names::Free {
                     names_state = Names::Asked;
                 }
@@ -180,8 +184,8 @@ fn answer_here(ctx: Ctx, name: &[u8]) -> NameAnswer {
     }
 }
 
-/// Asks the master of `name` about it, unless an ask is under way.
-fn ask(ctx: Ctx, name: &[u8]) {
+/// Asks the master of `name` about it for a grow of `home`, unless an ask is under way.
+fn ask(ctx: Ctx, home: &[u8], name: &[u8]) {
     let asked = match route(ctx, name) {
         Ok(asked) => asked,
         Err(_) => return, // no master known for the slot now: asked again by the waiting grow
@@ -198,6 +202,7 @@ fn ask(ctx: Ctx, name: &[u8]) {
         let ask = Ask {
             name: name.to_vec(),
             asked,
+            home: home.to_vec(),
         };
         a.asks
             .open(random, ask, Timeout::every(now, TICK_MS), deadline_ms)
@@ -217,7 +222,8 @@ fn ask(ctx: Ctx, name: &[u8]) {
     scheduler::arm_once(ctx.ptr, When::After(TICK_MS), &TICK);
 }
 
-/// Ends the ask `id` with `answer`.
+/// Ends the ask `id` with `answer`, and wakes the grow waiting for it when it need not wait
+/// any more.
 fn answered(ctx: Ctx, id: u64, answer: NameAnswer) {
     let Some(ask) = ADMISSION.with(|a| {
         let mut a = a.borrow_mut();
@@ -228,6 +234,8 @@ fn answered(ctx: Ctx, id: u64, answer: NameAnswer) {
         return;
     };
     remember(&ask.name, answer, ctx.now_ms());
+    select_db(ctx, 0);
+    waiter::key_written(ctx, &ask.home);
 }
 
 /// Answers the asks of this master's own names.
