@@ -303,7 +303,7 @@ fn run_again(ctx: Ctx, args: &Args, wake: &Wake) -> CommandResult {
     if !(wake.serves)(ctx, name) || crate::ffi::writes_paused() {
         return Err(CommandError(
             format!(
-                "TRYAGAIN spread counter '{}' moved, or writes were paused, while its command waited for units in flight",
+                "TRYAGAIN spread counter '{}' moved, or writes were paused, while its command waited in the server",
                 String::from_utf8_lossy(name)
             )
             .into(),
