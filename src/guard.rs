@@ -48,11 +48,8 @@ pub const CALLBACKS: &[&str] = &[
     "gather-timeout",
     "gather-disconnect",
     "gather-free",
-    // A holder check's timer, and its blocked write's callbacks.
+    // A holder check's timer (its writes wait in the waiter).
     "holder-check-timer",
-    "holder-check-reply",
-    "holder-check-disconnect",
-    "holder-check-free",
     // A command waiting in the server for units in flight: the tick, and its blocked
     // client's callbacks.
     "waiter-timer",

@@ -43,9 +43,6 @@ const CALLBACKS: &[&str] = &[
     "gather-disconnect",
     "gather-free",
     "holder-check-timer",
-    "holder-check-reply",
-    "holder-check-disconnect",
-    "holder-check-free",
     "waiter-timer",
     "waiter-reply",
     "waiter-disconnect",
@@ -217,11 +214,10 @@ fn a_panic_in_any_callback_is_logged_and_the_cluster_goes_on() {
         let _ = sleeper.join();
     }
 
-    // First writes of holders wait for their holder checks. One whose home's master sleeps
-    // is left by its writer (holder-check-disconnect); then the others, with the home awake:
-    // asked over the bus (bus-holder-check) or, on the home's master, answered by the timer
-    // (holder-check-timer), each write run again from the reply (holder-check-reply,
-    // holder-check-free). A first write that meets a contained panic may fail: later ones
+    // First writes of holders wait (in the waiter) for their holder checks. One whose home's
+    // master sleeps is left by its writer; then the others, with the home awake: asked over
+    // the bus (bus-holder-check) or, on the home's master, answered by the timer
+    // (holder-check-timer). A first write that meets a contained panic may fail: later ones
     // are checked afresh.
     let checked = (0..)
         .map(|i| format!("{{chk{i}}}"))

@@ -495,11 +495,23 @@ fn a_write_to_a_look_alike_holder_is_refused_in_a_cluster() {
     assert_eq!(client.cmd(&["CTR.ADD", after_rename, "1"]), Value::Int(1));
     assert_eq!(client.cmd(&["CTR.GET", renamed]), Value::Int(6));
 
-    // MULTI cannot wait: a look-alike there is written unchecked, as before the check.
-    let multi_fake = &fakes[(home_master + 1) % 3];
-    let mut m = cluster.nodes[on(multi_fake)].conn();
+    // MULTI cannot wait: a look-alike there is written unchecked, as before the check, unless
+    // its master heard the verdict on that name within the last second (refused then).
+    let refused_fake = &fakes[(home_master + 1) % 3];
+    let node = on(refused_fake);
+    let mut m = cluster.nodes[node].conn();
     m.q("MULTI");
-    m.cmd(&["CTR.ADD", multi_fake, "2"]);
+    m.cmd(&["CTR.ADD", refused_fake, "2"]);
+    assert_eq!(
+        m.q("EXEC"),
+        Value::Array(vec![Value::Error(look_alike(refused_fake, home))])
+    );
+    let multi_fake = (0..)
+        .map(|k| format!("{{ctr.{id}.1.{k}}}{home}"))
+        .find(|n| !holders.contains(n) && !fakes.contains(n) && on(n) == node)
+        .expect("a name never checked");
+    m.q("MULTI");
+    m.cmd(&["CTR.ADD", &multi_fake, "2"]);
     assert_eq!(m.q("EXEC"), Value::Array(vec![Value::Int(2)]));
 
     // The home's master asleep: the last holder's first write waits out the gather timeout

@@ -7,12 +7,14 @@
 //! Outside a cluster the home is a key of the same server and `spread_holders` reads it in the
 //! command. In a cluster the home lives in another slot, usually on another master, and even
 //! on this master a command must not read it (Valkey looks keys up in the slot of the command
-//! being run). So the command blocks its client and:
+//! being run). So the command waits in the server (the one waiter, `waiter`) while this node:
 //! - asks the home's master over the bus (types 0xD5 and 0xD6, `persist::holder_check_msg`),
-//!   or, when the home's slot is this master's, reads it from a timer, outside the command;
-//! - on "listed", runs the same command again from the reply callback, the check passed (it
-//!   replicates and replies as it would have);
-//! - on "not listed", replies the holder error: nothing was written.
+//!   or, when the home's slot is this master's, reads it from a timer, outside the command
+//!   (the writes of one name share one check);
+//! - keeps the verdict for a second, and wakes the waiting writes: each runs again from the
+//!   waiter's reply callback and reads the verdict; "listed": it goes on, the check passed (it
+//!   replicates and replies as it would have); "not listed": the holder error, nothing
+//!   written.
 //!
 //! Only a definite "not listed" refuses. When the home's master cannot tell (it does not serve
 //! the slot any more, the slot is moving), no master is known for the home's slot, or no answer
@@ -23,8 +25,7 @@
 //! while loading, or for a key that exists: only the first write of each holder waits.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -35,13 +36,12 @@ use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
 use super::spread_transfer::{route, serves};
-use super::waiter::{reply_by_running_again, ReplyDefects};
+use super::waiter;
 use crate::config;
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::{key_slot, parse_holder_name, HolderName};
 use crate::counter::CounterRef;
-use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Key, KeyName};
-use crate::guard::guard;
+use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyName};
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
 use crate::protocol::exchange::Exchange;
@@ -74,37 +74,31 @@ pub enum Checked {
     Blocked,
 }
 
-/// A write waiting for its check.
+/// A holder name asked about.
 struct Pending {
-    bc: *mut raw::RedisModuleBlockedClient,
     holder: Vec<u8>,
     /// The master asked, or None when the home's slot is this master's (read by the timer).
     asked: Option<NodeId>,
-    rerun: Rerun,
 }
 
-/// What the reply callback receives.
-struct Outcome {
-    verdict: Verdict,
-    rerun: Rerun,
-}
-
+#[derive(Default)]
 struct Checks {
     /// Asked again a tick after each send, ended at `ctr.gather-timeout-ms`.
     exchange: Exchange<Pending>,
+    /// The names with a check under way (the writes of one name share it).
+    asking: HashSet<Vec<u8>>,
+    /// What the home's master said of each name lately, and until when it is trusted: a
+    /// write waiting for it runs again and reads it (a look-alike is refused; a listed or
+    /// unsure one goes on), and so does a write that the run again could not answer for good
+    /// (a purchase whose budget is in flight answers `TRYAGAIN` there) when it is retried.
+    verdicts: HashMap<Vec<u8>, (Verdict, i64)>,
 }
 
 thread_local! {
     static CHECKS: RefCell<Checks> = RefCell::new(Checks {
         exchange: Exchange::new(MAX_PENDING),
+        ..Checks::default()
     });
-    /// The holder whose write runs again from a reply callback, its check passed.
-    static PASSED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
-    /// Holders found listed, until when their writes go on unchecked: a write that the check's
-    /// reply could not answer for good (a purchase whose budget is in flight answers
-    /// `TRYAGAIN` there, a reply callback cannot wait) is retried without a second check, and
-    /// then waits in the server.
-    static LISTED: RefCell<HashMap<Vec<u8>, i64>> = RefCell::new(HashMap::new());
     /// The slot keys the home side may still read in the current window, and when it began.
     static SLOT_KEYS_LEFT: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
@@ -123,8 +117,9 @@ pub fn look_alike_error(name: &[u8], home: &[u8]) -> CommandError {
 }
 
 /// In a cluster: checks that the missing key `key` named `name`, about to be created by a
-/// client's write, is a holder its home lists (see the [module](self) docs). `rerun` is the
-/// command, run again once the home's master has said so.
+/// client's write, is a holder its home lists (see the [module](self) docs). The client waits
+/// in the server (`waiter`) for the home master's verdict; `rerun` is the command, run again
+/// then, which reads the verdict here.
 pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, CommandError> {
     if !is_missing(key) {
         return Ok(Checked::Go);
@@ -132,9 +127,20 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
     let Some(holder) = parse_holder_name(name) else {
         return Ok(Checked::Go);
     };
-    // A write run again from a reply callback (it waited for units in flight) was checked
-    // before it waited, and cannot block again.
-    if ctx.is_replaying() || passed(name) || !ctx.can_block() || super::waiter::rerunning() {
+    if ctx.is_replaying() {
+        return Ok(Checked::Go);
+    }
+    match verdict_known(name, ctx.now_ms()) {
+        Some(Verdict::NotListed) => {
+            metrics::HOLDER_CHECKS_REFUSED.incr();
+            return Err(look_alike_error(name, holder.home));
+        }
+        Some(Verdict::Listed | Verdict::Unsure) => return Ok(Checked::Go),
+        None => {}
+    }
+    // A write run again from a reply callback without a verdict (the check's wait reached its
+    // bound, or it waited for units in flight, checked before) cannot block again.
+    if !ctx.can_block() || super::waiter::rerunning() {
         return Ok(Checked::Go);
     }
     // A key whose slot is moving (`ASKING` on the importing node, which the routing check of a
@@ -147,39 +153,47 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
         Ok(asked) => asked,
         Err(_) => return Ok(Checked::Go), // no master known for the home's slot now
     };
-    if !CHECKS.with(|c| c.borrow().exchange.has_room()) {
+    if !ask(ctx, name, asked) {
+        return Ok(Checked::Go); // too many checks under way
+    }
+    let waiting_for = name.to_vec();
+    let still_waits: waiter::StillWaits =
+        Box::new(move |ctx| verdict_known(&waiting_for, ctx.now_ms()).is_none());
+    // Past the check's own deadline: an unanswered check has ended (unsure) by then.
+    let bound_ms = config::GATHER_TIMEOUT_MS
+        .load(Relaxed)
+        .saturating_add(2 * TICK_MS);
+    if !waiter::wait(ctx, name, rerun, still_waits, serves, bound_ms) {
         return Ok(Checked::Go);
     }
+    metrics::HOLDER_CHECKS.incr();
+    Ok(Checked::Blocked)
+}
+
+/// Asks the home's master about `name` (`asked`; None: this master, from a timer), unless a
+/// check of it is under way; false when the table is full.
+fn ask(ctx: Ctx, name: &[u8], asked: Option<NodeId>) -> bool {
     let now = ctx.now_ms();
     let deadline_ms = now.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
-    // SAFETY: ctx is the live context of a command that may block (checked above). No server
-    // timeout: the tick ends a check at its deadline and lets the write go on.
-    let bc = unsafe {
-        rm!(RedisModule_BlockClient)(ctx.ptr, Some(on_reply), None, Some(free_outcome), 0)
-    };
-    // SAFETY: bc was just returned by BlockClient.
-    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
-    metrics::HOLDER_CHECKS.incr();
-    let pending = Pending {
-        bc,
-        holder: name.to_vec(),
-        asked,
-        rerun,
-    };
-    let opened = CHECKS.with(|c| {
+    let opened: Result<Option<u64>, Pending> = CHECKS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.asking.contains(name) {
+            return Ok(None);
+        }
         let random = || u64::from_le_bytes(crate::ffi::random_bytes());
+        let pending = Pending {
+            holder: name.to_vec(),
+            asked,
+        };
         let resend = Timeout::every(now, TICK_MS);
-        c.borrow_mut()
-            .exchange
-            .open(random, pending, resend, deadline_ms)
+        let id = c.exchange.open(random, pending, resend, deadline_ms)?;
+        c.asking.insert(name.to_vec());
+        Ok(Some(id))
     });
     let id = match opened {
-        Ok(id) => id,
-        Err(pending) => {
-            // Full since the check above (nothing runs in between): the write goes on.
-            unblock(pending, Verdict::Unsure);
-            return Ok(Checked::Blocked);
-        }
+        Ok(Some(id)) => id,
+        Ok(None) => return true,
+        Err(_) => return false,
     };
     match asked {
         Some(node) => {
@@ -187,24 +201,23 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
         }
         None => scheduler::arm(ctx.ptr, When::Now, &LOCAL_ANSWERS, 0),
     }
-    // The periodic tick runs while any check waits: it ends them at their deadline, and answers
-    // a local one whose timer above failed.
+    // The periodic tick runs while any check is under way: it ends them at their deadline,
+    // and answers a local one whose timer above failed.
     arm_periodic_tick(ctx.ptr);
-    Ok(Checked::Blocked)
+    true
 }
 
-fn passed(name: &[u8]) -> bool {
-    PASSED.with(|p| p.borrow().as_deref() == Some(name))
-        || LISTED.with(|l| {
-            l.borrow()
-                .get(name)
-                .is_some_and(|until| *until > crate::ffi::coarse_now_ms())
-        })
+/// What the home's master said of `name` lately.
+fn verdict_known(name: &[u8], now: i64) -> Option<Verdict> {
+    CHECKS.with(|c| {
+        let c = c.borrow();
+        let (verdict, until) = c.verdicts.get(name)?;
+        (*until > now).then_some(*verdict)
+    })
 }
 
-/// How long a holder found listed is trusted by this node's later first writes.
-const LISTED_MS: i64 = 1_000;
-
+/// How long a verdict is trusted by this node's later first writes of the same name.
+const VERDICT_MS: i64 = 1_000;
 /// The home side: what this master says of `holder` (database 0, a cluster's only one).
 fn verdict(ctx: Ctx, holder: &[u8]) -> Verdict {
     let Some(h) = parse_holder_name(holder) else {
@@ -261,23 +274,27 @@ fn home_elsewhere_in_slot(ctx: Ctx, h: HolderName, lists: impl Fn(&[u8]) -> bool
     }
 }
 
-/// Ends the check `id` with `verdict`: the client's command replies (runs again, or refuses).
-fn resolve(id: u64, verdict: Verdict) {
+/// Ends the check `id` with `verdict`.
+fn resolve(ctx: Ctx, id: u64, verdict: Verdict) {
     if let Some(p) = CHECKS.with(|c| c.borrow_mut().exchange.end(id)) {
-        unblock(p, verdict);
+        settle(ctx, p.holder, verdict);
     }
 }
 
-fn unblock(p: Pending, verdict: Verdict) {
-    if verdict == Verdict::NotListed {
-        metrics::HOLDER_CHECKS_REFUSED.incr();
-    }
-    let outcome = Box::new(Outcome {
-        verdict,
-        rerun: p.rerun,
+/// Keeps `verdict` of `name` for the writes waiting for it, which run again now.
+fn settle(ctx: Ctx, name: Vec<u8>, verdict: Verdict) {
+    let now = ctx.now_ms();
+    CHECKS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.asking.remove(&name);
+        c.verdicts.retain(|_, (_, until)| *until > now);
+        if c.verdicts.len() < MAX_PENDING {
+            let until = now.saturating_add(VERDICT_MS);
+            c.verdicts.insert(name.clone(), (verdict, until));
+        }
     });
-    // SAFETY: bc is blocked and unblocked once: its check was just removed from the table.
-    unsafe { rm!(RedisModule_UnblockClient)(p.bc, Box::into_raw(outcome).cast::<c_void>()) };
+    select_db(ctx, 0);
+    waiter::key_written(ctx, &name);
 }
 
 /// The periodic tick, armed while a check waits (a panic in it is a defect; it goes on).
@@ -303,7 +320,7 @@ fn tick(ctx: Ctx) {
         metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
     }
     for (_, p) in expired {
-        unblock(p, Verdict::Unsure);
+        settle(ctx, p.holder, Verdict::Unsure);
     }
     let local: Vec<(u64, Vec<u8>)> = CHECKS.with(|c| {
         let c = c.borrow();
@@ -311,7 +328,7 @@ fn tick(ctx: Ctx) {
         local.map(|(id, p)| (id, p.holder.clone())).collect()
     });
     for (id, holder) in local {
-        resolve(id, verdict(ctx, &holder));
+        resolve(ctx, id, verdict(ctx, &holder));
     }
     // Every check left is asked of another master: those silent for a tick are asked again.
     let unanswered: Vec<(u64, NodeId, Vec<u8>)> = CHECKS.with(|c| {
@@ -371,94 +388,9 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
             };
             let asked = CHECKS.with(|c| c.borrow().exchange.get(id).map(|p| p.asked));
             if asked == Some(Some(from)) {
-                resolve(id, verdict);
+                resolve(ctx, id, verdict);
             }
         }
         _ => {}
-    }
-}
-
-/// The reply callback: a listed holder's write runs again (the check passed), a look-alike's is
-/// refused, an unsure one goes on unchecked.
-unsafe extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    let defects = ReplyDefects {
-        callback: "holder-check-reply",
-        lost_data: "ERR internal error in redis-ctr: the holder check lost its outcome (a bug: please report it)",
-        blocked_twice: "ERR internal error in redis-ctr: a write waited twice for its holder check (a bug: please report it)",
-    };
-    // SAFETY: a reply callback of clients blocked by `check`, unblocked with a boxed Outcome.
-    unsafe { reply_by_running_again(ctx, argv, argc, &defects, run_checked) }
-}
-
-fn run_checked(ctx: Ctx, args: &Args, outcome: &Outcome) -> CommandResult {
-    if args.len() < 2 {
-        return Err(CommandError::fixed(
-            "ERR internal error in redis-ctr: the holder check lost its command (a bug: please report it)",
-        ));
-    }
-    let name = args.bytes(1);
-    if outcome.verdict == Verdict::NotListed {
-        let home = parse_holder_name(name).map_or(&[][..], |h| h.home);
-        return Err(look_alike_error(name, home));
-    }
-    // The key's slot may have moved, or this master failed over, while the client waited; or
-    // writes are paused (a manual failover, CLIENT PAUSE WRITE), which a write run from here
-    // would not respect.
-    if !serves(ctx, name) || crate::ffi::writes_paused() {
-        return Err(CommandError(
-            format!(
-                "TRYAGAIN spread counter holder '{}' moved, or writes were paused, while its first write waited for its holder check",
-                String::from_utf8_lossy(name)
-            )
-            .into(),
-        ));
-    }
-    PASSED.with(|p| *p.borrow_mut() = Some(name.to_vec()));
-    let result = super::waiter::replying(|| (outcome.rerun)(ctx, args));
-    PASSED.with(|p| *p.borrow_mut() = None);
-    if outcome.verdict == Verdict::Listed {
-        let now = ctx.now_ms();
-        LISTED.with(|l| {
-            let mut l = l.borrow_mut();
-            l.retain(|_, until| *until > now);
-            if l.len() < MAX_PENDING {
-                l.insert(name.to_vec(), now.saturating_add(LISTED_MS));
-            }
-        });
-    }
-    result
-}
-
-unsafe extern "C" fn on_disconnect(
-    ctx: *mut raw::RedisModuleCtx,
-    bc: *mut raw::RedisModuleBlockedClient,
-) {
-    let found = guard(ctx, "holder-check-disconnect", || {
-        CHECKS.with(|c| {
-            let mut c = c.borrow_mut();
-            let id = c
-                .exchange
-                .iter()
-                .find(|(_, p)| p.bc == bc)
-                .map(|(id, _)| id);
-            id.and_then(|id| c.exchange.end(id)).is_some()
-        })
-    });
-    if found.unwrap_or(false) {
-        // A client blocked without keys is released only by UnblockClient.
-        // SAFETY: bc is live until this call; its check is gone, so nothing unblocks it again.
-        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
-    }
-}
-
-unsafe extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: the box given to UnblockClient, freed once here.
-        let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
-        guard(ctx, "holder-check-free", || drop(outcome));
     }
 }
