@@ -10,10 +10,12 @@ pub mod forge;
 pub mod pnc;
 pub mod resp;
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
@@ -60,14 +62,24 @@ pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
-/// A port that is free now, whose cluster-bus twin (+10000) is free too.
+/// A port that is free now, whose cluster-bus twin (+10000) is free too, and that this process
+/// has not handed out before (as a port or as a twin): the kernel may give a just-released port
+/// again, so three calls in a row could otherwise name one port twice.
 pub fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = listener.local_addr().expect("local addr").port();
-        if port < 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
+        if port >= 55535 || TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
+            continue;
         }
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poison| poison.into_inner());
+        if handed_out.contains(&port) || handed_out.contains(&(port + 10000)) {
+            continue;
+        }
+        handed_out.insert(port);
+        handed_out.insert(port + 10000);
+        return port;
     }
 }
 
