@@ -20,7 +20,7 @@ use crate::metrics;
 use crate::persist::ctr_format;
 use crate::runtime::ctr_floor_spread as floored;
 use crate::runtime::ctr_store::{publish_state, update_counter, with_counter};
-use crate::runtime::holder_admission::{self, Names};
+use crate::runtime::holder_admission;
 use crate::runtime::spread_cluster as cluster;
 use crate::runtime::spread_gather::{forget_cached, names_reply};
 pub use crate::runtime::spread_gather::{get, info, mget, write_total, ApplyTotal, TotalWrite};
@@ -136,9 +136,6 @@ struct GrowTo<'a> {
     map: SlotMap,
 }
 
-/// How many times a grow plans again around names found taken, within one command.
-const MAX_PLANS: usize = 8;
-
 /// Adds holders to reach `target` (more than `current` has), records them and replicates the
 /// resulting state; returns every holder's name but the home's, or None while the masters of
 /// the new names are asked whether those are free (`holder_admission`: the command then
@@ -230,30 +227,19 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
         true => Some(cluster::topology(ctx, map == SlotMap::Fresh)?),
         false => None,
     };
-    for _ in 0..MAX_PLANS {
-        let added = match &topology {
-            Some(t) => plan(carried, spread_id, current, target, &**t, avoid),
-            None => plan(carried, spread_id, current, target, &Standalone, avoid),
-        }?;
-        let names = match fresh_id {
-            true => Names::Free,
-            false => holder_admission::check(ctx, home, &added, in_cluster),
-        };
-        match names {
-            Names::Free => {
-                return Ok(Some(GrowPlan {
-                    spread_id,
-                    added,
-                    is_floored,
-                }))
-            }
-            Names::Asked => return Ok(None),
-            Names::Taken => {} // planned again around them
-        }
+    let added = match &topology {
+        Some(t) => plan(carried, spread_id, current, target, &**t, avoid),
+        None => plan(carried, spread_id, current, target, &Standalone, avoid),
+    }?;
+    // Outside a cluster the planner read each name; in one, their masters must have answered.
+    if admitted && in_cluster && !holder_admission::all_known_free(ctx, home, &added) {
+        return Ok(None);
     }
-    Err(CommandError::fixed(
-        "ERR the names planned for the new holders are taken by other keys: delete them or grow to another count",
-    ))
+    Ok(Some(GrowPlan {
+        spread_id,
+        added,
+        is_floored,
+    }))
 }
 
 /// Blocks the client of a grow until the masters of its new names have said they are free

@@ -14,7 +14,7 @@
 //! command. In a cluster the names sit on other masters (or on this one, in slots a command must
 //! not read on Valkey): the grow asks over the bus (0xD7, 0xD8, `persist::admission_msg`), or
 //! from a timer for this master's own names, and the command waits in the server for the answers
-//! (`waiter`, up to `ctr.purchase-wait-ms`), then runs again and lists them. A free answer is
+//! (`waiter`, up to `ctr.gather-timeout-ms`), then runs again and lists them. A free answer is
 //! trusted for [`FREE_MS`]: a key made at a free name after its answer and before the listing (a
 //! window of one bus round trip) is adopted, as is whatever `RESTORE` writes under a listed
 //! name ([threat model](../../docs/CLUSTER.md#who-may-do-what-threat-model)).
@@ -80,17 +80,6 @@ thread_local! {
     static ADMISSION: RefCell<Admission> = RefCell::new(Admission::default());
 }
 
-/// Where a grow's planned names stand.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Names {
-    /// Every name is free: the grow may list them.
-    Free,
-    /// Some are taken (now known to [`is_taken`]): plan again.
-    Taken,
-    /// Some are not known yet: they are asked about; wait and plan again.
-    Asked,
-}
-
 /// True when a grow's planner must avoid `name`: outside a cluster, a key sits there now; in a
 /// cluster, its master said so lately.
 pub fn is_taken(ctx: Ctx, name: &[u8], in_cluster: bool) -> bool {
@@ -102,30 +91,19 @@ pub fn is_taken(ctx: Ctx, name: &[u8], in_cluster: bool) -> bool {
     known == Some(Known::Taken)
 }
 
-/// Where the names a grow of `home` planned stand. Outside a cluster (`in_cluster` false) each
-/// is read here, now; in a cluster from the answers of their masters, asking for those not
-/// known.
-pub fn check(ctx: Ctx, home: &[u8], names: &[Vec<u8>], in_cluster: bool) -> Names {
+/// True when the master of each of the names a grow of `home` planned (in a cluster) has said
+/// lately that it is free; asks about those not known, whose answers wake the grow. The
+/// planner avoided the names known taken ([`is_taken`]), so what stays is what is not known.
+pub fn all_known_free(ctx: Ctx, home: &[u8], names: &[Vec<u8>]) -> bool {
     let now = ctx.now_ms();
-    let mut names_state = Names::Free;
+    let mut all_free = true;
     for name in names {
-        let known = if in_cluster {
-            known(name, now)
-        } else {
-            Some(read_here(ctx, name, now))
-        };
-        match known {
-            Some(Known::Free) => {}
-            Some(Known::Taken) => names_state = Names::Taken,
-            None => {
-                ask(ctx, home, name);
-                if names_state == Names::Free {
-                    names_state = Names::Asked;
-                }
-            }
+        if known(name, now) != Some(Known::Free) {
+            ask(ctx, home, name);
+            all_free = false;
         }
     }
-    names_state
+    all_free
 }
 
 fn known(name: &[u8], now: i64) -> Option<Known> {

@@ -325,7 +325,6 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR holders must be between", SpreadRefused),
     ("ERR key name too long to spread", SpreadRefused),
     ("ERR no free slot found for a holder", SpreadRefused),
-    ("ERR the names planned for the new holders are taken", SpreadRefused),
     ("ERR no orphaned spread ", SpreadRefused),
     ("ERR a holder key already holds a counter below its floor", SpreadRefused),
     ("ERR a budget move to one of the new holders is still in flight", SpreadRefused),

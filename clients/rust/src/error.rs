@@ -241,10 +241,6 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR holders must be between", SpreadRefused),
         ("ERR key name too long to spread", SpreadRefused),
         ("ERR no free slot found for a holder", SpreadRefused),
-        (
-            "ERR the names planned for the new holders are taken",
-            SpreadRefused,
-        ),
         ("ERR no orphaned spread ", SpreadRefused),
         (
             "ERR a holder key already holds a counter below its floor",
