@@ -28,6 +28,8 @@ mutant "a restored copy of the home never detached" src/counter/collect.rs \
   '        if self.carried_home == self.name {' '        if true {'
 mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
   '    last.saturating_add(1).max(by_time)' '    by_time.max(1)'
+mutant "a refusal made final while budget travels" src/counter/transfer.rs \
+  '        before_first_credit || self.budget_moves_out(now_ms).next().is_some()' '        before_first_credit'
 mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
 mutant "a settled gather's values shifted off the read's own" src/protocol/gather.rs \

@@ -67,6 +67,15 @@ use super::{AddOp, Counter, DecrOp, Spread};
 mod reads;
 
 const MASTERS: usize = 3;
+
+/// A purchase's outcome at one member.
+enum Purchase {
+    Granted,
+    /// `TRYAGAIN`: nothing changed, nothing recorded; the client asks again.
+    Retry,
+    /// Refused for good at this member (its stock, or folded back): a walk goes on.
+    Refused,
+}
 const STEPS: usize = 160;
 
 /// splitmix64: small, seedable, the same on every machine.
@@ -189,6 +198,9 @@ struct Sim {
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
     /// `ctr.orphan-grace-ms` of this schedule.
     grace: i64,
+    /// False in one schedule in four: `ctr.rebalance-delay-ms` 0, no round and no whole
+    /// headroom, so a holder's refusal waits only for its own budget in flight.
+    rebalancing: bool,
     /// The percent of steps run in the same millisecond as the step before (Redis runs many
     /// commands, timers and bus messages in one): 0, 10, 50 or 90 per schedule.
     same_ms: u64,
@@ -246,6 +258,7 @@ impl Sim {
             faults: true,
             renamed: Vec::new(),
             grace: 0,
+            rebalancing: true,
             same_ms: 0,
             replay_error: None,
             reads: reads::Reads::new(seed),
@@ -253,6 +266,7 @@ impl Sim {
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
+        sim.rebalancing = !sim.rng.percent(25);
         let floored = sim.rng.percent(50);
         sim.create_and_spread(floored);
         sim
@@ -431,7 +445,7 @@ impl Sim {
             30..=39 => self.tick(master),
             40..=51 => self.replicate(master),
             52..=61 => self.client_add(),
-            62..=69 => self.purchase(),
+            62..=69 => return self.purchase(),
             70..=73 => self.shrink(),
             74..=76 => self.grow(),
             77..=81 => self.budget_move(),
@@ -726,6 +740,12 @@ impl Sim {
     /// leaving holder whose key is gone (renamed away): a write there makes a new key that no
     /// fold will carry home, the case the sealed grace period exists for (docs/CLUSTER.md).
     fn random_member(&mut self) -> Vec<u8> {
+        let writable = self.writable_members();
+        writable[self.rng.below(writable.len())].clone()
+    }
+
+    /// The members a writer may reach (see [`Sim::random_member`]).
+    fn writable_members(&self) -> Vec<Vec<u8>> {
         let members: Vec<Vec<u8>> = self.members();
         let current = 1 + self
             .home_counter()
@@ -737,7 +757,7 @@ impl Sim {
             .filter(|(i, name)| *i < current || self.get(name).is_some())
             .map(|(_, name)| name)
             .collect();
-        writable[self.rng.below(writable.len())].clone()
+        writable
     }
 
     fn client_add(&mut self) {
@@ -764,32 +784,66 @@ impl Sim {
         }
     }
 
-    fn purchase(&mut self) {
+    /// A purchase at one member, or (one in three) a client's walk over every member in a
+    /// random order until one grants it or one answers `TRYAGAIN`, as the clients' probe rule
+    /// walks. A walk that every member refused for good is a final refusal the client records:
+    /// it is checked against budget in flight (the ghost check of [`Sim::walk_refused`]).
+    fn purchase(&mut self) -> Result<(), String> {
         if self.floor.is_none() {
-            return;
+            return Ok(());
         }
-        let key = self.random_member();
-        let amount = 1 + self.rng.below(6) as i64;
+        let mut amount = 1 + self.rng.below(6) as i64;
+        if !self.rng.percent(33) {
+            let key = self.random_member();
+            self.purchase_at(&key, amount);
+            return Ok(());
+        }
+        let mut walk = self.writable_members();
+        if self.rng.percent(50) {
+            // Just beyond what any member holds: every member refuses, unless one waits.
+            let most = walk
+                .iter()
+                .filter_map(|k| self.get(k))
+                .map(|c| c.value().saturating_sub(c.floor().map_or(0, |f| f.floor)))
+                .max()
+                .unwrap_or(0);
+            amount = most.max(0) + 1 + self.rng.below(8) as i64;
+        }
+        for i in (1..walk.len()).rev() {
+            walk.swap(i, self.rng.below(i + 1));
+        }
+        for key in &walk {
+            match self.purchase_at(key, amount) {
+                Purchase::Granted | Purchase::Retry => return Ok(()),
+                Purchase::Refused => {}
+            }
+        }
+        self.walk_refused(amount)
+    }
+
+    /// A purchase of `amount` at `key`, as the glue decides it.
+    fn purchase_at(&mut self, key: &[u8], amount: i64) -> Purchase {
         let now = self.now;
-        if purchase_waits_for_budget(self.get(&key), amount, floor_by_name(&key), self.now) {
+        if purchase_waits_for_budget(self.get(key), amount, floor_by_name(key), self.now) {
             // TRYAGAIN, as the glue answers: nothing changes, nothing is recorded.
-            self.note(format_args!("purchase {amount} at {} waits", show(&key)));
-            return;
+            self.note(format_args!("purchase {amount} at {} waits", show(key)));
+            return Purchase::Retry;
         }
-        let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
+        let mut c = self.get(key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
-            return;
+            return Purchase::Refused; // the folded-back error: the walk goes on
         }
-        let gathers = purchase_refused(&c, amount, floor_by_name(&key))
-            && floored_spread_id(&key, &c).is_some()
-            && self.masters[master_of(&key)].headroom.refusal(amount, now) == Refusal::Retry;
+        let gathers = self.rebalancing
+            && purchase_refused(&c, amount, floor_by_name(key))
+            && floored_spread_id(key, &c).is_some()
+            && self.masters[master_of(key)].headroom.refusal(amount, now) == Refusal::Retry;
         if gathers {
             // TRYAGAIN: budget to gather; nothing changes.
             self.note(format_args!(
                 "purchase {amount} at {} waits to gather",
-                show(&key)
+                show(key)
             ));
-            return;
+            return Purchase::Retry;
         }
         let op = DecrOp {
             now,
@@ -800,9 +854,43 @@ impl Sim {
             token: None,
         };
         if let Ok(Some(_)) = c.apply_decrement(&op) {
-            self.write(&key, Some(c), -amount);
-            self.note(format_args!("purchase {amount} at {}", show(&key)));
+            self.write(key, Some(c), -amount);
+            self.note(format_args!("purchase {amount} at {}", show(key)));
+            return Purchase::Granted;
         }
+        Purchase::Refused
+    }
+
+    /// Ghost check of a walk every member refused for good (a refusal the client makes final,
+    /// records against its token): no budget move was on its way to a member that, landed,
+    /// would have covered it. Budget that travels must make the walk wait (`TRYAGAIN`), never
+    /// refuse for good what the stock covers.
+    fn walk_refused(&mut self, amount: i64) -> Result<(), String> {
+        self.note(format_args!("walk for {amount} refused everywhere"));
+        let members = self.members();
+        for giver in &members {
+            let Some(g) = self.get(giver) else { continue };
+            for o in g.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
+                let moves_budget = o.fold_id == 0 && o.df < 0;
+                if !moves_budget || self.applied(giver, g, o) || !members.contains(&o.receiver) {
+                    continue;
+                }
+                let Some(r) = self.get(&o.receiver).filter(|r| !r.is_sealed()) else {
+                    continue;
+                };
+                let floor = r.floor().map_or(0, |f| f.floor).saturating_add(o.df);
+                if r.value().saturating_sub(floor) >= amount {
+                    return Err(format!(
+                        "a walk for {amount} refused for good while {} units travel from {} \
+                         to {}, which would cover it",
+                        -o.df,
+                        show(giver),
+                        show(&o.receiver)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn shrink(&mut self) {
@@ -897,6 +985,9 @@ impl Sim {
         let (Some(floor), Some(home)) = (self.floor, self.home_counter()) else {
             return Ok(());
         };
+        if !self.rebalancing {
+            return Ok(());
+        }
         if !home.leaving().is_empty() {
             return Ok(());
         }

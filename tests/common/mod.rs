@@ -73,7 +73,9 @@ pub fn free_port() -> u16 {
         if port >= 55535 || TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
             continue;
         }
-        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if handed_out.contains(&port) || handed_out.contains(&(port + 10000)) {
             continue;
         }
