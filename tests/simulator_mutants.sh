@@ -32,6 +32,8 @@ mutant "a refusal made final while budget travels" src/counter/transfer.rs \
   '        before_first_credit || self.budget_moves_out(now_ms).next().is_some()' '        before_first_credit'
 mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
+mutant "the audit's Gone answered before the replica holds the DEL" src/counter/audit.rs \
+  '    answers.iter().any(|(_, a)| *a == Answer::Gone)' '    answers.is_empty()'
 mutant "a settled gather's values shifted off the read's own" src/protocol/gather.rs \
   '                reading.values.truncate(1);' '                reading.values.truncate(0);'
 

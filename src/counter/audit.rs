@@ -77,6 +77,14 @@ pub fn answer(serves: bool, home_found: Option<bool>) -> Answer {
     }
 }
 
+/// True when the home side's answers to one ask must wait for this master's replicas to hold
+/// every write made before them: a `Gone` is read from an absence, and a failover to a
+/// replica that had not yet received the write making it (a `DEL` of the home) would bring
+/// the home back after its holders went on that answer. `Lives` and `Unsure` go at once.
+pub fn answers_wait_for_replicas(answers: &[(Question, Answer)]) -> bool {
+    answers.iter().any(|(_, a)| *a == Answer::Gone)
+}
+
 /// What the walk asks about the holder `name` holding `c` (None: an inline counter, no
 /// transfer state), when it has no expiry; None when it is not a holder of a spread with an
 /// id. The spread id is its name's; the home is the one it was sealed into when it was folded,

@@ -68,6 +68,12 @@ mod reads;
 
 const MASTERS: usize = 3;
 
+/// What a `DEL` no client waited for took, given back when a failover loses it.
+struct Deleted {
+    floor: Option<i64>,
+    renamed: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
 /// A purchase's outcome at one member.
 enum Purchase {
     Granted,
@@ -198,6 +204,10 @@ struct Sim {
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
     /// `ctr.orphan-grace-ms` of this schedule.
     grace: i64,
+    /// After a `DEL` of the home no client waited for (`delete_home_unwaited`): the floor of
+    /// the deleted counter, until the `DEL` reaches the replica (then a new counter is made
+    /// under the name) or a failover loses it (the counter is back, with its floor).
+    deleted_unwaited: Option<Deleted>,
     /// False in one schedule in four: `ctr.rebalance-delay-ms` 0, no round and no whole
     /// headroom, so a holder's refusal waits only for its own budget in flight.
     rebalancing: bool,
@@ -259,6 +269,7 @@ impl Sim {
             renamed: Vec::new(),
             grace: 0,
             rebalancing: true,
+            deleted_unwaited: None,
             same_ms: 0,
             replay_error: None,
             reads: reads::Reads::new(seed),
@@ -440,6 +451,9 @@ impl Sim {
         if matches!(roll, 52..=69 | 93 | 94) || (self.faults && matches!(roll, 82..=95 | 98)) {
             self.reads.disturbances += 1;
         }
+        if self.deleted_unwaited.is_some() {
+            return self.step_while_deleted(roll, master);
+        }
         match roll {
             0..=29 => self.deliver(),
             30..=39 => self.tick(master),
@@ -455,16 +469,80 @@ impl Sim {
             89 if self.faults => self.restore_forged(),
             90 if self.faults => self.rename_sealed_holder(),
             91 if self.faults => self.rename_home(),
-            92 if self.faults && self.rng.percent(50) => self.delete_home_and_spread_again(),
+            92 if self.faults && self.rng.percent(40) => self.delete_home_and_spread_again(),
+            92 if self.faults && self.rng.percent(50) => self.delete_home_unwaited(),
             92 if self.faults => self.home_restored_after_its_holders(),
             93 | 94 => self.expire_folded_holder(),
             95 if self.faults => self.copy_holder(),
             96 | 97 => return self.rebalance_round(),
             98 if self.faults => return self.restore_home_copy(),
-            99 => self.audit_pass(master),
+            99 if self.rng.percent(60) => self.audit_pass(master),
+            99 => self.operator_deletes_reported(master, self.reported(master)),
             _ => self.tick(master),
         }
         Ok(())
+    }
+
+    /// A step while the home is deleted and its `DEL` may still be lost: no client writes (a
+    /// write would make a new counter under the name), the rest goes on; the operator's
+    /// `CTR.ORPHANS DELETE` runs more often, as an operator cleaning up after a delete would.
+    fn step_while_deleted(&mut self, roll: usize, master: usize) -> Result<(), String> {
+        match roll {
+            0..=29 => self.deliver(),
+            40..=51 => self.replicate(master),
+            82..=84 if self.faults => self.failover(master),
+            85..=86 if self.faults => self.restart(master),
+            90..=94 => self.audit_pass(master),
+            95..=99 => self.operator_deletes_reported(master, self.reported(master)),
+            _ => self.tick(master),
+        }
+        self.after_unwaited_delete();
+        Ok(())
+    }
+
+    /// `DEL` of the home, and the client does not wait for the replica: every write before it
+    /// reached the replicas (so a failover takes back only the `DEL`), and the home stays
+    /// missing until the `DEL` reaches the replica or a failover loses it. The holders' audit
+    /// answered `Gone` from the home's master must wait for that replica (the glue's gate):
+    /// deleted on an answer a failover takes back, they would be lost with the home back.
+    fn delete_home_unwaited(&mut self) {
+        let home = self.home.clone();
+        if self.home_counter().is_none() {
+            return;
+        }
+        for m in 0..MASTERS {
+            self.replicate_all(m);
+        }
+        self.note(format_args!("DEL {} (no WAIT)", show(&home)));
+        let gone = self.expected;
+        self.write(&home, None, -gone);
+        self.deleted_unwaited = Some(Deleted {
+            floor: self.floor.take(),
+            renamed: std::mem::take(&mut self.renamed),
+        });
+    }
+
+    /// Ends the window of an unwaited `DEL`: a failover lost it (the counter is back with its
+    /// floor), or the replica holds it (a new counter is made under the name, as a client
+    /// would; what the old spread left is the audit's).
+    fn after_unwaited_delete(&mut self) {
+        if self.deleted_unwaited.is_none() {
+            return;
+        }
+        if self.home_counter().is_some() {
+            self.note(format_args!("the DEL was lost: the counter is back"));
+            if let Some(deleted) = self.deleted_unwaited.take() {
+                self.floor = deleted.floor;
+                self.renamed = deleted.renamed;
+            }
+        } else if !self.masters[master_of(&self.home)]
+            .replica
+            .contains_key(&self.home)
+        {
+            self.deleted_unwaited = None;
+            let floored = self.rng.percent(50);
+            self.create_and_spread(floored);
+        }
     }
 
     fn deliver(&mut self) {
@@ -1494,7 +1572,7 @@ impl Sim {
             })
             .collect();
         let m = &mut self.masters[to];
-        if answers.iter().any(|(_, a)| *a == Answer::Gone) {
+        if audit::answers_wait_for_replicas(&answers) {
             m.held_audit.push((from, answers, m.written));
         } else {
             self.network

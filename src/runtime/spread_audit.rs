@@ -401,7 +401,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
                     (q, a)
                 })
                 .collect();
-            if !answers.iter().any(|(_, a)| *a == Answer::Gone) {
+            if !audit::answers_wait_for_replicas(&answers) {
                 send_answers(ctx, &from, &answers);
                 return;
             }
