@@ -4,10 +4,12 @@
 //! `exchange.rs` the one request/response exchange (ids from a random start, matching,
 //! deadlines, resends) that the gather, the holder check and the budget poll each own;
 //! `gather.rs` the gather's table (rounds shared by the reads of a home, settled into the
-//! reads' values); `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
+//! reads' values); `name_queries.rs` one question about a key name asked of the master serving
+//! it (the holder check's and the holder admission's); `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
 //! writes).
 
 pub mod exchange;
 pub mod gather;
 pub mod messages;
+pub mod name_queries;
 pub mod timeout;

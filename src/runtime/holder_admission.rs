@@ -23,7 +23,6 @@
 //! not asked about.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ctr_store::is_missing;
@@ -36,9 +35,8 @@ use crate::config;
 use crate::ffi::{Ctx, Key, KeyName};
 use crate::metrics;
 use crate::persist::admission_msg::{self as msg, NameAnswer};
-use crate::protocol::exchange::Exchange;
 use crate::protocol::messages::MessageKind;
-use crate::protocol::timeout::Timeout;
+use crate::protocol::name_queries::{NameQueries, Opened, Query};
 
 const MSG_REQUEST: MessageKind = MessageKind::AdmissionRequest;
 const MSG_RESPONSE: MessageKind = MessageKind::AdmissionResponse;
@@ -60,24 +58,11 @@ enum Known {
     Taken,
 }
 
-/// A name asked about: of the master serving it, or of this node's timer (None), for a grow of
-/// the home `home` (a cluster's database 0), which its answer wakes.
-struct Ask {
-    name: Vec<u8>,
-    asked: Option<NodeId>,
-    home: Vec<u8>,
-}
-
-#[derive(Default)]
-struct Admission {
-    asks: Exchange<Ask>,
-    /// The names with an ask under way.
-    asking: HashSet<Vec<u8>>,
-    answers: HashMap<Vec<u8>, (Known, i64)>,
-}
-
 thread_local! {
-    static ADMISSION: RefCell<Admission> = RefCell::new(Admission::default());
+    /// The names asked about (each for a grow of a home, a cluster's database 0, which its
+    /// answer wakes), and what their masters said.
+    static ADMISSION: RefCell<NameQueries<NodeId, Known>> =
+        RefCell::new(NameQueries::new(MAX_ASKS, MAX_ANSWERS));
 }
 
 /// True when a grow's planner must avoid `name`: outside a cluster, a key sits there now; in a
@@ -107,33 +92,20 @@ pub fn all_known_free(ctx: Ctx, home: &[u8], names: &[Vec<u8>]) -> bool {
 }
 
 fn known(name: &[u8], now: i64) -> Option<Known> {
-    ADMISSION.with(|a| {
-        let a = a.borrow();
-        a.answers
-            .get(name)
-            .filter(|(_, until)| *until > now)
-            .map(|(k, _)| *k)
-    })
+    ADMISSION.with(|a| a.borrow().known(name, now))
 }
 
 fn remember(name: &[u8], answer: NameAnswer, now: i64) {
-    let known = match answer {
-        NameAnswer::Free => (Known::Free, now.saturating_add(FREE_MS)),
+    let (known, trusted_ms) = match answer {
+        NameAnswer::Free => (Known::Free, FREE_MS),
         NameAnswer::Taken => {
             metrics::HOLDER_NAMES_TAKEN.incr();
-            (Known::Taken, now.saturating_add(TAKEN_MS))
+            (Known::Taken, TAKEN_MS)
         }
         NameAnswer::Unsure => return, // nothing concluded: asked again
     };
-    ADMISSION.with(|a| {
-        let mut a = a.borrow_mut();
-        if a.answers.len() >= MAX_ANSWERS {
-            a.answers.retain(|_, (_, until)| *until > now);
-        }
-        if a.answers.len() < MAX_ANSWERS {
-            a.answers.insert(name.to_vec(), known);
-        }
-    });
+    let until = now.saturating_add(trusted_ms);
+    ADMISSION.with(|a| a.borrow_mut().keep(name, known, until, now));
 }
 
 /// Reads `name` on this server (outside a command in a cluster: a timer or a bus callback).
@@ -170,24 +142,18 @@ fn ask(ctx: Ctx, home: &[u8], name: &[u8]) {
     };
     let now = ctx.now_ms();
     let deadline_ms = now.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
+    let query = Query {
+        name: name.to_vec(),
+        asked,
+        wake: home.to_vec(),
+    };
+    let random = || u64::from_le_bytes(crate::ffi::random_bytes());
     let opened = ADMISSION.with(|a| {
-        let mut a = a.borrow_mut();
-        if a.asking.contains(name) || !a.asks.has_room() || a.asking.len() >= MAX_ASKS {
-            return None;
-        }
-        a.asking.insert(name.to_vec());
-        let random = || u64::from_le_bytes(crate::ffi::random_bytes());
-        let ask = Ask {
-            name: name.to_vec(),
-            asked,
-            home: home.to_vec(),
-        };
-        a.asks
-            .open(random, ask, Timeout::every(now, TICK_MS), deadline_ms)
-            .ok()
+        a.borrow_mut()
+            .open(random, query, now, TICK_MS, deadline_ms)
     });
-    let Some(id) = opened else {
-        return;
+    let Opened::Asked(id) = opened else {
+        return; // asked already, or too many asks: the waiting grow asks again
     };
     metrics::HOLDER_NAMES_ASKED.incr();
     match asked {
@@ -200,20 +166,15 @@ fn ask(ctx: Ctx, home: &[u8], name: &[u8]) {
     scheduler::arm_once(ctx.ptr, When::After(TICK_MS), &TICK);
 }
 
-/// Ends the ask `id` with `answer`, and wakes the grow waiting for it when it need not wait
-/// any more.
-fn answered(ctx: Ctx, id: u64, answer: NameAnswer) {
-    let Some(ask) = ADMISSION.with(|a| {
-        let mut a = a.borrow_mut();
-        let ask = a.asks.end(id)?;
-        a.asking.remove(&ask.name);
-        Some(ask)
-    }) else {
+/// Ends the ask `id` with `answer` when it came from the node asked (`from`; None: this one),
+/// and wakes the grow waiting for it.
+fn answered(ctx: Ctx, id: u64, from: Option<NodeId>, answer: NameAnswer) {
+    let Some(query) = ADMISSION.with(|a| a.borrow_mut().answered(id, from)) else {
         return;
     };
-    remember(&ask.name, answer, ctx.now_ms());
+    remember(&query.name, answer, ctx.now_ms());
     select_db(ctx, 0);
-    waiter::key_written(ctx, &ask.home);
+    waiter::key_written(ctx, &query.wake);
 }
 
 /// Answers the asks of this master's own names.
@@ -224,46 +185,29 @@ static LOCAL: Job = Job::once("admission-timer", |ctx, _| answer_local(ctx));
 static TICK: Job = Job::while_busy("admission-timer", tick, asking, TICK_MS);
 
 fn asking() -> bool {
-    ADMISSION.with(|a| !a.borrow().asks.is_empty())
+    ADMISSION.with(|a| !a.borrow().is_empty())
 }
 
 fn answer_local(ctx: Ctx) {
-    let local: Vec<(u64, Vec<u8>)> = ADMISSION.with(|a| {
-        let a = a.borrow();
-        let local = a.asks.iter().filter(|(_, ask)| ask.asked.is_none());
-        local.map(|(id, ask)| (id, ask.name.clone())).collect()
-    });
+    let local = ADMISSION.with(|a| a.borrow().local());
     for (id, name) in local {
-        answered(ctx, id, answer_here(ctx, &name));
+        answered(ctx, id, None, answer_here(ctx, &name));
     }
 }
 
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
-    ADMISSION.with(|a| {
-        let mut a = a.borrow_mut();
-        for (_, ask) in a.asks.expired(now) {
-            a.asking.remove(&ask.name);
-        }
-    });
+    ADMISSION.with(|a| a.borrow_mut().expired(now));
     answer_local(ctx);
-    let due: Vec<(u64, Vec<u8>)> = ADMISSION.with(|a| {
-        let mut a = a.borrow_mut();
-        let due = a.asks.due(now, MAX_ASKS);
-        let name_of = |id| a.asks.get(id).map(|ask| (id, ask.name.clone()));
-        due.into_iter().filter_map(name_of).collect()
-    });
-    for (id, name) in due {
-        let Ok(now_asked) = route(ctx, &name) else {
+    let due = ADMISSION.with(|a| a.borrow_mut().due(now, MAX_ASKS));
+    for (id, query) in due {
+        let Ok(now_asked) = route(ctx, &query.name) else {
             continue;
         };
-        ADMISSION.with(|a| {
-            if let Some(ask) = a.borrow_mut().asks.get_mut(id) {
-                ask.asked = now_asked;
-            }
-        });
+        ADMISSION.with(|a| a.borrow_mut().reroute(id, now_asked));
         if let Some(node) = now_asked {
-            cluster::send(ctx.ptr, &node, MSG_REQUEST, &msg::encode_request(id, &name));
+            let request = msg::encode_request(id, &query.name);
+            cluster::send(ctx.ptr, &node, MSG_REQUEST, &request);
         }
     }
 }
@@ -283,10 +227,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
             let Ok((id, answer)) = msg::decode_response(payload) else {
                 return;
             };
-            let asked = ADMISSION.with(|a| a.borrow().asks.get(id).map(|ask| ask.asked));
-            if asked == Some(Some(from)) {
-                answered(ctx, id, answer);
-            }
+            answered(ctx, id, Some(from), answer);
         }
         _ => {}
     }

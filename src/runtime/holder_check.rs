@@ -25,7 +25,6 @@
 //! while loading, or for a key that exists: only the first write of each holder waits.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
@@ -44,9 +43,8 @@ use crate::counter::CounterRef;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyName};
 use crate::metrics;
 use crate::persist::holder_check_msg::{self as msg, Verdict};
-use crate::protocol::exchange::Exchange;
 use crate::protocol::messages::MessageKind;
-use crate::protocol::timeout::Timeout;
+use crate::protocol::name_queries::{NameQueries, Opened, Query};
 
 const MSG_REQUEST: MessageKind = MessageKind::HolderCheckRequest;
 const MSG_RESPONSE: MessageKind = MessageKind::HolderCheckResponse;
@@ -74,31 +72,15 @@ pub enum Checked {
     Blocked,
 }
 
-/// A holder name asked about.
-struct Pending {
-    holder: Vec<u8>,
-    /// The master asked, or None when the home's slot is this master's (read by the timer).
-    asked: Option<NodeId>,
-}
-
-#[derive(Default)]
-struct Checks {
-    /// Asked again a tick after each send, ended at `ctr.gather-timeout-ms`.
-    exchange: Exchange<Pending>,
-    /// The names with a check under way (the writes of one name share it).
-    asking: HashSet<Vec<u8>>,
-    /// What the home's master said of each name lately, and until when it is trusted: a
-    /// write waiting for it runs again and reads it (a look-alike is refused; a listed or
-    /// unsure one goes on), and so does a write that the run again could not answer for good
-    /// (a purchase whose budget is in flight answers `TRYAGAIN` there) when it is retried.
-    verdicts: HashMap<Vec<u8>, (Verdict, i64)>,
-}
-
 thread_local! {
-    static CHECKS: RefCell<Checks> = RefCell::new(Checks {
-        exchange: Exchange::new(MAX_PENDING),
-        ..Checks::default()
-    });
+    /// The holder names asked about (the writes of one name share its check; each woken by
+    /// the name's key), and what the homes' masters said of each lately, trusted for
+    /// [`VERDICT_MS`]: a write waiting for it runs again and reads it (a look-alike is
+    /// refused; a listed or unsure one goes on), and so does a write that the run again could
+    /// not answer for good (a purchase whose budget is in flight answers `TRYAGAIN` there)
+    /// when it is retried.
+    static CHECKS: RefCell<NameQueries<NodeId, Verdict>> =
+        RefCell::new(NameQueries::new(MAX_PENDING, MAX_PENDING));
     /// The slot keys the home side may still read in the current window, and when it began.
     static SLOT_KEYS_LEFT: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
@@ -175,25 +157,20 @@ pub fn check(ctx: Ctx, key: &Key, name: &[u8], rerun: Rerun) -> Result<Checked, 
 fn ask(ctx: Ctx, name: &[u8], asked: Option<NodeId>) -> bool {
     let now = ctx.now_ms();
     let deadline_ms = now.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
-    let opened: Result<Option<u64>, Pending> = CHECKS.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.asking.contains(name) {
-            return Ok(None);
-        }
-        let random = || u64::from_le_bytes(crate::ffi::random_bytes());
-        let pending = Pending {
-            holder: name.to_vec(),
-            asked,
-        };
-        let resend = Timeout::every(now, TICK_MS);
-        let id = c.exchange.open(random, pending, resend, deadline_ms)?;
-        c.asking.insert(name.to_vec());
-        Ok(Some(id))
+    let query = Query {
+        name: name.to_vec(),
+        asked,
+        wake: name.to_vec(),
+    };
+    let random = || u64::from_le_bytes(crate::ffi::random_bytes());
+    let opened = CHECKS.with(|c| {
+        c.borrow_mut()
+            .open(random, query, now, TICK_MS, deadline_ms)
     });
     let id = match opened {
-        Ok(Some(id)) => id,
-        Ok(None) => return true,
-        Err(_) => return false,
+        Opened::Asked(id) => id,
+        Opened::AlreadyAsked => return true,
+        Opened::Full => return false,
     };
     match asked {
         Some(node) => {
@@ -209,11 +186,7 @@ fn ask(ctx: Ctx, name: &[u8], asked: Option<NodeId>) -> bool {
 
 /// What the home's master said of `name` lately.
 fn verdict_known(name: &[u8], now: i64) -> Option<Verdict> {
-    CHECKS.with(|c| {
-        let c = c.borrow();
-        let (verdict, until) = c.verdicts.get(name)?;
-        (*until > now).then_some(*verdict)
-    })
+    CHECKS.with(|c| c.borrow().known(name, now))
 }
 
 /// How long a verdict is trusted by this node's later first writes of the same name.
@@ -274,27 +247,21 @@ fn home_elsewhere_in_slot(ctx: Ctx, h: HolderName, lists: impl Fn(&[u8]) -> bool
     }
 }
 
-/// Ends the check `id` with `verdict`.
-fn resolve(ctx: Ctx, id: u64, verdict: Verdict) {
-    if let Some(p) = CHECKS.with(|c| c.borrow_mut().exchange.end(id)) {
-        settle(ctx, p.holder, verdict);
+/// Ends the check `id` with `verdict`, when it came from the node asked (`from`; None: this
+/// one).
+fn resolve(ctx: Ctx, id: u64, from: Option<NodeId>, verdict: Verdict) {
+    if let Some(query) = CHECKS.with(|c| c.borrow_mut().answered(id, from)) {
+        settle(ctx, query, verdict);
     }
 }
 
-/// Keeps `verdict` of `name` for the writes waiting for it, which run again now.
-fn settle(ctx: Ctx, name: Vec<u8>, verdict: Verdict) {
+/// Keeps `verdict` of the name of `query` for the writes waiting for it, which run again now.
+fn settle(ctx: Ctx, query: Query<NodeId>, verdict: Verdict) {
     let now = ctx.now_ms();
-    CHECKS.with(|c| {
-        let mut c = c.borrow_mut();
-        c.asking.remove(&name);
-        c.verdicts.retain(|_, (_, until)| *until > now);
-        if c.verdicts.len() < MAX_PENDING {
-            let until = now.saturating_add(VERDICT_MS);
-            c.verdicts.insert(name.clone(), (verdict, until));
-        }
-    });
+    let until = now.saturating_add(VERDICT_MS);
+    CHECKS.with(|c| c.borrow_mut().keep(&query.name, verdict, until, now));
     select_db(ctx, 0);
-    waiter::key_written(ctx, &name);
+    waiter::key_written(ctx, &query.wake);
 }
 
 /// The periodic tick, armed while a check waits (a panic in it is a defect; it goes on).
@@ -307,7 +274,7 @@ fn arm_periodic_tick(ctx: *mut raw::RedisModuleCtx) {
 }
 
 fn checking() -> bool {
-    CHECKS.with(|c| !c.borrow().exchange.is_empty())
+    CHECKS.with(|c| !c.borrow().is_empty())
 }
 
 /// The timer: answers the checks of homes this master serves, asks again for the others (a
@@ -315,34 +282,23 @@ fn checking() -> bool {
 /// and lets the writes whose checks passed their deadline go on unchecked.
 fn tick(ctx: Ctx) {
     let now = ctx.now_ms();
-    let expired = CHECKS.with(|c| c.borrow_mut().exchange.expired(now));
+    let expired = CHECKS.with(|c| c.borrow_mut().expired(now));
     if !expired.is_empty() {
         metrics::HOLDER_CHECK_TIMEOUTS.add(expired.len() as u64);
     }
-    for (_, p) in expired {
-        settle(ctx, p.holder, Verdict::Unsure);
+    for query in expired {
+        settle(ctx, query, Verdict::Unsure);
     }
-    let local: Vec<(u64, Vec<u8>)> = CHECKS.with(|c| {
-        let c = c.borrow();
-        let local = c.exchange.iter().filter(|(_, p)| p.asked.is_none());
-        local.map(|(id, p)| (id, p.holder.clone())).collect()
-    });
+    let local = CHECKS.with(|c| c.borrow().local());
     for (id, holder) in local {
-        resolve(ctx, id, verdict(ctx, &holder));
+        resolve(ctx, id, None, verdict(ctx, &holder));
     }
     // Every check left is asked of another master: those silent for a tick are asked again.
-    let unanswered: Vec<(u64, NodeId, Vec<u8>)> = CHECKS.with(|c| {
-        let mut c = c.borrow_mut();
-        let due = c.exchange.due(now, RESENDS_PER_TICK);
-        let asked = |id| {
-            c.exchange
-                .get(id)
-                .and_then(|p| Some((id, p.asked?, p.holder.clone())))
-        };
-        due.into_iter().filter_map(asked).collect()
-    });
-    for (id, asked, holder) in unanswered {
-        ask_again(ctx, id, asked, &holder);
+    let unanswered = CHECKS.with(|c| c.borrow_mut().due(now, RESENDS_PER_TICK));
+    for (id, query) in unanswered {
+        if let Some(asked) = query.asked {
+            ask_again(ctx, id, asked, &query.name);
+        }
     }
 }
 
@@ -355,11 +311,7 @@ fn ask_again(ctx: Ctx, id: u64, asked: NodeId, holder: &[u8]) {
         Ok(route) => route,
         Err(_) => Some(asked), // no master known for the slot now: the one asked before
     };
-    CHECKS.with(|c| {
-        if let Some(p) = c.borrow_mut().exchange.get_mut(id) {
-            p.asked = now_asked;
-        }
-    });
+    CHECKS.with(|c| c.borrow_mut().reroute(id, now_asked));
     if let Some(node) = now_asked {
         metrics::HOLDER_CHECK_RESENDS.incr();
         cluster::send(
@@ -386,10 +338,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
             let Ok((id, verdict)) = msg::decode_response(payload) else {
                 return;
             };
-            let asked = CHECKS.with(|c| c.borrow().exchange.get(id).map(|p| p.asked));
-            if asked == Some(Some(from)) {
-                resolve(ctx, id, verdict);
-            }
+            resolve(ctx, id, Some(from), verdict);
         }
         _ => {}
     }
