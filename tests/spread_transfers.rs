@@ -307,6 +307,47 @@ fn forged_outboxes_credit_nothing_and_a_forged_move_is_rolled_back() {
     );
 }
 
+/// Issue 34: budget moves between holders go through the home, and a holder refuses a
+/// sibling's move (what a node of an earlier version sends), whatever the receiver is: a
+/// floored holder the home lists, or a fresh key at a holder name (as one folded and expired
+/// while a move toward it waited out a partition). Each rolls back at its giver. On the build
+/// before this, the listed holder took the move (10 units of budget from a key no read
+/// counts) and the fresh name held it "not yet" for good, its giver never answered.
+#[test]
+fn a_holder_refuses_a_siblings_budget_move_and_it_rolls_back() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 1000");
+    c.q("CTR.FLOOR stock 100");
+    let stock = names(&c.q("CTR.SPREAD stock 4"));
+    let budgets_before = info(&mut c, "stock", "holder_budgets").unwrap();
+    // Siblings of the same spread (its id and home), not listed by the home.
+    let sibling = |index: usize| stock[1].replacen(".1.0}", &format!(".{index}.0}}"), 1);
+    for (giver, receiver) in [(sibling(9), stock[2].clone()), (sibling(8), sibling(7))] {
+        let rolled_back = stat(&server, "rolled_back");
+        forged_move(&mut c, &giver, &receiver);
+        assert_eq!(info(&mut c, &giver, "floor"), Some(Value::Int(30)));
+        eventually(10, || {
+            (stat(&server, "rolled_back") > rolled_back).then_some(())
+        });
+        assert_eq!(
+            info(&mut c, &giver, "floor"),
+            Some(Value::Int(20)),
+            "rolled back at {giver}"
+        );
+        assert_eq!(
+            c.q(&format!("EXISTS {receiver}")),
+            Value::Int(i64::from(receiver == stock[2]))
+        );
+    }
+    assert_eq!(
+        info(&mut c, "stock", "holder_budgets").unwrap(),
+        budgets_before,
+        "no holder was given anything"
+    );
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(1000));
+}
+
 /// Writes at `key` a forged state: value 100, floor 30, and an outbox entry claiming a budget
 /// move of 10 floor units to `receiver` (its floor raised from 20 by the debit), encoded as
 /// section 16 (src/persist/ctr_format.rs), or as section 12 where the module predates it (the

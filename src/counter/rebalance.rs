@@ -222,6 +222,37 @@ pub fn plan_moves(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
     moves
 }
 
+/// The moves `planned` as they travel across masters: through the home (index 0). A move
+/// between two holders becomes one from the giver to the home and one from the home to the
+/// receiver (the home gives at most what it holds when the give reaches it: what the giver
+/// sends refills it). The moves of one pair are merged into one (a pair has one move in flight
+/// at a time), in the order first planned. Why: the home asks a holder to seal only once its
+/// own move toward it is answered, so no move can outlive its receiver; a move between holders
+/// could reach a holder folded and expired meanwhile, and be held there for good.
+pub fn through_the_home(planned: &[Move]) -> Vec<Move> {
+    let mut moves: Vec<Move> = Vec::new();
+    let mut add = |giver: usize, receiver: usize, units: i64| match moves
+        .iter_mut()
+        .find(|m| (m.giver, m.receiver) == (giver, receiver))
+    {
+        Some(m) => m.units = m.units.saturating_add(units),
+        None => moves.push(Move {
+            giver,
+            receiver,
+            units,
+        }),
+    };
+    for m in planned {
+        if m.giver == 0 || m.receiver == 0 {
+            add(m.giver, m.receiver, m.units);
+        } else {
+            add(m.giver, 0, m.units);
+            add(0, m.receiver, m.units);
+        }
+    }
+    moves
+}
+
 /// Every holder refused: the holder with the largest refused purchase that the headroom
 /// covers and its own budget does not (of equals, the one holding most) takes from the others
 /// (largest first) until it covers it. The buyer retries where it was refused (a `TRYAGAIN` is
@@ -452,5 +483,34 @@ mod tests {
         // More than the whole headroom: nothing to gather.
         let short = [report(3, 20, 1, 20), report(4, 20, 1, 20)];
         assert!(plan_moves(&short, 16).is_empty());
+    }
+
+    #[test]
+    fn moves_between_holders_go_through_the_home_one_per_pair() {
+        let mv = |giver, receiver, units| Move {
+            giver,
+            receiver,
+            units,
+        };
+        let planned = [mv(1, 2, 5), mv(0, 3, 4), mv(3, 2, 1), mv(1, 0, 2)];
+        assert_eq!(
+            through_the_home(&planned),
+            vec![mv(1, 0, 7), mv(0, 2, 6), mv(0, 3, 4), mv(3, 0, 1)]
+        );
+        assert_eq!(through_the_home(&[]), Vec::new());
+        let total = |moves: &[Move], i: usize| -> i64 {
+            moves
+                .iter()
+                .map(|m| match i {
+                    _ if m.receiver == i => m.units,
+                    _ if m.giver == i => -m.units,
+                    _ => 0,
+                })
+                .sum()
+        };
+        let routed = through_the_home(&planned);
+        for holder in 1..4 {
+            assert_eq!(total(&routed, holder), total(&planned, holder), "{holder}");
+        }
     }
 }

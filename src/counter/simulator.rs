@@ -61,6 +61,7 @@ use super::audit::{self, Answer, Audit, Question};
 use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
+use super::rebalance::{through_the_home, Move};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     plan_holders_avoiding, spread_id_from, Standalone,
@@ -68,7 +69,7 @@ use super::spread::{
 use super::step::{Step, StepOutcome};
 use super::transfer::{
     purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
-    TransferError, MOVE_IN_FLIGHT_MS,
+    TransferError,
 };
 use super::{AddOp, Counter, DecrOp, Spread};
 
@@ -586,10 +587,12 @@ impl Sim {
         self.now < until && matches!(m, Message::Credit(c) if across(c))
     }
 
-    /// A budget move from a holder to a sibling, across a partition of their masters longer
-    /// than the sealed grace: the receiver is shrunk away, sealed, folded and expires before
-    /// the credit comes; the fresh name then must not take it (a key made there would hold
-    /// floor units no read counts). The move stays in flight for good (docs/CLUSTER.md).
+    /// A budget move from a holder to a sibling (sent by a node from before every move went
+    /// through the home), across a partition of their masters longer than the sealed grace:
+    /// the receiver is shrunk away, sealed, folded and expires before the credit comes. The
+    /// fresh name must not take it (a key made there would hold floor units no read counts),
+    /// nor hold it "not yet" (the move, and its giver's fold, would wait for good): it is
+    /// refused, and the giver rolls it back.
     fn sibling_move_outlives_its_receiver(&mut self) {
         let Some(spread) = self.home_counter().and_then(|h| h.spread()).cloned() else {
             return;
@@ -1186,20 +1189,35 @@ impl Sim {
         if self.floor.is_none() {
             return;
         }
-        // The planner moves budget between the home and its current holders.
+        // The planner moves budget between the home and its current holders, as the glue
+        // routes a plan across masters (`rebalance::through_the_home`).
         let mut current = vec![self.home.clone()];
         if let Some(s) = self.home_counter().and_then(|h| h.spread()) {
             current.extend(s.holders.iter().cloned());
         }
-        let giver = current[self.rng.below(current.len())].clone();
-        let receiver = current[self.rng.below(current.len())].clone();
-        let budget = self
-            .get(&giver)
-            .and_then(|c| c.floor().map(|f| c.value() - f.floor))
-            .unwrap_or(0);
-        if giver != receiver && budget > 0 {
-            let units = 1 + self.rng.below(budget as usize) as i64;
-            self.start_move(&giver, &receiver, units);
+        let (giver, receiver) = (self.rng.below(current.len()), self.rng.below(current.len()));
+        let budget = |sim: &Sim, i: usize| {
+            sim.get(&current[i])
+                .and_then(|c| c.floor().map(|f| c.value() - f.floor))
+                .unwrap_or(0)
+        };
+        let planned = budget(self, giver);
+        if giver == receiver || planned <= 0 {
+            return;
+        }
+        let units = 1 + self.rng.below(planned as usize) as i64;
+        let plan = Move {
+            giver,
+            receiver,
+            units,
+        };
+        for m in through_the_home(&[plan]) {
+            // The giver's master moves at most what the giver holds now (it decides alone).
+            let units = m.units.min(budget(self, m.giver));
+            if units > 0 {
+                let (from, to) = (current[m.giver].clone(), current[m.receiver].clone());
+                self.start_move(&from, &to, units);
+            }
         }
     }
 
@@ -1914,56 +1932,24 @@ impl Sim {
             .map_or(0, |s| s.holders.len() + 1);
         if self.floor.is_some() {
             for k in self.members().into_iter().take(current) {
-                // A stranded move holds purchases back while it is young, no longer.
-                let now = match self.strands_a_move(&k) {
-                    true => self.now.saturating_add(MOVE_IN_FLIGHT_MS),
-                    false => self.now,
-                };
-                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k), now) {
+                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k), self.now) {
                     return Err(format!("{} still waits for budget", show(&k)));
                 }
             }
         }
-        // A holder with a stranded move never seals (it seals only once its own moves are
-        // answered): its fold waits for good, an open defect (docs/CLUSTER.md).
         let home = self.home_counter();
-        let leaving = home.map(|h| h.leaving()).unwrap_or_default();
-        if leaving.iter().any(|l| !self.strands_a_move(&l.name)) {
+        if home.is_some_and(|h| !h.leaving().is_empty()) {
             return Err("a fold never finished".into());
         }
-        let members = self.members();
-        for k in &members {
-            let outbox = self.get(k).and_then(|c| c.transfers()).map(|t| &t.outbox);
-            let unanswered = outbox
-                .into_iter()
-                .flatten()
-                .any(|o| !self.stranded(o, &members));
-            if unanswered {
-                return Err(format!("{} still has a transfer unanswered", show(k)));
+        for k in self.members() {
+            if self
+                .get(&k)
+                .is_some_and(|c| c.transfers().is_some_and(|t| !t.outbox.is_empty()))
+            {
+                return Err(format!("{} still has a transfer unanswered", show(&k)));
             }
         }
         Ok(())
-    }
-
-    /// True when the member `k` has a stranded move in its outbox ([`Sim::stranded`]).
-    fn strands_a_move(&self, k: &[u8]) -> bool {
-        let members = self.members();
-        let outbox = self.get(k).and_then(|c| c.transfers()).map(|t| &t.outbox);
-        outbox
-            .into_iter()
-            .flatten()
-            .any(|o| self.stranded(o, &members))
-    }
-
-    /// A budget move stranded for good: toward a holder name that is no member any more and
-    /// has no key (its holder folded and expired before the move's credit came: a partition
-    /// longer than the sealed grace). No key may take it (a fresh key under the name is not
-    /// the holder it was sent to), so it stays unanswered, its floor units erring low.
-    fn stranded(&self, o: &super::Outgoing, members: &[Vec<u8>]) -> bool {
-        o.fold_id == 0
-            && parse_holder_name(&o.receiver).is_some()
-            && !members.contains(&o.receiver)
-            && self.get(&o.receiver).is_none()
     }
 }
 

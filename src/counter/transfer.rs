@@ -153,8 +153,8 @@ pub enum CreditOutcome {
     /// back. Given only for reasons that never change for this credit (so no copy of it can
     /// be applied later), once the receiver's replicas hold the state it was judged on.
     Refused,
-    /// Not expected yet (a sibling's move before the home's first credit): no answer; the
-    /// giver sends it again.
+    /// Not expected yet (a credit to a home not there: renamed away, or deleted): no answer;
+    /// the giver sends it again.
     NotYet,
 }
 
@@ -553,8 +553,8 @@ impl Counter {
     /// True when budget this counter may sell is still travelling, so that a purchase it
     /// refuses now may be granted once it lands: a holder of a floored spread before its first
     /// credit (`floor_if_none`, from its name: its share is on the way), or a counter whose own
-    /// budget moves are unacknowledged (a home's shares right after a spread, a move to a
-    /// sibling: those units are in no holder's budget until they land). Such a refusal is not
+    /// budget moves are unacknowledged (a home's shares right after a spread, a move to or
+    /// from the home: those units are in no holder's budget until they land). Such a refusal is not
     /// final and must not be recorded against a token.
     /// A move counts while it is younger than [`MOVE_IN_FLIGHT_MS`] (its seq carries the time
     /// of its debit, [`next_seq`]).
@@ -695,36 +695,38 @@ impl Counter {
     /// (the credit's receiver is this counter's own key name). Judged on what the credit
     /// carries from its debit (its giver's name then, its fold) and on what never comes back
     /// once it is so (a fold ended, a holder sealed), so every copy of one credit gets one
-    /// answer; what may change ("not yet") is answered by nothing.
+    /// answer.
     /// - A fold credit: expected while this home lists its fold as leaving.
     /// - A budget move: never by a sealed receiver; a home expects its current and leaving
-    ///   holders; a holder (by its name) its home, and its sibling holders once the home's
-    ///   first move made it floored.
-    pub fn expects(&self, credit: &Credit) -> Option<bool> {
+    ///   holders; a holder (by its name) its home only.
+    pub fn expects(&self, credit: &Credit) -> bool {
         let me = credit.receiver.as_slice();
         let from = credit.from.as_slice();
         let t = self.transfers();
         if credit.fold_id != 0 {
-            return Some(t.is_some_and(|t| t.leaving_slot(credit.fold_id, from).is_some()));
+            return t.is_some_and(|t| t.leaving_slot(credit.fold_id, from).is_some());
         }
         if self.is_sealed() {
-            return Some(false);
+            return false;
         }
         if let Some(holder) = parse_holder_name(me) {
             if !same_spread(me, from) {
-                return Some(false);
+                return false;
             }
-            // From a sibling only once the home's first move made this holder floored: a key
-            // folded and then expired (or renamed away) is fresh again, and budget sent to it
-            // after its fold would be stranded there. The home asks a holder to seal only
-            // once its own move toward it is answered (`messages_due`).
-            let from_home = holder.home == from;
-            return (from_home || self.floor().is_some()).then_some(true);
+            // From its home only: budget moves between holders go through the home
+            // (`rebalance::through_the_home`), whose own move toward a holder is answered
+            // before it asks that holder to seal (`messages_due`), so no move can outlive its
+            // receiver. A sibling's move (a node from before that rule) is refused, whatever
+            // this key is: a sibling's move could reach a key folded and expired meanwhile (a
+            // partition longer than the sealed grace), fresh again, and "not yet" there would
+            // hold it, and its giver's fold, for good. Refused for a reason that never
+            // changes: no copy of it is applied later (one applied before is a repeat).
+            return holder.home == from;
         }
         let current = self
             .spread()
             .is_some_and(|s| s.holders.iter().any(|h| h == from));
-        Some(current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == from)))
+        current || t.is_some_and(|t| t.leaving.iter().any(|l| l.name == from))
     }
 
     /// True when this counter applied the credit `c` (or a later one of its giver) before.
@@ -739,11 +741,7 @@ impl Counter {
         if self.applied_before(c) {
             return Some(CreditOutcome::Repeat);
         }
-        match self.expects(c) {
-            Some(true) => None,
-            Some(false) => Some(CreditOutcome::Refused),
-            None => Some(CreditOutcome::NotYet),
-        }
+        (!self.expects(c)).then_some(CreditOutcome::Refused)
     }
 
     /// The outcome of a credit at a receiver key that may be missing: a missing holder is a
@@ -1193,9 +1191,8 @@ mod tests {
 
     #[test]
     fn a_transfer_moves_units_once_whatever_repeats() {
-        let (h1, h2) = (holder(1), holder(2));
+        let h2 = holder(2);
         let mut giver = Counter::plain(10);
-        // A sibling's credit is expected once the home's first move made the receiver floored.
         let mut receiver = Counter::plain(5);
         receiver.set_floor(Some(0)).unwrap();
         let out = giver.start_transfer(&h2, 4, 0, 1, g(9)).unwrap();
@@ -1211,9 +1208,9 @@ mod tests {
             Err(TransferError::Busy),
             "one at a time per pair"
         );
-        let sent = send(&giver, &h1, &mut receiver, &h2, &out);
+        let sent = send(&giver, HOME, &mut receiver, &h2, &out);
         assert_eq!(sent, Ok(CreditOutcome::Applied));
-        let again = send(&giver, &h1, &mut receiver, &h2, &out);
+        let again = send(&giver, HOME, &mut receiver, &h2, &out);
         assert_eq!(again, Ok(CreditOutcome::Repeat));
         assert_eq!(receiver.value(), 9);
         assert!(giver.apply_ack(&h2, out.seq));
@@ -1223,7 +1220,7 @@ mod tests {
         let next = giver.start_transfer(&h2, 1, 0, 1, g(5)).unwrap();
         assert!(next.seq > out.seq, "seqs grow even when the clock does not");
         assert_eq!(giver.transfers().unwrap().giver_id, 9, "the id is kept");
-        send(&giver, &h1, &mut receiver, &h2, &next).unwrap();
+        send(&giver, HOME, &mut receiver, &h2, &next).unwrap();
         assert_eq!(receiver.value(), 10);
         assert_eq!(receiver.transfers().unwrap().applied_from(9, b""), next.seq);
     }
@@ -1358,7 +1355,7 @@ mod tests {
     /// a repeat wherever the original's was applied.
     #[test]
     fn a_copy_of_a_giver_under_another_name_credits_nothing() {
-        let (h1, h2, h3) = (holder(1), holder(2), holder(3));
+        let (h2, h3) = (holder(2), holder(3));
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
         let out = giver.start_transfer(&h2, 0, -4, 1, g(9)).unwrap();
@@ -1366,7 +1363,7 @@ mod tests {
         let mut receiver = Counter::plain(0);
         receiver.set_floor(Some(0)).unwrap();
         assert_eq!(
-            send(&giver, &h1, &mut receiver, &h2, &out),
+            send(&giver, HOME, &mut receiver, &h2, &out),
             Ok(CreditOutcome::Applied)
         );
         assert_eq!(
@@ -1823,10 +1820,12 @@ mod tests {
         assert_eq!((home.value(), home.leaving().len()), (5, 0));
     }
 
-    /// A sibling's move reaches a holder that its home has not credited yet (a fresh key, or
-    /// one folded and gone): not yet, so nothing lands where no home will count it.
+    /// A sibling's move (sent by a node from before budget moved only through the home) is
+    /// refused by a holder whatever it is: fresh (a key its home has not credited yet, or one
+    /// folded and expired), or floored by its home's first move. Its giver rolls it back; it
+    /// is never held "not yet", where a receiver gone for good would hold it for ever.
     #[test]
-    fn a_fresh_holder_waits_for_its_home_before_a_siblings_move() {
+    fn a_holder_refuses_a_siblings_move_whatever_it_is() {
         let (h1, h2) = (holder(1), holder(2));
         let mut giver = Counter::plain(5);
         giver.set_floor(Some(0)).unwrap();
@@ -1834,17 +1833,23 @@ mod tests {
         let mut fresh = Counter::plain(0);
         assert_eq!(
             send(&giver, &h1, &mut fresh, &h2, &out),
-            Ok(CreditOutcome::NotYet)
+            Ok(CreditOutcome::Refused)
         );
         assert_eq!(fresh, Counter::plain(0));
         let first = Counter::plain(9)
             .start_transfer(&h2, 0, 0, 1, g(5))
             .unwrap();
         send(&Counter::plain(0), HOME, &mut fresh, &h2, &first).unwrap();
+        assert!(fresh.floor().is_some(), "floored by its home");
         assert_eq!(
             send(&giver, &h1, &mut fresh, &h2, &out),
-            Ok(CreditOutcome::Applied)
+            Ok(CreditOutcome::Refused),
+            "the same answer to every copy"
         );
+        assert_eq!(giver.floor().map(|f| f.floor), Some(3), "debited");
+        assert_eq!(giver.apply_refusal(&h2, out.seq), Ok(true));
+        assert_eq!(giver.floor().map(|f| f.floor), Some(0), "rolled back");
+        assert!(giver.transfers().is_none_or(|t| t.outbox.is_empty()));
     }
 
     /// A home sends no seal request to a leaving holder while its own move toward that holder

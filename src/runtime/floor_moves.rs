@@ -9,7 +9,9 @@
 //!    holders' refusals, **polls** the masters of the other holders (0xD1, one message per
 //!    master) for each holder's budget and demand meter; they **answer** (0xD2).
 //! 3. With every answer in, it plans with `plan_moves` (at most half a spare holder's budget,
-//!    largest wants first) and sends each giver's master a **give** (0xD3).
+//!    largest wants first), routes each move between two holders through the home
+//!    (`through_the_home`: the giver gives to the home, the home to the receiver) and sends
+//!    each giver's master a **give** (0xD3).
 //! 4. The giver's master decides alone: it starts a transfer (`dv = 0, df = -n`) of at most
 //!    its budget at that moment, so a stale plan can never oversell; a pair with a move still
 //!    unacknowledged is busy and the give is dropped (the next refusal plans again).
@@ -39,7 +41,7 @@ use super::spread_transfer as transfer;
 use crate::config;
 use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
 use crate::counter::rebalance::apply_moves;
-use crate::counter::rebalance::{plan_moves, HolderReport};
+use crate::counter::rebalance::{plan_moves, through_the_home, HolderReport};
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
@@ -231,7 +233,9 @@ fn finish(ctx: Ctx, poll: Poll) {
             cluster::send(ctx.ptr, node, MSG_HEADROOM, &bound);
         }
     }
-    for m in plan_moves(&reports, MAX_MOVES) {
+    // Across masters every move goes through the home (its names[0]): no move can outlive
+    // its receiver (`rebalance::through_the_home`).
+    for m in through_the_home(&plan_moves(&reports, MAX_MOVES)) {
         let give = Give {
             giver: poll.names[m.giver].clone(),
             receiver: poll.names[m.receiver].clone(),
