@@ -83,14 +83,15 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     // budget (retryable), and its refusal is demand.
     assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), &holders[1]);
     assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
-    // A rebalance moves budget there from the largest spare (the home, first of equals), its
-    // floor up one, holder 1's down one.
+    // A rebalance brings holder 1 to an even share of the whole budget (675 / 4 = 168, more
+    // than the 1 unit refused) from the largest spares: half the home's (first of equals),
+    // then holder 2's; each giver's floor up, holder 1's down.
     wait_for(&mut c, "the move", |c| {
-        ints(&info_field(c, "stock", "holder_budgets")) == [224, 1, 225, 225]
+        ints(&info_field(c, "stock", "holder_budgets")) == [113, 168, 169, 225]
     });
     // A restock adds budget where it lands.
     assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "5"]), Value::Int(-220));
-    assert_eq!(ints(&field(&mut c, "holder_budgets")), [224, 6, 225, 225]);
+    assert_eq!(ints(&field(&mut c, "holder_budgets")), [113, 173, 169, 225]);
     assert_eq!(field(&mut c, "value"), Value::Int(780));
     assert_eq!(field(&mut c, "headroom"), Value::Int(680));
 
@@ -102,7 +103,7 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     assert_eq!(c.q("CTR.SPREAD stock 6").array().len(), 6);
     assert_eq!(
         ints(&field(&mut c, "holder_floors")),
-        [776, -226, -225, -225, 0, 0]
+        [887, -393, -169, -225, 0, 0]
     );
     assert_eq!(field(&mut c, "headroom"), Value::Int(680));
 }

@@ -164,8 +164,11 @@ pub struct HolderReport {
 /// The rebalance policy: budget moves from holders that refused nothing to holders that
 /// refused for want of units.
 ///
-/// - A refusing holder wants what it refused over the period (`refused_units`), and at least
-///   enough for its largest refused purchase beyond what it holds.
+/// - A refusing holder wants what it refused over the period (`refused_units`), at least
+///   enough for its largest refused purchase beyond what it holds, and at least what brings it
+///   to an even share of the whole budget: a buyer waiting in the server asks one purchase at
+///   a time, and its demand alone would move about one unit a round (a hot holder across
+///   masters sold 397 units in 13 s so).
 /// - A holder that refused nothing gives at most half its budget per period: it may be
 ///   selling too, and halving converges geometrically without draining a giver into refusing
 ///   (which would pull budget straight back).
@@ -175,13 +178,19 @@ pub struct HolderReport {
 ///   (fragmentation: 4 holders of 3 units refusing a purchase of 10).
 /// - No refusals, no moves: budgets stay where the sales put them.
 pub fn plan_moves(holders: &[HolderReport], max_moves: usize) -> Vec<Move> {
+    let whole_budget = holders
+        .iter()
+        .map(|h| h.budget.max(0))
+        .fold(0, i64::saturating_add);
+    let even_share = whole_budget / i64::try_from(holders.len().max(1)).unwrap_or(i64::MAX);
     let want = |h: &HolderReport| -> i64 {
         let d = h.demand;
         if d.refusals == 0 {
             return 0;
         }
         let largest_short = clamp(d.largest_refused).saturating_sub(h.budget.max(0));
-        clamp(d.refused_units).max(largest_short)
+        let to_even = even_share.saturating_sub(h.budget.max(0));
+        clamp(d.refused_units).max(largest_short).max(to_even)
     };
     let mut wants: Vec<(usize, i64)> = holders
         .iter()
@@ -425,8 +434,9 @@ mod tests {
         let moves = plan_moves(&holders, 16);
         let after = budgets_after(&holders, &moves);
         assert_eq!(after.iter().sum::<i64>(), 141, "moves keep the headroom");
-        assert_eq!(after[3], 31, "the largest want first, in full");
-        assert_eq!(after[1], 12);
+        // Each demander reaches an even share (141 / 4 = 35), more than it refused (12, 30).
+        assert_eq!(after[1], 35, "the largest want first, in full");
+        assert_eq!(after[3], 35);
         assert!(
             after[0] >= 50 && after[2] >= 20,
             "a giver keeps half: {after:?}"
@@ -512,5 +522,19 @@ mod tests {
         for holder in 1..4 {
             assert_eq!(total(&routed, holder), total(&planned, holder), "{holder}");
         }
+    }
+
+    /// A buyer waiting in the server at a holder with nothing asks one unit at a time: the
+    /// round brings that holder to an even share, not the one unit.
+    #[test]
+    fn a_holder_that_waits_for_one_unit_gets_an_even_share() {
+        let holders = [
+            report(100, 0, 0, 0),
+            report(100, 0, 0, 0),
+            report(100, 0, 0, 0),
+            report(0, 1, 1, 1),
+        ];
+        let after = budgets_after(&holders, &plan_moves(&holders, 16));
+        assert_eq!(after, vec![50, 75, 100, 75], "each giver keeps half");
     }
 }
