@@ -448,11 +448,29 @@ fn a_windowed_counter_is_the_sum_of_its_last_window() {
     assert_eq!(c.q("CTR.WINDOW w NONE"), Value::Simple("OK".into()));
     assert_eq!(add_at(&mut c, "w", 1, base + 50_000), Value::Int(9));
     assert_eq!(info_field(&mut c, "w", "window_ms"), Value::Nil);
-    // A counter that had a value: what it held counts as added when the window came.
+    // A counter that had a value: what it held counts as added when the window came (at the
+    // server's clock, in the bucket of `t`: read away from a second's edge, since the module's
+    // coarse clock may lag `TIME` by a few milliseconds there).
+    let t = server_now_ms_inside_a_second(&mut c);
     c.q("CTR.ADD old 5");
     c.q("CTR.WINDOW old 2000 BUCKETS 2");
-    assert_eq!(add_at(&mut c, "old", 1, base + 1000), Value::Int(6));
-    assert_eq!(add_at(&mut c, "old", 1, base + 2000), Value::Int(2));
+    assert_eq!(add_at(&mut c, "old", 1, t + 1000), Value::Int(6));
+    assert_eq!(add_at(&mut c, "old", 1, t + 2000), Value::Int(2));
+}
+
+/// The server's clock in milliseconds, read between 100 and 800 ms into a second (waiting for
+/// the next second when it is not).
+fn server_now_ms_inside_a_second(c: &mut Conn) -> i64 {
+    loop {
+        let t = c.q("TIME").array();
+        let seconds = t[0].text().parse::<i64>().unwrap();
+        let millis = t[1].text().parse::<i64>().unwrap() / 1000;
+        if (100..800).contains(&millis) {
+            return seconds * 1000 + millis;
+        }
+        let to_next = (1000 - millis + 150) % 1000;
+        std::thread::sleep(std::time::Duration::from_millis(to_next as u64));
+    }
 }
 
 #[test]
