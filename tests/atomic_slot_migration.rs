@@ -1102,6 +1102,7 @@ fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
         .cmd(&["CONFIG", "SET", "ctr.purchase-wait-ms", "10000"]));
     let back = Migration::start(&cluster, asm, &[slot], target, source, Hold::Handoff);
     back.wait_paused(&cluster);
+    let waits_before = ctr_stat(&cluster.nodes[target], "commands_waited");
     let info = sent_from_a_thread(target_port, &["CTR.INFO", "{homeoff}"]);
     let mut reader = Conn::connect(target_port).unwrap();
     let started = Instant::now();
@@ -1111,10 +1112,18 @@ fn a_read_during_the_handoff_of_its_homes_slot_waits_and_is_exact() {
     assert_eq!(info.field("value"), Value::Int(total), "{info:?}");
     assert_eq!(names(&info.field("holders")).len(), 6);
     back.release(&cluster);
-    assert!(!back.wait_end(&cluster), "the handoff was given up");
-    assert!(waited >= Duration::from_millis(500), "{waited:?}");
-    assert_eq!(cluster.owner(slot), target);
-    eprintln!("{asm:?}: a read waited {waited:?} for a handoff given up");
+    // Valkey decides whether the handoff is given up or completes once the target is released
+    // (seen both ways under load): the read above is exact either way, and the slot's owner is
+    // whichever the outcome says.
+    let completed = back.wait_end(&cluster);
+    let owner = if completed { source } else { target };
+    assert_eq!(cluster.owner(slot), owner, "completed: {completed}");
+    let waits = ctr_stat(&cluster.nodes[target], "commands_waited") - waits_before;
+    assert!(
+        waits >= 1,
+        "the read waited in the server ({waits}, {waited:?})"
+    );
+    eprintln!("{asm:?}: a read waited {waited:?} for a handoff (completed: {completed})");
 }
 
 /// A migration of a spread home's slot cancelled halfway: the target had the home (and writes
