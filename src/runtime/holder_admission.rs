@@ -68,12 +68,15 @@ thread_local! {
 /// True when a grow's planner must avoid `name`: outside a cluster, a key sits there now; in a
 /// cluster, its master said so lately.
 pub fn is_taken(ctx: Ctx, name: &[u8], in_cluster: bool) -> bool {
-    let now = ctx.now_ms();
-    let known = match in_cluster {
-        true => known(name, now),
-        false => Some(read_here(ctx, name, now)),
-    };
-    known == Some(Known::Taken)
+    if in_cluster {
+        return known(name, ctx.now_ms()) == Some(Known::Taken);
+    }
+    // One server: the key is read here and now; nothing is kept, the next plan reads again.
+    let taken = answer_here(ctx, name) == NameAnswer::Taken;
+    if taken {
+        metrics::HOLDER_NAMES_TAKEN.incr();
+    }
+    taken
 }
 
 /// True when the master of each of the names a grow of `home` planned (in a cluster) has said
@@ -106,16 +109,6 @@ fn remember(name: &[u8], answer: NameAnswer, now: i64) {
     };
     let until = now.saturating_add(trusted_ms);
     ADMISSION.with(|a| a.borrow_mut().keep(name, known, until, now));
-}
-
-/// Reads `name` on this server (outside a command in a cluster: a timer or a bus callback).
-fn read_here(ctx: Ctx, name: &[u8], now: i64) -> Known {
-    let answer = answer_here(ctx, name);
-    remember(name, answer, now);
-    match answer {
-        NameAnswer::Free => Known::Free,
-        _ => Known::Taken,
-    }
 }
 
 /// What this master says of `name`: free when no key of any type is there.
