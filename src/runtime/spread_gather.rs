@@ -34,7 +34,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -46,13 +46,13 @@ use super::read_handoff::{self, Outcome};
 use super::read_links;
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
+use super::waiter::{self, Answered};
 use crate::config;
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::{exact_sum, CounterRef, TokenStamp};
 use crate::ffi::{
     rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, RawString, Reply,
 };
-use crate::guard::guard;
 use crate::metrics;
 use crate::persist::gather_msg::{self, HolderAnswer};
 use crate::protocol::gather::{self, Plan, Reading, Request, Round};
@@ -76,7 +76,7 @@ struct Ending {
 /// arrived.
 #[derive(Clone, Copy)]
 struct Blocked {
-    bc: *mut raw::RedisModuleBlockedClient,
+    bc: Answered,
     started_ms: i64,
 }
 
@@ -624,7 +624,7 @@ fn park(ctx: Ctx, readings: Vec<Reading>, how: Finish, home: &[u8], bound: i64) 
     let timeout = bound.saturating_add(config::GATHER_TIMEOUT_MS.load(Relaxed));
     let now = ctx.now_ms();
     let blocked = Blocked {
-        bc: block_client(ctx, timeout),
+        bc: waiter::block_until_answered(ctx, timeout, &HOOKS),
         started_ms: now,
     };
     // SAFETY: ctx is live.
@@ -655,7 +655,7 @@ fn park_blocked(
             unblock(blocked.bc, result);
         }
     };
-    read_handoff::park(ctx, blocked.bc as usize, wait, Box::new(resume));
+    read_handoff::park(ctx, blocked.bc, wait, Box::new(resume));
 }
 
 /// A parked read whose wait ended with its home's slot served here: its keys are read afresh
@@ -694,7 +694,7 @@ const GATHER_AGAIN_MS: i64 = 20;
 /// later, within `ctr.purchase-wait-ms` of its arrival (`read_handoff`); any other failure, or
 /// past that bound, replies the error.
 fn gather_again_or_fail(ctx: Ctx, reader: Reader, e: CommandError) {
-    let bc = reader.bc as *mut raw::RedisModuleBlockedClient;
+    let bc = reader.bc;
     let now = ctx.now_ms();
     let deadline = reader
         .started_ms
@@ -781,7 +781,8 @@ fn wait_for_gathers(
         Some(b) => (b.bc, b.started_ms, Within::Callback),
         None => {
             let timeout = config::GATHER_TIMEOUT_MS.load(Relaxed);
-            (block_client(ctx, timeout), ctx.now_ms(), Within::Command)
+            let bc = waiter::block_until_answered(ctx, timeout, &HOOKS);
+            (bc, ctx.now_ms(), Within::Command)
         }
     };
     let started = GATHERS.with(|g| {
@@ -815,42 +816,24 @@ fn wait_for_gathers(
                 }
             };
             if let Some(round) = g.rounds.get_mut(id) {
-                round.waiters.push(bc as usize);
+                round.waiters.push(bc);
             }
             waits.push((i, id));
         }
         let reader = Reader {
-            bc: bc as usize,
+            bc,
             started_ms,
             readings,
             waits,
             finish: Ending { how, db },
         };
-        g.readers.insert(bc as usize, reader);
+        g.readers.insert(bc, reader);
         started
     });
     for id in started {
         launch(ctx.ptr, id, within);
     }
     Ok(Waited::Blocked)
-}
-
-/// Blocks the client of the read running in `ctx` (allowed: checked by the caller) for up to
-/// `timeout` ms.
-fn block_client(ctx: Ctx, timeout: i64) -> *mut raw::RedisModuleBlockedClient {
-    // SAFETY: ctx is the live context of a command that may block (checked by the caller).
-    let bc = unsafe {
-        rm!(RedisModule_BlockClient)(
-            ctx.ptr,
-            Some(on_reply),
-            Some(on_timeout),
-            Some(free_result),
-            timeout,
-        )
-    };
-    // SAFETY: bc was just returned by BlockClient.
-    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect)) };
-    bc
 }
 
 /// Where a round is launched from.
@@ -1044,20 +1027,18 @@ fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
                 metrics::record_gather_latency(c.now_ms().saturating_sub(reader.started_ms));
                 sum_time_view(c, &mut readings);
                 let result = finish(c, &readings, reader.finish.how);
-                unblock(reader.bc as *mut raw::RedisModuleBlockedClient, result);
+                unblock(reader.bc, result);
             }
             Effect::Fail(reader, e) => gather_again_or_fail(Ctx { ptr: ctx }, reader, e),
         }
     }
 }
 
-fn unblock(bc: *mut raw::RedisModuleBlockedClient, result: CommandResult) {
+fn unblock(bc: Answered, result: CommandResult) {
     if result.is_err() {
         metrics::GATHER_FAILURES.incr();
     }
-    let boxed = Box::into_raw(Box::new(result)).cast::<c_void>();
-    // SAFETY: bc is blocked and unblocked once: its read was just removed from the table.
-    unsafe { rm!(RedisModule_UnblockClient)(bc, boxed) };
+    waiter::answer(bc, result);
 }
 
 /// The gather's bus messages: a request (answered for each holder this node serves) and a
@@ -1267,46 +1248,27 @@ fn remember(round: &Round, now: i64) {
     });
 }
 
-unsafe extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    // SAFETY: the private data is the boxed result given to UnblockClient.
-    let result =
-        unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<CommandResult>();
-    let ctx = Ctx { ptr: ctx };
-    // A panic before the reply still answers the client (as a command's panic does).
-    let replied = guard(ctx.ptr, "gather-reply", || {
-        // SAFETY: non-null results are ours and live until free_result.
-        match unsafe { result.as_ref() } {
-            Some(Ok(reply)) => ctx.reply(reply),
-            Some(Err(e)) => ctx.reply_error(e),
-            None => ctx.reply_error(&CommandError::fixed(
-                "ERR spread counter read lost its result",
-            )),
-        }
-    });
-    if replied.is_none() {
-        ctx.reply_error(&CommandError::fixed(
-            "ERR internal error in redis-ctr (a bug: please report it)",
-        ));
-    }
-    raw::REDISMODULE_OK as c_int
-}
+/// The gather's part in its blocked reads' waits (`waiter`).
+static HOOKS: waiter::AnswerHooks = waiter::AnswerHooks {
+    timed_out,
+    gone,
+    callbacks: [
+        "gather-reply",
+        "gather-timeout",
+        "gather-disconnect",
+        "gather-free",
+    ],
+};
 
 /// Removes a blocked read (timed out or gone) from the gathers it waits for; a gather no read
 /// waits for any more is dropped, and the home's queued gather, if any, starts from a timer.
 /// Returns how many masters had not answered what it waited for (None: no such read).
-fn drop_reader(
-    ctx: *mut raw::RedisModuleCtx,
-    bc: *mut raw::RedisModuleBlockedClient,
-) -> Option<usize> {
+fn drop_reader(ctx: *mut raw::RedisModuleCtx, bc: Answered) -> Option<usize> {
     let mut effects = Vec::new();
     let silent = GATHERS.with(|g| {
         let mut g = g.borrow_mut();
-        let silent = g.silent_for(g.readers.get(&(bc as usize))?);
-        g.remove_reader(bc as usize, &mut effects);
+        let silent = g.silent_for(g.readers.get(&bc)?);
+        g.remove_reader(bc, &mut effects);
         Some(silent)
     });
     for effect in effects {
@@ -1317,20 +1279,14 @@ fn drop_reader(
     silent
 }
 
-unsafe extern "C" fn on_timeout(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    // SAFETY: ctx is the timeout context of a blocked client.
-    let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
-    let parked = guard(ctx, "gather-timeout", || read_handoff::unpark(bc as usize));
-    let silent = guard(ctx, "gather-timeout", || drop_reader(ctx, bc))
-        .flatten()
-        .unwrap_or(0);
+/// A blocked read past `ctr.gather-timeout-ms` (with its handoff's bound when parked): it
+/// leaves its gathers and gets the error.
+fn timed_out(ctx: *mut raw::RedisModuleCtx, bc: Answered) -> CommandError {
+    let parked = read_handoff::unpark(bc);
+    let silent = drop_reader(ctx, bc).unwrap_or(0);
     metrics::GATHER_FAILURES.incr();
     metrics::GATHER_TIMEOUTS.incr();
-    let error = if parked == Some(true) {
+    if parked {
         // Only a server that lets the timer lag past the wait's bound gets here.
         CommandError::fixed("TRYAGAIN spread counter is moving between masters")
     } else {
@@ -1340,33 +1296,13 @@ unsafe extern "C" fn on_timeout(
             )
             .into(),
         )
-    };
-    Ctx { ptr: ctx }.reply_error(&error);
-    // A client blocked without keys is released only by UnblockClient, timed out or not.
-    // SAFETY: bc is live until this call; its read is gone, so no answer unblocks it again.
-    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
-    raw::REDISMODULE_OK as c_int
-}
-
-unsafe extern "C" fn on_disconnect(
-    ctx: *mut raw::RedisModuleCtx,
-    bc: *mut raw::RedisModuleBlockedClient,
-) {
-    let found = guard(ctx, "gather-disconnect", || {
-        read_handoff::unpark(bc as usize) | drop_reader(ctx, bc).is_some()
-    });
-    if found.unwrap_or(false) {
-        // SAFETY: as in on_timeout.
-        unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
     }
 }
 
-unsafe extern "C" fn free_result(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: the box given to UnblockClient, freed once here.
-        let result = unsafe { Box::from_raw(data.cast::<CommandResult>()) };
-        guard(ctx, "gather-free", || drop(result));
-    }
+/// A blocked read whose client went away leaves its handoff's wait and its gathers.
+fn gone(ctx: *mut raw::RedisModuleCtx, bc: Answered) {
+    read_handoff::unpark(bc);
+    drop_reader(ctx, bc);
 }
 
 /// Registers the bus receivers (harmless outside a cluster).

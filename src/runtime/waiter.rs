@@ -12,6 +12,11 @@
 //! A run from the reply callback never waits again. Nothing waits where a client cannot be
 //! blocked (inside MULTI/EXEC or a script), on a replica's replay, or past [`MAX_WAITING`];
 //! the key's slot moved or writes paused while it waited: the command's `TRYAGAIN` names that.
+//!
+//! The other way to wait, [`block_until_answered`]: a read whose reply is computed elsewhere (a
+//! gathered total, when every master answered) is blocked with the server's own timeout, and
+//! its owner hands it the reply with [`answer`]. Both ways block, reply, time out and free
+//! through this file: no other file calls the server's blocked-client API.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -121,17 +126,17 @@ pub fn wait(
     true
 }
 
-/// Runs `f`, a command run again from another blocked client's reply callback (the holder
-/// check's): nothing in it waits, since a reply callback cannot block its client again.
-pub fn replying<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f`, a command run again from a blocked client's reply callback: nothing in it waits,
+/// since a reply callback cannot block its client again.
+fn replying<R>(f: impl FnOnce() -> R) -> R {
     let outer = RERUNNING.replace(true);
     let result = f();
     RERUNNING.set(outer);
     result
 }
 
-/// True while a command runs again from a blocked client's reply callback (this waiter's or
-/// the holder check's): it cannot block its client again, so nothing in it waits or checks.
+/// True while a command runs again from a blocked client's reply callback: it cannot block
+/// its client again, so nothing in it waits or checks.
 pub fn rerunning() -> bool {
     RERUNNING.get()
 }
@@ -230,11 +235,11 @@ fn next_turn() -> Option<(u64, c_int)> {
 
 /// What a reply callback that runs its blocked command again says when something that cannot
 /// happen did (a bug): its private data gone, or the command run again asking to block.
-pub struct ReplyDefects {
+struct ReplyDefects {
     /// The guard's callback name.
-    pub callback: &'static str,
-    pub lost_data: &'static str,
-    pub blocked_twice: &'static str,
+    callback: &'static str,
+    lost_data: &'static str,
+    blocked_twice: &'static str,
 }
 
 /// The body of a blocked client's reply callback that runs its command again from it: `run`
@@ -244,7 +249,7 @@ pub struct ReplyDefects {
 /// # Safety
 /// `ctx`, `argv` and `argc` are those the server passed to a reply callback of a client
 /// unblocked with a `Box<T>` (or null) as its private data.
-pub unsafe fn reply_by_running_again<T>(
+unsafe fn reply_by_running_again<T>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
@@ -335,5 +340,131 @@ unsafe extern "C" fn free_wake(ctx: *mut raw::RedisModuleCtx, data: *mut c_void)
         // SAFETY: the box given to UnblockClient, freed once here.
         let wake = unsafe { Box::from_raw(data.cast::<Wake>()) };
         guard(ctx, "waiter-free", || drop(wake));
+    }
+}
+
+/// A client blocked by [`block_until_answered`], named by its blocked-client handle.
+pub type Answered = usize;
+
+/// What the owner of clients blocked until answered hears when the server ends a wait before
+/// its answer: at the timeout it gives the error the client gets; at a disconnect it is told.
+/// Either way it forgets the client (an answer after that is dropped here all the same).
+pub struct AnswerHooks {
+    pub timed_out: fn(*mut raw::RedisModuleCtx, Answered) -> CommandError,
+    pub gone: fn(*mut raw::RedisModuleCtx, Answered),
+    /// The guard's names of the callbacks: reply, timeout, disconnect, free.
+    pub callbacks: [&'static str; 4],
+}
+
+/// The answer handed to the reply callback, with whose it is.
+struct Answer {
+    result: CommandResult,
+    hooks: &'static AnswerHooks,
+}
+
+const INTERNAL_ERROR: CommandError =
+    CommandError::fixed("ERR internal error in redis-ctr (a bug: please report it)");
+
+thread_local! {
+    /// The owner of each client blocked until answered.
+    static ANSWERED: RefCell<HashMap<Answered, &'static AnswerHooks>> = RefCell::new(HashMap::new());
+}
+
+/// Blocks the client of the command running in `ctx` (the caller checked it may block) until
+/// [`answer`] gives its reply, or for `timeout_ms` (then `hooks.timed_out` gives the error).
+pub fn block_until_answered(ctx: Ctx, timeout_ms: i64, hooks: &'static AnswerHooks) -> Answered {
+    // SAFETY: ctx is the live context of a command that may block (checked by the caller).
+    let bc = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.ptr,
+            Some(on_answer),
+            Some(on_answer_timeout),
+            Some(free_answer),
+            timeout_ms,
+        )
+    };
+    // SAFETY: bc was just returned by BlockClient.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_answered_gone)) };
+    ANSWERED.with(|a| a.borrow_mut().insert(bc as Answered, hooks));
+    bc as Answered
+}
+
+/// Replies `result` to the blocked client `client`, once: its owner removed it from its own
+/// tables before (a second answer, or one after the timeout or the disconnect, is a bug the
+/// server would crash on; it is dropped here instead).
+pub fn answer(client: Answered, result: CommandResult) {
+    let Some(hooks) = ANSWERED.with(|a| a.borrow_mut().remove(&client)) else {
+        return;
+    };
+    let boxed = Box::into_raw(Box::new(Answer { result, hooks })).cast::<c_void>();
+    // SAFETY: the client is blocked (in the table until now) and unblocked once.
+    unsafe { rm!(RedisModule_UnblockClient)(client as *mut raw::RedisModuleBlockedClient, boxed) };
+}
+
+unsafe extern "C" fn on_answer(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the boxed Answer given to UnblockClient by `answer`.
+    let answer = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx) }.cast::<Answer>();
+    let ctx = Ctx { ptr: ctx };
+    // SAFETY: non-null answers are ours and live until free_answer.
+    let Some(answer) = (unsafe { answer.as_ref() }) else {
+        ctx.reply_error(&CommandError::fixed(
+            "ERR internal error in redis-ctr: a blocked read lost its answer (a bug: please report it)",
+        ));
+        return raw::REDISMODULE_OK as c_int;
+    };
+    // A panic before the reply still answers the client (as a command's panic does).
+    let replied = guard(ctx.ptr, answer.hooks.callbacks[0], || {
+        match &answer.result {
+            Ok(reply) => ctx.reply(reply),
+            Err(e) => ctx.reply_error(e),
+        }
+    });
+    if replied.is_none() {
+        ctx.reply_error(&INTERNAL_ERROR);
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_answer_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: ctx is the timeout context of a blocked client.
+    let bc = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx) };
+    let hooks = ANSWERED.with(|a| a.borrow_mut().remove(&(bc as Answered)));
+    let error =
+        hooks.and_then(|h| guard(ctx, h.callbacks[1], || (h.timed_out)(ctx, bc as Answered)));
+    Ctx { ptr: ctx }.reply_error(&error.unwrap_or(INTERNAL_ERROR));
+    // A client blocked without keys is released only by UnblockClient, timed out or not.
+    // SAFETY: bc is live until this call; it left the table, so no answer unblocks it again.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_answered_gone(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    let Some(hooks) = ANSWERED.with(|a| a.borrow_mut().remove(&(bc as Answered))) else {
+        return; // answered already: the server ends it
+    };
+    guard(ctx, hooks.callbacks[2], || {
+        (hooks.gone)(ctx, bc as Answered)
+    });
+    // A client blocked without keys is released only by UnblockClient.
+    // SAFETY: bc is live until this call; it left the table, so nothing unblocks it again.
+    unsafe { rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut()) };
+}
+
+unsafe extern "C" fn free_answer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the box given to UnblockClient by `answer`, freed once here.
+        let answer = unsafe { Box::from_raw(data.cast::<Answer>()) };
+        guard(ctx, answer.hooks.callbacks[3], || drop(answer));
     }
 }
