@@ -48,21 +48,22 @@ impl ExpiryArgs {
     /// false when it is not one. `bad` is the command's invalid-expire error.
     fn take(
         &mut self,
-        name: &str,
+        name: &[u8],
         words: &mut Words,
         bad: CommandError,
     ) -> Result<bool, CommandError> {
         let positive = |n: i64, scale: i64| n.checked_mul(scale).filter(|ms| *ms > 0).ok_or(bad);
         let expiry = match name {
-            "ENX" => {
+            b"ENX" if self.only_if_none => return Err(SYNTAX_ERROR), // twice
+            b"ENX" => {
                 self.only_if_none = true;
                 return Ok(true);
             }
-            "PERSIST" => Expiry::Persist,
-            "EX" => Expiry::In(positive(integer(words.value()?)?, 1000)?),
-            "PX" => Expiry::In(positive(integer(words.value()?)?, 1)?),
-            "EXAT" => Expiry::At(positive(integer(words.value()?)?, 1000)?),
-            "PXAT" => Expiry::At(positive(integer(words.value()?)?, 1)?),
+            b"PERSIST" => Expiry::Persist,
+            b"EX" => Expiry::In(positive(integer(words.value()?)?, 1000)?),
+            b"PX" => Expiry::In(positive(integer(words.value()?)?, 1)?),
+            b"EXAT" => Expiry::At(positive(integer(words.value()?)?, 1000)?),
+            b"PXAT" => Expiry::At(positive(integer(words.value()?)?, 1)?),
             _ => return Ok(false),
         };
         if self.expiry.replace(expiry).is_some() {
@@ -105,44 +106,44 @@ impl OptName {
         name
     }
 
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
-/// The option words of a command, read one by one: each name at most once (any case).
+/// The option words of a command, read one by one; each option at most once (any case): the
+/// parser marks the ones it took ([`Words::once`]), the expiry options mark themselves.
 struct Words<'a, 'b> {
     rest: &'b [&'a [u8]],
-    seen: [OptName; Words::MAX_NAMES],
-    seen_count: usize,
+    seen: u32,
 }
 
 impl<'a, 'b> Words<'a, 'b> {
-    /// More distinct names than any command takes: past it, a name is unknown or repeated.
-    const MAX_NAMES: usize = 16;
-
     fn new(rest: &'b [&'a [u8]]) -> Words<'a, 'b> {
-        Words {
-            rest,
-            seen: [OptName::of(b""); Words::MAX_NAMES],
-            seen_count: 0,
-        }
+        Words { rest, seen: 0 }
     }
 
-    /// The next option's name, upper-cased; a repeated one is a syntax error.
-    fn name(&mut self) -> Result<Option<OptName>, CommandError> {
-        let Some((first, rest)) = self.rest.split_first() else {
-            return Ok(None);
-        };
+    /// The next option's name, upper-cased.
+    fn name(&mut self) -> Option<OptName> {
+        let (first, rest) = self.rest.split_first()?;
         self.rest = rest;
-        let name = OptName::of(first);
-        let seen = &self.seen[..self.seen_count];
-        if seen.contains(&name) || self.seen_count == Words::MAX_NAMES {
+        Some(OptName::of(first))
+    }
+
+    /// Marks the option numbered `bit` (below 32) as read: a syntax error the second time.
+    fn once(&mut self, bit: u32) -> Result<(), CommandError> {
+        let mask = 1u32 << bit;
+        if self.seen & mask != 0 {
             return Err(SYNTAX_ERROR);
         }
-        self.seen[self.seen_count] = name;
-        self.seen_count += 1;
-        Ok(Some(name))
+        self.seen |= mask;
+        Ok(())
+    }
+
+    /// The value of the option just named, marked as read with [`Words::once`].
+    fn value_of(&mut self, bit: u32) -> Result<&'a [u8], CommandError> {
+        self.once(bit)?;
+        self.value()
     }
 
     /// The value of the option just named (a syntax error when missing).
@@ -274,11 +275,11 @@ pub fn parse_add<'a>(args: &[&'a [u8]]) -> Result<AddArgs<'a>, CommandError> {
         ..AddArgs::default()
     };
     let mut words = Words::new(rest);
-    while let Some(name) = words.name()? {
-        match name.as_str() {
-            "TOKEN" => parsed.token = Some(token(words.value()?)?),
-            "AT" => parsed.at = Some(event_time(words.value()?)?),
-            _ if parsed.expiry.take(name.as_str(), &mut words, BAD_EXPIRE)? => {}
+    while let Some(name) = words.name() {
+        match name.as_bytes() {
+            b"TOKEN" => parsed.token = Some(token(words.value_of(0)?)?),
+            b"AT" => parsed.at = Some(event_time(words.value_of(1)?)?),
+            name if parsed.expiry.take(name, &mut words, BAD_EXPIRE)? => {}
             _ => return Err(SYNTAX_ERROR),
         }
     }
@@ -296,19 +297,23 @@ pub fn parse_increx<'a>(args: &[&'a [u8]]) -> Result<IncrexArgs<'a>, CommandErro
         token: None,
         at: None,
     };
+    if args.is_empty() {
+        return Ok(parsed); // the bare form: nothing to look up or check
+    }
     let mut words = Words::new(args);
-    while let Some(name) = words.name()? {
-        match name.as_str() {
-            "BYINT" => parsed.increment = integer(words.value()?)?,
-            "BYFLOAT" => return Err(NO_FLOAT),
-            "LBOUND" => parsed.lower = Some(integer(words.value()?)?),
-            "UBOUND" => parsed.upper = Some(integer(words.value()?)?),
-            "SATURATE" => parsed.saturate = true,
-            "TOKEN" => parsed.token = Some(token(words.value()?)?),
-            "AT" => parsed.at = Some(event_time(words.value()?)?),
-            _ if parsed
-                .expiry
-                .take(name.as_str(), &mut words, BAD_EXPIRE_INCREX)? => {}
+    while let Some(name) = words.name() {
+        match name.as_bytes() {
+            b"BYINT" => parsed.increment = integer(words.value_of(0)?)?,
+            b"LBOUND" => parsed.lower = Some(integer(words.value_of(1)?)?),
+            b"UBOUND" => parsed.upper = Some(integer(words.value_of(2)?)?),
+            b"SATURATE" => {
+                words.once(3)?;
+                parsed.saturate = true;
+            }
+            b"TOKEN" => parsed.token = Some(token(words.value_of(4)?)?),
+            b"AT" => parsed.at = Some(event_time(words.value_of(5)?)?),
+            b"BYFLOAT" => return Err(NO_FLOAT),
+            name if parsed.expiry.take(name, &mut words, BAD_EXPIRE_INCREX)? => {}
             _ => return Err(SYNTAX_ERROR),
         }
     }
@@ -453,9 +458,24 @@ mod tests {
             "past 16 bytes"
         );
         assert_eq!(increx("SATURATE\u{e9}"), Err(SYNTAX_ERROR), "not an option");
-        assert_eq!(OptName::of(b"ub").as_str(), "UB");
+        assert_eq!(OptName::of(b"ub").as_bytes(), b"UB");
         let many = ["SATURATE"; 17].join(" ");
         assert_eq!(increx(&many), Err(SYNTAX_ERROR));
+        for repeated in [
+            "EX 10 enx ENX",
+            "PERSIST persist",
+            "EX 10 PX 10",
+            "TOKEN a AT 1 token b",
+            "at 1 AT 2",
+            "LBOUND 1 lbound 2",
+            "UBOUND 1 UBOUND 2",
+        ] {
+            assert_eq!(increx(repeated), Err(SYNTAX_ERROR), "{repeated}");
+        }
+        assert_eq!(
+            add("1 TOKEN a EX 10 ENX token b").map(|_| ()),
+            Err(SYNTAX_ERROR)
+        );
     }
 
     fn add(line: &str) -> Result<AddArgs<'_>, CommandError> {

@@ -5,6 +5,7 @@ use super::ctr_args::{parse_floor, parse_increx, parse_token, IncrexArgs, BAD_EX
 use super::parse::SYNTAX_ERROR;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
+use crate::counter::bounds::bounded_result;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::{
     AddOp, Counter, CounterCell, CounterError, CounterRef, IncrexOp, RefundOp, RefundPlan,
@@ -222,19 +223,25 @@ fn increx_inline(
     if s.track_history {
         return Ok(None);
     }
-    let now = ctx.now_ms();
     let current = stored.map_or(0, |(_, value)| value);
-    let (target, current) = Counter::plain(current).increx_target_at(
-        now,
+    // A value alone has no stored bounds and no window: the call's bounds decide.
+    let target = bounded_result(
+        current,
         parsed.increment,
-        parsed.lower,
-        parsed.upper,
+        parsed.lower.unwrap_or(i64::MIN),
+        parsed.upper.unwrap_or(i64::MAX),
         parsed.saturate,
     )?;
     let Some(target) = target else {
         return Ok(None);
     };
-    if inline_advice(args.bytes(1), now, s.promote_threshold, s.max_shards) != 1 {
+    if inline_advice(
+        args.bytes(1),
+        ctx.now_ms(),
+        s.promote_threshold,
+        s.max_shards,
+    ) != 1
+    {
         return Ok(None);
     }
     let Some(cell) = CounterCell::inline(target) else {

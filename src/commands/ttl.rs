@@ -21,6 +21,7 @@ pub enum TtlChange {
 /// The absolute deadline of `EX`/`PX` (from the server's clock) or `EXAT`/`PXAT`; None for
 /// `PERSIST` or no option. As `SET ... EX/PX`, a deadline past the end of time is refused
 /// (`bad`), whether or not it is used.
+#[inline]
 pub fn deadline(
     ctx: Ctx,
     opts: ExpiryArgs,
@@ -66,7 +67,15 @@ pub fn set_or_delete(ctx: Ctx, key: &Key, at: i64) -> TtlChange {
 
 /// Replicates a TTL change after the write's effect, and sends its event. Call it once the key
 /// is closed.
+#[inline]
 pub fn publish(ctx: Ctx, key_name: RawString, change: TtlChange) -> Result<(), CommandError> {
+    match change {
+        TtlChange::Kept => Ok(()), // the common case, decided without a call
+        _ => publish_change(ctx, key_name, change),
+    }
+}
+
+fn publish_change(ctx: Ctx, key_name: RawString, change: TtlChange) -> Result<(), CommandError> {
     let replicated = match change {
         TtlChange::Kept => return Ok(()),
         TtlChange::Set(at) => {
