@@ -13,7 +13,9 @@
 #      production): FLASH_STOCK units
 #      spread over FLASH_HOLDERS holders as FLASH_BUYERS buyers start, 1 unit a purchase,
 #      FLASH_RETRY% of them retried with their token (clients/rust/examples/flash_sale_bench.rs),
-#      FLASH_RUNS sales: false refusals, and units sold against the stock.
+#      FLASH_RUNS sales: false refusals, and units sold against the stock; then as many sales
+#      bought by plain redis-py buyers (RedisCluster, the probe rule by hand:
+#      clients/python/tests/plain_buyer.py), counting redis-py's give-ups ("TTL exhausted").
 #
 # Usage (from the repository root, after `make build-tests`): bash bench/floor_spread.sh
 # Environment: CTR_MODULE (module path), CALLS (default 320000), STOCK (default 100000),
@@ -33,6 +35,9 @@ FLASH_HOLDERS=${FLASH_HOLDERS:-8}
 FLASH_BUYERS=${FLASH_BUYERS:-20}
 FLASH_RETRY=${FLASH_RETRY:-30}
 FLASH_RUNS=${FLASH_RUNS:-5}
+# The plain redis-py buyers of the flash sale (clients/python/tests/plain_buyer.py); skipped
+# when no Python with redis-py can be had.
+PYTHON=${PYTHON-$(bash .ci/python-env "${REDIS_PY:-redis==8.1.0}" 2>/dev/null || true)}
 SALE_BENCH=$PWD/target/release/examples/floor_sale_bench
 FLASH_BENCH=$PWD/target/release/examples/flash_sale_bench
 [ -f "$MODULE" ] || { echo "module not found at $MODULE (run make build-tests)" >&2; exit 1; }
@@ -124,13 +129,20 @@ sale skewed "$SKEW"
 echo
 fi
 
-# flash_sales TAG LABEL: FLASH_RUNS sales (keys tagged TAG), each a row.
+# flash_sales TAG LABEL: FLASH_RUNS sales (keys tagged TAG) by the library's router, then
+# FLASH_RUNS by plain redis-py buyers (PYTHON, when it has redis-py), each a row.
 flash_sales() {
   local run out
   for run in $(seq "$FLASH_RUNS"); do
     out=$("$FLASH_BENCH" "${ports[0]}" "{flash$1$run}" "$FLASH_STOCK" "$FLASH_HOLDERS" "$FLASH_BUYERS" "$FLASH_RETRY") ||
       die "flash sale $2 $run: $out"
     echo "- sale $run, $2: $out"
+  done
+  [ -n "$PYTHON" ] || return 0
+  for run in $(seq "$FLASH_RUNS"); do
+    out=$(cd clients/python && "$PYTHON" -m tests.plain_buyer "${ports[0]}" "{plain$1$run}" "$FLASH_STOCK" "$FLASH_HOLDERS" "$FLASH_BUYERS" "$FLASH_RETRY") ||
+      die "plain redis-py sale $2 $run: $out"
+    echo "- sale $run, $2, plain redis-py buyers: $out"
   done
 }
 

@@ -10,6 +10,7 @@ from redis.cluster import RedisCluster
 
 from redis_ctr import CoalescingWriter, Ctr, Pnc
 
+from . import plain_buyer
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
 from .test_spread import check_budget_wait, check_spread_purchases, check_spread_writes
@@ -103,6 +104,22 @@ class ClusterTest(unittest.TestCase):
         for t in tokens:
             self.assertEqual(Ctr(self.rc).decrfloor(stock, 1, token=t), first[t])
         self.assertEqual(ctr.get(stock), 10)
+
+    def test_a_plain_cluster_client_buys_a_flash_sale_without_giving_up(self) -> None:
+        # Buyers on plain redis-py (their own RedisCluster, redis-py's default retries, the
+        # probe rule walked by hand) start as CTR.SPREAD replies, and the shares are held on
+        # the home's master for 1 s (as a slow replica would hold them): a holder waiting for
+        # its share holds each purchase in the server (ctr.purchase-wait-ms, 200 ms) before
+        # TRYAGAIN, so redis-py's 16 sends outlast the second and it never gives up ("TTL
+        # exhausted"; with ctr.purchase-wait-ms 0, 8 of 60 purchases did). The stock sells out
+        # exactly, every retry answered as first.
+        home = fresh("{plain}sale")
+        tally = plain_buyer.sale(CLUSTER_PORT, home, 60, 6, 4, 20, hold_shares_ms=1000)
+        self.assertEqual(tally.ttl_exhausted, 0)
+        self.assertEqual(tally.other_errors, [])
+        self.assertEqual((tally.granted, tally.left), (60, 0))
+        self.assertEqual(tally.retries_differing, 0)
+        self.assertGreater(tally.retried, 0)
 
 
 if __name__ == "__main__":
