@@ -84,7 +84,8 @@ echo "## Purchase load of one floored counter ($CALLS CTR.DECRFLOOR of 1 unit, p
 echo
 mapfile -t holders < <(floored_spread load 1000000000)
 reset_stats
-per=$((CALLS / 16))
+# Per holder, a multiple of its 2 clients x pipeline 16: redis-benchmark sends whole pipelines.
+per=$((CALLS / 16 / 32 * 32))
 for h in "${holders[@]}"; do
   redis-benchmark -h 127.0.0.1 -p "$(owner "$h")" -c 2 -P 16 -n "$per" -q CTR.DECRFLOOR "$h" 1 >/dev/null &
 done
