@@ -289,6 +289,13 @@ impl Counter {
         self.value
     }
 
+    /// What this key can still sell as a rebalance round reads it: its value above its own
+    /// floor (the whole value when it has none).
+    pub fn budget(&self) -> i64 {
+        self.value
+            .saturating_sub(self.floor().map_or(0, |f| f.floor))
+    }
+
     /// Number of sub-shards (at least 1).
     pub fn shard_count(&self) -> usize {
         self.shards.len().max(1)

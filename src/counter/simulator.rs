@@ -408,6 +408,13 @@ impl Sim {
         added.pop()
     }
 
+    /// A floored key's budget (0 for a missing or unfloored one).
+    fn floored_budget(&self, key: &[u8]) -> i64 {
+        self.get(key)
+            .filter(|c| c.floor().is_some())
+            .map_or(0, Counter::budget)
+    }
+
     fn home_counter(&self) -> Option<&Counter> {
         self.get(&self.home)
     }
@@ -605,10 +612,7 @@ impl Sim {
             spread.holders[self.rng.below(j)].clone(),
             spread.holders[j].clone(),
         );
-        let budget = self
-            .get(&giver)
-            .and_then(|c| c.floor().map(|f| c.value() - f.floor))
-            .unwrap_or(0);
+        let budget = self.floored_budget(&giver);
         let (from, to) = (master_of(&giver), master_of(&receiver));
         if budget <= 0 || from == to {
             return;
@@ -1155,10 +1159,7 @@ impl Sim {
         current.extend(home.spread().map(|s| s.holders.clone()).unwrap_or_default());
         let now = self.now;
         let units = whole_headroom(current.iter().map(|k| match self.get(k) {
-            Some(c) => {
-                let own_floor = c.floor().map(|f| f.floor).unwrap_or(0);
-                (c.value() - own_floor, c.budget_moving_out(now))
-            }
+            Some(c) => (c.budget(), c.budget_moving_out(now)),
             None => (0, 0),
         }));
         // A move unanswered past `MOVE_IN_FLIGHT_MS` is stuck: by design its units leave the
@@ -1196,11 +1197,7 @@ impl Sim {
             current.extend(s.holders.iter().cloned());
         }
         let (giver, receiver) = (self.rng.below(current.len()), self.rng.below(current.len()));
-        let budget = |sim: &Sim, i: usize| {
-            sim.get(&current[i])
-                .and_then(|c| c.floor().map(|f| c.value() - f.floor))
-                .unwrap_or(0)
-        };
+        let budget = |sim: &Sim, i: usize| sim.floored_budget(&current[i]);
         let planned = budget(self, giver);
         if giver == receiver || planned <= 0 {
             return;
