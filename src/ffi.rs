@@ -311,6 +311,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    #[inline]
     pub fn reply(&self, reply: &Reply) {
         let ctx = self.ptr;
         // SAFETY: ctx is the live context of the running command.

@@ -37,6 +37,7 @@ pub fn deadline(
 /// Applies the options to `key`, which a write has just changed. `had_ttl`: the key had a TTL
 /// before the write (false for a key the write made). A deadline is set on every write
 /// (`INCREX`'s rule) or, with `ENX`, only on a key that had none; `PERSIST` removes a TTL.
+#[inline]
 pub fn apply(
     ctx: Ctx,
     key: &Key,
@@ -75,6 +76,7 @@ pub fn publish(ctx: Ctx, key_name: RawString, change: TtlChange) -> Result<(), C
     }
 }
 
+#[inline(never)]
 fn publish_change(ctx: Ctx, key_name: RawString, change: TtlChange) -> Result<(), CommandError> {
     let replicated = match change {
         TtlChange::Kept => return Ok(()),
