@@ -195,6 +195,12 @@ fn shape(kind: &str, k: &str, now: i64) -> Vec<Vec<Vec<u8>>> {
                 out.push(words(&["CTR.ADD", k, "1", "AT", &at]));
             }
         }
+        // A limiter whose key outlives the test (one call an hour), its TTL removed so that
+        // it costs what the inline counter's key costs beside its own state.
+        "limiter" => {
+            out.push(words(&["CTR.THROTTLE", k, "10", "1", "3600", "1"]));
+            out.push(words(&["PERSIST", k]));
+        }
         "pnc-1" => out.push(words(&["PNC.ADD", k, "1"])),
         "pnc-20" | "pnc-20-long" => {
             let ids: Vec<String> = (0..20)
@@ -299,8 +305,34 @@ fn memory_usage_is_within_20_percent_of_the_real_allocation() {
     );
 }
 
-const SHAPES: [&str; 11] = [
+/// A key that is nothing but a `CTR.THROTTLE` limiter holds its arrival time alone, in 8
+/// bytes (it was a boxed counter with its limiter state: 192), and reports them.
+#[test]
+fn a_limiter_key_holds_its_arrival_time_alone() {
+    let server = Server::start_with(&NO_SLOWLOG, &[]);
+    for kind in ["limiter", "inline"] {
+        run(&server, &shape(kind, "warm", now_ms(&server)));
+        q(&server, "DEL warm");
+    }
+    let n = 2_000;
+    let inline = measure(&server, "inline", n);
+    let limiter = measure(&server, "limiter", n);
+    let real = limiter.per_key - inline.per_key;
+    let reported = limiter.usage - inline.usage;
+    eprintln!("limiter: module real {real:.1} B/key, reported {reported:.1}");
+    assert!(
+        real < 24.0,
+        "a limiter's key took {real:.1} bytes more than a cold counter's"
+    );
+    assert_eq!(reported, 8.0, "MEMORY USAGE reports the limiter's box");
+    let mut c = server.conn();
+    let info = c.cmd(&["CTR.INFO", "k:000000"]);
+    assert_eq!(info.field("encoding").text(), "limiter", "{info:?}");
+}
+
+const SHAPES: [&str; 12] = [
     "inline",
+    "limiter",
     "boxed",
     "sharded-16",
     "floored",

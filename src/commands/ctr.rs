@@ -210,7 +210,11 @@ fn add_fast(
         KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
             Some(value) => Some((raw, value)),
             // SAFETY: the key is open for writing and holds a live counter we access alone.
-            None => return add_to_shards(ctx, unsafe { CounterCell::boxed_mut(raw) }, args),
+            // SAFETY: the key is open for writing and holds a live counter we access alone.
+            None => match unsafe { CounterCell::boxed_mut(raw) } {
+                Some(c) => return add_to_shards(ctx, c, args),
+                None => return Ok(FastAdd::General), // a limiter's key: the general path
+            },
         },
         KeyContent::Other => return Err(WRONG_TYPE),
     };
@@ -324,6 +328,10 @@ pub fn info(ctx: Ctx, args: &Args) -> CommandResult {
             Some(CounterRef::Inline(v)) => {
                 plain = Counter::plain(v);
                 (&plain, decide::inline_counter_rate(key_bytes), "inline")
+            }
+            Some(CounterRef::Limiter(tat)) => {
+                plain = Counter::bare_limiter(tat);
+                (&plain, 0, "limiter")
             }
             Some(CounterRef::Boxed(b)) => (b, b.add_rate(), "boxed"),
         };

@@ -111,7 +111,7 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
             // SAFETY: the key is open and holds a live counter for the duration of this borrow.
             KeyContent::Mine(raw) => match unsafe { CounterCell::borrow(raw) } {
                 CounterRef::Boxed(c) => skipped_at(c)?,
-                CounterRef::Inline(v) => skipped_at(&Counter::plain(v))?,
+                other => skipped_at(&other.to_counter())?,
             },
             _ => skipped_at(&Counter::default())?,
         };

@@ -146,8 +146,8 @@ fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> 
         };
         with_counter(ctx, name.raw, |c| match c {
             None => waits(None),
-            Some(CounterRef::Inline(v)) => waits(Some(&Counter::plain(v))),
             Some(CounterRef::Boxed(c)) => waits(Some(c)),
+            Some(other) => waits(Some(&other.to_counter())),
         }) == Ok(true)
     })
 }

@@ -93,6 +93,8 @@ fn limiter_state(
     };
     let c = match view {
         CounterRef::Inline(0) => return Ok((None, ThrottleRetry::New)),
+        // A limiter that remembers no reply: a token can match nothing there.
+        CounterRef::Limiter(tat) => return Ok((Some(tat), ThrottleRetry::New)),
         CounterRef::Boxed(c) if c.is_throttle_only() => c,
         _ => return Err(NOT_A_LIMITER),
     };

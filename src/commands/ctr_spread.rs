@@ -303,6 +303,7 @@ fn spread_if_hot(ctx: Ctx, key: RawString, threshold: i64) {
         let rate = match c? {
             CounterRef::Inline(_) => crate::runtime::decide::inline_counter_rate(key_bytes),
             CounterRef::Boxed(b) if b.floor().is_some() || b.ceiling().is_some() => return None,
+            CounterRef::Limiter(_) => return None, // a limiter's key takes no adds
             CounterRef::Boxed(b) => b.add_rate(),
         };
         Some((rate, current_spread(c)))

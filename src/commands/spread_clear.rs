@@ -34,7 +34,7 @@ pub fn is_spread_home(ctx: Ctx, key: &Key) -> bool {
     // SAFETY: the key is open and holds a live counter for the duration of this borrow.
     let spread = match unsafe { CounterCell::borrow(raw) } {
         CounterRef::Boxed(b) => b.spread().is_some() || !b.leaving().is_empty(),
-        CounterRef::Inline(_) => false,
+        CounterRef::Inline(_) | CounterRef::Limiter(_) => false,
     };
     spread && !ctx.is_replaying()
 }

@@ -443,6 +443,40 @@ impl Counter {
             })
     }
 
+    /// A counter that is nothing but a limiter's arrival time (`tat_ns`), with no remembered
+    /// reply: what a compact cell holds ([`cell::CounterRef::Limiter`]).
+    pub fn bare_limiter(tat_ns: i64) -> Counter {
+        Counter {
+            ext: Some(Box::new(Extras {
+                throttle: Some(Box::new(Throttle::new(
+                    Some(tat_ns),
+                    TokenWindow::default(),
+                ))),
+                ..Extras::default()
+            })),
+            ..Counter::default()
+        }
+    }
+
+    /// The arrival time of a counter that is exactly [`Counter::bare_limiter`] (its add rate,
+    /// local and advisory, aside); None for any other counter.
+    pub fn bare_limiter_tat(&self) -> Option<i64> {
+        let e = self.ext.as_deref()?;
+        let t = e.throttle.as_deref()?;
+        let only_the_limiter = self.value == 0
+            && self.shards.is_empty()
+            && t.replies().is_empty()
+            && e.floor.is_none()
+            && e.ceiling.is_none()
+            && e.remembered.as_ref().is_none_or(|r| r.is_empty())
+            && e.history.is_none()
+            && e.spread.is_none()
+            && e.transfers.is_none()
+            && e.window.is_none()
+            && !e.stray;
+        t.tat_ns.filter(|_| only_the_limiter)
+    }
+
     /// Applies a throttle call (the master's decision, or its replicated effect). A call that
     /// leaves nothing (a read of an idle limiter) leaves no state.
     pub fn apply_throttle(&mut self, op: &ThrottleOp) {

@@ -186,7 +186,7 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
     // thread.
     // SAFETY: Redis passes a live value of this type.
     guard(null_mut(), "type-free", || match unsafe { borrow(value) } {
-        CounterRef::Inline(_) => 1,
+        CounterRef::Inline(_) | CounterRef::Limiter(_) => 1,
         CounterRef::Boxed(c) => 2 + c.token_count() / 8,
     })
     .unwrap_or(1)

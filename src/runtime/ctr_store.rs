@@ -262,7 +262,7 @@ pub fn update_counter_even_stray<R>(
             let tokens_before = view.token_count();
             let remembered_until = match view {
                 CounterRef::Boxed(c) => c.remembered_only_until(),
-                CounterRef::Inline(_) => None,
+                CounterRef::Inline(_) | CounterRef::Limiter(_) => None,
             };
             // The key expires with what it remembers only when it got that TTL from us.
             let expires_with_entries =
@@ -272,7 +272,7 @@ pub fn update_counter_even_stray<R>(
                 inline: view.is_inline(),
                 shards: view.shard_count(),
                 timeless: match view {
-                    CounterRef::Inline(_) => true,
+                    CounterRef::Inline(_) | CounterRef::Limiter(_) => true,
                     CounterRef::Boxed(c) => {
                         c.token_count() == 0 && c.history().is_none() && c.window().is_none()
                     }
@@ -322,7 +322,7 @@ pub fn update_counter_even_stray<R>(
 fn keep_expiring_with_entries(key: &Key, until_before: Option<i64>, after: CounterRef) {
     let until_after = match after {
         CounterRef::Boxed(c) => c.remembered_only_until(),
-        CounterRef::Inline(_) => None,
+        CounterRef::Inline(_) | CounterRef::Limiter(_) => None,
     };
     match until_after {
         Some(at) if until_after != until_before => {

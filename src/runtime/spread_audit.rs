@@ -367,7 +367,7 @@ fn question_at(name: &[u8], c: CounterRef) -> Option<Question> {
     match c {
         CounterRef::Boxed(c) if c.is_stray() => None,
         CounterRef::Boxed(c) => audit::question_for(name, Some(c)),
-        CounterRef::Inline(_) => audit::question_for(name, None),
+        CounterRef::Inline(_) | CounterRef::Limiter(_) => audit::question_for(name, None),
     }
 }
 

@@ -459,8 +459,8 @@ fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
     // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
     let Ok((decided, missing_home)) = with_counter(ctx, name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => (Counter::credit_outcome_at(Some(b), &m), false),
-        Some(CounterRef::Inline(v)) => (
-            Counter::credit_outcome_at(Some(&Counter::plain(v)), &m),
+        Some(other) => (
+            Counter::credit_outcome_at(Some(&other.to_counter()), &m),
             false,
         ),
         None => (

@@ -79,6 +79,6 @@ fn mark(ctx: Ctx, key: RawString, stray: bool) {
 fn carries_units_in_flight(c: CounterRef) -> bool {
     match c {
         CounterRef::Boxed(b) => b.is_sealed() || b.transfers().is_some_and(|t| t.has_pending()),
-        CounterRef::Inline(_) => false,
+        CounterRef::Inline(_) | CounterRef::Limiter(_) => false,
     }
 }
