@@ -469,9 +469,17 @@ mod tests {
         let mut floored = Counter::bare_limiter(9);
         floored.set_floor(Some(0)).unwrap();
         assert_eq!(floored.bare_limiter_tat(), None);
+        let mut ceiled = Counter::bare_limiter(9);
+        ceiled.set_ceiling(Some(100)).unwrap();
+        assert_eq!(ceiled.bare_limiter_tat(), None);
+        assert!(!ceiled.is_throttle_only(), "a ceiling is other state");
         let mut remembered = Counter::default();
         throttle(&mut remembered, 9, Some(1));
         assert_eq!(remembered.bare_limiter_tat(), None);
+        assert!(
+            remembered.is_throttle_only(),
+            "a limiter remembering a reply"
+        );
         assert_eq!(Counter::plain(0).bare_limiter_tat(), None);
     }
 

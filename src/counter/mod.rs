@@ -134,13 +134,17 @@ impl Remembered {
 
 impl Extras {
     fn is_empty(&self) -> bool {
+        self.throttle.is_none() && self.holds_nothing_but_a_limiter()
+    }
+
+    /// True when nothing is held but a limiter's state (if even that).
+    fn holds_nothing_but_a_limiter(&self) -> bool {
         self.floor.is_none()
             && self.ceiling.is_none()
             && self.remembered.as_ref().is_none_or(|r| r.is_empty())
             && self.history.is_none()
             && self.spread.is_none()
             && self.transfers.is_none()
-            && self.throttle.is_none()
             && self.window.is_none()
             && !self.stray
     }
@@ -431,16 +435,10 @@ impl Counter {
     pub fn is_throttle_only(&self) -> bool {
         self.value == 0
             && self.shards.is_empty()
-            && self.ext.as_ref().is_none_or(|e| {
-                e.floor.is_none()
-                    && e.remembered
-                        .as_ref()
-                        .is_none_or(|r| r.tokens.is_empty() && r.ledger.is_empty())
-                    && e.history.is_none()
-                    && e.spread.is_none()
-                    && e.transfers.is_none()
-                    && e.window.is_none()
-            })
+            && self
+                .ext
+                .as_ref()
+                .is_none_or(|e| e.holds_nothing_but_a_limiter())
     }
 
     /// A counter that is nothing but a limiter's arrival time (`tat_ns`), with no remembered
@@ -466,14 +464,7 @@ impl Counter {
         let only_the_limiter = self.value == 0
             && self.shards.is_empty()
             && t.replies().is_empty()
-            && e.floor.is_none()
-            && e.ceiling.is_none()
-            && e.remembered.as_ref().is_none_or(|r| r.is_empty())
-            && e.history.is_none()
-            && e.spread.is_none()
-            && e.transfers.is_none()
-            && e.window.is_none()
-            && !e.stray;
+            && e.holds_nothing_but_a_limiter();
         t.tat_ns.filter(|_| only_the_limiter)
     }
 

@@ -262,20 +262,25 @@ unsafe fn reply_by_running_again<T>(
     let replied = guard(ctx.ptr, defects.callback, || {
         // SAFETY: non-null data is the caller's and lives until its free callback.
         let Some(data) = (unsafe { data.as_ref() }) else {
-            return ctx.reply_error(&CommandError::fixed(defects.lost_data));
+            return Err(CommandError::fixed(defects.lost_data));
         };
         // SAFETY: the server passes the blocked command's argc live arguments.
         let args = unsafe { Args::new(argv, argc) };
         match run(ctx, &args, data) {
-            Ok(Reply::Blocked) => ctx.reply_error(&CommandError::fixed(defects.blocked_twice)),
-            Ok(reply) => ctx.reply(&reply),
-            Err(e) => ctx.reply_error(&e),
+            Ok(Reply::Blocked) => Err(CommandError::fixed(defects.blocked_twice)),
+            result => result,
         }
     });
-    if replied.is_none() {
-        ctx.reply_error(&CommandError::fixed(
-            "ERR internal error in redis-ctr (a bug: please report it)",
-        ));
+    reply_or_internal_error(ctx, replied.as_ref())
+}
+
+/// Sends a reply callback's `result`, or the internal error when computing it panicked (the
+/// guard's None): the client is answered either way, as a command's panic answers it.
+fn reply_or_internal_error(ctx: Ctx, result: Option<&CommandResult>) -> c_int {
+    match result {
+        Some(Ok(reply)) => ctx.reply(reply),
+        Some(Err(e)) => ctx.reply_error(e),
+        None => ctx.reply_error(&INTERNAL_ERROR),
     }
     raw::REDISMODULE_OK as c_int
 }
@@ -416,17 +421,9 @@ unsafe extern "C" fn on_answer(
         ));
         return raw::REDISMODULE_OK as c_int;
     };
-    // A panic before the reply still answers the client (as a command's panic does).
-    let replied = guard(ctx.ptr, answer.hooks.callbacks[0], || {
-        match &answer.result {
-            Ok(reply) => ctx.reply(reply),
-            Err(e) => ctx.reply_error(e),
-        }
-    });
-    if replied.is_none() {
-        ctx.reply_error(&INTERNAL_ERROR);
-    }
-    raw::REDISMODULE_OK as c_int
+    // A panic in the callback (the injected one of a test) still answers the client.
+    let checked = guard(ctx.ptr, answer.hooks.callbacks[0], || &answer.result);
+    reply_or_internal_error(ctx, checked)
 }
 
 unsafe extern "C" fn on_answer_timeout(

@@ -281,7 +281,7 @@ pub struct CounterInfo {
     pub window_ms: Option<i64>,
     /// A sliding window's bucket count, None without one.
     pub window_buckets: Option<i64>,
-    /// `inline` or `boxed`.
+    /// `inline`, `limiter` (a key that is nothing but a `CTR.THROTTLE` limiter) or `boxed`.
     pub encoding: String,
     /// The holders' names of a spread counter's home key, the home first (None otherwise).
     pub holders: Option<Vec<String>>,
