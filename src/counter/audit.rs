@@ -122,8 +122,12 @@ pub const RETRY_MS: i64 = 1_000;
 /// How often a reported spread is asked again (a home that comes back clears the report).
 pub const REPORTED_RECHECK_MS: i64 = 10_000;
 
-struct Suspect {
+struct Suspect<D> {
     holders: Vec<Vec<u8>>,
+    /// Whom its question went to last, until that master's answer comes: an answer from any
+    /// other (a master asked before a reshard or a failover, a forged one) or a second copy of
+    /// it is no answer to this question.
+    asked: Option<D>,
     /// When the first `Gone` came.
     gone_since: Option<i64>,
     /// When to ask (again).
@@ -138,15 +142,25 @@ fn suspect_bytes(home: &[u8], holders: &[Vec<u8>]) -> usize {
     home.len() + 64 + holders.iter().map(|h| h.len() + 32).sum::<usize>()
 }
 
-/// The holder side: the spreads this master holds holders of, and where each question stands.
-#[derive(Default)]
-pub struct Audit {
-    suspects: BTreeMap<Question, Suspect>,
+/// The holder side: the spreads this master holds holders of, and where each question stands
+/// (`D`: the master a question is asked of).
+pub struct Audit<D> {
+    suspects: BTreeMap<Question, Suspect<D>>,
     bytes: usize,
     pass: u64,
 }
 
-impl Audit {
+impl<D> Default for Audit<D> {
+    fn default() -> Self {
+        Audit {
+            suspects: BTreeMap::new(),
+            bytes: 0,
+            pass: 0,
+        }
+    }
+}
+
+impl<D: PartialEq> Audit<D> {
     pub fn len(&self) -> usize {
         self.suspects.len()
     }
@@ -180,6 +194,7 @@ impl Audit {
             q,
             Suspect {
                 holders,
+                asked: None,
                 gone_since: None,
                 next_ms: now,
                 seen_pass: pass,
@@ -221,12 +236,31 @@ impl Audit {
         out
     }
 
-    /// An answer came. True when it reports the spread as an orphan for the first time (gone
+    /// The question `q` ([`Self::due`]) went to `master`: only that master's answer ends it.
+    pub fn asked(&mut self, q: &Question, master: D) {
+        if let Some(s) = self.suspects.get_mut(q) {
+            s.asked = Some(master);
+        }
+    }
+
+    /// An answer came from `from`. It counts only as the answer to the question last asked of
+    /// `from`, once. True when it reports the spread as an orphan for the first time (gone
     /// twice, the second answer past the grace); its holders stay until [`Self::take_orphans`].
-    pub fn answered(&mut self, q: &Question, answer: Answer, now: i64, grace: i64) -> bool {
+    pub fn answered(
+        &mut self,
+        q: &Question,
+        from: &D,
+        answer: Answer,
+        now: i64,
+        grace: i64,
+    ) -> bool {
         let Some(s) = self.suspects.get_mut(q) else {
             return false;
         };
+        if s.asked.as_ref() != Some(from) {
+            return false;
+        }
+        s.asked = None;
         match answer {
             Answer::Lives => {
                 self.forget(q);
@@ -284,7 +318,7 @@ impl Audit {
             .collect()
     }
 
-    fn forget(&mut self, q: &Question) -> Option<Suspect> {
+    fn forget(&mut self, q: &Question) -> Option<Suspect<D>> {
         let s = self.suspects.remove(q)?;
         self.bytes -= suspect_bytes(&q.home, &s.holders);
         Some(s)
@@ -302,9 +336,26 @@ mod tests {
     use super::*;
     use crate::counter::spread::holder_name;
 
+    /// The audit of a test: questions asked of masters numbered 0, 1, ...
+    type Audit = super::Audit<u8>;
+
     /// What the walk does with a name holding an inline counter.
     fn see(a: &mut Audit, name: &[u8], now: i64) -> bool {
         question_for(name, None).is_some_and(|q| a.saw(q, name, now))
+    }
+
+    /// The questions due now, each asked of master 1.
+    fn ask(a: &mut Audit, now: i64) -> Vec<Question> {
+        let due = a.due(now, usize::MAX);
+        for q in &due {
+            a.asked(q, 1);
+        }
+        due
+    }
+
+    /// Master 1's answer.
+    fn answered_by_1(a: &mut Audit, id: u64, answer: Answer, now: i64, grace: i64) -> bool {
+        a.answered(&question(id), &1, answer, now, grace)
     }
 
     fn question(id: u64) -> Question {
@@ -326,13 +377,10 @@ mod tests {
         let h2 = holder_name(b"{p}views", 7, 2, 0);
         assert!(see(&mut a, &h1, 0) && see(&mut a, &h2, 0) && see(&mut a, &h1, 0));
         assert_eq!(a.len(), 1);
-        assert_eq!(a.due(0, usize::MAX), vec![question(7)]);
-        assert!(
-            a.due(1, usize::MAX).is_empty(),
-            "asked: waits for its answer"
-        );
+        assert_eq!(ask(&mut a, 0), vec![question(7)]);
+        assert!(ask(&mut a, 1).is_empty(), "asked: waits for its answer");
         assert_eq!(
-            a.due(ASK_TIMEOUT_MS, usize::MAX),
+            ask(&mut a, ASK_TIMEOUT_MS),
             vec![question(7)],
             "asked again"
         );
@@ -342,14 +390,14 @@ mod tests {
     fn a_living_spread_is_forgotten_and_an_unsure_one_asked_again() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
-        a.due(0, usize::MAX);
-        assert!(!a.answered(&question(7), Answer::Unsure, 10, 0));
-        assert!(a.due(10 + RETRY_MS - 1, usize::MAX).is_empty());
-        assert_eq!(a.due(10 + RETRY_MS, usize::MAX).len(), 1);
-        assert!(!a.answered(&question(7), Answer::Lives, 20, 0));
+        ask(&mut a, 0);
+        assert!(!answered_by_1(&mut a, 7, Answer::Unsure, 10, 0));
+        assert!(ask(&mut a, 10 + RETRY_MS - 1).is_empty());
+        assert_eq!(ask(&mut a, 10 + RETRY_MS).len(), 1);
+        assert!(!answered_by_1(&mut a, 7, Answer::Lives, 20, 0));
         assert!(a.is_empty());
         assert!(
-            !a.answered(&question(7), Answer::Gone, 30, 0),
+            !answered_by_1(&mut a, 7, Answer::Gone, 30, 0),
             "an answer nobody asked for does nothing"
         );
     }
@@ -359,25 +407,25 @@ mod tests {
         let mut a = Audit::default();
         let h = holder_name(b"{p}views", 7, 1, 0);
         see(&mut a, &h, 0);
-        a.due(0, usize::MAX);
-        assert!(!a.answered(&question(7), Answer::Gone, 100, 1_000));
-        assert!(a.due(1_099, usize::MAX).is_empty(), "not before the grace");
-        assert_eq!(a.due(1_100, usize::MAX).len(), 1);
+        ask(&mut a, 0);
+        assert!(!answered_by_1(&mut a, 7, Answer::Gone, 100, 1_000));
+        assert!(ask(&mut a, 1_099).is_empty(), "not before the grace");
+        assert_eq!(ask(&mut a, 1_100).len(), 1);
         // A home restored within the grace: it lives, nothing is reported.
-        assert!(!a.answered(&question(7), Answer::Lives, 1_100, 1_000));
+        assert!(!answered_by_1(&mut a, 7, Answer::Lives, 1_100, 1_000));
         see(&mut a, &h, 2_000);
-        a.due(2_000, usize::MAX);
-        a.answered(&question(7), Answer::Gone, 2_000, 1_000);
+        ask(&mut a, 2_000);
+        answered_by_1(&mut a, 7, Answer::Gone, 2_000, 1_000);
         assert_eq!(a.orphan_count(), 0);
-        a.due(3_000, usize::MAX);
-        assert!(a.answered(&question(7), Answer::Gone, 3_000, 1_000));
+        ask(&mut a, 3_000);
+        assert!(answered_by_1(&mut a, 7, Answer::Gone, 3_000, 1_000));
         assert_eq!(a.orphan_count(), 1);
         assert_eq!(a.len(), 1, "reported, never dropped: its holders stay");
         let (q, holders, since) = a.orphans().next().unwrap();
         assert_eq!((q, holders, since), (&question(7), &[h.clone()][..], 3_000));
-        a.due(20_000, usize::MAX);
+        ask(&mut a, 20_000);
         assert!(
-            !a.answered(&question(7), Answer::Gone, 20_000, 1_000),
+            !answered_by_1(&mut a, 7, Answer::Gone, 20_000, 1_000),
             "reported once"
         );
     }
@@ -386,15 +434,15 @@ mod tests {
     fn a_reported_spread_whose_home_comes_back_is_no_longer_reported() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
-        a.due(0, usize::MAX);
-        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
+        ask(&mut a, 0);
+        assert!(answered_by_1(&mut a, 7, Answer::Gone, 5, 0));
         assert!(
-            a.due(5 + REPORTED_RECHECK_MS - 1, usize::MAX).is_empty(),
+            ask(&mut a, 5 + REPORTED_RECHECK_MS - 1).is_empty(),
             "asked again later"
         );
-        assert_eq!(a.due(5 + REPORTED_RECHECK_MS, usize::MAX).len(), 1);
+        assert_eq!(ask(&mut a, 5 + REPORTED_RECHECK_MS).len(), 1);
         // A reshard put back (`--cluster fix`): the home is found again.
-        assert!(!a.answered(&question(7), Answer::Lives, 20_000, 0));
+        assert!(!answered_by_1(&mut a, 7, Answer::Lives, 20_000, 0));
         assert_eq!(a.orphan_count(), 0);
         assert!(a.take_orphans(7).is_empty());
     }
@@ -406,8 +454,8 @@ mod tests {
         see(&mut a, &h, 0);
         see(&mut a, &holder_name(b"{p}views", 8, 1, 0), 0);
         assert!(a.take_orphans(7).is_empty(), "suspected, not reported");
-        a.due(0, usize::MAX);
-        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
+        ask(&mut a, 0);
+        assert!(answered_by_1(&mut a, 7, Answer::Gone, 5, 0));
         assert!(a.take_orphans(8).is_empty(), "another spread");
         let taken = a.take_orphans(7);
         assert_eq!(taken.len(), 1);
@@ -417,11 +465,33 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_counts_only_from_the_master_asked_and_once() {
+        let mut a = Audit::default();
+        see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
+        assert!(
+            !answered_by_1(&mut a, 7, Answer::Gone, 1, 0),
+            "followed, but not asked yet"
+        );
+        ask(&mut a, 0);
+        // Another master (asked before a reshard or a failover, or a forger) says gone.
+        assert!(!a.answered(&question(7), &2, Answer::Gone, 5, 0));
+        assert_eq!(a.orphan_count(), 0);
+        assert!(!answered_by_1(&mut a, 7, Answer::Unsure, 6, 0));
+        assert!(
+            !answered_by_1(&mut a, 7, Answer::Gone, 7, 0),
+            "a second copy, or a late answer, of a question already answered"
+        );
+        assert_eq!(a.orphan_count(), 0);
+        ask(&mut a, 6 + RETRY_MS);
+        assert!(answered_by_1(&mut a, 7, Answer::Gone, 6 + RETRY_MS, 0));
+    }
+
+    #[test]
     fn without_a_grace_the_first_gone_reports() {
         let mut a = Audit::default();
         see(&mut a, &holder_name(b"{p}views", 7, 1, 0), 0);
-        a.due(0, usize::MAX);
-        assert!(a.answered(&question(7), Answer::Gone, 5, 0));
+        ask(&mut a, 0);
+        assert!(answered_by_1(&mut a, 7, Answer::Gone, 5, 0));
     }
 
     #[test]
@@ -444,7 +514,7 @@ mod tests {
         see(&mut a, &holder_name(b"{p}views", 8, 1, 0), 0);
         a.end_pass();
         assert_eq!(a.len(), 1);
-        assert_eq!(a.due(0, usize::MAX), vec![question(8)]);
+        assert_eq!(ask(&mut a, 0), vec![question(8)]);
         a.end_pass();
         assert!(a.is_empty() && a.bytes == 0);
     }

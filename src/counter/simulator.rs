@@ -142,11 +142,14 @@ enum Message {
     AuditAsk {
         from: usize,
         to: usize,
+        request: u64,
         questions: Vec<Question>,
     },
-    /// The answers, back to `to`.
+    /// The answers of `from` to its request, back to `to`.
     AuditAnswer {
+        from: usize,
         to: usize,
+        request: u64,
         answers: Vec<(Question, Answer)>,
     },
 }
@@ -162,8 +165,9 @@ struct Pending {
     step: Option<Step>,
 }
 
-/// Audit answers held for the replica: (asker, answers, writes the replica must hold).
-type HeldAudit = (usize, Vec<(Question, Answer)>, u64);
+/// Audit answers held for the replica: (asker, its request, answers, writes the replica must
+/// hold).
+type HeldAudit = (usize, u64, Vec<(Question, Answer)>, u64);
 
 #[derive(Default)]
 struct Master {
@@ -179,7 +183,8 @@ struct Master {
     /// a restart or a failover loses them; the promoted replica claims nothing).
     collecting: Vec<Collection>,
     /// The orphan audit's questions (soft state: a restart or a failover starts from nothing).
-    audit: Audit,
+    /// Questions asked of masters by index, under a request id.
+    audit: Audit<(usize, u64)>,
     /// Audit answers holding a `Gone`, waiting for the replica to hold every write made before
     /// them (the count of writes then): (asker, answers, writes).
     held_audit: Vec<HeldAudit>,
@@ -231,6 +236,8 @@ struct Sim {
     /// Gathered reads, answered one request at a time (`simulator_reads.rs`).
     reads: reads::Reads,
     log: String,
+    /// The audit's request ids drawn so far (a counter: the schedule's random draws stay).
+    requests: u64,
 }
 
 /// The replica's replay of a step (the glue's `CTR.STEP`) on what it holds: why it did not
@@ -287,6 +294,7 @@ impl Sim {
             replay_error: None,
             reads: reads::Reads::new(seed),
             log: String::new(),
+            requests: 0,
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
@@ -692,11 +700,17 @@ impl Sim {
             Message::AuditAsk {
                 from,
                 to,
+                request,
                 questions,
-            } => self.on_audit_ask(from, to, questions),
-            Message::AuditAnswer { to, answers } => {
+            } => self.on_audit_ask(from, to, request, questions),
+            Message::AuditAnswer {
+                from,
+                to,
+                request,
+                answers,
+            } => {
                 for (q, a) in answers {
-                    self.on_audit_answer(to, &q, a);
+                    self.on_audit_answer(to, (from, request), &q, a);
                 }
             }
             Message::Collected { to, c } => {
@@ -808,11 +822,16 @@ impl Sim {
         let replicated = m.replicated;
         let (open, held): (Vec<_>, Vec<_>) = std::mem::take(&mut m.held_audit)
             .into_iter()
-            .partition(|(_, _, writes)| replicated >= *writes);
+            .partition(|(_, _, _, writes)| replicated >= *writes);
         m.held_audit = held;
         out.extend(
             open.into_iter()
-                .map(|(to, answers, _)| Message::AuditAnswer { to, answers }),
+                .map(|(to, request, answers, _)| Message::AuditAnswer {
+                    from: master,
+                    to,
+                    request,
+                    answers,
+                }),
         );
         for c in &m.collecting {
             for to in 0..MASTERS {
@@ -1649,19 +1668,32 @@ impl Sim {
         for q in due {
             let to = master_of(&q.home);
             if to == m {
+                let asked = (m, self.next_request());
+                self.masters[m].audit.asked(&q, asked);
                 let a = self.home_side(m, &q);
-                self.on_audit_answer(m, &q, a);
+                self.on_audit_answer(m, asked, &q, a);
             } else {
                 remote.entry(to).or_default().push(q);
             }
         }
         for (to, questions) in remote {
+            let request = self.next_request();
+            for q in &questions {
+                self.masters[m].audit.asked(q, (to, request));
+            }
             self.network.push(Message::AuditAsk {
                 from: m,
                 to,
+                request,
                 questions,
             });
         }
+    }
+
+    /// A fresh audit request id.
+    fn next_request(&mut self) -> u64 {
+        self.requests += 1;
+        self.requests
     }
 
     /// The home side (`audit::answer`): master `m` reads every key of the home name's slot.
@@ -1676,7 +1708,7 @@ impl Sim {
 
     /// A master answers at once unless an answer is `Gone`: then it waits for its replica to
     /// hold every write made before (the glue's gate).
-    fn on_audit_ask(&mut self, from: usize, to: usize, questions: Vec<Question>) {
+    fn on_audit_ask(&mut self, from: usize, to: usize, request: u64, questions: Vec<Question>) {
         let answers: Vec<(Question, Answer)> = questions
             .into_iter()
             .map(|q| {
@@ -1686,18 +1718,22 @@ impl Sim {
             .collect();
         let m = &mut self.masters[to];
         if audit::answers_wait_for_replicas(&answers) {
-            m.held_audit.push((from, answers, m.written));
+            m.held_audit.push((from, request, answers, m.written));
         } else {
-            self.network
-                .push(Message::AuditAnswer { to: from, answers });
+            self.network.push(Message::AuditAnswer {
+                from: to,
+                to: from,
+                request,
+                answers,
+            });
         }
     }
 
     /// An answer to master `m`'s audit: a spread gone for good is reported, never deleted
     /// (the glue's rule: absence is no proof; the holders go on an operator's order).
-    fn on_audit_answer(&mut self, m: usize, q: &Question, a: Answer) {
+    fn on_audit_answer(&mut self, m: usize, from: (usize, u64), q: &Question, a: Answer) {
         let (now, grace) = (self.now, self.grace);
-        if self.masters[m].audit.answered(q, a, now, grace) {
+        if self.masters[m].audit.answered(q, &from, a, now, grace) {
             self.note(format_args!(
                 "audit of master {m} reports spread {:x} as an orphan",
                 q.spread_id
@@ -2039,12 +2075,15 @@ fn describe(m: &Message) -> String {
             from,
             to,
             questions,
+            ..
         } => format!(
             "audit ask {} spread(s) from master {from} to master {to}",
             questions.len()
         ),
-        Message::AuditAnswer { to, answers } => format!(
-            "audit answers {:?} to master {to}",
+        Message::AuditAnswer {
+            from, to, answers, ..
+        } => format!(
+            "audit answers {:?} of master {from} to master {to}",
             answers
                 .iter()
                 .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))

@@ -3,20 +3,25 @@
 //! that master answers each question.
 //!
 //! ```text
-//! ask:     u8 version (= 1), uvarint n (1..=1024), n x question
-//! answer:  u8 version (= 1), uvarint n (1..=1024), n x (question, u8 answer: 0 lives,
-//!          1 gone, 2 unsure)
+//! ask:     u8 version (= 2), u64 LE request id, uvarint n (1..=1024), n x question
+//! answer:  u8 version (= 2), u64 LE request id (the ask's), uvarint n (1..=1024),
+//!          n x (question, u8 answer: 0 lives, 1 gone, 2 unsure)
 //! question: u64 LE spread id (!= 0), (uvarint len, home name carried by the holders)
 //! ```
-//! A question is idempotent and an answer only acts on a question its receiver asked, so a
-//! resend or a late copy is harmless. Anything malformed, including an unknown version or
-//! answer, is refused by the decoder and dropped (the asker asks again).
+//! Version 1 (an earlier module) has no request id: its ask is answered in version 1, and its
+//! answers are dropped, since an answer acts only as the answer to the question its receiver
+//! last asked, under that request id, of the master that answers (a late copy of an answer to
+//! an earlier ask, a "gone" read while a home was missing for a moment, never counts as a fresh
+//! one). Anything malformed, including an unknown version or answer, is refused by the decoder
+//! and dropped (the asker asks again).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::audit::{Answer, Question};
 use crate::counter::spread::MAX_HOME_NAME;
 
-const VERSION: u8 = 1;
+/// Without a request id (an earlier module's).
+const VERSION_1: u8 = 1;
+const VERSION: u8 = 2;
 const FAMILY: &str = "audit message";
 /// Most questions in one message.
 pub const MAX_QUESTIONS: usize = 1024;
@@ -34,20 +39,34 @@ fn read_question(r: &mut Reader) -> Result<Question, DecodeError> {
     Ok(Question { spread_id, home })
 }
 
-fn encode_with<T>(items: &[T], mut each: impl FnMut(&mut Writer, &T)) -> Vec<u8> {
+fn encode_with<T>(
+    request: Option<u64>,
+    items: &[T],
+    mut each: impl FnMut(&mut Writer, &T),
+) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(VERSION).uvarint(items.len() as u64);
+    match request {
+        Some(id) => w.u8(VERSION).fixed_u64(id),
+        None => w.u8(VERSION_1),
+    };
+    w.uvarint(items.len() as u64);
     for item in items {
         each(&mut w, item);
     }
     w.finish()
 }
 
+/// The request id (None in version 1) and the items.
 fn decode_with<T>(
     buf: &[u8],
     mut each: impl FnMut(&mut Reader) -> Result<T, DecodeError>,
-) -> Result<Vec<T>, DecodeError> {
-    let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
+) -> Result<(Option<u64>, Vec<T>), DecodeError> {
+    let mut r = Reader::new(buf);
+    let request = match r.u8()? {
+        VERSION_1 => None,
+        VERSION => Some(r.fixed_u64()?),
+        other => return decode_error(format!("unknown {FAMILY} version {other}")),
+    };
     // Each item takes at least 8 + 2 bytes.
     let n = r.count(MAX_QUESTIONS, 10)?;
     if n == 0 {
@@ -56,25 +75,32 @@ fn decode_with<T>(
     let items = (0..n)
         .map(|_| each(&mut r))
         .collect::<Result<Vec<_>, _>>()?;
-    r.end(items, FAMILY)
+    r.end((request, items), FAMILY)
 }
 
-pub fn encode_ask(questions: &[Question]) -> Vec<u8> {
-    encode_with(questions, write_question)
+/// An ask under the request id `request`.
+pub fn encode_ask(request: u64, questions: &[Question]) -> Vec<u8> {
+    encode_with(Some(request), questions, write_question)
 }
 
-pub fn decode_ask(buf: &[u8]) -> Result<Vec<Question>, DecodeError> {
+/// The ask's request id (None: an earlier module's, version 1) and its questions.
+pub fn decode_ask(buf: &[u8]) -> Result<(Option<u64>, Vec<Question>), DecodeError> {
     decode_with(buf, read_question)
 }
 
-pub fn encode_answers(answers: &[(Question, Answer)]) -> Vec<u8> {
-    encode_with(answers, |w, (q, a)| {
+/// The answers to the ask `request` (None: an earlier module's ask, answered in its version).
+pub fn encode_answers(request: Option<u64>, answers: &[(Question, Answer)]) -> Vec<u8> {
+    encode_with(request, answers, |w, (q, a)| {
         write_question(w, q);
         w.u8(a.code());
     })
 }
 
-pub fn decode_answers(buf: &[u8]) -> Result<Vec<(Question, Answer)>, DecodeError> {
+/// An answers message: its request id (None: version 1) and the answers.
+pub type Answers = (Option<u64>, Vec<(Question, Answer)>);
+
+/// The answers' request id (None: version 1) and the answers.
+pub fn decode_answers(buf: &[u8]) -> Result<Answers, DecodeError> {
     decode_with(buf, |r| {
         let q = read_question(r)?;
         match Answer::from_code(r.u8()?) {
@@ -88,12 +114,12 @@ pub fn decode_answers(buf: &[u8]) -> Result<Vec<(Question, Answer)>, DecodeError
 /// longest varint) and [`MAX_QUESTIONS`] items.
 pub fn chunks<T>(items: &[T], home: impl Fn(&T) -> &[u8], max_bytes: usize) -> Vec<&[T]> {
     let mut out = Vec::new();
-    let (mut start, mut size) = (0, 11);
+    let (mut start, mut size) = (0, 19);
     for (i, item) in items.iter().enumerate() {
         let n = 8 + 10 + home(item).len() + 1;
         if i > start && (size + n > max_bytes || i - start >= MAX_QUESTIONS) {
             out.push(&items[start..i]);
-            (start, size) = (i, 11);
+            (start, size) = (i, 19);
         }
         size += n;
     }
@@ -117,14 +143,20 @@ mod tests {
     #[test]
     fn messages_roundtrip_and_every_truncation_is_refused() {
         let asks = vec![q(u64::MAX, b"{user:1}:views"), q(2, b"\x00\xff")];
-        let buf = encode_ask(&asks);
-        assert_eq!(decode_ask(&buf), Ok(asks.clone()));
+        let buf = encode_ask(77, &asks);
+        assert_eq!(decode_ask(&buf), Ok((Some(77), asks.clone())));
         let answers = vec![
             (asks[0].clone(), Answer::Gone),
             (asks[1].clone(), Answer::Unsure),
         ];
-        let abuf = encode_answers(&answers);
-        assert_eq!(decode_answers(&abuf), Ok(answers));
+        let abuf = encode_answers(Some(77), &answers);
+        assert_eq!(decode_answers(&abuf), Ok((Some(77), answers.clone())));
+        let v1 = encode_answers(None, &answers);
+        assert_eq!(
+            v1[0], VERSION_1,
+            "an earlier module's ask is answered in its version"
+        );
+        assert_eq!(decode_answers(&v1), Ok((None, answers)));
         for len in 0..buf.len() {
             assert!(decode_ask(&buf[..len]).is_err(), "prefix {len}");
         }
@@ -137,21 +169,32 @@ mod tests {
     }
 
     #[test]
+    fn an_earlier_modules_ask_decodes_without_a_request_id() {
+        let mut w = Writer::new();
+        w.u8(VERSION_1).uvarint(1);
+        write_question(&mut w, &q(5, b"k"));
+        assert_eq!(decode_ask(&w.finish()), Ok((None, vec![q(5, b"k")])));
+    }
+
+    #[test]
     fn forged_messages_are_refused() {
-        let mut other = encode_ask(&[q(2, b"k")]);
-        other[0] = 2;
+        let mut other = encode_ask(1, &[q(2, b"k")]);
+        other[0] = 3;
         assert!(decode_ask(&other).is_err(), "another version");
-        assert!(decode_ask(&encode_ask(&[])).is_err(), "no questions");
+        assert!(decode_ask(&encode_ask(1, &[])).is_err(), "no questions");
         assert!(
-            decode_ask(&encode_ask(&[q(0, b"k")])).is_err(),
+            decode_ask(&encode_ask(1, &[q(0, b"k")])).is_err(),
             "spread id 0"
         );
-        assert!(decode_ask(&encode_ask(&[q(2, b"")])).is_err(), "empty home");
-        let mut bad = encode_answers(&[(q(2, b"k"), Answer::Lives)]);
+        assert!(
+            decode_ask(&encode_ask(1, &[q(2, b"")])).is_err(),
+            "empty home"
+        );
+        let mut bad = encode_answers(Some(1), &[(q(2, b"k"), Answer::Lives)]);
         *bad.last_mut().unwrap() = 3;
         assert!(decode_answers(&bad).is_err(), "unknown answer");
         let mut w = Writer::new();
-        w.u8(VERSION).uvarint(1_000_000);
+        w.u8(VERSION).fixed_u64(1).uvarint(1_000_000);
         assert!(
             decode_ask(&w.finish()).is_err(),
             "a count beyond the payload"
@@ -164,7 +207,7 @@ mod tests {
         let parts = chunks(&items, |q| &q.home, 4096);
         assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), 3000);
         for p in &parts {
-            assert!(encode_ask(p).len() <= 4096 && p.len() <= MAX_QUESTIONS);
+            assert!(encode_ask(u64::MAX, p).len() <= 4096 && p.len() <= MAX_QUESTIONS);
         }
     }
 }

@@ -101,11 +101,11 @@ fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
         ),
         (
             K::AuditAsk,
-            audit_msg::encode_ask(std::slice::from_ref(&question)),
+            audit_msg::encode_ask(0x1122, std::slice::from_ref(&question)),
         ),
         (
             K::AuditAnswer,
-            audit_msg::encode_answers(&[(question, Answer::Gone)]),
+            audit_msg::encode_answers(Some(0x1122), &[(question, Answer::Gone)]),
         ),
         (K::DemandNotice, demand_msg::encode_notice(HOME)),
         (
@@ -170,8 +170,8 @@ const GOLDEN: [(u8, &str); 18] = [
     (0xCB, "02237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d650901"),
     (0xCC, "0101ab00000000000000097b6374727d686f6d6501237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
     (0xCD, "0101ab00000000000000097b6374727d686f6d6502237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d65"),
-    (0xCE, "0101ab00000000000000097b6374727d686f6d65"),
-    (0xCF, "0101ab00000000000000097b6374727d686f6d6501"),
+    (0xCE, "02221100000000000001ab00000000000000097b6374727d686f6d65"),
+    (0xCF, "02221100000000000001ab00000000000000097b6374727d686f6d6501"),
     (0xD0, "01097b6374727d686f6d65"),
     (0xD1, "015500000000000000097b6374727d686f6d6501237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65"),
     (0xD2, "0155000000000000000202500307020501"),
@@ -232,11 +232,11 @@ fn every_kind_decodes_its_golden_bytes_back() {
         2
     );
     assert_eq!(
-        audit_msg::decode_ask(bytes(K::AuditAsk)).unwrap()[0].spread_id,
+        audit_msg::decode_ask(bytes(K::AuditAsk)).unwrap().1[0].spread_id,
         0xab
     );
     assert_eq!(
-        audit_msg::decode_answers(bytes(K::AuditAnswer)).unwrap()[0].1,
+        audit_msg::decode_answers(bytes(K::AuditAnswer)).unwrap().1[0].1,
         Answer::Gone
     );
     assert_eq!(
@@ -268,4 +268,22 @@ fn every_kind_decodes_its_golden_bytes_back() {
     assert_eq!((id, name), (0x78, HOLDER));
     let (id, answer) = admission_msg::decode_response(bytes(K::AdmissionResponse)).unwrap();
     assert_eq!((id, answer), (0x78, NameAnswer::Taken));
+}
+
+/// The audit's messages of the version before request ids (0xCE/0xCF version 1, an earlier
+/// module's) still decode: an ask is answered in its version, and its answers carry no id.
+#[test]
+fn an_earlier_modules_audit_messages_still_decode() {
+    let unhex = |h: &str| -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let (request, questions) =
+        audit_msg::decode_ask(&unhex("0101ab00000000000000097b6374727d686f6d65")).unwrap();
+    assert_eq!((request, questions[0].spread_id), (None, 0xab));
+    let (request, answers) =
+        audit_msg::decode_answers(&unhex("0101ab00000000000000097b6374727d686f6d6501")).unwrap();
+    assert_eq!((request, answers[0].1), (None, Answer::Gone));
 }

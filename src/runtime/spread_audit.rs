@@ -90,14 +90,24 @@ struct Walk {
 /// Answers that wait for this master's replicas.
 struct Held {
     to: NodeId,
+    /// The ask's request id (None: an earlier module's).
+    request: Option<u64>,
     answers: Vec<(Question, Answer)>,
     gate: Gate,
 }
 
+/// Whom a question was asked of (None: this master) and under which request id: only the
+/// answer of that master to that request ends it (`Audit::answered`).
+type Asked = (Option<NodeId>, u64);
+
 thread_local! {
     // Timers and bus receivers run on the main thread.
     static WALK: RefCell<Option<Walk>> = const { RefCell::new(None) };
-    static AUDIT: RefCell<Audit> = RefCell::new(Audit::default());
+    static AUDIT: RefCell<Audit<Asked>> = RefCell::new(Audit::default());
+    /// The next request id (from a random start: an answer to an earlier life of this node
+    /// matches nothing).
+    static NEXT_REQUEST: std::cell::Cell<u64> =
+        std::cell::Cell::new(u64::from_le_bytes(crate::ffi::random_bytes()));
     static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
     /// Slot keys the home side may still read in this tick or message.
     static SLOT_KEYS_LEFT: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
@@ -236,8 +246,10 @@ fn ask(ctx: Ctx, now: i64) {
             // The home's master is this one: its deletions and ours share one replication
             // stream, in order, so nothing waits for the replicas.
             Ok(None) => {
+                let asked = (None, next_request());
+                AUDIT.with(|a| a.borrow_mut().asked(&q, asked));
                 let a = home_side(ctx, &q);
-                on_answer(ctx, &q, a, now);
+                on_answer(ctx, asked, &q, a, now);
             }
             Ok(Some(node)) => remote.entry(node).or_default().push(q),
             // No master known for the slot now: asked again after the answer's timeout.
@@ -246,9 +258,29 @@ fn ask(ctx: Ctx, now: i64) {
     }
     for (node, questions) in remote {
         for part in audit_msg::chunks(&questions, |q| &q.home, MAX_MESSAGE_BYTES) {
-            cluster::send(ctx.ptr, &node, MSG_ASK, &audit_msg::encode_ask(part));
+            let request = next_request();
+            AUDIT.with(|a| {
+                let mut a = a.borrow_mut();
+                for q in part {
+                    a.asked(q, (Some(node), request));
+                }
+            });
+            cluster::send(
+                ctx.ptr,
+                &node,
+                MSG_ASK,
+                &audit_msg::encode_ask(request, part),
+            );
         }
     }
+}
+
+fn next_request() -> u64 {
+    NEXT_REQUEST.with(|n| {
+        let id = n.get();
+        n.set(id.wrapping_add(1));
+        id
+    })
 }
 
 /// The home side's answer, on this master (database 0).
@@ -269,14 +301,15 @@ fn home_side(ctx: Ctx, q: &Question) -> Answer {
     audit::answer(true, found)
 }
 
-/// An answer to one of this master's questions: a spread gone for good is reported, and its
-/// holders here stay (absence is no proof that a spread ended; `CTR.ORPHANS DELETE` is the
-/// operator's).
-fn on_answer(ctx: Ctx, q: &Question, answer: Answer, now: i64) {
+/// An answer of a master (None: this one) to one of this master's requests, counted only as
+/// the answer to the question last asked of it under that request: a spread gone for good is
+/// reported, and its holders here stay (absence is no proof that a spread ended; `CTR.ORPHANS
+/// DELETE` is the operator's).
+fn on_answer(ctx: Ctx, from: Asked, q: &Question, answer: Answer, now: i64) {
     let grace = ORPHAN_GRACE_MS.load(Relaxed);
     let (reported, count) = AUDIT.with(|a| {
         let mut a = a.borrow_mut();
-        (a.answered(q, answer, now, grace), a.orphan_count())
+        (a.answered(q, &from, answer, now, grace), a.orphan_count())
     });
     metrics::ORPHANS_REPORTED.set(count as u64);
     if !reported {
@@ -375,13 +408,14 @@ fn send_held(ctx: Ctx, replication: &replication_gate::Replication) {
     let ready: Vec<Held> = HELD
         .with(|h| replication_gate::take_open(&mut h.borrow_mut(), replication, |h| &mut h.gate));
     for held in ready {
-        send_answers(ctx, &held.to, &held.answers);
+        send_answers(ctx, &held.to, held.request, &held.answers);
     }
 }
 
-fn send_answers(ctx: Ctx, to: &NodeId, answers: &[(Question, Answer)]) {
+fn send_answers(ctx: Ctx, to: &NodeId, request: Option<u64>, answers: &[(Question, Answer)]) {
     for part in audit_msg::chunks(answers, |(q, _)| &q.home, MAX_MESSAGE_BYTES) {
-        cluster::send(ctx.ptr, to, MSG_ANSWER, &audit_msg::encode_answers(part));
+        let bytes = audit_msg::encode_answers(request, part);
+        cluster::send(ctx.ptr, to, MSG_ANSWER, &bytes);
     }
 }
 
@@ -389,7 +423,7 @@ fn send_answers(ctx: Ctx, to: &NodeId, answers: &[(Question, Answer)]) {
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
     match kind {
         MSG_ASK => {
-            let Ok(questions) = audit_msg::decode_ask(payload) else {
+            let Ok((request, questions)) = audit_msg::decode_ask(payload) else {
                 return; // malformed or another version: as if lost
             };
             select_db(ctx, 0);
@@ -402,7 +436,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
                 })
                 .collect();
             if !audit::answers_wait_for_replicas(&answers) {
-                send_answers(ctx, &from, &answers);
+                send_answers(ctx, &from, request, &answers);
                 return;
             }
             HELD.with(|h| {
@@ -410,6 +444,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
                 if h.len() < MAX_HELD {
                     h.push(Held {
                         to: from,
+                        request,
                         answers,
                         gate: Gate::default(),
                     });
@@ -417,12 +452,13 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
             });
         }
         MSG_ANSWER => {
-            let Ok(answers) = audit_msg::decode_answers(payload) else {
+            // An earlier module's answers carry no request id: nothing to match them with.
+            let Ok((Some(request), answers)) = audit_msg::decode_answers(payload) else {
                 return;
             };
             let now = ctx.now_ms();
             for (q, a) in answers {
-                on_answer(ctx, &q, a, now);
+                on_answer(ctx, (Some(from), request), &q, a, now);
             }
         }
         _ => {}
