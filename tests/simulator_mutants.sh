@@ -34,6 +34,8 @@ mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
 mutant "the audit's Gone answered before the replica holds the DEL" src/counter/audit.rs \
   '    answers.iter().any(|(_, a)| *a == Answer::Gone)' '    answers.is_empty()'
+mutant "an audit answer taken from any master or request" src/counter/audit.rs \
+  '        if s.asked.as_ref() != Some(from) {' '        if false {'
 mutant "a holder takes a sibling's move" src/counter/transfer.rs \
   '            return holder.home == from;' '            return true;'
 mutant "a settled gather's values shifted off the read's own" src/protocol/gather.rs \

@@ -1507,8 +1507,16 @@ impl Sim {
             show(&home)
         ));
         self.write(&home, None, 0);
+        // Half the time the bus keeps a copy of the answers sent while the home is missing
+        // and delivers it late, after the home is back.
+        let keep_late = self.rng.percent(50);
+        let mut late: Vec<Message> = Vec::new();
         loop {
-            self.audit_round();
+            self.audit_asks();
+            if keep_late {
+                late.extend(self.network.iter().filter(|m| is_gone_answer(m)).cloned());
+            }
+            self.deliver_audit_messages();
             for m in 0..MASTERS {
                 let reported = self.reported(m);
                 self.operator_deletes_reported(m, reported);
@@ -1523,22 +1531,37 @@ impl Sim {
         // The model's bound: the audit asks again (and finds the home) before the next
         // restore: the answers held during the absence land, then a new ask. Two restores of
         // one home inside a grace, with no answer between, look like one absence as long as
-        // the grace (a known gap, docs/CLUSTER.md).
+        // the grace (a known gap, docs/CLUSTER.md). The late copies land first, past the grace,
+        // while the new asks are out: an operator deletes what they made reported before the
+        // fresh answers come (a late "gone" must never pass for the answer to a new ask).
         for _ in 0..2 {
             self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
-            self.audit_round();
+            self.audit_asks();
+            if !late.is_empty() {
+                self.note(format_args!(
+                    "{} late audit answer(s) delivered",
+                    late.len()
+                ));
+                for m in std::mem::take(&mut late) {
+                    self.handle(m);
+                }
+                for m in 0..MASTERS {
+                    let reported = self.reported(m);
+                    self.operator_deletes_reported(m, reported);
+                }
+            }
+            self.deliver_audit_messages();
         }
     }
 
-    /// Every master's audit walks, its replica holds every write, its answers go out, and the
-    /// audits' messages are delivered.
-    fn audit_round(&mut self) {
+    /// Every master's audit walks and asks, its replica holds every write and its held
+    /// answers go out (nothing delivered yet).
+    fn audit_asks(&mut self) {
         for m in 0..MASTERS {
             self.audit_pass(m);
             self.replicate_all(m);
             self.tick(m);
         }
-        self.deliver_audit_messages();
     }
 
     /// Every write of master `m` reaches its replica.
@@ -2097,6 +2120,11 @@ fn describe(m: &Message) -> String {
             a.refused
         ),
     }
+}
+
+/// An audit answer holding a `Gone`.
+fn is_gone_answer(m: &Message) -> bool {
+    matches!(m, Message::AuditAnswer { answers, .. } if answers.iter().any(|(_, a)| *a == Answer::Gone))
 }
 
 fn show(name: &[u8]) -> String {
