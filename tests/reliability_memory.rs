@@ -320,8 +320,10 @@ fn a_limiter_key_holds_its_arrival_time_alone() {
     let real = limiter.per_key - inline.per_key;
     let reported = limiter.usage - inline.usage;
     eprintln!("limiter: module real {real:.1} B/key, reported {reported:.1}");
+    // 9 bytes on Redis 7.0 and 8.0; 24 on Valkey 8.1, whose key object keeps room for the
+    // expiry it once had (the limiter's TTL, removed by PERSIST). A boxed limiter took 192.
     assert!(
-        real < 24.0,
+        real < 64.0,
         "a limiter's key took {real:.1} bytes more than a cold counter's"
     );
     assert_eq!(reported, 8.0, "MEMORY USAGE reports the limiter's box");
