@@ -320,13 +320,18 @@ fn a_limiter_key_holds_its_arrival_time_alone() {
     let real = limiter.per_key - inline.per_key;
     let reported = limiter.usage - inline.usage;
     eprintln!("limiter: module real {real:.1} B/key, reported {reported:.1}");
-    // 9 bytes on Redis 7.0 and 8.0; 24 on Valkey 8.1, whose key object keeps room for the
-    // expiry it once had (the limiter's TTL, removed by PERSIST). A boxed limiter took 192.
+    // 9 bytes on Redis 7.0 and 8.0; 23 and 24 on Redis 8.6 and Valkey 8.1, whose key objects
+    // keep room for the expiry they once had (the limiter's TTL, removed by PERSIST). A boxed
+    // limiter took 192.
     assert!(
         real < 64.0,
         "a limiter's key took {real:.1} bytes more than a cold counter's"
     );
-    assert_eq!(reported, 8.0, "MEMORY USAGE reports the limiter's box");
+    // The box's 8 bytes, and on Redis 8.6 also the room its key object keeps for an expiry.
+    assert!(
+        (8.0..64.0).contains(&reported),
+        "MEMORY USAGE reports {reported:.1} bytes more than a cold counter's"
+    );
     let mut c = server.conn();
     let info = c.cmd(&["CTR.INFO", "k:000000"]);
     assert_eq!(info.field("encoding").text(), "limiter", "{info:?}");
