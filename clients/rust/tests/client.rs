@@ -1182,6 +1182,48 @@ fn router_adds_meeting_a_folded_holder_go_on_and_count_once() {
     );
 }
 
+/// A counter renamed onto a listed holder's name is a stray (counted 0, written by nothing):
+/// the router's adds that meet it go on to another holder, untokened and tokened alike, and
+/// the total counts every add once.
+#[test]
+fn router_adds_meeting_a_stray_holder_go_on_and_count_once() {
+    let server = Server::start();
+    let mut con = redis::Client::open(url(server.port, false)).unwrap();
+    let router = SpreadRouter::new(Duration::from_secs(60));
+    let holders = router.spread(&mut con, "add-stray", 4).unwrap();
+    let stray = holders[1].clone();
+    let _: () = redis::cmd("CTR.ADD")
+        .arg("elsewhere")
+        .arg(7)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("elsewhere")
+        .arg(&stray)
+        .query(&mut con)
+        .unwrap();
+    let holder_bytes: Vec<Vec<u8>> = holders.iter().map(|h| h.clone().into_bytes()).collect();
+    let to_stray = (0..200)
+        .map(|i| format!("s{i}"))
+        .find(|t| holder_for_token(&holder_bytes, t.as_bytes()) == stray.as_bytes())
+        .unwrap();
+    for i in 0..40 {
+        router
+            .add(&mut con, "add-stray", 1, &AddOptions::new())
+            .unwrap();
+        let token = AddOptions::new().token(format!("t{i}"));
+        router.add(&mut con, "add-stray", 1, &token).unwrap();
+    }
+    let tokened = AddOptions::new().token(to_stray.as_str());
+    router.add(&mut con, "add-stray", 1, &tokened).unwrap();
+    router.add(&mut con, "add-stray", 1, &tokened).unwrap();
+    assert_eq!(
+        con.ctr_get("add-stray").unwrap(),
+        81,
+        "each add once, none on the stray"
+    );
+}
+
 #[test]
 fn writer_memory_is_bounded_and_drop_flushes() {
     let server = Server::start();
