@@ -277,6 +277,10 @@ impl CommandError {
     }
 }
 
+/// What a client gets when the module hit a bug (a contained panic, a state that cannot be).
+pub const INTERNAL_ERROR: CommandError =
+    CommandError::fixed("ERR internal error in redis-ctr (a bug: please report it)");
+
 pub const WRONG_TYPE: CommandError =
     CommandError::fixed("WRONGTYPE Operation against a key holding the wrong kind of value");
 

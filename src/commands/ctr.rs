@@ -210,7 +210,6 @@ fn add_fast(
         KeyContent::Mine(raw) => match CounterCell::inline_value(raw) {
             Some(value) => Some((raw, value)),
             // SAFETY: the key is open for writing and holds a live counter we access alone.
-            // SAFETY: the key is open for writing and holds a live counter we access alone.
             None => match unsafe { CounterCell::boxed_mut(raw) } {
                 Some(c) => return add_to_shards(ctx, c, args),
                 None => return Ok(FastAdd::General), // a limiter's key: the general path

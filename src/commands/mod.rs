@@ -579,9 +579,7 @@ where
                 String::from_utf8_lossy(args.bytes(0))
             };
             crate::guard::log_panic(ctx.ptr, &format!("command {name}"), payload.as_ref());
-            ctx.reply_error(&CommandError::fixed(
-                "ERR internal error in redis-ctr (a bug: please report it)",
-            ))
+            ctx.reply_error(&crate::ffi::INTERNAL_ERROR)
         }
     }
     raw::REDISMODULE_OK as c_int

@@ -52,9 +52,7 @@ pub fn set_total(ctx: Ctx, w: &Write, truth: i64) -> CommandResult {
 /// minus the holders' units, as a plain reconcile of the home. Replies `[truth, drift]`.
 fn apply(ctx: Ctx, home: &[u8], gathered: Vec<(&[u8], i64)>, write: TotalWrite) -> CommandResult {
     refuse_unless_still_served(ctx, home)?;
-    let truth = write.truth.ok_or(CommandError::fixed(
-        "ERR internal error in redis-ctr (a bug: please report it)",
-    ))?;
+    let truth = write.truth.ok_or(crate::ffi::INTERNAL_ERROR)?;
     let name = KeyName::new(ctx, home);
     let w = Write::resumed(ctx, name.raw, home, None);
     // Only the home's value changes: it moves by what the total is off the truth.

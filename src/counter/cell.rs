@@ -63,6 +63,16 @@ impl CounterRef<'_> {
         }
     }
 
+    /// What the stored counter can still sell: its value above its own floor
+    /// ([`Counter::budget`]).
+    pub fn budget(self) -> i64 {
+        match self {
+            CounterRef::Inline(v) => v,
+            CounterRef::Limiter(_) => 0,
+            CounterRef::Boxed(c) => c.budget(),
+        }
+    }
+
     /// An owned copy as a full counter.
     pub fn to_counter(self) -> Counter {
         match self {

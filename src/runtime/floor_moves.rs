@@ -169,11 +169,11 @@ fn local_demand(ctx: Ctx, name: &[u8]) -> HolderDemand {
             Some(CounterRef::Boxed(b)) => b.budget_moving_out(now),
             _ => 0,
         };
-        (value_and_floor(c), moving_out)
+        (c.map_or(0, CounterRef::budget), moving_out)
     });
     match read {
-        Ok(((value, floor), moving_out)) => HolderDemand::Here {
-            budget: value.saturating_sub(floor.unwrap_or(0)),
+        Ok((budget, moving_out)) => HolderDemand::Here {
+            budget,
             moving_out,
             meter: take_meter(DB, name, now),
         },

@@ -25,7 +25,7 @@ use std::ffi::{c_int, c_void};
 use redis_module::raw;
 
 use super::scheduler::{self, Job, When};
-use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply};
+use crate::ffi::{rm, Args, CommandError, CommandResult, Ctx, Reply, INTERNAL_ERROR};
 use crate::guard::guard;
 use crate::metrics;
 
@@ -366,9 +366,6 @@ struct Answer {
     result: CommandResult,
     hooks: &'static AnswerHooks,
 }
-
-const INTERNAL_ERROR: CommandError =
-    CommandError::fixed("ERR internal error in redis-ctr (a bug: please report it)");
 
 thread_local! {
     /// The owner of each client blocked until answered.
