@@ -400,6 +400,15 @@ fn step_samples() -> Vec<Vec<u8>> {
         Step::Shrink {
             target: 1,
             fold_ids: vec![41],
+            clock: None,
+        },
+        Step::Shrink {
+            target: 2,
+            fold_ids: vec![42],
+            clock: Some(crate::counter::listing::ListClock {
+                now_ms: 1_700_000_000_000,
+                window_ms: 3_600_000,
+            }),
         },
         Step::Seal {
             home: b"k".to_vec(),

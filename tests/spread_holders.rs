@@ -754,3 +754,194 @@ fn a_grow_in_a_cluster_never_lists_a_name_where_a_key_sits() {
     assert!(grown.iter().all(|n| !occupied.contains(n)), "{grown:?}");
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(10));
 }
+
+/// The server's clock (unix ms) by `TIME`.
+fn server_ms(c: &mut Conn) -> i64 {
+    match c.q("TIME") {
+        Value::Array(parts) => {
+            let secs: i64 = parts[0].text().parse().expect("seconds");
+            let micros: i64 = parts[1].text().parse().expect("microseconds");
+            secs * 1000 + micros / 1000
+        }
+        other => panic!("TIME -> {other:?}"),
+    }
+}
+
+/// A time of the server's clock past every change made so far: the module dates a change
+/// one millisecond after its coarse clock, which may lag `TIME` by a few milliseconds.
+fn settled_time(c: &mut Conn) -> i64 {
+    std::thread::sleep(Duration::from_millis(20));
+    let at = server_ms(c);
+    std::thread::sleep(Duration::from_millis(20));
+    at
+}
+
+/// `CTR.HOLDERS home AT at`.
+fn holders_at(c: &mut Conn, home: &str, at: i64) -> Vec<String> {
+    names(&c.cmd(&["CTR.HOLDERS", home, "AT", &at.to_string()]))
+}
+
+/// A purchase by the probe rule over `list`, stopping at the first grant; a holder folded back
+/// (it never grants again) is passed, as a refusal.
+fn purchase_over(c: &mut Conn, list: &[String], amount: i64, token: &str, at: i64) -> Value {
+    let (amount, at) = (amount.to_string(), at.to_string());
+    for i in redis_ctr_client::spread::probe_order(token.as_bytes(), list.len()) {
+        let args = [
+            "CTR.DECRFLOOR",
+            &list[i],
+            &amount,
+            "TOKEN",
+            token,
+            "AT",
+            &at,
+        ];
+        match c.cmd(&args) {
+            Value::Nil => continue,
+            Value::Error(e) if e.contains("folded back") => continue,
+            other => return other,
+        }
+    }
+    Value::Nil
+}
+
+/// A token whose walk over `to` holders starts at another of the first `from` than its walk
+/// over `from`: after a grow from `from` to `to` (which keeps the first `from` names), a retry
+/// over the current list would be granted a second time there (issue 34, item 5).
+fn token_moved_by_grow(from: usize, to: usize) -> String {
+    let first = |t: &str, n| redis_ctr_client::spread::probe_order(t.as_bytes(), n)[0];
+    (0..1000)
+        .map(|i| format!("order-{i}"))
+        .find(|t| first(t, to) < from && first(t, to) != first(t, from))
+        .expect("a token whose first holder moves")
+}
+
+/// A purchase retried after a grow and after a shrink walks the holders in force at its time
+/// (`CTR.HOLDERS key AT ms`), not the current list: the same holders in the same order, each
+/// replaying what it recorded, so the token is granted once (issue 34, item 5). Before, the
+/// only list was the current one: after the grow the retry's first holder was another one,
+/// with budget, which granted the token a second time.
+#[test]
+fn a_purchase_retried_after_a_grow_or_a_shrink_walks_the_list_at_its_time() {
+    let server = Server::start_with(
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
+        &[],
+    );
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 300");
+    c.q("CTR.FLOOR stock 0");
+    let before_spread = settled_time(&mut c);
+    let three = names(&c.q("CTR.SPREAD stock 3"));
+    let at = settled_time(&mut c);
+    assert_eq!(holders_at(&mut c, "stock", at), three);
+    assert_eq!(holders_at(&mut c, "stock", before_spread), ["stock"]);
+    let token = token_moved_by_grow(3, 5);
+    let first = purchase_over(&mut c, &three, 7, &token, at);
+    let Value::Int(left) = first else {
+        panic!("a purchase of 7 from 300: {first:?}")
+    };
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(293));
+    let five = names(&c.q("CTR.SPREAD stock 5"));
+    assert_eq!(five[..3], three[..]);
+    let after_grow = settled_time(&mut c);
+    assert_eq!(
+        holders_at(&mut c, "stock", at),
+        three,
+        "the list at its time"
+    );
+    assert_eq!(holders_at(&mut c, "stock", after_grow), five);
+    let walked = holders_at(&mut c, "stock", at);
+    let retry = purchase_over(&mut c, &walked, 7, &token, at);
+    assert_eq!(retry, Value::Int(left), "the retry replays");
+    c.q("CTR.SPREAD stock 1");
+    let after_shrink = settled_time(&mut c);
+    assert_eq!(holders_at(&mut c, "stock", after_shrink), ["stock"]);
+    assert_eq!(
+        holders_at(&mut c, "stock", after_grow),
+        five,
+        "folded ones stay listed"
+    );
+    let walked = holders_at(&mut c, "stock", at);
+    let retry = purchase_over(&mut c, &walked, 7, &token, at);
+    assert_eq!(
+        retry,
+        Value::Int(left),
+        "the retry replays on a folded holder"
+    );
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(293), "sold once");
+    // Every way the home's state travels keeps its listing.
+    let lists = |c: &mut Conn| [at, after_grow, after_shrink].map(|t| holders_at(c, "stock", t));
+    let expected = lists(&mut c);
+    let replica = server.start_replica();
+    server.wait_replicas(1);
+    assert_eq!(lists(&mut replica.conn()), expected, "replica");
+    drop(replica);
+    let mut server = server;
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(lists(&mut c), expected, "the AOF's commands and steps");
+    assert_eq!(c.q("DEBUG RELOAD").text(), "OK");
+    assert_eq!(lists(&mut c), expected, "RDB");
+    let dump = c.cmd(&["DUMP", "stock"]);
+    let Value::Bulk(payload) = dump else {
+        panic!("DUMP -> {dump:?}")
+    };
+    let restore: [&[u8]; 5] = [b"RESTORE", b"stock", b"0", &payload, b"REPLACE"];
+    assert_eq!(c.cmd(&restore).text(), "OK");
+    assert_eq!(lists(&mut c), expected, "DUMP/RESTORE");
+    server.rewrite_aof();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(lists(&mut c), expected, "AOF rewrite");
+}
+
+#[test]
+fn holders_at_a_time_refuse_what_they_cannot_know() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let now = settled_time(&mut c);
+    assert_eq!(holders_at(&mut c, "missing", now), ["missing"]);
+    assert_eq!(c.q("EXISTS missing"), Value::Int(0), "not created");
+    c.q("CTR.ADD plain 1");
+    assert_eq!(holders_at(&mut c, "plain", now), ["plain"]);
+    let ahead = (now + 60_000).to_string();
+    let old = (now - 4_000_000).to_string();
+    for (args, error) in [
+        (
+            vec!["CTR.HOLDERS", "plain", "AT", &ahead],
+            "ahead of the home's clock",
+        ),
+        (
+            vec!["CTR.HOLDERS", "missing", "AT", &ahead],
+            "ahead of the home's clock",
+        ),
+        (
+            vec!["CTR.HOLDERS", "plain", "AT", &old],
+            "older than the dedup window",
+        ),
+        (
+            vec!["CTR.HOLDERS", "plain", "AT", "-1"],
+            "AT must be a unix time",
+        ),
+        (vec!["CTR.HOLDERS", "plain", "AT", "soon"], "not an integer"),
+        (vec!["CTR.HOLDERS", "plain", "AS", "5"], "syntax error"),
+        (
+            vec!["CTR.HOLDERS", "plain", "AT"],
+            "wrong number of arguments",
+        ),
+    ] {
+        match c.cmd(&args) {
+            Value::Error(e) => assert!(e.contains(error), "{args:?}: {e}"),
+            other => panic!("{args:?} -> {other:?}"),
+        }
+    }
+    c.q("SET text x");
+    match c.cmd(&["CTR.HOLDERS", "text", "AT", &now.to_string()]) {
+        Value::Error(e) => assert!(e.starts_with("WRONGTYPE"), "{e}"),
+        other => panic!("WRONGTYPE expected: {other:?}"),
+    }
+    let holder = names(&c.q("CTR.SPREAD plain 2"))[1].clone();
+    match c.cmd(&["CTR.HOLDERS", &holder, "AT", &now.to_string()]) {
+        Value::Error(e) => assert!(e.contains("is a holder of the spread counter"), "{e}"),
+        other => panic!("a holder's name: {other:?}"),
+    }
+}

@@ -20,7 +20,7 @@ pub const NEGATIVE_AT: CommandError =
     CommandError::fixed("ERR AT must be a unix time in ms (not negative)");
 
 /// An `AT` event time: an integer, not negative.
-fn event_time(value: &[u8]) -> Result<i64, CommandError> {
+pub fn event_time(value: &[u8]) -> Result<i64, CommandError> {
     Some(integer(value)?)
         .filter(|at| *at >= 0)
         .ok_or(NEGATIVE_AT)

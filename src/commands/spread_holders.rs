@@ -7,36 +7,86 @@
 //! for the slowest), this reads only what the home's master has recorded: it answers at once
 //! while another master is down or frozen. Client libraries refresh their holder lists with it.
 
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::ctr_args::event_time;
 use super::ctr_spread::refuse_holder;
+use crate::config;
+use crate::counter::listing::ListedAtError;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
+use crate::counter::TokenTimeError;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
 use crate::runtime::ctr_store::{is_missing, with_counter};
 use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
 use crate::runtime::home_names::living_home;
 use crate::runtime::spread_cluster::in_cluster;
 
-/// CTR.HOLDERS key
+/// CTR.HOLDERS key [AT ms]
 ///
 /// The holders' names, the home (the key as given) first, as `CTR.SPREAD` replies them: the
 /// current holders only (those a shrink is still folding back are not written any more). A key
 /// that is missing or not spread replies `[key]` (its adds go to the key itself); another type
 /// is WRONGTYPE; a key named as a holder is refused with the holder error, as `CTR.SPREAD` does
 /// (a holder is never a home, and its own holder list would mean nothing).
+///
+/// With `AT ms`, the holders in force at that time, from the home's listing
+/// (`crate::counter::listing`): those a shrink unlisted since are included, those a grow listed
+/// since are not. It is the list a purchase of that time walks by the probe rule, the same for
+/// its first send and every retry, so a token is granted at most once.
 pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(super::wrong_arity("ctr.holders"));
-    }
+    let at = match args.len() {
+        2 => None,
+        4 if args.bytes(2).eq_ignore_ascii_case(b"AT") => Some(event_time(args.bytes(3))?),
+        4 => return Err(CommandError::fixed("ERR syntax error")),
+        _ => return Err(super::wrong_arity("ctr.holders")),
+    };
     let home = args.bytes(1);
-    let others = with_counter(ctx, args.raw(1), |c| match c {
-        Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()).unwrap_or_default(),
-        _ => Vec::new(),
-    })?;
+    let others = match at {
+        None => with_counter(ctx, args.raw(1), |c| match c {
+            Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()).unwrap_or_default(),
+            _ => Vec::new(),
+        })?,
+        Some(at) => listed_at(ctx, args, at)?,
+    };
     refuse_holder(ctx, home)?;
     let mut names = Vec::with_capacity(others.len() + 1);
     names.push(Reply::Bulk(home.to_vec()));
     names.extend(others.into_iter().map(Reply::Bulk));
     Ok(Reply::Array(names))
+}
+
+/// The holders the home at `args[1]` listed at `at` (the home not included).
+fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandError> {
+    let now = ctx.now_ms();
+    if at < now.saturating_sub(config::TOKEN_WINDOW_MS.load(Relaxed)) {
+        return Err(TokenTimeError::TooOld.into());
+    }
+    let listed = with_counter(ctx, args.raw(1), |c| match c {
+        Some(CounterRef::Boxed(b)) => b
+            .holders_at(at, now)
+            .map(|names| names.into_iter().map(<[u8]>::to_vec).collect()),
+        _ if at > now => Err(ListedAtError::Ahead { now }),
+        _ => Ok(Vec::new()),
+    })?;
+    listed.map_err(|e| match e {
+        ListedAtError::Ahead { now } => CommandError(
+            format!(
+            "ERR AT is ahead of the home's clock (now {now}): its holders then are not decided yet"
+        )
+            .into(),
+        ),
+        ListedAtError::Unknown {
+            known_since: i64::MAX,
+        } => CommandError::fixed(
+            "ERR the holder list at that time is not known: the counter was spread by an \
+             earlier version (known from its next grow or shrink on)",
+        ),
+        ListedAtError::Unknown { known_since } => CommandError(
+            format!("ERR the holder list at that time is not known (known from {known_since} on)")
+                .into(),
+        ),
+    })
 }
 
 /// Refuses a client write that would create `name` (the missing key `key`), a key named like a

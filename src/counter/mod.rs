@@ -15,6 +15,7 @@ pub mod floor;
 pub mod folded;
 pub mod headroom;
 pub mod history;
+pub mod listing;
 mod ops;
 pub mod rate;
 pub mod rebalance;

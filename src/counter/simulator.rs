@@ -61,6 +61,7 @@ use super::audit::{self, Answer, Audit, Question};
 use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
+use super::listing::ListClock;
 use super::rebalance::{through_the_home, Move};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
@@ -77,6 +78,8 @@ use super::{AddOp, Counter, DecrOp, Spread};
 mod reads;
 
 const MASTERS: usize = 3;
+/// The token window (`ctr.token-window-ms`, its default).
+const TOKEN_WINDOW_MS: i64 = 3_600_000;
 
 /// What a `DEL` no client waited for took, given back when a failover loses it.
 struct Deleted {
@@ -345,6 +348,23 @@ impl Sim {
         self.expected += client_units;
     }
 
+    /// The clock a change of the home's holder list is dated with (as the glue dates it).
+    fn list_clock(&self) -> ListClock {
+        ListClock {
+            now_ms: self.now,
+            window_ms: TOKEN_WINDOW_MS,
+        }
+    }
+
+    /// A shrink of the home to `target`, dated by the simulated clock.
+    fn shrink_step(&self, target: usize, fold_ids: Vec<u64>) -> Step {
+        Step::Shrink {
+            target,
+            fold_ids,
+            clock: Some(self.list_clock()),
+        }
+    }
+
     /// One transfer or fold step on `key`'s master (`Counter::apply_step`, the glue's
     /// `write_step`), written when it changed anything and replicated as the step.
     fn take_step(&mut self, key: &[u8], step: Step) -> Result<StepOutcome, TransferError> {
@@ -375,7 +395,8 @@ impl Sim {
             holders: holders.clone(),
             floor,
         };
-        c.set_spread(spread).expect("valid holders");
+        c.list_spread(spread, self.list_clock())
+            .expect("valid holders");
         self.write(&home, Some(c), value);
         self.floor = floor;
         self.note(format_args!(
@@ -637,7 +658,7 @@ impl Sim {
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
         if let Ok(StepOutcome::Shrunk(gone)) =
-            self.take_step(&home, Step::Shrink { target, fold_ids })
+            self.take_step(&home, self.shrink_step(target, fold_ids))
         {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
@@ -1089,7 +1110,7 @@ impl Sim {
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
         if let Ok(StepOutcome::Shrunk(gone)) =
-            self.take_step(&home, Step::Shrink { target, fold_ids })
+            self.take_step(&home, self.shrink_step(target, fold_ids))
         {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
@@ -1109,7 +1130,7 @@ impl Sim {
             return;
         };
         spread.holders.push(name.clone());
-        if c.set_spread(spread).is_err() {
+        if c.list_spread(spread, self.list_clock()).is_err() {
             return; // two holders in one slot: the planner would pick another name
         }
         let home = self.home.clone();
@@ -1145,7 +1166,7 @@ impl Sim {
             holders: holders.clone(),
             floor: self.floor,
         };
-        if c.set_spread(spread).is_err() {
+        if c.list_spread(spread, self.list_clock()).is_err() {
             return;
         }
         let share = c

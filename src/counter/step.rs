@@ -5,6 +5,7 @@
 //! `crate::persist::step_msg`). The key's name is the step's subject: the giver of a move or a
 //! seal, the receiver of a credit, the giver an answer is for.
 
+use super::listing::ListClock;
 use super::transfer::{
     Ack, AckEffect, Credit, CreditOutcome, Giver, Outgoing, TransferError, MAX_NAME,
 };
@@ -21,9 +22,14 @@ pub enum Step {
         now_ms: i64,
         new_id: u64,
     },
-    /// [`Counter::begin_shrink`] to `target` holders, with the fold ids the master drew (one
-    /// per holder that starts leaving, in holder order).
-    Shrink { target: usize, fold_ids: Vec<u64> },
+    /// [`Counter::shrink_listed`] to `target` holders, with the fold ids the master drew (one
+    /// per holder that starts leaving, in holder order) and the clock it dated the change with
+    /// (None in a step from a version that did not: the listing is forgotten, not guessed).
+    Shrink {
+        target: usize,
+        fold_ids: Vec<u64>,
+        clock: Option<ListClock>,
+    },
     /// [`Counter::seal_into`] `home` for the fold `fold_id`.
     Seal {
         home: Vec<u8>,
@@ -100,12 +106,16 @@ impl Counter {
                 *now_ms,
                 giver(*new_id),
             )?),
-            Step::Shrink { target, fold_ids } => {
+            Step::Shrink {
+                target,
+                fold_ids,
+                clock,
+            } => {
                 if fold_ids.len() != self.folds_needed(*target) {
                     return Err(invalid("fold ids that do not match the shrink"));
                 }
                 let mut ids = fold_ids.iter().copied();
-                let gone = self.begin_shrink(*target, &mut || ids.next().unwrap_or(0))?;
+                let gone = self.shrink_listed(*target, &mut || ids.next().unwrap_or(0), *clock)?;
                 StepOutcome::Shrunk(gone)
             }
             Step::Seal {
@@ -151,6 +161,10 @@ mod tests {
         let shrink = Step::Shrink {
             target: 2,
             fold_ids: vec![41, 42],
+            clock: Some(ListClock {
+                now_ms: 5_000,
+                window_ms: 60_000,
+            }),
         };
         let gone = master.apply_step(HOME, &shrink).unwrap();
         assert_eq!(replica.apply_step(HOME, &shrink).unwrap(), gone);
@@ -188,14 +202,17 @@ mod tests {
             Step::Shrink {
                 target: 2,
                 fold_ids: vec![41],
+                clock: None,
             },
             Step::Shrink {
                 target: 2,
                 fold_ids: vec![41, 42, 43],
+                clock: None,
             },
             Step::Shrink {
                 target: 2,
                 fold_ids: vec![41, 1],
+                clock: None,
             },
             Step::Credit(Credit {
                 giver: b"g".to_vec(),

@@ -41,6 +41,7 @@
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
 use super::folded::{self, FoldedMark};
+use super::listing::{ListClock, ListedAtError, Listing};
 use super::{exact_sum, Counter, CounterError};
 use crate::counter::spread::{
     carried_home, parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME,
@@ -183,6 +184,9 @@ pub struct Transfers {
     /// `crate::counter::folded`): their inbox entries were dropped, a credit from a name a
     /// mark covers is a repeat.
     pub folded: Vec<FoldedMark>,
+    /// Home only: when each holder was listed and unlisted, for the token window
+    /// (`crate::counter::listing`). None: not known (a spread made by an earlier version).
+    pub listing: Option<Listing>,
 }
 
 /// Why a transfer step was refused.
@@ -285,6 +289,9 @@ impl Transfers {
         let bad = |why| Err(CounterError::InvalidOperation(why));
         let name_ok = |n: &[u8]| !n.is_empty() && n.len() <= MAX_NAME;
         folded::validate(self, &[])?;
+        if let Some(listing) = &self.listing {
+            listing.validate()?;
+        }
         if self.outbox.len() > MAX_ENTRIES
             || self.inbox.len() > MAX_ENTRIES
             || self.leaving.len() > MAX_HOLDERS
@@ -380,6 +387,7 @@ impl Transfers {
             + self.outbox.capacity() * std::mem::size_of::<Outgoing>()
             + self.inbox.capacity() * std::mem::size_of::<Applied>()
             + self.leaving.capacity() * std::mem::size_of::<Leaving>()
+            + self.listing.as_ref().map_or(0, Listing::heap_bytes)
     }
 }
 
@@ -1010,6 +1018,17 @@ impl Counter {
         holders: usize,
         new_fold_id: &mut dyn FnMut() -> u64,
     ) -> Result<Vec<Vec<u8>>, CounterError> {
+        self.shrink_listed(holders, new_fold_id, None)
+    }
+
+    /// [`Counter::begin_shrink`], recording the change in the home's listing dated by
+    /// `clock`; None (a step from a version that did not date shrinks) forgets the listing.
+    pub fn shrink_listed(
+        &mut self,
+        holders: usize,
+        new_fold_id: &mut dyn FnMut() -> u64,
+        clock: Option<ListClock>,
+    ) -> Result<Vec<Vec<u8>>, CounterError> {
         let Some(spread) = self.spread().cloned() else {
             return Ok(Vec::new());
         };
@@ -1029,7 +1048,62 @@ impl Counter {
             *self = before;
             return Err(e);
         }
+        if !gone.is_empty() {
+            self.relist(&spread.holders, kept, true, clock);
+        }
         Ok(gone)
+    }
+
+    /// Makes this counter the home of `spread` ([`Counter::set_spread`]) and records the
+    /// holders it lists from now on in its listing, dated by `clock`.
+    pub fn list_spread(
+        &mut self,
+        spread: super::Spread,
+        clock: ListClock,
+    ) -> Result<(), CounterError> {
+        let before = self.spread().map(|s| s.holders.clone()).unwrap_or_default();
+        let had_holders = self.spread().is_some() || self.transfers().is_some();
+        let holders = spread.holders.clone();
+        self.set_spread(spread)?;
+        self.relist(&before, &holders, had_holders, Some(clock));
+        Ok(())
+    }
+
+    /// Records a change of the holder list from `before` to `holders`. A home without a
+    /// listing starts one: complete when it never had holders, else answering from this
+    /// change on. Without a clock the listing is forgotten.
+    fn relist(
+        &mut self,
+        before: &[Vec<u8>],
+        holders: &[Vec<u8>],
+        had_holders: bool,
+        clock: Option<ListClock>,
+    ) {
+        let t = self.transfers_mut();
+        match clock {
+            None => t.listing = None,
+            Some(clock) => t
+                .listing
+                .get_or_insert_with(|| match had_holders {
+                    true => Listing::started(before, clock),
+                    false => Listing::complete(),
+                })
+                .record(holders, clock),
+        }
+        self.trim_transfers();
+    }
+
+    /// The holders in force at `at` (the home not included), by index: the list a purchase
+    /// of that time walks (`CTR.HOLDERS key AT ms`). `now` is this master's clock.
+    pub fn holders_at(&self, at: i64, now: i64) -> Result<Vec<&[u8]>, ListedAtError> {
+        match self.transfers().and_then(|t| t.listing.as_ref()) {
+            Some(listing) => listing.at(at, now),
+            None if at > now => Err(ListedAtError::Ahead { now }),
+            None if self.spread().is_none() && self.transfers().is_none() => Ok(Vec::new()),
+            None => Err(ListedAtError::Unknown {
+                known_since: i64::MAX,
+            }),
+        }
     }
 
     /// Holders still folding back into this home.
@@ -2061,6 +2135,7 @@ mod tests {
             ],
             retired: vec![9, 4],
             folded: Vec::new(),
+            listing: None,
         };
         ok.validate().unwrap();
         let sealed = Transfers {

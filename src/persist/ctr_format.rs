@@ -78,6 +78,11 @@
 //!             gave back (REFUNDED, >= 0). Files without it keep none.
 //!  23 STRAY  (no body): a counter a client renamed onto a holder's name, which is not that
 //!             holder (`Counter::is_stray`). Files without it hold none.
+//!  24 LISTING ivarint known since, uvarint n (<= MAX_LISTED), n x ((uvarint len, bytes)
+//!             holder name, ivarint listed at, u8 0 | 1 + ivarint unlisted at): a home's
+//!             listing history (`crate::counter::listing`). Written when the home has one;
+//!             without it (a spread made by an earlier version) `CTR.HOLDERS key AT` answers
+//!             that the list is not known.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -90,6 +95,7 @@ use super::codec::{decode_error, DecodeError, Reader, Writer};
 use super::effect::{decode_throttle_reply, encode_throttle_reply};
 use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
+use crate::counter::listing::{Listed, Listing, MAX_LISTED};
 use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
 use crate::counter::throttle::{Throttle, ThrottleEntry};
 use crate::counter::tokens::TokenEntry;
@@ -127,6 +133,8 @@ const TAG_RECORDS: u8 = 22;
 const TAG_WINDOW: u8 = 20;
 const TAG_THROTTLE: u8 = 21;
 const TAG_STRAY: u8 = 23;
+/// A home's listing history (`crate::counter::listing`).
+const TAG_LISTING: u8 = 24;
 const THROTTLE_TAT: u8 = 1;
 const THROTTLE_REPLIES: u8 = 2;
 
@@ -212,6 +220,9 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     if counter.is_stray() {
         w.u8(TAG_STRAY);
     }
+    if let Some(listing) = counter.transfers().and_then(|t| t.listing.as_ref()) {
+        encode_listing(&mut w, listing);
+    }
     w.u8(TAG_END);
     w.finish()
 }
@@ -285,6 +296,7 @@ fn encode_transfers(w: &mut Writer, t: &Transfers) {
     let rest = Transfers {
         retired: Vec::new(),
         folded: Vec::new(),
+        listing: None,
         ..t.clone()
     };
     if !rest.is_empty() {
@@ -395,6 +407,7 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
         leaving,
         retired: Vec::new(),
         folded: Vec::new(),
+        listing: None,
     };
     if t.is_empty() {
         return decode_error("CTR transfer section with nothing in it");
@@ -418,6 +431,45 @@ fn decode_folded(r: &mut Reader) -> Result<Vec<FoldedMark>, DecodeError> {
             })
         })
         .collect()
+}
+
+fn encode_listing(w: &mut Writer, l: &Listing) {
+    w.u8(TAG_LISTING)
+        .ivarint(l.known_since)
+        .uvarint(l.entries.len() as u64);
+    for e in &l.entries {
+        w.bytes(&e.name).ivarint(e.listed_at);
+        match e.unlisted_at {
+            Some(end) => w.u8(1).ivarint(end),
+            None => w.u8(0),
+        };
+    }
+}
+
+/// Section 24; its invariants are checked with the transfer state's (`Transfers::validate`).
+fn decode_listing(r: &mut Reader) -> Result<Listing, DecodeError> {
+    let known_since = r.ivarint()?;
+    let n = r.count(MAX_LISTED, 3)?;
+    let entries = (0..n)
+        .map(|_| {
+            let name = r.bytes(MAX_HOLDER_NAME)?.to_vec();
+            let listed_at = r.ivarint()?;
+            let unlisted_at = match r.u8()? {
+                0 => None,
+                1 => Some(r.ivarint()?),
+                _ => return decode_error("a listed holder's end flag is not 0 or 1"),
+            };
+            Ok(Listed {
+                name,
+                listed_at,
+                unlisted_at,
+            })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    Ok(Listing {
+        known_since,
+        entries,
+    })
 }
 
 fn encode_history(w: &mut Writer, h: &History) {
@@ -535,6 +587,9 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_WINDOW => window_state = Some(decode_window_section(r)?),
             TAG_THROTTLE => throttle = Some(decode_throttle(r)?),
             TAG_STRAY => stray = true,
+            TAG_LISTING => {
+                transfers.get_or_insert_with(Transfers::default).listing = Some(decode_listing(r)?);
+            }
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -1263,6 +1318,73 @@ mod tests {
         assert!(with_names(&[b"{a}1", b"{b}1"]).is_err(), "not holder names");
         assert!(with_names(&[]).is_err(), "no holders");
         assert!(with_names(&[b""]).is_err(), "empty name");
+    }
+
+    #[test]
+    fn a_listing_roundtrips_in_its_own_section_and_forged_ones_are_refused() {
+        use crate::counter::listing::ListClock;
+        let clock = |now_ms| ListClock {
+            now_ms,
+            window_ms: 60_000,
+        };
+        let home = b"{tag}home";
+        let holders = crate::counter::spread::plan_holders(
+            home,
+            6,
+            &[],
+            4,
+            &crate::counter::spread::Standalone,
+        )
+        .unwrap();
+        let mut c = Counter::plain(4);
+        let spread = Spread {
+            id: 6,
+            holders: holders.clone(),
+            floor: None,
+        };
+        c.list_spread(spread, clock(1_000)).unwrap();
+        let mut ids = 40..;
+        c.shrink_listed(2, &mut || ids.next().unwrap(), Some(clock(2_000)))
+            .unwrap();
+        let bytes = encode(&c);
+        assert_eq!(bytes[bytes.len() - 1], TAG_END);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back, c);
+        let names = |c: &Counter, at| -> Vec<Vec<u8>> {
+            let listed = c.holders_at(at, 3_000).unwrap();
+            listed.into_iter().map(<[u8]>::to_vec).collect()
+        };
+        assert_eq!(names(&back, 1_500), holders);
+        assert_eq!(names(&back, 2_500), holders[..1].to_vec());
+        assert_eq!(names(&back, 500), Vec::<Vec<u8>>::new(), "before it spread");
+        let forged = |entries: &[(&[u8], i64, Option<i64>)]| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0).u8(TAG_LISTING);
+            w.ivarint(i64::MIN).uvarint(entries.len() as u64);
+            for (name, listed_at, end) in entries {
+                w.bytes(name).ivarint(*listed_at);
+                match end {
+                    Some(end) => w.u8(1).ivarint(*end),
+                    None => w.u8(0),
+                };
+            }
+            w.u8(TAG_END);
+            decode(&w.finish())
+        };
+        assert!(forged(&[(&holders[0], 1, Some(3))]).is_ok());
+        assert!(forged(&[(b"plain", 1, None)]).is_err(), "no holder name");
+        assert!(
+            forged(&[(&holders[0], 5, Some(3))]).is_err(),
+            "ends before it starts"
+        );
+        let twice = [(&holders[0][..], 1, None), (&holders[0][..], 2, None)];
+        assert!(forged(&twice).is_err(), "listed twice at once");
+        // An earlier version's home (no listing) knows no list before its next change.
+        let mut old = c.clone();
+        old.shrink_listed(1, &mut || ids.next().unwrap(), None)
+            .unwrap();
+        assert!(old.transfers().unwrap().listing.is_none());
+        assert!(old.holders_at(2_500, 3_000).is_err());
     }
 
     fn giver(name: &[u8], new_id: u64) -> crate::counter::transfer::Giver<'_> {

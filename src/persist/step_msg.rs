@@ -17,6 +17,9 @@
 //!               1 + (uvarint len, name at the debit), u64 LE giver id, uvarint seq (>= 1),
 //!               ivarint dv, ivarint df, u64 LE fold id (0: a budget move)
 //!   6 ANSWER    (uvarint len, receiver), uvarint seq (>= 1), u8 refused (0 or 1)
+//!   7 SHRINK    as 2, then ivarint now ms, ivarint token window ms (> 0): the clock the
+//!     (dated)   master dated the change in the home's listing with (`crate::counter::listing`);
+//!               a kind-2 shrink (an earlier version's) leaves the home without a listing
 //! nothing may follow
 //! ```
 //! An unknown version or kind, a truncation, trailing bytes, a name of 0 or more than
@@ -24,6 +27,7 @@
 //! change adds a kind, or a version (every old version keeps its decoder).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
+use crate::counter::listing::ListClock;
 use crate::counter::spread::MAX_HOLDERS;
 use crate::counter::step::Step;
 use crate::counter::transfer::{Ack, Credit, MAX_NAME};
@@ -37,6 +41,7 @@ const KIND_SEAL: u8 = 3;
 const KIND_RETARGET: u8 = 4;
 const KIND_CREDIT: u8 = 5;
 const KIND_ANSWER: u8 = 6;
+const KIND_SHRINK_DATED: u8 = 7;
 
 pub fn encode(step: &Step) -> Vec<u8> {
     let mut w = Writer::new();
@@ -55,12 +60,24 @@ pub fn encode(step: &Step) -> Vec<u8> {
             .ivarint(*df)
             .ivarint(*now_ms)
             .fixed_u64(*new_id),
-        Step::Shrink { target, fold_ids } => {
-            w.u8(KIND_SHRINK)
+        Step::Shrink {
+            target,
+            fold_ids,
+            clock,
+        } => {
+            let kind = if clock.is_some() {
+                KIND_SHRINK_DATED
+            } else {
+                KIND_SHRINK
+            };
+            w.u8(kind)
                 .uvarint(*target as u64)
                 .uvarint(fold_ids.len() as u64);
             for id in fold_ids {
                 w.fixed_u64(*id);
+            }
+            if let Some(clock) = clock {
+                w.ivarint(clock.now_ms).ivarint(clock.window_ms);
             }
             &mut w
         }
@@ -108,7 +125,7 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
             now_ms: r.ivarint()?,
             new_id: nonzero(&mut r, "giver id")?,
         },
-        KIND_SHRINK => {
+        kind @ (KIND_SHRINK | KIND_SHRINK_DATED) => {
             let target = r.uvarint()?;
             if target == 0 || target > MAX_HOLDERS as u64 {
                 return decode_error("shrink target out of range");
@@ -117,9 +134,14 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
             let fold_ids = (0..n)
                 .map(|_| r.fixed_u64())
                 .collect::<Result<Vec<_>, DecodeError>>()?;
+            let clock = match kind {
+                KIND_SHRINK_DATED => Some(list_clock(&mut r)?),
+                _ => None,
+            };
             Step::Shrink {
                 target: target as usize,
                 fold_ids,
+                clock,
             }
         }
         KIND_SEAL => Step::Seal {
@@ -183,6 +205,16 @@ fn seq(r: &mut Reader) -> Result<u64, DecodeError> {
     }
 }
 
+/// The clock of a dated shrink: any time, a positive token window.
+fn list_clock(r: &mut Reader) -> Result<ListClock, DecodeError> {
+    let now_ms = r.ivarint()?;
+    let window_ms = r.ivarint()?;
+    if window_ms <= 0 {
+        return decode_error("a shrink's token window is not positive");
+    }
+    Ok(ListClock { now_ms, window_ms })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,10 +243,20 @@ mod tests {
             Step::Shrink {
                 target: 1,
                 fold_ids: vec![2, u64::MAX],
+                clock: None,
             },
             Step::Shrink {
                 target: MAX_HOLDERS,
                 fold_ids: Vec::new(),
+                clock: None,
+            },
+            Step::Shrink {
+                target: 3,
+                fold_ids: vec![4],
+                clock: Some(ListClock {
+                    now_ms: i64::MIN,
+                    window_ms: i64::MAX,
+                }),
             },
             Step::Seal {
                 home: b"k".to_vec(),
@@ -262,7 +304,7 @@ mod tests {
             other[0] = v;
             assert!(decode(KEY, &other).is_err(), "version {v}");
         }
-        for kind in [0, 7, 255] {
+        for kind in [0, 8, 255] {
             let mut other = buf.clone();
             other[1] = kind;
             assert!(decode(KEY, &other).is_err(), "kind {kind}");
@@ -283,6 +325,14 @@ mod tests {
         .is_err());
         assert!(forged(&|w| {
             w.u8(KIND_SHRINK).uvarint(2).uvarint(u64::MAX);
+        })
+        .is_err());
+        assert!(forged(&|w| {
+            w.u8(KIND_SHRINK_DATED)
+                .uvarint(2)
+                .uvarint(0)
+                .ivarint(5)
+                .ivarint(0);
         })
         .is_err());
         assert!(forged(&|w| {

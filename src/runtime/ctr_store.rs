@@ -6,6 +6,7 @@ use std::ffi::CStr;
 
 use super::decide;
 use crate::config::Settings;
+use crate::counter::listing::ListClock;
 use crate::counter::spread::parse_holder_name;
 use crate::counter::{
     siphash::token_fingerprint, token_expiry, Counter, CounterCell, CounterError, CounterRef,
@@ -643,6 +644,15 @@ pub fn floor_in_hand(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandErr
 /// The home's floor when it is a floored counter (not yet or already spread).
 pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
     with_counter(ctx, key, |c| value_and_floor(c).1)
+}
+
+/// The clock this master dates a change of a home's holder list with, and the token window
+/// its listing keeps entries for (`crate::counter::listing`).
+pub fn list_clock(ctx: Ctx) -> ListClock {
+    ListClock {
+        now_ms: ctx.now_ms(),
+        window_ms: crate::config::TOKEN_WINDOW_MS.load(std::sync::atomic::Ordering::Relaxed),
+    }
 }
 
 /// Replicates the resulting `state` of a spread (or budget) write of `key_name` and sends its
