@@ -40,6 +40,10 @@ mutant "a holder takes a sibling's move" src/counter/transfer.rs \
   '            return holder.home == from;' '            return true;'
 mutant "a settled gather's values shifted off the read's own" src/protocol/gather.rs \
   '                reading.values.truncate(1);' '                reading.values.truncate(0);'
+mutant "the list at a time leaves folded holders out" src/counter/listing.rs \
+  'e.unlisted_at.is_none_or(|end| at < end))' 'e.unlisted_at.is_none())'
+mutant "the list at a time takes holders listed after it" src/counter/listing.rs \
+  '.filter(|e| e.listed_at <= at && ' '.filter(|e| '
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

@@ -72,7 +72,7 @@ use super::transfer::{
     purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
     TransferError,
 };
-use super::{AddOp, Counter, DecrOp, Spread};
+use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
 
 #[path = "simulator_reads.rs"]
 mod reads;
@@ -166,6 +166,9 @@ struct Pending {
     /// A transfer or fold step, replicated as the step (the glue's `CTR.STEP`): the replica
     /// replays it on its own state, which must reach the master's (`keys`).
     step: Option<Step>,
+    /// The purchase token this write decided (granted or refused), if any: a failover that
+    /// loses the write loses the decision, asynchronous replication's loss, not the protocol's.
+    token: Option<u64>,
 }
 
 /// Audit answers held for the replica: (asker, its request, answers, writes the replica must
@@ -241,6 +244,28 @@ struct Sim {
     log: String,
     /// The audit's request ids drawn so far (a counter: the schedule's random draws stay).
     requests: u64,
+    /// Purchase tokens clients sent and may retry, and (ghost state) how many times each was
+    /// granted: never more than once.
+    tokens: Vec<TokenWalk>,
+}
+
+/// A tokened purchase a client may retry: its token (fingerprint), time and amount.
+#[derive(Clone, Copy)]
+struct TokenWalk {
+    fp: u64,
+    at: i64,
+    amount: i64,
+    granted: u32,
+}
+
+/// Where a tokened purchase's walk stops at one member.
+enum TokenStop {
+    /// Granted: afresh (true) or replayed (false).
+    Granted(bool),
+    /// Refused (recorded or replayed), or folded back: the walk goes on.
+    Passed,
+    /// `TRYAGAIN`, or a member not there: the walk ends undecided; the client retries later.
+    Undecided,
 }
 
 /// The replica's replay of a step (the glue's `CTR.STEP`) on what it holds: why it did not
@@ -298,6 +323,7 @@ impl Sim {
             reads: reads::Reads::new(seed),
             log: String::new(),
             requests: 0,
+            tokens: Vec::new(),
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
@@ -343,6 +369,7 @@ impl Sim {
             keys,
             client_units,
             step,
+            token: None,
         });
         m.written += 1;
         self.expected += client_units;
@@ -502,6 +529,11 @@ impl Sim {
         }
         if self.deleted_unwaited.is_some() {
             return self.step_while_deleted(roll, master);
+        }
+        if self.faults && matches!(roll, 87..=92 | 95 | 98) {
+            // A backup restored, a copy or a rename over a key, a home deleted: what a token's
+            // members recorded may be rolled back with them, outside the protocol's promise.
+            self.tokens.clear();
         }
         match roll {
             0..=29 => self.deliver(),
@@ -904,6 +936,17 @@ impl Sim {
     fn failover(&mut self, master: usize) {
         let m = &mut self.masters[master];
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
+        let undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
+        self.tokens.retain(|t| !undecided.contains(&t.fp));
+        // A grow or shrink lost with the home's unreplicated writes changes the list at the
+        // times after it: walks that read the lost list were misled, as by any lost write.
+        let home = &self.home;
+        if m.unreplicated
+            .iter()
+            .any(|p| p.keys.iter().any(|(k, _)| k == home))
+        {
+            self.tokens.clear();
+        }
         m.keys = m.replica.clone();
         m.unreplicated.clear();
         m.written = m.replicated;
@@ -996,6 +1039,9 @@ impl Sim {
         if self.floor.is_none() {
             return Ok(());
         }
+        if self.rng.percent(30) {
+            return self.token_purchase();
+        }
         let mut amount = 1 + self.rng.below(6) as i64;
         if !self.rng.percent(33) {
             let key = self.random_member();
@@ -1025,6 +1071,131 @@ impl Sim {
         self.walk_refused(amount)
     }
 
+    /// A tokened purchase, new or (half the time) the retry of an earlier one, walking the
+    /// holders in force at its time (`CTR.HOLDERS home AT at`, the home's listing) in an order
+    /// from its token and the list's length (the clients' probe rule is such an order; a
+    /// rotation here). Ghost check: a token is granted at most once, whatever grows, shrinks
+    /// and folds came between its walks.
+    fn token_purchase(&mut self) -> Result<(), String> {
+        let retry = !self.tokens.is_empty() && self.rng.percent(50);
+        let index = if retry {
+            self.rng.below(self.tokens.len())
+        } else {
+            self.tokens.push(TokenWalk {
+                fp: self.rng.id(),
+                at: self.now,
+                amount: 1 + self.rng.below(6) as i64,
+                granted: 0,
+            });
+            self.tokens.len() - 1
+        };
+        let walk = self.tokens[index];
+        let Some(home) = self.home_counter() else {
+            return Ok(());
+        };
+        // A time the listing does not know: the clients walk the current list (not modelled).
+        let Ok(listed) = home.holders_at(walk.at, self.now) else {
+            return Ok(());
+        };
+        let list: Vec<Vec<u8>> = std::iter::once(self.home.clone())
+            .chain(listed.into_iter().map(<[u8]>::to_vec))
+            .collect();
+        let start = (walk.fp % list.len() as u64) as usize;
+        for k in 0..list.len() {
+            let key = &list[(start + k) % list.len()];
+            match self.token_purchase_at(key, &walk) {
+                TokenStop::Granted(afresh) => return self.granted(index, afresh),
+                TokenStop::Passed => {}
+                TokenStop::Undecided => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The ghost's count of a walk's grant.
+    fn granted(&mut self, index: usize, afresh: bool) -> Result<(), String> {
+        let walk = &mut self.tokens[index];
+        if afresh {
+            walk.granted += 1;
+        }
+        if walk.granted > 1 {
+            return Err(format!(
+                "the purchase token {:x} of time {} was granted twice",
+                walk.fp, walk.at
+            ));
+        }
+        Ok(())
+    }
+
+    /// A tokened purchase at one member, as the glue decides it: a remembered token replays
+    /// (also on a folded holder), a folded holder passes any other, then as [`Sim::purchase_at`].
+    fn token_purchase_at(&mut self, key: &[u8], walk: &TokenWalk) -> TokenStop {
+        let now = self.now;
+        let Some(c) = self.get(key) else {
+            return TokenStop::Undecided;
+        };
+        match c.token_use(walk.fp, WriteKind::Decr(walk.amount), now) {
+            TokenUse::Retry(Some(_)) => return TokenStop::Granted(false),
+            TokenUse::Retry(None) => return TokenStop::Passed,
+            TokenUse::Conflict => return TokenStop::Undecided,
+            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
+            TokenUse::New => {}
+        }
+        let mut c = c.clone();
+        if purchase_waits_for_budget(Some(&c), walk.amount, floor_by_name(key), now)
+            || self.gathers(key, &c, walk.amount)
+        {
+            return TokenStop::Undecided;
+        }
+        let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
+            return TokenStop::Undecided;
+        };
+        let op = DecrOp {
+            now,
+            event: walk.at,
+            amount: walk.amount,
+            shard: 0,
+            shards: c.shard_count(),
+            token: Some(TokenStamp {
+                fp: walk.fp,
+                expires_at,
+            }),
+        };
+        let decided = match c.apply_decrement(&op) {
+            Ok(Some(_)) => TokenStop::Granted(true),
+            Ok(None) => TokenStop::Passed,
+            Err(_) => return TokenStop::Undecided,
+        };
+        let units = match decided {
+            TokenStop::Granted(_) => -walk.amount,
+            _ => 0,
+        };
+        self.write(key, Some(c), units);
+        let m = &mut self.masters[master_of(key)];
+        if let Some(p) = m.unreplicated.back_mut() {
+            p.token = Some(walk.fp);
+        }
+        self.note(format_args!(
+            "token {:x} of {} at {}: {}",
+            walk.fp,
+            walk.at,
+            show(key),
+            if units < 0 { "granted" } else { "refused" }
+        ));
+        decided
+    }
+
+    /// True when a refusal at `key` waits for budget the rebalance round gathers (`TRYAGAIN`).
+    fn gathers(&mut self, key: &[u8], c: &Counter, amount: i64) -> bool {
+        self.rebalancing
+            && purchase_refused(c, amount, floor_by_name(key))
+            && floored_spread_id(key, c).is_some()
+            && self.masters[master_of(key)]
+                .headroom
+                .refusal(amount, self.now)
+                == Refusal::Retry
+    }
+
     /// A purchase of `amount` at `key`, as the glue decides it.
     fn purchase_at(&mut self, key: &[u8], amount: i64) -> Purchase {
         let now = self.now;
@@ -1037,11 +1208,7 @@ impl Sim {
         if c.is_sealed() {
             return Purchase::Refused; // the folded-back error: the walk goes on
         }
-        let gathers = self.rebalancing
-            && purchase_refused(&c, amount, floor_by_name(key))
-            && floored_spread_id(key, &c).is_some()
-            && self.masters[master_of(key)].headroom.refusal(amount, now) == Refusal::Retry;
-        if gathers {
+        if self.gathers(key, &c, amount) {
             // TRYAGAIN: budget to gather; nothing changes.
             self.note(format_args!(
                 "purchase {amount} at {} waits to gather",
