@@ -292,7 +292,7 @@ fn dump_len(c: &mut Conn, key: &str) -> usize {
 /// failed (about 950 cycles of 70 holders here; before, the home's DUMP grew by about 3 KB a
 /// cycle). A spread shrunk to 1 whose folds have all landed is retired now: its holders'
 /// entries go and the home keeps its id only (the last 64). 1,000 cycles: every shrink
-/// completes, the total is exact, the home's state stops growing.
+/// completes, the total is exact, the home's state stops growing (at the listing's bound).
 #[test]
 fn a_thousand_grow_and_shrink_cycles_never_stall_a_fold_and_the_home_stays_small() {
     let server = Server::start();
@@ -320,7 +320,9 @@ fn a_thousand_grow_and_shrink_cycles_never_stall_a_fold_and_the_home_stays_small
     common::note(&format!("home DUMP bytes every 100 cycles: {sizes:?}"));
     let (first, last) = (sizes[0], *sizes.last().unwrap());
     assert!(last <= first + 16, "the home's state grew: {sizes:?}");
-    assert!(last < 1_200, "the home's state: {last} bytes");
+    // Bounded by the listing's 2,048 entries (the lists of the token window, for purchases'
+    // retries: `counter::listing`), full after 30 cycles of 70 holders; 1.2 KB without it.
+    assert!(last < 16_000, "the home's state: {last} bytes");
     // The state survives a reload, and a folded name is still never reused.
     c.q("DEBUG RELOAD");
     assert_eq!(c.q("CTR.GET cycling"), Value::Int(cycles as i64));
@@ -428,9 +430,15 @@ fn a_thousand_shrinks_that_keep_the_spread_id_keep_the_inbox_bounded() {
     common::note(&format!(
         "home DUMP bytes every 100 cycles (id kept): {sizes:?}"
     ));
-    let (first_size, last) = (sizes[0], *sizes.last().unwrap());
-    assert!(last <= first_size + 64, "the home's state grew: {sizes:?}");
-    assert!(last < 2_000, "the home's state: {last} bytes");
+    // The listing (`counter::listing`) fills up to its 2,048 entries (5 a cycle here, so by
+    // about cycle 410), then stays; without it the state stays under 2 KB.
+    let (filled, last) = (sizes[5], *sizes.last().unwrap());
+    // (Its times compress a little differently from run to run.)
+    assert!(
+        last <= filled + filled / 50,
+        "the home's state grew: {sizes:?}"
+    );
+    assert!(last < 16_000, "the home's state: {last} bytes");
     c.q("DEBUG RELOAD");
     assert_eq!(c.q("CTR.GET keeping"), Value::Int(cycles as i64));
     assert_eq!(dump_len(&mut c, "keeping"), last);

@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, spread_over_masters, Cluster};
-use common::{names, Conn, Frozen, Server, Value};
+use common::{eventually, names, Conn, Frozen, Server, Value};
 
 #[test]
 fn holders_of_counters_on_one_server() {
@@ -944,4 +944,34 @@ fn holders_at_a_time_refuse_what_they_cannot_know() {
         Value::Error(e) => assert!(e.contains("is a holder of the spread counter"), "{e}"),
         other => panic!("a holder's name: {other:?}"),
     }
+}
+
+/// In a cluster the home's master keeps the listing: a floored grow across masters and a
+/// shrink change the list from their time on, and the list at an earlier time stays as it was.
+#[test]
+fn holders_at_a_time_follow_grows_and_shrinks_across_masters() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{sale}listed";
+    client.cmd(&["CTR.ADD", home, "900"]);
+    client.cmd(&["CTR.FLOOR", home, "0"]);
+    let mut spread = |n: &str| {
+        eventually(20, || match client.cmd(&["CTR.SPREAD", home, n]) {
+            Value::Array(names) => Some(names.iter().map(Value::text).collect::<Vec<_>>()),
+            _ => None, // budget still moving: asked again
+        })
+    };
+    let three = spread("3");
+    let mut clock = cluster.nodes[cluster.owner(key_slot(home.as_bytes()))].conn();
+    let at = settled_time(&mut clock);
+    let five = spread("5");
+    let after_grow = settled_time(&mut clock);
+    let two = spread("2");
+    let after_shrink = settled_time(&mut clock);
+    let mut client = cluster.client();
+    let mut listed = |t: i64| names(&client.cmd(&["CTR.HOLDERS", home, "AT", &t.to_string()]));
+    assert_eq!(listed(at), three);
+    assert_eq!(listed(after_grow), five);
+    assert_eq!(listed(after_shrink), two);
+    assert_eq!(two[..], five[..2]);
 }

@@ -63,9 +63,7 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandErro
         return Err(TokenTimeError::TooOld.into());
     }
     let listed = with_counter(ctx, args.raw(1), |c| match c {
-        Some(CounterRef::Boxed(b)) => b
-            .holders_at(at, now)
-            .map(|names| names.into_iter().map(<[u8]>::to_vec).collect()),
+        Some(CounterRef::Boxed(b)) => b.holders_at(at, now),
         _ if at > now => Err(ListedAtError::Ahead { now }),
         _ => Ok(Vec::new()),
     })?;

@@ -9,17 +9,21 @@
 //! reading that made it (and never before an earlier change), so a list read at time `t`
 //! (every `at <= t`) is never changed afterwards by a change made in the same millisecond.
 
-use super::spread::{parse_holder_name, MAX_HOLDERS, MAX_HOLDER_NAME};
+use super::spread::{holder_name, parse_holder_name, MAX_HOLDERS, MAX_HOME_NAME};
 use super::CounterError;
 
-/// Most entries kept: four full holder lists. Past it the oldest unlisted entries go, and the
-/// listing stops answering for the times they covered.
-pub const MAX_LISTED: usize = 4 * MAX_HOLDERS;
+/// Most entries kept: two full holder lists (a shrink of the largest spread to 1 stays
+/// answerable for the window). Past it the oldest unlisted entries go, and the listing stops
+/// answering for the times they covered.
+pub const MAX_LISTED: usize = 2 * MAX_HOLDERS;
 
-/// One holder as listed by its home.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One holder as listed by its home, by the parts of its name (its spread's home name is
+/// kept once per spread in [`Listing::homes`]): 20 to 30 bytes, whatever the name's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listed {
-    pub name: Vec<u8>,
+    pub spread_id: u64,
+    pub index: u32,
+    pub attempt: u32,
     /// In force from this time on (included).
     pub listed_at: i64,
     /// No longer in force from this time on (a shrink); None while listed.
@@ -33,6 +37,8 @@ pub struct Listing {
     /// had; else the time of the first change it saw (a spread made by a version without
     /// listings) or the end of the oldest entry it dropped.
     pub known_since: i64,
+    /// The home name each spread's holders carry, by spread id (one per spread with entries).
+    pub homes: Vec<(u64, Vec<u8>)>,
     /// In the order they were listed.
     pub entries: Vec<Listed>,
 }
@@ -54,32 +60,42 @@ pub struct ListClock {
     pub window_ms: i64,
 }
 
+/// A holder name's parts as a listing keeps them; None for a name the planner never makes.
+fn parts(name: &[u8]) -> Option<(u64, u32, u32, &[u8])> {
+    let h = parse_holder_name(name)?;
+    Some((
+        h.spread_id,
+        u32::try_from(h.index).ok()?,
+        u32::try_from(h.attempt).ok()?,
+        h.home,
+    ))
+}
+
+impl Listed {
+    fn is(&self, (spread_id, index, attempt, _): (u64, u32, u32, &[u8])) -> bool {
+        (self.spread_id, self.index, self.attempt) == (spread_id, index, attempt)
+    }
+}
+
 impl Listing {
     /// A listing for a counter that has had no holders yet: it knows every list.
     pub fn complete() -> Listing {
         Listing {
             known_since: i64::MIN,
+            homes: Vec::new(),
             entries: Vec::new(),
         }
     }
 
     /// A listing started at a change on a home whose earlier history is unknown: `current`
-    /// were listed at some earlier time.
-    pub fn started(current: &[Vec<u8>], clock: ListClock) -> Listing {
-        let mut listing = Listing {
-            known_since: i64::MIN,
-            entries: Vec::new(),
-        };
+    /// were listed at some earlier time. None when a name cannot be kept.
+    pub fn started(current: &[Vec<u8>], clock: ListClock) -> Option<Listing> {
+        let mut listing = Listing::complete();
         listing.known_since = listing.change_time(clock.now_ms);
-        listing.entries = current
-            .iter()
-            .map(|name| Listed {
-                name: name.clone(),
-                listed_at: i64::MIN,
-                unlisted_at: None,
-            })
-            .collect();
-        listing
+        for name in current {
+            listing.list(name, i64::MIN)?;
+        }
+        Some(listing)
     }
 
     /// The date of a change read at `now`: just after it, and after every earlier change.
@@ -93,29 +109,46 @@ impl Listing {
         now.max(latest).max(self.known_since).saturating_add(1)
     }
 
+    fn list(&mut self, name: &[u8], at: i64) -> Option<()> {
+        let p = parts(name)?;
+        if !self.homes.iter().any(|(id, _)| *id == p.0) {
+            self.homes.push((p.0, p.3.to_vec()));
+        }
+        self.entries.push(Listed {
+            spread_id: p.0,
+            index: p.1,
+            attempt: p.2,
+            listed_at: at,
+            unlisted_at: None,
+        });
+        Some(())
+    }
+
     /// Records a change of the holder list from what it lists now to `holders`: names not
-    /// listed are listed, listed names not in `holders` are unlisted; then prunes.
-    pub fn record(&mut self, holders: &[Vec<u8>], clock: ListClock) {
+    /// listed are listed, listed names not in `holders` are unlisted; then prunes. None (the
+    /// listing must be forgotten) when a name cannot be kept.
+    pub fn record(&mut self, holders: &[Vec<u8>], clock: ListClock) -> Option<()> {
         let at = self.change_time(clock.now_ms);
+        let wanted = holders
+            .iter()
+            .map(|n| parts(n))
+            .collect::<Option<Vec<_>>>()?;
         for e in self.entries.iter_mut().filter(|e| e.unlisted_at.is_none()) {
-            if !holders.contains(&e.name) {
+            if !wanted.iter().any(|p| e.is(*p)) {
                 e.unlisted_at = Some(at);
             }
         }
-        for name in holders {
+        for (name, p) in holders.iter().zip(&wanted) {
             let listed = self
                 .entries
                 .iter()
-                .any(|e| e.unlisted_at.is_none() && &e.name == name);
+                .any(|e| e.unlisted_at.is_none() && e.is(*p));
             if !listed {
-                self.entries.push(Listed {
-                    name: name.clone(),
-                    listed_at: at,
-                    unlisted_at: None,
-                });
+                self.list(name, at)?;
             }
         }
         self.prune(clock);
+        Some(())
     }
 
     /// Drops the entries unlisted before the token window (no admissible time needs them),
@@ -144,11 +177,14 @@ impl Listing {
             self.entries.remove(oldest.1);
         }
         self.known_since = known_since;
+        let entries = &self.entries;
+        self.homes
+            .retain(|(id, _)| entries.iter().any(|e| e.spread_id == *id));
     }
 
     /// The holders in force at `at` (the home not included), by holder index: the list a
     /// purchase of that time walks. `now` is the home's clock.
-    pub fn at(&self, at: i64, now: i64) -> Result<Vec<&[u8]>, ListedAtError> {
+    pub fn at(&self, at: i64, now: i64) -> Result<Vec<Vec<u8>>, ListedAtError> {
         if at > now {
             return Err(ListedAtError::Ahead { now });
         }
@@ -157,35 +193,49 @@ impl Listing {
                 known_since: self.known_since,
             });
         }
-        let mut names: Vec<(usize, &[u8])> = self
+        let mut listed: Vec<&Listed> = self
             .entries
             .iter()
             .filter(|e| e.listed_at <= at && e.unlisted_at.is_none_or(|end| at < end))
-            .map(|e| (index_of(&e.name), e.name.as_slice()))
             .collect();
-        names.sort_unstable();
-        Ok(names.into_iter().map(|(_, name)| name).collect())
+        listed.sort_unstable_by_key(|e| e.index);
+        Ok(listed.into_iter().map(|e| self.name_of(e)).collect())
+    }
+
+    fn name_of(&self, e: &Listed) -> Vec<u8> {
+        let home = self
+            .homes
+            .iter()
+            .find(|(id, _)| *id == e.spread_id)
+            .map_or(&[][..], |(_, home)| home.as_slice());
+        holder_name(home, e.spread_id, e.index as usize, e.attempt)
     }
 
     /// Checks what a decoder or a replicated state may carry.
     pub fn validate(&self) -> Result<(), CounterError> {
         let bad = |why| Err(CounterError::InvalidOperation(why));
-        if self.entries.len() > MAX_LISTED {
+        if self.entries.len() > MAX_LISTED || self.homes.len() > MAX_LISTED {
             return bad("too many listed holders");
         }
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.name.is_empty() || e.name.len() > MAX_HOLDER_NAME {
-                return bad("listed holder name length");
+        for (i, (id, home)) in self.homes.iter().enumerate() {
+            if home.is_empty() || home.len() > MAX_HOME_NAME {
+                return bad("a listed spread's home name length");
             }
-            if parse_holder_name(&e.name).is_none() {
-                return bad("a listed name that is no holder name");
+            if self.homes[..i].iter().any(|(other, _)| other == id) {
+                return bad("a listed spread's home twice");
+            }
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.index == 0 || !self.homes.iter().any(|(id, _)| *id == e.spread_id) {
+                return bad("a listed holder of no listed spread");
             }
             if e.unlisted_at.is_some_and(|end| end < e.listed_at) {
                 return bad("a holder unlisted before it was listed");
             }
-            let twice = self.entries[..i]
-                .iter()
-                .any(|o| o.name == e.name && o.unlisted_at.is_none_or(|end| end > e.listed_at));
+            let twice = self.entries[..i].iter().any(|o| {
+                (o.spread_id, o.index, o.attempt) == (e.spread_id, e.index, e.attempt)
+                    && o.unlisted_at.is_none_or(|end| end > e.listed_at)
+            });
             if twice {
                 return bad("a holder listed twice at once");
             }
@@ -195,17 +245,9 @@ impl Listing {
 
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Listed>()
-            + self
-                .entries
-                .iter()
-                .map(|e| e.name.capacity())
-                .sum::<usize>()
+            + self.homes.capacity() * std::mem::size_of::<(u64, Vec<u8>)>()
+            + self.homes.iter().map(|(_, h)| h.capacity()).sum::<usize>()
     }
-}
-
-/// A holder's place in its list (names that do not parse, refused by `validate`, last).
-fn index_of(name: &[u8]) -> usize {
-    parse_holder_name(name).map_or(usize::MAX, |h| h.index)
 }
 
 #[cfg(test)]
@@ -227,23 +269,19 @@ mod tests {
     }
 
     fn list_at(l: &Listing, t: i64, now: i64) -> Vec<Vec<u8>> {
-        l.at(t, now)
-            .unwrap()
-            .into_iter()
-            .map(<[u8]>::to_vec)
-            .collect()
+        l.at(t, now).unwrap()
     }
 
     #[test]
     fn a_grow_and_a_shrink_change_the_list_from_just_after_their_time() {
         let mut l = Listing::complete();
-        l.record(&names(3, 0), at(1_000));
+        l.record(&names(3, 0), at(1_000)).unwrap();
         assert_eq!(list_at(&l, 1_000, 1_000), Vec::<Vec<u8>>::new());
         assert_eq!(list_at(&l, 1_001, 1_001), names(3, 0));
-        l.record(&names(5, 0), at(1_010));
+        l.record(&names(5, 0), at(1_010)).unwrap();
         assert_eq!(list_at(&l, 1_010, 1_020), names(3, 0));
         assert_eq!(list_at(&l, 1_011, 1_020), names(5, 0));
-        l.record(&names(2, 0), at(1_020));
+        l.record(&names(2, 0), at(1_020)).unwrap();
         assert_eq!(list_at(&l, 1_015, 1_030), names(5, 0), "unlisted ones stay");
         assert_eq!(list_at(&l, 1_021, 1_030), names(2, 0));
         assert_eq!(
@@ -256,11 +294,11 @@ mod tests {
     #[test]
     fn an_index_made_again_under_another_attempt_is_ordered_by_index() {
         let mut l = Listing::complete();
-        l.record(&names(3, 0), at(1_000));
-        l.record(&names(2, 0), at(1_001));
+        l.record(&names(3, 0), at(1_000)).unwrap();
+        l.record(&names(2, 0), at(1_001)).unwrap();
         let mut again = names(2, 0);
         again.push(holder_name(b"h", 7, 2, 1));
-        l.record(&again, at(1_002));
+        l.record(&again, at(1_002)).unwrap();
         assert_eq!(list_at(&l, 1_001, 1_005), names(3, 0));
         assert_eq!(list_at(&l, 1_003, 1_005), again);
         l.validate().unwrap();
@@ -268,14 +306,14 @@ mod tests {
 
     #[test]
     fn times_ahead_of_the_clock_and_before_the_listing_are_refused() {
-        let mut l = Listing::started(&names(3, 0), at(1_000));
+        let mut l = Listing::started(&names(3, 0), at(1_000)).unwrap();
         assert_eq!(l.at(1_002, 1_001), Err(ListedAtError::Ahead { now: 1_001 }));
         assert_eq!(
             l.at(1_000, 1_001),
             Err(ListedAtError::Unknown { known_since: 1_001 })
         );
         assert_eq!(list_at(&l, 1_001, 1_001), names(3, 0));
-        l.record(&names(2, 0), at(1_001));
+        l.record(&names(2, 0), at(1_001)).unwrap();
         assert_eq!(list_at(&l, 1_001, 1_002), names(3, 0));
         assert_eq!(list_at(&l, 1_002, 1_002), names(2, 0));
     }
@@ -283,9 +321,9 @@ mod tests {
     #[test]
     fn a_change_never_dates_itself_before_an_earlier_one() {
         let mut l = Listing::complete();
-        l.record(&names(3, 0), at(2_000));
+        l.record(&names(3, 0), at(2_000)).unwrap();
         // A clock that went back (a failover to a master behind): still after the first.
-        l.record(&names(4, 0), at(1_500));
+        l.record(&names(4, 0), at(1_500)).unwrap();
         assert_eq!(list_at(&l, 2_001, 2_001), names(3, 0));
         assert_eq!(list_at(&l, 2_002, 2_002), names(4, 0));
     }
@@ -293,9 +331,9 @@ mod tests {
     #[test]
     fn entries_past_the_window_go_and_the_listing_answers_from_their_end() {
         let mut l = Listing::complete();
-        l.record(&names(4, 0), at(1_000));
-        l.record(&names(2, 0), at(1_010));
-        l.record(&names(3, 1)[..1], at(1_200));
+        l.record(&names(4, 0), at(1_000)).unwrap();
+        l.record(&names(2, 0), at(1_010)).unwrap();
+        l.record(&names(3, 1)[..1], at(1_200)).unwrap();
         assert_eq!(l.entries.len(), 2, "{l:?}");
         assert_eq!(l.known_since, 1_011);
         assert!(l.at(1_005, 1_200).is_err());
@@ -319,36 +357,51 @@ mod tests {
             );
         }
         assert!(l.entries.len() <= MAX_LISTED);
-        assert_eq!(l.known_since, 11, "the first list's end");
+        assert_eq!(l.known_since, 31, "the third list's end");
         assert_eq!(list_at(&l, 45, 50), names(MAX_HOLDERS, 4));
         l.validate().unwrap();
     }
 
     #[test]
     fn forged_entries_are_refused() {
-        let listed = |name: &[u8], listed_at, unlisted_at| Listed {
-            name: name.to_vec(),
+        let listed = |index, listed_at, unlisted_at| Listed {
+            spread_id: 7,
+            index,
+            attempt: 0,
             listed_at,
             unlisted_at,
         };
-        let h = holder_name(b"h", 7, 1, 0);
+        let with = |homes: Vec<(u64, Vec<u8>)>, entries| Listing {
+            known_since: i64::MIN,
+            homes,
+            entries,
+        };
+        let home = || vec![(7, b"h".to_vec())];
         let bad = [
-            vec![listed(b"plain", 1, None)],
-            vec![listed(&h, 5, Some(4))],
-            vec![listed(&h, 1, None), listed(&h, 2, None)],
-            vec![listed(&h, 1, Some(5)), listed(&h, 4, None)],
+            with(Vec::new(), vec![listed(1, 1, None)]),
+            with(vec![(7, Vec::new())], vec![listed(1, 1, None)]),
+            with(
+                vec![(7, b"h".to_vec()), (7, b"g".to_vec())],
+                vec![listed(1, 1, None)],
+            ),
+            with(home(), vec![listed(0, 1, None)]),
+            with(home(), vec![listed(1, 5, Some(4))]),
+            with(home(), vec![listed(1, 1, None), listed(1, 2, None)]),
+            with(home(), vec![listed(1, 1, Some(5)), listed(1, 4, None)]),
         ];
-        for entries in bad {
-            let l = Listing {
-                known_since: i64::MIN,
-                entries,
-            };
+        for l in bad {
             assert!(l.validate().is_err(), "{l:?}");
         }
-        let ok = Listing {
-            known_since: i64::MIN,
-            entries: vec![listed(&h, 1, Some(5)), listed(&h, 5, None)],
-        };
+        let ok = with(home(), vec![listed(1, 1, Some(5)), listed(1, 5, None)]);
         ok.validate().unwrap();
+        assert_eq!(ok.at(5, 9).unwrap(), [holder_name(b"h", 7, 1, 0)]);
+    }
+
+    #[test]
+    fn a_name_the_planner_never_makes_is_not_kept() {
+        let mut l = Listing::complete();
+        let odd = b"{ctr.0000000000000007.1.99999999999}h".to_vec();
+        assert!(l.record(&[odd], CLOCK).is_none());
+        assert!(Listing::started(&[b"plain".to_vec()], CLOCK).is_none());
     }
 }

@@ -1097,9 +1097,7 @@ impl Sim {
         let Ok(listed) = home.holders_at(walk.at, self.now) else {
             return Ok(());
         };
-        let list: Vec<Vec<u8>> = std::iter::once(self.home.clone())
-            .chain(listed.into_iter().map(<[u8]>::to_vec))
-            .collect();
+        let list: Vec<Vec<u8>> = std::iter::once(self.home.clone()).chain(listed).collect();
         let start = (walk.fp % list.len() as u64) as usize;
         for k in 0..list.len() {
             let key = &list[(start + k) % list.len()];

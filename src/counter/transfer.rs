@@ -1071,7 +1071,7 @@ impl Counter {
 
     /// Records a change of the holder list from `before` to `holders`. A home without a
     /// listing starts one: complete when it never had holders, else answering from this
-    /// change on. Without a clock the listing is forgotten.
+    /// change on. Without a clock, or with a name it cannot keep, the listing is forgotten.
     fn relist(
         &mut self,
         before: &[Vec<u8>],
@@ -1080,22 +1080,22 @@ impl Counter {
         clock: Option<ListClock>,
     ) {
         let t = self.transfers_mut();
-        match clock {
-            None => t.listing = None,
-            Some(clock) => t
-                .listing
-                .get_or_insert_with(|| match had_holders {
-                    true => Listing::started(before, clock),
-                    false => Listing::complete(),
-                })
-                .record(holders, clock),
-        }
+        let kept = t.listing.take();
+        t.listing = clock.and_then(|clock| {
+            let mut listing = match kept {
+                Some(listing) => listing,
+                None if had_holders => Listing::started(before, clock)?,
+                None => Listing::complete(),
+            };
+            listing.record(holders, clock)?;
+            Some(listing)
+        });
         self.trim_transfers();
     }
 
     /// The holders in force at `at` (the home not included), by index: the list a purchase
     /// of that time walks (`CTR.HOLDERS key AT ms`). `now` is this master's clock.
-    pub fn holders_at(&self, at: i64, now: i64) -> Result<Vec<&[u8]>, ListedAtError> {
+    pub fn holders_at(&self, at: i64, now: i64) -> Result<Vec<Vec<u8>>, ListedAtError> {
         match self.transfers().and_then(|t| t.listing.as_ref()) {
             Some(listing) => listing.at(at, now),
             None if at > now => Err(ListedAtError::Ahead { now }),

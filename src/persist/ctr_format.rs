@@ -78,9 +78,12 @@
 //!             gave back (REFUNDED, >= 0). Files without it keep none.
 //!  23 STRAY  (no body): a counter a client renamed onto a holder's name, which is not that
 //!             holder (`Counter::is_stray`). Files without it hold none.
-//!  24 LISTING ivarint known since, uvarint n (<= MAX_LISTED), n x ((uvarint len, bytes)
-//!             holder name, ivarint listed at, u8 0 | 1 + ivarint unlisted at): a home's
-//!             listing history (`crate::counter::listing`). Written when the home has one;
+//!  24 LISTING ivarint known since, uvarint n (<= MAX_LISTED), n x (u64 LE spread id,
+//!             (uvarint len, bytes) the home name its holders carry), uvarint n (<= MAX_LISTED),
+//!             n x (u64 LE spread id, uvarint index (>= 1), uvarint attempt (< 2^32), ivarint
+//!             listed at, u8 0 | 1 + ivarint unlisted at): a home's listing history, each
+//!             holder by the parts of its name (`crate::counter::listing`). Written when the
+//!             home has one;
 //!             without it (a spread made by an earlier version) `CTR.HOLDERS key AT` answers
 //!             that the list is not known.
 //! u8 0 (END); nothing may follow it
@@ -96,7 +99,7 @@ use super::effect::{decode_throttle_reply, encode_throttle_reply};
 use crate::counter::folded::{FoldedMark, MAX_MARKS};
 use crate::counter::history::MAX_BUCKETS;
 use crate::counter::listing::{Listed, Listing, MAX_LISTED};
-use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME};
+use crate::counter::spread::{MAX_HOLDERS, MAX_HOLDER_NAME, MAX_HOME_NAME};
 use crate::counter::throttle::{Throttle, ThrottleEntry};
 use crate::counter::tokens::TokenEntry;
 use crate::counter::transfer::{
@@ -436,9 +439,16 @@ fn decode_folded(r: &mut Reader) -> Result<Vec<FoldedMark>, DecodeError> {
 fn encode_listing(w: &mut Writer, l: &Listing) {
     w.u8(TAG_LISTING)
         .ivarint(l.known_since)
-        .uvarint(l.entries.len() as u64);
+        .uvarint(l.homes.len() as u64);
+    for (id, home) in &l.homes {
+        w.fixed_u64(*id).bytes(home);
+    }
+    w.uvarint(l.entries.len() as u64);
     for e in &l.entries {
-        w.bytes(&e.name).ivarint(e.listed_at);
+        w.fixed_u64(e.spread_id)
+            .uvarint(u64::from(e.index))
+            .uvarint(u64::from(e.attempt))
+            .ivarint(e.listed_at);
         match e.unlisted_at {
             Some(end) => w.u8(1).ivarint(end),
             None => w.u8(0),
@@ -449,10 +459,18 @@ fn encode_listing(w: &mut Writer, l: &Listing) {
 /// Section 24; its invariants are checked with the transfer state's (`Transfers::validate`).
 fn decode_listing(r: &mut Reader) -> Result<Listing, DecodeError> {
     let known_since = r.ivarint()?;
-    let n = r.count(MAX_LISTED, 3)?;
+    let n = r.count(MAX_LISTED, 9)?;
+    let homes = (0..n)
+        .map(|_| Ok((r.fixed_u64()?, r.bytes(MAX_HOME_NAME)?.to_vec())))
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let n = r.count(MAX_LISTED, 12)?;
+    let small =
+        |v: u64| u32::try_from(v).or_else(|_| decode_error("a listed holder's index or attempt"));
     let entries = (0..n)
         .map(|_| {
-            let name = r.bytes(MAX_HOLDER_NAME)?.to_vec();
+            let spread_id = r.fixed_u64()?;
+            let index = small(r.uvarint()?)?;
+            let attempt = small(r.uvarint()?)?;
             let listed_at = r.ivarint()?;
             let unlisted_at = match r.u8()? {
                 0 => None,
@@ -460,7 +478,9 @@ fn decode_listing(r: &mut Reader) -> Result<Listing, DecodeError> {
                 _ => return decode_error("a listed holder's end flag is not 0 or 1"),
             };
             Ok(Listed {
-                name,
+                spread_id,
+                index,
+                attempt,
                 listed_at,
                 unlisted_at,
             })
@@ -468,6 +488,7 @@ fn decode_listing(r: &mut Reader) -> Result<Listing, DecodeError> {
         .collect::<Result<Vec<_>, DecodeError>>()?;
     Ok(Listing {
         known_since,
+        homes,
         entries,
     })
 }
@@ -1350,19 +1371,23 @@ mod tests {
         assert_eq!(bytes[bytes.len() - 1], TAG_END);
         let back = decode(&bytes).unwrap();
         assert_eq!(back, c);
-        let names = |c: &Counter, at| -> Vec<Vec<u8>> {
-            let listed = c.holders_at(at, 3_000).unwrap();
-            listed.into_iter().map(<[u8]>::to_vec).collect()
-        };
+        let names = |c: &Counter, at| c.holders_at(at, 3_000).unwrap();
         assert_eq!(names(&back, 1_500), holders);
         assert_eq!(names(&back, 2_500), holders[..1].to_vec());
         assert_eq!(names(&back, 500), Vec::<Vec<u8>>::new(), "before it spread");
-        let forged = |entries: &[(&[u8], i64, Option<i64>)]| {
+        let forged = |homes: &[(u64, &[u8])], entries: &[(u64, u64, i64, Option<i64>)]| {
             let mut w = Writer::new();
             w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0).u8(TAG_LISTING);
-            w.ivarint(i64::MIN).uvarint(entries.len() as u64);
-            for (name, listed_at, end) in entries {
-                w.bytes(name).ivarint(*listed_at);
+            w.ivarint(i64::MIN).uvarint(homes.len() as u64);
+            for (id, home) in homes {
+                w.fixed_u64(*id).bytes(home);
+            }
+            w.uvarint(entries.len() as u64);
+            for (id, index, listed_at, end) in entries {
+                w.fixed_u64(*id)
+                    .uvarint(*index)
+                    .uvarint(0)
+                    .ivarint(*listed_at);
                 match end {
                     Some(end) => w.u8(1).ivarint(*end),
                     None => w.u8(0),
@@ -1371,14 +1396,22 @@ mod tests {
             w.u8(TAG_END);
             decode(&w.finish())
         };
-        assert!(forged(&[(&holders[0], 1, Some(3))]).is_ok());
-        assert!(forged(&[(b"plain", 1, None)]).is_err(), "no holder name");
+        let home: &[(u64, &[u8])] = &[(6, b"{tag}home")];
+        assert!(forged(home, &[(6, 1, 1, Some(3))]).is_ok());
         assert!(
-            forged(&[(&holders[0], 5, Some(3))]).is_err(),
+            forged(&[], &[(6, 1, 1, None)]).is_err(),
+            "no home for its spread"
+        );
+        assert!(
+            forged(home, &[(6, 1, 5, Some(3))]).is_err(),
             "ends before it starts"
         );
-        let twice = [(&holders[0][..], 1, None), (&holders[0][..], 2, None)];
-        assert!(forged(&twice).is_err(), "listed twice at once");
+        let twice = [(6, 1, 1, None), (6, 1, 2, None)];
+        assert!(forged(home, &twice).is_err(), "listed twice at once");
+        assert!(
+            forged(home, &[(6, 1 << 32, 1, None)]).is_err(),
+            "an index past 32 bits"
+        );
         // An earlier version's home (no listing) knows no list before its next change.
         let mut old = c.clone();
         old.shrink_listed(1, &mut || ids.next().unwrap(), None)
