@@ -21,6 +21,7 @@ use crate::runtime::ctr_store::{is_missing, with_counter};
 use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
 use crate::runtime::home_names::living_home;
 use crate::runtime::spread_cluster::in_cluster;
+use crate::runtime::spread_transfer::is_master;
 
 /// CTR.HOLDERS key [AT ms]
 ///
@@ -58,6 +59,14 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
 
 /// The holders the home at `args[1]` listed at `at` (the home not included).
 fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandError> {
+    if !is_master(ctx) {
+        // A replica may not hold a grow or shrink dated before `at` yet: its answer could
+        // differ from the one its master gives later, and a retry would walk another list.
+        return Err(CommandError::fixed(
+            "ERR CTR.HOLDERS AT is answered by the home's master only (a replica may not hold \
+             its latest grow or shrink yet)",
+        ));
+    }
     let now = ctx.now_ms();
     if at < now.saturating_sub(config::TOKEN_WINDOW_MS.load(Relaxed)) {
         return Err(TokenTimeError::TooOld.into());
