@@ -172,11 +172,11 @@ const COMMANDS: &[Meta] = &[
     },
     Meta {
         name: "ctr.holders",
-        arity: 2,
+        arity: -2,
         flags: &["readonly", "module", "fast"],
         range: (1, 1, 1),
         specs: &[RO],
-        calls: &[("k", &[("k", RO)])],
+        calls: &[("k", &[("k", RO)]), ("k AT 5", &[("k", RO)])],
     },
     Meta {
         name: "ctr.orphans",
