@@ -253,6 +253,13 @@ pub(crate) fn holders<K: ToRedisArgs>(key: K) -> Call<Vec<String>> {
     call(keyed("CTR.HOLDERS", key), reply::plain)
 }
 
+pub(crate) fn holders_at<K: ToRedisArgs>(key: K, at: i64) -> Call<Vec<String>> {
+    call(
+        keyed("CTR.HOLDERS", key).arg("AT").arg(at).clone(),
+        reply::plain,
+    )
+}
+
 pub(crate) fn info<K: ToRedisArgs>(key: K) -> Call<Option<CounterInfo>> {
     call(keyed("CTR.INFO", key), reply::counter_info)
 }

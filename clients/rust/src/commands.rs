@@ -238,6 +238,15 @@ commands! {
     /// missing. On a holder's name: [`ModuleError::UseHomeKey`](crate::ModuleError::UseHomeKey).
     fn ctr_holders<K: ToRedisArgs>(key: K) -> Vec<String> = calls::holders;
 
+    /// `CTR.HOLDERS key AT ms`: the holders in force at `at` (unix ms, the home master's
+    /// clock), the home first: those a shrink folded back since included, those a grow listed
+    /// after `at` not. The list a purchase of that time walks
+    /// ([`SpreadRouter::decrfloor`](crate::SpreadRouter::decrfloor) reads it). `at` ahead of
+    /// the home's clock: [`ModuleError::HoldersAhead`](crate::ModuleError::HoldersAhead) (its
+    /// text gives the clock); a home spread by an earlier module version:
+    /// [`ModuleError::HoldersUnknown`](crate::ModuleError::HoldersUnknown).
+    fn ctr_holders_at<K: ToRedisArgs>(key: K, at: i64) -> Vec<String> = calls::holders_at;
+
     /// `CTR.INFO key`: None when the key is missing. On the home key of a spread counter,
     /// `value` is the total and `holders`, `holder_values`, `holder_ages_ms` are set.
     fn ctr_info<K: ToRedisArgs>(key: K) -> Option<CounterInfo> = calls::info;

@@ -51,7 +51,8 @@ pub enum ModuleError {
     InvalidState,
     /// A merge that would give a PN-counter more than 1024 replica ids.
     TooManyReplicas,
-    /// A PN-counter write sent to a replica.
+    /// A PN-counter write sent to a replica; `CTR.HOLDERS key AT ms` sent to a replica (a
+    /// replica may not hold its master's latest grow or shrink yet).
     NotPrimary,
     /// An unknown, repeated or valueless option, an option a form does not take (`FROM SET`
     /// with `AT`, `ENX` without a time, `BYFLOAT`), crossed `LBOUND`/`UBOUND`, or a wrong
@@ -82,6 +83,15 @@ pub enum ModuleError {
     GatherInTransaction,
     /// `CTR.SPREAD` with fewer holders than the counter has, on a module from before folds.
     CannotShrink,
+    /// `CTR.HOLDERS key AT ms` with `ms` ahead of the home master's clock: a grow or a shrink
+    /// may still be dated before it, so its holders are not decided yet. The text gives the
+    /// clock (`(now <ms>)`): ask again once it has reached `ms` ([`crate::SpreadRouter`] does,
+    /// for up to its purchase wait).
+    HoldersAhead,
+    /// `CTR.HOLDERS key AT ms` of a time the home's record of its holders does not reach: a
+    /// home spread by an earlier module version (until its next grow or shrink), or one past
+    /// the record's size. [`crate::SpreadRouter`] then walks the current holders.
+    HoldersUnknown,
     /// A write to a spread counter holder that a shrink folded back into its home: nothing
     /// changed (a folded holder answers a retry of a write it did count with that write's
     /// reply, so this refusal means the write never counted there). Re-read the holders
@@ -188,6 +198,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR too many replica ids", TooManyReplicas),
         ("ERR too many floor or transfer entries", TooManyReplicas),
         ("ERR {} must run on a primary", NotPrimary),
+        (
+            "ERR CTR.HOLDERS AT is answered by the home's master only",
+            NotPrimary,
+        ),
         ("ERR syntax error", Syntax),
         ("ERR invalid spread id", Syntax),
         ("ERR FROM SET takes no AT", Syntax),
@@ -211,6 +225,11 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             GatherInTransaction,
         ),
         ("ERR a spread counter cannot shrink yet", CannotShrink),
+        ("ERR AT is ahead of the home's clock", HoldersAhead),
+        (
+            "ERR the holder list at that time is not known",
+            HoldersUnknown,
+        ),
         (
             "ERR this key was a spread counter holder and has been folded back",
             HolderFolded,

@@ -56,15 +56,38 @@
 //!   home key: a TTL set on a holder would expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
 //! - A purchase ([`SpreadRouter::decrfloor`]) follows the documented probe rule: it visits the
-//!   holders in the order [`probe_order`] derives from its token, stopping at the first grant,
-//!   and every holder of the list; the holder list a token first used is remembered (the last
-//!   [`SpreadRouter::MAX_TOKENS`]), so a retry walks the same holders in the same order and
-//!   each replays its recorded outcome. A holder that fails (a master down) stops the walk with
-//!   the error: skipping it would let a retry be decided afresh there. A holder that answers
-//!   [`ModuleError::BudgetInFlight`] (its share, or a move, still travelling; nothing recorded)
-//!   is asked again, with the same token, after 5 ms, 10 ms, ... up to 100 ms apart, for up to
-//!   [`SpreadRouter::purchase_wait`] (default [`SpreadRouter::DEFAULT_PURCHASE_WAIT`]); then the
-//!   walk stops with that error, never skipping the holder.
+//!   holders in the order [`probe_order`] derives from its token, stopping at the first grant.
+//! - A tokened purchase given `at` (the order's time, say, stored with the token) walks the
+//!   holders in force at that time, `CTR.HOLDERS key AT at` (the home keeps when each holder
+//!   was listed and unlisted, for the token window), and sends `AT at` to each holder it
+//!   visits. So a retry from any process that passes the same token and `at` walks the same
+//!   holders in the same order, each replaying its recorded outcome: the token is granted at
+//!   most once whatever grows and shrinks came between (a walk over the current list after a
+//!   grow could start at another holder with budget and grant the token again). It costs one
+//!   read of the home's master per purchase. A time ahead of the home's clock is not decided
+//!   yet (a grow or a shrink may still be dated before it): the read is made again once the
+//!   home's clock has reached it, for up to [`SpreadRouter::purchase_wait`], then the purchase
+//!   returns [`ModuleError::HoldersAhead`], nothing sent. `at` is never replaced by another
+//!   time, since its retries must walk the list at that very time.
+//! - A tokened purchase without `at` walks the current holders (the ones cached for adds) and
+//!   sends no `AT`. Its retries are safe through the same router only: the list each token
+//!   first used is remembered (the last [`SpreadRouter::MAX_TOKENS`]), so a retry through this
+//!   router walks it again, while a retry from another process walks the current list, which
+//!   after a grow may start at another holder with budget (a second grant). Give `at` to a
+//!   purchase another process may retry.
+//! - A home spread by an earlier module version does not know its list at a time
+//!   ([`ModuleError::HoldersUnknown`], until its next grow or shrink), and a module from before
+//!   `CTR.HOLDERS key AT` refuses it (its arity error): their purchases walk the current list
+//!   with the caller's `at`, as before. Untokened purchases walk the current holders in a
+//!   random order.
+//! - In a walk, a holder a shrink folded back ([`ModuleError::HolderFolded`]) is a refusal: it
+//!   replays a token it recorded and never grants another. A holder that fails otherwise (a
+//!   master down) stops the walk with the error: skipping it would let a retry be decided
+//!   afresh there. A holder that answers [`ModuleError::BudgetInFlight`] (its share, or a move,
+//!   still travelling; nothing recorded) is asked again, with the same token, after 5 ms,
+//!   10 ms, ... up to 100 ms apart, for up to [`SpreadRouter::purchase_wait`] (default
+//!   [`SpreadRouter::DEFAULT_PURCHASE_WAIT`]); then the walk stops with that error, never
+//!   skipping the holder.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -80,6 +103,14 @@ use crate::types::AddOptions;
 
 /// A counter's holders, the home key first (just the home key when it is not spread).
 pub type Holders = Arc<[Vec<u8>]>;
+
+/// The holders a tokened purchase walks, and the `AT` it sends to each of them (the caller's
+/// `at`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PurchaseList {
+    at: Option<i64>,
+    holders: Holders,
+}
 
 /// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
 pub fn token_hash(token: &[u8]) -> u16 {
@@ -223,8 +254,8 @@ struct Cache {
     /// given: the only ones a tokened add skips (it could never write them).
     elsewhere: Bounded<Vec<u8>, Instant>,
     tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
-    /// The holder list each purchase token first used, by (key, token).
-    purchases: Bounded<(Vec<u8>, Vec<u8>), Holders>,
+    /// The list and time each purchase token first used, by (key, token).
+    purchases: Bounded<(Vec<u8>, Vec<u8>), PurchaseList>,
     picks: u64,
     /// Masters (`host:port`) left out of new adds until the time given, and how often each
     /// timed out in a row (with the end of its last absence).
@@ -533,44 +564,66 @@ impl SpreadRouter {
         Ok(target)
     }
 
-    /// The holder list a purchase token first used, when remembered.
-    fn remembered_purchase(&self, key: &[u8], token: Option<&[u8]>) -> Option<Holders> {
-        let token = token?;
+    /// The list and `at` a purchase token first used, when remembered and the caller's `at`
+    /// fits it (see [`fits`]).
+    fn remembered_purchase(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        at: Option<i64>,
+    ) -> Option<PurchaseList> {
         let cache = self.cache();
         let known = cache.purchases.map.get(&(key.to_vec(), token.to_vec()))?;
-        Some(Arc::clone(known))
+        fits(known, at).then(|| known.clone())
     }
 
-    /// The holders a purchase visits, in order: by the probe rule over the list the token
-    /// first used (remembered from now on), or, without a token, in the order of a random seed.
-    fn probe_targets(&self, key: &[u8], holders: Holders, token: Option<&[u8]>) -> Vec<Vec<u8>> {
+    /// The holders a tokened purchase visits, in the order of the probe rule, and the `AT` it
+    /// sends: over the list remembered for the token (when it fits `at`: one thread's first
+    /// send wins over another's of the same token), else over `list`, remembered from now on.
+    fn probe_targets(
+        &self,
+        key: &[u8],
+        list: PurchaseList,
+        token: &[u8],
+        at: Option<i64>,
+    ) -> (Option<i64>, Vec<Vec<u8>>) {
         let mut cache = self.cache();
-        let order = match token {
-            Some(token) => {
-                let remembered = (key.to_vec(), token.to_vec());
-                let first = match cache.purchases.map.get(&remembered) {
-                    Some(first) => Arc::clone(first),
-                    None => {
-                        cache.purchases.insert(remembered, Arc::clone(&holders));
-                        holders
-                    }
-                };
-                return probe_order(token, first.len())
-                    .into_iter()
-                    .map(|i| first[i].clone())
-                    .collect();
+        let remembered = (key.to_vec(), token.to_vec());
+        let list = match cache.purchases.map.get(&remembered) {
+            Some(first) if fits(first, at) => first.clone(),
+            _ => {
+                cache.purchases.remove(&remembered);
+                cache.purchases.insert(remembered, list.clone());
+                list
             }
-            None => order_from_seed(self.pick(&mut cache) as u16, holders.len()),
         };
-        order.into_iter().map(|i| holders[i].clone()).collect()
+        let order = probe_order(token, list.holders.len())
+            .into_iter()
+            .map(|i| list.holders[i].clone())
+            .collect();
+        (list.at, order)
+    }
+
+    /// The holders an untokened purchase visits: every one, in the order of a random seed.
+    fn random_targets(&self, holders: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let seed = self.pick(&mut self.cache()) as u16;
+        order_from_seed(seed, holders.len())
+            .into_iter()
+            .map(|i| holders[i].clone())
+            .collect()
     }
 
     /// `CTR.DECRFLOOR` of a spread counter by the probe rule (see the [module](self) docs):
     /// what the granting holder can still sell (its value minus its own floor, never below 0;
-    /// not the total), or None when every holder visited
-    /// refused. With a token, a retry through this router replays the first outcome: the
-    /// same holders in the same order, each replaying what it recorded. On a counter that is
-    /// not spread it is one `CTR.DECRFLOOR` of the key.
+    /// not the total), or None when every holder visited refused. With a token and `at` (the
+    /// order's time, say, stored with the token) it walks the holders in force at `at`, read
+    /// with `CTR.HOLDERS key AT at` from the home's master (one read per purchase), and sends
+    /// `AT at` to each: a retry from any process given the same token and `at` walks the same
+    /// holders in the same order, each replaying what it recorded, so the token is granted at
+    /// most once whatever grows and shrinks came between. With a token and no `at` it walks
+    /// the current holders and sends no `AT`: its retries are safe through this router only,
+    /// which remembers the list of its last [`SpreadRouter::MAX_TOKENS`] tokens. On a counter
+    /// that is not spread it is one `CTR.DECRFLOOR` of the key.
     pub fn decrfloor<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
@@ -580,24 +633,73 @@ impl SpreadRouter {
         at: Option<i64>,
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
-        let holders = match self.remembered_purchase(key, token) {
-            Some(first) => first,
-            None => self.holders(con, key)?,
+        let (sent_at, targets) = match token {
+            Some(token) => {
+                let list = match self.remembered_purchase(key, token, at) {
+                    Some(first) => first,
+                    None => self.purchase_list(con, key, at)?,
+                };
+                self.probe_targets(key, list, token, at)
+            }
+            None => (at, self.random_targets(&self.holders(con, key)?)),
         };
-        for holder in self.probe_targets(key, holders, token) {
+        for holder in targets {
             let mut wait = BudgetWait::new(self.purchase_wait);
             let bought = loop {
-                let bought = send_once(con, purchase_call(&holder, amount, token, at));
+                let bought = send_once(con, purchase_call(&holder, amount, token, sent_at));
                 match wait.pause_after(&bought) {
                     Some(pause) => std::thread::sleep(pause),
-                    None => break bought?,
+                    None => break bought,
                 }
             };
-            if let Some(value) = bought {
+            if let Some(value) = self.passing_folded(bought, &holder, key, token)? {
                 return self.durable_grant(con, &holder, value).map(Some);
             }
         }
         Ok(None)
+    }
+
+    /// A holder's answer to a purchase, a holder folded back taken as a refusal: it never
+    /// grants again (it replays what it recorded and refuses any other token with that error),
+    /// so the walk goes on. An untokened walk met it in a stale holder list: read again next
+    /// time. The key given is returned its refusal (a home is never folded: the key is a
+    /// folded holder's name).
+    fn passing_folded(
+        &self,
+        bought: Result<Option<i64>, CtrError>,
+        holder: &[u8],
+        key: &[u8],
+        token: Option<&[u8]>,
+    ) -> Result<Option<i64>, CtrError> {
+        match bought {
+            Err(e) if e.module_error() == Some(ModuleError::HolderFolded) && holder != key => {
+                if token.is_none() {
+                    self.forget(key);
+                }
+                Ok(None)
+            }
+            bought => bought,
+        }
+    }
+
+    /// The list a tokened purchase walks and the `AT` it sends (see the [module](self) docs):
+    /// the holders in force at the caller's `at`; the current holders without one, or when the
+    /// home does not know its list at that time (still sent with the caller's `at`).
+    fn purchase_list<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        at: Option<i64>,
+    ) -> Result<PurchaseList, CtrError> {
+        let listed = match at {
+            Some(at) => read_listing(con, key, ListingAsk::new(at, self.purchase_wait))?,
+            None => None,
+        };
+        let holders = match listed {
+            Some(holders) => holders,
+            None => self.holders(con, key)?,
+        };
+        Ok(PurchaseList { at, holders })
     }
 
     /// This router with purchases asking a holder again for up to `wait` while it answers
@@ -810,25 +912,56 @@ impl SpreadRouter {
         at: Option<i64>,
     ) -> Result<Option<i64>, CtrError> {
         let key = key.as_ref();
-        let holders = match self.remembered_purchase(key, token) {
-            Some(first) => first,
-            None => self.holders_async(con, key).await?,
+        let (sent_at, targets) = match token {
+            Some(token) => {
+                let list = match self.remembered_purchase(key, token, at) {
+                    Some(first) => first,
+                    None => self.purchase_list_async(con, key, at).await?,
+                };
+                self.probe_targets(key, list, token, at)
+            }
+            None => (
+                at,
+                self.random_targets(&self.holders_async(con, key).await?),
+            ),
         };
-        for holder in self.probe_targets(key, holders, token) {
+        for holder in targets {
             let mut wait = BudgetWait::new(self.purchase_wait);
             let bought = loop {
-                let call = purchase_call(&holder, amount, token, at);
+                let call = purchase_call(&holder, amount, token, sent_at);
                 let bought = crate::commands::run_async(con, call).await;
                 match wait.pause_after(&bought) {
                     Some(pause) => tokio::time::sleep(pause).await,
-                    None => break bought?,
+                    None => break bought,
                 }
             };
-            if let Some(value) = bought {
+            if let Some(value) = self.passing_folded(bought, &holder, key, token)? {
                 return Ok(Some(value));
             }
         }
         Ok(None)
+    }
+
+    /// The async twin of [`SpreadRouter::purchase_list`].
+    #[cfg(feature = "aio")]
+    async fn purchase_list_async<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        at: Option<i64>,
+    ) -> Result<PurchaseList, CtrError> {
+        let listed = match at {
+            Some(at) => {
+                let ask = ListingAsk::new(at, self.purchase_wait);
+                read_listing_async(con, key, ask).await?
+            }
+            None => None,
+        };
+        let holders = match listed {
+            Some(holders) => holders,
+            None => self.holders_async(con, key).await?,
+        };
+        Ok(PurchaseList { at, holders })
     }
 
     /// The async twin of [`SpreadRouter::add`]. The `redis` crate's async cluster connection
@@ -1098,6 +1231,117 @@ fn purchase_call(
     }
 }
 
+/// True when a purchase given `at` walks the list remembered for its token, `known`: it gives
+/// no time of its own, or the one `known` was sent with.
+fn fits(known: &PurchaseList, at: Option<i64>) -> bool {
+    at.is_none() || known.at == at
+}
+
+/// The home master's clock in a [`ModuleError::HoldersAhead`] error (`... (now <ms>) ...`).
+fn home_clock(error: &CtrError) -> Option<i64> {
+    let CtrError::Module(ModuleError::HoldersAhead, text) = error else {
+        return None;
+    };
+    let after = text.split_once("(now ")?.1;
+    after.split_once(')')?.0.trim().parse().ok()
+}
+
+/// True when `error` is the arity error of a module from before `CTR.HOLDERS key AT ms`.
+fn before_at(error: &CtrError) -> bool {
+    let CtrError::Module(ModuleError::Syntax, text) = error else {
+        return false;
+    };
+    text.to_ascii_lowercase()
+        .starts_with("err wrong number of arguments for 'ctr.holders'")
+}
+
+/// The reads of `CTR.HOLDERS key AT at` for a caller's `at` (see [`read_listing`]).
+struct ListingAsk {
+    at: i64,
+    /// Until when to wait for the home's clock to reach `at`.
+    deadline: Instant,
+}
+
+/// What a read of `CTR.HOLDERS key AT at` leads to.
+enum ListingStep {
+    /// The holders in force at `at`; None when the home does not know them (the purchase walks
+    /// the current list).
+    Done(Result<Option<Holders>, CtrError>),
+    /// Ask again after this pause.
+    Again(Duration),
+}
+
+impl ListingAsk {
+    fn new(at: i64, wait: Duration) -> ListingAsk {
+        ListingAsk {
+            at,
+            deadline: Instant::now() + wait,
+        }
+    }
+
+    /// What to do after `CTR.HOLDERS key AT at` replied `reply`. The home's list at `at` not
+    /// known, the key a holder's name, or a module from before `AT` (its arity error): None
+    /// (the purchase walks the current list, as before). `at` ahead of the home's clock: a
+    /// wait until the clock reaches it, unless that would pass the deadline.
+    fn next(&self, key: &[u8], reply: Result<Vec<String>, CtrError>) -> ListingStep {
+        let error = match reply {
+            Ok(names) => return ListingStep::Done(Ok(Some(holders_of(key, Some(names))))),
+            Err(error) => error,
+        };
+        match error.module_error() {
+            Some(ModuleError::HoldersUnknown | ModuleError::UseHomeKey) => {
+                return ListingStep::Done(Ok(None))
+            }
+            Some(ModuleError::HoldersAhead) => {}
+            _ if before_at(&error) => return ListingStep::Done(Ok(None)),
+            _ => return ListingStep::Done(Err(error)),
+        }
+        let Some(now) = home_clock(&error).filter(|now| *now < self.at) else {
+            return ListingStep::Done(Err(error));
+        };
+        // The list at `at` is not decided before the home's clock reaches it, and a retry must
+        // walk that very list: `at` is never replaced by another time.
+        let ahead = Duration::from_millis((self.at - now).max(1) as u64);
+        if Instant::now() + ahead > self.deadline {
+            return ListingStep::Done(Err(error));
+        }
+        ListingStep::Again(ahead)
+    }
+}
+
+/// `CTR.HOLDERS key AT at` from the home's master, `at` the caller's time of `ask`: the
+/// holders in force then (None when the home does not know them), waiting for up to the
+/// deadline of `ask` for the home's clock to reach `at`, else [`ModuleError::HoldersAhead`].
+fn read_listing<C: ConnectionLike>(
+    con: &mut C,
+    key: &[u8],
+    ask: ListingAsk,
+) -> Result<Option<Holders>, CtrError> {
+    loop {
+        let reply = run(con, calls::holders_at(key, ask.at));
+        match ask.next(key, reply) {
+            ListingStep::Done(listed) => return listed,
+            ListingStep::Again(pause) => std::thread::sleep(pause),
+        }
+    }
+}
+
+/// The async twin of [`read_listing`].
+#[cfg(feature = "aio")]
+async fn read_listing_async<C: redis::aio::ConnectionLike + Send>(
+    con: &mut C,
+    key: &[u8],
+    ask: ListingAsk,
+) -> Result<Option<Holders>, CtrError> {
+    loop {
+        let reply = crate::commands::run_async(con, calls::holders_at(key, ask.at)).await;
+        match ask.next(key, reply) {
+            ListingStep::Done(listed) => return listed,
+            ListingStep::Again(pause) => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
 /// The holders named by `CTR.HOLDERS`, the home keeping the caller's spelling; `[key]` when
 /// none or just the key.
 fn holders_of(key: &[u8], names: Option<Vec<String>>) -> Holders {
@@ -1138,20 +1382,113 @@ mod tests {
     }
 
     #[test]
-    fn a_purchase_token_keeps_its_first_holder_list() {
+    fn a_purchase_token_keeps_its_first_holder_list_and_time() {
         let router = SpreadRouter::new(Duration::from_secs(60));
         let three = holders_of(b"k", Some(vec!["k".into(), "a".into(), "b".into()]));
-        let first = router.probe_targets(b"k", Arc::clone(&three), Some(b"t"));
-        let grown = holders_of(
+        let four = holders_of(
             b"k",
             Some(vec!["k".into(), "a".into(), "b".into(), "c".into()]),
         );
-        let remembered = router.remembered_purchase(b"k", Some(b"t")).unwrap();
-        assert_eq!(remembered, three);
-        assert_eq!(router.probe_targets(b"k", grown, Some(b"t")), first);
-        assert_eq!(first.len(), 3);
-        let untokened = router.probe_targets(b"k", three, None);
-        assert_eq!(untokened.len(), 3, "every holder, in a random order");
+        // Without `at`: the current list, sent with no `AT`; a retry walks it after a grow.
+        let current = PurchaseList {
+            at: None,
+            holders: Arc::clone(&three),
+        };
+        let first = router.probe_targets(b"k", current.clone(), b"t", None);
+        assert_eq!((first.0, first.1.len()), (None, 3));
+        assert_eq!(
+            router.remembered_purchase(b"k", b"t", None),
+            Some(current.clone())
+        );
+        let grown_now = PurchaseList {
+            at: None,
+            holders: Arc::clone(&four),
+        };
+        assert_eq!(router.probe_targets(b"k", grown_now, b"t", None), first);
+        // A caller's `at` walks only a list remembered with that same `at`.
+        assert_eq!(router.remembered_purchase(b"k", b"t", Some(1_000)), None);
+        let at_first = PurchaseList {
+            at: Some(1_000),
+            holders: Arc::clone(&three),
+        };
+        let first = router.probe_targets(b"k", at_first.clone(), b"u", Some(1_000));
+        assert_eq!((first.0, first.1.len()), (Some(1_000), 3));
+        let grown = PurchaseList {
+            at: Some(2_000),
+            holders: Arc::clone(&four),
+        };
+        assert_eq!(
+            router.remembered_purchase(b"k", b"u", None),
+            Some(at_first.clone())
+        );
+        assert_eq!(
+            router.remembered_purchase(b"k", b"u", Some(1_000)),
+            Some(at_first)
+        );
+        assert_eq!(router.remembered_purchase(b"k", b"u", Some(2_000)), None);
+        assert_eq!(router.probe_targets(b"k", grown.clone(), b"u", None), first);
+        // Another `at`: the list at that time, remembered from then on.
+        let other = router.probe_targets(b"k", grown.clone(), b"u", Some(2_000));
+        assert_eq!((other.0, other.1.len()), (Some(2_000), 4));
+        assert_eq!(router.remembered_purchase(b"k", b"u", None), Some(grown));
+        assert_eq!(router.random_targets(&three).len(), 3, "every holder");
+    }
+
+    /// What a read of the list at a caller's time leads to: the list; the current list (None)
+    /// when the home does not know it or the key is a holder's name; a time ahead of the
+    /// home's clock waited for, or the error when that would pass the purchase wait; never
+    /// another time.
+    #[test]
+    fn a_list_at_a_callers_time_is_read_or_waited_for() {
+        let module = |text: &str| {
+            let kind = ModuleError::from_text(text).expect("a module error");
+            Err(CtrError::Module(kind, text.to_string()))
+        };
+        let ahead = |now: i64| {
+            module(&format!(
+                "ERR AT is ahead of the home's clock (now {now}): its holders then are not \
+                 decided yet"
+            ))
+        };
+        assert_eq!(home_clock(&ahead(1_234).unwrap_err()), Some(1_234));
+        let ask = ListingAsk::new(5_000, Duration::from_secs(2));
+        let names = Ok(vec!["k".to_string(), "a".to_string()]);
+        match ask.next(b"k", names) {
+            ListingStep::Done(Ok(Some(holders))) => assert_eq!(holders.len(), 2),
+            _ => panic!("the list at 5000"),
+        }
+        for unknown in [
+            "ERR wrong number of arguments for 'ctr.holders' command",
+            "ERR the holder list at that time is not known: the counter was spread by an \
+             earlier version (known from its next grow or shrink on)",
+            "ERR the holder list at that time is not known (known from 77 on)",
+            "ERR {ctr.1.0}k is a holder of the spread counter k: use the home key",
+        ] {
+            assert!(matches!(
+                ask.next(b"k", module(unknown)),
+                ListingStep::Done(Ok(None))
+            ));
+        }
+        let too_old =
+            module("ERR token event time is older than the dedup window (ctr.token-window-ms)");
+        assert!(matches!(
+            ask.next(b"k", too_old),
+            ListingStep::Done(Err(CtrError::Module(ModuleError::TokenTooOld, _)))
+        ));
+        match ask.next(b"k", ahead(4_990)) {
+            ListingStep::Again(pause) => assert_eq!(pause, Duration::from_millis(10)),
+            _ => panic!("a wait for the home's clock"),
+        }
+        assert_eq!(ask.at, 5_000, "a caller's time is never replaced");
+        assert!(matches!(
+            ask.next(b"k", ahead(1_000)),
+            ListingStep::Done(Err(CtrError::Module(ModuleError::HoldersAhead, _)))
+        ));
+        let no_wait = ListingAsk::new(5_000, Duration::ZERO);
+        assert!(matches!(
+            no_wait.next(b"k", ahead(4_990)),
+            ListingStep::Done(Err(CtrError::Module(ModuleError::HoldersAhead, _)))
+        ));
     }
 
     #[test]

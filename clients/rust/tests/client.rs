@@ -2006,3 +2006,246 @@ fn durable_purchases_wait_for_the_granting_masters_replicas() {
     }
     assert_eq!(con.ctr_get("durable").unwrap(), 4);
 }
+
+/// A token whose probe order over `to` holders starts at another of the first `from` holders
+/// than its order over `from`: after a grow from `from` to `to` (which keeps the first `from`
+/// names), a walk of the current list would reach a holder with budget that never saw the
+/// token, and grant it a second time.
+fn token_moved_by_grow(prefix: &str, from: usize, to: usize) -> String {
+    let first = |t: &str, n| redis_ctr_client::spread::probe_order(t.as_bytes(), n)[0];
+    (0..1000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|t| first(t, to) < from && first(t, to) != first(t, from))
+        .expect("a token whose first holder moves")
+}
+
+/// A token whose probe order over `n` holders starts at a holder, not the home.
+fn token_starting_on_a_holder(prefix: &str, n: usize) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|t| redis_ctr_client::spread::probe_order(t.as_bytes(), n)[0] != 0)
+        .expect("a token that starts on a holder")
+}
+
+/// A floored counter of 300 units spread over 3 holders, and a time after the spread that the
+/// home's clock has reached: its coarse clock trails this one by a few ms (a time ahead of it
+/// is waited for by the router, but refused by `ctr_holders_at`).
+fn stock_of_three<C: CtrCommands>(con: &mut C, key: &str) -> (Vec<String>, i64) {
+    con.ctr_add(key, 300).unwrap();
+    con.ctr_floor(key, Some(0)).unwrap();
+    let three = con.ctr_spread(key, 3).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    (three, now_ms() - 20)
+}
+
+/// A tokened purchase through one router, a grow, and a retry of the same token and `at`
+/// through a second, fresh router (another process): the retry walks the holders in force at
+/// `at` (`CTR.HOLDERS key AT`), replays the first reply, and the total is decremented once.
+/// The token's first holder over the grown list is an old holder that never saw it: a retry
+/// over the current list would be granted there a second time. Without `at`, a purchase walks
+/// the current list and sends no `AT`, and its retry through the same router walks the list it
+/// remembered for the token. The first case again through the async router.
+#[test]
+fn a_purchase_retried_through_another_router_after_a_grow_is_granted_once() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let (three, at) = stock_of_three(&mut con, "grown");
+    let token = token_moved_by_grow("order", 3, 5);
+    let first_router = SpreadRouter::default();
+    let first = first_router
+        .decrfloor(&mut con, "grown", 7, Some(token.as_bytes()), Some(at))
+        .unwrap();
+    assert!(first.is_some(), "7 of 300: {first:?}");
+    assert_eq!(con.ctr_get("grown").unwrap(), 293);
+    let five = con.ctr_spread("grown", 5).unwrap();
+    assert_eq!(five[..3], three[..]);
+    assert_eq!(con.ctr_holders_at("grown", at).unwrap(), three);
+    let retry = SpreadRouter::default()
+        .decrfloor(&mut con, "grown", 7, Some(token.as_bytes()), Some(at))
+        .unwrap();
+    assert_eq!(retry, first, "the retry replays the first reply");
+    assert_eq!(con.ctr_get("grown").unwrap(), 293, "granted once");
+
+    // Without `at`: the current list (a router that reads it at every purchase), no `AT`
+    // sent, no list at a time read; the list is remembered for the token, so a retry through
+    // this router after a grow walks it again.
+    let mut recording = Recording::new(client.get_connection().unwrap());
+    let current = SpreadRouter::new(Duration::ZERO);
+    let token = token_moved_by_grow("current", 5, 7);
+    let first = current
+        .decrfloor(&mut recording, "grown", 3, Some(token.as_bytes()), None)
+        .unwrap();
+    assert!(first.is_some());
+    assert!(recording.sent_any("CTR.DECRFLOOR"), "{:?}", recording.sent);
+    assert!(recording.sent_any("TOKEN"));
+    assert!(!recording.sent_any("AT"), "no AT: {:?}", recording.sent);
+    assert_eq!(con.ctr_spread("grown", 7).unwrap()[..5], five[..]);
+    let retry = current
+        .decrfloor(&mut recording, "grown", 3, Some(token.as_bytes()), None)
+        .unwrap();
+    assert_eq!(retry, first);
+    assert!(!recording.sent_any("AT"));
+    assert_eq!(con.ctr_get("grown").unwrap(), 290, "granted once");
+    // With `at`, the same router reads the list at that time and sends `AT`.
+    let bought = current
+        .decrfloor(&mut recording, "grown", 1, Some(b"with-at"), Some(at))
+        .unwrap();
+    assert!(bought.is_some());
+    assert!(recording.sent_any("AT"));
+    assert_eq!(con.ctr_get("grown").unwrap(), 289);
+
+    block_on(async {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let (three, at) = {
+            let mut sync = client.get_connection().unwrap();
+            stock_of_three(&mut sync, "grown-async")
+        };
+        let token = token_moved_by_grow("async", 3, 5);
+        let bought = SpreadRouter::default()
+            .decrfloor_async(&mut con, "grown-async", 7, Some(token.as_bytes()), Some(at))
+            .await
+            .unwrap();
+        assert!(bought.is_some());
+        assert_eq!(
+            con.ctr_spread("grown-async", 5).await.unwrap()[..3],
+            three[..]
+        );
+        let retry = SpreadRouter::default()
+            .decrfloor_async(&mut con, "grown-async", 7, Some(token.as_bytes()), Some(at))
+            .await
+            .unwrap();
+        assert_eq!(retry, bought);
+        assert_eq!(con.ctr_get("grown-async").await.unwrap(), 293);
+    });
+}
+
+/// A tokened purchase granted by a holder, a shrink to 1 that folds that holder back, and a
+/// retry of the same token and `at` through a fresh router: the folded holder replays the
+/// grant, the total is decremented once. A new token of that time walks the same list and
+/// passes the folded holders (`HolderFolded`, as refusals) on to the home, which grants it;
+/// untokened purchases through routers whose holder cache predates the shrink pass them too.
+#[test]
+fn a_purchase_retried_through_another_router_after_a_shrink_is_granted_once() {
+    let server = Server::start();
+    let mut con = redis::Client::open(url(server.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let (three, at) = stock_of_three(&mut con, "shrunk");
+    let token = token_starting_on_a_holder("order", 3);
+    let first = SpreadRouter::default()
+        .decrfloor(&mut con, "shrunk", 7, Some(token.as_bytes()), Some(at))
+        .unwrap();
+    assert!(first.is_some(), "7 of 300: {first:?}");
+    let stale: Vec<SpreadRouter> = (0..10)
+        .map(|_| {
+            let router = SpreadRouter::new(Duration::from_secs(60));
+            assert_eq!(router.holders(&mut con, b"shrunk").unwrap().len(), 3);
+            router
+        })
+        .collect();
+    assert_eq!(con.ctr_spread("shrunk", 1).unwrap(), ["shrunk"]);
+    assert_eq!(con.ctr_holders_at("shrunk", at).unwrap(), three);
+    let retry = SpreadRouter::default()
+        .decrfloor(&mut con, "shrunk", 7, Some(token.as_bytes()), Some(at))
+        .unwrap();
+    assert_eq!(retry, first, "the folded holder replays the grant");
+    assert_eq!(con.ctr_get("shrunk").unwrap(), 293, "granted once");
+    let late = token_starting_on_a_holder("late", 3);
+    let bought = SpreadRouter::default()
+        .decrfloor(&mut con, "shrunk", 3, Some(late.as_bytes()), Some(at))
+        .unwrap();
+    assert_eq!(bought, Some(290), "granted by the home");
+    for router in &stale {
+        let bought = router.decrfloor(&mut con, "shrunk", 1, None, None).unwrap();
+        assert!(bought.is_some(), "the home grants");
+    }
+    assert_eq!(con.ctr_get("shrunk").unwrap(), 280);
+}
+
+/// The home refuses a list at a time ahead of its clock (`HoldersAhead`). A purchase whose
+/// `at` is a little ahead waits for the home's clock to reach it, and walks the list at that
+/// very time; one further ahead than the purchase wait is refused with that error at once,
+/// nothing sent.
+#[test]
+fn a_callers_at_ahead_of_the_homes_clock_is_waited_for_or_refused() {
+    let server = Server::start();
+    let mut con = redis::Client::open(url(server.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let (three, _) = stock_of_three(&mut con, "ahead");
+    let refused = con.ctr_holders_at("ahead", now_ms() + 60_000);
+    assert_eq!(module_error(refused), ModuleError::HoldersAhead);
+
+    let started = Instant::now();
+    let soon = now_ms() + 300;
+    let bought = SpreadRouter::default()
+        .decrfloor(&mut con, "ahead", 1, Some(b"soon"), Some(soon))
+        .unwrap();
+    assert!(bought.is_some());
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(con.ctr_holders_at("ahead", soon).unwrap(), three);
+    let started = Instant::now();
+    let later = SpreadRouter::default().decrfloor(
+        &mut con,
+        "ahead",
+        1,
+        Some(b"later"),
+        Some(now_ms() + 30_000),
+    );
+    assert_eq!(module_error(later), ModuleError::HoldersAhead);
+    assert!(started.elapsed() < Duration::from_secs(1), "not waited for");
+    assert_eq!(con.ctr_get("ahead").unwrap(), 299);
+}
+
+/// A connection that keeps every command it sends, to check what a router sent.
+struct Recording {
+    con: redis::Connection,
+    sent: Vec<String>,
+}
+
+impl Recording {
+    fn new(con: redis::Connection) -> Recording {
+        Recording {
+            con,
+            sent: Vec::new(),
+        }
+    }
+
+    /// True when a command sent had `arg` as one of its arguments.
+    fn sent_any(&self, arg: &str) -> bool {
+        let packed = format!("${}\r\n{arg}\r\n", arg.len());
+        self.sent.iter().any(|cmd| cmd.contains(&packed))
+    }
+}
+
+impl redis::ConnectionLike for Recording {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.sent.push(String::from_utf8_lossy(cmd).into_owned());
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.sent.push(String::from_utf8_lossy(cmd).into_owned());
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
+    }
+}
