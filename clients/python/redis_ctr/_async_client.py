@@ -15,12 +15,13 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait_async, send_once_async
-from ._spread import UNSPREAD_REFRESH_MS, HolderCache, Holders
+from ._spread import UNSPREAD_REFRESH_MS, AheadWait, HolderCache, Holders, PurchaseList
+from ._spread import holders_of
 from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache, is_pipeline
-from .client import DEFAULT_REPLICAS_TIMEOUT_MS, checked_replicas, durable_grant
+from .client import DEFAULT_REPLICAS_TIMEOUT_MS, UNLISTED, checked_replicas, durable_grant
 from .client import names_like, not_run, refused, sent_on, timed_out
-from .errors import BudgetInFlight, HolderFolded, HolderMoving, UseHomeKey, classify
-from .errors import classify_cluster
+from .errors import BudgetInFlight, HolderFolded, HolderMoving, HoldersAhead, UseHomeKey
+from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
 
 if TYPE_CHECKING:
@@ -93,12 +94,16 @@ class AsyncCtr:
         return AsyncCtrPipeline(self.client.pipeline(transaction=transaction))
 
     @overload
-    async def holders(self, key: str) -> List[str]: ...
+    async def holders(self, key: str, *, at: Optional[int] = None) -> List[str]: ...
     @overload
-    async def holders(self, key: bytes) -> List[bytes]: ...
-    async def holders(self, key: KeyT) -> List[Any]:
+    async def holders(self, key: bytes, *, at: Optional[int] = None) -> List[bytes]: ...
+    async def holders(self, key: KeyT, *, at: Optional[int] = None) -> List[Any]:
         """The holders the adds of ``key`` go to (see :meth:`redis_ctr.Ctr.holders`): one
-        ``CTR.HOLDERS`` at a time per key, awaited by every add that finds the cache stale."""
+        ``CTR.HOLDERS`` at a time per key, awaited by every add that finds the cache stale.
+        With ``at``: the holders in force at that time, read now."""
+        if at is not None:
+            names = await run(self.client, _calls.holders(key, at))
+            return names_like(key, holders_of(names, key))
         return names_like(key, await self._route_holders(key))
 
     async def _route_holders(self, key: KeyT) -> Holders:
@@ -124,6 +129,20 @@ class AsyncCtr:
         except (ResponseError, ConnectionError, TimeoutError, HolderMoving, ClusterError):
             return cache.learned(key, None, failed=True)
         return cache.learned(key, names)
+
+    async def _purchase_list(self, key: KeyT, at: Optional[int]) -> PurchaseList:
+        """See :meth:`redis_ctr.Ctr._purchase_list`."""
+        if at is None:
+            return None, await self._route_holders(key)
+        wait = AheadWait(at, self.purchase_wait)
+        while True:
+            try:
+                names = await run(self.client, _calls.holders(key, at))
+                return at, holders_of(names, key)
+            except HoldersAhead as e:
+                await asyncio.sleep(wait.after(e))
+            except UNLISTED:
+                return at, await self._route_holders(key)
 
     async def _holders_after_fold(self, key: KeyT) -> Holders:
         """The holders of ``key`` read again (not from the cache): a write met one of them
@@ -296,17 +315,32 @@ class AsyncCtr:
         replicas_timeout_ms: int = DEFAULT_REPLICAS_TIMEOUT_MS,
     ) -> Optional[int]:
         """``CTR.DECRFLOOR``: the new value (on a spread counter what the granting holder can
-        still sell), or None when refused (a purchase by the probe rule
-        on a spread counter, a holder whose budget is in flight asked again for up to
-        ``purchase_wait``; durable with ``replicas=N``: see :meth:`redis_ctr.Ctr.decrfloor`)."""
+        still sell), or None when refused (a purchase by the probe rule on a spread counter:
+        with a token and ``at``, over the holders in force at ``at``, ``CTR.HOLDERS key AT at``,
+        so that a retry from any process with the same ``token`` and ``at`` walks the same
+        list; with a token and no ``at``, over the current holders, a retry safe through this
+        client only; a holder folded back passed as a refusal; a holder whose budget is in
+        flight asked again for up to ``purchase_wait``; durable with ``replicas=N``: see
+        :meth:`redis_ctr.Ctr.decrfloor`)."""
         call = _calls.decrfloor(key, amount, token, at)  # TypeError here, before any I/O
         checked_replicas(replicas, replicas_timeout_ms)
         cache = self._holders
         if cache is None:
             return await self._purchase(call, replicas, replicas_timeout_ms)
-        holders = cache.remembered_purchase(key, token) or await self._route_holders(key)
-        for holder in cache.probe_targets(key, holders, token):
-            value = await self._purchase(call.on(holder), replicas, replicas_timeout_ms)
+        if token is None:
+            listed: PurchaseList = (at, await self._route_holders(key))
+        else:
+            remembered = cache.remembered_purchase(key, token, at)
+            listed = remembered or await self._purchase_list(key, at)
+        sent_at, targets = cache.probe_targets(key, listed, token, at)
+        call = _calls.decrfloor(key, amount, token, sent_at)
+        for holder in targets:
+            try:
+                value = await self._purchase(call.on(holder), replicas, replicas_timeout_ms)
+            except HolderFolded:
+                if holder == key:
+                    raise
+                continue  # folded back since the list was read: see Ctr.decrfloor
             if value is not None:
                 return value
         return None

@@ -374,8 +374,9 @@ def spread(key: KeyT, holders: int) -> Call[List[Any]]:
     return Call(args, names_parser(key), options, write=True)
 
 
-def holders(key: KeyT) -> Call[List[str]]:
-    return Call(("CTR.HOLDERS", key), _names)
+def holders(key: KeyT, at: Optional[int] = None) -> Call[List[str]]:
+    """``CTR.HOLDERS key``, or with ``at`` the holders in force at that time (``AT ms``)."""
+    return Call(("CTR.HOLDERS", key, *_token_and_time(None, at)), _names)
 
 
 def info(key: KeyT) -> Call[Optional[CounterInfo]]:

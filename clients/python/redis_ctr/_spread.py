@@ -35,11 +35,30 @@ key, or the holders known), which is always right.
   their sums on the same way.
 - A purchase (``decrfloor``) follows the documented probe rule: it visits the holders in the
   order :func:`probe_order` derives from its token and stops at the first grant; it may visit
-  every holder. The holder list a purchase token first used is remembered, so a retry walks the
-  same holders in the same order and each replays its recorded outcome. A holder that fails
-  stops the walk with the error (skipping it would let a retry be decided afresh there); one
-  whose budget is in flight is asked again for a while first (:mod:`redis_ctr._budget`).
-  Without a token the order comes from a random seed.
+  every holder. Without a token the order comes from a random seed, over the holders adds use.
+- A tokened purchase given ``at`` (the order's time, say, stored with the token) walks the
+  holders in force at that time, ``CTR.HOLDERS key AT at`` (the home keeps when each holder was
+  listed and unlisted), and sends ``AT at`` to every holder it visits. So a retry from any
+  process that passes the same token and ``at`` walks the same holders in the same order, each
+  replaying its recorded outcome: the token is granted at most once whatever grows and shrinks
+  came between (a walk over the current list could, after a grow, start at another holder with
+  budget: a second grant). It costs one read of the home's master per purchase: the list is
+  read for each purchase, not cached. A time ahead of the home's clock is not decided yet (a
+  grow or a shrink may still be dated before it): it is read again once the home's clock has
+  reached it, for up to ``purchase_wait`` (:class:`AheadWait`). ``at`` is never replaced by
+  another time, since its retries must walk the list at that very time.
+- A tokened purchase without ``at`` walks the current holders (those cached for adds) and sends
+  no ``AT``. Its retries are safe through the same client only: the list each token first used
+  is remembered (the last ``max_tokens`` tokens), so a retry through this client walks it again,
+  while a retry from another process walks the current list, which after a grow may start at
+  another holder with budget. Give ``at`` to a purchase another process may retry.
+- A home spread by an earlier module version keeps no record of its lists until its next grow
+  or shrink (``HoldersUnknown``), and a module from before ``AT`` refuses the form: their
+  purchases walk the current holders with the caller's ``at``, as before.
+- A holder a shrink folded back answers a token it never saw with ``HolderFolded`` (it never
+  grants again): the walk passes it as a refusal. A holder that fails stops the walk with the
+  error (skipping it would let a retry be decided afresh there); one whose budget is in flight
+  is asked again for a while first (:mod:`redis_ctr._budget`).
 """
 
 from __future__ import annotations
@@ -51,8 +70,11 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
-from .errors import HolderAway
+from .errors import HolderAway, HoldersAhead
 Holders = Tuple[KeyT, ...]
+PurchaseList = Tuple[Optional[int], Holders]
+"""The ``AT`` a tokened purchase sends (the caller's ``at``, None without one) and the holders
+it walks: those in force at ``at``, else the current ones."""
 
 UNREACHABLE_MS = 1000
 """How long a holder whose master could not be reached is left out of untokened adds."""
@@ -130,6 +152,29 @@ def holders_of(names: Optional[Sequence[KeyT]], key: KeyT) -> Holders:
     return (key, *names[1:])
 
 
+class AheadWait:
+    """What a read of ``CTR.HOLDERS key AT at`` does when the home answers that ``at`` is ahead
+    of its clock (:class:`~redis_ctr.errors.HoldersAhead`, which gives that clock): the holders
+    then are not decided yet, and a retry elsewhere will walk the list at that very time, so it
+    is asked again once the home's clock has reached ``at``, for up to ``limit`` seconds (then
+    the error is raised). Never at another time."""
+
+    def __init__(self, at: int, limit: float) -> None:
+        self.at = at
+        self._deadline = time.monotonic() + limit
+
+    def after(self, error: HoldersAhead) -> float:
+        """The pause (seconds) before asking again; raises ``error`` when the wait would pass
+        the deadline, or when the text gives no clock behind ``at``."""
+        now = error.now
+        if now is None or now >= self.at:
+            raise error
+        pause = (self.at - now) / 1000
+        if time.monotonic() + pause > self._deadline:
+            raise error
+        return pause
+
+
 class HolderCache:
     """Holder lists per key, each trusted for ``refresh_ms``; at most ``max_keys`` keys and
     ``max_tokens`` remembered tokens (the oldest entries leave first). Thread-safe."""
@@ -161,7 +206,7 @@ class HolderCache:
         # Per key: when its holders expire (monotonic ms), and the holders.
         self._holders: Dict[KeyT, Tuple[float, Holders]] = {}
         self._tokens: Dict[Tuple[KeyT, KeyT], KeyT] = {}
-        self._purchases: Dict[Tuple[KeyT, KeyT], Holders] = {}
+        self._purchases: Dict[Tuple[KeyT, KeyT], PurchaseList] = {}
         self._away: Dict[KeyT, float] = {}
         # Holders this (non-cluster) client's server answered MOVED for, until when: the only
         # ones a tokened add skips (it could never write them).
@@ -361,24 +406,43 @@ class HolderCache:
             _bounded_put(self._tokens, (key, token), chosen, self.max_tokens)
         return chosen
 
-    def remembered_purchase(self, key: KeyT, token: Optional[KeyT]) -> Optional[Holders]:
-        """The holder list purchase ``token`` first used, when remembered."""
+    def remembered_purchase(
+        self, key: KeyT, token: Optional[KeyT], at: Optional[int]
+    ) -> Optional[PurchaseList]:
+        """The ``AT`` and holder list purchase ``token`` first used, when remembered and ``at``
+        fits them (:func:`_fits`)."""
         if token is None:
             return None
         with self._lock:
-            return self._purchases.get((key, token))
+            known = self._purchases.get((key, token))
+        return known if known is not None and _fits(known, at) else None
 
-    def probe_targets(self, key: KeyT, holders: Holders, token: Optional[KeyT]) -> Holders:
-        """The holders a purchase visits, in order: by the probe rule over the list ``token``
-        first used (remembered from now on), or, without a token, from a random seed."""
+    def probe_targets(
+        self, key: KeyT, listed: PurchaseList, token: Optional[KeyT], at: Optional[int]
+    ) -> PurchaseList:
+        """The ``AT`` a purchase sends and the holders it visits, in order: by the probe rule
+        over the list remembered for ``token`` when it fits ``at`` (so one thread's first send
+        wins over another's of the same token), else over ``listed``, remembered from now on;
+        without a token, ``listed`` in the order of a random seed."""
         if token is None:
-            return tuple(holders[i] for i in order_from_seed(random.getrandbits(16), len(holders)))
+            x, holders = listed
+            seed = random.getrandbits(16)
+            return x, tuple(holders[i] for i in order_from_seed(seed, len(holders)))
         with self._lock:
             first = self._purchases.get((key, token))
-            if first is None:
-                first = holders
+            if first is None or not _fits(first, at):
+                first = listed
+                self._purchases.pop((key, token), None)
                 _bounded_put(self._purchases, (key, token), first, self.max_tokens)
-        return tuple(first[i] for i in probe_order(token, len(first)))
+        x, holders = first
+        return x, tuple(holders[i] for i in probe_order(token, len(holders)))
+
+
+def _fits(known: PurchaseList, at: Optional[int]) -> bool:
+    """True when a purchase given ``at`` walks the list remembered for its token, ``known``: it
+    gives no time of its own (a retry through this client of whatever the token first sent), or
+    the one ``known`` was sent with. Another ``at`` is another purchase time: its own list."""
+    return at is None or known[0] == at
 
 
 def _is_text(key: KeyT) -> bool:

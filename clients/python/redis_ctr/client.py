@@ -13,14 +13,19 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait, send_once
-from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, HolderCache, Holders
+from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, AheadWait, HolderCache
+from ._spread import Holders, PurchaseList, holders_of
 from .errors import (
     BudgetInFlight,
     CeilingRefused,
+    CtrSyntaxError,
     FloorRefused,
     HolderFolded,
     HolderMoving,
+    HoldersAhead,
+    HoldersUnknown,
     NotDurable,
+    WrongType,
 )
 from .errors import UseHomeKey
 from .errors import classify, classify_cluster
@@ -228,6 +233,13 @@ def holder_cache(
     )
 
 
+UNLISTED = (HoldersUnknown, CtrSyntaxError, UseHomeKey, WrongType)
+"""What ``CTR.HOLDERS key AT at`` answers when the home has no list for a time: a home that
+keeps no record of that time (spread by an earlier version), a module from before ``AT`` (the
+arity error), a holder's name, another type. The purchase then walks the current holders with
+the caller's ``at``, as before the lists had times (the purchase itself reports a real error)."""
+
+
 def checked_wait(purchase_wait: float) -> float:
     """A ``purchase_wait`` argument, refused when negative."""
     if purchase_wait < 0:
@@ -255,6 +267,10 @@ class Ctr:
     A counter that is not spread costs one command per untokened add: such an add of a key
     whose holders were never read goes to the key given until this client has added to it 8
     times, and a key found not spread is trusted for ``unspread_refresh_ms`` (default 30,000).
+
+    Purchases (:meth:`decrfloor`) of a spread counter walk its holders by the probe rule; a
+    tokened one given ``at`` walks those in force at that time (``CTR.HOLDERS key AT at``), so
+    that a retry with the same token and ``at`` walks them again, from any process.
 
     Every write is sent once (:mod:`redis_ctr._once`): a reply that timed out raises
     redis-py's ``TimeoutError`` and the write counted once or not at all, whatever retry the
@@ -284,13 +300,20 @@ class Ctr:
         return CtrPipeline(self.client.pipeline(transaction=transaction))
 
     @overload
-    def holders(self, key: str) -> List[str]: ...
+    def holders(self, key: str, *, at: Optional[int] = None) -> List[str]: ...
     @overload
-    def holders(self, key: bytes) -> List[bytes]: ...
-    def holders(self, key: KeyT) -> List[Any]:
+    def holders(self, key: bytes, *, at: Optional[int] = None) -> List[bytes]: ...
+    def holders(self, key: KeyT, *, at: Optional[int] = None) -> List[Any]:
         """The holders the adds of ``key`` go to, the home key first (``[key]`` when it is not
         spread), in the type of ``key`` (str or bytes), from the cache or, when that is older
-        than ``spread_refresh_ms``, from ``CTR.HOLDERS`` (one read at a time per key)."""
+        than ``spread_refresh_ms``, from ``CTR.HOLDERS`` (one read at a time per key).
+
+        With ``at`` (unix ms): ``CTR.HOLDERS key AT at``, read now, the holders in force at that
+        time, the list a purchase of that time walks (folded ones included, later ones not);
+        :class:`~redis_ctr.errors.HoldersAhead` when ``at`` is ahead of the home's clock,
+        :class:`~redis_ctr.errors.HoldersUnknown` when the home keeps no record of it."""
+        if at is not None:
+            return names_like(key, holders_of(run(self.client, _calls.holders(key, at)), key))
         return names_like(key, self._route_holders(key))
 
     def _route_holders(self, key: KeyT) -> Holders:
@@ -312,6 +335,24 @@ class Ctr:
                 return cache.learned(key, None)  # a holder's name: written as it is
             except (ResponseError, ConnectionError, TimeoutError, HolderMoving, ClusterError):
                 return cache.learned(key, None, failed=True)
+
+    def _purchase_list(self, key: KeyT, at: Optional[int]) -> PurchaseList:
+        """The ``AT`` a tokened purchase of ``key`` sends (the caller's ``at``) and the holders
+        it walks: without ``at``, the current ones (as cached for adds); with it, those in force
+        at ``at``, ``CTR.HOLDERS key AT at`` read for this purchase (not cached: a retry
+        elsewhere reads the same list), asked again while the home's clock is behind ``at``
+        (:class:`AheadWait`). A home with no list for that time (:data:`UNLISTED`): the
+        current holders."""
+        if at is None:
+            return None, self._route_holders(key)
+        wait = AheadWait(at, self.purchase_wait)
+        while True:
+            try:
+                return at, holders_of(run(self.client, _calls.holders(key, at)), key)
+            except HoldersAhead as e:
+                time.sleep(wait.after(e))
+            except UNLISTED:
+                return at, self._route_holders(key)
 
     def _holders_after_fold(self, key: KeyT) -> Holders:
         """The holders of ``key`` read again (not from the cache): a write met one of them
@@ -527,8 +568,23 @@ class Ctr:
         order the token gives (:func:`redis_ctr.probe_order`; a random one without a token)
         until one grants, and the reply is what that holder can still sell (its value minus its
         own floor, never below 0: not the total, see the module's COMMANDS.md); None when every
-        holder refused. A retry through this client walks the holder list the token
-        first used, so every holder replays its first outcome: nothing is granted twice.
+        holder refused. A holder a shrink folded back (it never grants again) counts as a
+        refusal.
+
+        With a token and ``at`` (the order's time, say, stored with the token) the walk is over
+        the holders in force at ``at``, read with ``CTR.HOLDERS key AT at`` from the home's
+        master (one read per purchase), and each holder is sent ``AT at``: a retry from any
+        process that passes the same ``token`` and ``at`` walks the same holders in the same
+        order, each replaying its first outcome, so the token is granted at most once whatever
+        grows and shrinks came between. An ``at`` ahead of the home's clock is read once the
+        clock has reached it (waiting up to ``purchase_wait``, then
+        :class:`~redis_ctr.errors.HoldersAhead`). A home that keeps no record of that time
+        (spread by an earlier module version) is walked by its current holders, with ``at`` as
+        given. With a token and no ``at`` the walk is over the current holders, no ``AT`` sent:
+        a retry is safe through this client only, which remembers the list (and ``at``) of its
+        last 10,000 tokens; a retry from another process walks the current list, which after a
+        grow may start at another holder with budget (a second grant). A retry given ``at``
+        walks the remembered list only when it was used with that same ``at``.
 
         A holder (or the key itself) that answers :class:`~redis_ctr.errors.BudgetInFlight`
         (its budget still travelling; nothing recorded) is asked again with the same token,
@@ -546,9 +602,22 @@ class Ctr:
         cache = self._holders
         if cache is None:
             return self._purchase(call, replicas, replicas_timeout_ms)
-        holders = cache.remembered_purchase(key, token) or self._route_holders(key)
-        for holder in cache.probe_targets(key, holders, token):
-            value = self._purchase(call.on(holder), replicas, replicas_timeout_ms)
+        if token is None:
+            listed: PurchaseList = (at, self._route_holders(key))
+        else:
+            listed = cache.remembered_purchase(key, token, at) or self._purchase_list(key, at)
+        sent_at, targets = cache.probe_targets(key, listed, token, at)
+        call = _calls.decrfloor(key, amount, token, sent_at)
+        for holder in targets:
+            try:
+                value = self._purchase(call.on(holder), replicas, replicas_timeout_ms)
+            except HolderFolded:
+                # Folded back since the list was read: nothing counted there, and it never
+                # grants again (a token it did grant, it replays). The key given is a home or
+                # refused as a holder's name: raised.
+                if holder == key:
+                    raise
+                continue
             if value is not None:
                 return value
         return None

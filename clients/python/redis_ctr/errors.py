@@ -13,6 +13,7 @@ every error text in the module's source, so a new module error cannot go unmappe
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from redis.exceptions import ClusterDownError, ClusterError, ConnectionError, RedisError
 from redis.exceptions import ResponseError
@@ -137,7 +138,10 @@ class TooManyReplicas(CtrError):
 
 
 class NotPrimary(CtrError):
-    """A PN-counter write sent to a replica (only a primary has a replica id of its own)."""
+    """A PN-counter write sent to a replica (only a primary has a replica id of its own), or
+    ``CTR.HOLDERS key AT ms`` sent to a replica: a replica may not hold its master's latest grow
+    or shrink yet, so its list for a time could differ from the one its master gives later (and
+    a retry would walk another list). Ask the home's master."""
 
 
 class CtrSyntaxError(CtrError):
@@ -190,6 +194,28 @@ class GatherInTransaction(CtrError):
 
 class CannotShrink(CtrError):
     """``CTR.SPREAD`` with fewer holders than the counter has, on a module from before folds."""
+
+
+class HoldersAhead(CtrError):
+    """``CTR.HOLDERS key AT ms`` with ``ms`` ahead of the home master's clock: a grow or a
+    shrink may still be dated before it, so the holders in force then are not decided yet.
+    :attr:`now` is the home's clock from the text. A purchase through
+    :meth:`redis_ctr.Ctr.decrfloor` asks again itself once the home's clock has reached its
+    ``at`` (never at another time: a retry must walk the list at that very time), waiting up
+    to ``purchase_wait``, so it reaches the caller only past that wait."""
+
+    @property
+    def now(self) -> Optional[int]:
+        """The home master's clock (unix ms) when it answered; None when the text has none."""
+        found = re.search(r"\(now (-?\d+)\)", str(self))
+        return None if found is None else int(found.group(1))
+
+
+class HoldersUnknown(CtrError):
+    """``CTR.HOLDERS key AT ms`` of a time the home's record of its holders does not reach: a
+    counter spread by an earlier module version (until its next grow or shrink), or a time
+    before the oldest entries it had to drop. :meth:`redis_ctr.Ctr.decrfloor` then walks the
+    current holders, as before that record existed."""
 
 
 class HolderAway(ConnectionError):
@@ -293,6 +319,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR too many replica ids", TooManyReplicas),
     ("ERR too many floor or transfer entries", TooManyReplicas),
     ("ERR {} must run on a primary", NotPrimary),
+    ("ERR CTR.HOLDERS AT is answered by the home's master only", NotPrimary),
     ("ERR syntax error", CtrSyntaxError),
     ("ERR invalid spread id", CtrSyntaxError),
     ("ERR FROM SET takes no AT", CtrSyntaxError),
@@ -313,6 +340,8 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR spread counter holder '", HolderError),
     ("ERR spread counter total needs a gather", GatherInTransaction),
     ("ERR a spread counter cannot shrink yet", CannotShrink),
+    ("ERR AT is ahead of the home's clock", HoldersAhead),
+    ("ERR the holder list at that time is not known", HoldersUnknown),
     ("ERR this key was a spread counter holder and has been folded back", HolderFolded),
     ("ERR {} is not a holder of the spread counter ", HolderFolded),
     ("ERR '{}' was renamed onto the name of a holder", HolderFolded),

@@ -217,9 +217,10 @@ class _Queue:
         """Queues ``CTR.SPREAD``: the holder names in the type of ``key``."""
         return self._queue(_calls.spread(key, holders))
 
-    def holders(self: P, key: KeyT) -> P:
-        """Queues ``CTR.HOLDERS``: the holder names in the type of ``key``."""
-        call = _calls.holders(key)
+    def holders(self: P, key: KeyT, *, at: Optional[int] = None) -> P:
+        """Queues ``CTR.HOLDERS`` (``AT at``: the holders in force at that time): the holder
+        names in the type of ``key``."""
+        call = _calls.holders(key, at)
         parse = _calls.names_parser(key)
         return self._queue(call, parse)
 

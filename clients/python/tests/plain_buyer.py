@@ -1,11 +1,19 @@
 """A flash sale bought by plain redis-py: each buyer its own ``redis.cluster.RedisCluster`` with
 redis-py's default retries, none of this library's classes, the probe rule of docs/CLUSTER.md
-walked by hand over ``CTR.HOLDERS`` (only the order of visits is this library's, the documented
-rule). A floored counter of ``stock`` units (floor 0) is spread over ``holders`` holders and the
-buyers start as ``CTR.SPREAD`` replies, while every share still travels to its holder: a holder
-waiting for its share holds the purchase in the server (``ctr.purchase-wait-ms``), so a plain
-client is never told ``TRYAGAIN`` often enough for redis-py to give up (``ClusterError: TTL
-exhausted``) in a healthy cluster (item 9 of the spread issue).
+walked by hand over ``CTR.HOLDERS home AT x`` (only the order of visits is this library's, the
+documented rule). A floored counter of ``stock`` units (floor 0) is spread over ``holders``
+holders and the buyers start as ``CTR.SPREAD`` replies, while every share still travels to its
+holder: a holder waiting for its share holds the purchase in the server
+(``ctr.purchase-wait-ms``), so a plain client is never told ``TRYAGAIN`` often enough for
+redis-py to give up (``ClusterError: TTL exhausted``) in a healthy cluster (item 9 of the
+spread issue).
+
+The sale stands for a client that stores its order time with each token: every purchase and
+retry is dated at the sale's start ``x`` (a time past the spread) and walks the holders in force
+then, ``CTR.HOLDERS home AT x``, sending ``CTR.DECRFLOOR holder 1 TOKEN t AT x``, so that a
+retry walks the same holders even if the counter grew or shrank meanwhile. A holder folded back
+by a shrink answers a token it never saw with the folded-back error: a refusal (it never grants
+again), and the walk goes on.
 
 Used by ``test_cluster.py`` and, as a command, by bench/floor_spread.sh:
 
@@ -23,11 +31,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterError, RedisError
+from redis.exceptions import ClusterError, RedisError, ResponseError
 
 from redis_ctr._spread import probe_order
 
@@ -53,26 +61,55 @@ class Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def walk(rc: RedisCluster, holders: List[str], token: str, tally: Tally) -> Optional[int]:
-    """One purchase of 1 unit by the probe rule: the holders in the token's order, stopping at
-    the first grant; a failing holder (an error) is asked again with the same token, never
-    skipped (skipping it would let a retry be decided afresh there). None: every holder refused."""
+START_MARGIN_MS = 20
+"""How far past the home master's ``TIME`` the sale's start is put: the spread is dated a
+millisecond past the module's clock, which may lag ``TIME`` by a tick (up to 10 ms), so the list
+at that start holds the spread's holders."""
+
+
+def list_at_start(master: redis.Redis, home: str) -> Tuple[int, List[str]]:
+    """The sale's start ``x`` and the holders in force then, ``CTR.HOLDERS home AT x``, asked
+    again while the home answers that ``x`` is ahead of its clock (its holders then are not
+    decided yet)."""
+    seconds, micros = master.time()
+    x = seconds * 1000 + micros // 1000 + START_MARGIN_MS
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return x, list(master.execute_command("CTR.HOLDERS", home, "AT", x))
+        except ResponseError as e:
+            if "ahead of the home's clock" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+def walk(rc: RedisCluster, holders: List[str], token: str, at: int, tally: Tally) -> Optional[int]:
+    """One purchase of 1 unit by the probe rule: the holders (in force at ``at``) in the
+    token's order, stopping at the first grant; a failing holder (an error) is asked again with
+    the same token, never skipped (skipping it would let a retry be decided afresh there).
+    None: every holder refused."""
     for index in probe_order(token, len(holders)):
-        reply = ask(rc, holders[index], token, tally)
+        reply = ask(rc, holders[index], token, at, tally)
         if reply is not None:
             return int(reply)
     return None
 
 
-def ask(rc: RedisCluster, holder: str, token: str, tally: Tally) -> Optional[int]:
-    """``CTR.DECRFLOOR holder 1 TOKEN token``, asked again after an error (at most
-    ``MAX_ASKS`` times: then the error is raised)."""
+def ask(rc: RedisCluster, holder: str, token: str, at: int, tally: Tally) -> Optional[int]:
+    """``CTR.DECRFLOOR holder 1 TOKEN token AT at``, asked again after an error (at most
+    ``MAX_ASKS`` times: then the error is raised). A holder folded back: a refusal."""
     for _ in range(MAX_ASKS):
         try:
-            return rc.execute_command("CTR.DECRFLOOR", holder, 1, "TOKEN", token)
+            return rc.execute_command("CTR.DECRFLOOR", holder, 1, "TOKEN", token, "AT", at)
         except ClusterError:  # redis-py gave up after its own retries of TRYAGAIN
             with tally.lock:
                 tally.ttl_exhausted += 1
+        except ResponseError as e:
+            if "folded back" in str(e):
+                return None  # nothing counted there, and it never grants again
+            with tally.lock:
+                tally.other_errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.01)
         except RedisError as e:
             with tally.lock:
                 tally.other_errors.append(f"{type(e).__name__}: {e}")
@@ -81,7 +118,7 @@ def ask(rc: RedisCluster, holder: str, token: str, tally: Tally) -> Optional[int
 
 
 def buyer(
-    rc: RedisCluster, home: str, holders: List[str], name: str, retry: int, tally: Tally
+    rc: RedisCluster, home: str, holders: List[str], at: int, name: str, retry: int, tally: Tally
 ) -> None:
     """Buys 1 unit at a time until a walk is refused with nothing left; ``retry`` percent of the
     purchases are sent again with their token and must be answered the same."""
@@ -89,9 +126,9 @@ def buyer(
     while not tally.sold_out:
         n += 1
         token = f"{name}:{n}"
-        first = walk(rc, holders, token, tally)
+        first = walk(rc, holders, token, at, tally)
         resent = random.randrange(100) < retry
-        again = walk(rc, holders, token, tally) if resent else first
+        again = walk(rc, holders, token, at, tally) if resent else first
         # A refusal is false when the counter still shows a unit right after it.
         left = int(rc.execute_command("CTR.GET", home)) if first is None else 0
         with tally.lock:
@@ -133,11 +170,14 @@ def sale(
             pipe.execute_command("CTR.SPREAD", home, holders)
             if hold_shares_ms:
                 pipe.execute_command("CLIENT", "PAUSE", hold_shares_ms, "WRITE")
-            names = list(pipe.execute()[0])
+            pipe.execute()
+            at, names = list_at_start(master, home)
         started = time.monotonic()
         tally = Tally()
         threads = [
-            threading.Thread(target=buyer, args=(rc, home, names, f"{home}:b{b}", retry, tally))
+            threading.Thread(
+                target=buyer, args=(rc, home, names, at, f"{home}:b{b}", retry, tally)
+            )
             for b, rc in enumerate(clients)
         ]
         for t in threads:

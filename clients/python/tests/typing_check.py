@@ -31,13 +31,14 @@ def sync_usage(r: redis.Redis, rc: RedisCluster) -> None:
     raw: List[bytes] = ctr.spread(b"k", 4)
     raw_again: List[bytes] = ctr.holders(b"k")
     mixed: List[str] = ctr.holders(b"k")  # type: ignore[assignment]
-    bought: Optional[int] = ctr.decrfloor("k", 1)
+    then: List[bytes] = ctr.holders(b"k", at=1_900_000_000_000)
+    bought: Optional[int] = ctr.decrfloor("k", 1, token="t", at=1_900_000_000_000)
     replies: List[Any] = ctr.pipeline().add("k", 1).get("k").execute()
     redis_ctr.CtrPipeline(r.pipeline()).add("k", 1).add("k", 1, px=60_000, enx=True)
     with redis_ctr.CoalescingWriter(r) as writer:
         writer.add("k")
     print(plain, tokened, repaired, kept, maybe, not_int, names, same, raw, raw_again, mixed)
-    print(bought, replies)
+    print(then, bought, replies)
 
 
 def wrong_kind(ar: redis.asyncio.Redis) -> None:
@@ -51,7 +52,7 @@ async def async_usage(ar: redis.asyncio.Redis, r: redis.Redis) -> None:
     maybe: Optional[int] = await ctr.add("k", -1, refusable=True)
     expiring: int = await ctr.add("k", 1, pxat=1_900_000_000_000, enx=True)
     await ctr.add("k", 1, persist=True)
-    names: List[str] = await ctr.holders("k")
+    names: List[str] = await ctr.holders("k", at=1_900_000_000_000)
     raw: List[bytes] = await ctr.spread(b"k", 2)
     replies: List[Any] = await ctr.pipeline().add("k", 1).execute()
     async with AsyncCoalescingWriter(ar) as writer:
