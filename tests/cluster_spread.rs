@@ -611,7 +611,7 @@ fn transfer_messages_wait_until_the_senders_replicas_hold_the_write() {
 /// Issue 23, item 3, on a 3-master cluster: a home spread to 16 and shrunk to 1, again and
 /// again (one add on a holder each time). Each fold completes in the background, the total
 /// is exact, and the home's state grows by one retired spread id a cycle at most (8 bytes,
-/// the last 64 kept), not by its holders: a spread whose folds have all landed is retired (its
+/// the last 64 kept) and the listing of the token window (bounded), not by inbox entries: a spread whose folds have all landed is retired (its
 /// holders' inbox entries go). Before, each cycle left 15 inbox entries in the home for ever.
 #[test]
 fn grow_and_shrink_cycles_complete_every_fold_and_keep_the_home_small() {
@@ -635,10 +635,13 @@ fn grow_and_shrink_cycles_complete_every_fold_and_keep_the_home_small() {
         }
     }
     common::note(&format!("home DUMP bytes per cycle: {sizes:?}"));
-    // The home keeps the id of each retired spread (8 bytes, the last 64), nothing per holder.
+    // The home keeps the id of each retired spread (8 bytes, the last 64), no inbox entry per
+    // holder; and, for the token window, its listing (`counter::listing`: the 15 holders of
+    // each cycle, about 100 bytes of the DUMP, at most 2,048 entries), which purchases' retries
+    // walk.
     let grown = sizes.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     assert!(
-        grown <= 9,
+        grown <= 9 + 150,
         "the home's state grew {grown} bytes a cycle: {sizes:?}"
     );
 }

@@ -340,6 +340,8 @@ class AsyncCtr:
             except HolderFolded:
                 if holder == key:
                     raise
+                if token is None:
+                    cache.forget(key)  # a stale list: read again next time
                 continue  # folded back since the list was read: see Ctr.decrfloor
             if value is not None:
                 return value

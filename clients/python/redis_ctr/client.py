@@ -614,9 +614,12 @@ class Ctr:
             except HolderFolded:
                 # Folded back since the list was read: nothing counted there, and it never
                 # grants again (a token it did grant, it replays). The key given is a home or
-                # refused as a holder's name: raised.
+                # refused as a holder's name: raised. An untokened walk read a stale list:
+                # read again next time (a tokened one keeps the list of its token).
                 if holder == key:
                     raise
+                if token is None:
+                    cache.forget(key)
                 continue
             if value is not None:
                 return value
