@@ -433,9 +433,9 @@ fn a_thousand_shrinks_that_keep_the_spread_id_keep_the_inbox_bounded() {
     // The listing (`counter::listing`) fills up to its 2,048 entries (5 a cycle here, so by
     // about cycle 410), then stays; without it the state stays under 2 KB.
     let (filled, last) = (sizes[5], *sizes.last().unwrap());
-    // (Its times compress a little differently from run to run.)
+    // Past that only its attempts' and times' varints widen (attempts past 127), a few bytes.
     assert!(
-        last <= filled + filled / 50,
+        last <= filled + filled / 20,
         "the home's state grew: {sizes:?}"
     );
     assert!(last < 16_000, "the home's state: {last} bytes");
