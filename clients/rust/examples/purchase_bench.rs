@@ -19,7 +19,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (holders, n): (u32, usize) = (holders.parse()?, n.parse()?);
     let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection()?;
-    let key = format!("bench:stock:{holders}:{}", if with_at { "at" } else { "plain" });
+    let key = format!(
+        "bench:stock:{holders}:{}",
+        if with_at { "at" } else { "plain" }
+    );
     con.ctr_add(&key, i64::try_from(n)?)?;
     con.ctr_floor(&key, Some(0))?;
     if holders > 1 {

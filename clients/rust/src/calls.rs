@@ -18,6 +18,8 @@ pub(crate) struct Call<T> {
     /// A write that may be sent again after a connection broke once it was sent (it may have
     /// run): it carries a token (a copy replays the first reply) or sets what it sets (a floor,
     /// a ceiling, a reconciled value, a merged state). An untokened add sent twice counts twice.
+    /// Read by the cluster connection's sender alone.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) resendable: bool,
 }
 
