@@ -7,17 +7,14 @@
 //! for the slowest), this reads only what the home's master has recorded: it answers at once
 //! while another master is down or frozen. Client libraries refresh their holder lists with it.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::ctr_args::event_time;
 use super::ctr_spread::refuse_holder;
-use crate::config;
-use crate::counter::listing::ListedAtError;
+use crate::counter::listing::{ListClock, ListedAtError};
 use crate::counter::spread::parse_holder_name;
+use crate::counter::token_expiry;
 use crate::counter::CounterRef;
-use crate::counter::TokenTimeError;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
-use crate::runtime::ctr_store::{is_missing, with_counter};
+use crate::runtime::ctr_store::{is_missing, list_clock, with_counter};
 use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
 use crate::runtime::home_names::living_home;
 use crate::runtime::spread_cluster::in_cluster;
@@ -67,10 +64,13 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandErro
              its latest grow or shrink yet)",
         ));
     }
-    let now = ctx.now_ms();
-    if at < now.saturating_sub(config::TOKEN_WINDOW_MS.load(Relaxed)) {
-        return Err(TokenTimeError::TooOld.into());
-    }
+    let ListClock {
+        now_ms: now,
+        window_ms,
+    } = list_clock(ctx);
+    // The token window's rule, as a purchase of that time meets it; a time ahead of the
+    // home's clock is refused below, with that clock.
+    token_expiry(at, now, window_ms, i64::MAX)?;
     let listed = with_counter(ctx, args.raw(1), |c| match c {
         Some(CounterRef::Boxed(b)) => b.holders_at(at, now),
         _ if at > now => Err(ListedAtError::Ahead { now }),

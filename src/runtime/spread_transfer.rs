@@ -54,7 +54,6 @@ use super::replication_gate::{self, Gate, Replication};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
-use crate::counter::listing::ListClock;
 use crate::counter::spread::{key_slot, parse_holder_name};
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{AckEffect, CreditOutcome, Outgoing, TransferError, LEGACY_FOLD};
@@ -191,10 +190,7 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
     if !in_cluster {
         check_local_fold(ctx, home, target)?;
     }
-    let clock = ListClock {
-        now_ms: ctx.now_ms(),
-        window_ms: config::TOKEN_WINDOW_MS.load(Relaxed),
-    };
+    let clock = super::ctr_store::list_clock(ctx);
     let shrink = |c: &Counter| Step::Shrink {
         target,
         fold_ids: (0..c.folds_needed(target)).map(|_| new_id()).collect(),
