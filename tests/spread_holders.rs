@@ -985,3 +985,60 @@ fn holders_at_a_time_follow_grows_and_shrinks_across_masters() {
     assert_eq!(listed(after_shrink), two);
     assert_eq!(two[..], five[..2]);
 }
+
+/// A failover loses what its replica does not hold, and a holder list lost that way would
+/// change the list at the times after it: `CTR.HOLDERS AT` answers only once the home's
+/// replicas hold its latest grow or shrink, so no purchase walks a list a failover can take back.
+#[test]
+fn holders_at_a_time_wait_until_the_replicas_hold_the_list() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 100");
+    let two = names(&c.q("CTR.SPREAD sale 2"));
+    server.wait_replicas(1);
+    let before = settled_time(&mut c);
+    assert_eq!(
+        holders_at(&mut c, "sale", before),
+        two,
+        "held: answered at once"
+    );
+
+    // The replica frozen, the master grows the counter: the replica does not hold the grow.
+    let mut sleeper = replica.conn();
+    sleeper.send(&["DEBUG", "SLEEP", "2"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let four = names(&c.q("CTR.SPREAD sale 4"));
+    assert_eq!(four.len(), 4);
+    let after = settled_time(&mut c);
+    c.q("CONFIG SET ctr.purchase-wait-ms 100");
+    let ask = ["CTR.HOLDERS", "sale", "AT", &after.to_string()];
+    let not_held = |reply: &Value| match reply {
+        Value::Error(e) => e.starts_with("TRYAGAIN") && e.contains("replicas"),
+        _ => false,
+    };
+    let reply = c.cmd(&ask);
+    assert!(not_held(&reply), "waited 100 ms, then refused: {reply:?}");
+    // A client that cannot wait (MULTI) is refused at once.
+    c.q("MULTI");
+    c.cmd(&ask);
+    match c.q("EXEC") {
+        Value::Array(replies) => assert!(not_held(&replies[0]), "{replies:?}"),
+        other => panic!("EXEC: {other:?}"),
+    }
+
+    // Given time, the answer comes once the replica woke and acknowledged: the grown list,
+    // which the replica then holds.
+    c.q("CONFIG SET ctr.purchase-wait-ms 5000");
+    assert_eq!(names(&c.cmd(&ask)), four);
+    assert_eq!(names(&replica.conn().q("CTR.HOLDERS sale")), four);
+    assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
+
+    // Held: the next answers come at once, the replica frozen again.
+    sleeper.send(&["DEBUG", "SLEEP", "1"]);
+    std::thread::sleep(Duration::from_millis(100));
+    c.q("CONFIG SET ctr.purchase-wait-ms 100");
+    assert_eq!(names(&c.cmd(&ask)), four);
+    assert_eq!(holders_at(&mut c, "sale", before), two);
+    assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
+}

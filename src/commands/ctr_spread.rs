@@ -19,7 +19,7 @@ use crate::ffi::{
 use crate::metrics;
 use crate::persist::ctr_format;
 use crate::runtime::ctr_floor_spread as floored;
-use crate::runtime::ctr_store::{list_clock, publish_state, update_counter, with_counter};
+use crate::runtime::ctr_store::{list_change_clock, publish_state, update_counter, with_counter};
 use crate::runtime::holder_admission;
 use crate::runtime::spread_cluster as cluster;
 use crate::runtime::spread_gather::{forget_cached, names_reply};
@@ -165,7 +165,7 @@ fn grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<Vec<Vec<u8>>>, CommandError> 
                 holders: current.iter().chain(&added).cloned().collect(),
                 floor: None,
             };
-            c.list_spread(spread, list_clock(ctx))?;
+            c.list_spread(spread, list_change_clock(ctx))?;
             Ok(ctr_format::encode(c))
         })?;
         drop(key);

@@ -17,8 +17,10 @@ use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
 use crate::runtime::ctr_store::{is_missing, list_clock, with_counter};
 use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
 use crate::runtime::home_names::living_home;
+use crate::runtime::listing_gate;
 use crate::runtime::spread_cluster::in_cluster;
-use crate::runtime::spread_transfer::is_master;
+use crate::runtime::spread_transfer::{is_master, serves};
+use crate::runtime::waiter;
 
 /// CTR.HOLDERS key [AT ms]
 ///
@@ -45,7 +47,10 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
             Some(CounterRef::Boxed(b)) => b.spread().map(|s| s.holders.clone()).unwrap_or_default(),
             _ => Vec::new(),
         })?,
-        Some(at) => listed_at(ctx, args, at)?,
+        Some(at) => match listed_at(ctx, args, at)? {
+            Some(listed) => listed,
+            None => return wait_for_replicas(ctx, args),
+        },
     };
     refuse_holder(ctx, home)?;
     let mut names = Vec::with_capacity(others.len() + 1);
@@ -54,8 +59,9 @@ pub fn holders(ctx: Ctx, args: &Args) -> CommandResult {
     Ok(Reply::Array(names))
 }
 
-/// The holders the home at `args[1]` listed at `at` (the home not included).
-fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandError> {
+/// The holders the home at `args[1]` listed at `at` (the home not included); None while this
+/// master's replicas may not hold its latest holder list change (`listing_gate`).
+fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
     if !is_master(ctx) {
         // A replica may not hold a grow or shrink dated before `at` yet: its answer could
         // differ from the one its master gives later, and a retry would walk another list.
@@ -71,12 +77,15 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandErro
     // The token window's rule, as a purchase of that time meets it; a time ahead of the
     // home's clock is refused below, with that clock.
     token_expiry(at, now, window_ms, i64::MAX)?;
+    if !listing_gate::replicas_hold_lists(ctx, false) {
+        return Ok(None);
+    }
     let listed = with_counter(ctx, args.raw(1), |c| match c {
         Some(CounterRef::Boxed(b)) => b.holders_at(at, now),
         _ if at > now => Err(ListedAtError::Ahead { now }),
         _ => Ok(Vec::new()),
     })?;
-    listed.map_err(|e| match e {
+    listed.map(Some).map_err(|e| match e {
         ListedAtError::Ahead { now } => CommandError(
             format!(
             "ERR AT is ahead of the home's clock (now {now}): its holders then are not decided yet"
@@ -94,6 +103,21 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Vec<Vec<u8>>, CommandErro
                 .into(),
         ),
     })
+}
+
+/// Blocks `CTR.HOLDERS ... AT` until this master's replicas hold its latest holder list change
+/// (it then runs again), up to `ctr.purchase-wait-ms`; where its client cannot wait, a
+/// `TRYAGAIN` now.
+fn wait_for_replicas(ctx: Ctx, args: &Args) -> CommandResult {
+    let bound_ms = crate::config::PURCHASE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    let still_waits = Box::new(|ctx| !listing_gate::replicas_hold_lists(ctx, true));
+    if waiter::wait(ctx, args.bytes(1), holders, still_waits, serves, bound_ms) {
+        return Ok(Reply::Blocked);
+    }
+    Err(CommandError::fixed(
+        "TRYAGAIN the replicas of the home's master do not hold its latest holder list change \
+         yet (a failover could lose it): retry CTR.HOLDERS AT",
+    ))
 }
 
 /// Refuses a client write that would create `name` (the missing key `key`), a key named like a

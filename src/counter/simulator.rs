@@ -73,6 +73,7 @@ use super::transfer::{
     TransferError,
 };
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use crate::protocol::listing_gate::ListingGate;
 
 #[path = "simulator_reads.rs"]
 mod reads;
@@ -197,6 +198,8 @@ struct Master {
     /// Writes made, and writes the replica holds (the replication offsets).
     written: u64,
     replicated: u64,
+    /// When `CTR.HOLDERS ... AT` may answer on this master (soft state, the glue's machine).
+    listing_gate: ListingGate,
 }
 
 impl Master {
@@ -383,12 +386,20 @@ impl Sim {
         }
     }
 
+    /// The clock a change of the home's holder list is dated with, the change counted by the
+    /// home master's listing gate (as the glue's `list_change_clock`).
+    fn list_change_clock(&mut self) -> ListClock {
+        let home_master = master_of(&self.home);
+        self.masters[home_master].listing_gate.changed();
+        self.list_clock()
+    }
+
     /// A shrink of the home to `target`, dated by the simulated clock.
-    fn shrink_step(&self, target: usize, fold_ids: Vec<u64>) -> Step {
+    fn shrink_step(&mut self, target: usize, fold_ids: Vec<u64>) -> Step {
         Step::Shrink {
             target,
             fold_ids,
-            clock: Some(self.list_clock()),
+            clock: Some(self.list_change_clock()),
         }
     }
 
@@ -422,7 +433,7 @@ impl Sim {
             holders: holders.clone(),
             floor,
         };
-        c.list_spread(spread, self.list_clock())
+        c.list_spread(spread, self.list_change_clock())
             .expect("valid holders");
         self.write(&home, Some(c), value);
         self.floor = floor;
@@ -689,9 +700,8 @@ impl Sim {
         let target = j + 1; // the home and the holders before the receiver stay
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
-        if let Ok(StepOutcome::Shrunk(gone)) =
-            self.take_step(&home, self.shrink_step(target, fold_ids))
-        {
+        let shrink = self.shrink_step(target, fold_ids);
+        if let Ok(StepOutcome::Shrunk(gone)) = self.take_step(&home, shrink) {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
         for _ in 0..30 {
@@ -939,14 +949,8 @@ impl Sim {
         let undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
         self.tokens.retain(|t| !undecided.contains(&t.fp));
         // A grow or shrink lost with the home's unreplicated writes changes the list at the
-        // times after it: walks that read the lost list were misled, as by any lost write.
-        let home = &self.home;
-        if m.unreplicated
-            .iter()
-            .any(|p| p.keys.iter().any(|(k, _)| k == home))
-        {
-            self.tokens.clear();
-        }
+        // times after it; no walk read it (the listing gate opens once the replica holds it).
+        m.listing_gate.changed();
         m.keys = m.replica.clone();
         m.unreplicated.clear();
         m.written = m.replicated;
@@ -975,7 +979,8 @@ impl Sim {
         let m = &mut self.masters[master];
         m.answers.clear();
         m.headroom = HeadroomView::default();
-        // Pending collections are lost with the process (the audit finds what they left).
+        m.listing_gate.changed(); // the lists loaded are not proven held
+                                  // Pending collections are lost with the process (the audit finds what they left).
         m.collecting.clear();
         m.audit = Audit::default();
         m.held_audit.clear();
@@ -1090,6 +1095,15 @@ impl Sim {
             self.tokens.len() - 1
         };
         let walk = self.tokens[index];
+        // `CTR.HOLDERS home AT at` answers once the home master's replica holds its latest
+        // holder list change (the listing gate); until then the purchase waits.
+        let m = &mut self.masters[master_of(&self.home)];
+        if !m
+            .listing_gate
+            .open(m.written as i64, Some(m.replicated as i64))
+        {
+            return Ok(());
+        }
         let Some(home) = self.home_counter() else {
             return Ok(());
         };
@@ -1274,9 +1288,8 @@ impl Sim {
         let home = self.home.clone();
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
-        if let Ok(StepOutcome::Shrunk(gone)) =
-            self.take_step(&home, self.shrink_step(target, fold_ids))
-        {
+        let shrink = self.shrink_step(target, fold_ids);
+        if let Ok(StepOutcome::Shrunk(gone)) = self.take_step(&home, shrink) {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
     }
@@ -1295,7 +1308,7 @@ impl Sim {
             return;
         };
         spread.holders.push(name.clone());
-        if c.list_spread(spread, self.list_clock()).is_err() {
+        if c.list_spread(spread, self.list_change_clock()).is_err() {
             return; // two holders in one slot: the planner would pick another name
         }
         let home = self.home.clone();
@@ -1331,7 +1344,7 @@ impl Sim {
             holders: holders.clone(),
             floor: self.floor,
         };
-        if c.list_spread(spread, self.list_clock()).is_err() {
+        if c.list_spread(spread, self.list_change_clock()).is_err() {
             return;
         }
         let share = c

@@ -6,10 +6,12 @@
 //! `gather.rs` the gather's table (rounds shared by the reads of a home, settled into the
 //! reads' values); `name_queries.rs` one question about a key name asked of the master serving
 //! it (the holder check's and the holder admission's); `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
-//! writes).
+//! writes); `listing_gate.rs` when `CTR.HOLDERS ... AT` may answer (the replicas hold the
+//! lists).
 
 pub mod exchange;
 pub mod gather;
+pub mod listing_gate;
 pub mod messages;
 pub mod name_queries;
 pub mod timeout;

@@ -8,7 +8,7 @@
 //! command, so nothing is ever in flight. Across cluster masters each share is a budget move
 //! from the home (a transfer, `dv = 0, df = -share`), delivered in the background.
 
-use super::ctr_store::{list_clock, update_counter, value_and_floor, with_counter};
+use super::ctr_store::{list_change_clock, update_counter, value_and_floor, with_counter};
 use super::demand::{demand_of, selected_db};
 
 use crate::counter::rebalance::{apply_moves, initial_moves, Move};
@@ -146,7 +146,7 @@ pub(crate) fn write_floor(
     let state = update_counter(&key, |c, _| {
         c.set_floor(Some(floor))?;
         if let Some(spread) = spread {
-            c.list_spread(spread, list_clock(ctx))?;
+            c.list_spread(spread, list_change_clock(ctx))?;
         }
         Ok(ctr_format::encode(c))
     })?;

@@ -646,8 +646,16 @@ pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
     with_counter(ctx, key, |c| value_and_floor(c).1)
 }
 
-/// The clock this master dates a change of a home's holder list with, and the token window
-/// its listing keeps entries for (`crate::counter::listing`).
+/// The clock a change of a home's holder list this master makes is dated with: the change is
+/// counted, so `CTR.HOLDERS ... AT` answers again once the replicas hold it
+/// (`super::listing_gate`).
+pub fn list_change_clock(ctx: Ctx) -> ListClock {
+    super::listing_gate::lists_changed();
+    list_clock(ctx)
+}
+
+/// This master's clock, and the token window a home's listing keeps entries for
+/// (`crate::counter::listing`).
 pub fn list_clock(ctx: Ctx) -> ListClock {
     ListClock {
         now_ms: ctx.now_ms(),

@@ -17,6 +17,7 @@ pub(crate) mod holder_admission;
 pub(crate) mod holder_check;
 pub(crate) mod home_names;
 pub(crate) mod keyspace;
+pub(crate) mod listing_gate;
 pub(crate) mod pnc_refusals;
 pub(crate) mod pnc_snapshots;
 pub(crate) mod read_handoff;

@@ -190,7 +190,7 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
     if !in_cluster {
         check_local_fold(ctx, home, target)?;
     }
-    let clock = super::ctr_store::list_clock(ctx);
+    let clock = super::ctr_store::list_change_clock(ctx);
     let shrink = |c: &Counter| Step::Shrink {
         target,
         fold_ids: (0..c.folds_needed(target)).map(|_| new_id()).collect(),

@@ -15,12 +15,26 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait_async, send_once_async
-from ._spread import UNSPREAD_REFRESH_MS, AheadWait, HolderCache, Holders, PurchaseList
+from ._spread import (
+    UNREPLICATED_PAUSE,
+    UNSPREAD_REFRESH_MS,
+    AheadWait,
+    HolderCache,
+    Holders,
+    PurchaseList,
+)
 from ._spread import holders_of
 from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache, is_pipeline
 from .client import DEFAULT_REPLICAS_TIMEOUT_MS, UNLISTED, checked_replicas, durable_grant
 from .client import names_like, not_run, refused, sent_on, timed_out
-from .errors import BudgetInFlight, HolderFolded, HolderMoving, HoldersAhead, UseHomeKey
+from .errors import (
+    BudgetInFlight,
+    HolderFolded,
+    HolderMoving,
+    HoldersAhead,
+    HoldersUnreplicated,
+    UseHomeKey,
+)
 from .errors import classify, classify_cluster
 from .types import CounterInfo, PncInfo
 
@@ -141,6 +155,8 @@ class AsyncCtr:
                 return at, holders_of(names, key)
             except HoldersAhead as e:
                 await asyncio.sleep(wait.after(e))
+            except HoldersUnreplicated as e:
+                await asyncio.sleep(wait.within(UNREPLICATED_PAUSE, e))
             except UNLISTED:
                 return at, await self._route_holders(key)
 

@@ -70,7 +70,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._calls import KeyT
-from .errors import HolderAway, HoldersAhead
+from .errors import CtrError, HolderAway, HoldersAhead
 Holders = Tuple[KeyT, ...]
 PurchaseList = Tuple[Optional[int], Holders]
 """The ``AT`` a tokened purchase sends (the caller's ``at``, None without one) and the holders
@@ -152,6 +152,11 @@ def holders_of(names: Optional[Sequence[KeyT]], key: KeyT) -> Holders:
     return (key, *names[1:])
 
 
+#: The pause (seconds) before asking ``CTR.HOLDERS ... AT`` again after
+#: :class:`~redis_ctr.errors.HoldersUnreplicated` (the server already waited for its replicas).
+UNREPLICATED_PAUSE = 0.01
+
+
 class AheadWait:
     """What a read of ``CTR.HOLDERS key AT at`` does when the home answers that ``at`` is ahead
     of its clock (:class:`~redis_ctr.errors.HoldersAhead`, which gives that clock): the holders
@@ -169,7 +174,12 @@ class AheadWait:
         now = error.now
         if now is None or now >= self.at:
             raise error
-        pause = (self.at - now) / 1000
+        return self.within((self.at - now) / 1000, error)
+
+    def within(self, pause: float, error: CtrError) -> float:
+        """``pause`` (seconds) when asking again after it stays within the deadline; else
+        raises ``error``. Also for :class:`~redis_ctr.errors.HoldersUnreplicated`: the server
+        waited for its replicas already, so a short pause."""
         if time.monotonic() + pause > self._deadline:
             raise error
         return pause

@@ -13,7 +13,14 @@ from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait, send_once
-from ._spread import ELSEWHERE_MS, UNREACHABLE_MS, UNSPREAD_REFRESH_MS, AheadWait, HolderCache
+from ._spread import (
+    ELSEWHERE_MS,
+    UNREACHABLE_MS,
+    UNREPLICATED_PAUSE,
+    UNSPREAD_REFRESH_MS,
+    AheadWait,
+    HolderCache,
+)
 from ._spread import Holders, PurchaseList, holders_of
 from .errors import (
     BudgetInFlight,
@@ -23,6 +30,7 @@ from .errors import (
     HolderFolded,
     HolderMoving,
     HoldersAhead,
+    HoldersUnreplicated,
     HoldersUnknown,
     NotDurable,
     WrongType,
@@ -351,6 +359,8 @@ class Ctr:
                 return at, holders_of(run(self.client, _calls.holders(key, at)), key)
             except HoldersAhead as e:
                 time.sleep(wait.after(e))
+            except HoldersUnreplicated as e:
+                time.sleep(wait.within(UNREPLICATED_PAUSE, e))
             except UNLISTED:
                 return at, self._route_holders(key)
 

@@ -211,6 +211,14 @@ class HoldersAhead(CtrError):
         return None if found is None else int(found.group(1))
 
 
+class HoldersUnreplicated(CtrError):
+    """``TRYAGAIN``: ``CTR.HOLDERS key AT ms`` waited its bound (``ctr.purchase-wait-ms``) for
+    the home master's replicas to hold its latest grow or shrink (a failover could lose it, and
+    the list at ``ms`` with it), or was sent where it cannot wait (MULTI). Nothing changed: ask
+    again. A purchase through :meth:`redis_ctr.Ctr.decrfloor` does, for up to
+    ``purchase_wait``."""
+
+
 class HoldersUnknown(CtrError):
     """``CTR.HOLDERS key AT ms`` of a time the home's record of its holders does not reach: a
     counter spread by an earlier module version (until its next grow or shrink), or a time
@@ -342,6 +350,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR a spread counter cannot shrink yet", CannotShrink),
     ("ERR AT is ahead of the home's clock", HoldersAhead),
     ("ERR the holder list at that time is not known", HoldersUnknown),
+    ("TRYAGAIN the replicas of the home's master do not hold", HoldersUnreplicated),
     ("ERR this key was a spread counter holder and has been folded back", HolderFolded),
     ("ERR {} is not a holder of the spread counter ", HolderFolded),
     ("ERR '{}' was renamed onto the name of a holder", HolderFolded),

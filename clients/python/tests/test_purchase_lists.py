@@ -18,7 +18,14 @@ import redis.asyncio
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from redis_ctr import Ctr, HoldersAhead, NotPrimary, SpreadRefused, probe_order
+from redis_ctr import (
+    Ctr,
+    HoldersAhead,
+    HoldersUnreplicated,
+    NotPrimary,
+    SpreadRefused,
+    probe_order,
+)
 from redis_ctr._spread import HolderCache
 from redis_ctr.asyncio import AsyncCtr
 from redis_ctr.errors import error_class
@@ -212,6 +219,30 @@ class PurchaseListTest(unittest.TestCase):
         )
         self.assertIs(error_class(text), NotPrimary)
         self.assertIs(error_class(text[4:]), NotPrimary)
+
+    def test_a_list_the_replicas_do_not_hold_yet_is_asked_again_within_the_wait(self) -> None:
+        text = (
+            "TRYAGAIN the replicas of the home's master do not hold its latest holder list "
+            "change yet (a failover could lose it): retry CTR.HOLDERS AT"
+        )
+        self.assertIs(error_class(text), HoldersUnreplicated)
+        asked: List[Any] = []
+
+        class Home:
+            """The home's master: its replicas hold the grow from the second ask on."""
+
+            def execute_command(self, *args: Any, **options: Any) -> Any:
+                asked.append(args)
+                if len(asked) == 1:
+                    raise ResponseError(text)
+                return [b"k", b"{ctr.1.1.0}k"]
+
+        ctr = Ctr(Home(), purchase_wait=1.0)  # type: ignore[arg-type]
+        self.assertEqual(ctr._purchase_list("k", 5_000), (5_000, ("k", "{ctr.1.1.0}k")))
+        self.assertEqual(asked, [("CTR.HOLDERS", "k", "AT", 5_000)] * 2)
+        asked.clear()
+        with self.assertRaises(HoldersUnreplicated):
+            Ctr(Home(), purchase_wait=0.0)._purchase_list("k", 5_000)  # type: ignore[arg-type]
 
 
 class RememberedPurchaseTest(unittest.TestCase):

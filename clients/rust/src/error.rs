@@ -92,6 +92,11 @@ pub enum ModuleError {
     /// home spread by an earlier module version (until its next grow or shrink), or one past
     /// the record's size. [`crate::SpreadRouter`] then walks the current holders.
     HoldersUnknown,
+    /// `TRYAGAIN`: `CTR.HOLDERS key AT ms` waited its bound (`ctr.purchase-wait-ms`) for the
+    /// home master's replicas to hold its latest grow or shrink (a failover could lose it, and
+    /// the list at `ms` with it), or was sent where it cannot wait (MULTI). Nothing changed: ask
+    /// again ([`crate::SpreadRouter`] does, for up to its purchase wait).
+    HoldersUnreplicated,
     /// A write to a spread counter holder that a shrink folded back into its home: nothing
     /// changed (a folded holder answers a retry of a write it did count with that write's
     /// reply, so this refusal means the write never counted there). Re-read the holders
@@ -229,6 +234,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         (
             "ERR the holder list at that time is not known",
             HoldersUnknown,
+        ),
+        (
+            "TRYAGAIN the replicas of the home's master do not hold",
+            HoldersUnreplicated,
         ),
         (
             "ERR this key was a spread counter holder and has been folded back",

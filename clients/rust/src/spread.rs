@@ -1293,6 +1293,10 @@ impl ListingAsk {
                 return ListingStep::Done(Ok(None))
             }
             Some(ModuleError::HoldersAhead) => {}
+            // The server waited for the replicas already: a short pause, then again.
+            Some(ModuleError::HoldersUnreplicated) => {
+                return self.again_after(Duration::from_millis(10), error)
+            }
             _ if before_at(&error) => return ListingStep::Done(Ok(None)),
             _ => return ListingStep::Done(Err(error)),
         }
@@ -1301,11 +1305,15 @@ impl ListingAsk {
         };
         // The list at `at` is not decided before the home's clock reaches it, and a retry must
         // walk that very list: `at` is never replaced by another time.
-        let ahead = Duration::from_millis((self.at - now).max(1) as u64);
-        if Instant::now() + ahead > self.deadline {
+        self.again_after(Duration::from_millis((self.at - now).max(1) as u64), error)
+    }
+
+    /// Ask again after `pause`, unless that passes the deadline (then `error`).
+    fn again_after(&self, pause: Duration, error: CtrError) -> ListingStep {
+        if Instant::now() + pause > self.deadline {
             return ListingStep::Done(Err(error));
         }
-        ListingStep::Again(ahead)
+        ListingStep::Again(pause)
     }
 }
 
@@ -1484,10 +1492,24 @@ mod tests {
             ask.next(b"k", ahead(1_000)),
             ListingStep::Done(Err(CtrError::Module(ModuleError::HoldersAhead, _)))
         ));
+        let unreplicated = || {
+            module(
+                "TRYAGAIN the replicas of the home's master do not hold its latest holder list \
+                 change yet (a failover could lose it): retry CTR.HOLDERS AT",
+            )
+        };
+        assert!(matches!(
+            ask.next(b"k", unreplicated()),
+            ListingStep::Again(pause) if pause == Duration::from_millis(10)
+        ));
         let no_wait = ListingAsk::new(5_000, Duration::ZERO);
         assert!(matches!(
             no_wait.next(b"k", ahead(4_990)),
             ListingStep::Done(Err(CtrError::Module(ModuleError::HoldersAhead, _)))
+        ));
+        assert!(matches!(
+            no_wait.next(b"k", unreplicated()),
+            ListingStep::Done(Err(CtrError::Module(ModuleError::HoldersUnreplicated, _)))
         ));
     }
 

@@ -1,0 +1,45 @@
+//! The listing gate's runtime (`crate::protocol::listing_gate`): this server's gate, the
+//! replication offsets read for it (`INFO replication`), and the ask for acknowledgements.
+//! `CTR.HOLDERS ... AT` blocked by a closed gate waits in the server (`waiter`) up to
+//! `ctr.purchase-wait-ms`, asked again at the waiter's ticks, which ask the replicas to
+//! acknowledge at once (one `REPLCONF GETACK` round trip); a client that cannot wait (MULTI, a
+//! script) or still waiting at the bound gets a `TRYAGAIN`.
+
+use std::cell::Cell;
+
+use super::replication_gate;
+use crate::ffi::Ctx;
+use crate::protocol::listing_gate::ListingGate;
+
+thread_local! {
+    static GATE: Cell<ListingGate> = Cell::new(ListingGate::default());
+}
+
+/// This server changed a holder list, or its lists may no longer be on its replicas (a role
+/// change, a load): the next `CTR.HOLDERS ... AT` waits for the replicas first.
+pub fn lists_changed() {
+    GATE.with(|g| {
+        let mut gate = g.get();
+        gate.changed();
+        g.set(gate);
+    });
+}
+
+/// True when every online replica holds the holder lists this master answers from. Otherwise,
+/// when `ask` (never inside a command: its replication would be wrapped in the command's),
+/// asks the replicas to acknowledge at once.
+pub fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
+    let mut gate = GATE.get();
+    if gate.is_open() {
+        return true;
+    }
+    let Some(now) = replication_gate::read(ctx) else {
+        return false;
+    };
+    let open = gate.open(now.master_offset, now.slowest_replica);
+    GATE.set(gate);
+    if !open && ask {
+        replication_gate::ask_replicas_to_acknowledge(ctx, &now);
+    }
+    open
+}
