@@ -46,8 +46,6 @@ mutant "the list at a time takes holders listed after it" src/counter/listing.rs
   '.filter(|e| e.listed_at <= at && ' '.filter(|e| '
 mutant "the listing gate opens before the replica acknowledges" src/protocol/listing_gate.rs \
   '        if acked.is_none_or(|acked| acked >= offset) {' '        if true {'
-mutant "the listing gate keeps its offset across a change" src/protocol/listing_gate.rs \
-  '            Some((proving, offset)) if proving == self.changes => offset,' '            Some((_, offset)) => offset,'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

@@ -250,6 +250,9 @@ struct Sim {
     /// Purchase tokens clients sent and may retry, and (ghost state) how many times each was
     /// granted: never more than once.
     tokens: Vec<TokenWalk>,
+    /// The token of a purchase whose `CTR.HOLDERS AT` waits in the server for the listing
+    /// gate: walked once a replication step opens it, as the server runs it again.
+    waiting_walk: Option<u64>,
 }
 
 /// A tokened purchase a client may retry: its token (fingerprint), time and amount.
@@ -327,6 +330,7 @@ impl Sim {
             log: String::new(),
             requests: 0,
             tokens: Vec::new(),
+            waiting_walk: None,
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
@@ -549,7 +553,10 @@ impl Sim {
         match roll {
             0..=29 => self.deliver(),
             30..=39 => self.tick(master),
-            40..=51 => self.replicate(master),
+            40..=51 => {
+                self.replicate(master);
+                return self.walk_waiting();
+            }
             52..=61 => self.client_add(),
             62..=69 => return self.purchase(),
             70..=73 => self.shrink(),
@@ -582,7 +589,10 @@ impl Sim {
     fn step_while_deleted(&mut self, roll: usize, master: usize) -> Result<(), String> {
         match roll {
             0..=29 => self.deliver(),
-            40..=51 => self.replicate(master),
+            40..=51 => {
+                self.replicate(master);
+                return self.walk_waiting();
+            }
             82..=84 if self.faults => self.failover(master),
             85..=86 if self.faults => self.restart(master),
             90..=94 => self.audit_pass(master),
@@ -1094,14 +1104,40 @@ impl Sim {
             });
             self.tokens.len() - 1
         };
-        let walk = self.tokens[index];
-        // `CTR.HOLDERS home AT at` answers once the home master's replica holds its latest
-        // holder list change (the listing gate); until then the purchase waits.
+        self.walk_token(index)
+    }
+
+    /// True when the home master's listing gate lets `CTR.HOLDERS home AT` answer: its
+    /// replica holds its latest holder list change.
+    fn listing_gate_open(&mut self) -> bool {
         let m = &mut self.masters[master_of(&self.home)];
-        if !m
-            .listing_gate
+        m.listing_gate
             .open(m.written as i64, Some(m.replicated as i64))
-        {
+    }
+
+    /// The purchase waiting for the listing gate, walked if the gate opened.
+    fn walk_waiting(&mut self) -> Result<(), String> {
+        let Some(fp) = self.waiting_walk else {
+            return Ok(());
+        };
+        if !self.listing_gate_open() {
+            return Ok(());
+        }
+        self.waiting_walk = None;
+        self.reads.disturbances += 1; // a client's write, as a purchase step's
+        match self.tokens.iter().position(|t| t.fp == fp) {
+            Some(index) => self.walk_token(index),
+            None => Ok(()), // forgotten (a failover lost its decision, a restore)
+        }
+    }
+
+    /// The walk of the token at `index` over the list at its time, once the listing gate
+    /// lets the home answer (else it waits, replacing an earlier waiting walk: that client's
+    /// bound passed).
+    fn walk_token(&mut self, index: usize) -> Result<(), String> {
+        let walk = self.tokens[index];
+        if !self.listing_gate_open() {
+            self.waiting_walk = Some(walk.fp);
             return Ok(());
         }
         let Some(home) = self.home_counter() else {
