@@ -58,7 +58,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Audit, Question};
-use super::collect::{self, Collection, Copy, Found, Seen, Verdict};
+use super::collect::{self, lists_holder, Collection, Copy, Found, Seen, Verdict};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::listing::ListClock;
@@ -1023,8 +1023,39 @@ impl Sim {
     }
 
     fn client_add(&mut self) {
-        let key = self.random_member();
         let delta = self.rng.below(20) as i64 - 5;
+        if self.rng.percent(10) {
+            return self.look_alike_add(delta);
+        }
+        let key = self.random_member();
+        self.add_to(key, delta);
+    }
+
+    /// A client's add to a key named like a holder of the spread that its home does not list
+    /// (the next name a grow would plan: a stale or forged list). Where no key sits, the
+    /// holder check asks the home's master whether its home lists the name
+    /// (`collect::lists_holder`, as the glue's `holder_check` answers) and the add is refused:
+    /// a key made there would be counted by no total.
+    fn look_alike_add(&mut self, delta: i64) {
+        let Some(home) = self.home_counter().cloned() else {
+            return;
+        };
+        let Some(spread) = home.spread() else {
+            return;
+        };
+        let Some(name) = self.new_holder_name(&home, spread) else {
+            return;
+        };
+        if self.get(&name).is_some() {
+            return; // a key that exists is written as it is (a holder the protocol made)
+        }
+        if lists_holder(&home, &name) {
+            self.add_to(name, delta);
+        }
+    }
+
+    /// A client's add of `delta` to `key`, as the glue decides it.
+    fn add_to(&mut self, key: Vec<u8>, delta: i64) {
         let now = self.now;
         let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
