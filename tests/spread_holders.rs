@@ -1041,4 +1041,17 @@ fn holders_at_a_time_wait_until_the_replicas_hold_the_list() {
     assert_eq!(names(&c.cmd(&ask)), four);
     assert_eq!(holders_at(&mut c, "sale", before), two);
     assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
+
+    // A listing restored (`RESTORE`, as `MIGRATE` and imports load it) is not on the replica
+    // either until it acknowledges.
+    let dump = c.cmd(&["DUMP", "sale"]).bytes();
+    sleeper.send(&["DEBUG", "SLEEP", "2"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let restore: [&[u8]; 5] = [b"RESTORE", b"sale", b"0", &dump, b"REPLACE"];
+    assert_eq!(c.cmd(&restore), Value::Simple("OK".into()));
+    let reply = c.cmd(&ask);
+    assert!(not_held(&reply), "a restored listing: {reply:?}");
+    c.q("CONFIG SET ctr.purchase-wait-ms 5000");
+    assert_eq!(names(&c.cmd(&ask)), four);
+    assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
 }

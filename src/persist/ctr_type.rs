@@ -105,10 +105,25 @@ pub fn take_loaded_homes() -> std::collections::VecDeque<LoadedHome> {
     LOADED_HOMES.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 
+thread_local! {
+    /// Counters loaded with a holder listing (RDB, `RESTORE`, `MIGRATE`, a slot migration's
+    /// import), counted: the listing gate (`runtime::listing_gate`) closes when the count moves,
+    /// since the replicas may not hold what was loaded yet.
+    static LISTINGS_LOADED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many counters with a holder listing were loaded so far.
+pub fn listings_loaded() -> u64 {
+    LISTINGS_LOADED.get()
+}
+
 fn load_counter(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<CounterCell, String> {
     let buffer = load_blob(rdb, encver, CTR_ENCVER)?;
     let counter = ctr_format::decode(buffer.as_ref()).map_err(|e| e.0)?;
     metrics::TOKENS_HELD.add(counter.token_count() as u64);
+    if counter.transfers().is_some_and(|t| t.listing.is_some()) {
+        LISTINGS_LOADED.set(LISTINGS_LOADED.get().wrapping_add(1));
+    }
     let with_transfers = counter.transfers().is_some_and(|t| t.has_pending());
     let home = carried_by(&counter);
     if with_transfers || home.is_some() {
