@@ -56,6 +56,8 @@ pub const CALLBACKS: &[&str] = &[
     "waiter-reply",
     "waiter-disconnect",
     "waiter-free",
+    // The listing gate's asks for the replicas' acknowledgement.
+    "listing-gate-ask",
     // The tick of reads parked while a slot is handed over.
     "read-handoff-timer",
     // The job that judges a restored key (Redis 7.2+, Valkey; 7.0 judges it in the keyspace

@@ -47,6 +47,7 @@ const CALLBACKS: &[&str] = &[
     "waiter-reply",
     "waiter-disconnect",
     "waiter-free",
+    "listing-gate-ask",
     "read-handoff-timer",
     "restore-judge",
     "bus-gather",
@@ -110,6 +111,7 @@ fn a_panic_in_any_callback_is_logged_and_the_cluster_goes_on() {
         "slot-migration",
         "read-handoff-timer",
         "restore-judge",
+        "listing-gate-ask",
     ];
     let armed: Vec<&str> = CALLBACKS
         .iter()
@@ -397,6 +399,45 @@ fn a_panic_in_a_waiting_commands_callbacks_is_logged_and_the_server_goes_on() {
     assert!(ping(server.port), "{}", server.log());
     let next = c.cmd(&["CTR.DECRFLOOR", holder, "1"]);
     common::assert_awaits_budget(next, holder);
+}
+
+/// The listing gate's asks (`CTR.HOLDERS ... AT` waiting for the replicas to hold a grow)
+/// panic once: the server goes on, the job runs again while the command waits, and the
+/// command is answered once the replica acknowledges.
+#[test]
+fn a_panic_in_the_listing_gates_asks_is_logged_and_the_server_goes_on() {
+    let server = Server::start_with(&[], &["debug-panic-in", "listing-gate-ask"]);
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 10");
+    c.q("CTR.SPREAD sale 2");
+    server.wait_replicas(1);
+    let mut sleeper = replica.conn();
+    sleeper.send(&["DEBUG", "SLEEP", "0.5"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let grown = names(&c.q("CTR.SPREAD sale 3"));
+    std::thread::sleep(Duration::from_millis(20));
+    c.q("CONFIG SET ctr.purchase-wait-ms 5000");
+    let now = c.q("TIME");
+    let Value::Array(parts) = now else {
+        panic!("TIME: {now:?}")
+    };
+    let at = parts[0].text().parse::<i64>().unwrap() * 1000
+        + parts[1].text().parse::<i64>().unwrap() / 1000
+        - 10;
+    let listed = c.cmd(&["CTR.HOLDERS", "sale", "AT", &at.to_string()]);
+    assert_eq!(
+        names(&listed),
+        grown,
+        "answered once the replica acknowledged"
+    );
+    assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
+    assert!(
+        logged(&[server.log()]).contains("listing-gate-ask"),
+        "{}",
+        server.log()
+    );
+    assert!(ping(server.port), "{}", server.log());
 }
 
 /// Issue 23, item 4: the data types' callbacks (but `rdb_save` and `aof_rewrite`, see

@@ -77,7 +77,7 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Option<Vec<Vec<u8>>>, Com
     // The token window's rule, as a purchase of that time meets it; a time ahead of the
     // home's clock is refused below, with that clock.
     token_expiry(at, now, window_ms, i64::MAX)?;
-    if !listing_gate::replicas_hold_lists(ctx, false) {
+    if !listing_gate::lists_held(ctx) {
         return Ok(None);
     }
     let listed = with_counter(ctx, args.raw(1), |c| match c {
@@ -110,8 +110,9 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Option<Vec<Vec<u8>>>, Com
 /// `TRYAGAIN` now.
 fn wait_for_replicas(ctx: Ctx, args: &Args) -> CommandResult {
     let bound_ms = crate::config::PURCHASE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed);
-    let still_waits = Box::new(|ctx| !listing_gate::replicas_hold_lists(ctx, true));
+    let still_waits = Box::new(|ctx| !listing_gate::lists_held(ctx));
     if waiter::wait(ctx, args.bytes(1), holders, still_waits, serves, bound_ms) {
+        listing_gate::ask_until_open(ctx, bound_ms);
         return Ok(Reply::Blocked);
     }
     Err(CommandError::fixed(

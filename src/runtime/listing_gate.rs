@@ -3,13 +3,15 @@
 //! `RESTORE`, `MIGRATE` or a slot migration's import), the replication offsets read for it
 //! (`INFO replication`), and the ask for acknowledgements.
 //! `CTR.HOLDERS ... AT` blocked by a closed gate waits in the server (`waiter`) up to
-//! `ctr.purchase-wait-ms`, asked again at the waiter's ticks, which ask the replicas to
-//! acknowledge at once (one `REPLCONF GETACK` round trip); a client that cannot wait (MULTI, a
-//! script) or still waiting at the bound gets a `TRYAGAIN`.
+//! `ctr.purchase-wait-ms`, tested again at the waiter's ticks, while a timer of the gate asks
+//! the replicas to acknowledge at once (one `REPLCONF GETACK` round trip); a client that cannot
+//! wait (MULTI, a script) or still waiting at the bound gets a `TRYAGAIN`.
 
 use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 use super::replication_gate;
+use super::scheduler::{self, Job, When};
 use crate::ffi::Ctx;
 use crate::persist::ctr_type::listings_loaded;
 use crate::protocol::listing_gate::ListingGate;
@@ -18,6 +20,8 @@ thread_local! {
     static GATE: Cell<ListingGate> = Cell::new(ListingGate::default());
     /// The count of loaded listings the gate last took in (`ctr_type::listings_loaded`).
     static LOADS_SEEN: Cell<u64> = const { Cell::new(0) };
+    /// Until when a waiting command may still need the replicas' acknowledgement.
+    static ASK_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// This server changed a holder list, or its lists may no longer be on its replicas (a role
@@ -30,10 +34,34 @@ pub fn lists_changed() {
     });
 }
 
+/// How often a closed gate asks the replicas to acknowledge while commands wait for it.
+const ASK_MS: i64 = 5;
+
+/// The asks, from a timer of their own: a timer's replication is its own, where a command's or
+/// a transfer step's (which tests the waiting commands of its key) would wrap the request with
+/// its writes.
+static ASK: Job = Job::while_busy("listing-gate-ask", ask_tick, closed, ASK_MS);
+
+fn ask_tick(ctx: Ctx) {
+    replicas_hold_lists(ctx, true);
+}
+
+/// The asks go on while the gate is closed and a command may still wait for it.
+fn closed() -> bool {
+    !GATE.get().is_open() && ASK_UNTIL.get().is_some_and(|until| Instant::now() < until)
+}
+
+/// A command started waiting for the gate, for up to `bound_ms`: the replicas are asked to
+/// acknowledge until it opens or the wait ends.
+pub fn ask_until_open(ctx: Ctx, bound_ms: i64) {
+    let until = Instant::now() + Duration::from_millis(bound_ms.max(0) as u64);
+    ASK_UNTIL.set(Some(ASK_UNTIL.get().map_or(until, |u| u.max(until))));
+    scheduler::arm_once(ctx.ptr, When::After(0), &ASK);
+}
+
 /// True when every online replica holds the holder lists this master answers from. Otherwise,
-/// when `ask` (never inside a command: its replication would be wrapped in the command's),
-/// asks the replicas to acknowledge at once.
-pub fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
+/// when `ask` (from [`ASK`]'s timer only), asks the replicas to acknowledge at once.
+fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
     // A listing loaded (`RESTORE`, `MIGRATE`, an import) is a change the replicas may not hold.
     let loads = listings_loaded();
     if LOADS_SEEN.replace(loads) != loads {
@@ -52,4 +80,10 @@ pub fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
         replication_gate::ask_replicas_to_acknowledge(ctx, &now);
     }
     open
+}
+
+/// True when every online replica holds the holder lists this master answers from (read in a
+/// command, or by a waiting command's test).
+pub fn lists_held(ctx: Ctx) -> bool {
+    replicas_hold_lists(ctx, false)
 }
