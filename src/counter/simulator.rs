@@ -562,7 +562,10 @@ impl Sim {
             70..=73 => self.shrink(),
             74..=76 => self.grow(),
             77..=81 => self.budget_move(),
-            82..=84 if self.faults => self.failover(master),
+            82..=84 if self.faults => {
+                self.failover(master);
+                return self.retry_after_failover(master);
+            }
             85..=86 if self.faults => self.restart(master),
             87 | 88 if self.faults => self.restore_copy(),
             89 if self.faults => self.restore_forged(),
@@ -589,10 +592,7 @@ impl Sim {
     fn step_while_deleted(&mut self, roll: usize, master: usize) -> Result<(), String> {
         match roll {
             0..=29 => self.deliver(),
-            40..=51 => {
-                self.replicate(master);
-                return self.walk_waiting();
-            }
+            40..=51 => self.replicate(master),
             82..=84 if self.faults => self.failover(master),
             85..=86 if self.faults => self.restart(master),
             90..=94 => self.audit_pass(master),
@@ -1144,6 +1144,16 @@ impl Sim {
         let m = &mut self.masters[master_of(&self.home)];
         m.listing_gate
             .open(m.written as i64, Some(m.replicated as i64))
+    }
+
+    /// After a failover of the home's master, half the time, the latest tokened purchase is
+    /// retried at once (its client's connection broke with the master): the walk that a lost
+    /// grow or shrink would send over another list.
+    fn retry_after_failover(&mut self, master: usize) -> Result<(), String> {
+        if master != master_of(&self.home) || self.tokens.is_empty() || !self.rng.percent(50) {
+            return Ok(());
+        }
+        self.walk_token(self.tokens.len() - 1)
     }
 
     /// The purchase waiting for the listing gate, walked if the gate opened.
