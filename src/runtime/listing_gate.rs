@@ -34,8 +34,9 @@ pub fn lists_changed() {
     });
 }
 
-/// How often a closed gate asks the replicas to acknowledge while commands wait for it.
-const ASK_MS: i64 = 5;
+/// How often a closed gate is tested while commands wait for it (the replicas are asked to
+/// acknowledge at most every 5 ms, `replication_gate::ask_replicas_to_acknowledge`).
+const ASK_MS: i64 = 1;
 
 /// The asks, from a timer of their own: a timer's replication is its own, where a command's or
 /// a transfer step's (which tests the waiting commands of its key) would wrap the request with
@@ -43,7 +44,10 @@ const ASK_MS: i64 = 5;
 static ASK: Job = Job::while_busy("listing-gate-ask", ask_tick, closed, ASK_MS);
 
 fn ask_tick(ctx: Ctx) {
-    replicas_hold_lists(ctx, true);
+    if replicas_hold_lists(ctx, true) {
+        // Opened: the waiting commands run again now, not at the waiter's next tick.
+        super::waiter::test_waiting(ctx);
+    }
 }
 
 /// The asks go on while the gate is closed and a command may still wait for it.

@@ -207,6 +207,13 @@ fn tick(ctx: Ctx) {
     for id in expired {
         wake(id);
     }
+    test_waiting(ctx);
+}
+
+/// Tests up to [`TESTS_PER_TICK`] waiting commands in turn, and runs again those that would no
+/// longer wait: at the tick, and at once when what many may wait for came (the listing gate
+/// opened).
+pub fn test_waiting(ctx: Ctx) {
     for _ in 0..TESTS_PER_TICK {
         let Some((id, db)) = next_turn() else { break };
         // SAFETY: ctx is the timer's live context; db is a database a client had selected.
