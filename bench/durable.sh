@@ -19,22 +19,7 @@ PYTHON=${CTR_PYTHON:-$PWD/target/venv/bin/python}
 [ -f "$MODULE" ] || die "module not found at $MODULE (run make build-tests)"
 "$PYTHON" -c 'import redis' 2>/dev/null || die "no redis-py in $PYTHON (run make test once)"
 
-# The replica first (lib.sh stops the last server started; this script stops the replica).
-start_server
-replica_port=$port
-replica_pid=$server_pid
-stop_replica() {
-  [ -n "$replica_pid" ] || return 0
-  redis-cli -h 127.0.0.1 -p "$replica_port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
-  wait "$replica_pid" 2>/dev/null || true
-}
-trap 'rc=$?; stop_replica; (exit "$rc"); cleanup' EXIT
-start_server
-cli "$replica_port" REPLICAOF 127.0.0.1 "$port" >/dev/null
-for _ in $(seq 200); do
-  cli "$replica_port" INFO replication | grep -q 'master_link_status:up' && break
-  sleep 0.05
-done
+start_master_with_replica
 
 PYTHONPATH=clients/python "$PYTHON" - "$port" "$PURCHASES" <<'PY'
 import sys, time

@@ -106,3 +106,26 @@ owner() {
   done
   die "no node serves $1"
 }
+
+# start_master_with_replica: a replica, then its master (in $port, the one talked to), the
+# replica linked and stopped on exit (its port in $replica_port). lib.sh stops the last server
+# started; this stops the replica.
+start_master_with_replica() {
+  start_server
+  replica_port=$port
+  replica_pid=$server_pid
+  trap 'rc=$?; stop_replica; (exit "$rc"); cleanup' EXIT
+  start_server
+  cli "$replica_port" REPLICAOF 127.0.0.1 "$port" >/dev/null
+  local _
+  for _ in $(seq 200); do
+    cli "$replica_port" INFO replication | grep -q 'master_link_status:up' && return 0
+    sleep 0.05
+  done
+  die "the replica did not link to its master"
+}
+stop_replica() {
+  [ -n "${replica_pid:-}" ] || return 0
+  redis-cli -h 127.0.0.1 -p "$replica_port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$replica_pid" 2>/dev/null || true
+}
