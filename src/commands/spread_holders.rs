@@ -135,12 +135,14 @@ pub fn refuse_look_alike(
     name: &[u8],
     rerun: Rerun,
 ) -> Result<Checked, CommandError> {
-    if !is_missing(key) {
-        return Ok(Checked::Go); // the common case, checked first: a write to a key that exists
-    }
+    // The common cases first, the cheapest first: a name not like a holder's (a prefix check,
+    // no key access), then a key that exists.
     let Some(holder) = parse_holder_name(name) else {
         return Ok(Checked::Go);
     };
+    if !is_missing(key) {
+        return Ok(Checked::Go);
+    }
     if in_cluster(ctx) {
         return holder_check::check(ctx, key, name, rerun);
     }
