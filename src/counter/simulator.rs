@@ -989,8 +989,9 @@ impl Sim {
         let m = &mut self.masters[master];
         m.answers.clear();
         m.headroom = HeadroomView::default();
-        m.listing_gate.changed(); // the lists loaded are not proven held
-                                  // Pending collections are lost with the process (the audit finds what they left).
+        // The lists loaded are not proven held; pending collections are lost with the process
+        // (the audit finds what they left).
+        m.listing_gate.changed();
         m.collecting.clear();
         m.audit = Audit::default();
         m.held_audit.clear();
