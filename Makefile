@@ -87,7 +87,7 @@ lint:
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) fmt --check --manifest-path docs/examples/rust/Cargo.toml
 	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --release --manifest-path docs/examples/rust/Cargo.toml -- -D warnings
-	py=$$(bash .ci/python-env $(REDIS_PY) $(MYPY)) && $$py -m mypy --strict --cache-dir target/mypy-cache clients/python/redis_ctr clients/python/tests/typing_check.py
+	py=$$(bash .ci/python-env $(REDIS_PY) $(MYPY)) && $$py -m mypy --strict --cache-dir target/mypy-cache clients/python/redis_ctr clients/python/tests
 
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
 # costs (bench/state.sh), the idle sweep (bench/sweep.sh), the PN-Counter figures (bench/pnc.sh),

@@ -38,6 +38,7 @@ from redis.cluster import RedisCluster
 import redis_ctr
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
+from ._typed import command, node_of
 from .servers import fresh
 
 CLUSTER_PORT = int(os.environ.get("REDIS_CLUSTER_PORT", "0"))
@@ -89,11 +90,11 @@ class MasterDownTest(unittest.TestCase):
         rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
         self.addCleanup(rc.close)
         key = fresh("outage")
-        while rc.get_node_from_key(key).port == DOWN_PORT:
+        while node_of(rc, key).port == DOWN_PORT:
             key = fresh("outage")
         ctr = redis_ctr.Ctr(rc)
         holders = ctr.spread(key, 16)
-        on_down = [h for h in holders if rc.get_node_from_key(h).port == DOWN_PORT]
+        on_down = [h for h in holders if node_of(rc, h).port == DOWN_PORT]
         self.assertGreater(len(on_down), 2, "holders on the master shut down")
         writer = redis_ctr.CoalescingWriter(rc, flush_interval_ms=60_000)
         self.addCleanup(writer.close)
@@ -102,7 +103,7 @@ class MasterDownTest(unittest.TestCase):
         control_client = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
         self.addCleanup(control_client.close)
         control_key = fresh("control")
-        while control_client.get_node_from_key(control_key).port == DOWN_PORT:
+        while node_of(control_client, control_key).port == DOWN_PORT:
             control_key = fresh("control")
         control = redis_ctr.Ctr(control_client, spread_refresh_ms=None)
         acknowledged = 0
@@ -134,7 +135,7 @@ class MasterDownTest(unittest.TestCase):
         self.assertEqual(refused_tokens, [])
         down = redis.Redis(host="127.0.0.1", port=DOWN_PORT)
         try:
-            down.execute_command("SHUTDOWN", "NOSAVE")
+            command(down, "SHUTDOWN", "NOSAVE")
         except redis.ConnectionError:
             pass  # the server closes the connection as it exits
         down.close()
@@ -161,12 +162,12 @@ class MasterDownTest(unittest.TestCase):
         # The replica takes over; nothing acknowledged is lost.
         replica = redis.Redis(host="127.0.0.1", port=REPLICA_PORT, decode_responses=True)
         self.addCleanup(replica.close)
-        replica.execute_command("CLUSTER", "FAILOVER", "FORCE")
+        command(replica, "CLUSTER", "FAILOVER", "FORCE")
         deadline = time.monotonic() + 60
-        while replica.execute_command("ROLE")[0] != "master":
+        while command(replica, "ROLE")[0] != "master":
             self.assertLess(time.monotonic(), deadline, "the replica never took over")
             time.sleep(0.1)
-        while replica.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+        while command(replica, "CLUSTER INFO").get("cluster_state") != "ok":
             self.assertLess(time.monotonic(), deadline, "the cluster never came back")
             time.sleep(0.1)
         rate(add, 0.5)

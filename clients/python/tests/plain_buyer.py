@@ -31,13 +31,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, cast
 
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, RedisError, ResponseError
 
 from redis_ctr._spread import probe_order
+
+from ._typed import command, node_of
 
 
 MAX_ASKS = 50
@@ -76,7 +78,7 @@ def list_at_start(master: redis.Redis, home: str) -> Tuple[int, List[str]]:
     deadline = time.monotonic() + 5
     while True:
         try:
-            return x, list(master.execute_command("CTR.HOLDERS", home, "AT", x))
+            return x, list(command(master, "CTR.HOLDERS", home, "AT", x))
         except ResponseError as e:
             if "ahead of the home's clock" not in str(e) or time.monotonic() > deadline:
                 raise
@@ -100,7 +102,9 @@ def ask(rc: RedisCluster, holder: str, token: str, at: int, tally: Tally) -> Opt
     ``MAX_ASKS`` times: then the error is raised). A holder folded back: a refusal."""
     for _ in range(MAX_ASKS):
         try:
-            return rc.execute_command("CTR.DECRFLOOR", holder, 1, "TOKEN", token, "AT", at)
+            return cast(
+                Optional[int], command(rc, "CTR.DECRFLOOR", holder, 1, "TOKEN", token, "AT", at)
+            )
         except ClusterError:  # redis-py gave up after its own retries of TRYAGAIN
             with tally.lock:
                 tally.ttl_exhausted += 1
@@ -130,7 +134,7 @@ def buyer(
         resent = random.randrange(100) < retry
         again = walk(rc, holders, token, at, tally) if resent else first
         # A refusal is false when the counter still shows a unit right after it.
-        left = int(rc.execute_command("CTR.GET", home)) if first is None else 0
+        left = int(command(rc, "CTR.GET", home)) if first is None else 0
         with tally.lock:
             tally.purchases += 1
             tally.retried += resent
@@ -162,9 +166,9 @@ def sale(
     admin = RedisCluster(host="127.0.0.1", port=port, decode_responses=True)
     clients = [RedisCluster(host="127.0.0.1", port=port) for _ in range(buyers)]
     try:
-        admin.execute_command("CTR.ADD", home, stock)
-        admin.execute_command("CTR.FLOOR", home, 0)
-        node = admin.get_node_from_key(home)
+        command(admin, "CTR.ADD", home, stock)
+        command(admin, "CTR.FLOOR", home, 0)
+        node = node_of(admin, home)
         with redis.Redis(host=node.host, port=node.port, decode_responses=True) as master:
             pipe = master.pipeline(transaction=False)
             pipe.execute_command("CTR.SPREAD", home, holders)
@@ -185,7 +189,7 @@ def sale(
         for t in threads:
             t.join()
         tally.seconds = time.monotonic() - started
-        tally.left = int(admin.execute_command("CTR.GET", home))
+        tally.left = int(command(admin, "CTR.GET", home))
         return tally
     finally:
         admin.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import unittest
+from typing import cast
 
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
@@ -12,6 +13,7 @@ from redis.asyncio.cluster import RedisCluster
 import redis_ctr
 from redis_ctr.asyncio import AsyncCtr, AsyncPnc
 
+from ._typed import command
 from .servers import CLUSTER_PORT, PORT, fresh
 from .test_commands import BAD_EXPIRY_OPTIONS
 
@@ -60,7 +62,7 @@ async def exercise(test: unittest.TestCase, ctr: AsyncCtr, pnc: AsyncPnc, tag: s
     test.assertEqual(await pnc.clear(likes), 5)
     stock = fresh("stock")
     await pnc.add(stock, 4)
-    test.assertIsNone(await pnc.floor(stock, 0))
+    test.assertIsNone(cast(object, await pnc.floor(stock, 0)))  # cast: None as a value, for mypy
     test.assertEqual(await pnc.decrfloor(stock, 1, token="t"), 3)
     test.assertEqual(await pnc.decrfloor(stock, 1, token="t"), 3)
     test.assertEqual(await pnc.give(stock, "elsewhere", 3), 0)
@@ -85,14 +87,14 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         at_ms = int(time.time() * 1000) + 200_789
         self.assertEqual(await ctr.add(key, 1), 1)
         self.assertEqual(await ctr.add(key, 1, pxat=at_ms, enx=True), 2)  # no TTL yet: set
-        self.assertEqual(int(await r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(int(await command(r, "PEXPIRETIME", key)), at_ms)
         self.assertEqual(await ctr.add(key, 1, ex=5, enx=True), 3)  # has one: kept
-        self.assertEqual(int(await r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(int(await command(r, "PEXPIRETIME", key)), at_ms)
         self.assertEqual(await ctr.add(key, 1, persist=True), 4)
         self.assertEqual(await r.pttl(key), -1)
         other = fresh("async-exat")
         self.assertEqual(await ctr.add(other, 1, exat=at_ms // 1000), 1)
-        self.assertEqual(int(await r.execute_command("PEXPIRETIME", other)), at_ms // 1000 * 1000)
+        self.assertEqual(int(await command(r, "PEXPIRETIME", other)), at_ms // 1000 * 1000)
         bad = fresh("async-bad")
         for options in BAD_EXPIRY_OPTIONS:
             with self.assertRaises(ValueError, msg=repr(options)):

@@ -11,6 +11,7 @@ from redis.cluster import RedisCluster
 from redis_ctr import CoalescingWriter, Ctr, Pnc
 
 from . import plain_buyer
+from ._typed import node_of
 from .servers import CLUSTER_PORT, fresh
 from .test_commands import exercise_ctr, exercise_pnc
 from .test_spread import check_budget_wait, check_spread_purchases, check_spread_writes
@@ -37,11 +38,11 @@ class ClusterTest(unittest.TestCase):
             ctr.clear(key)
             self.assertEqual(ctr.add(key, i), i)
         self.assertEqual(sum(ctr.get(k) for k in keys), sum(range(30)))
-        ports = {self.rc.get_node_from_key(k).port for k in keys}
+        ports = {node_of(self.rc, k).port for k in keys}
         self.assertEqual(len(ports), 3)
         # Each master holds its own keys: read them on the nodes themselves.
         for key in keys:
-            node = self.rc.get_node_from_key(key)
+            node = node_of(self.rc, key)
             direct = redis.Redis(host=node.host, port=node.port)
             self.assertEqual(Ctr(direct).get(key), keys.index(key))
 
@@ -57,7 +58,7 @@ class ClusterTest(unittest.TestCase):
         key = fresh("spread")
         check_spread_writes(self, self.rc, key)
         holders = Ctr(self.rc).holders(key)
-        self.assertEqual(len({self.rc.get_node_from_key(h).port for h in holders}), 3)
+        self.assertEqual(len({node_of(self.rc, h).port for h in holders}), 3)
         with CoalescingWriter(self.rc) as writer:
             for n in range(1000):
                 writer.add(key)
@@ -91,7 +92,7 @@ class ClusterTest(unittest.TestCase):
         ctr.add(stock, 30)
         ctr.floor(stock, 10)
         holders = ctr.spread(stock, 4)
-        self.assertEqual(len({self.rc.get_node_from_key(h).port for h in holders}), 3)
+        self.assertEqual(len({node_of(self.rc, h).port for h in holders}), 3)
         deadline = time.monotonic() + 30
         while (info := ctr.info(stock)) is None or info["units_in_flight"] != 0:
             self.assertLess(time.monotonic(), deadline, "the shares never arrived")

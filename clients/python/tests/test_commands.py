@@ -9,13 +9,14 @@ import re
 import time
 import unittest
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, cast
 
 import redis
 
 import redis_ctr
 from redis_ctr import Ctr, Pnc
 
+from ._typed import command
 from .servers import PORT, fresh, watermark_ms
 from .test_spread import waiting_holder
 
@@ -42,7 +43,7 @@ def exercise_ctr(test: unittest.TestCase, ctr: Ctr) -> dict[str, Any]:
     test.assertEqual(ctr.clear(paid, token="clear-1"), 6)
     test.assertEqual(ctr.clear(paid, token="clear-1"), 0)
     test.assertEqual(ctr.add(stock, 5), 5)
-    test.assertIsNone(ctr.floor(stock, 0))
+    test.assertIsNone(cast(object, ctr.floor(stock, 0)))  # cast: None as a value, for mypy
     test.assertEqual(ctr.decrfloor(stock, 4, token="o1"), 1)
     test.assertIsNone(ctr.decrfloor(stock, 4, token="o2"))
     test.assertIsNone(ctr.add(stock, -4, refusable=True))
@@ -54,12 +55,12 @@ def exercise_ctr(test: unittest.TestCase, ctr: Ctr) -> dict[str, Any]:
     test.assertEqual((info["value"], info["floor"], sum(info["budgets"] or [])), (1, 0, 1))
     test.assertEqual(info["encoding"], "boxed")
     test.assertIsNone(ctr.info(fresh("none")))
-    test.assertIsNone(ctr.floor(stock, None))
+    test.assertIsNone(cast(object, ctr.floor(stock, None)))
     test.assertIsNone(ctr.info(stock)["floor"])  # type: ignore[index]
     test.assertEqual(ctr.reconcile(views, 40), (40, 2))
     counted = tag + ":counted"
     ctr.add(counted, 3)
-    ctr.client.execute_command("XADD", log, "*", "n", "1")
+    command(ctr.client, "XADD", log, "*", "n", "1")
     test.assertEqual(ctr.reconcile_from(counted, "STREAM", log), redis_ctr.Reconciled(1, 2))
     return {k: v for k, v in info.items() if k != "add_rate"}
 
@@ -86,7 +87,7 @@ def exercise_pnc(test: unittest.TestCase, pnc: Pnc) -> dict[str, Any]:
     # The bounded counter: rights from increments, spent here only, given away.
     stock = fresh("stock")
     pnc.add(stock, 10)
-    test.assertIsNone(pnc.floor(stock, 0))
+    test.assertIsNone(cast(object, pnc.floor(stock, 0)))
     test.assertEqual(pnc.decrfloor(stock, 3, token="o1"), 7)
     test.assertEqual(pnc.decrfloor(stock, 3, token="o1"), 7)
     test.assertIsNone(pnc.decrfloor(stock, 100))
@@ -97,7 +98,7 @@ def exercise_pnc(test: unittest.TestCase, pnc: Pnc) -> dict[str, Any]:
         (bounded["floor"], bounded["floor-level"], bounded["rights"], bounded["refused"]),
         (0, 0, 5, 100),
     )
-    test.assertIsNone(pnc.floor(stock, None))
+    test.assertIsNone(cast(object, pnc.floor(stock, None)))
     test.assertIsNone(pnc.info(stock)["floor"])
     test.assertNotIn("rights", info, "a plain counter has no bounded fields")
     return dict(info)
@@ -197,7 +198,7 @@ class ErrorsTest(unittest.TestCase):
         with self.assertRaises(redis_ctr.CtrSyntaxError):
             ctr.increx(rl, lbound=3, ubound=2)
         self.assertEqual(ctr.add(stock, 10), 10)
-        self.assertIsNone(ctr.ceil(stock, 10))
+        self.assertIsNone(cast(object, ctr.ceil(stock, 10)))  # cast: None as a value, for mypy
         with self.assertRaises(redis_ctr.CeilingRefused):  # an AboveCeiling
             ctr.add(stock, 1)
         self.assertIsNone(ctr.add(stock, 1, refusable=True))
@@ -250,7 +251,7 @@ class ErrorsTest(unittest.TestCase):
                 # A Ctr with no holders cached: a check after the holder lookup would show
                 # as a CTR.INFO sent.
                 ctr = Ctr(self.r)
-                calls = [
+                calls: Any = [  # Any: the name is taken again by the counts below
                     lambda: ctr.add(key, value),
                     lambda: ctr.add(key, 1, at=value) if value is not None else 1 / 0,
                     lambda: ctr.add(key, 1, ex=value) if value is not None else 1 / 0,
@@ -425,6 +426,7 @@ class AddExpiryTest(unittest.TestCase):
         self.assertEqual(ctr.add(window, 1, ex=60, enx=True), 2)  # repaired
         self.assertTrue(59_000 < r.pttl(window) <= 60_000, r.pttl(window))
         kept = pexpiretime(r, window)
+        options: Any  # keywords of an add, passed on with **
         for options in ({"ex": 5}, {"px": 5_000}, {"exat": now_ms // 1000 + 600},
                         {"pxat": now_ms + 600_000}):
             ctr.add(window, 1, enx=True, **options)
@@ -476,6 +478,7 @@ class AddExpiryTest(unittest.TestCase):
             with self.assertRaises(ValueError, msg=repr(options)):
                 pipe.add(key, 1, **options)
             self.assertEqual(len(pipe), 0)
+        value: Any  # not an int, on purpose
         for value in (0.5, "60", True):
             with self.assertRaises(TypeError, msg=repr(value)):
                 self.ctr.add(key, 1, exat=value)

@@ -18,6 +18,7 @@ import redis.asyncio
 import redis_ctr
 from redis_ctr.asyncio import AsyncCtr
 
+from ._typed import command
 from .servers import CLUSTER_PORT, PORT, fresh
 
 REPLICA_PORT = int(os.environ.get("REDIS_REPLICA_PORT", "0"))
@@ -59,7 +60,7 @@ class DurablePurchaseTest(unittest.TestCase):
     def test_a_stalled_replica_makes_it_not_durable(self) -> None:
         key = stock(self.r, 5)
         stall = threading.Thread(
-            target=lambda: redis.Redis(port=REPLICA_PORT).execute_command("DEBUG", "SLEEP", 0.5)
+            target=lambda: command(redis.Redis(port=REPLICA_PORT), "DEBUG", "SLEEP", 0.5)
         )
         stall.start()
         time.sleep(0.05)

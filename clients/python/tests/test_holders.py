@@ -18,6 +18,7 @@ import redis_ctr
 import redis_ctr.asyncio
 from redis_ctr.asyncio import AsyncCtr
 
+from ._typed import command, keyslot, node_of, primaries
 from .servers import CLUSTER_PORT, PORT, fresh
 
 
@@ -132,7 +133,7 @@ class ClusterHoldersTest(unittest.TestCase):
         self.addCleanup(self.rc.close)
 
     def home_master(self, key: str) -> Tuple[redis.Redis, int]:
-        node = self.rc.get_node_from_key(key)
+        node = node_of(self.rc, key)
         direct = redis.Redis(host=node.host, port=node.port)
         self.addCleanup(direct.close)
         return direct, node.port
@@ -141,7 +142,7 @@ class ClusterHoldersTest(unittest.TestCase):
         key = fresh("plain-client")
         holders = redis_ctr.Ctr(self.rc).spread(key, 16)
         direct, port = self.home_master(key)
-        ports = {self.rc.get_node_from_key(h).port for h in holders}
+        ports = {node_of(self.rc, h).port for h in holders}
         self.assertGreater(len(ports - {port}), 0, "holders on other masters")
         ctr = redis_ctr.Ctr(direct)
         for i in range(50):
@@ -159,7 +160,7 @@ class ClusterHoldersTest(unittest.TestCase):
     def test_an_asyncio_non_cluster_client_on_the_home_master_never_raises_moved(self) -> None:
         key = fresh("plain-async")
         redis_ctr.Ctr(self.rc).spread(key, 16)
-        port = self.rc.get_node_from_key(key).port
+        port = node_of(self.rc, key).port
 
         async def main() -> int:
             direct = redis.asyncio.Redis(port=port)
@@ -184,29 +185,27 @@ class ClusterHoldersTest(unittest.TestCase):
         holders = ctr.spread(key, 6)
         # On the home key itself: a holder key left on the migrating slot's source would still
         # be served there (only a missing one is "moving"), which made this test flaky.
-        self.rc.execute_command("CTR.ADD", key, 1)
-        home_port = self.rc.get_node_from_key(key).port
-        holder = next(h for h in holders[1:] if self.rc.get_node_from_key(h).port != home_port)
-        src = self.rc.get_node_from_key(holder)
-        dst = next(n for n in self.rc.get_primaries() if n.port != src.port)
-        slot = self.rc.keyslot(holder)
+        command(self.rc, "CTR.ADD", key, 1)
+        home_port = node_of(self.rc, key).port
+        holder = next(h for h in holders[1:] if node_of(self.rc, h).port != home_port)
+        src = node_of(self.rc, holder)
+        dst = next(n for n in primaries(self.rc) if n.port != src.port)
+        slot = keyslot(self.rc, holder)
         src_conn = redis.Redis(host=src.host, port=src.port, decode_responses=True)
         dst_conn = redis.Redis(host=dst.host, port=dst.port, decode_responses=True)
         self.addCleanup(src_conn.close)
         self.addCleanup(dst_conn.close)
-        src_id, dst_id = src_conn.execute_command("CLUSTER MYID"), dst_conn.execute_command(
-            "CLUSTER MYID"
-        )
-        dst_conn.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-        src_conn.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        src_id, dst_id = command(src_conn, "CLUSTER MYID"), command(dst_conn, "CLUSTER MYID")
+        command(dst_conn, "CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        command(src_conn, "CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
         try:
             with self.assertRaises(redis_ctr.HolderMoving) as raised:
                 ctr.get(key)
             self.assertIsInstance(raised.exception.__cause__, redis.exceptions.ClusterError)
             self.assertIsInstance(raised.exception, redis.exceptions.TryAgainError)
         finally:
-            src_conn.execute_command("CLUSTER SETSLOT", slot, "STABLE")
-            dst_conn.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+            command(src_conn, "CLUSTER SETSLOT", slot, "STABLE")
+            command(dst_conn, "CLUSTER SETSLOT", slot, "STABLE")
         self.assertEqual(ctr.get(key), 1)
 
 

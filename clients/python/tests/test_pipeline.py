@@ -112,7 +112,7 @@ class PipelineTest(unittest.TestCase):
         pipe = self.r.pipeline()
         for make in (Ctr, Pnc, redis_ctr.CoalescingWriter):
             with self.assertRaises(TypeError) as raised:
-                make(pipe)  # type: ignore[arg-type]
+                make(pipe)
             self.assertIn("CtrPipeline", str(raised.exception))
             self.assertLess(len(str(raised.exception)), 400)
         self.assertEqual(len(pipe), 0, "nothing queued (no CTR.HOLDERS, no CTR.INFO)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import unittest
-from typing import Any, Callable, List
+from typing import Any, Callable, List, cast
 
 import redis
 import redis.asyncio
@@ -30,6 +30,7 @@ from redis_ctr._spread import HolderCache
 from redis_ctr.asyncio import AsyncCtr
 from redis_ctr.errors import error_class
 
+from ._typed import node_of
 from .servers import CLUSTER_PORT, PORT, fresh
 from .test_writer import client
 
@@ -128,7 +129,7 @@ class PurchaseListTest(unittest.TestCase):
             return rc
 
         rc = cluster()
-        node = rc.get_node_from_key("{times}stock")
+        node = node_of(rc, "{times}stock")
         home = redis.Redis(host=node.host, port=node.port)
         self.addCleanup(home.close)
         check_retries_after_a_grow_and_a_shrink(self, rc, home, cluster)
@@ -284,7 +285,7 @@ class OldHome(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         if args[0] == "CTR.HOLDERS" and len(args) > 2:
             raise ResponseError(self.text)
-        return super().execute_command(*args, **options)
+        return cast(Any, super()).execute_command(*args, **options)
 
 
 class AsyncPurchaseListTest(unittest.IsolatedAsyncioTestCase):

@@ -27,6 +27,7 @@ from redis_ctr import (
 from redis_ctr._spread import ELSEWHERE_MS, HolderCache, holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
+from ._typed import command
 from .proxy import ReplyDroppingProxy
 from .servers import BUCKET_MS, CLUSTER_PORT, PORT, fresh, info_stat
 from .test_writer import client
@@ -204,8 +205,10 @@ class SpreadTest(unittest.TestCase):
     def test_the_token_hash_is_crc16_xmodem_as_in_the_rust_library(self) -> None:
         self.assertEqual(token_hash("123456789"), 0x31C3)
         self.assertEqual(holder_for_token(["h", "a", "b"], b"123456789"), ["h", "a", "b"][0x31C3 % 3])
-        # A key that is not UTF-8 cannot be spelled back from decoded names: it stays home.
-        self.assertEqual(holders_of({"holders": ["\ufffd", "{ctr.1.0}\ufffd"]}, b"\xff"), (b"\xff",))
+        # A key that is not UTF-8 cannot be spelled back from decoded names: it stays home,
+        # where a UTF-8 key with the same reply spreads.
+        self.assertEqual(holders_of(["\ufffd", "{ctr.1.0}\ufffd"], b"\xff"), (b"\xff",))
+        self.assertEqual(holders_of(["k", "{ctr.1.0}k"], b"k"), (b"k", "{ctr.1.0}k"))
 
     def test_purchases_wait_for_budget_in_flight(self) -> None:
         r, other = client(), client()
@@ -235,9 +238,9 @@ class SpreadTest(unittest.TestCase):
         self.assertTrue(all(v > 0 for v in before[1:]), before)
         at_ms = int(time.time() * 1000) + 300_000
         ctr.add(key, 1, pxat=at_ms, enx=True)
-        self.assertEqual(int(r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(int(command(r, "PEXPIRETIME", key)), at_ms)
         ctr.add(key, 1, ex=5, enx=True, token="ttl-1")  # has one: kept, even tokened
-        self.assertEqual(int(r.execute_command("PEXPIRETIME", key)), at_ms)
+        self.assertEqual(int(command(r, "PEXPIRETIME", key)), at_ms)
         ctr.add(key, 1, persist=True, token="ttl-2")
         self.assertEqual(r.pttl(key), -1)
         ctr.add(key, 1, exat=at_ms // 1000)  # an existing key without ENX: ignored

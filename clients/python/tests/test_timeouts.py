@@ -23,6 +23,7 @@ import redis_ctr
 import redis_ctr.asyncio
 from redis_ctr.asyncio import AsyncCtr
 
+from ._typed import command, node_of
 from .servers import CLUSTER_PORT, PORT, fresh
 
 TIMEOUT = 0.2
@@ -44,7 +45,7 @@ def paused(admin: Any, mode: str = "WRITE", ms: int = PAUSE_MS) -> Iterator[None
 
 def master_of(cluster: RedisCluster, key: str) -> redis.Redis:
     """A plain client on the master serving ``key``."""
-    node = cluster.get_node_from_key(key)
+    node = node_of(cluster, key)
     return redis.Redis(host=node.host, port=node.port)
 
 
@@ -119,7 +120,7 @@ class WriterCloseDelivers(unittest.TestCase):
         r = redis.Redis(port=PORT, socket_timeout=TIMEOUT)
         writer = redis_ctr.CoalescingWriter(r, flush_interval_ms=60_000)
         writer.add(key, 5)
-        self.admin.execute_command("CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
+        command(self.admin, "CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
         with self.assertRaises(TimeoutError):
             writer.flush()  # the reply timed out: held back
         writer.close()  # no error: delivered once the pause is over
@@ -144,7 +145,7 @@ class WriterCloseDelivers(unittest.TestCase):
             r = redis.asyncio.Redis(port=PORT, socket_timeout=TIMEOUT)
             writer = redis_ctr.asyncio.AsyncCoalescingWriter(r, flush_interval_ms=60_000)
             await writer.add(key, 5)
-            self.admin.execute_command("CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
+            command(self.admin, "CLIENT", "PAUSE", 3 * PAUSE_MS, "WRITE")
             with self.assertRaises(TimeoutError):
                 await writer.flush()
             await writer.close()
@@ -218,6 +219,7 @@ class ClusterWritesCountOnce(unittest.TestCase):
     def test_async_add(self) -> None:
         async def scenario() -> None:
             r = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=CLUSTER_PORT, socket_timeout=TIMEOUT)
+            options: Any  # keywords of an add, passed on with **
             for options in ({}, {"ex": 60}):
                 key = fresh("once-async-cluster")
                 admin = master_of(self.r, key)
