@@ -539,8 +539,10 @@ fn config_get_of_the_replica_id_does_not_leak() {
     run(&server, &gets);
     settle(&server);
     let grown = used_memory(&server) - before;
+    // A leak of one string per call is 10,000 x at least 32 bytes, 320 KB; buffers and the
+    // allocator's own bookkeeping moved used_memory by up to 36 KB on a loaded machine.
     assert!(
-        grown < 16 * 1024,
+        grown < 96 * 1024,
         "10,000 CONFIG GETs grew used_memory by {grown} bytes"
     );
     assert_eq!(
