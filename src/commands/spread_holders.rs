@@ -110,7 +110,7 @@ fn listed_at(ctx: Ctx, args: &Args, at: i64) -> Result<Option<Vec<Vec<u8>>>, Com
 /// `TRYAGAIN` now.
 fn wait_for_replicas(ctx: Ctx, args: &Args) -> CommandResult {
     let bound_ms = crate::config::PURCHASE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed);
-    let still_waits = Box::new(|ctx| !listing_gate::lists_held(ctx));
+    let still_waits = Box::new(|_| !listing_gate::open_as_proven());
     if waiter::wait(ctx, args.bytes(1), holders, still_waits, serves, bound_ms) {
         listing_gate::ask_until_open(ctx, bound_ms);
         return Ok(Reply::Blocked);

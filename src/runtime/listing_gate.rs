@@ -3,9 +3,10 @@
 //! `RESTORE`, `MIGRATE` or a slot migration's import), the replication offsets read for it
 //! (`INFO replication`), and the ask for acknowledgements.
 //! `CTR.HOLDERS ... AT` blocked by a closed gate waits in the server (`waiter`) up to
-//! `ctr.purchase-wait-ms`, tested again at the waiter's ticks, while a timer of the gate asks
-//! the replicas to acknowledge at once (one `REPLCONF GETACK` round trip); a client that cannot
-//! wait (MULTI, a script) or still waiting at the bound gets a `TRYAGAIN`.
+//! `ctr.purchase-wait-ms`, while a timer of the gate reads the replicas' state once for all the
+//! waiting commands, asks them to acknowledge at once (one `REPLCONF GETACK` round trip) and runs
+//! the waiting commands again when it opens; a client that cannot wait (MULTI, a script) or still
+//! waiting at the bound gets a `TRYAGAIN`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -66,11 +67,7 @@ pub fn ask_until_open(ctx: Ctx, bound_ms: i64) {
 /// True when every online replica holds the holder lists this master answers from. Otherwise,
 /// when `ask` (from [`ASK`]'s timer only), asks the replicas to acknowledge at once.
 fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
-    // A listing loaded (`RESTORE`, `MIGRATE`, an import) is a change the replicas may not hold.
-    let loads = listings_loaded();
-    if LOADS_SEEN.replace(loads) != loads {
-        lists_changed();
-    }
+    take_in_loads();
     let mut gate = GATE.get();
     if gate.is_open() {
         return true;
@@ -86,8 +83,25 @@ fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
     open
 }
 
+/// A listing loaded since the last look (`RESTORE`, `MIGRATE`, an import) is a change the
+/// replicas may not hold: it closes the gate.
+fn take_in_loads() {
+    let loads = listings_loaded();
+    if LOADS_SEEN.replace(loads) != loads {
+        lists_changed();
+    }
+}
+
 /// True when every online replica holds the holder lists this master answers from (read in a
-/// command, or by a waiting command's test).
+/// command: the replication state is read when the gate is closed).
 pub fn lists_held(ctx: Ctx) -> bool {
     replicas_hold_lists(ctx, false)
+}
+
+/// True when the gate is open as last proven, without reading the replication state: what a
+/// waiting command tests at the waiter's ticks and transfer steps, while the gate's own timer
+/// reads the replicas for all of them.
+pub fn open_as_proven() -> bool {
+    take_in_loads();
+    GATE.get().is_open()
 }
