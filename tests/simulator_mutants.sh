@@ -48,6 +48,18 @@ mutant "the listing gate opens before the replica acknowledges" src/protocol/lis
   '        if acked.is_none_or(|acked| acked >= offset) {' '        if true {'
 mutant "the holder check passes any name of a spread home" src/counter/collect.rs \
   '        .is_some_and(|s| s.holders.iter().any(|h| h == name))' '        .is_some_and(|_| true)'
+mutant "an acknowledgement sent before the replicas hold its credit" src/protocol/transfer_node.rs \
+  '            for a in take_open(&mut self.acks, r, |a| &mut a.gate) {' '            for a in std::mem::take(&mut self.acks) {'
+mutant "a key's messages sent before the replicas hold its write" src/protocol/transfer_node.rs \
+  '(self.registry.get_mut(&key)).is_some_and(|d| d.gate.open(r))' '(self.registry.get_mut(&key)).is_some()'
+mutant "a holder sealed while its own moves are unanswered" src/protocol/transfer_node.rs \
+  '        if busy == Some(true) {' '        if false {'
+mutant "a credit to a missing home answered as a repeat" src/protocol/transfer_node.rs \
+  '    let Some(home) = renamed else {
+        return CreditOutcome::NotYet;' '    let Some(home) = renamed else {
+        return CreditOutcome::Repeat;'
+mutant "a renamed holder's fold sealed anew under its old name" src/protocol/transfer_node.rs \
+  '            Some(true) if self.retarget_carried_fold(host, &m) => return,' '            Some(true) if false => return,'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

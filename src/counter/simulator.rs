@@ -68,12 +68,12 @@ use super::spread::{
     plan_holders_avoiding, spread_id_from, Standalone,
 };
 use super::step::{Step, StepOutcome};
-use super::transfer::{
-    purchase_refused, purchase_waits_for_budget, Ack, Credit, CreditOutcome, Giver, Seal,
-    TransferError,
-};
+use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use crate::protocol::host::{Host, Route};
 use crate::protocol::listing_gate::ListingGate;
+use crate::protocol::replicas::Replication;
+use crate::protocol::transfer_node::{Event, TransferMessage, TransferNode, TICK_MS};
 
 #[path = "simulator_reads.rs"]
 mod reads;
@@ -123,9 +123,12 @@ impl Rng {
 
 #[derive(Debug, Clone)]
 enum Message {
-    Seal(Seal),
-    Credit(Credit),
-    Answer(Ack),
+    /// A transfer protocol message between the transfer nodes of two masters.
+    Transfer {
+        from: usize,
+        to: usize,
+        m: TransferMessage,
+    },
     /// A round's bound on its way to master `to`.
     Headroom {
         to: usize,
@@ -133,15 +136,9 @@ enum Message {
         round_ms: i64,
     },
     /// A gone home's master asks the master serving these holders to delete them.
-    Collect {
-        from: usize,
-        c: Collection,
-    },
+    Collect { from: usize, c: Collection },
     /// The names a receiver handled (deleted, gone, or not the sender's), back to `to`.
-    Collected {
-        to: usize,
-        c: Collection,
-    },
+    Collected { to: usize, c: Collection },
     /// The orphan audit: a holder's master asks the master of a carried home's slot.
     AuditAsk {
         from: usize,
@@ -181,8 +178,12 @@ struct Master {
     keys: BTreeMap<Vec<u8>, Counter>,
     replica: BTreeMap<Vec<u8>, Counter>,
     unreplicated: VecDeque<Pending>,
-    /// Answers waiting for the replica to hold the credit they answer (key: the receiver).
-    answers: Vec<(Vec<u8>, Ack)>,
+    /// This master's transfer node, the glue's machine (soft state: a restart or a failover
+    /// starts it anew from the keys it loads).
+    transfers: TransferNode<usize>,
+    /// Keys written with something to send since the node last took them (the glue's
+    /// `track`).
+    noted: Vec<Vec<u8>>,
     /// What this master's process knows of the counter's whole headroom (soft state: a
     /// restart or a failover starts from nothing).
     headroom: HeadroomView,
@@ -203,6 +204,16 @@ struct Master {
 }
 
 impl Master {
+    /// A new process (a restart, or the replica promoted): its transfer node starts from the
+    /// keys it holds with something to send (loaded, or replayed into the replica).
+    fn restart_transfer_node(&mut self) {
+        self.transfers = TransferNode::default();
+        self.noted = (self.keys.iter())
+            .filter(|(_, c)| has_transfers(c))
+            .map(|(k, _)| k.clone())
+            .collect();
+    }
+
     fn replica_holds(&self, key: &[u8]) -> bool {
         !self
             .unreplicated
@@ -308,7 +319,137 @@ fn master_of(key: &[u8]) -> usize {
     key_slot(key) as usize % MASTERS
 }
 
+/// A simulated master as the host of its transfer node: the glue's `RedisHost` over the
+/// simulated keys, replication counts and network.
+struct SimHost<'a> {
+    sim: &'a mut Sim,
+    master: usize,
+}
+
+impl Host for SimHost<'_> {
+    type Peer = usize;
+
+    fn now_ms(&self) -> i64 {
+        self.sim.now
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.sim.rng.id()
+    }
+
+    fn is_master(&self) -> bool {
+        true
+    }
+
+    fn in_cluster(&self) -> bool {
+        true
+    }
+
+    fn paused(&self) -> bool {
+        false
+    }
+
+    fn serves(&self, name: &[u8]) -> bool {
+        master_of(name) == self.master
+    }
+
+    fn route(&mut self, name: &[u8]) -> Route<usize> {
+        match master_of(name) {
+            m if m == self.master => Route::Here,
+            m => Route::To(m),
+        }
+    }
+
+    fn moving(&self, _name: &[u8]) -> bool {
+        false // no slot migration is simulated (CLUSTER.md)
+    }
+
+    fn db(&self) -> i32 {
+        0
+    }
+
+    fn select_db(&mut self, db: i32) -> bool {
+        db == 0
+    }
+
+    fn read<R>(&self, name: &[u8], f: impl FnOnce(Option<&Counter>) -> R) -> Option<R> {
+        Some(f(self.sim.masters[self.master].keys.get(name)))
+    }
+
+    fn write_step(&mut self, name: &[u8], step: Step) -> Result<StepOutcome, String> {
+        let answers = matches!(step, Step::Credit(_) | Step::Answer(_));
+        let r = self.sim.take_step(name, step);
+        if let Err(e) = &r {
+            // An overflowing credit waits (the giver sends it again); any other refusal of a
+            // credit or an answer the node decided to write is a defect.
+            if answers && !matches!(e, TransferError::Counter(_)) && self.sim.replay_error.is_none()
+            {
+                self.sim.replay_error = Some(format!("a step on {} failed: {e:?}", show(name)));
+            }
+        }
+        r.map_err(|e| format!("{e:?}"))
+    }
+
+    fn expire_at(&mut self, name: &[u8], at_ms: i64) {
+        // Expiry is a step of its own (`expire_folded_holder`), at any time after this.
+        self.sim
+            .note(format_args!("{} expires at {at_ms}", show(name)));
+    }
+
+    fn living_home(&self, name: &[u8], spread_id: u64) -> Option<Vec<u8>> {
+        self.sim.living_home(self.master, name, spread_id, name)
+    }
+
+    fn take_noted(&mut self) -> Vec<(i32, Vec<u8>)> {
+        let noted = std::mem::take(&mut self.sim.masters[self.master].noted);
+        noted.into_iter().map(|k| (0, k)).collect()
+    }
+
+    fn replication(&mut self) -> Option<Replication> {
+        let m = &self.sim.masters[self.master];
+        Some(Replication {
+            master_offset: m.written as i64,
+            slowest_replica: Some(m.replicated as i64),
+        })
+    }
+
+    fn wait_for_replicas(&mut self, _now: &Replication) {
+        // The replica catches up in its own steps.
+    }
+
+    fn send(&mut self, to: &usize, m: &TransferMessage) {
+        let (from, to, m) = (self.master, *to, m.clone());
+        self.sim.network.push(Message::Transfer { from, to, m });
+    }
+
+    fn count(&mut self, _event: Event) {}
+
+    fn warn(&mut self, why: &str) {
+        self.sim.note(format_args!("{why}"));
+    }
+
+    fn token_window_ms(&self) -> i64 {
+        TOKEN_WINDOW_MS
+    }
+
+    fn holds_credits(&self) -> bool {
+        false
+    }
+}
+
 impl Sim {
+    /// Runs master `master`'s transfer node over it.
+    fn run_node<R>(
+        &mut self,
+        master: usize,
+        f: impl FnOnce(&mut TransferNode<usize>, &mut SimHost) -> R,
+    ) -> R {
+        let mut node = std::mem::take(&mut self.masters[master].transfers);
+        let r = f(&mut node, &mut SimHost { sim: self, master });
+        self.masters[master].transfers = node;
+        r
+    }
+
     fn new(seed: u64) -> Sim {
         let mut sim = Sim {
             rng: Rng(seed),
@@ -371,6 +512,9 @@ impl Sim {
                 Some(c) => m.keys.insert(key.clone(), c.clone()),
                 None => m.keys.remove(key),
             };
+            if state.as_ref().is_some_and(has_transfers) {
+                m.noted.push(key.clone());
+            }
         }
         m.unreplicated.push_back(Pending {
             keys,
@@ -673,7 +817,14 @@ impl Sim {
             return false;
         };
         let across = |c: &Credit| master_of(&c.giver) == from && master_of(&c.receiver) == to;
-        self.now < until && matches!(m, Message::Credit(c) if across(c))
+        let credit = |m: &Message| match m {
+            Message::Transfer {
+                m: TransferMessage::Credit(c),
+                ..
+            } => Some(c.clone()),
+            _ => None,
+        };
+        self.now < until && credit(m).is_some_and(|c| across(&c))
     }
 
     /// A budget move from a holder to a sibling (sent by a node from before every move went
@@ -715,6 +866,7 @@ impl Sim {
             self.note(format_args!("shrink to {target}: {} leave", gone.len()));
         }
         for _ in 0..30 {
+            self.now += TICK_MS;
             for m in 0..MASTERS {
                 self.replicate_all(m);
                 self.tick(m);
@@ -735,32 +887,9 @@ impl Sim {
         let what = describe(&m);
         self.note(format_args!("deliver {what}"));
         match m {
-            Message::Seal(s) => {
-                // The glue's rule: a missing holder whose fold another key of its master
-                // carries (it was renamed) is not sealed anew at 0; the keys carrying the fold
-                // re-target it to the home that asks.
-                let master = &self.masters[master_of(&s.holder)];
-                let carriers: Vec<Vec<u8>> = master
-                    .keys
-                    .iter()
-                    .filter(|(_, c)| c.carries_fold(s.fold_id, &s.holder))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                if self.get(&s.holder).is_none() && !carriers.is_empty() {
-                    let seal = self.seal_step(&s);
-                    for k in carriers {
-                        let _ = self.take_step(&k, seal.clone());
-                    }
-                    return;
-                }
-                let retarget = Step::RetargetMoves {
-                    home: s.home.clone(),
-                };
-                let _ = self.take_step(&s.holder, retarget);
-                let seal = self.seal_step(&s);
-                let _ = self.take_step(&s.holder, seal);
+            Message::Transfer { from, to, m } => {
+                self.run_node(to, |node, host| node.receive(host, Some(from), m));
             }
-            Message::Credit(credit) => self.on_credit(credit),
             Message::Headroom {
                 to,
                 units,
@@ -796,64 +925,7 @@ impl Sim {
                     .collecting
                     .retain(|p| !p.holders.is_empty());
             }
-            Message::Answer(a) => {
-                if self.get(&a.giver).is_some_and(|c| c.answer_matters(&a)) {
-                    let r = self.take_step(&a.giver.clone(), Step::Answer(a));
-                    r.expect("an answer that matters applies");
-                }
-            }
         }
-    }
-
-    /// The holder's master seals a key for the fold `s` asks, now.
-    fn seal_step(&mut self, s: &Seal) -> Step {
-        Step::Seal {
-            home: s.home.clone(),
-            fold_id: s.fold_id,
-            now_ms: self.now,
-            new_id: self.rng.id(),
-        }
-    }
-
-    fn on_credit(&mut self, credit: Credit) {
-        let receiver = self.get(&credit.receiver);
-        let decided = match receiver {
-            None if parse_holder_name(&credit.receiver).is_none() => {
-                Some(self.outcome_at_renamed_home(&credit))
-            }
-            _ => Counter::credit_outcome_at(receiver, &credit),
-        };
-        let outcome = match decided {
-            Some(CreditOutcome::NotYet) => return, // sent again later
-            Some(o) => o,
-            None => match self.take_step(&credit.receiver, Step::Credit(credit.clone())) {
-                Ok(StepOutcome::Credited(CreditOutcome::NotYet)) => return,
-                Err(TransferError::Counter(_)) => return,
-                Ok(StepOutcome::Credited(o)) => o,
-                Ok(other) => panic!("credit {credit:?}: {other:?}"),
-                Err(e) => panic!("credit {credit:?}: {e:?}"),
-            },
-        };
-        let ack = Ack {
-            giver: credit.giver.clone(),
-            receiver: credit.receiver.clone(),
-            seq: credit.seq,
-            refused: outcome == CreditOutcome::Refused,
-        };
-        let m = &mut self.masters[master_of(&credit.receiver)];
-        m.answers.push((credit.receiver.clone(), ack));
-    }
-
-    /// The glue's rule for a credit to a missing home name: the home renamed on that master
-    /// answers a credit it applied under that name as a repeat; else not yet.
-    fn outcome_at_renamed_home(&self, credit: &Credit) -> CreditOutcome {
-        let m = master_of(&credit.receiver);
-        let home = parse_holder_name(&credit.from)
-            .filter(|h| h.spread_id != 0)
-            .and_then(|h| self.living_home(m, &credit.receiver, h.spread_id, &credit.receiver));
-        home.map_or(CreditOutcome::NotYet, |home| {
-            Counter::credit_outcome_at_renamed_home(&home, credit)
-        })
     }
 
     /// A receiver's rule (`collect::verdict`): it deletes a name only when it is a holder of
@@ -879,19 +951,9 @@ impl Sim {
     /// replica holds the key's last write; answers go once the replica holds their credit;
     /// every collection not yet answered goes (again) to the masters serving its holders.
     fn tick(&mut self, master: usize) {
+        self.run_node(master, |node, host| node.tick(host));
         let m = &mut self.masters[master];
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut m.answers)
-            .into_iter()
-            .partition(|(key, _)| m.replica_holds(key));
-        m.answers = waiting;
-        let mut out: Vec<Message> = ready.into_iter().map(|(_, a)| Message::Answer(a)).collect();
-        for (name, c) in &m.keys {
-            if m.replica_holds(name) {
-                let (seals, credits) = c.messages_due(name);
-                out.extend(seals.into_iter().map(Message::Seal));
-                out.extend(credits.into_iter().map(Message::Credit));
-            }
-        }
+        let mut out: Vec<Message> = Vec::new();
         let replicated = m.replicated;
         let (open, held): (Vec<_>, Vec<_>) = std::mem::take(&mut m.held_audit)
             .into_iter()
@@ -964,7 +1026,7 @@ impl Sim {
         m.keys = m.replica.clone();
         m.unreplicated.clear();
         m.written = m.replicated;
-        m.answers.clear();
+        m.restart_transfer_node();
         m.headroom = HeadroomView::default();
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
@@ -987,7 +1049,7 @@ impl Sim {
     fn restart(&mut self, master: usize) {
         self.replicate_all(master);
         let m = &mut self.masters[master];
-        m.answers.clear();
+        m.restart_transfer_node();
         m.headroom = HeadroomView::default();
         // The lists loaded are not proven held; pending collections are lost with the process
         // (the audit finds what they left).
@@ -1686,9 +1748,13 @@ impl Sim {
             but_sibling_moves && fold_id == 0 && parse_holder_name(from).is_some()
         };
         let addressed = |m: &Message| match m {
-            Message::Seal(s) => s.holder == name,
-            Message::Credit(c) => c.receiver == name && !sibling_move(c.fold_id, &c.from),
-            Message::Answer(a) => a.giver == name,
+            Message::Transfer { m, .. } => match m {
+                TransferMessage::Seal(s) => s.holder == name,
+                TransferMessage::Credit(c) => {
+                    c.receiver == name && !sibling_move(c.fold_id, &c.from)
+                }
+                TransferMessage::Ack(a) => a.giver == name,
+            },
             Message::Headroom { .. }
             | Message::Collect { .. }
             | Message::Collected { .. }
@@ -1924,7 +1990,8 @@ impl Sim {
         if self.get(&name).is_some() {
             return Ok(());
         }
-        let living = self.living_home(master_of(&name), &carried, spread_id, &name);
+        let living = (self.living_home(master_of(&name), &carried, spread_id, &name))
+            .and_then(|home| self.get(&home).cloned());
         let copy = Copy {
             name: &name,
             carried_home: &carried,
@@ -2101,17 +2168,15 @@ impl Sim {
     /// key under the carried name when it is a home of it, else a key this master saw that
     /// home renamed to (here: any other key of `m` that is a home of it; the glue's table of
     /// renamed homes is kept over restarts and failovers).
-    fn living_home(&self, m: usize, carried: &[u8], spread_id: u64, not: &[u8]) -> Option<Counter> {
+    fn living_home(&self, m: usize, carried: &[u8], spread_id: u64, not: &[u8]) -> Option<Vec<u8>> {
         let keys = &self.masters[m].keys;
-        let home_of = |c: &&Counter| collect::is_home_of(c, spread_id);
-        if let Some(c) = keys.get(carried).filter(home_of) {
-            return Some(c.clone());
+        let home_of = |c: &Counter| collect::is_home_of(c, spread_id);
+        if keys.get(carried).is_some_and(home_of) {
+            return Some(carried.to_vec());
         }
         keys.iter()
-            .filter(|(k, _)| k.as_slice() != not)
-            .map(|(_, c)| c)
-            .find(home_of)
-            .cloned()
+            .find(|(k, c)| k.as_slice() != not && home_of(c))
+            .map(|(k, _)| k.clone())
     }
 }
 
@@ -2230,9 +2295,11 @@ impl Sim {
         }
     }
 
-    /// `n` rounds of: every replica catches up, every master ticks, every message delivered.
+    /// `n` rounds of: every replica catches up, every master ticks, every message delivered;
+    /// a round is one period of the transfer nodes' tick.
     fn quiet_rounds(&mut self, n: usize) {
         for _ in 0..n {
+            self.now += TICK_MS;
             for m in 0..MASTERS {
                 self.replicate_all(m);
                 self.tick(m);
@@ -2344,22 +2411,9 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
 
 fn describe(m: &Message) -> String {
     match m {
-        Message::Seal(s) => format!(
-            "seal {} into {} fold {:x}",
-            show(&s.holder),
-            show(&s.home),
-            s.fold_id
-        ),
-        Message::Credit(c) => format!(
-            "credit {} -> {} giver {:x} seq {} dv {} df {} fold {:x}",
-            show(&c.giver),
-            show(&c.receiver),
-            c.giver_id,
-            c.seq,
-            c.dv,
-            c.df,
-            c.fold_id
-        ),
+        Message::Transfer { from, to, m } => {
+            format!("{} from master {from} to master {to}", describe_transfer(m))
+        }
         Message::Headroom { to, units, .. } => format!("headroom {units} to master {to}"),
         Message::Collect { from, c } => format!(
             "collect {} holders of {:x} from master {from}",
@@ -2389,7 +2443,28 @@ fn describe(m: &Message) -> String {
                 .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
                 .collect::<Vec<_>>()
         ),
-        Message::Answer(a) => format!(
+    }
+}
+
+fn describe_transfer(m: &TransferMessage) -> String {
+    match m {
+        TransferMessage::Seal(s) => format!(
+            "seal {} into {} fold {:x}",
+            show(&s.holder),
+            show(&s.home),
+            s.fold_id
+        ),
+        TransferMessage::Credit(c) => format!(
+            "credit {} -> {} giver {:x} seq {} dv {} df {} fold {:x}",
+            show(&c.giver),
+            show(&c.receiver),
+            c.giver_id,
+            c.seq,
+            c.dv,
+            c.df,
+            c.fold_id
+        ),
+        TransferMessage::Ack(a) => format!(
             "answer {} -> {} seq {} refused {}",
             show(&a.receiver),
             show(&a.giver),
@@ -2397,6 +2472,10 @@ fn describe(m: &Message) -> String {
             a.refused
         ),
     }
+}
+
+fn has_transfers(c: &Counter) -> bool {
+    c.transfers().is_some_and(|t| t.has_pending())
 }
 
 /// An audit answer holding a `Gone`.

@@ -1,4 +1,7 @@
-//! Transfers between counters, the Redis glue (the rules are in `crate::counter::transfer`).
+//! Transfers between counters, the Redis glue: the rules are in `crate::counter::transfer`, the
+//! node's part of the protocol (what each message does, the registry of keys with something to
+//! send, resends, acknowledgements held for the replicas) in `crate::protocol::transfer_node`,
+//! run here over [`RedisHost`] and in the simulator over its simulated masters.
 //!
 //! API (for folds here, and for budget moves between holders of floored spread counters):
 //! - [`start`]`(ctx, giver_key, receiver_name, dv, df)`, on the giver's master: debits the
@@ -15,7 +18,7 @@
 //! took (`CTR.STEP`, replayed through `Counter::apply_step`, never the key's whole state), and
 //! each message is idempotent (seal, credit by seq, ack by seq), so any message may be lost,
 //! repeated or late. A key with something to send (an outbox entry, a holder still leaving)
-//! sits in a registry that a 100 ms timer walks: it sends the key's seals and credits again,
+//! sits in the node's registry that a 100 ms timer walks: it sends the key's seals and credits again,
 //! backing off to every 2 s while nothing answers. The registry is filled wherever such a
 //! state appears on this server: the master's own writes, a replicated or AOF `CTR.STEP` or
 //! `CTR.SETSTATE`, an RDB or RESTORE load, a COPY. So a replica promoted by a failover, or a
@@ -43,90 +46,60 @@
 //! acknowledgement period (about a second) per step on masters that have replicas.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
 use super::ctr_store::{update_counter, with_counter};
-use super::replication_gate::{self, Gate, Replication};
+use super::replication_gate::{self, Replication};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
-use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::counter::spread::key_slot;
 use crate::counter::step::{Step, StepOutcome};
-use crate::counter::transfer::{AckEffect, CreditOutcome, Outgoing, TransferError, LEGACY_FOLD};
+use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
-use crate::persist::transfer_msg::{self as msg, Ack, Credit, Seal};
+use crate::persist::transfer_msg::{self as msg, Credit};
+use crate::protocol::host::{Host, Route};
 use crate::protocol::messages::MessageKind;
-use crate::protocol::timeout::Timeout;
+use crate::protocol::transfer_node::{Event, TransferMessage, TransferNode, TICK_MS};
 
-const MSG_SEAL: MessageKind = MessageKind::Seal;
-const MSG_CREDIT: MessageKind = MessageKind::Credit;
-const MSG_ACK: MessageKind = MessageKind::Ack;
-
-/// The registry's timer period, the first resend delay, and the longest one.
-const TICK_MS: i64 = 100;
-const MAX_BACKOFF_MS: i64 = 2_000;
-
-/// How long a folded holder stays (sealed, refusing writes) after its credit is acknowledged,
-/// at least: long enough for every writer's holder cache (1 s in the client libraries) to
-/// learn the new holder list, so a late write meets the sealed error instead of making the key
-/// anew. It stays the token window (`ctr.token-window-ms`) when that is longer, so that a
-/// retried token replays its first answer there for as long as a token is remembered.
-pub const SEALED_GRACE_MS: i64 = 60_000;
-
-/// When a key is due to send (at once, then backing off while unanswered), whether it sent
-/// before, and the replication its last write must reach before anything about it is sent.
-struct Due {
-    resend: Timeout,
-    sent_before: bool,
-    gate: Gate,
-}
-
-/// An acknowledgement waiting for the replicas to hold its credit.
-struct PendingAck {
-    to: NodeId,
-    ack: Ack,
-    gate: Gate,
-}
-
-/// Acknowledgements waiting at most (a giver whose ack was dropped sends its credit again).
-const MAX_PENDING_ACKS: usize = 4096;
+pub use crate::protocol::transfer_node::SEALED_GRACE_MS;
 
 thread_local! {
-    /// (db, key name) of every key with something to send.
-    static REGISTRY: RefCell<HashMap<(c_int, Vec<u8>), Due>> = RefCell::new(HashMap::new());
-    static PENDING_ACKS: RefCell<Vec<PendingAck>> = const { RefCell::new(Vec::new()) };
+    /// This server's transfer node (timers and bus receivers run on the main thread).
+    static NODE: RefCell<TransferNode<NodeId>> = RefCell::new(TransferNode::default());
+    /// (db, key name) of the keys noted with something to send since the node last took them.
+    static NOTED: RefCell<HashSet<(c_int, Vec<u8>)>> = RefCell::new(HashSet::new());
     /// Something was noted to send since the last tick: [`tick_soon`] may tick at once.
     static TICK_SOON: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Records that `name` in `db` may have something to send (a no-op when it has not).
+/// Records that `name` in `db` may have something to send (a no-op when it has not): the node
+/// takes it at its next run, and its sends wait for the replicas to hold this write.
 pub fn track(db: c_int, name: &[u8], c: &Counter) {
     if c.transfers().is_some_and(|t| t.has_pending()) {
-        enter(db, name);
+        NOTED.with(|n| n.borrow_mut().insert((db, name.to_vec())));
         TICK_SOON.with(|t| t.set(true));
     }
 }
 
-/// Puts `name` in `db` in the registry; a new write: what is sent about it waits for the
-/// replicas to hold it.
-fn enter(db: c_int, name: &[u8]) {
-    REGISTRY.with(|r| {
-        r.borrow_mut()
-            .entry((db, name.to_vec()))
-            .and_modify(|d| d.gate = Gate::default())
-            .or_insert(Due {
-                resend: Timeout::backoff_from_now(TICK_MS, MAX_BACKOFF_MS),
-                sent_before: false,
-                gate: Gate::default(),
-            });
-    });
+/// Runs the node over this server. A call made while the node runs (never expected: no host
+/// effect runs the node) is skipped with a warning; what it would have done is done by the
+/// next tick or the sender's resend.
+fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut TransferNode<NodeId>, &mut RedisHost) -> R) -> R {
+    NODE.with(|n| match n.try_borrow_mut() {
+        Ok(mut node) => f(&mut node, &mut RedisHost { ctx }),
+        Err(_) => {
+            ctx.log_warning("ctr: the transfer node was entered again; the next tick goes on");
+            R::default()
+        }
+    })
 }
 
 pub use super::demand::selected_db;
@@ -150,13 +123,7 @@ pub fn start(
         return Err(unexpected());
     };
     metrics::TRANSFERS_STARTED.incr();
-    // A new credit goes at the next tick, not after the giver's backoff for older ones.
-    REGISTRY.with(|r| {
-        let key = (selected_db(ctx), string_bytes(giver).to_vec());
-        if let Some(d) = r.borrow_mut().get_mut(&key) {
-            d.resend.hurry();
-        }
-    });
+    run(ctx, |node, host| node.hurry(host, string_bytes(giver)));
     tick_soon(ctx);
     Ok(out)
 }
@@ -210,7 +177,7 @@ pub fn begin_fold(ctx: Ctx, home: RawString, target: usize) -> Result<Vec<Vec<u8
     } else {
         // One server: every step is local, so the fold completes within the command (no
         // Valkey slot trap outside a cluster), and the reply already finds it done.
-        send_seals(ctx, string_bytes(home));
+        run(ctx, |node, host| node.send_seals(host, string_bytes(home)));
     }
     Ok(kept)
 }
@@ -335,400 +302,148 @@ pub(crate) fn serves(ctx: Ctx, name: &[u8]) -> bool {
             || (cluster::routed_here(ctx.ptr, name) && !super::slot_migration::moving_key(name)))
 }
 
-/// Sends one message toward the master of `to_key`, or handles it here when that is us.
-fn deliver(ctx: Ctx, to_key: &[u8], kind: MessageKind, payload: &[u8]) {
-    match route(ctx, to_key) {
-        Ok(None) => handle(ctx, None, kind, payload),
-        Ok(Some(node)) => {
-            cluster::send(ctx.ptr, &node, kind, payload);
+/// This server as the transfer node's host.
+pub struct RedisHost {
+    ctx: Ctx,
+}
+
+impl Host for RedisHost {
+    type Peer = NodeId;
+
+    fn now_ms(&self) -> i64 {
+        self.ctx.now_ms()
+    }
+
+    fn new_id(&mut self) -> u64 {
+        new_id()
+    }
+
+    fn is_master(&self) -> bool {
+        is_master(self.ctx)
+    }
+
+    fn in_cluster(&self) -> bool {
+        cluster::in_cluster(self.ctx)
+    }
+
+    fn paused(&self) -> bool {
+        replication_gate::paused()
+    }
+
+    fn serves(&self, name: &[u8]) -> bool {
+        serves(self.ctx, name)
+    }
+
+    fn route(&mut self, name: &[u8]) -> Route<NodeId> {
+        match route(self.ctx, name) {
+            Ok(None) => Route::Here,
+            Ok(Some(node)) => Route::To(node),
+            Err(_) => {
+                cluster::forget_topology();
+                Route::Unknown
+            }
         }
-        Err(_) => cluster::forget_topology(),
     }
-}
 
-fn handle(ctx: Ctx, from: Option<NodeId>, kind: MessageKind, payload: &[u8]) {
-    let _ = match kind {
-        MSG_SEAL => msg::decode_seal(payload).map(|m| on_seal(ctx, m)),
-        MSG_CREDIT => msg::decode_credit(payload).map(|m| on_credit(ctx, from, m)),
-        MSG_ACK => msg::decode_ack(payload).map(|m| on_ack(ctx, m)),
-        _ => Ok(()),
-    };
-}
+    fn moving(&self, name: &[u8]) -> bool {
+        super::slot_migration::moving_key(name)
+    }
 
-/// On the holder's master: seals the holder into its home (once), then sends the credit.
-fn on_seal(ctx: Ctx, m: Seal) {
-    // Only a key named as a holder is ever sealed (a home's state that names another key is
-    // refused when it is decoded; this holds also for a request from an older version).
-    if !serves(ctx, &m.holder) || parse_holder_name(&m.holder).is_none() {
-        return;
+    fn db(&self) -> i32 {
+        selected_db(self.ctx)
     }
-    let name = KeyName::new(ctx, &m.holder);
-    match with_counter(ctx, name.raw, |c| c.is_none()) {
-        Err(_) => return, // another type under the holder's name: nothing of ours to fold
-        // The holder was sealed and then renamed (or restored under another name): the key
-        // under its new name carries the fold. Sealing a new key at 0 under the old name would
-        // send the home an empty credit for the same fold, which could end it first and leave
-        // the holder's units refused for ever.
-        Ok(true) if retarget_carried_fold(ctx, &m) => return,
-        Ok(_) => {}
-    }
-    // A move toward the home under a name it had before a RENAME goes to this name.
-    let stale_move = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.has_move_to_former_home(&m.home),
-        _ => false,
-    });
-    if stale_move == Ok(true) {
-        let home = m.home.clone();
-        let _ = write_step(ctx, name.raw, |_| Step::RetargetMoves { home });
-    }
-    // Its own moves still unanswered: it seals later (the home asks again), nothing to write.
-    let busy = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => {
-            !b.is_sealed() && b.transfers().is_some_and(|t| !t.outbox.is_empty())
-        }
-        _ => false,
-    });
-    if busy == Ok(true) {
-        return;
-    }
-    match write_step(ctx, name.raw, |_| seal_step(ctx, &m.home, m.fold_id)) {
-        Ok(StepOutcome::Sealed(Some(_))) => metrics::TRANSFERS_STARTED.incr(),
-        Ok(_) => {}
-        Err(e) => ctx.log_warning(&format!("ctr: could not seal a holder: {}", e.0)),
-    }
-    // Sealed now or earlier: its credit goes (a repeat is harmless). Within one server's
-    // command, at once (every step is in that command's replication); in a cluster, from the
-    // registry's timer once the replicas hold the seal.
-    if !cluster::in_cluster(ctx) {
-        send_credits(ctx, &m.holder, false);
-    }
-}
 
-/// The keys this server tracks (the registry holds every key with a transfer in flight) that
-/// are sealed holders carrying the fold of `m`: each re-targets its fold to the home that asks
-/// (it may have been renamed too). True when there was one.
-fn retarget_carried_fold(ctx: Ctx, m: &Seal) -> bool {
-    let db = selected_db(ctx);
-    let names: Vec<Vec<u8>> = REGISTRY.with(|r| {
-        r.borrow()
-            .keys()
-            .filter(|(d, _)| *d == db)
-            .map(|(_, n)| n.clone())
-            .collect()
-    });
-    let carriers: Vec<Vec<u8>> = names
-        .into_iter()
-        .filter(|n| {
-            let key = KeyName::new(ctx, n);
-            with_counter(ctx, key.raw, |c| match c {
-                Some(CounterRef::Boxed(b)) => b.carries_fold(m.fold_id, &m.holder),
-                _ => false,
-            })
-            .unwrap_or(false)
+    fn select_db(&mut self, db: i32) -> bool {
+        // SAFETY: ctx is the live context of the callback running the node.
+        unsafe { rm!(RedisModule_SelectDb)(self.ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
+    }
+
+    fn read<R>(&self, name: &[u8], f: impl FnOnce(Option<&Counter>) -> R) -> Option<R> {
+        let key = KeyName::new(self.ctx, name);
+        with_counter(self.ctx, key.raw, |c| match c {
+            Some(CounterRef::Boxed(b)) => f(Some(b)),
+            Some(other) => f(Some(&other.to_counter())),
+            None => f(None),
         })
-        .collect();
-    for carrier in &carriers {
-        let key = KeyName::new(ctx, carrier);
-        let moved_home = with_counter(ctx, key.raw, |c| match c {
-            Some(CounterRef::Boxed(b)) => b.transfers().and_then(|t| t.sealed_into.clone()),
-            _ => None,
-        });
-        if moved_home.ok().flatten().is_some_and(|into| into != m.home) {
-            let _ = write_step(ctx, key.raw, |_| seal_step(ctx, &m.home, m.fold_id));
-        }
+        .ok()
     }
-    !carriers.is_empty()
-}
 
-/// Sealing the key into `home` for the fold `fold_id`, now.
-fn seal_step(ctx: Ctx, home: &[u8], fold_id: u64) -> Step {
-    Step::Seal {
-        home: home.to_vec(),
-        fold_id,
-        now_ms: ctx.now_ms(),
-        new_id: new_id(),
+    fn write_step(&mut self, name: &[u8], step: Step) -> Result<StepOutcome, String> {
+        let key = KeyName::new(self.ctx, name);
+        write_step(self.ctx, key.raw, |_| step).map_err(|e| e.0.into_owned())
     }
-}
 
-/// On the receiver's master: applies a credit it expects, once, then acknowledges it (also a
-/// repeat); answers a credit it does not expect with a refusal. Nothing is answered while the
-/// credit cannot be applied (the giver sends it again).
-fn on_credit(ctx: Ctx, from: Option<NodeId>, m: Credit) {
-    if config::DEBUG_HOLD_CREDITS.load(Relaxed) || !serves(ctx, &m.receiver) {
-        return;
+    fn expire_at(&mut self, name: &[u8], at_ms: i64) {
+        let name = KeyName::new(self.ctx, name);
+        let key = Key::open(self.ctx, name.raw, true);
+        key.set_abs_expire(at_ms);
+        drop(key);
+        let at = at_ms.to_string();
+        self.ctx.replicate(c"PEXPIREAT", name.raw, &[at.as_bytes()]);
     }
-    let name = KeyName::new(ctx, &m.receiver);
-    // Decided on a read first: a repeat or a refusal writes nothing (and replicates nothing).
-    let Ok((decided, missing_home)) = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => (Counter::credit_outcome_at(Some(b), &m), false),
-        Some(other) => (
-            Counter::credit_outcome_at(Some(&other.to_counter()), &m),
-            false,
-        ),
-        None => (
-            Counter::credit_outcome_at(None, &m),
-            parse_holder_name(&m.receiver).is_none(),
-        ),
-    }) else {
-        return; // another type under the receiver's name
-    };
-    // A home name missing here (not yet, for the core): the home renamed on this master
-    // answers a credit it applied under that name (the simulator's copy of the glue does too).
-    let decided = if missing_home {
-        Some(outcome_at_renamed_home(ctx, &m))
-    } else {
-        decided
-    };
-    let outcome = match decided {
-        Some(outcome) => outcome,
-        None => match write_step(ctx, name.raw, |_| Step::Credit(m.clone())) {
-            Ok(StepOutcome::Credited(outcome)) => outcome,
-            Ok(_) => return,
-            Err(e) => {
-                ctx.log_warning(&format!("ctr: could not apply a transfer credit: {}", e.0));
-                return;
-            }
-        },
-    };
-    match outcome {
-        CreditOutcome::Applied => metrics::TRANSFERS_CREDITED.incr(),
-        CreditOutcome::Repeat => metrics::TRANSFERS_DUPLICATE_CREDITS.incr(),
-        CreditOutcome::Refused => metrics::TRANSFERS_REFUSED.incr(),
-        CreditOutcome::NotYet => return, // sent again by the giver
-    }
-    let ack = Ack {
-        giver: m.giver,
-        receiver: m.receiver,
-        seq: m.seq,
-        refused: outcome == CreditOutcome::Refused,
-    };
-    match from {
-        None => on_ack(ctx, ack),
-        Some(node) => queue_ack(node, ack),
-    }
-}
 
-/// A credit to a home name missing here: the home renamed on this master (the renamed-home
-/// rule, `home_names`) answers it as a repeat when it applied it under that name; else it is
-/// not yet (see [`Counter::credit_outcome_at_renamed_home`]).
-fn outcome_at_renamed_home(ctx: Ctx, m: &Credit) -> CreditOutcome {
-    let renamed = parse_holder_name(&m.from)
-        .filter(|h| h.spread_id != 0)
-        .and_then(|h| super::home_names::living_home(ctx, &m.receiver, h.spread_id));
-    let Some(home) = renamed else {
-        return CreditOutcome::NotYet;
-    };
-    let key = KeyName::new(ctx, &home);
-    let outcome = with_counter(ctx, key.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => Counter::credit_outcome_at_renamed_home(b, m),
-        _ => CreditOutcome::NotYet,
-    });
-    outcome.unwrap_or(CreditOutcome::NotYet)
-}
+    fn living_home(&self, name: &[u8], spread_id: u64) -> Option<Vec<u8>> {
+        super::home_names::living_home(self.ctx, name, spread_id)
+    }
 
-/// Queues an acknowledgement for the timer, which sends it once the replicas hold the credit.
-fn queue_ack(to: NodeId, ack: Ack) {
-    PENDING_ACKS.with(|p| {
-        let mut pending = p.borrow_mut();
-        let queued = pending.iter().any(|q| q.to == to && q.ack == ack);
-        if !queued && pending.len() < MAX_PENDING_ACKS {
-            pending.push(PendingAck {
-                to,
-                ack,
-                gate: Gate::default(),
-            });
-        }
-    });
-    TICK_SOON.with(|t| t.set(true));
-}
+    fn take_noted(&mut self) -> Vec<(i32, Vec<u8>)> {
+        let mut noted: Vec<(i32, Vec<u8>)> = NOTED.with(|n| n.borrow_mut().drain().collect());
+        noted.extend(crate::persist::ctr_type::take_loaded_with_transfers());
+        noted
+    }
 
-/// Sends the acknowledgements whose credits the replicas hold.
-fn send_acks(ctx: Ctx, now: &Replication) {
-    let ready: Vec<PendingAck> = PENDING_ACKS
-        .with(|p| replication_gate::take_open(&mut p.borrow_mut(), now, |a| &mut a.gate));
-    for a in ready {
-        cluster::send(ctx.ptr, &a.to, MSG_ACK, &msg::encode_ack(&a.ack));
+    fn replication(&mut self) -> Option<Replication> {
+        replication_gate::read(self.ctx)
     }
-}
 
-/// On the giver's master: an acknowledgement forgets the outbox entry (a sealed holder with
-/// nothing left to send expires after the grace period); a refusal rolls a budget move back.
-fn on_ack(ctx: Ctx, m: Ack) {
-    if !serves(ctx, &m.giver) {
-        return;
-    }
-    let name = KeyName::new(ctx, &m.giver);
-    let matters = with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.answer_matters(&m),
-        _ => false,
-    });
-    if matters != Ok(true) {
-        return;
-    }
-    let effect = match write_step(ctx, name.raw, |_| Step::Answer(m.clone())) {
-        Ok(StepOutcome::Answered(effect)) => effect,
-        Ok(_) => return,
-        Err(e) => {
-            ctx.log_warning(&format!("ctr: could not apply a transfer answer: {}", e.0));
-            return;
-        }
-    };
-    match effect {
-        AckEffect::Nothing => {}
-        AckEffect::RolledBack => metrics::TRANSFERS_ROLLED_BACK.incr(),
-        AckEffect::Acknowledged { sealed_and_done } => {
-            metrics::TRANSFERS_ACKED.incr();
-            if sealed_and_done {
-                // Kept for the token window at least: a retried token replays there.
-                let window = config::TOKEN_WINDOW_MS.load(Relaxed);
-                let at = ctx.now_ms().saturating_add(SEALED_GRACE_MS.max(window));
-                let key = Key::open(ctx, name.raw, true);
-                key.set_abs_expire(at);
-                drop(key);
-                ctx.replicate(c"PEXPIREAT", name.raw, &[at.to_string().as_bytes()]);
-            }
-        }
-    }
-}
-
-/// What the counter at `name` has to send (seal requests and credits; none when missing).
-fn messages_due(ctx: Ctx, name: &[u8]) -> (Vec<Seal>, Vec<Credit>) {
-    let key = KeyName::new(ctx, name);
-    with_counter(ctx, key.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.messages_due(name),
-        _ => Default::default(),
-    })
-    .unwrap_or_default()
-}
-
-/// Sends (again) every credit in `giver`'s outbox; returns how many went.
-fn send_credits(ctx: Ctx, giver: &[u8], resend: bool) -> usize {
-    let (_, credits) = messages_due(ctx, giver);
-    for credit in &credits {
-        if resend {
-            metrics::TRANSFERS_RESENT.incr();
-        }
-        deliver(
-            ctx,
-            &credit.receiver,
-            MSG_CREDIT,
-            &msg::encode_credit(credit),
-        );
-    }
-    credits.len()
-}
-
-/// Asks (again) the master of every holder still leaving `home` to seal it.
-fn send_seals(ctx: Ctx, home: &[u8]) -> usize {
-    let (seals, _) = messages_due(ctx, home);
-    for seal in &seals {
-        deliver(ctx, &seal.holder, MSG_SEAL, &msg::encode_seal(seal));
-    }
-    seals.len()
-}
-
-/// One pass over the registry: sends what is due; forgets keys with nothing left to send.
-/// A replica only drops the keys its master has finished with (it resumes the others once
-/// promoted).
-fn tick(ctx: Ctx) {
-    if super::replication_gate::paused() {
-        return; // the next tick does this one's work
-    }
-    super::home_names::take_loaded(); // what loading left for it, without waiting for a lookup
-    for (db, name) in crate::persist::ctr_type::take_loaded_with_transfers() {
-        enter(db, &name);
-    }
-    let master = is_master(ctx);
-    let now = ctx.now_ms();
-    // Read once per tick, after every write of earlier callbacks was propagated.
-    let replication = if master {
-        replication_gate::read(ctx)
-    } else {
-        PENDING_ACKS.with(|p| p.borrow_mut().clear());
-        None
-    };
-    if let Some(r) = &replication {
-        send_acks(ctx, r);
-    }
-    let due: Vec<(c_int, Vec<u8>, bool)> = REGISTRY.with(|r| {
-        r.borrow()
-            .iter()
-            .filter(|(_, d)| d.resend.fired(now))
-            .map(|((db, name), d)| (*db, name.clone(), d.sent_before))
-            .collect()
-    });
-    let mut held_by_gate = false;
-    for (db, name, resend) in due {
-        // SAFETY: ctx is the timer's live context.
-        if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) } != raw::REDISMODULE_OK as c_int {
-            forget(db, &name);
-            continue;
-        }
-        if !master {
-            if !has_pending(ctx, &name) {
-                forget(db, &name);
-            }
-            continue;
-        }
-        let replicas_hold_it = replication.as_ref().is_some_and(|now| {
-            REGISTRY.with(|r| {
-                r.borrow_mut()
-                    .get_mut(&(db, name.clone()))
-                    .is_some_and(|d| d.gate.open(now))
-            })
-        });
-        if !replicas_hold_it {
-            held_by_gate = true;
-            continue; // asked again next tick
-        }
-        // A key whose slot moves (atomic slot migration, either way) sends nothing until the
-        // move ends: then its new master sends (kept here, it goes on from here if the move
-        // was aborted).
-        if super::slot_migration::moving_key(&name) {
-            continue;
-        }
-        let sent = send_seals(ctx, &name) + send_credits(ctx, &name, resend);
-        if sent == 0 {
-            forget(db, &name);
-            continue;
-        }
-        REGISTRY.with(|r| {
-            if let Some(d) = r.borrow_mut().get_mut(&(db, name)) {
-                d.sent_before = true;
-                d.resend.fire(now);
-            }
-        });
-    }
-    // SAFETY: as above; database 0 always exists.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
-    let acks_held = PENDING_ACKS.with(|p| !p.borrow().is_empty());
-    if let (Some(r), true) = (&replication, held_by_gate || acks_held) {
+    fn wait_for_replicas(&mut self, now: &Replication) {
         // The replicas are asked to acknowledge now; what waited goes a few ms later, not at
         // their next once-a-second acknowledgement.
-        replication_gate::ask_replicas_to_acknowledge(ctx, r);
-        recheck_soon(ctx);
+        replication_gate::ask_replicas_to_acknowledge(self.ctx, now);
+        scheduler::arm_once(self.ctx.ptr, When::After(RECHECK_MS), &RECHECK);
+    }
+
+    fn send(&mut self, to: &NodeId, message: &TransferMessage) {
+        let (kind, payload) = match message {
+            TransferMessage::Seal(m) => (MessageKind::Seal, msg::encode_seal(m)),
+            TransferMessage::Credit(m) => (MessageKind::Credit, msg::encode_credit(m)),
+            TransferMessage::Ack(m) => (MessageKind::Ack, msg::encode_ack(m)),
+        };
+        cluster::send(self.ctx.ptr, to, kind, &payload);
+    }
+
+    fn count(&mut self, event: Event) {
+        match event {
+            Event::Sealed => metrics::TRANSFERS_STARTED.incr(),
+            Event::Credited => metrics::TRANSFERS_CREDITED.incr(),
+            Event::DuplicateCredit => metrics::TRANSFERS_DUPLICATE_CREDITS.incr(),
+            Event::Refused => metrics::TRANSFERS_REFUSED.incr(),
+            Event::RolledBack => metrics::TRANSFERS_ROLLED_BACK.incr(),
+            Event::Acked => metrics::TRANSFERS_ACKED.incr(),
+            Event::Resent => metrics::TRANSFERS_RESENT.incr(),
+        }
+    }
+
+    fn warn(&mut self, why: &str) {
+        self.ctx.log_warning(why);
+    }
+
+    fn token_window_ms(&self) -> i64 {
+        config::TOKEN_WINDOW_MS.load(Relaxed)
+    }
+
+    fn holds_credits(&self) -> bool {
+        config::DEBUG_HOLD_CREDITS.load(Relaxed)
     }
 }
 
 /// How long after asking the replicas to acknowledge the held sends are looked at again.
 const RECHECK_MS: i64 = 2;
 
-/// A one-shot tick [`RECHECK_MS`] from now, unless one is armed already.
-fn recheck_soon(ctx: Ctx) {
-    scheduler::arm_once(ctx.ptr, When::After(RECHECK_MS), &RECHECK);
-}
-
-fn has_pending(ctx: Ctx, name: &[u8]) -> bool {
-    let name = KeyName::new(ctx, name);
-    with_counter(ctx, name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.transfers().is_some_and(|t| t.has_pending()),
-        _ => false,
-    })
-    .unwrap_or(false)
-}
-
-fn forget(db: c_int, name: &[u8]) {
-    REGISTRY.with(|r| r.borrow_mut().remove(&(db, name.to_vec())));
+/// One pass of the node over its registry.
+fn tick(ctx: Ctx) {
+    super::home_names::take_loaded(); // what loading left for it, without waiting for a lookup
+    run(ctx, |node, host| node.tick(host));
 }
 
 /// The registry's tick (a panic in it is a defect; the tick goes on).
@@ -745,16 +460,26 @@ static SOON: Job = Job::once("transfer-tick", |ctx, _| tick(ctx));
 /// One more tick once the replicas were asked to acknowledge.
 static RECHECK: Job = Job::once("transfer-tick", |ctx, _| tick(ctx));
 
-/// A tick at once (after the current command): a transfer just started or a fold began.
+/// A tick at once (after the current command): a transfer just started, a fold began, an
+/// acknowledgement was queued.
 pub fn tick_soon(ctx: Ctx) {
-    if TICK_SOON.with(|t| t.replace(false)) {
+    let queued = NODE.with(|n| n.try_borrow_mut().is_ok_and(|mut n| n.take_soon()));
+    if TICK_SOON.with(|t| t.replace(false)) || queued {
         scheduler::arm(ctx.ptr, When::After(0), &SOON, 0);
     }
 }
 
 /// Receives this file's bus messages (from `bus`, the one receiver).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    handle(ctx, Some(from), kind, payload);
+    let decoded = match kind {
+        MessageKind::Seal => msg::decode_seal(payload).map(TransferMessage::Seal),
+        MessageKind::Credit => msg::decode_credit(payload).map(TransferMessage::Credit),
+        MessageKind::Ack => msg::decode_ack(payload).map(TransferMessage::Ack),
+        _ => return,
+    };
+    if let Ok(m) = decoded {
+        run(ctx, |node, host| node.receive(host, Some(from), m));
+    }
     tick_soon(ctx);
 }
 
@@ -772,7 +497,7 @@ pub fn track_key(ctx: Ctx, key: RawString) {
     });
 }
 
-/// Registers the bus receivers and starts the registry's timer (from the module's load).
+/// Starts the registry's timer (from the module's load).
 pub fn register(ctx: *mut raw::RedisModuleCtx) {
     scheduler::arm_once(ctx, When::After(TICK_MS), &TICK);
 }

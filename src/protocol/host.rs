@@ -1,0 +1,75 @@
+//! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
+//! A machine (today the transfer node, `transfer_node.rs`) decides; its host carries the
+//! effects out. The runtime implements it over the Redis module API
+//! (`src/runtime/spread_transfer.rs`), the simulator over its simulated masters
+//! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
+//! simulator runs its production replica, and raft-rs hands its `Ready` to the IO layer).
+
+use super::replicas::Replication;
+use super::transfer_node::{Event, TransferMessage};
+use crate::counter::step::{Step, StepOutcome};
+use crate::counter::Counter;
+
+/// Where a message about a key goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route<P> {
+    /// This node serves the key: the machine handles the message itself, at once.
+    Here,
+    /// The master serving the key's slot.
+    To(P),
+    /// No master is known for it now (the host learns the slots again): sent at the next try.
+    Unknown,
+}
+
+/// The server a machine runs on.
+pub trait Host {
+    /// A node of the cluster, as messages name their sender.
+    type Peer: Clone + PartialEq;
+
+    /// The server's clock, in milliseconds.
+    fn now_ms(&self) -> i64;
+    /// A random id above `transfer::LEGACY_FOLD` (a fold's, a giver's).
+    fn new_id(&mut self) -> u64;
+    /// A master, not loading.
+    fn is_master(&self) -> bool;
+    /// In a cluster: a fold runs in the background, never inside a command.
+    fn in_cluster(&self) -> bool;
+    /// The server pauses writes: nothing that writes runs now (the next tick does it).
+    fn paused(&self) -> bool;
+    /// A key this node serves and may write now.
+    fn serves(&self, name: &[u8]) -> bool;
+    /// Where a message about `name` goes.
+    fn route(&mut self, name: &[u8]) -> Route<Self::Peer>;
+    /// The key's slot is being handed over (an atomic slot migration): it sends nothing now.
+    fn moving(&self, name: &[u8]) -> bool;
+    /// The database selected now, and selecting another (false: there is no such database).
+    fn db(&self) -> i32;
+    fn select_db(&mut self, db: i32) -> bool;
+    /// Reads the counter at `name` in the selected database (None inside: missing). None when
+    /// another type (or a stray) sits there: nothing of the protocol's.
+    fn read<R>(&self, name: &[u8], f: impl FnOnce(Option<&Counter>) -> R) -> Option<R>;
+    /// One protocol write (`Counter::apply_step` on the key, made at 0 when missing),
+    /// replicated as the step; the key is noted when it has something to send.
+    fn write_step(&mut self, name: &[u8], step: Step) -> Result<StepOutcome, String>;
+    /// Sets the key's absolute expiry, replicated.
+    fn expire_at(&mut self, name: &[u8], at_ms: i64);
+    /// The home renamed on this node from `name` whose spread is `spread_id`, if any.
+    fn living_home(&self, name: &[u8], spread_id: u64) -> Option<Vec<u8>>;
+    /// The keys noted since the last call as having something to send (a write, a replayed
+    /// step, a load, a rename), by database.
+    fn take_noted(&mut self) -> Vec<(i32, Vec<u8>)>;
+    /// This master's replication stream and its replicas' acknowledgements (None: unknown).
+    fn replication(&mut self) -> Option<Replication>;
+    /// Sends wait for the replicas: ask them to acknowledge now, and look again soon.
+    fn wait_for_replicas(&mut self, now: &Replication);
+    /// Sends a message to another node.
+    fn send(&mut self, to: &Self::Peer, message: &TransferMessage);
+    /// Counts an event (the INFO fields).
+    fn count(&mut self, event: Event);
+    /// Something that should not happen, for the log.
+    fn warn(&mut self, why: &str);
+    /// How long a token is remembered (`ctr.token-window-ms`).
+    fn token_window_ms(&self) -> i64;
+    /// A test hook holds every credit received unanswered (`ctr.debug-hold-credits`).
+    fn holds_credits(&self) -> bool;
+}
