@@ -1,8 +1,9 @@
 //! A deterministic simulator of the spread protocol (FoundationDB's simulation testing and
 //! TigerBeetle's VOPR are the models): the pure core's rules (`transfer.rs`: what a key has to
 //! send, a credit's outcome, an answer's effect, seals, shrinks, budget moves) driven through
-//! seeded random schedules on simulated masters, each with a lagging replica, the way the
-//! Redis glue (`runtime::spread_transfer`) drives them:
+//! seeded random schedules on simulated masters, each with a lagging replica. Each master runs
+//! the transfer node the server runs (`protocol::transfer_node`, over [`SimHost`]: the glue's
+//! `RedisHost` over the simulated keys, replication counts and network):
 //!
 //! - messages (seal requests, credits, answers) lost, duplicated, reordered and delayed;
 //! - a key's messages leave its master only once its replica holds the key's last write, and
