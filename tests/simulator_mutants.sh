@@ -52,14 +52,16 @@ mutant "an acknowledgement sent before the replicas hold its credit" src/protoco
   '            for a in take_open(&mut self.acks, r, |a| &mut a.gate) {' '            for a in std::mem::take(&mut self.acks) {'
 mutant "a key's messages sent before the replicas hold its write" src/protocol/transfer_node.rs \
   '(self.registry.get_mut(&key)).is_some_and(|d| d.gate.open(r))' '(self.registry.get_mut(&key)).is_some()'
-mutant "a holder sealed while its own moves are unanswered" src/protocol/transfer_node.rs \
-  '        if busy == Some(true) {' '        if false {'
 mutant "a credit to a missing home answered as a repeat" src/protocol/transfer_node.rs \
   '    let Some(home) = renamed else {
         return CreditOutcome::NotYet;' '    let Some(home) = renamed else {
         return CreditOutcome::Repeat;'
 mutant "a renamed holder's fold sealed anew under its old name" src/protocol/transfer_node.rs \
   '            Some(true) if self.retarget_carried_fold(host, &m) => return,' '            Some(true) if false => return,'
+mutant "a collection started before the replicas hold the home's DEL" src/protocol/collect_node.rs \
+  '            if !replication.as_ref().is_some_and(|r| c.gate.open(r)) {' '            if false {'
+mutant "a collection started without checking that the home is still gone" src/protocol/collect_node.rs \
+  '                .filter(|col| still_to_collect(host, col, &name, in_cluster))' '                .filter(|_| true)'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

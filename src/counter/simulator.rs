@@ -59,7 +59,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Audit, Question};
-use super::collect::{self, lists_holder, Collection, Copy, Found, Seen, Verdict};
+use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
 use super::listing::ListClock;
@@ -71,10 +71,11 @@ use super::spread::{
 use super::step::{Step, StepOutcome};
 use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
-use crate::protocol::host::{Host, Route};
+use crate::protocol::collect_node::{Claim, CollectNode};
+use crate::protocol::host::{Event, Host, NodeMessage, Route};
 use crate::protocol::listing_gate::ListingGate;
 use crate::protocol::replicas::Replication;
-use crate::protocol::transfer_node::{Event, TransferMessage, TransferNode, TICK_MS};
+use crate::protocol::transfer_node::{TransferMessage, TransferNode, TICK_MS};
 
 #[path = "simulator_reads.rs"]
 mod reads;
@@ -82,6 +83,8 @@ mod reads;
 const MASTERS: usize = 3;
 /// The token window (`ctr.token-window-ms`, its default).
 const TOKEN_WINDOW_MS: i64 = 3_600_000;
+/// `ctr.collect-timeout-ms`, its default.
+const COLLECT_TIMEOUT_MS: i64 = 10_000;
 
 /// What a `DEL` no client waited for took, given back when a failover loses it.
 struct Deleted {
@@ -124,11 +127,11 @@ impl Rng {
 
 #[derive(Debug, Clone)]
 enum Message {
-    /// A transfer protocol message between the transfer nodes of two masters.
-    Transfer {
+    /// A message between two masters' machines (transfers, collections).
+    Node {
         from: usize,
         to: usize,
-        m: TransferMessage,
+        m: NodeMessage,
     },
     /// A round's bound on its way to master `to`.
     Headroom {
@@ -136,10 +139,6 @@ enum Message {
         units: i64,
         round_ms: i64,
     },
-    /// A gone home's master asks the master serving these holders to delete them.
-    Collect { from: usize, c: Collection },
-    /// The names a receiver handled (deleted, gone, or not the sender's), back to `to`.
-    Collected { to: usize, c: Collection },
     /// The orphan audit: a holder's master asks the master of a carried home's slot.
     AuditAsk {
         from: usize,
@@ -188,9 +187,10 @@ struct Master {
     /// What this master's process knows of the counter's whole headroom (soft state: a
     /// restart or a failover starts from nothing).
     headroom: HeadroomView,
-    /// Collections of gone homes this master claimed and has not seen answered (soft state:
-    /// a restart or a failover loses them; the promoted replica claims nothing).
-    collecting: Vec<Collection>,
+    /// This master's collector, the glue's machine: the gone homes it claimed and the
+    /// collections it has not seen answered (soft state: a restart or a failover loses them;
+    /// the promoted replica claims nothing).
+    collector: CollectNode<usize>,
     /// The orphan audit's questions (soft state: a restart or a failover starts from nothing).
     /// Questions asked of masters by index, under a request id.
     audit: Audit<(usize, u64)>,
@@ -418,9 +418,23 @@ impl Host for SimHost<'_> {
         // The replica catches up in its own steps.
     }
 
-    fn send(&mut self, to: &usize, m: &TransferMessage) {
-        let (from, to, m) = (self.master, *to, m.clone());
-        self.sim.network.push(Message::Transfer { from, to, m });
+    fn send(&mut self, to: &usize, m: NodeMessage) {
+        let (from, to) = (self.master, *to);
+        self.sim.network.push(Message::Node { from, to, m });
+    }
+
+    fn slot_served_here(&mut self, name: &[u8]) -> Option<bool> {
+        Some(master_of(name) == self.master)
+    }
+
+    fn delete(&mut self, name: &[u8]) -> bool {
+        self.sim.note(format_args!("collect {}", show(name)));
+        self.sim.write(name, None, 0);
+        true
+    }
+
+    fn collect_timeout_ms(&self) -> i64 {
+        COLLECT_TIMEOUT_MS
     }
 
     fn count(&mut self, _event: Event) {}
@@ -448,6 +462,18 @@ impl Sim {
         let mut node = std::mem::take(&mut self.masters[master].transfers);
         let r = f(&mut node, &mut SimHost { sim: self, master });
         self.masters[master].transfers = node;
+        r
+    }
+
+    /// Runs master `master`'s collector over it.
+    fn run_collector<R>(
+        &mut self,
+        master: usize,
+        f: impl FnOnce(&mut CollectNode<usize>, &mut SimHost) -> R,
+    ) -> R {
+        let mut node = std::mem::take(&mut self.masters[master].collector);
+        let r = f(&mut node, &mut SimHost { sim: self, master });
+        self.masters[master].collector = node;
         r
     }
 
@@ -763,7 +789,12 @@ impl Sim {
         }
         self.note(format_args!("DEL {} (no WAIT)", show(&home)));
         let gone = self.expected;
+        let left = self
+            .home_counter()
+            .map(|c| collect::left_by(&home, c))
+            .unwrap_or_default();
         self.write(&home, None, -gone);
+        self.claim_left(&home, left);
         self.deleted_unwaited = Some(Deleted {
             floor: self.floor.take(),
             renamed: std::mem::take(&mut self.renamed),
@@ -819,8 +850,8 @@ impl Sim {
         };
         let across = |c: &Credit| master_of(&c.giver) == from && master_of(&c.receiver) == to;
         let credit = |m: &Message| match m {
-            Message::Transfer {
-                m: TransferMessage::Credit(c),
+            Message::Node {
+                m: NodeMessage::Transfer(TransferMessage::Credit(c)),
                 ..
             } => Some(c.clone()),
             _ => None,
@@ -888,8 +919,13 @@ impl Sim {
         let what = describe(&m);
         self.note(format_args!("deliver {what}"));
         match m {
-            Message::Transfer { from, to, m } => {
-                self.run_node(to, |node, host| node.receive(host, Some(from), m));
+            Message::Node {
+                from,
+                to,
+                m: NodeMessage::Transfer(m),
+            } => self.run_node(to, |node, host| node.receive(host, Some(from), m)),
+            Message::Node { from, to, m } => {
+                self.run_collector(to, |node, host| node.receive(host, from, m))
             }
             Message::Headroom {
                 to,
@@ -899,7 +935,6 @@ impl Sim {
                 let now = self.now;
                 self.masters[to].headroom.saw(units, round_ms, now);
             }
-            Message::Collect { from, c } => self.on_collect(from, c),
             Message::AuditAsk {
                 from,
                 to,
@@ -916,36 +951,7 @@ impl Sim {
                     self.on_audit_answer(to, (from, request), &q, a);
                 }
             }
-            Message::Collected { to, c } => {
-                for pending in &mut self.masters[to].collecting {
-                    if pending.spread_id == c.spread_id && pending.home == c.home {
-                        pending.holders.retain(|n| !c.holders.contains(n));
-                    }
-                }
-                self.masters[to]
-                    .collecting
-                    .retain(|p| !p.holders.is_empty());
-            }
         }
-    }
-
-    /// A receiver's rule (`collect::verdict`): it deletes a name only when it is a holder of
-    /// exactly that spread and carried home, and answers every name it was asked about.
-    fn on_collect(&mut self, from: usize, c: Collection) {
-        for name in &c.holders {
-            let found = match self.get(name) {
-                Some(_) => Found::Counter,
-                None => Found::Missing,
-            };
-            match collect::verdict(&c, name, found) {
-                Verdict::Delete => {
-                    self.note(format_args!("collect {}", show(name)));
-                    self.write(name, None, 0);
-                }
-                Verdict::Gone | Verdict::Leave => {}
-            }
-        }
-        self.network.push(Message::Collected { to: from, c });
     }
 
     /// The registry's timer on one master: every key with something to send sends it once its
@@ -953,6 +959,7 @@ impl Sim {
     /// every collection not yet answered goes (again) to the masters serving its holders.
     fn tick(&mut self, master: usize) {
         self.run_node(master, |node, host| node.tick(host));
+        self.run_collector(master, |node, host| node.tick(host));
         let m = &mut self.masters[master];
         let mut out: Vec<Message> = Vec::new();
         let replicated = m.replicated;
@@ -969,23 +976,6 @@ impl Sim {
                     answers,
                 }),
         );
-        for c in &m.collecting {
-            for to in 0..MASTERS {
-                let holders: Vec<Vec<u8>> = c
-                    .holders
-                    .iter()
-                    .filter(|n| master_of(n) == to)
-                    .cloned()
-                    .collect();
-                if !holders.is_empty() {
-                    let c = Collection {
-                        holders,
-                        ..c.clone()
-                    };
-                    out.push(Message::Collect { from: master, c });
-                }
-            }
-        }
         self.network.extend(out);
     }
 
@@ -1031,7 +1021,7 @@ impl Sim {
         m.headroom = HeadroomView::default();
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
-        m.collecting.clear();
+        m.collector = CollectNode::default();
         m.audit = Audit::default();
         m.held_audit.clear();
         self.expected -= lost;
@@ -1055,7 +1045,7 @@ impl Sim {
         // The lists loaded are not proven held; pending collections are lost with the process
         // (the audit finds what they left).
         m.listing_gate.changed();
-        m.collecting.clear();
+        m.collector = CollectNode::default();
         m.audit = Audit::default();
         m.held_audit.clear();
         self.note(format_args!("restart of master {master}"));
@@ -1749,18 +1739,20 @@ impl Sim {
             but_sibling_moves && fold_id == 0 && parse_holder_name(from).is_some()
         };
         let addressed = |m: &Message| match m {
-            Message::Transfer { m, .. } => match m {
+            Message::Node {
+                m: NodeMessage::Transfer(m),
+                ..
+            } => match m {
                 TransferMessage::Seal(s) => s.holder == name,
                 TransferMessage::Credit(c) => {
                     c.receiver == name && !sibling_move(c.fold_id, &c.from)
                 }
                 TransferMessage::Ack(a) => a.giver == name,
             },
-            Message::Headroom { .. }
-            | Message::Collect { .. }
-            | Message::Collected { .. }
-            | Message::AuditAsk { .. }
-            | Message::AuditAnswer { .. } => false,
+            Message::Node { .. } => false,
+            Message::Headroom { .. } | Message::AuditAsk { .. } | Message::AuditAnswer { .. } => {
+                false
+            }
         };
         let in_outbox = self.masters.iter().flat_map(|m| &m.keys).any(|(giver, c)| {
             let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
@@ -1946,26 +1938,26 @@ impl Sim {
         self.renamed.clear();
         let floored = self.rng.percent(50);
         self.create_and_spread(floored);
-        // The home's master claims what the home left once its replica holds the DEL (the
-        // spread again waited for it) and checks it as the glue does: the name holds a home of
-        // another spread now, so each is collected.
-        let master = master_of(&home);
-        for c in left {
-            let seen = Seen {
-                deleted_name: &home,
-                now_under_the_name: self.get(&home),
-                other_home: (c.home != home).then(|| self.get(&c.home)).flatten(),
-                in_cluster: true,
-            };
-            if collect::still_to_collect(&c, &seen) {
-                self.note(format_args!(
-                    "claim {} holders of {:x}",
-                    c.holders.len(),
-                    c.spread_id
-                ));
-                self.masters[master].collecting.push(c);
-            }
+        // The home's master saw it end: it claims what the home left (its collector starts
+        // once the replica holds the DEL, and checks that the home is still gone).
+        self.claim_left(&home, left);
+    }
+
+    /// The home's master claims what a home it saw deleted left, as the glue's keyspace event
+    /// does.
+    fn claim_left(&mut self, home: &[u8], collections: Vec<Collection>) {
+        if collections.is_empty() {
+            return;
         }
+        self.note(format_args!("claim what {} left", show(home)));
+        let claim = Claim {
+            db: 0,
+            name: home.to_vec(),
+            collections,
+            at_ms: self.now,
+        };
+        let abandoned = self.masters[master_of(home)].collector.claim(vec![claim]);
+        debug_assert_eq!(abandoned, 0);
     }
 
     /// DUMP of the home (what its replica holds) and RESTORE under another name, of its slot
@@ -2412,20 +2404,10 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
 
 fn describe(m: &Message) -> String {
     match m {
-        Message::Transfer { from, to, m } => {
-            format!("{} from master {from} to master {to}", describe_transfer(m))
+        Message::Node { from, to, m } => {
+            format!("{} from master {from} to master {to}", describe_node(m))
         }
         Message::Headroom { to, units, .. } => format!("headroom {units} to master {to}"),
-        Message::Collect { from, c } => format!(
-            "collect {} holders of {:x} from master {from}",
-            c.holders.len(),
-            c.spread_id
-        ),
-        Message::Collected { to, c } => format!(
-            "collected {} holders of {:x} to master {to}",
-            c.holders.len(),
-            c.spread_id
-        ),
         Message::AuditAsk {
             from,
             to,
@@ -2444,6 +2426,15 @@ fn describe(m: &Message) -> String {
                 .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
                 .collect::<Vec<_>>()
         ),
+    }
+}
+
+fn describe_node(m: &NodeMessage) -> String {
+    let names = |c: &[Collection]| c.iter().map(|c| c.holders.len()).sum::<usize>();
+    match m {
+        NodeMessage::Transfer(m) => describe_transfer(m),
+        NodeMessage::Collect(c) => format!("collect {} holders", names(c)),
+        NodeMessage::Collected(c) => format!("collected {} holders", names(c)),
     }
 }
 

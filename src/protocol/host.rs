@@ -1,14 +1,45 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
-//! A machine (today the transfer node, `transfer_node.rs`) decides; its host carries the
-//! effects out. The runtime implements it over the Redis module API
-//! (`src/runtime/spread_transfer.rs`), the simulator over its simulated masters
+//! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`) decides;
+//! its host carries the effects out. The runtime implements it over the Redis module API
+//! (`src/runtime/node_host.rs`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
 //! simulator runs its production replica, and raft-rs hands its `Ready` to the IO layer).
 
 use super::replicas::Replication;
-use super::transfer_node::{Event, TransferMessage};
+use super::transfer_node::TransferMessage;
+use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::Counter;
+
+/// A message between two nodes' machines (the bus kinds of `messages.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeMessage {
+    /// A seal request, a credit or an acknowledgement (0xC9-0xCB).
+    Transfer(TransferMessage),
+    /// Collect these holders of gone homes (0xCC).
+    Collect(Vec<Collection>),
+    /// The names handled (deleted, gone, or never the sender's), back to the asker (0xCD).
+    Collected(Vec<Collection>),
+}
+
+/// What the machines count (the INFO fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A holder sealed for a fold (a budget move's start is counted by its command).
+    Sealed,
+    Credited,
+    DuplicateCredit,
+    Refused,
+    RolledBack,
+    Acked,
+    Resent,
+    /// Collections started.
+    Collections(u64),
+    /// Collections dropped (past the timeout or the memory cap).
+    CollectionsAbandoned(u64),
+    /// Collections pending now (a gauge).
+    CollectionsPending(u64),
+}
 
 /// Where a message about a key goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +94,14 @@ pub trait Host {
     /// Sends wait for the replicas: ask them to acknowledge now, and look again soon.
     fn wait_for_replicas(&mut self, now: &Replication);
     /// Sends a message to another node.
-    fn send(&mut self, to: &Self::Peer, message: &TransferMessage);
+    fn send(&mut self, to: &Self::Peer, message: NodeMessage);
+    /// In a cluster, whether the slot of `name` is served here now (None: the cluster is down,
+    /// say nothing yet): the routing check, which also fails for a slot migrating away.
+    fn slot_served_here(&mut self, name: &[u8]) -> Option<bool>;
+    /// `DEL name`, replicated, with its keyspace event; true when it ran.
+    fn delete(&mut self, name: &[u8]) -> bool;
+    /// How long a collection is tried (`ctr.collect-timeout-ms`).
+    fn collect_timeout_ms(&self) -> i64;
     /// Counts an event (the INFO fields).
     fn count(&mut self, event: Event);
     /// Something that should not happen, for the log.

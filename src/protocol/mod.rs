@@ -10,8 +10,10 @@
 //! lists); `replicas.rs` what a master's replicas hold and the gate of a send that waits for
 //! them; `host.rs` the one `Host` a machine runs on (the runtime's server, or the simulator's
 //! masters); `transfer_node.rs` one node's part of the transfer protocol (what each message does,
-//! the registry of keys with something to send, resends, acknowledgements held for the replicas).
+//! the registry of keys with something to send, resends, acknowledgements held for the replicas);
+//! `collect_node.rs` one node's part of collecting a gone home's holders.
 
+pub mod collect_node;
 pub mod exchange;
 pub mod gather;
 pub mod host;

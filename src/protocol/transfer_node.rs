@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::host::{Host, Route};
+use super::host::{Event, Host, NodeMessage, Route};
 use super::replicas::{take_open, Gate};
 use super::timeout::Timeout;
 use crate::counter::spread::parse_holder_name;
@@ -42,19 +42,6 @@ pub enum TransferMessage {
     Seal(Seal),
     Credit(Credit),
     Ack(Ack),
-}
-
-/// What the node counts (the INFO fields).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// A holder sealed for a fold (a budget move's start is counted by its command).
-    Sealed,
-    Credited,
-    DuplicateCredit,
-    Refused,
-    RolledBack,
-    Acked,
-    Resent,
 }
 
 /// When a key is due to send (at once, then backing off while unanswered), whether it sent
@@ -161,7 +148,7 @@ impl<P: Clone + PartialEq> TransferNode<P> {
         };
         if let Some(r) = &replication {
             for a in take_open(&mut self.acks, r, |a| &mut a.gate) {
-                host.send(&a.to, &TransferMessage::Ack(a.ack));
+                host.send(&a.to, NodeMessage::Transfer(TransferMessage::Ack(a.ack)));
             }
         }
         let due: Vec<(i32, Vec<u8>, bool)> = (self.registry.iter())
@@ -242,7 +229,7 @@ impl<P: Clone + PartialEq> TransferNode<P> {
     fn deliver<H: Host<Peer = P>>(&mut self, host: &mut H, to_key: &[u8], m: TransferMessage) {
         match host.route(to_key) {
             Route::Here => self.receive(host, None, m),
-            Route::To(node) => host.send(&node, &m),
+            Route::To(node) => host.send(&node, NodeMessage::Transfer(m)),
             Route::Unknown => {}
         }
     }
@@ -276,7 +263,8 @@ impl<P: Clone + PartialEq> TransferNode<P> {
                 "re-target a move",
             );
         }
-        // Its own moves still unanswered: it seals later (the home asks again).
+        // Its own moves still unanswered: it seals later (the home asks again). The core
+        // would refuse the seal too (`Busy`); asked here, nothing is written nor logged.
         let busy = host.read(&m.holder, |c| {
             c.is_some_and(|c| !c.is_sealed() && c.transfers().is_some_and(|t| !t.outbox.is_empty()))
         });

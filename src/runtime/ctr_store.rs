@@ -13,7 +13,7 @@ use crate::counter::{
     StartOp, TokenStamp, TokenTimeError, TokenUse, WriteKind,
 };
 use crate::ffi::{
-    string_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply,
+    rm, string_bytes, Args, CommandError, CommandResult, Ctx, Key, KeyContent, RawString, Reply,
     WRONG_TYPE,
 };
 use crate::metrics;
@@ -701,4 +701,37 @@ pub fn finish_clear(
             Ok(Reply::Integer(value_before))
         }
     }
+}
+
+/// `DEL name` through the server (`!`: replicated to the replicas and the AOF, with its
+/// keyspace event, and the type's unlink callback); true when it ran. A holder it deleted is
+/// counted collected.
+pub(crate) fn delete(ctx: Ctx, name: &[u8]) -> bool {
+    // SAFETY: ctx is live; "b" takes (pointer, length).
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx.ptr,
+            c"DEL".as_ptr(),
+            c"b!".as_ptr(),
+            name.as_ptr().cast::<std::ffi::c_char>(),
+            name.len(),
+        )
+    };
+    if reply.is_null() {
+        return false;
+    }
+    // SAFETY: a live reply, freed once below.
+    let (kind, n) = unsafe {
+        (
+            rm!(RedisModule_CallReplyType)(reply),
+            rm!(RedisModule_CallReplyInteger)(reply),
+        )
+    };
+    // SAFETY: as above.
+    unsafe { rm!(RedisModule_FreeCallReply)(reply) };
+    let ran = kind as isize == redis_module::raw::REDISMODULE_REPLY_INTEGER;
+    if ran && n == 1 {
+        metrics::HOLDERS_COLLECTED.incr();
+    }
+    ran
 }

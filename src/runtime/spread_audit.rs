@@ -43,12 +43,13 @@ use std::time::{Duration, Instant};
 
 use redis_module::raw;
 
+use super::ctr_store::delete;
 use super::ctr_store::with_counter;
 use super::home_names;
 use super::replication_gate::{self, Gate};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_collect::{delete, select_db};
+use super::spread_collect::select_db;
 use super::spread_transfer::{is_master, route, serves};
 use crate::config::{AUDIT_INTERVAL_MS, ORPHAN_GRACE_MS};
 use crate::counter::audit::{self, Answer, Audit, Question};

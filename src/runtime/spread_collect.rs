@@ -1,5 +1,7 @@
-//! Collecting the holders of a spread counter whose home is gone, the Redis glue (the rules are
-//! in `crate::counter::collect`, the bus payloads in `crate::persist::collect_msg`).
+//! Collecting the holders of a spread counter whose home is gone, the Redis glue: the rules are
+//! in `crate::counter::collect`, the collector (steps 2 to 4 below: claims checked, sent, resent,
+//! answered) is `crate::protocol::collect_node`, run here over `spread_transfer::RedisHost`; the
+//! bus payloads are `crate::persist::collect_msg`. This file claims (step 1).
 //!
 //! 1. **What goes.** The type's `unlink2` callback (`persist::ctr_type`, where the server paths
 //!    that call it are listed) stashes what a spread home leaves to collect when the server
@@ -42,79 +44,47 @@
 //! deletes at most 4096 names (the rest wait for the next tick) and a receiver handles at most
 //! 4096 names per message (the rest are asked again).
 //!
-//! Failover: a replica claims what its master's replicated `DEL`s unlink, keeps it for the
-//! timeout, and sends it if it is promoted within it (a receiver answers a holder already
-//! deleted as gone); a failover to a replica that never got the `DEL` finds the home and every
-//! holder (nothing was collected before the replicas held it). A master that restarts from
+//! Failover: a replica claims nothing (a replicated `DEL` may be a `MIGRATE`'s, no proof that a
+//! spread ended), and a promoted replica leaves what its old master had not collected to the
+//! audit; a failover to a replica that never got the `DEL` finds the home and every holder
+//! (nothing was collected before the replicas held it). A master that restarts from
 //! its AOF claims the deletions it replays again (checked as above once loading is over, the
 //! cluster waited for while it is down; holders already collected answer as gone). What no collection reaches (collections
 //! pending on a master that restarts from an RDB alone, a flush's claims when its master fails
 //! over right after it: replicas do not walk, holders whose master does not answer within the
 //! timeout) the orphan audit finds from the holders' side (`spread_audit`).
 
-use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis_module::raw;
 
 use super::ctr_store::with_counter;
-use super::replication_gate::{self, Gate};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_transfer::{is_master, route, selected_db, serves};
-use crate::config;
-use crate::counter::collect::{self, Collection, EventRule, Found, Pending, Seen, Verdict};
-use crate::counter::spread::key_slot;
-use crate::counter::{Counter, CounterCell, CounterRef};
+use super::spread_transfer::{is_master, selected_db, RedisHost};
+use crate::counter::collect::{self, Collection, EventRule};
+use crate::counter::CounterCell;
+use crate::counter::CounterRef;
 use crate::ffi::{rm, string_bytes, Ctx, KeyName, RawString};
 use crate::guard::guard;
 use crate::metrics;
 use crate::persist::collect_msg;
 use crate::persist::ctr_type::ctr_type;
+use crate::protocol::collect_node::{Claim, CollectNode};
+use crate::protocol::host::NodeMessage;
 use crate::protocol::messages::MessageKind;
-
-const MSG_COLLECT: MessageKind = MessageKind::Collect;
-const MSG_COLLECTED: MessageKind = MessageKind::Collected;
 
 /// The timer's period (also the resend period: `collect::RESEND_MS`).
 const TICK_MS: i64 = 100;
 const MAX_STASH: usize = 1024;
-const MAX_CLAIM_BYTES: usize = 8 << 20;
-const MAX_PENDING_BYTES: usize = 8 << 20;
-const MAX_NAMES_PER_TICK: usize = 4096;
-const MAX_NAMES_PER_MESSAGE: usize = 4096;
-const MAX_MESSAGE_BYTES: usize = 32 * 1024;
-/// Answers held for the replicas, at most (past it a request goes unanswered: asked again).
-const MAX_HELD_ANSWERS: usize = 1024;
 
-/// What a home left when it was unlinked (stashed), or the claim the event made of it.
-struct Left {
-    db: c_int,
-    name: Vec<u8>,
-    collections: Vec<Collection>,
-    /// When it was claimed (the collection's deadline counts from there).
-    at_ms: i64,
-    /// A claim starts only once this master's replicas hold the deletion that made it.
-    gate: Gate,
-}
-
-/// A receiver's answer, held until this master's replicas hold the deletions it answers: a
-/// failover to a replica that never got them would bring the holders back after the sender
-/// stopped asking.
-struct HeldAnswer {
-    to: NodeId,
-    answered: Vec<Collection>,
-    gate: Gate,
-}
-
+/// What unlinked homes left (stashed, `at_ms` 0), and what the events claimed since the
+/// collector last took it.
 struct State {
-    stash: Vec<Left>,
-    claims: Vec<Left>,
-    claim_bytes: usize,
-    pending: Pending,
-    held: Vec<HeldAnswer>,
+    stash: Vec<Claim>,
+    claimed: Vec<Claim>,
 }
 
 /// Behind a lock rather than thread-local: `unlink2` and keyspace events run on whichever
@@ -122,20 +92,31 @@ struct State {
 /// across a server call (a `DEL` here runs `unlink2` and the event handler again).
 static STATE: Mutex<State> = Mutex::new(State {
     stash: Vec::new(),
-    claims: Vec::new(),
-    claim_bytes: 0,
-    pending: Pending::with_cap(MAX_PENDING_BYTES),
-    held: Vec::new(),
+    claimed: Vec::new(),
 });
 /// Something is stashed: the keyspace event handler's fast path.
 static STASHED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// This server's collector (run by the timer and the bus receiver, on the main thread).
+    static NODE: std::cell::RefCell<CollectNode<NodeId>> =
+        std::cell::RefCell::new(CollectNode::default());
+}
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn bytes_of(collections: &[Collection]) -> usize {
-    collections.iter().map(Collection::bytes).sum()
+/// Runs the collector over this server; skipped (with a warning) if it runs already: a `DEL`
+/// it makes runs the server's callbacks, which never run it.
+fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut CollectNode<NodeId>, &mut RedisHost) -> R) -> R {
+    NODE.with(|n| match n.try_borrow_mut() {
+        Ok(mut node) => f(&mut node, &mut RedisHost::new(ctx)),
+        Err(_) => {
+            ctx.log_warning("ctr: the collector was entered again; the next tick goes on");
+            R::default()
+        }
+    })
 }
 
 /// Stashes every home the type's `unlink2` saw unlinked since the last look.
@@ -152,12 +133,11 @@ fn stash(db: c_int, name: &[u8], collections: Vec<Collection>) {
     if s.stash.len() >= MAX_STASH {
         s.stash.remove(0);
     }
-    s.stash.push(Left {
+    s.stash.push(Claim {
         db,
         name: name.to_vec(),
         collections,
         at_ms: 0,
-        gate: Gate::default(),
     });
     STASHED.store(true, Relaxed);
 }
@@ -210,17 +190,9 @@ fn seen_ending_here(ctx: Ctx, name: &[u8]) -> bool {
     !cluster::in_cluster(ctx) || cluster::route(ctx.ptr, name) != cluster::Route::Elsewhere
 }
 
-fn claim(lefts: Vec<Left>) {
-    let mut s = state();
-    for l in lefts {
-        let size = bytes_of(&l.collections);
-        if s.claim_bytes.saturating_add(size) > MAX_CLAIM_BYTES {
-            metrics::COLLECTIONS_ABANDONED.add(l.collections.len() as u64);
-            continue;
-        }
-        s.claim_bytes += size;
-        s.claims.push(l);
-    }
+/// Queues claims for the collector (its next tick takes them).
+fn claim(claims: Vec<Claim>) {
+    state().claimed.extend(claims);
 }
 
 pub(crate) fn select_db(ctx: Ctx, db: c_int) -> bool {
@@ -229,8 +201,8 @@ pub(crate) fn select_db(ctx: Ctx, db: c_int) -> bool {
 }
 
 /// One pass: claims what was overwritten by another type and forgets what else no event
-/// claimed, checks the claims and starts their collections
-/// (a master), sends what is due, drops what is past the timeout.
+/// claimed, then runs the collector (claims checked and started on a master, what is due sent,
+/// what is past the timeout dropped).
 fn tick(ctx: Ctx) {
     if super::replication_gate::paused() {
         return; // the next tick does this one's work
@@ -238,108 +210,20 @@ fn tick(ctx: Ctx) {
     // An unlink is claimed by its event in the same call: what is left now never will be,
     // unless its name now holds another type (`claim_overwritten`).
     take_unlinked();
-    let now = ctx.now_ms();
-    let timeout = config::COLLECT_TIMEOUT_MS.load(Relaxed);
-    let idle = {
+    let quiet = {
         let s = state();
-        s.stash.is_empty() && s.claims.is_empty() && s.pending.is_empty() && s.held.is_empty()
+        s.stash.is_empty() && s.claimed.is_empty()
     };
-    if idle {
+    if quiet && NODE.with(|n| n.try_borrow().is_ok_and(|n| n.is_idle())) {
         return;
     }
-    claim_overwritten(ctx, now);
-    let master = is_master(ctx);
-    let claims = {
-        let mut s = state();
-        s.claim_bytes = 0;
-        if master {
-            std::mem::take(&mut s.claims)
-        } else {
-            // A replica claims nothing (a replicated `DEL` may be a `MIGRATE`'s: no proof that
-            // a spread ended, `seen_ending_here`); promoted, it leaves what its old master had
-            // not collected to the audit. Collections a demoted master had pending are dropped.
-            s.claims.clear();
-            s.pending.clear();
-            s.held.clear(); // the senders ask the new master
-            metrics::COLLECTIONS_PENDING.set(0);
-            return;
-        }
-    };
-    let in_cluster = cluster::in_cluster(ctx);
-    // Read once per tick, after the deletions of earlier commands were propagated.
-    let replication = replication_gate::read(ctx);
-    if let Some(r) = &replication {
-        send_held_answers(ctx, r);
-    }
-    let mut started: Vec<(Collection, i64)> = Vec::new();
-    let mut waiting: Vec<Left> = Vec::new();
-    for mut left in claims {
-        if now.saturating_sub(left.at_ms) > timeout {
-            metrics::COLLECTIONS_ABANDONED.add(left.collections.len() as u64);
-            continue;
-        }
-        // Not before the replicas hold the deletion: a failover that lost it would bring the
-        // home back, and its holders must be there then.
-        let replicas_hold_it = replication.as_ref().is_some_and(|r| left.gate.open(r));
-        if !replicas_hold_it {
-            waiting.push(left);
-            continue;
-        }
-        if !select_db(ctx, left.db) {
-            continue;
-        }
-        // The home's slot is not served here now (a slot migration's MIGRATE, a slot this
-        // node lost): a doubt, so nothing is collected. A cluster down (a node that just
-        // restarted and has not heard from the others yet) says nothing: the claim waits,
-        // within the timeout.
-        if in_cluster {
-            match cluster::route(ctx.ptr, &left.name) {
-                cluster::Route::Here => {}
-                // Down (a node just restarted, before it heard from the others): wait.
-                cluster::Route::ClusterDown => {
-                    waiting.push(left);
-                    continue;
-                }
-                cluster::Route::Elsewhere => continue,
-            }
-        }
-        let todo: Vec<Collection> = left
-            .collections
-            .into_iter()
-            .filter(|c| still_to_collect(ctx, c, &left.name, in_cluster))
-            .collect();
-        if in_cluster {
-            started.extend(todo.into_iter().map(|c| (c, left.at_ms)));
-        } else {
-            // One server: every holder is here, in the home's database.
-            metrics::COLLECTIONS.add(todo.len() as u64);
-            collect_here(ctx, &todo, usize::MAX);
-        }
-    }
-    select_db(ctx, 0);
-    let due = {
-        let mut s = state();
-        s.claim_bytes += waiting
-            .iter()
-            .map(|l| bytes_of(&l.collections))
-            .sum::<usize>();
-        s.claims.extend(waiting);
-        for (c, at) in started {
-            if s.pending.add(c, at) {
-                metrics::COLLECTIONS.incr();
-            } else {
-                metrics::COLLECTIONS_ABANDONED.incr();
-            }
-        }
-        let abandoned = s.pending.expire(now, timeout);
-        metrics::COLLECTIONS_ABANDONED.add(abandoned as u64);
-        s.pending.due(now, MAX_NAMES_PER_TICK)
-    };
-    if !due.is_empty() {
-        send(ctx, due);
-    }
-    let left = state().pending.len();
-    metrics::COLLECTIONS_PENDING.set(left as u64);
+    claim_overwritten(ctx, ctx.now_ms());
+    let claimed = std::mem::take(&mut state().claimed);
+    run(ctx, |node, host| {
+        let abandoned = node.claim(claimed);
+        metrics::COLLECTIONS_ABANDONED.add(abandoned);
+        node.tick(host);
+    });
 }
 
 /// Claims what is still stashed (no subscribed event claimed or forgot it) when its name now
@@ -352,10 +236,10 @@ fn claim_overwritten(ctx: Ctx, now: i64) {
         STASHED.store(false, Relaxed);
         std::mem::take(&mut s.stash)
     };
-    let overwritten: Vec<Left> = stashed
+    let overwritten: Vec<Claim> = stashed
         .into_iter()
         .filter(|l| select_db(ctx, l.db) && holds_another_type(ctx, &l.name))
-        .map(|l| Left { at_ms: now, ..l })
+        .map(|l| Claim { at_ms: now, ..l })
         .collect();
     select_db(ctx, 0);
     claim(overwritten);
@@ -366,202 +250,21 @@ fn holds_another_type(ctx: Ctx, name: &[u8]) -> bool {
     with_counter(ctx, key.raw, |_| ()).is_err()
 }
 
-/// The checks of `collect::still_to_collect`, on this master (the selected database).
-fn still_to_collect(ctx: Ctx, c: &Collection, deleted_name: &[u8], in_cluster: bool) -> bool {
-    // What a name holds, as a counter (another type, or an inline counter: not a home).
-    let read = |name: &[u8], f: &mut dyn FnMut(Option<&Counter>) -> bool| -> bool {
-        let key = KeyName::new(ctx, name);
-        with_counter(ctx, key.raw, |k| match k {
-            Some(CounterRef::Boxed(b)) => f(Some(b)),
-            _ => f(None),
-        })
-        .unwrap_or_else(|_| f(None))
-    };
-    read(deleted_name, &mut |now_under_the_name| {
-        // The carried home, when it is another name whose slot this master serves (in a
-        // cluster, another slot is itself a reason not to collect).
-        let carried_here =
-            c.home != deleted_name && (!in_cluster || key_slot(&c.home) == key_slot(deleted_name));
-        let check = |other_home: Option<&Counter>| {
-            collect::still_to_collect(
-                c,
-                &Seen {
-                    deleted_name,
-                    now_under_the_name,
-                    other_home,
-                    in_cluster,
-                },
-            )
-        };
-        if carried_here {
-            read(&c.home, &mut |carried| check(carried))
-        } else {
-            check(None)
-        }
-    })
-}
-
-/// Appends `name` to the collection of `c`'s spread at the end of `to`.
-fn push_name(to: &mut Vec<Collection>, c: &Collection, name: Vec<u8>) {
-    match to.last_mut() {
-        Some(last) if last.spread_id == c.spread_id && last.home == c.home => {
-            last.holders.push(name)
-        }
-        _ => to.push(Collection {
-            spread_id: c.spread_id,
-            home: c.home.clone(),
-            holders: vec![name],
-        }),
-    }
-}
-
-/// Asks the master serving each name (this one directly) to collect it.
-fn send(ctx: Ctx, due: Vec<Collection>) {
-    let mut local: Vec<Collection> = Vec::new();
-    let mut remote: BTreeMap<NodeId, Vec<Collection>> = BTreeMap::new();
-    for c in &due {
-        for name in &c.holders {
-            match route(ctx, name) {
-                Ok(None) => push_name(&mut local, c, name.clone()),
-                Ok(Some(node)) => push_name(remote.entry(node).or_default(), c, name.clone()),
-                // No master known for its slot now: asked again at the next resend.
-                Err(_) => cluster::forget_topology(),
-            }
-        }
-    }
-    if !local.is_empty() {
-        let answered = collect_here(ctx, &local, usize::MAX);
-        on_answer(&answered);
-    }
-    for (node, collections) in remote {
-        for m in collect_msg::encode_chunked(&collections, MAX_MESSAGE_BYTES) {
-            cluster::send(ctx.ptr, &node, MSG_COLLECT, &m);
-        }
-    }
-}
-
-/// The receiver's side, on this server: deletes each name the rule allows, at most `budget`
-/// names; returns the names handled (deleted, gone, or never the sender's), by collection.
-/// A name whose slot this master does not serve is not answered (the sender re-routes it).
-fn collect_here(ctx: Ctx, collections: &[Collection], budget: usize) -> Vec<Collection> {
-    let mut answered = Vec::new();
-    let mut left = budget;
-    for c in collections {
-        let mut done = Collection {
-            spread_id: c.spread_id,
-            home: c.home.clone(),
-            holders: Vec::new(),
-        };
-        for name in &c.holders {
-            if left == 0 {
-                break;
-            }
-            left -= 1;
-            if !serves(ctx, name) {
-                continue;
-            }
-            let key = KeyName::new(ctx, name);
-            let found = match with_counter(ctx, key.raw, |k| k.is_some()) {
-                Ok(true) => Found::Counter,
-                Ok(false) => Found::Missing,
-                Err(_) => Found::Other,
-            };
-            drop(key);
-            let handled = match collect::verdict(c, name, found) {
-                Verdict::Delete => delete(ctx, name),
-                Verdict::Gone | Verdict::Leave => true,
-            };
-            if handled {
-                done.holders.push(name.clone());
-            }
-        }
-        if !done.holders.is_empty() {
-            answered.push(done);
-        }
-    }
-    answered
-}
-
-/// `DEL name` through the server (`!`: replicated to the replicas and the AOF, with its
-/// keyspace event); true when it ran.
-pub(crate) fn delete(ctx: Ctx, name: &[u8]) -> bool {
-    // SAFETY: ctx is live; "b" takes (pointer, length).
-    let reply = unsafe {
-        rm!(RedisModule_Call)(
-            ctx.ptr,
-            c"DEL".as_ptr(),
-            c"b!".as_ptr(),
-            name.as_ptr().cast::<c_char>(),
-            name.len(),
-        )
-    };
-    if reply.is_null() {
-        return false;
-    }
-    // SAFETY: a live reply, freed once below.
-    let (kind, n) = unsafe {
-        (
-            rm!(RedisModule_CallReplyType)(reply),
-            rm!(RedisModule_CallReplyInteger)(reply),
-        )
-    };
-    // SAFETY: as above.
-    unsafe { rm!(RedisModule_FreeCallReply)(reply) };
-    let ran = kind as isize == raw::REDISMODULE_REPLY_INTEGER;
-    if ran && n == 1 {
-        metrics::HOLDERS_COLLECTED.incr();
-    }
-    ran
-}
-
-/// Sends every held answer whose deletions this master's replicas hold.
-fn send_held_answers(ctx: Ctx, replication: &replication_gate::Replication) {
-    let ready: Vec<HeldAnswer> =
-        replication_gate::take_open(&mut state().held, replication, |h| &mut h.gate);
-    for h in ready {
-        for m in collect_msg::encode_chunked(&h.answered, MAX_MESSAGE_BYTES) {
-            cluster::send(ctx.ptr, &h.to, MSG_COLLECTED, &m);
-        }
-    }
-}
-
-fn on_answer(answered: &[Collection]) {
-    let mut s = state();
-    for c in answered {
-        s.pending.answered(c);
-    }
-    metrics::COLLECTIONS_PENDING.set(s.pending.len() as u64);
-}
-
 /// Receives this file's bus messages (from `bus`, the one receiver).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    match kind {
-        MSG_COLLECT => {
-            let Ok(collections) = collect_msg::decode(payload) else {
-                return; // malformed or another version: as if lost
-            };
-            select_db(ctx, 0);
-            let answered = collect_here(ctx, &collections, MAX_NAMES_PER_MESSAGE);
-            if answered.is_empty() {
-                return;
-            }
-            let mut s = state();
-            if s.held.len() < MAX_HELD_ANSWERS {
-                s.held.push(HeldAnswer {
-                    to: from,
-                    answered,
-                    gate: Gate::default(),
-                });
-            }
-            drop(s);
-            soon(ctx);
-        }
-        MSG_COLLECTED => {
-            if let Ok(answered) = collect_msg::decode(payload) {
-                on_answer(&answered);
-            }
-        }
-        _ => {}
+    let Ok(collections) = collect_msg::decode(payload) else {
+        return; // malformed or another version: as if lost
+    };
+    let m = match kind {
+        MessageKind::Collect => NodeMessage::Collect(collections),
+        MessageKind::Collected => NodeMessage::Collected(collections),
+        _ => return,
+    };
+    if run(ctx, |node, host| {
+        node.receive(host, from, m);
+        node.take_soon()
+    }) {
+        soon(ctx);
     }
 }
 
@@ -569,7 +272,7 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
 struct Walk {
     at_ms: i64,
     db: c_int,
-    found: Vec<Left>,
+    found: Vec<Claim>,
 }
 
 /// The flush's start event (the keys are still there): in a cluster, a master claims every
@@ -601,7 +304,7 @@ unsafe extern "C" fn on_flush(
     });
 }
 
-fn walk_homes(ctx: Ctx, db: c_int) -> Vec<Left> {
+fn walk_homes(ctx: Ctx, db: c_int) -> Vec<Claim> {
     if !select_db(ctx, db) {
         return Vec::new();
     }
@@ -656,12 +359,11 @@ unsafe extern "C" fn visit_home(
         let name = string_bytes(keyname);
         let collections = collect::left_by(name, c);
         if !collections.is_empty() {
-            walk.found.push(Left {
+            walk.found.push(Claim {
                 db: walk.db,
                 name: name.to_vec(),
                 collections,
                 at_ms: walk.at_ms,
-                gate: Gate::default(),
             });
         }
     });

@@ -63,11 +63,12 @@ use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
+use crate::persist::collect_msg;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
-use crate::protocol::host::{Host, Route};
+use crate::protocol::host::{Event, Host, NodeMessage, Route};
 use crate::protocol::messages::MessageKind;
-use crate::protocol::transfer_node::{Event, TransferMessage, TransferNode, TICK_MS};
+use crate::protocol::transfer_node::{TransferMessage, TransferNode, TICK_MS};
 
 pub use crate::protocol::transfer_node::SEALED_GRACE_MS;
 
@@ -302,9 +303,19 @@ pub(crate) fn serves(ctx: Ctx, name: &[u8]) -> bool {
             || (cluster::routed_here(ctx.ptr, name) && !super::slot_migration::moving_key(name)))
 }
 
-/// This server as the transfer node's host.
+/// A collection message's payload, at most (a longer one goes as several).
+const MAX_COLLECT_MESSAGE_BYTES: usize = 32 * 1024;
+
+/// This server as the host of the node's machines (the transfer node here, the collector in
+/// `spread_collect`).
 pub struct RedisHost {
     ctx: Ctx,
+}
+
+impl RedisHost {
+    pub fn new(ctx: Ctx) -> RedisHost {
+        RedisHost { ctx }
+    }
 }
 
 impl Host for RedisHost {
@@ -403,13 +414,45 @@ impl Host for RedisHost {
         scheduler::arm_once(self.ctx.ptr, When::After(RECHECK_MS), &RECHECK);
     }
 
-    fn send(&mut self, to: &NodeId, message: &TransferMessage) {
-        let (kind, payload) = match message {
-            TransferMessage::Seal(m) => (MessageKind::Seal, msg::encode_seal(m)),
-            TransferMessage::Credit(m) => (MessageKind::Credit, msg::encode_credit(m)),
-            TransferMessage::Ack(m) => (MessageKind::Ack, msg::encode_ack(m)),
+    fn send(&mut self, to: &NodeId, message: NodeMessage) {
+        let (kind, payloads) = match message {
+            NodeMessage::Transfer(TransferMessage::Seal(m)) => {
+                (MessageKind::Seal, vec![msg::encode_seal(&m)])
+            }
+            NodeMessage::Transfer(TransferMessage::Credit(m)) => {
+                (MessageKind::Credit, vec![msg::encode_credit(&m)])
+            }
+            NodeMessage::Transfer(TransferMessage::Ack(m)) => {
+                (MessageKind::Ack, vec![msg::encode_ack(&m)])
+            }
+            NodeMessage::Collect(c) => (
+                MessageKind::Collect,
+                collect_msg::encode_chunked(&c, MAX_COLLECT_MESSAGE_BYTES),
+            ),
+            NodeMessage::Collected(c) => (
+                MessageKind::Collected,
+                collect_msg::encode_chunked(&c, MAX_COLLECT_MESSAGE_BYTES),
+            ),
         };
-        cluster::send(self.ctx.ptr, to, kind, &payload);
+        for payload in payloads {
+            cluster::send(self.ctx.ptr, to, kind, &payload);
+        }
+    }
+
+    fn slot_served_here(&mut self, name: &[u8]) -> Option<bool> {
+        match cluster::route(self.ctx.ptr, name) {
+            cluster::Route::Here => Some(true),
+            cluster::Route::ClusterDown => None,
+            cluster::Route::Elsewhere => Some(false),
+        }
+    }
+
+    fn delete(&mut self, name: &[u8]) -> bool {
+        super::ctr_store::delete(self.ctx, name)
+    }
+
+    fn collect_timeout_ms(&self) -> i64 {
+        config::COLLECT_TIMEOUT_MS.load(Relaxed)
     }
 
     fn count(&mut self, event: Event) {
@@ -421,6 +464,9 @@ impl Host for RedisHost {
             Event::RolledBack => metrics::TRANSFERS_ROLLED_BACK.incr(),
             Event::Acked => metrics::TRANSFERS_ACKED.incr(),
             Event::Resent => metrics::TRANSFERS_RESENT.incr(),
+            Event::Collections(n) => metrics::COLLECTIONS.add(n),
+            Event::CollectionsAbandoned(n) => metrics::COLLECTIONS_ABANDONED.add(n),
+            Event::CollectionsPending(n) => metrics::COLLECTIONS_PENDING.set(n),
         }
     }
 
