@@ -60,8 +60,6 @@ mutant "a renamed holder's fold sealed anew under its old name" src/protocol/tra
   '            Some(true) if self.retarget_carried_fold(host, &m) => return,' '            Some(true) if false => return,'
 mutant "a collection started before the replicas hold the home's DEL" src/protocol/collect_node.rs \
   '            if !replication.as_ref().is_some_and(|r| c.gate.open(r)) {' '            if false {'
-mutant "a collection started without checking that the home is still gone" src/protocol/collect_node.rs \
-  '                .filter(|col| still_to_collect(host, col, &name, in_cluster))' '                .filter(|_| true)'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

@@ -58,7 +58,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
-use super::audit::{self, Answer, Audit, Question};
+use super::audit::{self, Answer, Question};
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
@@ -71,6 +71,7 @@ use super::spread::{
 use super::step::{Step, StepOutcome};
 use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
 use crate::protocol::host::{Event, Host, NodeMessage, Route};
 use crate::protocol::listing_gate::ListingGate;
@@ -139,20 +140,6 @@ enum Message {
         units: i64,
         round_ms: i64,
     },
-    /// The orphan audit: a holder's master asks the master of a carried home's slot.
-    AuditAsk {
-        from: usize,
-        to: usize,
-        request: u64,
-        questions: Vec<Question>,
-    },
-    /// The answers of `from` to its request, back to `to`.
-    AuditAnswer {
-        from: usize,
-        to: usize,
-        request: u64,
-        answers: Vec<(Question, Answer)>,
-    },
 }
 
 /// A write the replica does not hold yet (one command: RENAME writes two keys at once): each
@@ -168,10 +155,6 @@ struct Pending {
     /// loses the write loses the decision, asynchronous replication's loss, not the protocol's.
     token: Option<u64>,
 }
-
-/// Audit answers held for the replica: (asker, its request, answers, writes the replica must
-/// hold).
-type HeldAudit = (usize, u64, Vec<(Question, Answer)>, u64);
 
 #[derive(Default)]
 struct Master {
@@ -191,12 +174,10 @@ struct Master {
     /// collections it has not seen answered (soft state: a restart or a failover loses them;
     /// the promoted replica claims nothing).
     collector: CollectNode<usize>,
-    /// The orphan audit's questions (soft state: a restart or a failover starts from nothing).
+    /// The orphan audit, the glue's machine (soft state: a restart or a failover starts from
+    /// nothing).
     /// Questions asked of masters by index, under a request id.
-    audit: Audit<(usize, u64)>,
-    /// Audit answers holding a `Gone`, waiting for the replica to hold every write made before
-    /// them (the count of writes then): (asker, answers, writes).
-    held_audit: Vec<HeldAudit>,
+    audit: AuditNode<usize>,
     /// Writes made, and writes the replica holds (the replication offsets).
     written: u64,
     replicated: u64,
@@ -257,8 +238,6 @@ struct Sim {
     /// Gathered reads, answered one request at a time (`simulator_reads.rs`).
     reads: reads::Reads,
     log: String,
-    /// The audit's request ids drawn so far (a counter: the schedule's random draws stay).
-    requests: u64,
     /// Purchase tokens clients sent and may retry, and (ghost state) how many times each was
     /// granted: never more than once.
     tokens: Vec<TokenWalk>,
@@ -437,6 +416,19 @@ impl Host for SimHost<'_> {
         COLLECT_TIMEOUT_MS
     }
 
+    fn slot_holds_home(&mut self, home: &[u8], spread_id: u64) -> Option<bool> {
+        let slot = key_slot(home);
+        let keys = &self.sim.masters[self.master].keys;
+        Some(
+            keys.iter()
+                .any(|(k, c)| key_slot(k) == slot && collect::is_home_of(c, spread_id)),
+        )
+    }
+
+    fn orphan_grace_ms(&self) -> i64 {
+        self.sim.grace
+    }
+
     fn count(&mut self, _event: Event) {}
 
     fn warn(&mut self, why: &str) {
@@ -462,6 +454,18 @@ impl Sim {
         let mut node = std::mem::take(&mut self.masters[master].transfers);
         let r = f(&mut node, &mut SimHost { sim: self, master });
         self.masters[master].transfers = node;
+        r
+    }
+
+    /// Runs master `master`'s audit over it.
+    fn run_audit<R>(
+        &mut self,
+        master: usize,
+        f: impl FnOnce(&mut AuditNode<usize>, &mut SimHost) -> R,
+    ) -> R {
+        let mut node = std::mem::replace(&mut self.masters[master].audit, AuditNode::new(0));
+        let r = f(&mut node, &mut SimHost { sim: self, master });
+        self.masters[master].audit = node;
         r
     }
 
@@ -496,7 +500,6 @@ impl Sim {
             replay_error: None,
             reads: reads::Reads::new(seed),
             log: String::new(),
-            requests: 0,
             tokens: Vec::new(),
             waiting_walk: None,
         };
@@ -924,6 +927,11 @@ impl Sim {
                 to,
                 m: NodeMessage::Transfer(m),
             } => self.run_node(to, |node, host| node.receive(host, Some(from), m)),
+            Message::Node {
+                from,
+                to,
+                m: m @ (NodeMessage::AuditAsk { .. } | NodeMessage::AuditAnswers { .. }),
+            } => self.run_audit(to, |node, host| node.receive(host, from, m)),
             Message::Node { from, to, m } => {
                 self.run_collector(to, |node, host| node.receive(host, from, m))
             }
@@ -935,48 +943,17 @@ impl Sim {
                 let now = self.now;
                 self.masters[to].headroom.saw(units, round_ms, now);
             }
-            Message::AuditAsk {
-                from,
-                to,
-                request,
-                questions,
-            } => self.on_audit_ask(from, to, request, questions),
-            Message::AuditAnswer {
-                from,
-                to,
-                request,
-                answers,
-            } => {
-                for (q, a) in answers {
-                    self.on_audit_answer(to, (from, request), &q, a);
-                }
-            }
         }
     }
 
-    /// The registry's timer on one master: every key with something to send sends it once its
-    /// replica holds the key's last write; answers go once the replica holds their credit;
-    /// every collection not yet answered goes (again) to the masters serving its holders.
+    /// The timers of one master: its transfer node's (every key with something to send sends
+    /// it once its replica holds the key's last write; answers go once the replica holds their
+    /// credit), its collector's (claims started once the replica holds the `DEL`, collections
+    /// sent again), and its audit's held answers (once the replica holds what they read).
     fn tick(&mut self, master: usize) {
         self.run_node(master, |node, host| node.tick(host));
         self.run_collector(master, |node, host| node.tick(host));
-        let m = &mut self.masters[master];
-        let mut out: Vec<Message> = Vec::new();
-        let replicated = m.replicated;
-        let (open, held): (Vec<_>, Vec<_>) = std::mem::take(&mut m.held_audit)
-            .into_iter()
-            .partition(|(_, _, _, writes)| replicated >= *writes);
-        m.held_audit = held;
-        out.extend(
-            open.into_iter()
-                .map(|(to, request, answers, _)| Message::AuditAnswer {
-                    from: master,
-                    to,
-                    request,
-                    answers,
-                }),
-        );
-        self.network.extend(out);
+        self.run_audit(master, |node, host| node.send_held(host));
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1022,8 +999,7 @@ impl Sim {
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
         m.collector = CollectNode::default();
-        m.audit = Audit::default();
-        m.held_audit.clear();
+        m.audit = AuditNode::new(self.rng.next());
         self.expected -= lost;
         // A rename the replica never had is undone: the sealed holder is back under its listed
         // name (and may be renamed again), so this record of it goes too.
@@ -1046,8 +1022,7 @@ impl Sim {
         // (the audit finds what they left).
         m.listing_gate.changed();
         m.collector = CollectNode::default();
-        m.audit = Audit::default();
-        m.held_audit.clear();
+        m.audit = AuditNode::new(self.rng.next());
         self.note(format_args!("restart of master {master}"));
     }
 
@@ -1750,9 +1725,7 @@ impl Sim {
                 TransferMessage::Ack(a) => a.giver == name,
             },
             Message::Node { .. } => false,
-            Message::Headroom { .. } | Message::AuditAsk { .. } | Message::AuditAnswer { .. } => {
-                false
-            }
+            Message::Headroom { .. } => false,
         };
         let in_outbox = self.masters.iter().flat_map(|m| &m.keys).any(|(giver, c)| {
             let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
@@ -1909,8 +1882,15 @@ impl Sim {
 
     /// The audits' questions and answers in flight are delivered (none lost), the rest waits.
     fn deliver_audit_messages(&mut self) {
-        let is_audit =
-            |m: &Message| matches!(m, Message::AuditAsk { .. } | Message::AuditAnswer { .. });
+        let is_audit = |m: &Message| {
+            matches!(
+                m,
+                Message::Node {
+                    m: NodeMessage::AuditAsk { .. } | NodeMessage::AuditAnswers { .. },
+                    ..
+                }
+            )
+        };
         while let Some(i) = self.network.iter().position(is_audit) {
             let m = self.network.swap_remove(i);
             self.handle(m);
@@ -2016,89 +1996,17 @@ impl Sim {
     /// master of the carried home's slot (this one answers its own at once).
     fn audit_pass(&mut self, m: usize) {
         let now = self.now;
-        let master = &mut self.masters[m];
-        for (name, c) in &master.keys {
-            if let Some(q) = audit::question_for(name, Some(c)).filter(|_| !expiring(c)) {
-                master.audit.saw(q, name, now);
-            }
-        }
-        master.audit.end_pass();
-        let due = master.audit.due(now, usize::MAX);
-        let mut remote: BTreeMap<usize, Vec<Question>> = BTreeMap::new();
-        for q in due {
-            let to = master_of(&q.home);
-            if to == m {
-                let asked = (m, self.next_request());
-                self.masters[m].audit.asked(&q, asked);
-                let a = self.home_side(m, &q);
-                self.on_audit_answer(m, asked, &q, a);
-            } else {
-                remote.entry(to).or_default().push(q);
-            }
-        }
-        for (to, questions) in remote {
-            let request = self.next_request();
-            for q in &questions {
-                self.masters[m].audit.asked(q, (to, request));
-            }
-            self.network.push(Message::AuditAsk {
-                from: m,
-                to,
-                request,
-                questions,
-            });
-        }
-    }
-
-    /// A fresh audit request id.
-    fn next_request(&mut self) -> u64 {
-        self.requests += 1;
-        self.requests
-    }
-
-    /// The home side (`audit::answer`): master `m` reads every key of the home name's slot.
-    fn home_side(&self, m: usize, q: &Question) -> Answer {
-        let slot = key_slot(&q.home);
-        let found = self.masters[m]
-            .keys
-            .iter()
-            .any(|(k, c)| key_slot(k) == slot && collect::is_home_of(c, q.spread_id));
-        audit::answer(true, Some(found))
-    }
-
-    /// A master answers at once unless an answer is `Gone`: then it waits for its replica to
-    /// hold every write made before (the glue's gate).
-    fn on_audit_ask(&mut self, from: usize, to: usize, request: u64, questions: Vec<Question>) {
-        let answers: Vec<(Question, Answer)> = questions
-            .into_iter()
-            .map(|q| {
-                let a = self.home_side(to, &q);
-                (q, a)
-            })
+        let found: Vec<(Question, Vec<u8>)> = (self.masters[m].keys.iter())
+            .filter(|(_, c)| !expiring(c))
+            .filter_map(|(name, c)| Some((audit::question_for(name, Some(c))?, name.clone())))
             .collect();
-        let m = &mut self.masters[to];
-        if audit::answers_wait_for_replicas(&answers) {
-            m.held_audit.push((from, request, answers, m.written));
-        } else {
-            self.network.push(Message::AuditAnswer {
-                from: to,
-                to: from,
-                request,
-                answers,
-            });
-        }
-    }
-
-    /// An answer to master `m`'s audit: a spread gone for good is reported, never deleted
-    /// (the glue's rule: absence is no proof; the holders go on an operator's order).
-    fn on_audit_answer(&mut self, m: usize, from: (usize, u64), q: &Question, a: Answer) {
-        let (now, grace) = (self.now, self.grace);
-        if self.masters[m].audit.answered(q, &from, a, now, grace) {
-            self.note(format_args!(
-                "audit of master {m} reports spread {:x} as an orphan",
-                q.spread_id
-            ));
-        }
+        self.run_audit(m, |node, host| {
+            for (q, name) in found {
+                node.saw(q, &name, now);
+            }
+            node.end_pass(host);
+            node.ask(host);
+        });
     }
 
     /// After healing, the operator's `CTR.ORPHANS DELETE` on every master: each holder of a
@@ -2132,7 +2040,7 @@ impl Sim {
 
     /// The spreads master `m`'s audit reports as orphans.
     fn reported(&self, m: usize) -> Vec<u64> {
-        let orphans = self.masters[m].audit.orphans();
+        let orphans = self.masters[m].audit.audit().orphans();
         orphans.map(|(q, _, _)| q.spread_id).collect()
     }
 
@@ -2141,19 +2049,7 @@ impl Sim {
     /// question).
     fn operator_deletes_reported(&mut self, m: usize, reported: Vec<u64>) {
         for id in reported {
-            for orphans in self.masters[m].audit.take_orphans(id) {
-                let q = Question {
-                    spread_id: orphans.spread_id,
-                    home: orphans.home,
-                };
-                for name in &orphans.holders {
-                    let c = self.masters[m].keys.get(name);
-                    if c.and_then(|c| audit::question_for(name, Some(c))).as_ref() == Some(&q) {
-                        self.note(format_args!("operator deletes {}", show(name)));
-                        self.write(name, None, 0);
-                    }
-                }
-            }
+            self.run_audit(m, |node, host| node.delete_orphans(host, id));
         }
     }
 
@@ -2408,24 +2304,6 @@ fn describe(m: &Message) -> String {
             format!("{} from master {from} to master {to}", describe_node(m))
         }
         Message::Headroom { to, units, .. } => format!("headroom {units} to master {to}"),
-        Message::AuditAsk {
-            from,
-            to,
-            questions,
-            ..
-        } => format!(
-            "audit ask {} spread(s) from master {from} to master {to}",
-            questions.len()
-        ),
-        Message::AuditAnswer {
-            from, to, answers, ..
-        } => format!(
-            "audit answers {:?} of master {from} to master {to}",
-            answers
-                .iter()
-                .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
-                .collect::<Vec<_>>()
-        ),
     }
 }
 
@@ -2435,6 +2313,16 @@ fn describe_node(m: &NodeMessage) -> String {
         NodeMessage::Transfer(m) => describe_transfer(m),
         NodeMessage::Collect(c) => format!("collect {} holders", names(c)),
         NodeMessage::Collected(c) => format!("collected {} holders", names(c)),
+        NodeMessage::AuditAsk { questions, .. } => {
+            format!("audit ask {} spread(s)", questions.len())
+        }
+        NodeMessage::AuditAnswers { answers, .. } => format!(
+            "audit answers {:?}",
+            answers
+                .iter()
+                .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
+                .collect::<Vec<_>>()
+        ),
     }
 }
 
@@ -2472,7 +2360,11 @@ fn has_transfers(c: &Counter) -> bool {
 
 /// An audit answer holding a `Gone`.
 fn is_gone_answer(m: &Message) -> bool {
-    matches!(m, Message::AuditAnswer { answers, .. } if answers.iter().any(|(_, a)| *a == Answer::Gone))
+    matches!(
+        m,
+        Message::Node { m: NodeMessage::AuditAnswers { answers, .. }, .. }
+            if answers.iter().any(|(_, a)| *a == Answer::Gone)
+    )
 }
 
 fn show(name: &[u8]) -> String {

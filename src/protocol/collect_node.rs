@@ -219,7 +219,7 @@ impl<P: Clone + PartialEq> CollectNode<P> {
                 }
             }
             NodeMessage::Collected(answered) => self.on_answer(host, &answered),
-            NodeMessage::Transfer(_) => {}
+            _ => {}
         }
     }
 
@@ -284,7 +284,7 @@ fn still_to_collect<H: Host>(
     };
     let read_under = |name: &[u8], f: &mut dyn FnMut(Option<&Counter>) -> bool| {
         // Another type under the name: no counter there.
-        host.read(name, |k| f(k)).unwrap_or_else(|| f(None))
+        host.read(name, &mut *f).unwrap_or_else(|| f(None))
     };
     read_under(deleted_name, &mut |now_under_the_name| {
         if carried_here {

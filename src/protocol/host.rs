@@ -1,12 +1,14 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
-//! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`) decides;
+//! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`; the
+//! audit, `audit_node.rs`) decides;
 //! its host carries the effects out. The runtime implements it over the Redis module API
-//! (`src/runtime/node_host.rs`), the simulator over its simulated masters
+//! (`spread_transfer::RedisHost`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
 //! simulator runs its production replica, and raft-rs hands its `Ready` to the IO layer).
 
 use super::replicas::Replication;
 use super::transfer_node::TransferMessage;
+use crate::counter::audit::{Answer, Question};
 use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::Counter;
@@ -20,6 +22,17 @@ pub enum NodeMessage {
     Collect(Vec<Collection>),
     /// The names handled (deleted, gone, or never the sender's), back to the asker (0xCD).
     Collected(Vec<Collection>),
+    /// The audit asks the master of each home's slot whether the spread lives (0xCE).
+    AuditAsk {
+        /// None: an earlier module's ask (answered without one).
+        request: Option<u64>,
+        questions: Vec<Question>,
+    },
+    /// Its answers, back to the asker under its request (None: an earlier module's) (0xCF).
+    AuditAnswers {
+        request: Option<u64>,
+        answers: Vec<(Question, Answer)>,
+    },
 }
 
 /// What the machines count (the INFO fields).
@@ -39,6 +52,16 @@ pub enum Event {
     CollectionsAbandoned(u64),
     /// Collections pending now (a gauge).
     CollectionsPending(u64),
+    /// The audit's walk ended a pass.
+    AuditPass,
+    /// Questions the audit asked.
+    AuditQuestions(u64),
+    /// A spread reported as an orphan.
+    OrphanReported,
+    /// Spreads reported now (a gauge).
+    OrphansReported(u64),
+    /// Holders deleted on the operator's order.
+    OrphanHoldersDeleted(u64),
 }
 
 /// Where a message about a key goes.
@@ -102,6 +125,11 @@ pub trait Host {
     fn delete(&mut self, name: &[u8]) -> bool;
     /// How long a collection is tried (`ctr.collect-timeout-ms`).
     fn collect_timeout_ms(&self) -> i64;
+    /// Whether a key of the slot of `home` is a home of the spread `spread_id` (None: the
+    /// slot holds more keys than may be read now).
+    fn slot_holds_home(&mut self, home: &[u8], spread_id: u64) -> Option<bool>;
+    /// How long a spread answered gone waits before it is reported (`ctr.orphan-grace-ms`).
+    fn orphan_grace_ms(&self) -> i64;
     /// Counts an event (the INFO fields).
     fn count(&mut self, event: Event);
     /// Something that should not happen, for the log.

@@ -11,8 +11,11 @@
 //! them; `host.rs` the one `Host` a machine runs on (the runtime's server, or the simulator's
 //! masters); `transfer_node.rs` one node's part of the transfer protocol (what each message does,
 //! the registry of keys with something to send, resends, acknowledgements held for the replicas);
-//! `collect_node.rs` one node's part of collecting a gone home's holders.
+//! `collect_node.rs` one node's part of collecting a gone home's holders; `audit_node.rs` one
+//! master's part of the orphan audit (questions asked and answered, reports, the operator's
+//! deletions).
 
+pub mod audit_node;
 pub mod collect_node;
 pub mod exchange;
 pub mod gather;

@@ -12,7 +12,7 @@ use std::ffi::c_char;
 use crate::ffi::{rm, Ctx};
 use crate::metrics;
 use crate::protocol::replicas::parse_info;
-pub use crate::protocol::replicas::{take_open, Gate, Replication};
+pub use crate::protocol::replicas::Replication;
 
 /// True while the server pauses writes and so what they replicate (`CLIENT PAUSE WRITE`, a
 /// manual failover, the handoff of an atomic slot migration), counted: the module's own work

@@ -63,9 +63,9 @@ use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
-use crate::persist::collect_msg;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
+use crate::persist::{audit_msg, collect_msg};
 use crate::protocol::host::{Event, Host, NodeMessage, Route};
 use crate::protocol::messages::MessageKind;
 use crate::protocol::transfer_node::{TransferMessage, TransferNode, TICK_MS};
@@ -95,7 +95,7 @@ pub fn track(db: c_int, name: &[u8], c: &Counter) {
 /// next tick or the sender's resend.
 fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut TransferNode<NodeId>, &mut RedisHost) -> R) -> R {
     NODE.with(|n| match n.try_borrow_mut() {
-        Ok(mut node) => f(&mut node, &mut RedisHost { ctx }),
+        Ok(mut node) => f(&mut node, &mut RedisHost::new(ctx)),
         Err(_) => {
             ctx.log_warning("ctr: the transfer node was entered again; the next tick goes on");
             R::default()
@@ -310,11 +310,24 @@ const MAX_COLLECT_MESSAGE_BYTES: usize = 32 * 1024;
 /// `spread_collect`).
 pub struct RedisHost {
     ctx: Ctx,
+    /// Slot keys the audit's home side may still read through this host (one tick, or one
+    /// received message: about 2 ms of main thread); past it a question is answered unsure.
+    slot_keys_left: i64,
 }
+
+/// A slot holding more keys than this is not read: its spreads are answered unsure.
+const MAX_SLOT_KEYS: i64 = 20_000;
+/// Slot keys one host reads at most.
+const SLOT_KEYS_BUDGET: i64 = 20_000;
+/// An audit message's payload, at most (a longer one goes as several, same request).
+const MAX_AUDIT_MESSAGE_BYTES: usize = 32 * 1024;
 
 impl RedisHost {
     pub fn new(ctx: Ctx) -> RedisHost {
-        RedisHost { ctx }
+        RedisHost {
+            ctx,
+            slot_keys_left: SLOT_KEYS_BUDGET,
+        }
     }
 }
 
@@ -415,7 +428,7 @@ impl Host for RedisHost {
     }
 
     fn send(&mut self, to: &NodeId, message: NodeMessage) {
-        let (kind, payloads) = match message {
+        let (kind, payloads): (MessageKind, Vec<Vec<u8>>) = match message {
             NodeMessage::Transfer(TransferMessage::Seal(m)) => {
                 (MessageKind::Seal, vec![msg::encode_seal(&m)])
             }
@@ -432,6 +445,20 @@ impl Host for RedisHost {
             NodeMessage::Collected(c) => (
                 MessageKind::Collected,
                 collect_msg::encode_chunked(&c, MAX_COLLECT_MESSAGE_BYTES),
+            ),
+            // Every ask of this version carries its request id.
+            NodeMessage::AuditAsk { request, questions } => (
+                MessageKind::AuditAsk,
+                (audit_msg::chunks(&questions, |q| &q.home, MAX_AUDIT_MESSAGE_BYTES).into_iter())
+                    .filter_map(|part| Some(audit_msg::encode_ask(request?, part)))
+                    .collect(),
+            ),
+            NodeMessage::AuditAnswers { request, answers } => (
+                MessageKind::AuditAnswer,
+                (audit_msg::chunks(&answers, |(q, _)| &q.home, MAX_AUDIT_MESSAGE_BYTES)
+                    .into_iter())
+                .map(|part| audit_msg::encode_answers(request, part))
+                .collect(),
             ),
         };
         for payload in payloads {
@@ -455,6 +482,20 @@ impl Host for RedisHost {
         config::COLLECT_TIMEOUT_MS.load(Relaxed)
     }
 
+    fn slot_holds_home(&mut self, home: &[u8], spread_id: u64) -> Option<bool> {
+        let budget = self.slot_keys_left.min(MAX_SLOT_KEYS);
+        let keys = cluster::keys_in_slot(self.ctx, key_slot(home), budget)?;
+        self.slot_keys_left -= keys.len() as i64;
+        Some(
+            keys.iter()
+                .any(|k| super::home_names::holds_home(self.ctx, k, spread_id)),
+        )
+    }
+
+    fn orphan_grace_ms(&self) -> i64 {
+        config::ORPHAN_GRACE_MS.load(Relaxed)
+    }
+
     fn count(&mut self, event: Event) {
         match event {
             Event::Sealed => metrics::TRANSFERS_STARTED.incr(),
@@ -467,6 +508,11 @@ impl Host for RedisHost {
             Event::Collections(n) => metrics::COLLECTIONS.add(n),
             Event::CollectionsAbandoned(n) => metrics::COLLECTIONS_ABANDONED.add(n),
             Event::CollectionsPending(n) => metrics::COLLECTIONS_PENDING.set(n),
+            Event::AuditPass => metrics::AUDIT_PASSES.incr(),
+            Event::AuditQuestions(n) => metrics::AUDIT_QUESTIONS.add(n),
+            Event::OrphanReported => metrics::AUDIT_ORPHANS.incr(),
+            Event::OrphansReported(n) => metrics::ORPHANS_REPORTED.set(n),
+            Event::OrphanHoldersDeleted(n) => metrics::ORPHAN_HOLDERS_DELETED.add(n),
         }
     }
 
