@@ -93,6 +93,21 @@ pub fn carried_by(c: &Counter) -> Option<(Vec<u8>, u64)> {
     (h.spread_id != 0).then(|| (h.home.to_vec(), h.spread_id))
 }
 
+/// The spreads `c` is a home of (its spread, and those of the holders it still folds back).
+pub fn spreads_of(c: &Counter) -> Vec<u64> {
+    let leaving = c
+        .leaving()
+        .iter()
+        .filter_map(|l| parse_holder_name(&l.name));
+    let mut ids: Vec<u64> = (c.spread().map(|s| s.id).into_iter())
+        .chain(leaving.map(|h| h.spread_id))
+        .filter(|&id| id != 0)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// True when `c` is a home of the spread `spread_id`: it lists a holder of that spread, current
 /// or leaving.
 pub fn is_home_of(c: &Counter, spread_id: u64) -> bool {
@@ -359,6 +374,19 @@ impl Pending {
     /// Drops the collections started more than `timeout_ms` ago; returns how many.
     pub fn expire(&mut self, now: i64, timeout_ms: i64) -> usize {
         self.drop_where(|e| now.saturating_sub(e.started_ms) > timeout_ms)
+    }
+
+    /// True when a collection of one of the spreads `spread_ids` is pending.
+    pub fn holds_any(&self, spread_ids: &[u64]) -> bool {
+        self.entries
+            .iter()
+            .any(|e| spread_ids.contains(&e.c.spread_id))
+    }
+
+    /// Drops the collections of the spreads in `spread_ids` (their home is back: a doubt);
+    /// returns how many.
+    pub fn forget(&mut self, spread_ids: &[u64]) -> usize {
+        self.drop_where(|e| spread_ids.contains(&e.c.spread_id))
     }
 
     fn drop_where(&mut self, gone: impl Fn(&Entry) -> bool) -> usize {

@@ -91,6 +91,9 @@ const COLLECT_TIMEOUT_MS: i64 = 10_000;
 struct Deleted {
     floor: Option<i64>,
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The home as it was (its dump), and the units its `DEL` took.
+    dump: Counter,
+    units: i64,
 }
 
 /// A purchase's outcome at one member.
@@ -769,6 +772,7 @@ impl Sim {
             40..=51 => self.replicate(master),
             82..=84 if self.faults => self.failover(master),
             85..=86 if self.faults => self.restart(master),
+            60..=64 => self.restore_deleted_home(),
             90..=94 => self.audit_pass(master),
             95..=99 => self.operator_deletes_reported(master, self.reported(master)),
             _ => self.tick(master),
@@ -792,16 +796,47 @@ impl Sim {
         }
         self.note(format_args!("DEL {} (no WAIT)", show(&home)));
         let gone = self.expected;
-        let left = self
-            .home_counter()
-            .map(|c| collect::left_by(&home, c))
-            .unwrap_or_default();
+        let Some(dump) = self.home_counter().cloned() else {
+            return;
+        };
         self.write(&home, None, -gone);
-        self.claim_left(&home, left);
+        self.claim_left(&home, collect::left_by(&home, &dump));
         self.deleted_unwaited = Some(Deleted {
             floor: self.floor.take(),
             renamed: std::mem::take(&mut self.renamed),
+            dump,
+            units: gone,
         });
+    }
+
+    /// `RESTORE` of the deleted home's dump under its name (an operator's undo) while its
+    /// master's collector still holds the claim the `DEL` made (waiting for the replica), and
+    /// before any audit reported the spread: the collector must find the home again and leave
+    /// its holders (`collect::still_to_collect`). Replicated at once, with the `DEL`.
+    fn restore_deleted_home(&mut self) {
+        let Some(d) = &self.deleted_unwaited else {
+            return;
+        };
+        let (home, dump, units) = (self.home.clone(), d.dump.clone(), d.units);
+        let m = master_of(&home);
+        // Every holder the dump lists is still there (no collection nor operator took one).
+        let current = dump.spread().map_or(&[][..], |s| s.holders.as_slice());
+        let leaving = dump.leaving().iter().map(|l| &l.name);
+        let untouched = current.iter().chain(leaving).all(|h| self.get(h).is_some());
+        let spreads = collect::spreads_of(&dump);
+        let waits = self.masters[m].collector.waits(0, &home, &spreads);
+        if self.get(&home).is_some() || !untouched || !waits {
+            return;
+        }
+        self.note(format_args!(
+            "RESTORE {} from its dump before its collection started",
+            show(&home)
+        ));
+        self.tokens.clear();
+        self.write(&home, Some(dump), units);
+        self.replicate_all(m);
+        // The server's `restore` event: the claims of the DEL there are undone.
+        self.masters[m].collector.unclaim(0, &home, &spreads);
     }
 
     /// Ends the window of an unwaited `DEL`: a failover lost it (the counter is back with its
@@ -1836,7 +1871,12 @@ impl Sim {
             }
             self.now = next;
         }
+        let spreads = collect::spreads_of(&saved);
         self.write(&home, Some(saved), 0);
+        // The server's `restore` event: claims of a deletion there are undone.
+        self.masters[master_of(&home)]
+            .collector
+            .unclaim(0, &home, &spreads);
         // The model's bound: the audit asks again (and finds the home) before the next
         // restore: the answers held during the absence land, then a new ask. Two restores of
         // one home inside a grace, with no answer between, look like one absence as long as

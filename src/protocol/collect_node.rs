@@ -86,6 +86,37 @@ impl<P: Clone + PartialEq> CollectNode<P> {
         self.claims.is_empty() && self.pending.is_empty() && self.held.is_empty()
     }
 
+    /// The name `name` holds a home of the spreads `spread_ids` again (its dump restored, a
+    /// reload): the claims its deletion made and the collections of those spreads are dropped
+    /// (the spread lives; what a started collection deleted already is lost with the `DEL`
+    /// the user made, never more).
+    pub fn unclaim(&mut self, db: i32, name: &[u8], spread_ids: &[u64]) {
+        for c in &mut self.claims {
+            if c.claim.db == db && c.claim.name == name {
+                (c.claim.collections).retain(|col| !spread_ids.contains(&col.spread_id));
+            }
+        }
+        self.claims.retain(|c| !c.claim.collections.is_empty());
+        self.claim_bytes = self
+            .claims
+            .iter()
+            .map(|c| bytes_of(&c.claim.collections))
+            .sum();
+        self.pending.forget(spread_ids);
+    }
+
+    /// True while a claim of the home `name` of the spreads `spread_ids` waits to start (its
+    /// deletion not yet held by the replicas, or the cluster down), and no collection of them
+    /// started.
+    pub fn waits(&self, db: i32, name: &[u8], spread_ids: &[u64]) -> bool {
+        let claimed = |c: &Claimed| {
+            c.claim.db == db
+                && c.claim.name == name
+                && (c.claim.collections.iter()).any(|col| spread_ids.contains(&col.spread_id))
+        };
+        self.claims.iter().any(claimed) && !self.pending.holds_any(spread_ids)
+    }
+
     /// True once when something was queued since the last call: the owner ticks soon.
     pub fn take_soon(&mut self) -> bool {
         std::mem::take(&mut self.soon)
@@ -262,13 +293,19 @@ impl<P: Clone + PartialEq> CollectNode<P> {
     }
 }
 
-/// The checks of `collect::still_to_collect`, on this master (the selected database).
+/// The checks of `collect::still_to_collect`, on this master (the selected database), after
+/// one of its own: a home of the spread that this master sees living (under the name its
+/// holders carry, or a name it saw that home renamed to) is a doubt, whatever the deleted name
+/// holds now (the home's dump restored there and renamed away before the claim started).
 fn still_to_collect<H: Host>(
     host: &H,
     c: &Collection,
     deleted_name: &[u8],
     in_cluster: bool,
 ) -> bool {
+    if host.living_home(&c.home, c.spread_id).is_some() {
+        return false;
+    }
     // The carried home, when it is another name whose slot this master serves (in a
     // cluster, another slot is itself a reason not to collect).
     let carried_here =

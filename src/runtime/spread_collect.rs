@@ -80,11 +80,19 @@ use crate::protocol::messages::MessageKind;
 const TICK_MS: i64 = 100;
 const MAX_STASH: usize = 1024;
 
-/// What unlinked homes left (stashed, `at_ms` 0), and what the events claimed since the
-/// collector last took it.
+/// What the events told the collector since it last looked, in their order.
+enum Told {
+    /// A home's master saw it end: what it left.
+    Claim(Claim),
+    /// A home of these spreads is back under this name (db, name, spread ids).
+    Back(c_int, Vec<u8>, Vec<u64>),
+}
+
+/// What unlinked homes left (stashed, `at_ms` 0), and what the events told the collector
+/// since it last looked.
 struct State {
     stash: Vec<Claim>,
-    claimed: Vec<Claim>,
+    told: Vec<Told>,
 }
 
 /// Behind a lock rather than thread-local: `unlink2` and keyspace events run on whichever
@@ -92,7 +100,7 @@ struct State {
 /// across a server call (a `DEL` here runs `unlink2` and the event handler again).
 static STATE: Mutex<State> = Mutex::new(State {
     stash: Vec::new(),
-    claimed: Vec::new(),
+    told: Vec::new(),
 });
 /// Something is stashed: the keyspace event handler's fast path.
 static STASHED: AtomicBool = AtomicBool::new(false);
@@ -143,8 +151,28 @@ fn stash(db: c_int, name: &[u8], collections: Vec<Collection>) {
 }
 
 /// A keyspace event (any class the module subscribes to): claims or forgets what the unlink
-/// of that key just stashed.
+/// of that key just stashed; a home restored under a name (`restore`) undoes the claims its
+/// deletion there made, whatever the collector reads later.
 pub fn on_event(ctx: Ctx, event: &[u8], key: RawString) {
+    claim_stashed(ctx, event, key);
+    if event == b"restore" {
+        let spreads = with_counter(ctx, key, |c| match c {
+            Some(CounterRef::Boxed(b)) => collect::spreads_of(b),
+            _ => Vec::new(),
+        });
+        if let Ok(spreads) = spreads.map(|s| (!s.is_empty()).then_some(s)) {
+            if let Some(spreads) = spreads {
+                let name = string_bytes(key).to_vec();
+                state()
+                    .told
+                    .push(Told::Back(selected_db(ctx), name, spreads));
+            }
+        }
+    }
+}
+
+/// Claims or forgets what the unlink of the event's key just stashed.
+fn claim_stashed(ctx: Ctx, event: &[u8], key: RawString) {
     take_unlinked();
     if !STASHED.load(Relaxed) {
         return;
@@ -192,7 +220,7 @@ fn seen_ending_here(ctx: Ctx, name: &[u8]) -> bool {
 
 /// Queues claims for the collector (its next tick takes them).
 fn claim(claims: Vec<Claim>) {
-    state().claimed.extend(claims);
+    state().told.extend(claims.into_iter().map(Told::Claim));
 }
 
 pub(crate) fn select_db(ctx: Ctx, db: c_int) -> bool {
@@ -212,16 +240,20 @@ fn tick(ctx: Ctx) {
     take_unlinked();
     let quiet = {
         let s = state();
-        s.stash.is_empty() && s.claimed.is_empty()
+        s.stash.is_empty() && s.told.is_empty()
     };
     if quiet && NODE.with(|n| n.try_borrow().is_ok_and(|n| n.is_idle())) {
         return;
     }
     claim_overwritten(ctx, ctx.now_ms());
-    let claimed = std::mem::take(&mut state().claimed);
+    let told = std::mem::take(&mut state().told);
     run(ctx, |node, host| {
-        let abandoned = node.claim(claimed);
-        metrics::COLLECTIONS_ABANDONED.add(abandoned);
+        for t in told {
+            match t {
+                Told::Claim(c) => metrics::COLLECTIONS_ABANDONED.add(node.claim(vec![c])),
+                Told::Back(db, name, spreads) => node.unclaim(db, &name, &spreads),
+            }
+        }
         node.tick(host);
     });
 }
