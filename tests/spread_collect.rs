@@ -164,6 +164,35 @@ fn holders_are_collected_only_once_the_replicas_hold_the_deletion() {
 }
 
 #[test]
+fn a_home_restored_and_renamed_before_its_claim_starts_keeps_its_holders() {
+    // The claim of a DEL waits for the replicas; a RESTORE of the home's dump under its name
+    // undoes it, even once the restored home is renamed away before the collector looks (the
+    // simulator found it: the collector read the deleted name empty and took the holders).
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    let (holders, total) = spread_one_server(&mut c, "views");
+    let dump = c.q("DUMP views").bytes();
+    server.wait_replicas(1);
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || Conn::connect(port).unwrap().q("DEBUG SLEEP 1"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(c.q("DEL views"), Value::Int(1));
+    assert_eq!(c.cmd(&[b"RESTORE".as_slice(), b"views", b"0", &dump]), ok());
+    assert_eq!(c.q("RENAME views renamed"), ok());
+    sleeper.join().unwrap();
+    // The replica acknowledges now (WAIT asks it): the claim's gate opens at the next tick.
+    assert_eq!(c.q("WAIT 1 5000"), Value::Int(1));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(existing(&mut c, &holders[1..]).len(), 3, "no holder collected");
+    assert_eq!(c.q("CTR.GET renamed"), Value::Int(total));
+    assert_eq!(info_u64(&server, "ctr_holders_collected"), 0);
+    // Deleted for good: its holders go.
+    assert_eq!(c.q("DEL renamed"), Value::Int(1));
+    wait_gone_here(&mut c, &holders[1..]);
+}
+
+#[test]
 fn a_renamed_home_keeps_its_holders_until_it_is_deleted_itself() {
     let server = Server::start();
     let mut c = server.conn();
