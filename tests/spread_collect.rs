@@ -184,7 +184,11 @@ fn a_home_restored_and_renamed_before_its_claim_starts_keeps_its_holders() {
     // The replica acknowledges now (WAIT asks it): the claim's gate opens at the next tick.
     assert_eq!(c.q("WAIT 1 5000"), Value::Int(1));
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(existing(&mut c, &holders[1..]).len(), 3, "no holder collected");
+    assert_eq!(
+        existing(&mut c, &holders[1..]).len(),
+        3,
+        "no holder collected"
+    );
     assert_eq!(c.q("CTR.GET renamed"), Value::Int(total));
     assert_eq!(info_u64(&server, "ctr_holders_collected"), 0);
     // Deleted for good: its holders go.

@@ -160,13 +160,10 @@ pub fn on_event(ctx: Ctx, event: &[u8], key: RawString) {
             Some(CounterRef::Boxed(b)) => collect::spreads_of(b),
             _ => Vec::new(),
         });
-        if let Ok(spreads) = spreads.map(|s| (!s.is_empty()).then_some(s)) {
-            if let Some(spreads) = spreads {
-                let name = string_bytes(key).to_vec();
-                state()
-                    .told
-                    .push(Told::Back(selected_db(ctx), name, spreads));
-            }
+        if let Some(spreads) = spreads.ok().filter(|s| !s.is_empty()) {
+            let name = string_bytes(key).to_vec();
+            let back = Told::Back(selected_db(ctx), name, spreads);
+            state().told.push(back);
         }
     }
 }
