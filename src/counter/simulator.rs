@@ -837,6 +837,12 @@ impl Sim {
         self.replicate_all(m);
         // The server's `restore` event: the claims of the DEL there are undone.
         self.masters[m].collector.unclaim(0, &home, &spreads);
+        // The model's bound (as after a backup restore): the audits ask again and find the
+        // home before it can go missing again (two absences inside one grace with no answer
+        // between look like one: a known gap, docs/CLUSTER.md).
+        self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
+        self.audit_asks();
+        self.deliver_audit_messages();
     }
 
     /// Ends the window of an unwaited `DEL`: a failover lost it (the counter is back with its
