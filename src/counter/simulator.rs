@@ -448,39 +448,16 @@ impl Host for SimHost<'_> {
 }
 
 impl Sim {
-    /// Runs master `master`'s transfer node over it.
-    fn run_node<R>(
+    /// Runs one of master `master`'s machines (`machine` picks it) over it.
+    fn run_machine<N: Default, R>(
         &mut self,
         master: usize,
-        f: impl FnOnce(&mut TransferNode<usize>, &mut SimHost) -> R,
+        machine: fn(&mut Master) -> &mut N,
+        f: impl FnOnce(&mut N, &mut SimHost) -> R,
     ) -> R {
-        let mut node = std::mem::take(&mut self.masters[master].transfers);
+        let mut node = std::mem::take(machine(&mut self.masters[master]));
         let r = f(&mut node, &mut SimHost { sim: self, master });
-        self.masters[master].transfers = node;
-        r
-    }
-
-    /// Runs master `master`'s audit over it.
-    fn run_audit<R>(
-        &mut self,
-        master: usize,
-        f: impl FnOnce(&mut AuditNode<usize>, &mut SimHost) -> R,
-    ) -> R {
-        let mut node = std::mem::replace(&mut self.masters[master].audit, AuditNode::new(0));
-        let r = f(&mut node, &mut SimHost { sim: self, master });
-        self.masters[master].audit = node;
-        r
-    }
-
-    /// Runs master `master`'s collector over it.
-    fn run_collector<R>(
-        &mut self,
-        master: usize,
-        f: impl FnOnce(&mut CollectNode<usize>, &mut SimHost) -> R,
-    ) -> R {
-        let mut node = std::mem::take(&mut self.masters[master].collector);
-        let r = f(&mut node, &mut SimHost { sim: self, master });
-        self.masters[master].collector = node;
+        *machine(&mut self.masters[master]) = node;
         r
     }
 
@@ -967,15 +944,25 @@ impl Sim {
                 from,
                 to,
                 m: NodeMessage::Transfer(m),
-            } => self.run_node(to, |node, host| node.receive(host, Some(from), m)),
+            } => self.run_machine(
+                to,
+                |m| &mut m.transfers,
+                |node, host| node.receive(host, Some(from), m),
+            ),
             Message::Node {
                 from,
                 to,
                 m: m @ (NodeMessage::AuditAsk { .. } | NodeMessage::AuditAnswers { .. }),
-            } => self.run_audit(to, |node, host| node.receive(host, from, m)),
-            Message::Node { from, to, m } => {
-                self.run_collector(to, |node, host| node.receive(host, from, m))
-            }
+            } => self.run_machine(
+                to,
+                |m| &mut m.audit,
+                |node, host| node.receive(host, from, m),
+            ),
+            Message::Node { from, to, m } => self.run_machine(
+                to,
+                |m| &mut m.collector,
+                |node, host| node.receive(host, from, m),
+            ),
             Message::Headroom {
                 to,
                 units,
@@ -992,9 +979,9 @@ impl Sim {
     /// credit), its collector's (claims started once the replica holds the `DEL`, collections
     /// sent again), and its audit's held answers (once the replica holds what they read).
     fn tick(&mut self, master: usize) {
-        self.run_node(master, |node, host| node.tick(host));
-        self.run_collector(master, |node, host| node.tick(host));
-        self.run_audit(master, |node, host| node.send_held(host));
+        self.run_machine(master, |m| &mut m.transfers, |node, host| node.tick(host));
+        self.run_machine(master, |m| &mut m.collector, |node, host| node.tick(host));
+        self.run_machine(master, |m| &mut m.audit, |node, host| node.send_held(host));
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -2046,13 +2033,17 @@ impl Sim {
             .filter(|(_, c)| !expiring(c))
             .filter_map(|(name, c)| Some((audit::question_for(name, Some(c))?, name.clone())))
             .collect();
-        self.run_audit(m, |node, host| {
-            for (q, name) in found {
-                node.saw(q, &name, now);
-            }
-            node.end_pass(host);
-            node.ask(host);
-        });
+        self.run_machine(
+            m,
+            |m| &mut m.audit,
+            |node, host| {
+                for (q, name) in found {
+                    node.saw(q, &name, now);
+                }
+                node.end_pass(host);
+                node.ask(host);
+            },
+        );
     }
 
     /// After healing, the operator's `CTR.ORPHANS DELETE` on every master: each holder of a
@@ -2095,7 +2086,11 @@ impl Sim {
     /// question).
     fn operator_deletes_reported(&mut self, m: usize, reported: Vec<u64>) {
         for id in reported {
-            self.run_audit(m, |node, host| node.delete_orphans(host, id));
+            self.run_machine(
+                m,
+                |m| &mut m.audit,
+                |node, host| node.delete_orphans(host, id),
+            );
         }
     }
 

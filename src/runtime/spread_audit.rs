@@ -48,7 +48,7 @@ use super::replication_gate;
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use super::spread_collect::select_db;
-use super::spread_transfer::{is_master, RedisHost};
+use super::spread_transfer::{is_master, run_machine, RedisHost};
 use crate::config::AUDIT_INTERVAL_MS;
 use crate::counter::audit::{self, Question};
 use crate::counter::spread::parse_holder_name;
@@ -83,16 +83,10 @@ thread_local! {
         RefCell::new(AuditNode::new(u64::from_le_bytes(crate::ffi::random_bytes())));
 }
 
-/// Runs the audit node over this server (a new host each time: the slot keys it may read
-/// are counted per tick and per message); skipped with a warning if it runs already.
+/// Runs the audit node over this server (`spread_transfer::run_machine`: a new host each
+/// time, so the slot keys it may read are counted per tick and per message).
 fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut AuditNode<NodeId>, &mut RedisHost) -> R) -> R {
-    NODE.with(|n| match n.try_borrow_mut() {
-        Ok(mut node) => f(&mut node, &mut RedisHost::new(ctx)),
-        Err(_) => {
-            ctx.log_warning("ctr: the audit was entered again; the next tick goes on");
-            R::default()
-        }
-    })
+    run_machine(ctx, &NODE, "the audit", f)
 }
 
 fn tick(ctx: Ctx) {

@@ -63,7 +63,7 @@ use redis_module::raw;
 use super::ctr_store::with_counter;
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_transfer::{is_master, selected_db, RedisHost};
+use super::spread_transfer::{is_master, run_machine, selected_db, RedisHost};
 use crate::counter::collect::{self, Collection, EventRule};
 use crate::counter::CounterCell;
 use crate::counter::CounterRef;
@@ -115,16 +115,9 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs the collector over this server; skipped (with a warning) if it runs already: a `DEL`
-/// it makes runs the server's callbacks, which never run it.
+/// Runs the collector over this server (`spread_transfer::run_machine`).
 fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut CollectNode<NodeId>, &mut RedisHost) -> R) -> R {
-    NODE.with(|n| match n.try_borrow_mut() {
-        Ok(mut node) => f(&mut node, &mut RedisHost::new(ctx)),
-        Err(_) => {
-            ctx.log_warning("ctr: the collector was entered again; the next tick goes on");
-            R::default()
-        }
-    })
+    run_machine(ctx, &NODE, "the collector", f)
 }
 
 /// Stashes every home the type's `unlink2` saw unlinked since the last look.

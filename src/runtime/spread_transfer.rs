@@ -49,6 +49,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
+use std::thread::LocalKey;
 
 use redis_module::raw;
 
@@ -90,17 +91,30 @@ pub fn track(db: c_int, name: &[u8], c: &Counter) {
     }
 }
 
-/// Runs the node over this server. A call made while the node runs (never expected: no host
-/// effect runs the node) is skipped with a warning; what it would have done is done by the
-/// next tick or the sender's resend.
-fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut TransferNode<NodeId>, &mut RedisHost) -> R) -> R {
-    NODE.with(|n| match n.try_borrow_mut() {
+/// Runs one of this server's machines (kept in `machine`, named `what` for the log) over a
+/// new [`RedisHost`]. A call made while that machine runs (never expected: no host effect runs
+/// a machine) is skipped with a warning; what it would have done is done by the next tick or
+/// the sender's resend.
+pub(crate) fn run_machine<N: 'static, R: Default>(
+    ctx: Ctx,
+    machine: &'static LocalKey<RefCell<N>>,
+    what: &str,
+    f: impl FnOnce(&mut N, &mut RedisHost) -> R,
+) -> R {
+    machine.with(|n| match n.try_borrow_mut() {
         Ok(mut node) => f(&mut node, &mut RedisHost::new(ctx)),
         Err(_) => {
-            ctx.log_warning("ctr: the transfer node was entered again; the next tick goes on");
+            ctx.log_warning(&format!(
+                "ctr: {what} was entered again; the next tick goes on"
+            ));
             R::default()
         }
     })
+}
+
+/// Runs the transfer node over this server.
+fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut TransferNode<NodeId>, &mut RedisHost) -> R) -> R {
+    run_machine(ctx, &NODE, "the transfer node", f)
 }
 
 pub use super::demand::selected_db;
