@@ -169,6 +169,11 @@ impl<D: PartialEq> Audit<D> {
         self.suspects.is_empty()
     }
 
+    /// True when a master answered the spread `spread_id` gone and no answer since found it.
+    pub fn suspects_gone(&self, spread_id: u64) -> bool {
+        (self.suspects.iter()).any(|(q, s)| q.spread_id == spread_id && s.gone_since.is_some())
+    }
+
     /// The walk found the holder `name`, asked about with `q` ([`question_for`]). False when
     /// the bounds are reached.
     pub fn saw(&mut self, q: Question, name: &[u8], now: i64) -> bool {
