@@ -73,10 +73,10 @@ use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
 use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
-use crate::protocol::host::{Event, Host, NodeMessage, Route};
+use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::listing_gate::ListingGate;
 use crate::protocol::replicas::Replication;
-use crate::protocol::transfer_node::{TransferMessage, TransferNode, TICK_MS};
+use crate::protocol::transfer_node::{TransferNode, TICK_MS};
 
 #[path = "simulator_reads.rs"]
 mod reads;

@@ -7,11 +7,19 @@
 //! simulator runs its production replica, and raft-rs hands its `Ready` to the IO layer).
 
 use super::replicas::Replication;
-use super::transfer_node::TransferMessage;
 use crate::counter::audit::{Answer, Question};
 use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
+use crate::counter::transfer::{Ack, Credit, Seal};
 use crate::counter::Counter;
+
+/// A message of the transfer protocol (bus kinds 0xC9-0xCB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransferMessage {
+    Seal(Seal),
+    Credit(Credit),
+    Ack(Ack),
+}
 
 /// A message between two nodes' machines (the bus kinds of `messages.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]

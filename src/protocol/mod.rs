@@ -1,6 +1,6 @@
 //! The spread node's protocol machinery that is not a counter rule: plain Rust with no Redis
-//! API and no globals, driven by the runtime (`src/commands`' timers and bus receivers) and by
-//! unit tests. `timeout.rs` is the one timeout type (a deadline, or a resend that backs off);
+//! API and no globals, driven by the runtime (`src/runtime`: its timers and bus receivers), by
+//! the simulator and by unit tests. `timeout.rs` is the one timeout type (a deadline, or a resend that backs off);
 //! `exchange.rs` the one request/response exchange (ids from a random start, matching,
 //! deadlines, resends) that the gather, the holder check and the budget poll each own;
 //! `gather.rs` the gather's table (rounds shared by the reads of a home, settled into the

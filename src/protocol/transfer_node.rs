@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::host::{Event, Host, NodeMessage, Route};
+use super::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use super::replicas::{take_open, Gate};
 use super::timeout::Timeout;
 use crate::counter::spread::parse_holder_name;
@@ -35,14 +35,6 @@ pub const SEALED_GRACE_MS: i64 = 60_000;
 
 /// Acknowledgements waiting at most (a giver whose ack was dropped sends its credit again).
 const MAX_PENDING_ACKS: usize = 4096;
-
-/// A message of the transfer protocol (bus kinds 0xC9-0xCB).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransferMessage {
-    Seal(Seal),
-    Credit(Credit),
-    Ack(Ack),
-}
 
 /// When a key is due to send (at once, then backing off while unanswered), whether it sent
 /// before, and the replication its last write must reach before anything about it is sent.

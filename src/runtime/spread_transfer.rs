@@ -67,9 +67,9 @@ use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
 use crate::persist::{audit_msg, collect_msg};
-use crate::protocol::host::{Event, Host, NodeMessage, Route};
+use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::messages::MessageKind;
-use crate::protocol::transfer_node::{TransferMessage, TransferNode, TICK_MS};
+use crate::protocol::transfer_node::{TransferNode, TICK_MS};
 
 pub use crate::protocol::transfer_node::SEALED_GRACE_MS;
 
