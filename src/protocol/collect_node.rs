@@ -389,3 +389,41 @@ fn collect_here<H: Host>(
     }
     answered
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collection(spread_id: u64) -> Collection {
+        let holder = format!("{{ctr.{spread_id:016x}.1.0}}h").into_bytes();
+        Collection {
+            spread_id,
+            home: b"h".to_vec(),
+            holders: vec![holder],
+        }
+    }
+
+    #[test]
+    fn a_home_back_under_its_name_undoes_the_claims_of_its_spreads_only() {
+        let mut node: CollectNode<usize> = CollectNode::default();
+        let claim = Claim {
+            db: 0,
+            name: b"h".to_vec(),
+            collections: vec![collection(7), collection(9)],
+            at_ms: 1,
+        };
+        assert_eq!(node.claim(vec![claim]), 0);
+        assert!(node.waits(0, b"h", &[7]) && node.waits(0, b"h", &[9]));
+        node.unclaim(0, b"other", &[7]);
+        node.unclaim(1, b"h", &[7]);
+        assert!(
+            node.waits(0, b"h", &[7]),
+            "another name or database: nothing undone"
+        );
+        node.unclaim(0, b"h", &[7]);
+        assert!(!node.waits(0, b"h", &[7]));
+        assert!(node.waits(0, b"h", &[9]), "another spread's claim stays");
+        node.unclaim(0, b"h", &[9]);
+        assert!(node.is_idle());
+    }
+}
