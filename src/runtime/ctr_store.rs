@@ -735,3 +735,13 @@ pub(crate) fn delete(ctx: Ctx, name: &[u8]) -> bool {
     }
     ran
 }
+
+/// Selects database `db` on `ctx` (a timer's or a receiver's context); false when there is no
+/// such database.
+pub(crate) fn select_db(ctx: Ctx, db: std::ffi::c_int) -> bool {
+    // SAFETY: ctx is live.
+    unsafe {
+        rm!(RedisModule_SelectDb)(ctx.ptr, db)
+            == redis_module::raw::REDISMODULE_OK as std::ffi::c_int
+    }
+}

@@ -213,10 +213,7 @@ fn claim(claims: Vec<Claim>) {
     state().told.extend(claims.into_iter().map(Told::Claim));
 }
 
-pub(crate) fn select_db(ctx: Ctx, db: c_int) -> bool {
-    // SAFETY: ctx is live.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
-}
+pub(crate) use super::ctr_store::select_db;
 
 /// One pass: claims what was overwritten by another type and forgets what else no event
 /// claimed, then runs the collector (claims checked and started on a master, what is due sent,

@@ -62,7 +62,7 @@ use crate::counter::spread::key_slot;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
-use crate::ffi::{rm, string_bytes, CommandError, Ctx, Key, KeyName, RawString};
+use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
@@ -317,8 +317,9 @@ pub(crate) fn serves(ctx: Ctx, name: &[u8]) -> bool {
             || (cluster::routed_here(ctx.ptr, name) && !super::slot_migration::moving_key(name)))
 }
 
-/// A collection message's payload, at most (a longer one goes as several).
-const MAX_COLLECT_MESSAGE_BYTES: usize = 32 * 1024;
+/// A collection's or an audit's message payload, at most (a longer one goes as several; an
+/// audit ask's parts carry the same request).
+const MAX_MESSAGE_BYTES: usize = 32 * 1024;
 
 /// This server as the host of the node's machines (the transfer node here, the collector in
 /// `spread_collect`).
@@ -333,8 +334,6 @@ pub struct RedisHost {
 const MAX_SLOT_KEYS: i64 = 20_000;
 /// Slot keys one host reads at most.
 const SLOT_KEYS_BUDGET: i64 = 20_000;
-/// An audit message's payload, at most (a longer one goes as several, same request).
-const MAX_AUDIT_MESSAGE_BYTES: usize = 32 * 1024;
 
 impl RedisHost {
     pub fn new(ctx: Ctx) -> RedisHost {
@@ -392,8 +391,7 @@ impl Host for RedisHost {
     }
 
     fn select_db(&mut self, db: i32) -> bool {
-        // SAFETY: ctx is the live context of the callback running the node.
-        unsafe { rm!(RedisModule_SelectDb)(self.ctx.ptr, db) == raw::REDISMODULE_OK as c_int }
+        super::ctr_store::select_db(self.ctx, db)
     }
 
     fn read<R>(&self, name: &[u8], f: impl FnOnce(Option<&Counter>) -> R) -> Option<R> {
@@ -454,25 +452,24 @@ impl Host for RedisHost {
             }
             NodeMessage::Collect(c) => (
                 MessageKind::Collect,
-                collect_msg::encode_chunked(&c, MAX_COLLECT_MESSAGE_BYTES),
+                collect_msg::encode_chunked(&c, MAX_MESSAGE_BYTES),
             ),
             NodeMessage::Collected(c) => (
                 MessageKind::Collected,
-                collect_msg::encode_chunked(&c, MAX_COLLECT_MESSAGE_BYTES),
+                collect_msg::encode_chunked(&c, MAX_MESSAGE_BYTES),
             ),
             // Every ask of this version carries its request id.
             NodeMessage::AuditAsk { request, questions } => (
                 MessageKind::AuditAsk,
-                (audit_msg::chunks(&questions, |q| &q.home, MAX_AUDIT_MESSAGE_BYTES).into_iter())
+                (audit_msg::chunks(&questions, |q| &q.home, MAX_MESSAGE_BYTES).into_iter())
                     .filter_map(|part| Some(audit_msg::encode_ask(request?, part)))
                     .collect(),
             ),
             NodeMessage::AuditAnswers { request, answers } => (
                 MessageKind::AuditAnswer,
-                (audit_msg::chunks(&answers, |(q, _)| &q.home, MAX_AUDIT_MESSAGE_BYTES)
-                    .into_iter())
-                .map(|part| audit_msg::encode_answers(request, part))
-                .collect(),
+                (audit_msg::chunks(&answers, |(q, _)| &q.home, MAX_MESSAGE_BYTES).into_iter())
+                    .map(|part| audit_msg::encode_answers(request, part))
+                    .collect(),
             ),
         };
         for payload in payloads {
