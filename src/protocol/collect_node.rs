@@ -169,7 +169,6 @@ impl<P: Clone + PartialEq> CollectNode<P> {
         let mut abandoned = 0u64;
         let mut started: Vec<(Collection, i64)> = Vec::new();
         let mut waiting: Vec<Claimed> = Vec::new();
-        self.claim_bytes = 0;
         for mut c in std::mem::take(&mut self.claims) {
             if now.saturating_sub(c.claim.at_ms) > timeout {
                 abandoned += c.claim.collections.len() as u64;

@@ -77,11 +77,6 @@ impl<P: Clone + PartialEq> TransferNode<P> {
         std::mem::take(&mut self.soon)
     }
 
-    /// The keys with something to send, by database (for tests and the simulator's checks).
-    pub fn tracked(&self) -> impl Iterator<Item = &(i32, Vec<u8>)> {
-        self.registry.keys()
-    }
-
     /// Takes what the host noted into the registry: a new write's sends wait for the replicas
     /// to hold it.
     fn take_noted<H: Host<Peer = P>>(&mut self, host: &mut H) {
