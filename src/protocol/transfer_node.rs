@@ -125,6 +125,9 @@ impl<P: Clone + PartialEq> TransferNode<P> {
             return; // the next tick does this one's work
         }
         self.take_noted(host);
+        if self.registry.is_empty() && self.acks.is_empty() {
+            return; // nothing to send: the replicas' offsets are not read (a server call)
+        }
         let master = host.is_master();
         let now = host.now_ms();
         let replication = if master {
