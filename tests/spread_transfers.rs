@@ -348,6 +348,96 @@ fn a_holder_refuses_a_siblings_budget_move_and_it_rolls_back() {
     assert_eq!(c.q("CTR.GET stock"), Value::Int(1000));
 }
 
+/// A budget move of `units` floor units from `giver` to `receiver` started as the master
+/// starts one (`CTR.STEP giver <move>`, src/persist/step_msg.rs).
+fn start_move(c: &mut Conn, giver: &str, receiver: &str, units: i64) -> Value {
+    use common::{ivarint, uvarint};
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut step = vec![1u8, 1]; // version 1, MOVE
+    step.extend(uvarint(receiver.len() as u64));
+    step.extend(receiver.as_bytes());
+    step.extend(ivarint(0)); // dv
+    step.extend(ivarint(-units)); // df: the receiver's floor falls by `units`
+    step.extend(ivarint(now_ms));
+    step.extend(0x5eed_u64.to_le_bytes()); // a new giver id
+    c.cmd(&[b"CTR.STEP".as_slice(), giver.as_bytes(), &step])
+}
+
+/// Issue 34, found by the simulator once it ran the rebalancer (seed 720 of its first run: 13
+/// floor units lost): a holder's budget move to its home unanswered, the home renamed, then a
+/// second move from that holder to the new name (a rebalance round planned after the
+/// `RENAME`). The home keeps one high-water seq per giver: the later move applied first made
+/// the earlier one, sent to the old name, look applied, and its units were gone from every
+/// budget; and nothing but a fold's seal request ever sent the earlier move to the new name,
+/// so without a fold it stayed in flight for good. Now a holder moves budget to its home one
+/// move at a time whatever the home's name (the second is refused as busy), and the renamed
+/// home asks the holder to send the move to its new name (a seal request for fold 0).
+#[test]
+fn a_holders_move_to_its_renamed_home_lands_and_a_second_waits_for_it() {
+    let held = Server::start_with(&[], HOLD);
+    let mut c = held.conn();
+    c.q("CTR.ADD stock 1000");
+    c.q("CTR.FLOOR stock 100");
+    let members = names(&c.q("CTR.SPREAD stock 3"));
+    let holder = members[1].clone();
+    // A key's own floor (a home's `floor` is the counter's: its own is the first of
+    // `holder_floors`).
+    let floor_of = |c: &mut Conn, key: &str| {
+        let (field, home) = match key.starts_with("stock") {
+            true => ("holder_floors", true),
+            false => ("floor", false),
+        };
+        match (info(c, key, field), home) {
+            (Some(Value::Array(floors)), true) => floors[0].int(),
+            (Some(Value::Int(f)), false) => f,
+            (other, _) => panic!("the floor of {key}: {other:?}"),
+        }
+    };
+    let (home_floor, holder_floor) = (floor_of(&mut c, "stock"), floor_of(&mut c, &holder));
+    assert!(matches!(
+        start_move(&mut c, &holder, "stock", 5),
+        Value::Simple(_)
+    ));
+    assert_eq!(
+        floor_of(&mut c, &holder),
+        holder_floor + 5,
+        "debited, credit held"
+    );
+    assert_eq!(c.q("RENAME stock stock2"), Value::Simple("OK".into()));
+    let second = start_move(&mut c, &holder, "stock2", 3);
+    assert!(
+        second.is_error() && second.error().contains("still unacknowledged"),
+        "a second move to the renamed home waits for the first: {second:?}"
+    );
+    assert_eq!(
+        floor_of(&mut c, &holder),
+        holder_floor + 5,
+        "nothing more debited"
+    );
+
+    let free = release(&held, &[]);
+    let mut f = free.conn();
+    eventually(10, || {
+        (floor_of(&mut f, "stock2") == home_floor - 5).then_some(())
+    });
+    assert_eq!(floor_of(&mut f, &holder), holder_floor + 5);
+    assert_eq!(
+        f.q("EXISTS stock"),
+        Value::Int(0),
+        "nothing made at the old name"
+    );
+    // The move answered: the holder moves to its home again.
+    eventually(10, || {
+        matches!(start_move(&mut f, &holder, "stock2", 3), Value::Simple(_)).then_some(())
+    });
+    eventually(10, || {
+        (floor_of(&mut f, "stock2") == home_floor - 8).then_some(())
+    });
+    assert_eq!(f.q("CTR.GET stock2"), Value::Int(1000));
+}
+
 /// Writes at `key` a forged state: value 100, floor 30, and an outbox entry claiming a budget
 /// move of 10 floor units to `receiver` (its floor raised from 20 by the debit), encoded as
 /// section 16 (src/persist/ctr_format.rs), or as section 12 where the module predates it (the

@@ -10,10 +10,12 @@
 //!   an answer only once the replica holds the credit (the replication gate);
 //! - failovers (the replica, without the writes it had not received, becomes the master),
 //!   restarts (everything kept, in-memory queues lost);
-//! - adds and purchases on every member, shrinks, grows, budget moves, rebalance rounds that
-//!   send every master the whole headroom they saw (lost, late, reordered like the rest), and
-//!   purchases that a holder cannot cover made final or retryable by that bound, as the glue
-//!   does (`counter::headroom`), or (one schedule in four) with rebalancing off; clients'
+//! - adds and purchases on every member, shrinks, grows, budget moves; each master's rebalancer
+//!   (`protocol::rebalance_node`, the server's): refusals recorded, notices, the home's polls,
+//!   answers, gives and the whole headroom told, lost, late, duplicated and reordered like the
+//!   rest, each master's rebalance timer firing at its ticks; purchases that a holder cannot
+//!   cover made final or retryable by that bound, as the glue does (`counter::headroom`), or
+//!   (one schedule in four) with rebalancing off; clients'
 //!   purchases that walk every member until one grants or says `TRYAGAIN`, a walk refused
 //!   everywhere checked against the budget in flight (a ghost check: no move on its way would
 //!   have covered it);
@@ -43,8 +45,9 @@
 //! current holder's units in hand, every leaving holder's units in hand) equals every
 //! acknowledged add and purchase that the failovers did not take back; in a floored spread the
 //! members' floors plus the floor units in flight equal `F`, no counter is below its floor
-//! (so no purchase beyond stock); a round's bound is never below the counter's true headroom
-//! (the total minus `F`: a bound below it would refuse for good what the counter covers). Once
+//! (so no purchase beyond stock); a round's bound is never below the lowest true headroom
+//! since its poll began (the total minus `F`: a bound below it would refuse for good what the
+//! counter covers). Once
 //! the faults stop (and the audit's passes ran) it checks that every fold finished, every
 //! transfer of the spread was answered, every holder of a spread that no key is the home of
 //! was collected or reported by its master's audit, and, once the operator deleted what was
@@ -61,7 +64,7 @@ use std::fmt::Write as _;
 use super::audit::{self, Answer, Question};
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
-use super::headroom::{floored_spread_id, whole_headroom, HeadroomView, Refusal};
+use super::headroom::{floored_spread_id, Refusal};
 use super::listing::ListClock;
 use super::rebalance::{through_the_home, Move};
 use super::spread::{
@@ -75,8 +78,11 @@ use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::listing_gate::ListingGate;
+use crate::protocol::rebalance_node::RebalanceNode;
 use crate::protocol::replicas::Replication;
 use crate::protocol::transfer_node::{TransferNode, TICK_MS};
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 #[path = "simulator_reads.rs"]
 mod reads;
@@ -105,6 +111,11 @@ enum Purchase {
     Refused,
 }
 const STEPS: usize = 160;
+
+/// What the schedules ran of the rebalancer, for the summary line.
+static ROUNDS_POLLED: AtomicU64 = AtomicU64::new(0);
+static BOUNDS_CHECKED: AtomicU64 = AtomicU64::new(0);
+static GIVES: AtomicU64 = AtomicU64::new(0);
 
 /// splitmix64: small, seedable, the same on every machine.
 struct Rng(u64);
@@ -137,12 +148,6 @@ enum Message {
         to: usize,
         m: NodeMessage,
     },
-    /// A round's bound on its way to master `to`.
-    Headroom {
-        to: usize,
-        units: i64,
-        round_ms: i64,
-    },
 }
 
 /// A write the replica does not hold yet (one command: RENAME writes two keys at once): each
@@ -170,9 +175,10 @@ struct Master {
     /// Keys written with something to send since the node last took them (the glue's
     /// `track`).
     noted: Vec<Vec<u8>>,
-    /// What this master's process knows of the counter's whole headroom (soft state: a
-    /// restart or a failover starts from nothing).
-    headroom: HeadroomView,
+    /// This master's rebalancer, the glue's machine: the demand its holders recorded, the
+    /// polls it began, the whole headroom rounds told it (soft state: a restart or a failover
+    /// starts from nothing).
+    rebalance: RebalanceNode<usize>,
     /// This master's collector, the glue's machine: the gone homes it claimed and the
     /// collections it has not seen answered (soft state: a restart or a failover loses them;
     /// the promoted replica claims nothing).
@@ -238,6 +244,11 @@ struct Sim {
     same_ms: u64,
     /// A replayed step that did not reach the master's state (reported by `check`).
     replay_error: Option<String>,
+    /// The latest rebalance poll sent (its id) and (ghost state) the lowest true headroom
+    /// since it began: the bound its round tells must not be below it.
+    round: Option<(u64, i64)>,
+    /// A round's bound below the true headroom (reported by `check`).
+    bound_error: Option<String>,
     /// Gathered reads, answered one request at a time (`simulator_reads.rs`).
     reads: reads::Reads,
     log: String,
@@ -383,6 +394,19 @@ impl Host for SimHost<'_> {
         self.sim.living_home(self.master, name, spread_id, name)
     }
 
+    fn current_home(&mut self, carried: &[u8]) -> Vec<u8> {
+        // The one home of the schedule, under its current name when it carries that spread.
+        let home = self.sim.home.clone();
+        let carries = |c: &Counter| {
+            c.spread()
+                .is_some_and(|s| carried_home(s.holders.iter().map(Vec::as_slice)) == Some(carried))
+        };
+        match self.sim.masters[self.master].keys.get(&home) {
+            Some(c) if carries(c) => home,
+            _ => carried.to_vec(),
+        }
+    }
+
     fn take_noted(&mut self) -> Vec<(i32, Vec<u8>)> {
         let noted = std::mem::take(&mut self.sim.masters[self.master].noted);
         noted.into_iter().map(|k| (0, k)).collect()
@@ -401,6 +425,7 @@ impl Host for SimHost<'_> {
     }
 
     fn send(&mut self, to: &usize, m: NodeMessage) {
+        self.sim.check_round(&m);
         let (from, to) = (self.master, *to);
         self.sim.network.push(Message::Node { from, to, m });
     }
@@ -478,6 +503,8 @@ impl Sim {
             partition: None,
             same_ms: 0,
             replay_error: None,
+            round: None,
+            bound_error: None,
             reads: reads::Reads::new(seed),
             log: String::new(),
             tokens: Vec::new(),
@@ -731,7 +758,7 @@ impl Sim {
             93 | 94 => self.expire_folded_holder(),
             95 if self.faults && self.rng.percent(50) => self.copy_holder(),
             95 if self.faults => self.sibling_move_outlives_its_receiver(),
-            96 | 97 => return self.rebalance_round(),
+            96 | 97 => self.purchase_beyond_a_holder(),
             98 if self.faults => return self.restore_home_copy(),
             99 if self.rng.percent(60) => self.audit_pass(master),
             99 => self.operator_deletes_reported(master, self.reported(master)),
@@ -962,19 +989,28 @@ impl Sim {
                 |m| &mut m.audit,
                 |node, host| node.receive(host, from, m),
             ),
+            Message::Node {
+                from,
+                to,
+                m:
+                    m @ (NodeMessage::DemandNotice(_)
+                    | NodeMessage::DemandPoll(_)
+                    | NodeMessage::DemandAnswer { .. }
+                    | NodeMessage::DemandGive(_)
+                    | NodeMessage::Headroom(_)),
+            } => {
+                self.run_machine(
+                    to,
+                    |m| &mut m.rebalance,
+                    |node, host| node.receive(host, from, m),
+                );
+                self.hurry_moves_started(to);
+            }
             Message::Node { from, to, m } => self.run_machine(
                 to,
                 |m| &mut m.collector,
                 |node, host| node.receive(host, from, m),
             ),
-            Message::Headroom {
-                to,
-                units,
-                round_ms,
-            } => {
-                let now = self.now;
-                self.masters[to].headroom.saw(units, round_ms, now);
-            }
         }
     }
 
@@ -986,6 +1022,8 @@ impl Sim {
         self.run_machine(master, |m| &mut m.transfers, |node, host| node.tick(host));
         self.run_machine(master, |m| &mut m.collector, |node, host| node.tick(host));
         self.run_machine(master, |m| &mut m.audit, |node, host| node.send_held(host));
+        self.run_machine(master, |m| &mut m.rebalance, |node, host| node.expire(host));
+        self.rebalance_round(master); // its rebalance timer, when a home is due
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1027,7 +1065,7 @@ impl Sim {
         m.unreplicated.clear();
         m.written = m.replicated;
         m.restart_transfer_node();
-        m.headroom = HeadroomView::default();
+        m.rebalance = RebalanceNode::default();
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
         m.collector = CollectNode::default();
@@ -1049,7 +1087,7 @@ impl Sim {
         self.replicate_all(master);
         let m = &mut self.masters[master];
         m.restart_transfer_node();
-        m.headroom = HeadroomView::default();
+        m.rebalance = RebalanceNode::default();
         // The lists loaded are not proven held; pending collections are lost with the process
         // (the audit finds what they left).
         m.listing_gate.changed();
@@ -1292,9 +1330,11 @@ impl Sim {
             TokenUse::New => {}
         }
         let mut c = c.clone();
-        if purchase_waits_for_budget(Some(&c), walk.amount, floor_by_name(key), now)
-            || self.gathers(key, &c, walk.amount)
-        {
+        if purchase_waits_for_budget(Some(&c), walk.amount, floor_by_name(key), now) {
+            return TokenStop::Undecided;
+        }
+        if self.gathers(key, &c, walk.amount) {
+            self.record_refusal(key, walk.amount, Some(now));
             return TokenStop::Undecided;
         }
         let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
@@ -1318,7 +1358,10 @@ impl Sim {
         };
         let units = match decided {
             TokenStop::Granted(_) => -walk.amount,
-            _ => 0,
+            _ => {
+                self.record_refusal(key, walk.amount, None);
+                0
+            }
         };
         self.write(key, Some(c), units);
         let m = &mut self.masters[master_of(key)];
@@ -1337,13 +1380,23 @@ impl Sim {
 
     /// True when a refusal at `key` waits for budget the rebalance round gathers (`TRYAGAIN`).
     fn gathers(&mut self, key: &[u8], c: &Counter, amount: i64) -> bool {
+        let Some(spread_id) = floored_spread_id(key, c) else {
+            return false;
+        };
+        let now = self.now;
+        let book = &mut self.masters[master_of(key)].rebalance.book;
         self.rebalancing
             && purchase_refused(c, amount, floor_by_name(key))
-            && floored_spread_id(key, c).is_some()
-            && self.masters[master_of(key)]
-                .headroom
-                .refusal(amount, self.now)
-                == Refusal::Retry
+            && book.refusal_fate((0, spread_id), amount, now) == Refusal::Retry
+    }
+
+    /// A purchase refused afresh at `key` (for good, or told to retry while budget gathers
+    /// since `waiting_since`), recorded on its master as the glue records it: the demand a
+    /// round moves budget toward.
+    fn record_refusal(&mut self, key: &[u8], amount: i64, waiting_since: Option<i64>) {
+        let rebalancing = self.rebalancing;
+        let node = &mut self.masters[master_of(key)].rebalance;
+        node.record_refusal((0, key.to_vec()), amount, waiting_since, rebalancing);
     }
 
     /// A purchase of `amount` at `key`, as the glue decides it.
@@ -1359,11 +1412,12 @@ impl Sim {
             return Purchase::Refused; // the folded-back error: the walk goes on
         }
         if self.gathers(key, &c, amount) {
-            // TRYAGAIN: budget to gather; nothing changes.
+            // TRYAGAIN: budget to gather; nothing changes but the demand recorded.
             self.note(format_args!(
                 "purchase {amount} at {} waits to gather",
                 show(key)
             ));
+            self.record_refusal(key, amount, Some(now));
             return Purchase::Retry;
         }
         let op = DecrOp {
@@ -1379,6 +1433,7 @@ impl Sim {
             self.note(format_args!("purchase {amount} at {}", show(key)));
             return Purchase::Granted;
         }
+        self.record_refusal(key, amount, None);
         Purchase::Refused
     }
 
@@ -1498,48 +1553,99 @@ impl Sim {
         self.wait_replica(&home);
     }
 
-    /// A rebalance round of the home's master (all at once here): the whole headroom of the
-    /// current members (budgets plus budget moving out), sent to every master; none while the
-    /// home folds holders back (their units are in no current member's budget).
-    fn rebalance_round(&mut self) -> Result<(), String> {
-        let (Some(floor), Some(home)) = (self.floor, self.home_counter()) else {
-            return Ok(());
-        };
+    /// The rebalance timer of one master (`ctr.rebalance-delay-ms` after its first refusal,
+    /// the glue's job): every home due (its holders refused there, or a notice came) is
+    /// rebalanced by the node, under its current name.
+    fn rebalance_round(&mut self, master: usize) {
         if !self.rebalancing {
-            return Ok(());
+            return;
         }
-        if !home.leaving().is_empty() {
-            return Ok(());
+        self.run_machine(
+            master,
+            |m| &mut m.rebalance,
+            |node, host| {
+                for (db, carried) in node.take_due() {
+                    if host.select_db(db) {
+                        let home = host.current_home(&carried);
+                        node.rebalance(host, &home);
+                    }
+                }
+            },
+        );
+        self.hurry_moves_started(master);
+    }
+
+    /// The glue's hand-off after the rebalancer ran: the moves its gives started are sent at
+    /// the transfer node's next tick.
+    fn hurry_moves_started(&mut self, master: usize) {
+        let started = self.masters[master].rebalance.take_moves_started();
+        for (_, giver) in started {
+            self.run_machine(
+                master,
+                |m| &mut m.transfers,
+                |node, host| node.hurry(host, &giver),
+            );
         }
+    }
+
+    /// Ghost check of the rebalancer's rounds, as its messages leave a master: a poll starts
+    /// a round; the whole headroom a round tells is never below the lowest true headroom since
+    /// it began (units it missed would make a refusal final that the stock covers).
+    fn check_round(&mut self, m: &NodeMessage) {
+        let truth = self.true_headroom();
+        match (m, truth) {
+            (NodeMessage::DemandPoll(p), Some(t)) if self.round.is_none_or(|r| r.0 != p.id) => {
+                ROUNDS_POLLED.fetch_add(1, Relaxed);
+                self.round = Some((p.id, t));
+            }
+            (NodeMessage::DemandGive(_), _) => {
+                GIVES.fetch_add(1, Relaxed);
+            }
+            (NodeMessage::Headroom(h), _) => {
+                BOUNDS_CHECKED.fetch_add(1, Relaxed);
+                if let Some((_, lowest)) = self.round.filter(|r| h.units < r.1) {
+                    self.bound_error = Some(format!(
+                        "a round's bound {} is below the headroom {lowest}",
+                        h.units
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// After a step: the round under way keeps the lowest true headroom it saw.
+    fn track_round(&mut self) {
+        if let (Some((id, lowest)), Some(t)) = (self.round, self.true_headroom()) {
+            self.round = Some((id, lowest.min(t)));
+        }
+    }
+
+    /// A purchase just beyond what one member holds (a hot holder's buyer): refused there or
+    /// told to retry while budget gathers, its demand recorded for the rounds; then every
+    /// master's rebalance timer.
+    fn purchase_beyond_a_holder(&mut self) {
+        if self.floor.is_some() {
+            let key = self.random_member();
+            let budget = self.get(&key).map_or(0, Counter::budget);
+            let amount = budget.max(0) + 1 + self.rng.below(3) as i64;
+            self.purchase_at(&key, amount);
+        }
+        (0..MASTERS).for_each(|m| self.rebalance_round(m));
+    }
+
+    /// The counter's true headroom now (None: not floored, or its home deleted): every
+    /// unit above the floor but those of budget moves stuck past `MOVE_IN_FLIGHT_MS` (by
+    /// design they leave the bound: a refusal may then be false, never an oversell).
+    fn true_headroom(&self) -> Option<i64> {
+        let (floor, home) = (self.floor?, self.home_counter()?);
         let mut current = vec![self.home.clone()];
         current.extend(home.spread().map(|s| s.holders.clone()).unwrap_or_default());
         let now = self.now;
-        let units = whole_headroom(current.iter().map(|k| match self.get(k) {
-            Some(c) => (c.budget(), c.budget_moving_out(now)),
-            None => (0, 0),
-        }));
-        // A move unanswered past `MOVE_IN_FLIGHT_MS` is stuck: by design its units leave the
-        // bound (a refusal may then be false, never an oversell).
-        let stuck: i64 = current
-            .iter()
-            .filter_map(|k| self.get(k))
+        let stuck: i64 = (current.iter().filter_map(|k| self.get(k)))
             .map(|c| c.budget_moving_out(0) - c.budget_moving_out(now))
             .sum();
-        let truth = self.total() - floor - stuck;
-        if units < truth {
-            return Err(format!(
-                "a round's bound {units} is below the headroom {truth}"
-            ));
-        }
-        self.note(format_args!("round: whole headroom {units}"));
-        for to in 0..MASTERS {
-            self.network.push(Message::Headroom {
-                to,
-                units,
-                round_ms: now,
-            });
-        }
-        Ok(())
+        Some(self.total() - floor - stuck)
     }
 
     fn budget_move(&mut self) {
@@ -1761,7 +1867,6 @@ impl Sim {
                 TransferMessage::Ack(a) => a.giver == name,
             },
             Message::Node { .. } => false,
-            Message::Headroom { .. } => false,
         };
         let in_outbox = self.masters.iter().flat_map(|m| &m.keys).any(|(giver, c)| {
             let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
@@ -1816,14 +1921,6 @@ impl Sim {
     fn rename_home(&mut self) {
         let to = format!("{{sale}}stock:{}", self.rng.below(1000)).into_bytes();
         if self.get(&to).is_some() || self.home_counter().is_none() {
-            return;
-        }
-        let home = self.home.clone();
-        let moving_home = self.masters.iter().flat_map(|m| m.keys.values()).any(|c| {
-            let outbox = c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]);
-            outbox.iter().any(|o| o.fold_id == 0 && o.receiver == home)
-        });
-        if moving_home {
             return;
         }
         let from = self.home.clone();
@@ -2169,7 +2266,7 @@ impl Sim {
     }
 
     fn check(&self) -> Result<(), String> {
-        if let Some(e) = &self.replay_error {
+        if let Some(e) = self.replay_error.as_ref().or(self.bound_error.as_ref()) {
             return Err(e.clone());
         }
         let keys = self.accounted_keys();
@@ -2300,6 +2397,7 @@ fn run(seed: u64) -> Result<(), String> {
         if let Err(why) = sim
             .step()
             .and_then(|()| sim.read_step())
+            .map(|()| sim.track_round())
             .and_then(|()| sim.check())
         {
             return fail(&sim, format!("after step {step}: {why}"));
@@ -2340,10 +2438,14 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s); \
-         {} gathered reads, {} of them in quiet windows checked against the total",
+         {} gathered reads, {} of them in quiet windows checked against the total; \
+         {} rebalance polls, {} bounds told and checked, {} gives",
         schedules as f64 / secs.max(1e-9),
-        reads::FINISHED.load(std::sync::atomic::Ordering::Relaxed),
-        reads::CHECKED.load(std::sync::atomic::Ordering::Relaxed),
+        reads::FINISHED.load(Relaxed),
+        reads::CHECKED.load(Relaxed),
+        ROUNDS_POLLED.load(Relaxed),
+        BOUNDS_CHECKED.load(Relaxed),
+        GIVES.load(Relaxed),
     );
 }
 
@@ -2352,7 +2454,6 @@ fn describe(m: &Message) -> String {
         Message::Node { from, to, m } => {
             format!("{} from master {from} to master {to}", describe_node(m))
         }
-        Message::Headroom { to, units, .. } => format!("headroom {units} to master {to}"),
     }
 }
 
@@ -2372,6 +2473,18 @@ fn describe_node(m: &NodeMessage) -> String {
                 .map(|(q, a)| format!("{:x} {a:?}", q.spread_id))
                 .collect::<Vec<_>>()
         ),
+        NodeMessage::DemandNotice(_) => "rebalance notice".into(),
+        NodeMessage::DemandPoll(p) => format!("poll {:x} of {} holders", p.id, p.names.len()),
+        NodeMessage::DemandAnswer { id, reports } => format!("answer {id:x} {reports:?}"),
+        NodeMessage::DemandGive(g) => {
+            format!(
+                "give {} {} -> {}",
+                g.units,
+                show(&g.giver),
+                show(&g.receiver)
+            )
+        }
+        NodeMessage::Headroom(h) => format!("headroom {} of round {}", h.units, h.round_ms),
     }
 }
 

@@ -1,8 +1,10 @@
 //! The cluster-bus messages of transfers between counters (see `crate::counter::transfer`):
 //!
 //! ```text
-//! seal:   u8 version (= 2), (uvarint len, home), (uvarint len, holder), u64 LE fold id (>= 1)
-//!         the home's master asks the holder's master to fold the holder into the home
+//! seal:   u8 version (= 2), (uvarint len, home), (uvarint len, holder), u64 LE fold id
+//!         the home's master asks the holder's master to fold the holder into the home; with
+//!         fold id 0, only to re-target the holder's budget move toward a name the home had
+//!         before a RENAME to this one (a module before issue 34 drops it as malformed)
 //! credit: u8 version (= 2), (uvarint len, giver), (uvarint len, giver's name at the debit),
 //!         (uvarint len, receiver), u64 LE giver id, uvarint seq (>= 1), ivarint dv, ivarint df,
 //!         u64 LE fold id (0: a budget move)
@@ -35,10 +37,7 @@ pub fn decode_seal(buf: &[u8]) -> Result<Seal, DecodeError> {
     let m = Seal {
         home: name(&mut r)?,
         holder: name(&mut r)?,
-        fold_id: match r.fixed_u64()? {
-            0 => return decode_error("fold id 0"),
-            id => id,
-        },
+        fold_id: r.fixed_u64()?,
     };
     close(&r, m)
 }
@@ -183,9 +182,15 @@ mod tests {
             version[0] = v;
             assert!(decode_seal(&version).is_err(), "version {v}");
         }
-        let mut no_fold = Writer::new();
-        no_fold.u8(VERSION).bytes(b"h").bytes(b"x").fixed_u64(0);
-        assert!(decode_seal(&no_fold.finish()).is_err(), "fold id 0");
+        let retarget = Seal {
+            fold_id: 0,
+            ..seal.clone()
+        };
+        assert_eq!(
+            decode_seal(&encode_seal(&retarget)),
+            Ok(retarget),
+            "fold id 0: re-target"
+        );
         let mut bad_outcome = Writer::new();
         bad_outcome
             .u8(VERSION)

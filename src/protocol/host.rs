@@ -1,6 +1,6 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
 //! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`; the
-//! audit, `audit_node.rs`) decides;
+//! audit, `audit_node.rs`; the rebalancer, `rebalance_node.rs`) decides;
 //! its host carries the effects out. The runtime implements it over the Redis module API
 //! (`spread_transfer::RedisHost`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
@@ -12,6 +12,7 @@ use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Ack, Credit, Seal};
 use crate::counter::Counter;
+use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
 
 /// A message of the transfer protocol (bus kinds 0xC9-0xCB).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,16 @@ pub enum NodeMessage {
         request: Option<u64>,
         answers: Vec<(Question, Answer)>,
     },
+    /// Holders of this home refused purchases: rebalance it (0xD0).
+    DemandNotice(Vec<u8>),
+    /// The home's master asks for these holders' budgets and demand (0xD1).
+    DemandPoll(PollRequest),
+    /// Their reports, back under the poll's id (0xD2).
+    DemandAnswer { id: u64, reports: Vec<HolderDemand> },
+    /// Move up to this much budget from the giver (0xD3).
+    DemandGive(Give),
+    /// The whole headroom a round saw (0xD4).
+    Headroom(Headroom),
 }
 
 /// What the machines count (the INFO fields).
@@ -70,6 +81,10 @@ pub enum Event {
     OrphansReported(u64),
     /// Holders deleted on the operator's order.
     OrphanHoldersDeleted(u64),
+    /// A give started a budget move.
+    BudgetMove,
+    /// A give found its pair busy (a move unacknowledged).
+    BudgetMoveSkipped,
 }
 
 /// Where a message about a key goes.
@@ -115,6 +130,9 @@ pub trait Host {
     fn write_step(&mut self, name: &[u8], step: Step) -> Result<StepOutcome, String>;
     /// Sets the key's absolute expiry, replicated.
     fn expire_at(&mut self, name: &[u8], at_ms: i64);
+    /// The name a home carried by its holders (the name it had when it spread) has now on
+    /// this node: itself unless it was renamed here.
+    fn current_home(&mut self, carried: &[u8]) -> Vec<u8>;
     /// The home renamed on this node from `name` whose spread is `spread_id`, if any.
     fn living_home(&self, name: &[u8], spread_id: u64) -> Option<Vec<u8>>;
     /// The keys noted since the last call as having something to send (a write, a replayed

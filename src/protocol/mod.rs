@@ -13,16 +13,19 @@
 //! the registry of keys with something to send, resends, acknowledgements held for the replicas);
 //! `collect_node.rs` one node's part of collecting a gone home's holders; `audit_node.rs` one
 //! master's part of the orphan audit (questions asked and answered, reports, the operator's
-//! deletions).
+//! deletions); `rebalance_node.rs` one master's part of moving budget toward demand (polls,
+//! answers, gives, the whole headroom told), over what it remembers (`demand_book.rs`).
 
 pub mod audit_node;
 pub mod collect_node;
+pub mod demand_book;
 pub mod exchange;
 pub mod gather;
 pub mod host;
 pub mod listing_gate;
 pub mod messages;
 pub mod name_queries;
+pub mod rebalance_node;
 pub mod replicas;
 pub mod timeout;
 pub mod transfer_node;

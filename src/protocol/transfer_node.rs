@@ -225,11 +225,15 @@ impl<P: Clone + PartialEq> TransferNode<P> {
     }
 
     /// On the holder's master: seals the holder into its home (once), then sends the credit.
+    /// Fold id 0: only re-targets a move toward a former name of the home.
     fn on_seal<H: Host<Peer = P>>(&mut self, host: &mut H, m: Seal) {
         // Only a key named as a holder is ever sealed (a home's state that names another key
         // is refused when it is decoded; this holds also for a request from an older version).
         if !host.serves(&m.holder) || parse_holder_name(&m.holder).is_none() {
             return;
+        }
+        if m.fold_id == 0 {
+            return retarget_stale_move(host, &m);
         }
         match host.read(&m.holder, |c| c.is_none()) {
             None => return, // another type under the holder's name: nothing of ours to fold
@@ -240,19 +244,7 @@ impl<P: Clone + PartialEq> TransferNode<P> {
             Some(true) if self.retarget_carried_fold(host, &m) => return,
             Some(_) => {}
         }
-        // A move toward the home under a name it had before a RENAME goes to this name.
-        let stale_move = host.read(&m.holder, |c| {
-            c.is_some_and(|c| c.has_move_to_former_home(&m.home))
-        });
-        if stale_move == Some(true) {
-            let home = m.home.clone();
-            write(
-                host,
-                &m.holder,
-                Step::RetargetMoves { home },
-                "re-target a move",
-            );
-        }
+        retarget_stale_move(host, &m);
         // Its own moves still unanswered: it seals later (the home asks again). The core
         // would refuse the seal too (`Busy`); asked here, nothing is written nor logged.
         let busy = host.read(&m.holder, |c| {
@@ -320,9 +312,14 @@ impl<P: Clone + PartialEq> TransferNode<P> {
             return; // another type under the receiver's name
         };
         // A home name missing here (not yet, for the core): the home renamed on this master
-        // answers a credit it applied under that name.
+        // answers a credit it applied under that name, and asks the giver of a budget move it
+        // never applied to send it to its name now.
         let decided = if missing_home {
-            Some(outcome_at_renamed_home(host, &m))
+            let (outcome, renamed) = outcome_at_renamed_home(host, &m);
+            if let Some(home) = renamed.filter(|_| outcome == CreditOutcome::NotYet) {
+                self.ask_to_retarget(host, &m, home);
+            }
+            Some(outcome)
         } else {
             decided
         };
@@ -349,6 +346,23 @@ impl<P: Clone + PartialEq> TransferNode<P> {
             None => self.on_ack(host, ack),
             Some(node) => self.queue_ack(node, ack),
         }
+    }
+
+    /// A budget move's credit toward a former name of `home` (renamed here), not applied: its
+    /// giver is asked to re-target it (a seal request for fold 0). Without it the move stays in
+    /// flight for good: a give planned before the `RENAME` and started after it names the old
+    /// name, and only a seal request re-targets (the simulator's seed 2761 of its first run
+    /// with the rebalancer: a holder's budget move stuck, its buyers told to wait).
+    fn ask_to_retarget<H: Host<Peer = P>>(&mut self, host: &mut H, m: &Credit, home: Vec<u8>) {
+        if m.fold_id != 0 {
+            return; // a fold is re-targeted by its home's own seal requests
+        }
+        let seal = Seal {
+            home,
+            holder: m.giver.clone(),
+            fold_id: 0,
+        };
+        self.deliver(host, &m.giver, TransferMessage::Seal(seal));
     }
 
     /// Queues an acknowledgement for the tick, which sends it once the replicas hold the
@@ -421,20 +435,38 @@ fn seal_step<H: Host>(host: &mut H, home: &[u8], fold_id: u64) -> Step {
 
 /// A credit to a home name missing here: the home renamed on this master (the renamed-home
 /// rule) answers it as a repeat when it applied it under that name; else it is not yet (see
-/// [`Counter::credit_outcome_at_renamed_home`]).
-fn outcome_at_renamed_home<H: Host>(host: &H, m: &Credit) -> CreditOutcome {
+/// [`Counter::credit_outcome_at_renamed_home`]). With the renamed home's name, if any.
+fn outcome_at_renamed_home<H: Host>(host: &H, m: &Credit) -> (CreditOutcome, Option<Vec<u8>>) {
     let renamed = parse_holder_name(&m.from)
         .filter(|h| h.spread_id != 0)
         .and_then(|h| host.living_home(&m.receiver, h.spread_id));
     let Some(home) = renamed else {
-        return CreditOutcome::NotYet;
+        return (CreditOutcome::NotYet, None);
     };
-    host.read(&home, |c| {
+    let outcome = host.read(&home, |c| {
         c.map_or(CreditOutcome::NotYet, |c| {
             Counter::credit_outcome_at_renamed_home(c, m)
         })
-    })
-    .unwrap_or(CreditOutcome::NotYet)
+    });
+    (outcome.unwrap_or(CreditOutcome::NotYet), Some(home))
+}
+
+/// On a holder asked by its home under `m.home`: a budget move of its own toward the home
+/// under a name it had before a RENAME goes to this name (same seq: the renamed home applies
+/// it once).
+fn retarget_stale_move<H: Host>(host: &mut H, m: &Seal) {
+    let stale_move = host.read(&m.holder, |c| {
+        c.is_some_and(|c| c.has_move_to_former_home(&m.home))
+    });
+    if stale_move == Some(true) {
+        let home = m.home.clone();
+        write(
+            host,
+            &m.holder,
+            Step::RetargetMoves { home },
+            "re-target a move",
+        );
+    }
 }
 
 /// What the counter at `name` has to send (seal requests and credits; none when missing).

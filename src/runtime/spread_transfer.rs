@@ -66,7 +66,7 @@ use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
-use crate::persist::{audit_msg, collect_msg};
+use crate::persist::{audit_msg, collect_msg, demand_msg};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::messages::MessageKind;
 use crate::protocol::transfer_node::{TransferNode, TICK_MS};
@@ -138,9 +138,15 @@ pub fn start(
         return Err(unexpected());
     };
     metrics::TRANSFERS_STARTED.incr();
-    run(ctx, |node, host| node.hurry(host, string_bytes(giver)));
-    tick_soon(ctx);
+    hurry(ctx, string_bytes(giver));
     Ok(out)
+}
+
+/// A transfer of `giver` (in the selected database) just started: its credit goes at the next
+/// tick, not after the backoff of the giver's older sends.
+pub fn hurry(ctx: Ctx, giver: &[u8]) {
+    run(ctx, |node, host| node.hurry(host, giver));
+    tick_soon(ctx);
 }
 
 /// A random id that is neither 0 (none) nor [`LEGACY_FOLD`]: a giver's id or a fold's. Made
@@ -157,7 +163,8 @@ fn new_id() -> u64 {
 fn transfer_error(e: TransferError) -> CommandError {
     match e {
         TransferError::Busy => CommandError::fixed(
-            "ERR a transfer to that key is still unacknowledged (one at a time per pair)",
+            "ERR a transfer to that key (or to the giver's home under another name) is still \
+             unacknowledged (one at a time per pair)",
         ),
         TransferError::Sealed => super::ctr_store::SEALED,
         TransferError::Counter(e) => e.into(),
@@ -418,6 +425,10 @@ impl Host for RedisHost {
         self.ctx.replicate(c"PEXPIREAT", name.raw, &[at.as_bytes()]);
     }
 
+    fn current_home(&mut self, carried: &[u8]) -> Vec<u8> {
+        super::home_names::current_home(self.ctx, carried.to_vec())
+    }
+
     fn living_home(&self, name: &[u8], spread_id: u64) -> Option<Vec<u8>> {
         super::home_names::living_home(self.ctx, name, spread_id)
     }
@@ -471,6 +482,24 @@ impl Host for RedisHost {
                     .map(|part| audit_msg::encode_answers(request, part))
                     .collect(),
             ),
+            NodeMessage::DemandNotice(home) => (
+                MessageKind::DemandNotice,
+                vec![demand_msg::encode_notice(&home)],
+            ),
+            NodeMessage::DemandPoll(p) => (
+                MessageKind::DemandPoll,
+                vec![demand_msg::encode_poll(p.id, &p.home, &p.names)],
+            ),
+            NodeMessage::DemandAnswer { id, reports } => (
+                MessageKind::DemandAnswer,
+                vec![demand_msg::encode_answer(id, &reports)],
+            ),
+            NodeMessage::DemandGive(g) => {
+                (MessageKind::DemandGive, vec![demand_msg::encode_give(&g)])
+            }
+            NodeMessage::Headroom(h) => {
+                (MessageKind::Headroom, vec![demand_msg::encode_headroom(&h)])
+            }
         };
         for payload in payloads {
             cluster::send(self.ctx.ptr, to, kind, &payload);
@@ -524,6 +553,11 @@ impl Host for RedisHost {
             Event::OrphanReported => metrics::AUDIT_ORPHANS.incr(),
             Event::OrphansReported(n) => metrics::ORPHANS_REPORTED.set(n),
             Event::OrphanHoldersDeleted(n) => metrics::ORPHAN_HOLDERS_DELETED.add(n),
+            Event::BudgetMove => {
+                metrics::BUDGET_MOVES.incr();
+                metrics::TRANSFERS_STARTED.incr();
+            }
+            Event::BudgetMoveSkipped => metrics::BUDGET_MOVES_SKIPPED.incr(),
         }
     }
 
