@@ -53,13 +53,21 @@ mutant "an acknowledgement sent before the replicas hold its credit" src/protoco
 mutant "a key's messages sent before the replicas hold its write" src/protocol/transfer_node.rs \
   '(self.registry.get_mut(&key)).is_some_and(|d| d.gate.open(r))' '(self.registry.get_mut(&key)).is_some()'
 mutant "a credit to a missing home answered as a repeat" src/protocol/transfer_node.rs \
-  '    let Some(home) = renamed else {
-        return CreditOutcome::NotYet;' '    let Some(home) = renamed else {
-        return CreditOutcome::Repeat;'
+  '        return (CreditOutcome::NotYet, None);' '        return (CreditOutcome::Repeat, None);'
 mutant "a renamed holder's fold sealed anew under its old name" src/protocol/transfer_node.rs \
   '            Some(true) if self.retarget_carried_fold(host, &m) => return,' '            Some(true) if false => return,'
 mutant "a collection started before the replicas hold the home's DEL" src/protocol/collect_node.rs \
   '            if !replication.as_ref().is_some_and(|r| c.gate.open(r)) {' '            if false {'
+mutant "a move to a renamed home's former name never re-targeted" src/protocol/transfer_node.rs \
+  '        if m.fold_id != 0 {' '        if true {'
+mutant "a holder's second move to its renamed home before the first is answered" src/counter/transfer.rs \
+  '            && moves_to_its_home(name, receiver)' '            && false'
+mutant "a rebalance poll while the home folds holders back" src/protocol/rebalance_node.rs \
+  '    let c = c.filter(|c| c.leaving().is_empty())?;' '    let c = c?;'
+mutant "a round's reports without the budget moving out" src/protocol/rebalance_node.rs \
+  'c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))' 'c.map_or((0, 0), |c| (c.budget(), 0))'
+mutant "a poll's answer taken from any master" src/protocol/rebalance_node.rs \
+  '        let Some((_, asked)) = poll.asks.iter_mut().find(|(n, _)| *n == from) else {' '        let Some((_, asked)) = poll.asks.iter_mut().find(|(_, a)| a.is_some()) else {'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }
