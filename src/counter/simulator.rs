@@ -74,8 +74,10 @@ use super::spread::{
 use super::step::{Step, StepOutcome};
 use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use crate::persist::holder_check_msg::Verdict;
 use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
+use crate::protocol::holder_check_node::{Asked, HolderCheckNode};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::listing_gate::ListingGate;
 use crate::protocol::rebalance_node::RebalanceNode;
@@ -92,6 +94,18 @@ const MASTERS: usize = 3;
 const TOKEN_WINDOW_MS: i64 = 3_600_000;
 /// `ctr.collect-timeout-ms`, its default.
 const COLLECT_TIMEOUT_MS: i64 = 10_000;
+/// `ctr.gather-timeout-ms`, its default: how long a holder check is tried.
+const CHECK_TIMEOUT_MS: i64 = 1_000;
+
+/// A client's write to a missing holder-named key, waiting in the server for its holder check
+/// on master `master`.
+struct WaitingAdd {
+    master: usize,
+    name: Vec<u8>,
+    delta: i64,
+    /// Its check ended: it runs again.
+    due: bool,
+}
 
 /// What a `DEL` no client waited for took, given back when a failover loses it.
 struct Deleted {
@@ -116,6 +130,9 @@ const STEPS: usize = 160;
 static ROUNDS_POLLED: AtomicU64 = AtomicU64::new(0);
 static BOUNDS_CHECKED: AtomicU64 = AtomicU64::new(0);
 static GIVES: AtomicU64 = AtomicU64::new(0);
+/// Writes that waited for a holder check, by the verdict they ran again with: listed, not
+/// listed, unsure.
+static CHECKED_WRITES: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 /// splitmix64: small, seedable, the same on every machine.
 struct Rng(u64);
@@ -179,6 +196,9 @@ struct Master {
     /// polls it began, the whole headroom rounds told it (soft state: a restart or a failover
     /// starts from nothing).
     rebalance: RebalanceNode<usize>,
+    /// This master's holder checks, the glue's machine (soft state: a restart or a failover
+    /// starts from nothing; the writes waiting on them lose their clients).
+    holder_checks: HolderCheckNode<usize>,
     /// This master's collector, the glue's machine: the gone homes it claimed and the
     /// collections it has not seen answered (soft state: a restart or a failover loses them;
     /// the promoted replica claims nothing).
@@ -249,6 +269,12 @@ struct Sim {
     round: Option<(u64, i64)>,
     /// A round's bound below the true headroom (reported by `check`).
     bound_error: Option<String>,
+    /// Writes waiting for their holder checks.
+    waiting_adds: Vec<WaitingAdd>,
+    /// A holder check that answered a look-alike listed (reported by `check`).
+    check_error: Option<String>,
+    /// The names of the holder checks asked over the network, by request id (ghost state).
+    check_names: BTreeMap<u64, Vec<u8>>,
     /// Gathered reads, answered one request at a time (`simulator_reads.rs`).
     reads: reads::Reads,
     log: String,
@@ -426,6 +452,7 @@ impl Host for SimHost<'_> {
 
     fn send(&mut self, to: &usize, m: NodeMessage) {
         self.sim.check_round(&m);
+        self.sim.check_verdict(&m);
         let (from, to) = (self.master, *to);
         self.sim.network.push(Message::Node { from, to, m });
     }
@@ -451,6 +478,23 @@ impl Host for SimHost<'_> {
             keys.iter()
                 .any(|(k, c)| key_slot(k) == slot && collect::is_home_of(c, spread_id)),
         )
+    }
+
+    fn slot_home_lists(
+        &mut self,
+        home: &[u8],
+        spread_id: u64,
+        holder: &[u8],
+        _limit: i64,
+    ) -> Option<(bool, i64)> {
+        let slot = key_slot(home);
+        let keys = &self.sim.masters[self.master].keys;
+        let in_slot: Vec<&Counter> = (keys.iter())
+            .filter(|(k, _)| key_slot(k) == slot)
+            .map(|(_, c)| c)
+            .collect();
+        let lists = |c: &&Counter| collect::is_home_of(c, spread_id) && lists_holder(c, holder);
+        Some((in_slot.iter().any(lists), in_slot.len() as i64))
     }
 
     fn orphan_grace_ms(&self) -> i64 {
@@ -505,6 +549,9 @@ impl Sim {
             replay_error: None,
             round: None,
             bound_error: None,
+            waiting_adds: Vec::new(),
+            check_error: None,
+            check_names: BTreeMap::new(),
             reads: reads::Reads::new(seed),
             log: String::new(),
             tokens: Vec::new(),
@@ -993,6 +1040,20 @@ impl Sim {
                 from,
                 to,
                 m:
+                    m @ (NodeMessage::HolderCheckRequest { .. }
+                    | NodeMessage::HolderCheckResponse { .. }),
+            } => {
+                self.run_machine(
+                    to,
+                    |m| &mut m.holder_checks,
+                    |node, host| node.receive(host, from, m),
+                );
+                self.checks_ended(to);
+            }
+            Message::Node {
+                from,
+                to,
+                m:
                     m @ (NodeMessage::DemandNotice(_)
                     | NodeMessage::DemandPoll(_)
                     | NodeMessage::DemandAnswer { .. }
@@ -1024,6 +1085,12 @@ impl Sim {
         self.run_machine(master, |m| &mut m.audit, |node, host| node.send_held(host));
         self.run_machine(master, |m| &mut m.rebalance, |node, host| node.expire(host));
         self.rebalance_round(master); // its rebalance timer, when a home is due
+        self.run_machine(
+            master,
+            |m| &mut m.holder_checks,
+            |node, host| node.tick(host),
+        );
+        self.checks_ended(master);
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1066,6 +1133,9 @@ impl Sim {
         m.written = m.replicated;
         m.restart_transfer_node();
         m.rebalance = RebalanceNode::default();
+        m.holder_checks = HolderCheckNode::default();
+        // The writes waiting on its checks lose their connections: never written.
+        self.waiting_adds.retain(|w| w.master != master);
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
         m.collector = CollectNode::default();
@@ -1088,6 +1158,9 @@ impl Sim {
         let m = &mut self.masters[master];
         m.restart_transfer_node();
         m.rebalance = RebalanceNode::default();
+        m.holder_checks = HolderCheckNode::default();
+        // The writes waiting on its checks lose their connections: never written.
+        self.waiting_adds.retain(|w| w.master != master);
         // The lists loaded are not proven held; pending collections are lost with the process
         // (the audit finds what they left).
         m.listing_gate.changed();
@@ -1132,9 +1205,10 @@ impl Sim {
 
     /// A client's add to a key named like a holder of the spread that its home does not list
     /// (the next name a grow would plan: a stale or forged list). Where no key sits, the
-    /// holder check asks the home's master whether its home lists the name
-    /// (`collect::lists_holder`, as the glue's `holder_check` answers) and the add is refused:
-    /// a key made there would be counted by no total.
+    /// write waits for the holder check of the key's master (`protocol::holder_check_node`,
+    /// the glue's machine: the home's master asked over the network) and runs again once it
+    /// ended: refused when the home does not list the name (a key made there would be counted
+    /// by no total), on otherwise.
     fn look_alike_add(&mut self, delta: i64) {
         let Some(home) = self.home_counter().cloned() else {
             return;
@@ -1148,13 +1222,88 @@ impl Sim {
         if self.get(&name).is_some() {
             return; // a key that exists is written as it is (a holder the protocol made)
         }
-        if lists_holder(&home, &name) {
-            self.add_to(name, delta);
+        let m = master_of(&name);
+        if let Some(verdict) = self.masters[m].holder_checks.known(&name, self.now) {
+            return self.add_checked(name, delta, verdict);
+        }
+        let ask = |node: &mut HolderCheckNode<usize>, host: &mut SimHost| {
+            node.ask(host, &name, CHECK_TIMEOUT_MS)
+        };
+        match self.run_machine(m, |m| &mut m.holder_checks, ask) {
+            Asked::No => self.add_checked(name, delta, Verdict::Unsure), // goes on unchecked
+            Asked::Here | Asked::Remote => {
+                self.note(format_args!(
+                    "add {delta} to {} waits for its check",
+                    show(&name)
+                ));
+                self.waiting_adds.push(WaitingAdd {
+                    master: m,
+                    name,
+                    delta,
+                    due: false,
+                });
+            }
+        }
+    }
+
+    /// A write to the missing key `name` run again once its holder check said `verdict`, as
+    /// the glue runs it: refused when not listed, on otherwise. Its units count in the total
+    /// only where the key is a member of the counter now: an unsure check lets a look-alike's
+    /// write through (the documented leak), and a home deleted meanwhile leaves its holder
+    /// counted by no total.
+    fn add_checked(&mut self, name: Vec<u8>, delta: i64, verdict: Verdict) {
+        self.note(format_args!("check of {}: {verdict:?}", show(&name)));
+        let kind = match verdict {
+            Verdict::Listed => 0,
+            Verdict::NotListed => 1,
+            Verdict::Unsure => 2,
+        };
+        CHECKED_WRITES[kind].fetch_add(1, Relaxed);
+        if verdict != Verdict::NotListed {
+            self.reads.disturbances += 1; // a client's write, as an add step's
+            let member = self.members().contains(&name);
+            self.add_counted(name, delta, member);
+        }
+    }
+
+    /// The holder checks of `master` that ended since it last ran: the writes waiting on them
+    /// are due to run again.
+    fn checks_ended(&mut self, master: usize) {
+        let ended = self.masters[master].holder_checks.take_ended();
+        for w in &mut self.waiting_adds {
+            w.due |= w.master == master && ended.contains(&w.name);
+        }
+        self.rerun_checked_adds();
+    }
+
+    /// The writes whose checks ended run again, reading the verdict their master keeps (none
+    /// kept any more: the write cannot wait again and goes on). The model runs them while the
+    /// home is there (not inside a backup restore's window, nor an unwaited `DEL`'s), so that
+    /// whether their units count is whether the name is a member then.
+    fn rerun_checked_adds(&mut self) {
+        if self.home_counter().is_none() || self.deleted_unwaited.is_some() {
+            return;
+        }
+        let (runs, waits) = std::mem::take(&mut self.waiting_adds)
+            .into_iter()
+            .partition(|w| w.due);
+        self.waiting_adds = waits;
+        for w in runs {
+            let verdict = self.masters[w.master]
+                .holder_checks
+                .known(&w.name, self.now);
+            self.add_checked(w.name, w.delta, verdict.unwrap_or(Verdict::Unsure));
         }
     }
 
     /// A client's add of `delta` to `key`, as the glue decides it.
     fn add_to(&mut self, key: Vec<u8>, delta: i64) {
+        self.add_counted(key, delta, true);
+    }
+
+    /// An add as the glue decides it; its units `counted` in the total or not (a key that is
+    /// no member of the counter: acknowledged to the client, counted toward nothing).
+    fn add_counted(&mut self, key: Vec<u8>, delta: i64, counted: bool) {
         let now = self.now;
         let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
@@ -1171,8 +1320,9 @@ impl Sim {
         };
         // A holder of a floored spread is floored at 0 by its name before its first credit.
         if let Ok(Some(_)) = c.apply_add_under(&op, floor_by_name(&key)) {
-            self.write(&key, Some(c), delta);
-            self.note(format_args!("add {delta} to {}", show(&key)));
+            self.write(&key, Some(c), if counted { delta } else { 0 });
+            let nowhere = if counted { "" } else { " (counted nowhere)" };
+            self.note(format_args!("add {delta} to {}{nowhere}", show(&key)));
         }
     }
 
@@ -1500,6 +1650,9 @@ impl Sim {
         let Some(name) = self.new_holder_name(&c, &spread) else {
             return;
         };
+        if self.get(&name).is_some() {
+            return; // the holder admission: a grow lists a name only where no key sits
+        }
         spread.holders.push(name.clone());
         if c.list_spread(spread, self.list_change_clock()).is_err() {
             return; // two holders in one slot: the planner would pick another name
@@ -1608,6 +1761,32 @@ impl Sim {
                         "a round's bound {} is below the headroom {lowest}",
                         h.units
                     ));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Ghost check of the holder checks' answers, as they leave the home's master: a name
+    /// the home does not list now is never answered listed (a look-alike's units would then
+    /// count toward no total while its writer was told they were taken).
+    fn check_verdict(&mut self, m: &NodeMessage) {
+        match m {
+            NodeMessage::HolderCheckRequest { id, holder } => {
+                self.check_names.insert(*id, holder.clone());
+            }
+            NodeMessage::HolderCheckResponse {
+                id,
+                verdict: Verdict::Listed,
+            } => {
+                let Some(holder) = self.check_names.get(id) else {
+                    return;
+                };
+                let members = self.members();
+                let listed = self.home_counter().is_some_and(|h| lists_holder(h, holder));
+                if !listed || !members.contains(holder) {
+                    self.check_error =
+                        Some(format!("{} answered listed, not listed", show(holder)));
                 }
             }
             _ => {}
@@ -2266,7 +2445,8 @@ impl Sim {
     }
 
     fn check(&self) -> Result<(), String> {
-        if let Some(e) = self.replay_error.as_ref().or(self.bound_error.as_ref()) {
+        let errors = [&self.replay_error, &self.bound_error, &self.check_error];
+        if let Some(e) = errors.into_iter().flatten().next() {
             return Err(e.clone());
         }
         let keys = self.accounted_keys();
@@ -2396,6 +2576,7 @@ fn run(seed: u64) -> Result<(), String> {
     for step in 0..STEPS {
         if let Err(why) = sim
             .step()
+            .map(|()| sim.rerun_checked_adds())
             .and_then(|()| sim.read_step())
             .map(|()| sim.track_round())
             .and_then(|()| sim.check())
@@ -2439,13 +2620,17 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
     println!(
         "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s); \
          {} gathered reads, {} of them in quiet windows checked against the total; \
-         {} rebalance polls, {} bounds told and checked, {} gives",
+         {} rebalance polls, {} bounds told and checked, {} gives; writes after a holder \
+         check: {} listed, {} not listed, {} unsure",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
         reads::CHECKED.load(Relaxed),
         ROUNDS_POLLED.load(Relaxed),
         BOUNDS_CHECKED.load(Relaxed),
         GIVES.load(Relaxed),
+        CHECKED_WRITES[0].load(Relaxed),
+        CHECKED_WRITES[1].load(Relaxed),
+        CHECKED_WRITES[2].load(Relaxed),
     );
 }
 
@@ -2485,6 +2670,12 @@ fn describe_node(m: &NodeMessage) -> String {
             )
         }
         NodeMessage::Headroom(h) => format!("headroom {} of round {}", h.units, h.round_ms),
+        NodeMessage::HolderCheckRequest { id, holder } => {
+            format!("holder check {id:x} of {}", show(holder))
+        }
+        NodeMessage::HolderCheckResponse { id, verdict } => {
+            format!("holder check {id:x}: {verdict:?}")
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
 //! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`; the
-//! audit, `audit_node.rs`; the rebalancer, `rebalance_node.rs`) decides;
+//! audit, `audit_node.rs`; the rebalancer, `rebalance_node.rs`; the holder check,
+//! `holder_check_node.rs`) decides;
 //! its host carries the effects out. The runtime implements it over the Redis module API
 //! (`spread_transfer::RedisHost`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
@@ -13,6 +14,7 @@ use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Ack, Credit, Seal};
 use crate::counter::Counter;
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
+use crate::persist::holder_check_msg::Verdict;
 
 /// A message of the transfer protocol (bus kinds 0xC9-0xCB).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +54,10 @@ pub enum NodeMessage {
     DemandGive(Give),
     /// The whole headroom a round saw (0xD4).
     Headroom(Headroom),
+    /// Does the home of this holder name list it? (0xD5)
+    HolderCheckRequest { id: u64, holder: Vec<u8> },
+    /// The home's master's verdict, under the request's id (0xD6).
+    HolderCheckResponse { id: u64, verdict: Verdict },
 }
 
 /// What the machines count (the INFO fields).
@@ -85,6 +91,10 @@ pub enum Event {
     BudgetMove,
     /// A give found its pair busy (a move unacknowledged).
     BudgetMoveSkipped,
+    /// Holder checks ended unanswered at their deadline.
+    HolderCheckTimeouts(u64),
+    /// A holder check asked again.
+    HolderCheckResent,
 }
 
 /// Where a message about a key goes.
@@ -154,6 +164,16 @@ pub trait Host {
     /// Whether a key of the slot of `home` is a home of the spread `spread_id` (None: the
     /// slot holds more keys than may be read now).
     fn slot_holds_home(&mut self, home: &[u8], spread_id: u64) -> Option<bool>;
+    /// Whether a key of the slot of `home` is a home of the spread `spread_id` that lists
+    /// `holder` (current or folding back), reading at most `limit` of the slot's keys, with
+    /// how many it read (None: the slot holds more keys than that).
+    fn slot_home_lists(
+        &mut self,
+        home: &[u8],
+        spread_id: u64,
+        holder: &[u8],
+        limit: i64,
+    ) -> Option<(bool, i64)>;
     /// How long a spread answered gone waits before it is reported (`ctr.orphan-grace-ms`).
     fn orphan_grace_ms(&self) -> i64;
     /// Counts an event (the INFO fields).

@@ -14,13 +14,16 @@
 //! `collect_node.rs` one node's part of collecting a gone home's holders; `audit_node.rs` one
 //! master's part of the orphan audit (questions asked and answered, reports, the operator's
 //! deletions); `rebalance_node.rs` one master's part of moving budget toward demand (polls,
-//! answers, gives, the whole headroom told), over what it remembers (`demand_book.rs`).
+//! answers, gives, the whole headroom told), over what it remembers (`demand_book.rs`);
+//! `holder_check_node.rs` one node's part of the holder check (the asker's questions, the
+//! home side's verdict).
 
 pub mod audit_node;
 pub mod collect_node;
 pub mod demand_book;
 pub mod exchange;
 pub mod gather;
+pub mod holder_check_node;
 pub mod host;
 pub mod listing_gate;
 pub mod messages;

@@ -58,6 +58,7 @@ use super::replication_gate::{self, Replication};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
 use crate::config;
+use crate::counter::collect::lists_holder;
 use crate::counter::spread::key_slot;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
@@ -66,7 +67,7 @@ use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
-use crate::persist::{audit_msg, collect_msg, demand_msg};
+use crate::persist::{audit_msg, collect_msg, demand_msg, holder_check_msg};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::messages::MessageKind;
 use crate::protocol::transfer_node::{TransferNode, TICK_MS};
@@ -497,6 +498,14 @@ impl Host for RedisHost {
             NodeMessage::DemandGive(g) => {
                 (MessageKind::DemandGive, vec![demand_msg::encode_give(&g)])
             }
+            NodeMessage::HolderCheckRequest { id, holder } => (
+                MessageKind::HolderCheckRequest,
+                vec![holder_check_msg::encode_request(id, &holder)],
+            ),
+            NodeMessage::HolderCheckResponse { id, verdict } => (
+                MessageKind::HolderCheckResponse,
+                vec![holder_check_msg::encode_response(id, verdict)],
+            ),
             NodeMessage::Headroom(h) => {
                 (MessageKind::Headroom, vec![demand_msg::encode_headroom(&h)])
             }
@@ -532,6 +541,21 @@ impl Host for RedisHost {
         )
     }
 
+    fn slot_home_lists(
+        &mut self,
+        home: &[u8],
+        spread_id: u64,
+        holder: &[u8],
+        limit: i64,
+    ) -> Option<(bool, i64)> {
+        let keys = cluster::keys_in_slot(self.ctx, key_slot(home), limit)?;
+        let lists = keys.iter().any(|k| {
+            super::home_names::holds_home(self.ctx, k, spread_id)
+                && self.read(k, |c| c.is_some_and(|c| lists_holder(c, holder))) == Some(true)
+        });
+        Some((lists, keys.len() as i64))
+    }
+
     fn orphan_grace_ms(&self) -> i64 {
         config::ORPHAN_GRACE_MS.load(Relaxed)
     }
@@ -558,6 +582,8 @@ impl Host for RedisHost {
                 metrics::TRANSFERS_STARTED.incr();
             }
             Event::BudgetMoveSkipped => metrics::BUDGET_MOVES_SKIPPED.incr(),
+            Event::HolderCheckTimeouts(n) => metrics::HOLDER_CHECK_TIMEOUTS.add(n),
+            Event::HolderCheckResent => metrics::HOLDER_CHECK_RESENDS.incr(),
         }
     }
 
