@@ -74,7 +74,9 @@ use super::spread::{
 use super::step::{Step, StepOutcome};
 use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use crate::persist::admission_msg::NameAnswer;
 use crate::persist::holder_check_msg::Verdict;
+use crate::protocol::admission_node::{AdmissionNode, Known};
 use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
 use crate::protocol::holder_check_node::{Asked, HolderCheckNode};
@@ -199,6 +201,8 @@ struct Master {
     /// This master's holder checks, the glue's machine (soft state: a restart or a failover
     /// starts from nothing; the writes waiting on them lose their clients).
     holder_checks: HolderCheckNode<usize>,
+    /// This master's holder admission, the glue's machine (soft state, as the checks').
+    admission: AdmissionNode<usize>,
     /// This master's collector, the glue's machine: the gone homes it claimed and the
     /// collections it has not seen answered (soft state: a restart or a failover loses them;
     /// the promoted replica claims nothing).
@@ -697,7 +701,12 @@ impl Sim {
     fn new_holder_name(&self, c: &Counter, spread: &Spread) -> Option<Vec<u8>> {
         let names = &spread.holders;
         let home = carried_home(names.iter().map(Vec::as_slice)).unwrap_or(&self.home);
-        let taken = |n: &[u8]| c.transfers().is_some_and(|t| t.knows_name(n));
+        // The names the home knows, and those its master's admission found taken lately.
+        let admission = &self.masters[master_of(&self.home)].admission;
+        let taken = |n: &[u8]| {
+            c.transfers().is_some_and(|t| t.knows_name(n))
+                || admission.known(n, self.now) == Some(Known::Taken)
+        };
         let later = c.transfers().map(|t| t.first_attempts(spread.id));
         let first = |index| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
         let target = names.len() + 2;
@@ -1040,6 +1049,16 @@ impl Sim {
                 from,
                 to,
                 m:
+                    m @ (NodeMessage::AdmissionRequest { .. } | NodeMessage::AdmissionResponse { .. }),
+            } => self.run_machine(
+                to,
+                |m| &mut m.admission,
+                |node, host| node.receive(host, from, m),
+            ),
+            Message::Node {
+                from,
+                to,
+                m:
                     m @ (NodeMessage::HolderCheckRequest { .. }
                     | NodeMessage::HolderCheckResponse { .. }),
             } => {
@@ -1091,6 +1110,7 @@ impl Sim {
             |node, host| node.tick(host),
         );
         self.checks_ended(master);
+        self.run_machine(master, |m| &mut m.admission, |node, host| node.tick(host));
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1134,6 +1154,7 @@ impl Sim {
         m.restart_transfer_node();
         m.rebalance = RebalanceNode::default();
         m.holder_checks = HolderCheckNode::default();
+        m.admission = AdmissionNode::default();
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
@@ -1159,6 +1180,7 @@ impl Sim {
         m.restart_transfer_node();
         m.rebalance = RebalanceNode::default();
         m.holder_checks = HolderCheckNode::default();
+        m.admission = AdmissionNode::default();
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The lists loaded are not proven held; pending collections are lost with the process
@@ -1650,8 +1672,24 @@ impl Sim {
         let Some(name) = self.new_holder_name(&c, &spread) else {
             return;
         };
+        // The holder admission (the glue's machine): the name's master says whether a key sits
+        // there; the grow waits until it said "free" lately (a client's retry: a later grow).
+        let names = [name.clone()];
+        let home = self.home.clone();
+        let ask = |node: &mut AdmissionNode<usize>, host: &mut SimHost| {
+            node.all_known_free(host, &home, &names, CHECK_TIMEOUT_MS).0
+        };
+        if !self.run_machine(master_of(&home), |m| &mut m.admission, ask) {
+            self.note(format_args!(
+                "grow waits for the admission of {}",
+                show(&name)
+            ));
+            return;
+        }
         if self.get(&name).is_some() {
-            return; // the holder admission: a grow lists a name only where no key sits
+            // A key made there after its free answer would be adopted (the documented window
+            // of one bus round trip, docs/CLUSTER.md): not modelled.
+            return;
         }
         spread.holders.push(name.clone());
         if c.list_spread(spread, self.list_change_clock()).is_err() {
@@ -1769,11 +1807,26 @@ impl Sim {
 
     /// Ghost check of the holder checks' answers, as they leave the home's master: a name
     /// the home does not list now is never answered listed (a look-alike's units would then
-    /// count toward no total while its writer was told they were taken).
+    /// count toward no total while its writer was told they were taken); and of the holder
+    /// admission's: a name where a key sits is never answered free (a grow would list it,
+    /// and the total would count the key).
     fn check_verdict(&mut self, m: &NodeMessage) {
         match m {
-            NodeMessage::HolderCheckRequest { id, holder } => {
-                self.check_names.insert(*id, holder.clone());
+            NodeMessage::HolderCheckRequest { id, holder: name }
+            | NodeMessage::AdmissionRequest { id, name } => {
+                self.check_names.insert(*id, name.clone());
+            }
+            NodeMessage::AdmissionResponse {
+                id,
+                answer: NameAnswer::Free,
+            } => {
+                let Some(name) = self.check_names.get(id) else {
+                    return;
+                };
+                if self.get(name).is_some() {
+                    self.check_error =
+                        Some(format!("{} answered free, a key sits there", show(name)));
+                }
             }
             NodeMessage::HolderCheckResponse {
                 id,
@@ -2676,6 +2729,10 @@ fn describe_node(m: &NodeMessage) -> String {
         NodeMessage::HolderCheckResponse { id, verdict } => {
             format!("holder check {id:x}: {verdict:?}")
         }
+        NodeMessage::AdmissionRequest { id, name } => {
+            format!("admission {id:x} of {}", show(name))
+        }
+        NodeMessage::AdmissionResponse { id, answer } => format!("admission {id:x}: {answer:?}"),
     }
 }
 

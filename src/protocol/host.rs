@@ -1,7 +1,7 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
 //! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`; the
 //! audit, `audit_node.rs`; the rebalancer, `rebalance_node.rs`; the holder check,
-//! `holder_check_node.rs`) decides;
+//! `holder_check_node.rs`; the holder admission, `admission_node.rs`) decides;
 //! its host carries the effects out. The runtime implements it over the Redis module API
 //! (`spread_transfer::RedisHost`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
@@ -13,6 +13,7 @@ use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Ack, Credit, Seal};
 use crate::counter::Counter;
+use crate::persist::admission_msg::NameAnswer;
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
 use crate::persist::holder_check_msg::Verdict;
 
@@ -58,6 +59,10 @@ pub enum NodeMessage {
     HolderCheckRequest { id: u64, holder: Vec<u8> },
     /// The home's master's verdict, under the request's id (0xD6).
     HolderCheckResponse { id: u64, verdict: Verdict },
+    /// Does a key sit at this name? (0xD7)
+    AdmissionRequest { id: u64, name: Vec<u8> },
+    /// The name's master's answer, under the request's id (0xD8).
+    AdmissionResponse { id: u64, answer: NameAnswer },
 }
 
 /// What the machines count (the INFO fields).
@@ -95,6 +100,10 @@ pub enum Event {
     HolderCheckTimeouts(u64),
     /// A holder check asked again.
     HolderCheckResent,
+    /// A grow's planned holder name asked about.
+    HolderNameAsked,
+    /// A planned holder name found taken.
+    HolderNameTaken,
 }
 
 /// Where a message about a key goes.

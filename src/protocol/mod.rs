@@ -16,8 +16,10 @@
 //! deletions); `rebalance_node.rs` one master's part of moving budget toward demand (polls,
 //! answers, gives, the whole headroom told), over what it remembers (`demand_book.rs`);
 //! `holder_check_node.rs` one node's part of the holder check (the asker's questions, the
-//! home side's verdict).
+//! home side's verdict); `admission_node.rs` one node's part of the holder admission (a grow's
+//! planned names asked of their masters, their answers).
 
+pub mod admission_node;
 pub mod audit_node;
 pub mod collect_node;
 pub mod demand_book;

@@ -67,7 +67,7 @@ use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
-use crate::persist::{audit_msg, collect_msg, demand_msg, holder_check_msg};
+use crate::persist::{admission_msg, audit_msg, collect_msg, demand_msg, holder_check_msg};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::messages::MessageKind;
 use crate::protocol::transfer_node::{TransferNode, TICK_MS};
@@ -506,6 +506,14 @@ impl Host for RedisHost {
                 MessageKind::HolderCheckResponse,
                 vec![holder_check_msg::encode_response(id, verdict)],
             ),
+            NodeMessage::AdmissionRequest { id, name } => (
+                MessageKind::AdmissionRequest,
+                vec![admission_msg::encode_request(id, &name)],
+            ),
+            NodeMessage::AdmissionResponse { id, answer } => (
+                MessageKind::AdmissionResponse,
+                vec![admission_msg::encode_response(id, answer)],
+            ),
             NodeMessage::Headroom(h) => {
                 (MessageKind::Headroom, vec![demand_msg::encode_headroom(&h)])
             }
@@ -584,6 +592,8 @@ impl Host for RedisHost {
             Event::BudgetMoveSkipped => metrics::BUDGET_MOVES_SKIPPED.incr(),
             Event::HolderCheckTimeouts(n) => metrics::HOLDER_CHECK_TIMEOUTS.add(n),
             Event::HolderCheckResent => metrics::HOLDER_CHECK_RESENDS.incr(),
+            Event::HolderNameAsked => metrics::HOLDER_NAMES_ASKED.incr(),
+            Event::HolderNameTaken => metrics::HOLDER_NAMES_TAKEN.incr(),
         }
     }
 
