@@ -41,7 +41,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::raw;
 
 use super::ctr_floor_spread::{self as floored, FlooredView};
-use super::ctr_store::{value_and_floor, with_counter};
+use super::ctr_store::{select_db, value_and_floor, with_counter};
 use super::read_handoff::{self, Outcome};
 use super::read_links;
 use super::scheduler::{self, Job, When};
@@ -667,8 +667,7 @@ fn gather_again(
     ending: Ending,
     keys: &[Vec<u8>],
 ) -> Result<Option<Reply>, CommandError> {
-    // SAFETY: ctx is the timer's live context; db is the one the client had selected.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, ending.db) };
+    select_db(ctx, ending.db); // the one the client had selected
     let names: Vec<KeyName> = keys.iter().map(|k| KeyName::new(ctx, k)).collect();
     let readings = names
         .iter()

@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use redis_module::raw;
 
-use super::ctr_store::with_counter;
+use super::ctr_store::{select_db, with_counter};
 use super::scheduler::{self, Job, When};
 use super::spread_transfer::{is_master, selected_db};
 use crate::counter::CounterRef;
@@ -86,15 +86,13 @@ fn move_due(ctx: Ctx) {
             }
         }
     });
-    // SAFETY: ctx is live; `selected` is the database it had.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, selected) };
+    select_db(ctx, selected); // the database it had
 }
 
 /// `MOVE holder to` in database `from`, replicated; a holder that is not there (never written,
 /// or collected) needs nothing, one the destination already has is left behind.
 fn move_holder(ctx: Ctx, holder: &[u8], from: c_int, to: c_int) {
-    // SAFETY: ctx is the timer's live context.
-    if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, from) } != raw::REDISMODULE_OK as c_int {
+    if !select_db(ctx, from) {
         return;
     }
     // SAFETY: ctx is live; "!" replicates, "b" takes (pointer, length), "l" a long long.

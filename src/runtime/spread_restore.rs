@@ -19,13 +19,13 @@ use std::ffi::{c_int, c_void};
 
 use redis_module::raw;
 
-use super::ctr_store::{publish_state, update_counter, with_counter};
+use super::ctr_store::{publish_state, select_db, update_counter, with_counter};
 use super::home_names;
 use super::spread_cluster::in_cluster;
 use super::spread_transfer::{is_master, selected_db};
 use crate::counter::collect::{carried_by, Copy};
 use crate::counter::{Counter, CounterRef};
-use crate::ffi::{rm, string_bytes, Ctx, Key, KeyName, RawString};
+use crate::ffi::{string_bytes, Ctx, Key, KeyName, RawString};
 use crate::metrics;
 use crate::persist::ctr_format;
 
@@ -90,13 +90,11 @@ unsafe extern "C" fn on_job(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let ctx = Ctx { ptr: ctx };
     let selected = selected_db(ctx);
     crate::guard::guard(ctx.ptr, "restore-judge", || {
-        // SAFETY: ctx is live; db is the database the RESTORE ran in.
-        unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, *db) };
+        select_db(ctx, *db); // the database the RESTORE ran in
         let key = KeyName::new(ctx, name);
         judge(ctx, key.raw, Publish::Yes);
     });
-    // SAFETY: ctx is live; `selected` is the database it had.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, selected) };
+    select_db(ctx, selected); // the database it had
 }
 
 unsafe extern "C" fn free_job(data: *mut c_void) {

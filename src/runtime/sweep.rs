@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::raw;
 
-use super::ctr_store::update_counter;
+use super::ctr_store::{select_db, update_counter};
 use super::scheduler::{self, Job, Next, When};
 use crate::config::{SWEEP_BUDGET, SWEEP_INTERVAL_MS};
 use crate::counter::{CounterCell, CounterRef};
@@ -120,12 +120,10 @@ fn tick(ctx: Ctx) -> bool {
         cursor: unsafe { rm!(RedisModule_ScanCursorCreate)() },
     });
     // Defensive: a database the walk cannot select starts it over at database 0.
-    // SAFETY: ctx is the timer's live context.
-    if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, walk.db) } != raw::REDISMODULE_OK as c_int {
+    if !select_db(ctx, walk.db) {
         walk.db = 0;
         restart(&walk);
-        // SAFETY: as above; database 0 always exists.
-        unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+        select_db(ctx, 0); // database 0 always exists
     }
     while budget > 0 && started.elapsed() < TICK_TIME_CAP {
         let mut found = Found {
@@ -157,13 +155,9 @@ fn tick(ctx: Ctx) -> bool {
             // This database is done: on to the next one (or back to 0 when there is none).
             restart(&walk);
             walk.db += 1;
-            // SAFETY: ctx is live.
-            if unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, walk.db) }
-                != raw::REDISMODULE_OK as c_int
-            {
+            if !select_db(ctx, walk.db) {
                 walk.db = 0;
-                // SAFETY: as above.
-                unsafe { rm!(RedisModule_SelectDb)(ctx.ptr, 0) };
+                select_db(ctx, 0);
                 break; // a whole pass is done: the rest waits for the next tick
             }
         }
