@@ -268,9 +268,12 @@ struct Sim {
     same_ms: u64,
     /// A replayed step that did not reach the master's state (reported by `check`).
     replay_error: Option<String>,
-    /// The latest rebalance poll sent (its id) and (ghost state) the lowest true headroom
-    /// since it began: the bound its round tells must not be below it.
-    round: Option<(u64, i64)>,
+    /// The latest rebalance poll sent (its id), and (ghost state) the lowest true headroom
+    /// since it began, less what clients added since (a report taken before an add cannot
+    /// count it): the bound its round tells must not be below it. With `raised` then.
+    round: Option<(u64, i64, i64)>,
+    /// Every acknowledged unit clients added (or a failover gave back), summed (ghost state).
+    raised: i64,
     /// A round's bound below the true headroom (reported by `check`).
     bound_error: Option<String>,
     /// Writes waiting for their holder checks.
@@ -552,6 +555,7 @@ impl Sim {
             same_ms: 0,
             replay_error: None,
             round: None,
+            raised: 0,
             bound_error: None,
             waiting_adds: Vec::new(),
             check_error: None,
@@ -612,6 +616,7 @@ impl Sim {
         });
         m.written += 1;
         self.expected += client_units;
+        self.raised += client_units.max(0);
     }
 
     /// The clock a change of the home's holder list is dated with (as the glue dates it).
@@ -1162,8 +1167,9 @@ impl Sim {
         m.collector = CollectNode::default();
         m.audit = AuditNode::new(self.rng.next());
         self.expected -= lost;
-        // A rename the replica never had is undone: the sealed holder is back under its listed
-        // name (and may be renamed again), so this record of it goes too.
+        self.raised += lost.saturating_neg().max(0); // purchases taken back
+                                                     // A rename the replica never had is undone: the sealed holder is back under its listed
+                                                     // name (and may be renamed again), so this record of it goes too.
         let renamed = std::mem::take(&mut self.renamed);
         self.renamed = renamed
             .into_iter()
@@ -1781,20 +1787,21 @@ impl Sim {
 
     /// Ghost check of the rebalancer's rounds, as its messages leave a master: a poll starts
     /// a round; the whole headroom a round tells is never below the lowest true headroom since
-    /// it began (units it missed would make a refusal final that the stock covers).
+    /// it began, less what clients added meanwhile (units it missed would make a refusal final
+    /// that the stock covers; an add after a member's report is a bound's known staleness).
     fn check_round(&mut self, m: &NodeMessage) {
         let truth = self.true_headroom();
         match (m, truth) {
             (NodeMessage::DemandPoll(p), Some(t)) if self.round.is_none_or(|r| r.0 != p.id) => {
                 ROUNDS_POLLED.fetch_add(1, Relaxed);
-                self.round = Some((p.id, t));
+                self.round = Some((p.id, t, self.raised));
             }
             (NodeMessage::DemandGive(_), _) => {
                 GIVES.fetch_add(1, Relaxed);
             }
             (NodeMessage::Headroom(h), _) => {
                 BOUNDS_CHECKED.fetch_add(1, Relaxed);
-                if let Some((_, lowest)) = self.round.filter(|r| h.units < r.1) {
+                if let Some((_, lowest, _)) = self.round.filter(|r| h.units < r.1) {
                     self.bound_error = Some(format!(
                         "a round's bound {} is below the headroom {lowest}",
                         h.units
@@ -1846,10 +1853,12 @@ impl Sim {
         }
     }
 
-    /// After a step: the round under way keeps the lowest true headroom it saw.
+    /// After a step: the round under way keeps the lowest true headroom it saw, less what
+    /// clients added since it began.
     fn track_round(&mut self) {
-        if let (Some((id, lowest)), Some(t)) = (self.round, self.true_headroom()) {
-            self.round = Some((id, lowest.min(t)));
+        if let (Some((id, lowest, raised)), Some(t)) = (self.round, self.true_headroom()) {
+            let t = t.saturating_sub(self.raised - raised);
+            self.round = Some((id, lowest.min(t), raised));
         }
     }
 
