@@ -40,15 +40,13 @@ use super::ctr_store::{select_db, value_and_floor, with_counter};
 use super::demand::{self, selected_db, NODE};
 use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::NodeId;
-use super::spread_transfer::{hurry, run_machine, tick_soon, RedisHost};
+use super::spread_transfer::{decode_message, hurry, run_machine, tick_soon, RedisHost};
 use crate::config;
 use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
 use crate::counter::rebalance::{apply_moves, plan_moves, HolderReport};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::Counter;
 use crate::ffi::{CommandError, Ctx, KeyName};
-use crate::persist::demand_msg as msg;
-use crate::protocol::host::NodeMessage;
 use crate::protocol::messages::MessageKind;
 use crate::protocol::rebalance_node::{RebalanceNode, MAX_MOVES, POLL_TIMEOUT_MS};
 
@@ -98,16 +96,7 @@ static POLL_TIMEOUT: Job = Job::new(
 
 /// Receives this file's bus messages (from `bus`, the one receiver).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    let decoded = match kind {
-        MessageKind::DemandNotice => msg::decode_notice(payload).map(NodeMessage::DemandNotice),
-        MessageKind::DemandPoll => msg::decode_poll(payload).map(NodeMessage::DemandPoll),
-        MessageKind::DemandAnswer => msg::decode_answer(payload)
-            .map(|(id, reports)| NodeMessage::DemandAnswer { id, reports }),
-        MessageKind::DemandGive => msg::decode_give(payload).map(NodeMessage::DemandGive),
-        MessageKind::Headroom => msg::decode_headroom(payload).map(NodeMessage::Headroom),
-        _ => return,
-    };
-    if let Ok(m) = decoded {
+    if let Some(m) = decode_message(kind, payload) {
         run(ctx, |node, host| node.receive(host, from, m));
     }
 }

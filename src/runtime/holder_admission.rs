@@ -30,15 +30,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::ctr_store::is_missing;
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::NodeId;
-use super::spread_collect::select_db;
-use super::spread_transfer::{run_machine, RedisHost};
-use super::waiter;
+use super::spread_transfer::{decode_message, run_and_wake, RedisHost};
 use crate::config;
 use crate::ffi::{Ctx, Key, KeyName};
 use crate::metrics;
-use crate::persist::admission_msg as msg;
 use crate::protocol::admission_node::{AdmissionNode, Known, TICK_MS};
-use crate::protocol::host::NodeMessage;
 use crate::protocol::messages::MessageKind;
 
 thread_local! {
@@ -49,19 +45,13 @@ thread_local! {
 
 /// Runs the admission over this server, then wakes the grows whose questions ended.
 fn run<R: Default>(ctx: Ctx, f: impl FnOnce(&mut AdmissionNode<NodeId>, &mut RedisHost) -> R) -> R {
-    let r = run_machine(ctx, &NODE, "the holder admission", f);
-    let ended = NODE.with(|n| {
-        n.try_borrow_mut()
-            .map(|mut n| n.take_ended())
-            .unwrap_or_default()
-    });
-    if !ended.is_empty() {
-        select_db(ctx, 0);
-        for home in ended {
-            waiter::key_written(ctx, &home);
-        }
-    }
-    r
+    run_and_wake(
+        ctx,
+        &NODE,
+        "the holder admission",
+        f,
+        AdmissionNode::take_ended,
+    )
 }
 
 /// True when a grow's planner must avoid `name`: outside a cluster, a key sits there now; in a
@@ -117,18 +107,7 @@ fn tick(ctx: Ctx) {
 /// The bus messages: a request (answered with what this master holds at the name) and a
 /// response (ends the ask it answers, when it comes from the master asked).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    let decoded = match kind {
-        MessageKind::AdmissionRequest => {
-            msg::decode_request(payload).map(|(id, name)| NodeMessage::AdmissionRequest {
-                id,
-                name: name.to_vec(),
-            })
-        }
-        MessageKind::AdmissionResponse => msg::decode_response(payload)
-            .map(|(id, answer)| NodeMessage::AdmissionResponse { id, answer }),
-        _ => return,
-    };
-    if let Ok(m) = decoded {
+    if let Some(m) = decode_message(kind, payload) {
         run(ctx, |node, host| node.receive(host, from, m));
     }
 }

@@ -31,8 +31,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::ctr_store::{is_missing, with_counter};
 use super::scheduler::{self, Job, When};
 use super::spread_cluster::{self as cluster, NodeId};
-use super::spread_collect::select_db;
-use super::spread_transfer::{run_machine, serves, RedisHost};
+use super::spread_transfer::{decode_message, run_and_wake, serves, RedisHost};
 use super::waiter;
 use crate::config;
 use crate::counter::collect::lists_holder;
@@ -40,9 +39,8 @@ use crate::counter::spread::parse_holder_name;
 use crate::counter::CounterRef;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyName};
 use crate::metrics;
-use crate::persist::holder_check_msg::{self as msg, Verdict};
+use crate::persist::holder_check_msg::Verdict;
 use crate::protocol::holder_check_node::{Asked, HolderCheckNode, TICK_MS};
-use crate::protocol::host::NodeMessage;
 use crate::protocol::messages::MessageKind;
 
 /// The command a checked write runs again once its holder is listed.
@@ -71,19 +69,13 @@ fn run<R: Default>(
     ctx: Ctx,
     f: impl FnOnce(&mut HolderCheckNode<NodeId>, &mut RedisHost) -> R,
 ) -> R {
-    let r = run_machine(ctx, &NODE, "the holder check", f);
-    let ended = NODE.with(|n| {
-        n.try_borrow_mut()
-            .map(|mut n| n.take_ended())
-            .unwrap_or_default()
-    });
-    if !ended.is_empty() {
-        select_db(ctx, 0);
-        for name in ended {
-            waiter::key_written(ctx, &name);
-        }
-    }
-    r
+    run_and_wake(
+        ctx,
+        &NODE,
+        "the holder check",
+        f,
+        HolderCheckNode::take_ended,
+    )
 }
 
 /// The refusal of a write to `name`, a key named like a holder of `home` that no home lists.
@@ -189,18 +181,7 @@ fn tick(ctx: Ctx) {
 /// The bus messages: a request (answered with this master's verdict) and a response (ends the
 /// check it answers, when it comes from the master asked).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    let decoded = match kind {
-        MessageKind::HolderCheckRequest => {
-            msg::decode_request(payload).map(|(id, holder)| NodeMessage::HolderCheckRequest {
-                id,
-                holder: holder.to_vec(),
-            })
-        }
-        MessageKind::HolderCheckResponse => msg::decode_response(payload)
-            .map(|(id, verdict)| NodeMessage::HolderCheckResponse { id, verdict }),
-        _ => return,
-    };
-    if let Ok(m) = decoded {
+    if let Some(m) = decode_message(kind, payload) {
         run(ctx, |node, host| node.receive(host, from, m));
     }
 }

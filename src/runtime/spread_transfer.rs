@@ -610,6 +610,64 @@ impl Host for RedisHost {
     }
 }
 
+/// A machine's message as the bus carried it, decoded (the reverse of [`RedisHost::send`]'s
+/// encoding), for the kinds one message each (a collection's and an audit's are chunked and
+/// decoded by their receivers). None: another kind, or malformed (dropped: the sender asks
+/// again, or the outcome is that of a lost message).
+pub(crate) fn decode_message(kind: MessageKind, payload: &[u8]) -> Option<NodeMessage> {
+    use MessageKind as K;
+    let transfer = |m: Result<TransferMessage, _>| m.map(NodeMessage::Transfer);
+    let decoded = match kind {
+        K::Seal => transfer(msg::decode_seal(payload).map(TransferMessage::Seal)),
+        K::Credit => transfer(msg::decode_credit(payload).map(TransferMessage::Credit)),
+        K::Ack => transfer(msg::decode_ack(payload).map(TransferMessage::Ack)),
+        K::DemandNotice => demand_msg::decode_notice(payload).map(NodeMessage::DemandNotice),
+        K::DemandPoll => demand_msg::decode_poll(payload).map(NodeMessage::DemandPoll),
+        K::DemandAnswer => demand_msg::decode_answer(payload)
+            .map(|(id, reports)| NodeMessage::DemandAnswer { id, reports }),
+        K::DemandGive => demand_msg::decode_give(payload).map(NodeMessage::DemandGive),
+        K::Headroom => demand_msg::decode_headroom(payload).map(NodeMessage::Headroom),
+        K::HolderCheckRequest => holder_check_msg::decode_request(payload).map(|(id, holder)| {
+            let holder = holder.to_vec();
+            NodeMessage::HolderCheckRequest { id, holder }
+        }),
+        K::HolderCheckResponse => holder_check_msg::decode_response(payload)
+            .map(|(id, verdict)| NodeMessage::HolderCheckResponse { id, verdict }),
+        K::AdmissionRequest => admission_msg::decode_request(payload).map(|(id, name)| {
+            let name = name.to_vec();
+            NodeMessage::AdmissionRequest { id, name }
+        }),
+        K::AdmissionResponse => admission_msg::decode_response(payload)
+            .map(|(id, answer)| NodeMessage::AdmissionResponse { id, answer }),
+        _ => return None,
+    };
+    decoded.ok()
+}
+
+/// Runs a machine of name questions (the holder check, the admission) over this server, then
+/// wakes the clients waiting on the keys its questions that ended name (`ended` takes them).
+pub(crate) fn run_and_wake<N: 'static, R: Default>(
+    ctx: Ctx,
+    machine: &'static LocalKey<RefCell<N>>,
+    what: &str,
+    f: impl FnOnce(&mut N, &mut RedisHost) -> R,
+    ended: fn(&mut N) -> Vec<Vec<u8>>,
+) -> R {
+    let r = run_machine(ctx, machine, what, f);
+    let woken = machine.with(|n| {
+        n.try_borrow_mut()
+            .map(|mut n| ended(&mut n))
+            .unwrap_or_default()
+    });
+    if !woken.is_empty() {
+        super::ctr_store::select_db(ctx, 0); // a cluster's only database
+        for key in woken {
+            super::waiter::key_written(ctx, &key);
+        }
+    }
+    r
+}
+
 /// How long after asking the replicas to acknowledge the held sends are looked at again.
 const RECHECK_MS: i64 = 2;
 
@@ -644,13 +702,7 @@ pub fn tick_soon(ctx: Ctx) {
 
 /// Receives this file's bus messages (from `bus`, the one receiver).
 pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8]) {
-    let decoded = match kind {
-        MessageKind::Seal => msg::decode_seal(payload).map(TransferMessage::Seal),
-        MessageKind::Credit => msg::decode_credit(payload).map(TransferMessage::Credit),
-        MessageKind::Ack => msg::decode_ack(payload).map(TransferMessage::Ack),
-        _ => return,
-    };
-    if let Ok(m) = decoded {
+    if let Some(NodeMessage::Transfer(m)) = decode_message(kind, payload) {
         run(ctx, |node, host| node.receive(host, Some(from), m));
     }
     tick_soon(ctx);
