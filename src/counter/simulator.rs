@@ -278,6 +278,8 @@ struct Sim {
     bound_error: Option<String>,
     /// Writes waiting for their holder checks.
     waiting_adds: Vec<WaitingAdd>,
+    /// A grow waits for its name's admission (one at a time, on the home's master).
+    waiting_grow: bool,
     /// A holder check that answered a look-alike listed (reported by `check`).
     check_error: Option<String>,
     /// The names of the holder checks asked over the network, by request id (ghost state).
@@ -558,6 +560,7 @@ impl Sim {
             raised: 0,
             bound_error: None,
             waiting_adds: Vec::new(),
+            waiting_grow: false,
             check_error: None,
             check_names: BTreeMap::new(),
             reads: reads::Reads::new(seed),
@@ -1055,11 +1058,14 @@ impl Sim {
                 to,
                 m:
                     m @ (NodeMessage::AdmissionRequest { .. } | NodeMessage::AdmissionResponse { .. }),
-            } => self.run_machine(
-                to,
-                |m| &mut m.admission,
-                |node, host| node.receive(host, from, m),
-            ),
+            } => {
+                self.run_machine(
+                    to,
+                    |m| &mut m.admission,
+                    |node, host| node.receive(host, from, m),
+                );
+                self.admission_ended(to);
+            }
             Message::Node {
                 from,
                 to,
@@ -1116,6 +1122,7 @@ impl Sim {
         );
         self.checks_ended(master);
         self.run_machine(master, |m| &mut m.admission, |node, host| node.tick(host));
+        self.admission_ended(master);
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1160,6 +1167,8 @@ impl Sim {
         m.rebalance = RebalanceNode::default();
         m.holder_checks = HolderCheckNode::default();
         m.admission = AdmissionNode::default();
+        // A grow waiting on its admission loses its connection with the home's master.
+        self.waiting_grow &= master != master_of(&self.home);
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
@@ -1187,6 +1196,8 @@ impl Sim {
         m.rebalance = RebalanceNode::default();
         m.holder_checks = HolderCheckNode::default();
         m.admission = AdmissionNode::default();
+        // A grow waiting on its admission loses its connection with the home's master.
+        self.waiting_grow &= master != master_of(&self.home);
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The lists loaded are not proven held; pending collections are lost with the process
@@ -1291,6 +1302,16 @@ impl Sim {
             self.reads.disturbances += 1; // a client's write, as an add step's
             let member = self.members().contains(&name);
             self.add_counted(name, delta, member);
+        }
+    }
+
+    /// The admission questions of `master` that ended since it last ran: a grow of the home
+    /// waiting on one runs again, as the server runs the blocked command again.
+    fn admission_ended(&mut self, master: usize) {
+        let ended = self.masters[master].admission.take_ended();
+        if self.waiting_grow && ended.contains(&self.home) {
+            self.waiting_grow = false;
+            self.grow();
         }
     }
 
@@ -1679,7 +1700,8 @@ impl Sim {
             return;
         };
         // The holder admission (the glue's machine): the name's master says whether a key sits
-        // there; the grow waits until it said "free" lately (a client's retry: a later grow).
+        // there; the grow waits in the server until an answer ends its question, and runs again
+        // then (`admission_ended`).
         let names = [name.clone()];
         let home = self.home.clone();
         let ask = |node: &mut AdmissionNode<usize>, host: &mut SimHost| {
@@ -1690,6 +1712,7 @@ impl Sim {
                 "grow waits for the admission of {}",
                 show(&name)
             ));
+            self.waiting_grow = true;
             return;
         }
         if self.get(&name).is_some() {
