@@ -66,6 +66,10 @@ mutant "a rebalance poll while the home folds holders back" src/protocol/rebalan
   '    let c = c.filter(|c| c.leaving().is_empty())?;' '    let c = c?;'
 mutant "a round's reports without the budget moving out" src/protocol/rebalance_node.rs \
   'c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))' 'c.map_or((0, 0), |c| (c.budget(), 0))'
+mutant "a write makes a key at a sealed holder's name renamed away" src/protocol/transfer_node.rs \
+  '            *d == db
+                && n != name' '            false
+                && n != name'
 mutant "a planned holder name answered free where a key sits" src/protocol/admission_node.rs \
   '        Some(true) => NameAnswer::Free,' '        Some(_) => NameAnswer::Free,'
 mutant "the home side answers listed for any name of a living home" src/protocol/holder_check_node.rs \

@@ -205,6 +205,44 @@ fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
     assert_eq!(stat(&free, "credited"), 2);
 }
 
+/// Issue 34, found by the simulator once writes waited for their holder check (seed 203,771 of
+/// a soak: 13 units lost): a sealed holder renamed away before its fold landed, then a client's
+/// write to the old name. The home still lists the name as folding back, so the write made a
+/// new key there; the home's next seal request sealed that key into the same fold, and the home
+/// takes one credit per fold: the write's units were counted nowhere. Now the write is refused
+/// as a write to the sealed holder is (the folded-back error, which the clients' routers read
+/// as "go on to another holder"), and nothing is made at the old name.
+#[test]
+fn a_write_to_a_sealed_holder_renamed_away_is_refused_as_folded_back() {
+    let held = Server::start_with(&[], HOLD);
+    let mut c = held.conn();
+    let (holders, total) = spread_with_values(&mut c, "views", 3);
+    shrink_held(&mut c, "views", 1, &holders[1..]);
+    assert_eq!(
+        c.cmd(&["RENAME", &holders[2], "renamed"]),
+        Value::Simple("OK".into())
+    );
+    let e = c.cmd(&["CTR.ADD", &holders[2], "5"]);
+    assert!(
+        e.is_error() && e.error().contains("folded back"),
+        "a write to the old name: {e:?}"
+    );
+    assert_eq!(
+        c.cmd(&["EXISTS", &holders[2]]),
+        Value::Int(0),
+        "no key made"
+    );
+
+    let free = release(&held, &[]);
+    let mut f = free.conn();
+    wait_folded(&mut f, "views");
+    assert_eq!(
+        f.q("CTR.GET views").int(),
+        total,
+        "every unit of the holders home"
+    );
+}
+
 /// Issue 22, "A home renamed in the middle of a fold sends late credits to the old name": the
 /// holders sealed into `home`, credits held, the home renamed to `home2`: once released the
 /// fold completes into home2 (its seal requests re-target the folds) and nothing is made at

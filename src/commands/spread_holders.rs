@@ -14,7 +14,7 @@ use crate::counter::spread::parse_holder_name;
 use crate::counter::token_expiry;
 use crate::counter::CounterRef;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
-use crate::runtime::ctr_store::{is_missing, list_clock, with_counter};
+use crate::runtime::ctr_store::{is_missing, list_clock, with_counter, SEALED};
 use crate::runtime::holder_check::{self, look_alike_error, Checked, Rerun};
 use crate::runtime::home_names::living_home;
 use crate::runtime::listing_gate;
@@ -140,14 +140,16 @@ pub fn refuse_look_alike(
     let Some(holder) = parse_holder_name(name) else {
         return Ok(Checked::Go);
     };
-    if !is_missing(key) {
+    if !is_missing(key) || ctx.is_replaying() {
         return Ok(Checked::Go);
+    }
+    // The holder sealed and renamed away, its fold unanswered: the name is still being folded
+    // back, and a key made there now would be folded into the same fold and lost.
+    if crate::runtime::spread_transfer::fold_carried_elsewhere(ctx, name) {
+        return Err(SEALED);
     }
     if in_cluster(ctx) {
         return holder_check::check(ctx, key, name, rerun);
-    }
-    if ctx.is_replaying() {
-        return Ok(Checked::Go);
     }
     let listed = living_home(ctx, holder.home, holder.spread_id)
         .is_some_and(|home| holder_check::home_lists(ctx, &home, name));

@@ -1255,11 +1255,22 @@ impl Sim {
         let Some(spread) = home.spread() else {
             return;
         };
-        let Some(name) = self.new_holder_name(&home, spread) else {
+        // Half the time a holder a shrink took out of the list (a client's stale list): folding
+        // back, its key may be gone under another name (a user's RENAME).
+        let leaving = home.leaving().iter().map(|l| l.name.clone());
+        let stale: Vec<Vec<u8>> = leaving.filter(|n| self.get(n).is_none()).collect();
+        let name = match stale.is_empty() || self.rng.percent(50) {
+            true => self.new_holder_name(&home, spread),
+            false => Some(stale[self.rng.below(stale.len())].clone()),
+        };
+        let Some(name) = name else {
             return;
         };
         if self.get(&name).is_some() {
             return; // a key that exists is written as it is (a holder the protocol made)
+        }
+        if self.fold_carried_elsewhere(&name) {
+            return self.note(format_args!("add to {}: folded back", show(&name)));
         }
         let m = master_of(&name);
         if let Some(verdict) = self.masters[m].holder_checks.known(&name, self.now) {
@@ -1345,6 +1356,19 @@ impl Sim {
         }
     }
 
+    /// True when a write would make the missing holder-named key `key` while the holder sealed
+    /// and renamed away still folds back (`spread_holders::refuse_look_alike` asks the transfer
+    /// node of the key's master, and refuses it with the folded-back error).
+    fn fold_carried_elsewhere(&mut self, key: &[u8]) -> bool {
+        if self.get(key).is_some() || parse_holder_name(key).is_none() {
+            return false;
+        }
+        let carried = |node: &mut TransferNode<usize>, host: &mut SimHost| {
+            node.fold_carried_elsewhere(host, key)
+        };
+        self.run_machine(master_of(key), |m| &mut m.transfers, carried)
+    }
+
     /// A client's add of `delta` to `key`, as the glue decides it.
     fn add_to(&mut self, key: Vec<u8>, delta: i64) {
         self.add_counted(key, delta, true);
@@ -1354,6 +1378,11 @@ impl Sim {
     /// no member of the counter: acknowledged to the client, counted toward nothing).
     fn add_counted(&mut self, key: Vec<u8>, delta: i64, counted: bool) {
         let now = self.now;
+        // The glue's first check of a write making a holder-named key, also when it runs again
+        // after its holder check.
+        if self.fold_carried_elsewhere(&key) {
+            return self.note(format_args!("add to {}: folded back", show(&key)));
+        }
         let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
             return; // refused: the folded-back error

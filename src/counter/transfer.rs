@@ -548,6 +548,16 @@ impl Counter {
             })
     }
 
+    /// True when this key is a sealed holder renamed from `holder` whose fold is not
+    /// acknowledged yet (an outbox fold entry debited under that name): the name is still
+    /// being folded back, by this key.
+    pub fn carries_a_fold_of(&self, holder: &[u8]) -> bool {
+        self.is_sealed()
+            && self
+                .transfers()
+                .is_some_and(|t| (t.outbox.iter()).any(|o| o.fold_id != 0 && o.from == holder))
+    }
+
     /// What a gather counts as this counter's floor when it is a holder: its floor plus the
     /// floor units of its fold not yet acknowledged (a sealed holder's floor until its home
     /// has it), as [`Counter::units_in_hand`] counts its value. Budget moves are left out: a

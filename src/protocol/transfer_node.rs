@@ -265,6 +265,21 @@ impl<P: Clone + PartialEq> TransferNode<P> {
         }
     }
 
+    /// True when a key this node tracks (in the selected database) is the holder `name` sealed
+    /// and renamed away, its fold still unacknowledged: a key made anew under `name` would be
+    /// sealed into the same fold by the home's next seal request, and the home takes one
+    /// credit per fold (the simulator's seed 203,771 of a soak: the new key's 13 units lost).
+    /// A client's write that would make it is refused as the sealed holder's would be.
+    pub fn fold_carried_elsewhere<H: Host<Peer = P>>(&mut self, host: &mut H, name: &[u8]) -> bool {
+        self.take_noted(host);
+        let db = host.db();
+        (self.registry.keys()).any(|(d, n)| {
+            *d == db
+                && n != name
+                && host.read(n, |c| c.is_some_and(|c| c.carries_a_fold_of(name))) == Some(true)
+        })
+    }
+
     /// The keys this node tracks (the registry holds every key with a transfer in flight)
     /// that are sealed holders carrying the fold of `m`: each re-targets its fold to the home
     /// that asks (it may have been renamed too). True when there was one.

@@ -143,6 +143,12 @@ pub fn start(
     Ok(out)
 }
 
+/// True when `name` (in the selected database) is a holder sealed and renamed away whose fold
+/// is still unacknowledged ([`TransferNode::fold_carried_elsewhere`]).
+pub fn fold_carried_elsewhere(ctx: Ctx, name: &[u8]) -> bool {
+    run(ctx, |node, host| node.fold_carried_elsewhere(host, name))
+}
+
 /// A transfer of `giver` (in the selected database) just started: its credit goes at the next
 /// tick, not after the backoff of the giver's older sends.
 pub fn hurry(ctx: Ctx, giver: &[u8]) {
