@@ -110,7 +110,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         self.book.record(key, amount, waiting_since);
     }
 
-    /// O(1) per refusal: a burst of refusals over many keys costs no scan of the others.
+    /// One insert per refusal: a burst of refusals over many keys costs no scan of the others.
     fn mark_due(&mut self, home: DbKey) {
         if self.due.len() < DEMAND_LIMIT {
             self.due.insert(home);

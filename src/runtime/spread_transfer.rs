@@ -170,8 +170,7 @@ fn new_id() -> u64 {
 fn transfer_error(e: TransferError) -> CommandError {
     match e {
         TransferError::Busy => CommandError::fixed(
-            "ERR a transfer to that key (or to the giver's home under another name) is still \
-             unacknowledged (one at a time per pair)",
+            "ERR a transfer to that key is still unacknowledged (one at a time per pair)",
         ),
         TransferError::Sealed => super::ctr_store::SEALED,
         TransferError::Counter(e) => e.into(),
