@@ -1,28 +1,3 @@
-//! Budget follows demand, the Redis glue (the policy is the pure
-//! `counter::rebalance::plan_moves`): on one server a rebalance reads every holder and applies
-//! the moves at once ([`rebalance_here`]); across cluster masters:
-//!
-//! 1. A holder that refuses a purchase afresh records it on its master (`demand`),
-//!    which schedules a rebalance of its home `ctr.rebalance-delay-ms` later: refusals of one
-//!    burst make one **notice** to the home's master (0xD0), not one message each.
-//! 2. The home's master, on a notice (also coalesced by the same delay) or on its own
-//!    holders' refusals, **polls** the masters of the other holders (0xD1, one message per
-//!    master) for each holder's budget and demand meter; they **answer** (0xD2).
-//! 3. With every answer in, it plans with `plan_moves` (at most half a spare holder's budget,
-//!    largest wants first), routes each move between two holders through the home
-//!    (`through_the_home`: the giver gives to the home, the home to the receiver) and sends
-//!    each giver's master a **give** (0xD3).
-//! 4. The giver's master decides alone: it starts a transfer (`dv = 0, df = -n`) of at most
-//!    its budget at that moment, so a stale plan can never oversell; a pair with a move still
-//!    unacknowledged is busy and the give is dropped (the next refusal plans again).
-//!
-//! 5. It also tells every master it polled the whole headroom it saw (0xD4): the bound that
-//!    decides whether a holder's refusal is final or retryable (`counter::headroom`).
-//!
-//! Nothing here is durable: a poll not answered within `POLL_TIMEOUT_MS` is dropped, and a
-//! lost notice or give costs one round; the next refusal starts another. What must not be
-//! lost (the move itself) is a transfer: replicated, resent until acknowledged.
-
 //! Budget follows demand, the Redis glue: the machine is `protocol::rebalance_node` (polls,
 //! answers, gives, the whole headroom told; its module docs tell the protocol) and the policy
 //! the pure `counter::rebalance::plan_moves`. Here: refusals recorded by the commands, the
