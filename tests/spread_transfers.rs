@@ -168,16 +168,23 @@ fn a_restored_copy_of_a_sealed_holder_is_credited_once() {
 /// refused for ever (the total read 30 of 60, 5 runs in 6; the "no key made" check fails
 /// there every time): a seal request for a missing holder whose fold another key carries now
 /// makes no key.
-#[test]
-fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
-    let held = Server::start_with(&[], HOLD);
-    let mut c = held.conn();
-    let (holders, total) = spread_with_values(&mut c, "views", 3);
-    shrink_held(&mut c, "views", 1, &holders[1..]);
+/// `views` spread to 3 with values, shrunk to 1 with its credits held (the two holders sealed),
+/// and the last sealed holder renamed to `renamed`: the holders and the total.
+fn sealed_holder_renamed(c: &mut Conn) -> (Vec<String>, i64) {
+    let (holders, total) = spread_with_values(c, "views", 3);
+    shrink_held(c, "views", 1, &holders[1..]);
     assert_eq!(
         c.cmd(&["RENAME", &holders[2], "renamed"]),
         Value::Simple("OK".into())
     );
+    (holders, total)
+}
+
+#[test]
+fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
+    let held = Server::start_with(&[], HOLD);
+    let mut c = held.conn();
+    let (holders, total) = sealed_holder_renamed(&mut c);
     // The home asks for the seal again (every 100 ms to 2 s): the renamed key carries the
     // fold, so no empty key is sealed under the old name.
     std::thread::sleep(Duration::from_millis(2500));
@@ -216,12 +223,7 @@ fn a_renamed_sealed_holder_is_credited_once_after_a_restart() {
 fn a_write_to_a_sealed_holder_renamed_away_is_refused_as_folded_back() {
     let held = Server::start_with(&[], HOLD);
     let mut c = held.conn();
-    let (holders, total) = spread_with_values(&mut c, "views", 3);
-    shrink_held(&mut c, "views", 1, &holders[1..]);
-    assert_eq!(
-        c.cmd(&["RENAME", &holders[2], "renamed"]),
-        Value::Simple("OK".into())
-    );
+    let (holders, total) = sealed_holder_renamed(&mut c);
     let e = c.cmd(&["CTR.ADD", &holders[2], "5"]);
     assert!(
         e.is_error() && e.error().contains("folded back"),
