@@ -23,7 +23,7 @@ mutant "spread membership by the id alone" src/counter/spread.rs \
 mutant "a fold matched by its id alone" src/counter/transfer.rs \
   '.position(|l| l.fold_id == fold_id && l.name == giver)' '.position(|l| l.fold_id == fold_id)'
 mutant "a fold's carrier found by its id alone" src/counter/transfer.rs \
-  '.any(|o| o.fold_id == fold_id && o.from == holder)' '.any(|o| o.fold_id == fold_id)'
+  '.filter(move |o| o.fold_id != 0 && o.from == holder)' '.filter(move |o| o.fold_id != 0)'
 mutant "a restored copy of the home never detached" src/counter/collect.rs \
   '        if self.carried_home == self.name {' '        if true {'
 mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
@@ -67,9 +67,7 @@ mutant "a rebalance poll while the home folds holders back" src/protocol/rebalan
 mutant "a round's reports without the budget moving out" src/protocol/rebalance_node.rs \
   'c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))' 'c.map_or((0, 0), |c| (c.budget(), 0))'
 mutant "a write makes a key at a sealed holder's name renamed away" src/protocol/transfer_node.rs \
-  '            *d == db
-                && n != name' '            false
-                && n != name'
+  '        !(self.tracked_where(host, |c| c.carries_a_fold_of(name))).is_empty()' '        false'
 mutant "a planned holder name answered free where a key sits" src/protocol/admission_node.rs \
   '        Some(true) => NameAnswer::Free,' '        Some(_) => NameAnswer::Free,'
 mutant "the home side answers listed for any name of a living home" src/protocol/holder_check_node.rs \

@@ -539,23 +539,23 @@ impl Counter {
     /// had it). The fold id alone is no proof: a key restored with that id, signed with its
     /// own name, would hold the real holder's fold back for ever.
     pub fn carries_fold(&self, fold_id: u64, holder: &[u8]) -> bool {
-        self.is_sealed()
-            && fold_id != 0
-            && self.transfers().is_some_and(|t| {
-                t.outbox
-                    .iter()
-                    .any(|o| o.fold_id == fold_id && o.from == holder)
-            })
+        self.folds_carried_for(holder).any(|f| f == fold_id)
     }
 
     /// True when this key is a sealed holder renamed from `holder` whose fold is not
     /// acknowledged yet (an outbox fold entry debited under that name): the name is still
     /// being folded back, by this key.
     pub fn carries_a_fold_of(&self, holder: &[u8]) -> bool {
-        self.is_sealed()
-            && self
-                .transfers()
-                .is_some_and(|t| (t.outbox.iter()).any(|o| o.fold_id != 0 && o.from == holder))
+        self.folds_carried_for(holder).next().is_some()
+    }
+
+    /// The ids of the folds unacknowledged in this key's outbox that were debited under the
+    /// name `holder`, when this key is sealed (none otherwise; a fold id is never 0).
+    fn folds_carried_for<'a>(&'a self, holder: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+        let outbox = self.transfers().filter(|_| self.is_sealed());
+        (outbox.into_iter().flat_map(|t| t.outbox.iter()))
+            .filter(move |o| o.fold_id != 0 && o.from == holder)
+            .map(|o| o.fold_id)
     }
 
     /// What a gather counts as this counter's floor when it is a holder: its floor plus the

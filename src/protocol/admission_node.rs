@@ -12,7 +12,7 @@
 //! - **Answer**: free when no key of any type sits at the name; taken when one does; unsure
 //!   when this node does not serve the name's slot.
 
-use super::host::{Event, Host, NodeMessage, Route};
+use super::host::{Event, Host, NodeMessage};
 use super::name_queries::{NameQueries, Opened, Query};
 use crate::persist::admission_msg::NameAnswer;
 
@@ -96,10 +96,8 @@ impl<P: Copy + PartialEq> AdmissionNode<P> {
         name: &[u8],
         timeout_ms: i64,
     ) -> bool {
-        let asked = match host.route(name) {
-            Route::Here => None,
-            Route::To(node) => Some(node),
-            Route::Unknown => return false, // asked again by the waiting grow
+        let Some(asked) = host.route(name).destination() else {
+            return false; // asked again by the waiting grow
         };
         let now = host.now_ms();
         let query = Query {
@@ -165,10 +163,8 @@ impl<P: Copy + PartialEq> AdmissionNode<P> {
             self.answered(host, id, None, answer);
         }
         for (id, query) in self.asks.due(now, MAX_ASKS) {
-            let now_asked = match host.route(&query.name) {
-                Route::Here => None,
-                Route::To(node) => Some(node),
-                Route::Unknown => continue,
+            let Some(now_asked) = host.route(&query.name).destination() else {
+                continue;
             };
             self.asks.reroute(id, now_asked);
             if let Some(node) = now_asked {

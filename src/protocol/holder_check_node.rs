@@ -18,7 +18,7 @@
 //! Only a definite `NotListed` refuses a write; anything unsure lets it go on (a slot move or a
 //! master down never refuses a real holder).
 
-use super::host::{Event, Host, NodeMessage, Route};
+use super::host::{Event, Host, NodeMessage};
 use super::name_queries::{NameQueries, Opened, Query};
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::parse_holder_name;
@@ -88,10 +88,8 @@ impl<P: Copy + PartialEq> HolderCheckNode<P> {
         let Some(holder) = parse_holder_name(name) else {
             return Asked::No;
         };
-        let asked = match host.route(holder.home) {
-            Route::Here => None,
-            Route::To(node) => Some(node),
-            Route::Unknown => return Asked::No, // no master known for the home's slot now
+        let Some(asked) = host.route(holder.home).destination() else {
+            return Asked::No; // no master known for the home's slot now
         };
         let now = host.now_ms();
         let query = Query {
@@ -153,11 +151,8 @@ impl<P: Copy + PartialEq> HolderCheckNode<P> {
     /// from here when that is this node.
     fn ask_again<H: Host<Peer = P>>(&mut self, host: &mut H, id: u64, asked: P, holder: &[u8]) {
         let home = parse_holder_name(holder).map_or(&[][..], |h| h.home);
-        let now_asked = match host.route(home) {
-            Route::Here => None,
-            Route::To(node) => Some(node),
-            Route::Unknown => Some(asked), // no master known for the slot now: the one before
-        };
+        // No master known for the slot now: the one asked before.
+        let now_asked = host.route(home).destination().unwrap_or(Some(asked));
         self.checks.reroute(id, now_asked);
         if let Some(node) = now_asked {
             host.count(Event::HolderCheckResent);

@@ -117,6 +117,18 @@ pub enum Route<P> {
     Unknown,
 }
 
+impl<P> Route<P> {
+    /// Whom a question about the key is asked of (`name_queries`' destination): Some(None)
+    /// this node, Some(Some(master)) another; None while no master is known.
+    pub fn destination(self) -> Option<Option<P>> {
+        match self {
+            Route::Here => Some(None),
+            Route::To(node) => Some(Some(node)),
+            Route::Unknown => None,
+        }
+    }
+}
+
 /// The server a machine runs on.
 pub trait Host {
     /// A node of the cluster, as messages name their sender.

@@ -272,32 +272,28 @@ impl<P: Clone + PartialEq> TransferNode<P> {
     /// A client's write that would make it is refused as the sealed holder's would be.
     pub fn fold_carried_elsewhere<H: Host<Peer = P>>(&mut self, host: &mut H, name: &[u8]) -> bool {
         self.take_noted(host);
+        !(self.tracked_where(host, |c| c.carries_a_fold_of(name))).is_empty()
+    }
+
+    /// The keys this node tracks in the selected database (the registry holds every key with
+    /// a transfer in flight) whose counter satisfies `test`.
+    fn tracked_where<H: Host<Peer = P>>(
+        &self,
+        host: &H,
+        test: impl Fn(&Counter) -> bool,
+    ) -> Vec<Vec<u8>> {
         let db = host.db();
-        (self.registry.keys()).any(|(d, n)| {
-            *d == db
-                && n != name
-                && host.read(n, |c| c.is_some_and(|c| c.carries_a_fold_of(name))) == Some(true)
-        })
+        (self.registry.keys())
+            .filter(|(d, n)| *d == db && host.read(n, |c| c.is_some_and(&test)) == Some(true))
+            .map(|(_, n)| n.clone())
+            .collect()
     }
 
     /// The keys this node tracks (the registry holds every key with a transfer in flight)
     /// that are sealed holders carrying the fold of `m`: each re-targets its fold to the home
     /// that asks (it may have been renamed too). True when there was one.
     fn retarget_carried_fold<H: Host<Peer = P>>(&mut self, host: &mut H, m: &Seal) -> bool {
-        let db = host.db();
-        let names: Vec<Vec<u8>> = (self.registry.keys())
-            .filter(|(d, _)| *d == db)
-            .map(|(_, n)| n.clone())
-            .collect();
-        let carriers: Vec<Vec<u8>> = names
-            .into_iter()
-            .filter(|n| {
-                host.read(n, |c| {
-                    c.is_some_and(|c| c.carries_fold(m.fold_id, &m.holder))
-                })
-                .unwrap_or(false)
-            })
-            .collect();
+        let carriers = self.tracked_where(host, |c| c.carries_fold(m.fold_id, &m.holder));
         for carrier in &carriers {
             let moved_home = host.read(carrier, |c| {
                 c.and_then(|c| c.transfers().and_then(|t| t.sealed_into.clone()))
