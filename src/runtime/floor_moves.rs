@@ -195,7 +195,7 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
         return Ok(()); // not (or no longer) a floored spread counter
     };
     let keys: Vec<KeyName> = names.iter().map(|n| KeyName::new(ctx, n)).collect();
-    let (mut values, mut floors, mut meters) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut values, mut floors) = (Vec::new(), Vec::new());
     let now = ctx.precise_now_ms();
     for key in &keys {
         let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
@@ -215,16 +215,16 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
             return Vec::new();
         };
         let book = &mut node.book;
-        for name in &names {
-            meters.push(book.take_meter(&(db, name.clone()), now));
-        }
-        let reports: Vec<HolderReport> =
-            (names.iter().zip(&meters).zip(values.iter().zip(&floors)))
-                .map(|((name, &meter), (&value, &floor))| HolderReport {
+        let reports: Vec<HolderReport> = (names.iter().zip(values.iter().zip(&floors)))
+            .map(|(name, (&value, &floor))| {
+                let key = (db, name.clone());
+                let meter = book.take_meter(&key, now);
+                HolderReport {
                     budget: value.saturating_sub(floor),
-                    demand: book.since_last_rebalance((db, name.clone()), meter),
-                })
-                .collect();
+                    demand: book.since_last_rebalance(key, meter),
+                }
+            })
+            .collect();
         if let Some(id) = spread_id.filter(|_| !folding) {
             let units = whole_headroom(reports.iter().map(|r| (r.budget, 0)));
             book.saw_headroom((db, id), units, now, now);
