@@ -25,10 +25,12 @@ pub const HEADROOM_FRESH_MS: i64 = 1_000;
 /// How long refusals wait for a round's bound when none is fresh, before they are final again.
 pub const HEADROOM_WAIT_MS: i64 = 1_500;
 
-/// What becomes of a purchase its holder could not cover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What becomes of a purchase its holder could not cover (when nothing tells: final, which
+/// errs low and never sells a unit twice).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Refusal {
     /// The counter as a whole could not cover it (or could not tell in time): recorded.
+    #[default]
     Final,
     /// The counter may cover it once budget moves: `TRYAGAIN`, nothing recorded.
     Retry,

@@ -29,10 +29,7 @@ fn with_book<R: Default>(f: impl FnOnce(&mut crate::protocol::demand_book::Deman
 
 /// The fate of a purchase of `amount` that a holder of `spread` refused at `now_ms`.
 pub fn refusal_fate(spread: SpreadKey, amount: i64, now_ms: i64) -> Refusal {
-    NODE.with(|n| match n.try_borrow_mut() {
-        Ok(mut n) => n.book.refusal_fate(spread, amount, now_ms),
-        Err(_) => Refusal::Final,
-    })
+    with_book(|b| b.refusal_fate(spread, amount, now_ms))
 }
 
 /// True when this master's fresh view of `spread`'s whole headroom shows that a purchase of
