@@ -129,14 +129,28 @@ fn wait_for_replicas(ctx: Ctx, args: &Args) -> CommandResult {
 /// is listed). A key that exists is a holder made by an earlier write or by the spread protocol
 /// (budget credits create floored holders), and a replayed write was decided by its master:
 /// both go on.
+#[inline]
 pub fn refuse_look_alike(
     ctx: Ctx,
     key: &Key,
     name: &[u8],
     rerun: Rerun,
 ) -> Result<Checked, CommandError> {
-    // The common cases first, the cheapest first: a name not like a holder's (a prefix check,
-    // no key access), then a key that exists.
+    // The common case first and without a call: a name not like a holder's.
+    if name.first() != Some(&b'{') {
+        return Ok(Checked::Go);
+    }
+    refuse_tagged_look_alike(ctx, key, name, rerun)
+}
+
+#[inline(never)]
+fn refuse_tagged_look_alike(
+    ctx: Ctx,
+    key: &Key,
+    name: &[u8],
+    rerun: Rerun,
+) -> Result<Checked, CommandError> {
+    // The cheapest first: a name not like a holder's (no key access), then a key that exists.
     let Some(holder) = parse_holder_name(name) else {
         return Ok(Checked::Go);
     };

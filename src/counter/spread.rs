@@ -66,6 +66,7 @@ pub fn is_floored_id(id: u64) -> bool {
 /// gets its own floor with its first budget credit, which may arrive later than the writes
 /// sent to it (the replication gate delays it on masters with replicas); until then its name
 /// alone keeps it from going below 0, so the total never goes below the counter's floor.
+#[inline]
 pub fn floor_by_name(name: &[u8]) -> Option<i64> {
     parse_holder_name(name)
         .filter(|h| is_floored_id(h.spread_id))
@@ -184,7 +185,17 @@ pub struct HolderName<'a> {
 /// Parses a holder name, `{ctr.<16 hex>.<i>.<k>}<home>` or the older `{ctr.<i>.<k>}<home>`
 /// (decimal `i` >= 1 and `k`, lowercase hex). Any other key is not a holder: None. The
 /// `{ctr.` tag prefix is reserved for holders, so a key so named is never a home.
+#[inline]
 pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
+    // Most names (every ordinary counter's) fail at the first byte: they cost no call.
+    if name.first() != Some(&b'{') {
+        return None;
+    }
+    parse_tagged_name(name)
+}
+
+#[inline(never)]
+fn parse_tagged_name(name: &[u8]) -> Option<HolderName<'_>> {
     let rest = name.strip_prefix(b"{ctr.")?;
     let close = rest.iter().position(|&b| b == b'}')?;
     let (tag, home) = (&rest[..close], &rest[close + 1..]);
