@@ -72,6 +72,14 @@ mutant "a planned holder name answered free where a key sits" src/protocol/admis
   '        Some(true) => NameAnswer::Free,' '        Some(_) => NameAnswer::Free,'
 mutant "the home side answers listed for any name of a living home" src/protocol/holder_check_node.rs \
   '            return listed(lists == Some(true));' '            return listed(lists.is_some());'
+mutant "a name answered by a master that does not serve it" src/protocol/admission_node.rs \
+  '    if !host.select_db(0) || !host.serves(name) {' '    if !host.select_db(0) {'
+mutant "a credit applied by a master that does not serve its receiver" src/protocol/transfer_node.rs \
+  '        if host.holds_credits() || !host.serves(&m.receiver) {' '        if host.holds_credits() {'
+mutant "a holder's demand reported by a master that does not serve it" src/protocol/rebalance_node.rs \
+  '        if !host.serves(name) {
+            return HolderDemand::NotHere;' '        if false {
+            return HolderDemand::NotHere;'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

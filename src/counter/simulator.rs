@@ -39,7 +39,14 @@
 //! - a partition between two masters longer than the sealed grace, across which a holder's
 //!   budget move to a sibling outlives its receiver (shrunk away, folded and expired): the
 //!   fresh name must not take it;
-//! - steps in the same millisecond as the one before (0, 10, 50 or 90 percent per schedule).
+//! - steps in the same millisecond as the one before (0, 10, 50 or 90 percent per schedule);
+//! - atomic slot migrations of a member's slot (or any key's): started (neither end does
+//!   module work on the slot's keys, `Host::moving`; clients still write at the source),
+//!   then handed over (the keys as the source has them go to the target and its replica) or
+//!   cancelled; for a second after a handoff the third master's slot map still names the
+//!   source, so its messages go there and are dropped (the runtime's map is a second old at
+//!   most). A ghost check fails any machine's write to a key its master does not serve or
+//!   that a migration moves (such a write would be lost with the trimmed key).
 //!
 //! After every step it checks: the gathered total (the glue's rule: the home's value, every
 //! current holder's units in hand, every leaving holder's units in hand) equals every
@@ -98,6 +105,8 @@ const TOKEN_WINDOW_MS: i64 = 3_600_000;
 const COLLECT_TIMEOUT_MS: i64 = 10_000;
 /// `ctr.gather-timeout-ms`, its default: how long a holder check is tried.
 const CHECK_TIMEOUT_MS: i64 = 1_000;
+/// How old the runtime's slot map may be (`spread_cluster::topology`).
+const STALE_MAP_MS: i64 = 1_000;
 
 /// A client's write to a missing holder-named key, waiting in the server for its holder check
 /// on master `master`.
@@ -132,6 +141,8 @@ const STEPS: usize = 160;
 static ROUNDS_POLLED: AtomicU64 = AtomicU64::new(0);
 static BOUNDS_CHECKED: AtomicU64 = AtomicU64::new(0);
 static GIVES: AtomicU64 = AtomicU64::new(0);
+/// Atomic slot migrations handed over and cancelled.
+static MIGRATIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Writes that waited for a holder check, by the verdict they ran again with: listed, not
 /// listed, unsure.
 static CHECKED_WRITES: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
@@ -268,6 +279,8 @@ struct Sim {
     same_ms: u64,
     /// A replayed step that did not reach the master's state (reported by `check`).
     replay_error: Option<String>,
+    /// A machine's write to a key its master does not serve (reported by `check`).
+    write_error: Option<String>,
     /// The latest rebalance poll sent (its id), and (ghost state) the lowest true headroom
     /// since it began, less what clients added since (a report taken before an add cannot
     /// count it): the bound its round tells must not be below it. With `raised` then.
@@ -293,6 +306,16 @@ struct Sim {
     /// The token of a purchase whose `CTR.HOLDERS AT` waits in the server for the listing
     /// gate: walked once a replication step opens it, as the server runs it again.
     waiting_walk: Option<u64>,
+    /// Slots that migrations moved, to their master now (the others are on their first).
+    slot_owners: BTreeMap<u16, usize>,
+    /// The atomic slot migration under way, if any.
+    migration: Option<Migration>,
+    /// The last handoff and when it happened: the third master's slot map (the runtime's,
+    /// fetched again once a second) still names the source for up to a second after it.
+    last_handoff: Option<(Migration, i64)>,
+    /// Migrations draw from a stream of their own: a schedule's other steps stay what they
+    /// were until the first handoff.
+    migrations: Rng,
 }
 
 /// A tokened purchase a client may retry: its token (fingerprint), time and amount.
@@ -344,8 +367,19 @@ fn expiring(c: &Counter) -> bool {
     c.is_sealed() && c.transfers().is_none_or(|t| t.outbox.is_empty())
 }
 
-fn master_of(key: &[u8]) -> usize {
-    key_slot(key) as usize % MASTERS
+/// The master a slot starts on (before any migration moves it).
+fn first_master_of(slot: u16) -> usize {
+    slot as usize % MASTERS
+}
+
+/// An atomic slot migration under way: while it runs neither node does module work on the
+/// slot's keys (`Host::moving`); clients still write at the source, and the handoff takes the
+/// slot's keys to the target as they are then.
+#[derive(Debug, Clone, Copy)]
+struct Migration {
+    slot: u16,
+    from: usize,
+    to: usize,
 }
 
 /// A simulated master as the host of its transfer node: the glue's `RedisHost` over the
@@ -353,6 +387,22 @@ fn master_of(key: &[u8]) -> usize {
 struct SimHost<'a> {
     sim: &'a mut Sim,
     master: usize,
+}
+
+impl SimHost<'_> {
+    /// A machine writes only keys its master serves and that no migration is moving: a write
+    /// on the source once a handoff began reaches neither the snapshot nor the stream, and is
+    /// lost with the trimmed key (`runtime::slot_migration`, rule 1). Ghost state: the write
+    /// itself lands on the key's master, so the checks would not see the loss.
+    fn check_writable(&mut self, name: &[u8]) {
+        if self.sim.write_error.is_none() && !self.serves(name) {
+            self.sim.write_error = Some(format!(
+                "master {} wrote {}, which it does not serve or which a migration moves",
+                self.master,
+                show(name)
+            ));
+        }
+    }
 }
 
 impl Host for SimHost<'_> {
@@ -379,18 +429,20 @@ impl Host for SimHost<'_> {
     }
 
     fn serves(&self, name: &[u8]) -> bool {
-        master_of(name) == self.master
+        self.sim.master_of(name) == self.master && !self.moving(name)
     }
 
     fn route(&mut self, name: &[u8]) -> Route<usize> {
-        match master_of(name) {
+        match self.sim.seen_owner(self.master, name) {
             m if m == self.master => Route::Here,
             m => Route::To(m),
         }
     }
 
-    fn moving(&self, _name: &[u8]) -> bool {
-        false // no slot migration is simulated (CLUSTER.md)
+    fn moving(&self, name: &[u8]) -> bool {
+        self.sim.migration.is_some_and(|mg| {
+            key_slot(name) == mg.slot && (self.master == mg.from || self.master == mg.to)
+        })
     }
 
     fn db(&self) -> i32 {
@@ -406,6 +458,7 @@ impl Host for SimHost<'_> {
     }
 
     fn write_step(&mut self, name: &[u8], step: Step) -> Result<StepOutcome, String> {
+        self.check_writable(name);
         let answers = matches!(step, Step::Credit(_) | Step::Answer(_));
         let r = self.sim.take_step(name, step);
         if let Err(e) = &r {
@@ -467,11 +520,16 @@ impl Host for SimHost<'_> {
     }
 
     fn slot_served_here(&mut self, name: &[u8]) -> Option<bool> {
-        Some(master_of(name) == self.master)
+        Some(self.sim.master_of(name) == self.master)
     }
 
     fn delete(&mut self, name: &[u8]) -> bool {
-        self.sim.note(format_args!("collect {}", show(name)));
+        self.check_writable(name);
+        self.sim.note(format_args!(
+            "collect {} on master {}",
+            show(name),
+            self.master
+        ));
         self.sim.write(name, None, 0);
         true
     }
@@ -556,6 +614,7 @@ impl Sim {
             partition: None,
             same_ms: 0,
             replay_error: None,
+            write_error: None,
             round: None,
             raised: 0,
             bound_error: None,
@@ -567,6 +626,10 @@ impl Sim {
             log: String::new(),
             tokens: Vec::new(),
             waiting_walk: None,
+            slot_owners: BTreeMap::new(),
+            migration: None,
+            last_handoff: None,
+            migrations: Rng(seed ^ 0x5107_0000_0000_0002),
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
@@ -576,12 +639,37 @@ impl Sim {
         sim
     }
 
+    /// The master serving `key`'s slot now.
+    fn master_of(&self, key: &[u8]) -> usize {
+        let slot = key_slot(key);
+        self.slot_owners
+            .get(&slot)
+            .copied()
+            .unwrap_or_else(|| first_master_of(slot))
+    }
+
+    /// The master serving `key`'s slot as master `by`'s slot map has it: the source of the
+    /// last handoff, for a master that was neither end of it, within a second of it.
+    fn seen_owner(&self, by: usize, key: &[u8]) -> usize {
+        match self.last_handoff {
+            Some((mg, at))
+                if mg.slot == key_slot(key)
+                    && by != mg.from
+                    && by != mg.to
+                    && self.now - at < STALE_MAP_MS =>
+            {
+                mg.from
+            }
+            _ => self.master_of(key),
+        }
+    }
+
     fn note(&mut self, what: std::fmt::Arguments) {
         let _ = writeln!(self.log, "{what}");
     }
 
     fn get(&self, key: &[u8]) -> Option<&Counter> {
-        self.masters[master_of(key)].keys.get(key)
+        self.masters[self.master_of(key)].keys.get(key)
     }
 
     /// One write on the key's master: the new state (None: deleted), replicated later.
@@ -601,7 +689,8 @@ impl Sim {
         client_units: i64,
         step: Option<Step>,
     ) {
-        let m = &mut self.masters[master_of(&keys[0].0)];
+        let owner = self.master_of(&keys[0].0);
+        let m = &mut self.masters[owner];
         for (key, state) in &keys {
             match state {
                 Some(c) => m.keys.insert(key.clone(), c.clone()),
@@ -633,7 +722,7 @@ impl Sim {
     /// The clock a change of the home's holder list is dated with, the change counted by the
     /// home master's listing gate (as the glue's `list_change_clock`).
     fn list_change_clock(&mut self) -> ListClock {
-        let home_master = master_of(&self.home);
+        let home_master = self.master_of(&self.home);
         self.masters[home_master].listing_gate.changed();
         self.list_clock()
     }
@@ -700,7 +789,7 @@ impl Sim {
     /// every add acknowledged on its holders since, which is asynchronous replication's loss
     /// of acknowledged writes, not the protocol's.
     fn wait_replica(&mut self, key: &[u8]) {
-        self.replicate_all(master_of(key));
+        self.replicate_all(self.master_of(key));
     }
 
     /// A new holder's name as the glue's planner picks it: the next index, the home name the
@@ -710,7 +799,7 @@ impl Sim {
         let names = &spread.holders;
         let home = carried_home(names.iter().map(Vec::as_slice)).unwrap_or(&self.home);
         // The names the home knows, and those its master's admission found taken lately.
-        let admission = &self.masters[master_of(&self.home)].admission;
+        let admission = &self.masters[self.master_of(&self.home)].admission;
         let taken = |n: &[u8]| {
             c.transfers().is_some_and(|t| t.knows_name(n))
                 || admission.known(n, self.now) == Some(Known::Taken)
@@ -781,6 +870,9 @@ impl Sim {
         if !self.rng.percent(self.same_ms) {
             self.now += 1 + self.rng.below(50) as i64;
         }
+        if self.faults && self.deleted_unwaited.is_none() && self.migrations.percent(3) {
+            self.migration_step();
+        }
         let roll = self.rng.below(100);
         let master = self.rng.below(MASTERS);
         // A client's write or a fault: a gathered read across it may differ from the total.
@@ -829,6 +921,91 @@ impl Sim {
             _ => self.tick(master),
         }
         Ok(())
+    }
+
+    /// An atomic slot migration of a member's slot: started (its keys' module work waits on
+    /// both nodes), then handed over (the keys, as the source has them then, go to the
+    /// target, which serves the slot from then on) or cancelled (one in four).
+    fn migration_step(&mut self) {
+        let Some(mg) = self.migration.take() else {
+            // A member's slot mostly, else any key's (a look-alike at a name a grow plans, a
+            // restored copy).
+            let members: Vec<Vec<u8>> = if self.migrations.percent(70) {
+                (self.members().into_iter())
+                    .filter(|k| self.get(k).is_some())
+                    .collect()
+            } else {
+                (self.masters.iter())
+                    .flat_map(|m| m.keys.keys().cloned())
+                    .collect()
+            };
+            if members.is_empty() {
+                return;
+            }
+            let key = &members[self.migrations.below(members.len())];
+            let from = self.master_of(key);
+            let to = (from + 1 + self.migrations.below(MASTERS - 1)) % MASTERS;
+            let slot = key_slot(key);
+            self.note(format_args!(
+                "migration of slot {slot} ({}) from master {from} to {to} starts",
+                show(key)
+            ));
+            self.migration = Some(Migration { slot, from, to });
+            return;
+        };
+        if self.migrations.percent(25) {
+            self.note(format_args!("migration of slot {} cancelled", mg.slot));
+            MIGRATIONS[1].fetch_add(1, Relaxed);
+            return;
+        }
+        self.hand_over(mg);
+    }
+
+    /// The handoff: the source's keys of the slot go to the target, held by its replica too
+    /// (the migration ends once the target has them; a failover of the target then keeps
+    /// them), and are trimmed on the source. The target's node sends what they have to send.
+    fn hand_over(&mut self, mg: Migration) {
+        self.replicate_all(mg.from);
+        let source = &mut self.masters[mg.from];
+        let in_slot: Vec<Vec<u8>> = (source.keys.keys())
+            .filter(|k| key_slot(k) == mg.slot)
+            .cloned()
+            .collect();
+        let mut moved = Vec::new();
+        for key in &in_slot {
+            source.replica.remove(key);
+            if let Some(c) = source.keys.remove(key) {
+                moved.push((key.clone(), c));
+            }
+        }
+        // Valkey trims the source's keys with a `del` event each, Redis without events; the
+        // glue claims no trimmed home (`spread_collect::seen_ending_here`: the routing check
+        // sends the name elsewhere by then), so the collector sees nothing of the trim.
+        let target = &mut self.masters[mg.to];
+        for (key, c) in moved {
+            if has_transfers(&c) {
+                target.noted.push(key.clone());
+            }
+            target.replica.insert(key.clone(), c.clone());
+            target.keys.insert(key, c);
+        }
+        self.slot_owners.insert(mg.slot, mg.to);
+        self.last_handoff = Some((mg, self.now));
+        MIGRATIONS[0].fetch_add(1, Relaxed);
+        if key_slot(&self.home) == mg.slot {
+            // The target never dated the home's list changes (as after a restart), and a grow
+            // waiting on the source's admission is answered MOVED.
+            self.masters[mg.to].listing_gate.changed();
+            self.waiting_grow = false;
+        }
+        // Writes waiting in the source for their holder checks are answered MOVED.
+        self.waiting_adds.retain(|w| key_slot(&w.name) != mg.slot);
+        self.note(format_args!(
+            "slot {} handed over to master {} ({} keys)",
+            mg.slot,
+            mg.to,
+            in_slot.len()
+        ));
     }
 
     /// A step while the home is deleted and its `DEL` may still be lost: no client writes (a
@@ -886,7 +1063,7 @@ impl Sim {
             return;
         };
         let (home, dump, units) = (self.home.clone(), d.dump.clone(), d.units);
-        let m = master_of(&home);
+        let m = self.master_of(&home);
         // Every holder the dump lists is still there (no collection nor operator took one).
         let current = dump.spread().map_or(&[][..], |s| s.holders.as_slice());
         let leaving = dump.leaving().iter().map(|l| &l.name);
@@ -930,7 +1107,7 @@ impl Sim {
                 self.floor = deleted.floor;
                 self.renamed = deleted.renamed;
             }
-        } else if !self.masters[master_of(&self.home)]
+        } else if !self.masters[self.master_of(&self.home)]
             .replica
             .contains_key(&self.home)
         {
@@ -964,7 +1141,8 @@ impl Sim {
         let Some((from, to, until)) = self.partition else {
             return false;
         };
-        let across = |c: &Credit| master_of(&c.giver) == from && master_of(&c.receiver) == to;
+        let across =
+            |c: &Credit| self.master_of(&c.giver) == from && self.master_of(&c.receiver) == to;
         let credit = |m: &Message| match m {
             Message::Node {
                 m: NodeMessage::Transfer(TransferMessage::Credit(c)),
@@ -994,7 +1172,7 @@ impl Sim {
             spread.holders[j].clone(),
         );
         let budget = self.floored_budget(&giver);
-        let (from, to) = (master_of(&giver), master_of(&receiver));
+        let (from, to) = (self.master_of(&giver), self.master_of(&receiver));
         if budget <= 0 || from == to {
             return;
         }
@@ -1153,6 +1331,7 @@ impl Sim {
         }
     }
     fn failover(&mut self, master: usize) {
+        let home_master = self.master_of(&self.home);
         let m = &mut self.masters[master];
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
         let undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
@@ -1168,7 +1347,7 @@ impl Sim {
         m.holder_checks = HolderCheckNode::default();
         m.admission = AdmissionNode::default();
         // A grow waiting on its admission loses its connection with the home's master.
-        self.waiting_grow &= master != master_of(&self.home);
+        self.waiting_grow &= master != home_master;
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The promoted replica claims nothing: a replicated `DEL` is no proof that a spread
@@ -1191,13 +1370,14 @@ impl Sim {
 
     fn restart(&mut self, master: usize) {
         self.replicate_all(master);
+        let home_master = self.master_of(&self.home);
         let m = &mut self.masters[master];
         m.restart_transfer_node();
         m.rebalance = RebalanceNode::default();
         m.holder_checks = HolderCheckNode::default();
         m.admission = AdmissionNode::default();
         // A grow waiting on its admission loses its connection with the home's master.
-        self.waiting_grow &= master != master_of(&self.home);
+        self.waiting_grow &= master != home_master;
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
         // The lists loaded are not proven held; pending collections are lost with the process
@@ -1272,7 +1452,7 @@ impl Sim {
         if self.fold_carried_elsewhere(&name) {
             return self.note(format_args!("add to {}: folded back", show(&name)));
         }
-        let m = master_of(&name);
+        let m = self.master_of(&name);
         if let Some(verdict) = self.masters[m].holder_checks.known(&name, self.now) {
             return self.add_checked(name, delta, verdict);
         }
@@ -1366,7 +1546,7 @@ impl Sim {
         let carried = |node: &mut TransferNode<usize>, host: &mut SimHost| {
             node.fold_carried_elsewhere(host, key)
         };
-        self.run_machine(master_of(key), |m| &mut m.transfers, carried)
+        self.run_machine(self.master_of(key), |m| &mut m.transfers, carried)
     }
 
     /// A client's add of `delta` to `key`, as the glue decides it.
@@ -1468,7 +1648,9 @@ impl Sim {
     /// True when the home master's listing gate lets `CTR.HOLDERS home AT` answer: its
     /// replica holds its latest holder list change.
     fn listing_gate_open(&mut self) -> bool {
-        let m = &mut self.masters[master_of(&self.home)];
+        let owner = self.master_of(&self.home);
+
+        let m = &mut self.masters[owner];
         m.listing_gate
             .open(m.written as i64, Some(m.replicated as i64))
     }
@@ -1477,7 +1659,7 @@ impl Sim {
     /// retried at once (its client's connection broke with the master): the walk that a lost
     /// grow or shrink would send over another list.
     fn retry_after_failover(&mut self, master: usize) -> Result<(), String> {
-        if master != master_of(&self.home) || self.tokens.is_empty() || !self.rng.percent(50) {
+        if master != self.master_of(&self.home) || self.tokens.is_empty() || !self.rng.percent(50) {
             return Ok(());
         }
         self.walk_token(self.tokens.len() - 1)
@@ -1592,7 +1774,9 @@ impl Sim {
             }
         };
         self.write(key, Some(c), units);
-        let m = &mut self.masters[master_of(key)];
+        let owner = self.master_of(key);
+
+        let m = &mut self.masters[owner];
         if let Some(p) = m.unreplicated.back_mut() {
             p.token = Some(walk.fp);
         }
@@ -1612,7 +1796,9 @@ impl Sim {
             return false;
         };
         let now = self.now;
-        let book = &mut self.masters[master_of(key)].rebalance.book;
+        let owner = self.master_of(key);
+
+        let book = &mut self.masters[owner].rebalance.book;
         self.rebalancing
             && purchase_refused(c, amount, floor_by_name(key))
             && book.refusal_fate((0, spread_id), amount, now) == Refusal::Retry
@@ -1623,7 +1809,9 @@ impl Sim {
     /// round moves budget toward.
     fn record_refusal(&mut self, key: &[u8], amount: i64, waiting_since: Option<i64>) {
         let rebalancing = self.rebalancing;
-        let node = &mut self.masters[master_of(key)].rebalance;
+        let owner = self.master_of(key);
+
+        let node = &mut self.masters[owner].rebalance;
         node.record_refusal((0, key.to_vec()), amount, waiting_since, rebalancing);
     }
 
@@ -1736,7 +1924,7 @@ impl Sim {
         let ask = |node: &mut AdmissionNode<usize>, host: &mut SimHost| {
             node.all_known_free(host, &home, &names, CHECK_TIMEOUT_MS).0
         };
-        if !self.run_machine(master_of(&home), |m| &mut m.admission, ask) {
+        if !self.run_machine(self.master_of(&home), |m| &mut m.admission, ask) {
             self.note(format_args!(
                 "grow waits for the admission of {}",
                 show(&name)
@@ -2118,7 +2306,7 @@ impl Sim {
             .is_some_and(|c| c.is_sealed() && c.transfers().is_none_or(|t| t.outbox.is_empty()))
             && !leaving
             && !self.owed(key, but_sibling_moves)
-            && self.masters[master_of(key)].replica_holds(key)
+            && self.masters[self.master_of(key)].replica_holds(key)
     }
 
     /// COPY of a holder under a name outside the spread: the copy keeps the units but none of
@@ -2265,9 +2453,8 @@ impl Sim {
         let spreads = collect::spreads_of(&saved);
         self.write(&home, Some(saved), 0);
         // The server's `restore` event: claims of a deletion there are undone.
-        self.masters[master_of(&home)]
-            .collector
-            .unclaim(0, &home, &spreads);
+        let owner = self.master_of(&home);
+        self.masters[owner].collector.unclaim(0, &home, &spreads);
         // The model's bound: the audit asks again (and finds the home) before the next
         // restore: the answers held during the absence land, then a new ask. Two restores of
         // one home inside a grace, with no answer between, look like one absence as long as
@@ -2367,7 +2554,8 @@ impl Sim {
             collections,
             at_ms: self.now,
         };
-        let abandoned = self.masters[master_of(home)].collector.claim(vec![claim]);
+        let owner = self.master_of(home);
+        let abandoned = self.masters[owner].collector.claim(vec![claim]);
         debug_assert_eq!(abandoned, 0);
     }
 
@@ -2382,7 +2570,7 @@ impl Sim {
         let Some((carried, spread_id)) = collect::carried_by(&c) else {
             return Ok(());
         };
-        if !self.masters[master_of(&self.home)].replica_holds(&self.home) {
+        if !self.masters[self.master_of(&self.home)].replica_holds(&self.home) {
             return Ok(()); // a dump of writes a failover may take back: not the protocol's
         }
         let n = self.rng.below(1000);
@@ -2394,7 +2582,7 @@ impl Sim {
         if self.get(&name).is_some() {
             return Ok(());
         }
-        let living = (self.living_home(master_of(&name), &carried, spread_id, &name))
+        let living = (self.living_home(self.master_of(&name), &carried, spread_id, &name))
             .and_then(|home| self.get(&home).cloned());
         let copy = Copy {
             name: &name,
@@ -2559,7 +2747,12 @@ impl Sim {
     }
 
     fn check(&self) -> Result<(), String> {
-        let errors = [&self.replay_error, &self.bound_error, &self.check_error];
+        let errors = [
+            &self.replay_error,
+            &self.bound_error,
+            &self.check_error,
+            &self.write_error,
+        ];
         if let Some(e) = errors.into_iter().flatten().next() {
             return Err(e.clone());
         }
@@ -2614,6 +2807,11 @@ impl Sim {
     /// audit's passes, each after the grace (a spread answered gone twice goes).
     fn heal(&mut self) {
         self.faults = false;
+        // A migration under way ends (the runtime's check against the server's own list ends
+        // one whose end it missed): handed over or cancelled.
+        if self.migration.is_some() {
+            self.migration_step();
+        }
         self.quiet_rounds(60);
         for _ in 0..4 {
             self.now += self.grace.max(audit::ASK_TIMEOUT_MS) + 1;
@@ -2735,7 +2933,8 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s); \
          {} gathered reads, {} of them in quiet windows checked against the total; \
          {} rebalance polls, {} bounds told and checked, {} gives; writes after a holder \
-         check: {} listed, {} not listed, {} unsure",
+         check: {} listed, {} not listed, {} unsure; slot migrations: {} handed over, {} \
+         cancelled",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
         reads::CHECKED.load(Relaxed),
@@ -2745,6 +2944,8 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         CHECKED_WRITES[0].load(Relaxed),
         CHECKED_WRITES[1].load(Relaxed),
         CHECKED_WRITES[2].load(Relaxed),
+        MIGRATIONS[0].load(Relaxed),
+        MIGRATIONS[1].load(Relaxed),
     );
 }
 
@@ -2760,7 +2961,14 @@ fn describe_node(m: &NodeMessage) -> String {
     let names = |c: &[Collection]| c.iter().map(|c| c.holders.len()).sum::<usize>();
     match m {
         NodeMessage::Transfer(m) => describe_transfer(m),
-        NodeMessage::Collect(c) => format!("collect {} holders", names(c)),
+        NodeMessage::Collect(c) => format!(
+            "collect {} holders ({})",
+            names(c),
+            (c.iter().flat_map(|c| &c.holders))
+                .map(|h| show(h))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         NodeMessage::Collected(c) => format!("collected {} holders", names(c)),
         NodeMessage::AuditAsk { questions, .. } => {
             format!("audit ask {} spread(s)", questions.len())

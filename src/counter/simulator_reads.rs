@@ -13,7 +13,7 @@
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{master_of, show, Rng, Sim};
+use super::{show, Rng, Sim};
 use crate::counter::Counter;
 use crate::protocol::gather::{Effect, Gathers, Plan, Reader, Reading};
 use crate::protocol::messages::NodeId;
@@ -54,10 +54,10 @@ fn held(c: &Counter) -> i64 {
 }
 
 /// Every holder asked of the master serving it (a node id per master).
-fn plan_of(holders: &[Vec<u8>]) -> Plan {
+fn plan_of(sim: &Sim, holders: &[Vec<u8>]) -> Plan {
     let mut plan = Plan::default();
     for (h, name) in holders.iter().enumerate() {
-        let node: NodeId = [b'0' + master_of(name) as u8; 40];
+        let node: NodeId = [b'0' + sim.master_of(name) as u8; 40];
         plan.ask(node, || None, h);
     }
     plan
@@ -97,6 +97,7 @@ impl Sim {
             ages: vec![0],
             floors: vec![None],
         };
+        let plan = plan_of(self, &reading.holders);
         let table = &mut self.reads.table;
         let id = match table.join(0, &mut reading, &[]) {
             Some(id) => id,
@@ -106,7 +107,7 @@ impl Sim {
                     .is_some_and(|h| h.in_flight.is_some());
                 let id = table.new_round(0, &reading, true);
                 if !in_flight {
-                    table.plan(id, plan_of(&reading.holders));
+                    table.plan(id, plan);
                 }
                 table.list(0, &mut reading, id, !in_flight);
                 id
@@ -175,7 +176,7 @@ impl Sim {
                     let Some(round) = self.reads.table.rounds.get(next) else {
                         continue;
                     };
-                    let plan = plan_of(&round.holders);
+                    let plan = plan_of(self, &round.holders);
                     self.reads.table.plan(next, plan);
                 }
                 Effect::Done(reader) => self.finish_read(reader)?,
