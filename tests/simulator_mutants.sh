@@ -80,6 +80,9 @@ mutant "a holder's demand reported by a master that does not serve it" src/proto
   '        if !host.serves(name) {
             return HolderDemand::NotHere;' '        if false {
             return HolderDemand::NotHere;'
+mutant "a holder answered not here counted as 0" src/protocol/gather_node.rs \
+  '        HolderAnswer::NotHere => Err(GatherFailure::Moving(name.to_vec())),' \
+  '        HolderAnswer::NotHere => Ok((0, None)),'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

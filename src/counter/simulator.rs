@@ -82,10 +82,12 @@ use super::step::{Step, StepOutcome};
 use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
 use crate::persist::admission_msg::NameAnswer;
+use crate::persist::gather_msg::HolderAnswer;
 use crate::persist::holder_check_msg::Verdict;
 use crate::protocol::admission_node::{AdmissionNode, Known};
 use crate::protocol::audit_node::AuditNode;
 use crate::protocol::collect_node::{Claim, CollectNode};
+use crate::protocol::gather_node;
 use crate::protocol::holder_check_node::{Asked, HolderCheckNode};
 use crate::protocol::host::{Event, Host, NodeMessage, Route, TransferMessage};
 use crate::protocol::listing_gate::ListingGate;
@@ -281,6 +283,8 @@ struct Sim {
     replay_error: Option<String>,
     /// A machine's write to a key its master does not serve (reported by `check`).
     write_error: Option<String>,
+    /// A gathered read's check that failed in a delivery or a tick (reported by `check`).
+    read_error: Option<String>,
     /// The latest rebalance poll sent (its id), and (ghost state) the lowest true headroom
     /// since it began, less what clients added since (a report taken before an add cannot
     /// count it): the bound its round tells must not be below it. With `raised` then.
@@ -313,6 +317,8 @@ struct Sim {
     /// The last handoff and when it happened: the third master's slot map (the runtime's,
     /// fetched again once a second) still names the source for up to a second after it.
     last_handoff: Option<(Migration, i64)>,
+    /// When each master last read its slot map afresh (`Host::refresh_routes`).
+    maps_read_at: Vec<i64>,
     /// Migrations draw from a stream of their own: a schedule's other steps stay what they
     /// were until the first handoff.
     migrations: Rng,
@@ -430,6 +436,21 @@ impl Host for SimHost<'_> {
 
     fn serves(&self, name: &[u8]) -> bool {
         self.sim.master_of(name) == self.master && !self.moving(name)
+    }
+
+    fn refresh_routes(&mut self) {
+        self.sim.maps_read_at[self.master] = self.sim.now;
+    }
+
+    fn link_address(&mut self, _to: &usize) -> Option<std::net::SocketAddr> {
+        None // no read links: every request goes over the (simulated) bus
+    }
+
+    fn read_holder(&mut self, name: &[u8]) -> HolderAnswer {
+        if self.sim.master_of(name) != self.master {
+            return HolderAnswer::NotHere;
+        }
+        reads::holder_answer(self.sim.masters[self.master].keys.get(name))
     }
 
     fn route(&mut self, name: &[u8]) -> Route<usize> {
@@ -615,6 +636,7 @@ impl Sim {
             same_ms: 0,
             replay_error: None,
             write_error: None,
+            read_error: None,
             round: None,
             raised: 0,
             bound_error: None,
@@ -629,6 +651,7 @@ impl Sim {
             slot_owners: BTreeMap::new(),
             migration: None,
             last_handoff: None,
+            maps_read_at: vec![0; MASTERS],
             migrations: Rng(seed ^ 0x5107_0000_0000_0002),
         };
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
@@ -656,6 +679,7 @@ impl Sim {
                 if mg.slot == key_slot(key)
                     && by != mg.from
                     && by != mg.to
+                    && self.maps_read_at[by] < at
                     && self.now - at < STALE_MAP_MS =>
             {
                 mg.from
@@ -1275,6 +1299,32 @@ impl Sim {
                 );
                 self.hurry_moves_started(to);
             }
+            Message::Node {
+                from,
+                to,
+                m: NodeMessage::GatherRequest { id, names, .. },
+            } => self.run_machine(
+                to,
+                |m| &mut m.transfers, // no machine of its own: the answer is a read
+                |_, host| {
+                    let answers = gather_node::answer(host, &names);
+                    host.send(&from, NodeMessage::GatherResponse { id, answers });
+                },
+            ),
+            Message::Node {
+                from,
+                to,
+                m: NodeMessage::GatherResponse { id, answers },
+            } => {
+                if to == self.reads.master {
+                    let recorded = self.with_reads(|node, host, effects| {
+                        node.on_response(host, &from, id, answers, effects)
+                    });
+                    if let Err(e) = recorded {
+                        self.read_error.get_or_insert(e);
+                    }
+                }
+            }
             Message::Node { from, to, m } => self.run_machine(
                 to,
                 |m| &mut m.collector,
@@ -1301,6 +1351,11 @@ impl Sim {
         self.checks_ended(master);
         self.run_machine(master, |m| &mut m.admission, |node, host| node.tick(host));
         self.admission_ended(master);
+        if master == self.reads.master {
+            if let Err(e) = self.with_reads(|node, host, _| node.resend_due(host)) {
+                self.read_error.get_or_insert(e);
+            }
+        }
     }
 
     /// The replica receives the master's next 1-4 writes.
@@ -1354,6 +1409,7 @@ impl Sim {
         // ended (it may be a `MIGRATE`'s); what was not collected is left to the audit.
         m.collector = CollectNode::default();
         m.audit = AuditNode::new(self.rng.next());
+        self.reads_lost(master);
         self.expected -= lost;
         self.raised += lost.saturating_neg().max(0); // purchases taken back
                                                      // A rename the replica never had is undone: the sealed holder is back under its listed
@@ -1385,6 +1441,7 @@ impl Sim {
         m.listing_gate.changed();
         m.collector = CollectNode::default();
         m.audit = AuditNode::new(self.rng.next());
+        self.reads_lost(master);
         self.note(format_args!("restart of master {master}"));
     }
 
@@ -2752,6 +2809,7 @@ impl Sim {
             &self.bound_error,
             &self.check_error,
             &self.write_error,
+            &self.read_error,
         ];
         if let Some(e) = errors.into_iter().flatten().next() {
             return Err(e.clone());
@@ -2931,13 +2989,17 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s); \
-         {} gathered reads, {} of them in quiet windows checked against the total; \
+         {} gathered reads, {} of them in quiet windows checked against the total ({} failed, \
+         {} timed out, {} redirected); \
          {} rebalance polls, {} bounds told and checked, {} gives; writes after a holder \
          check: {} listed, {} not listed, {} unsure; slot migrations: {} handed over, {} \
          cancelled",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
         reads::CHECKED.load(Relaxed),
+        reads::FAILED.load(Relaxed),
+        reads::TIMED_OUT.load(Relaxed),
+        reads::REDIRECTED.load(Relaxed),
         ROUNDS_POLLED.load(Relaxed),
         BOUNDS_CHECKED.load(Relaxed),
         GIVES.load(Relaxed),
@@ -3002,6 +3064,10 @@ fn describe_node(m: &NodeMessage) -> String {
             format!("admission {id:x} of {}", show(name))
         }
         NodeMessage::AdmissionResponse { id, answer } => format!("admission {id:x}: {answer:?}"),
+        NodeMessage::GatherRequest { id, names, .. } => {
+            format!("gather request {id:x} of {} holders", names.len())
+        }
+        NodeMessage::GatherResponse { id, answers } => format!("gather answer {id:x} {answers:?}"),
     }
 }
 

@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use super::exchange::Exchange;
-use super::messages::NodeId;
 use super::timeout::Timeout;
 use crate::counter::exact_sum;
 use crate::persist::gather_msg;
@@ -41,9 +40,9 @@ impl Reading {
 }
 
 /// One request of a gather: some holders asked of one master (at most what a receiver takes).
-pub(crate) struct Request {
+pub(crate) struct Request<P> {
     pub(crate) id: u64,
-    pub(crate) node: NodeId,
+    pub(crate) node: P,
     /// The master's plain client address, for its read link (None: over the bus only).
     pub(crate) addr: Option<SocketAddr>,
     /// Sent once already (on its read link or over the bus): resends go over the bus.
@@ -54,7 +53,7 @@ pub(crate) struct Request {
 }
 
 /// One gather of a home's holders, shared by every read waiting for it.
-pub(crate) struct Round {
+pub(crate) struct Round<P> {
     pub(crate) db: i32,
     pub(crate) home: Vec<u8>,
     pub(crate) holders: Rc<Vec<Vec<u8>>>,
@@ -65,7 +64,7 @@ pub(crate) struct Round {
     /// Each holder's value and own floor (index: holder - 1), filled as answers come.
     pub(crate) values: Vec<Option<i64>>,
     pub(crate) floors: Vec<Option<i64>>,
-    pub(crate) requests: Vec<Request>,
+    pub(crate) requests: Vec<Request<P>>,
     /// Holders this node serves, in a cluster. They are read from a timer, not from inside the
     /// command: Valkey looks keys up in the slot of the command being executed (an
     /// optimisation that a nested `RM_Call` of another slot's key does not escape), so a holder
@@ -80,7 +79,7 @@ pub(crate) struct Round {
     pub(crate) name_bytes: usize,
 }
 
-impl Round {
+impl<P> Round<P> {
     /// Holder `h`'s value and own floor, as read.
     pub(crate) fn record(&mut self, h: usize, (value, floor): (i64, Option<i64>)) {
         self.values[h] = Some(value);
@@ -91,7 +90,7 @@ impl Round {
         self.started && self.locals_read && self.requests.iter().all(|r| r.answered)
     }
 
-    pub(crate) fn silent_nodes(&self) -> impl Iterator<Item = &NodeId> {
+    pub(crate) fn silent_nodes(&self) -> impl Iterator<Item = &P> {
         self.requests
             .iter()
             .filter(|r| !r.answered)
@@ -128,10 +127,10 @@ pub(crate) enum Effect<F, E> {
     Fail(Reader<F>, E),
 }
 
-pub(crate) struct Gathers<F, E> {
+pub(crate) struct Gathers<F, E, P> {
     /// A request id's random start (drawn once per life, see `protocol::exchange`).
     random: fn() -> u64,
-    pub(crate) rounds: Exchange<Round>,
+    pub(crate) rounds: Exchange<Round<P>>,
     /// Request id -> its gather.
     pub(crate) requests: HashMap<u64, u64>,
     /// (db, home) -> its gathers, one entry per holder list being read.
@@ -144,9 +143,9 @@ pub(crate) struct Gathers<F, E> {
     errors: PhantomData<fn() -> E>,
 }
 
-impl<F, E: Clone> Gathers<F, E> {
+impl<F, E: Clone, P: Clone + Eq + std::hash::Hash> Gathers<F, E, P> {
     /// No gathers; request ids start from `random()`.
-    pub(crate) fn new(random: fn() -> u64) -> Gathers<F, E> {
+    pub(crate) fn new(random: fn() -> u64) -> Gathers<F, E, P> {
         Gathers {
             random,
             rounds: Exchange::default(),
@@ -239,7 +238,7 @@ impl<F, E: Clone> Gathers<F, E> {
     }
 
     /// Gives a started round its requests (ids registered) and local holders.
-    pub(crate) fn plan(&mut self, id: u64, plan: Plan) {
+    pub(crate) fn plan(&mut self, id: u64, plan: Plan<P>) {
         self.add_requests(id, plan.asks);
         let Some(round) = self.rounds.get_mut(id) else {
             return;
@@ -251,11 +250,7 @@ impl<F, E: Clone> Gathers<F, E> {
 
     /// Gives round `id` requests for `asks` (holders by master), each under an id of its own
     /// and within what a receiver takes.
-    pub(crate) fn add_requests(
-        &mut self,
-        id: u64,
-        asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)>,
-    ) {
+    pub(crate) fn add_requests(&mut self, id: u64, asks: Vec<(P, Option<SocketAddr>, Vec<usize>)>) {
         let Some(round) = self.rounds.get(id) else {
             return;
         };
@@ -263,7 +258,7 @@ impl<F, E: Clone> Gathers<F, E> {
         for (node, addr, asked) in asks {
             let lens: Vec<usize> = asked.iter().map(|&h| round.holders[h].len()).collect();
             for range in gather_msg::split_request(&lens) {
-                split.push((node, addr, asked[range].to_vec()));
+                split.push((node.clone(), addr, asked[range].to_vec()));
             }
         }
         let mut requests = Vec::with_capacity(split.len());
@@ -287,7 +282,7 @@ impl<F, E: Clone> Gathers<F, E> {
 
     /// Removes a round from every table; the home's queued round, if this one was in flight,
     /// moves up and is to be started.
-    pub(crate) fn unlink(&mut self, id: u64, effects: &mut Vec<Effect<F, E>>) -> Option<Round> {
+    pub(crate) fn unlink(&mut self, id: u64, effects: &mut Vec<Effect<F, E>>) -> Option<Round<P>> {
         let round = self.rounds.end(id)?;
         self.name_bytes = self.name_bytes.saturating_sub(round.name_bytes);
         for r in &round.requests {
@@ -345,7 +340,7 @@ impl<F, E: Clone> Gathers<F, E> {
         id: u64,
         outcome: Result<(), E>,
         effects: &mut Vec<Effect<F, E>>,
-    ) -> Option<Round> {
+    ) -> Option<Round<P>> {
         let round = self.unlink(id, effects)?;
         if let Err(e) = outcome {
             for &bc in &round.waiters {
@@ -381,7 +376,7 @@ impl<F, E: Clone> Gathers<F, E> {
     /// The masters that have not answered what `reader` waits for: those of its gathers in
     /// flight, and, for a gather still queued, those of the home's gather in flight ahead.
     pub(crate) fn silent_for(&self, reader: &Reader<F>) -> usize {
-        let mut silent: HashSet<&NodeId> = HashSet::new();
+        let mut silent: HashSet<&P> = HashSet::new();
         for &(_, id) in &reader.waits {
             let Some(round) = self.rounds.get(id) else {
                 continue;
@@ -402,21 +397,24 @@ impl<F, E: Clone> Gathers<F, E> {
 
 /// Where a gather's holders are: the masters to ask (holder indexes by node) and the holders
 /// this node serves.
-#[derive(Default)]
-pub(crate) struct Plan {
-    pub(crate) asks: Vec<(NodeId, Option<SocketAddr>, Vec<usize>)>,
+pub(crate) struct Plan<P> {
+    pub(crate) asks: Vec<(P, Option<SocketAddr>, Vec<usize>)>,
     pub(crate) locals: Vec<usize>,
 }
 
-impl Plan {
+impl<P> Default for Plan<P> {
+    fn default() -> Plan<P> {
+        Plan {
+            asks: Vec::new(),
+            locals: Vec::new(),
+        }
+    }
+}
+
+impl<P: PartialEq> Plan<P> {
     /// Holder `h` is asked of `node` (its read link's address, when the node is new here):
     /// with the other holders that node is asked for.
-    pub(crate) fn ask(
-        &mut self,
-        node: NodeId,
-        addr: impl FnOnce() -> Option<SocketAddr>,
-        h: usize,
-    ) {
+    pub(crate) fn ask(&mut self, node: P, addr: impl FnOnce() -> Option<SocketAddr>, h: usize) {
         match self.asks.iter_mut().find(|(n, _, _)| *n == node) {
             Some((_, _, asked)) => asked.push(h),
             None => self.asks.push((node, addr(), vec![h])),
@@ -430,7 +428,7 @@ mod tests {
     use super::*;
 
     /// The runtime's reply and error types, as plain values.
-    type Gathers = super::Gathers<(), &'static str>;
+    type Gathers = super::Gathers<(), &'static str, [u8; 40]>;
     type Effect = super::Effect<(), &'static str>;
     const OVERFLOW: &str = "overflow";
 

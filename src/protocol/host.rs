@@ -1,7 +1,8 @@
 //! The one `Host` of the spread node's machines: what a machine asks of the server it runs on.
 //! A machine (the transfer node, `transfer_node.rs`; the collector, `collect_node.rs`; the
 //! audit, `audit_node.rs`; the rebalancer, `rebalance_node.rs`; the holder check,
-//! `holder_check_node.rs`; the holder admission, `admission_node.rs`) decides;
+//! `holder_check_node.rs`; the holder admission, `admission_node.rs`; the gather,
+//! `gather_node.rs`) decides;
 //! its host carries the effects out. The runtime implements it over the Redis module API
 //! (`spread_transfer::RedisHost`), the simulator over its simulated masters
 //! (`src/counter/simulator.rs`), so a schedule runs the code Redis runs (as TigerBeetle's
@@ -13,8 +14,11 @@ use crate::counter::collect::Collection;
 use crate::counter::step::{Step, StepOutcome};
 use crate::counter::transfer::{Ack, Credit, Seal};
 use crate::counter::Counter;
+use std::net::SocketAddr;
+
 use crate::persist::admission_msg::NameAnswer;
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
+use crate::persist::gather_msg::HolderAnswer;
 use crate::persist::holder_check_msg::Verdict;
 
 /// A message of the transfer protocol (bus kinds 0xC9-0xCB).
@@ -63,6 +67,15 @@ pub enum NodeMessage {
     AdmissionRequest { id: u64, name: Vec<u8> },
     /// The name's master's answer, under the request's id (0xD8).
     AdmissionResponse { id: u64, answer: NameAnswer },
+    /// Read these holders (0xC7): `link`, the master's plain client address when the request
+    /// may go on its read link (its first send), else over the bus.
+    GatherRequest {
+        id: u64,
+        names: Vec<Vec<u8>>,
+        link: Option<SocketAddr>,
+    },
+    /// Their values, in the request's order, under its id (0xC8).
+    GatherResponse { id: u64, answers: Vec<HolderAnswer> },
 }
 
 /// What the machines count (the INFO fields).
@@ -104,6 +117,10 @@ pub enum Event {
     HolderNameAsked,
     /// A planned holder name found taken.
     HolderNameTaken,
+    /// Holders a gather asked again where they are served now.
+    GatherReroutes(u64),
+    /// A gather request answered here.
+    GatherRequestServed,
 }
 
 /// Where a message about a key goes.
@@ -148,6 +165,13 @@ pub trait Host {
     fn serves(&self, name: &[u8]) -> bool;
     /// Where a message about `name` goes.
     fn route(&mut self, name: &[u8]) -> Route<Self::Peer>;
+    /// The routes are read afresh at the next `route` (a master said a key is not there).
+    fn refresh_routes(&mut self);
+    /// A master's plain client address, for a read link (None: none known, or no links).
+    fn link_address(&mut self, to: &Self::Peer) -> Option<SocketAddr>;
+    /// Reads a holder for a gather, through the routing check: `NotHere` when this node does
+    /// not serve it now (moved, migrating, handed over), never a silent 0.
+    fn read_holder(&mut self, name: &[u8]) -> HolderAnswer;
     /// The key's slot is being handed over (an atomic slot migration): it sends nothing now.
     fn moving(&self, name: &[u8]) -> bool;
     /// The database selected now, and selecting another (false: there is no such database).

@@ -25,6 +25,7 @@ pub mod collect_node;
 pub mod demand_book;
 pub mod exchange;
 pub mod gather;
+pub mod gather_node;
 pub mod holder_check_node;
 pub mod host;
 pub mod listing_gate;

@@ -253,6 +253,44 @@ pub fn handing_off(name: &[u8]) -> bool {
     ANY.load(Relaxed) && find(key_slot(name), Some(Side::Export)) && crate::ffi::writes_paused()
 }
 
+/// Exports from this node that completed (the slots moved), with when: what a read that began
+/// before one of them and ends after it must not take from here (`exported_since`). The last
+/// [`EXPORTS_KEPT`] only, each for [`EXPORTS_KEPT_MS`].
+const EXPORTS_KEPT: usize = 64;
+const EXPORTS_KEPT_MS: i64 = 60_000;
+
+/// A completed export: its slot ranges, and when it completed.
+type Export = (Vec<(u16, u16)>, i64);
+
+thread_local! {
+    static EXPORTED: RefCell<std::collections::VecDeque<Export>> =
+        const { RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// True when an export of `name`'s slot from this node completed at or after `since_ms`: the
+/// slot is another master's now, and what this node read of the key before (or still holds of
+/// it, until the trim) is not the counter's. An export older than a minute is forgotten (no
+/// read waits that long).
+pub fn exported_since(name: &[u8], since_ms: i64) -> bool {
+    let slot = key_slot(name);
+    EXPORTED.with(|e| {
+        e.borrow().iter().any(|(ranges, at)| {
+            *at >= since_ms && ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
+        })
+    })
+}
+
+fn note_export(ranges: &[(u16, u16)], now: i64) {
+    EXPORTED.with(|e| {
+        let mut e = e.borrow_mut();
+        while e.len() >= EXPORTS_KEPT || e.front().is_some_and(|(_, at)| now - at > EXPORTS_KEPT_MS)
+        {
+            e.pop_front();
+        }
+        e.push_back((ranges.to_vec(), now));
+    });
+}
+
 /// How often the table is checked against the server's own list while it is not empty.
 const CHECK_MS: i64 = 1000;
 
@@ -416,6 +454,9 @@ fn record(ctx: Ctx, change: Change, id: Vec<u8>, ranges: Vec<(u16, u16)>) {
         }
         Change::Ended { side, moved } => {
             JOBS.with(|jobs| jobs.borrow_mut().retain(|j| j.id != id));
+            if moved && side == Side::Export {
+                note_export(&ranges, ctx.now_ms());
+            }
             if !moved {
                 match side {
                     Side::Import => metrics::SLOT_IMPORTS_ABORTED.incr(),

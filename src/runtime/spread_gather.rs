@@ -45,23 +45,24 @@ use super::ctr_store::{select_db, value_and_floor, with_counter};
 use super::read_handoff::{self, Outcome};
 use super::read_links;
 use super::scheduler::{self, Job, When};
-use super::spread_cluster::{self as cluster, Caller, NodeId, Topology};
+use super::spread_cluster::{self as cluster, Caller, NodeId};
+use super::spread_transfer::{run_machine, RedisHost};
 use super::waiter::{self, Answered};
 use crate::config;
-use crate::counter::spread::{key_slot, parse_holder_name};
+use crate::counter::spread::parse_holder_name;
 use crate::counter::{exact_sum, CounterRef, TokenStamp};
 use crate::ffi::{
     rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, RawString, Reply,
 };
 use crate::metrics;
-use crate::persist::gather_msg::{self, HolderAnswer};
-use crate::protocol::gather::{self, Plan, Reading, Request, Round};
+use crate::persist::gather_msg;
+use crate::protocol::gather::{self, Plan, Reading, Round};
+use crate::protocol::gather_node::{self, read_of, GatherFailure, GatherNode};
 use crate::protocol::messages::MessageKind;
-use crate::protocol::timeout::Timeout;
 
 /// Bus message types (0-254): a gather request and its response.
 /// The gather table (`protocol::gather`) with this runtime's reply and error types.
-type Gathers = gather::Gathers<Ending, CommandError>;
+type Node = GatherNode<Ending, CommandError, NodeId>;
 type Reader = gather::Reader<Ending>;
 type Effect = gather::Effect<Ending, CommandError>;
 
@@ -105,13 +106,6 @@ const TOO_MANY_NAMES: CommandError = CommandError::fixed(
     "ERR spread counter total unavailable: pending gathers already hold 64 MB of holder names on this node, retry later",
 );
 
-/// When a gather first asks again the masters that have not answered yet: bus delivery is best
-/// effort (a message queued on a link that drops is lost, and a link can be down for a moment).
-/// Each resend waits twice as long as the one before, up to [`RESEND_MAX_MS`]: a master that
-/// does not answer (asleep, or its link's buffer filling) is sent a gather's requests about
-/// log2(timeout / 100 ms) + 1 times, not ten times a second (4 sends in the default 1 s).
-const RESEND_MS: i64 = 100;
-const RESEND_MAX_MS: i64 = 1000;
 /// How often one timer looks for rounds due a resend. One timer for every round, not one per
 /// round: a module timer due within the next millisecond delays every 0 ms timer made after the
 /// server's timer handler last ran by up to a millisecond (the handler reschedules itself at
@@ -249,8 +243,8 @@ fn pending_names(
     let current = b.spread().map_or(&[][..], |s| &s.holders[..]);
     let leaving = b.leaving();
     GATHERS.with(|g| {
-        let g = g.borrow();
-        let list = g.homes.get(&(db, home.to_vec()))?;
+        let g = g.try_borrow().ok()?;
+        let list = g.table.homes.get(&(db, home.to_vec()))?;
         let found = list.iter().find(|h| {
             h.current == current.len()
                 && h.holders.len() == current.len() + leaving.len()
@@ -414,7 +408,7 @@ fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
 }
 
 thread_local! {
-    static GATHERS: RefCell<Gathers> = RefCell::new(Gathers::new(random_id));
+    static GATHERS: RefCell<Node> = RefCell::new(GatherNode::new(random_id));
     static CACHE: RefCell<HashMap<Vec<u8>, Gathered>> = RefCell::new(HashMap::new());
     /// Bytes of the holder names the cache keeps (bounded by CACHE_NAME_BYTES).
     static CACHE_BYTES: Cell<usize> = const { Cell::new(0) };
@@ -466,62 +460,53 @@ fn total(r: &Reading) -> Result<i64, CommandError> {
     r.total().ok_or(OVERFLOW)
 }
 
-/// Ends round `id` in the table (see `gather::Gathers::settle`), and caches its values when it
-/// ended with them.
-fn settle(
-    g: &mut Gathers,
-    id: u64,
-    outcome: Result<(), CommandError>,
-    now: i64,
-    effects: &mut Vec<Effect>,
-) {
-    if let Some(round) = g.settle(id, outcome, effects) {
-        remember(&round, now);
-    }
-}
-
 /// A request id's random start (see `protocol::exchange`).
 fn random_id() -> u64 {
     u64::from_le_bytes(crate::ffi::random_bytes())
 }
 
-/// A holder's value and own floor (None: it has none), as one read.
-type HolderRead = (i64, Option<i64>);
-
-/// A holder's read, or the error its answer makes of the read.
-fn answer_error(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, CommandError> {
-    match answer {
-        HolderAnswer::Value(v) => Ok((v, None)),
-        HolderAnswer::Floored(v, f) => Ok((v, Some(f))),
-        HolderAnswer::NotHere => {
-            cluster::forget_topology();
-            Err(CommandError(
+/// A round's failure as the reply its reads get. A holder that was not where the slot map
+/// said makes the map be read again at the next use.
+impl From<GatherFailure> for CommandError {
+    fn from(failure: GatherFailure) -> CommandError {
+        let text = match failure {
+            GatherFailure::Moving(name) => {
+                cluster::forget_topology();
                 format!(
                     "TRYAGAIN spread counter holder '{}' is moving between masters",
-                    String::from_utf8_lossy(name)
+                    String::from_utf8_lossy(&name)
                 )
-                .into(),
-            ))
-        }
-        HolderAnswer::Failed(text) => Err(CommandError(
-            format!(
+            }
+            GatherFailure::Failed(name, text) => format!(
                 "ERR spread counter holder '{}': {text}",
-                String::from_utf8_lossy(name)
-            )
-            .into(),
-        )),
+                String::from_utf8_lossy(&name)
+            ),
+            GatherFailure::Unserved(slot) => {
+                format!("CLUSTERDOWN spread counter holder slot {slot} is not served")
+            }
+        };
+        CommandError(text.into())
     }
 }
 
-fn plan_round(topology: &Topology, holders: &[Vec<u8>]) -> Result<Plan, CommandError> {
-    let mut plan = Plan::default();
-    for (h, name) in holders.iter().enumerate() {
-        match topology.remote_owner(key_slot(name))? {
-            None => plan.locals.push(h),
-            Some(node) => plan.ask(node, || topology.client_address(&node), h),
-        }
+/// Runs the gather node over this server, then caches the rounds it settled and carries out
+/// their effects with the node no longer borrowed.
+fn with_node<R: Default>(
+    ctx: *mut raw::RedisModuleCtx,
+    f: impl FnOnce(&mut Node, &mut RedisHost, &mut Vec<Effect>) -> R,
+) -> R {
+    let c = Ctx { ptr: ctx };
+    let mut effects = Vec::new();
+    let (r, settled) = run_machine(c, &GATHERS, "the gather", |node, host| {
+        let r = f(node, host, &mut effects);
+        (r, node.take_settled())
+    });
+    let now = c.now_ms();
+    for round in &settled {
+        remember(round, now);
     }
-    Ok(plan)
+    run(ctx, effects);
+    r
 }
 
 /// Fills what can be had without waiting: outside a cluster every holder, read at once; in a
@@ -542,7 +527,7 @@ fn fill_at_once(
         if !in_cluster {
             let holders = reading.holders.clone();
             for name in holders.iter() {
-                let (v, f) = answer_error(name, cluster::read_holder(ctx.ptr, name))?;
+                let (v, f) = read_of(name, cluster::read_holder(ctx.ptr, name))?;
                 reading.values.push(Some(v));
                 reading.floors.push(f);
                 reading.ages.push(0);
@@ -734,15 +719,13 @@ fn wait_for_gathers(
 ) -> Result<Waited, CommandError> {
     let clearing = matches!(how, Finish::Clear(..));
     let in_cluster = cluster::in_cluster(ctx);
-    let topology = if in_cluster {
-        Some(cluster::topology(ctx, false)?)
-    } else {
-        None
-    };
+    if in_cluster {
+        cluster::topology(ctx, false)?; // a slot map that cannot be read fails the read here
+    }
     let waiting = fill_at_once(ctx, &mut readings, !clearing, in_cluster)?;
-    let Some(topology) = topology.filter(|_| !waiting.is_empty()) else {
+    if !in_cluster || waiting.is_empty() {
         return Ok(Waited::Ready(readings, how));
-    };
+    }
     if blocked.is_none() && !ctx.can_block() {
         return Err(if clearing {
             CANNOT_BLOCK_CLEAR
@@ -754,10 +737,12 @@ fn wait_for_gathers(
     let db = unsafe { rm!(RedisModule_GetSelectedDb)(ctx.ptr) };
     // Which readings start a gather now (no gather of their home in flight), planned before
     // blocking so that a slot map error fails the read right here; and the bounds.
-    let mut plans: HashMap<usize, Plan> = HashMap::new();
+    let mut plans: HashMap<usize, Plan<NodeId>> = HashMap::new();
     let mut new_bytes = 0usize;
+    let mut host = RedisHost::new(ctx);
     let (reads, held_bytes) = GATHERS.with(|g| {
         let g = g.borrow();
+        let g = &g.table;
         for &i in &waiting {
             let r = &readings[i];
             let home = if clearing { None } else { g.home_rounds(db, r) };
@@ -765,7 +750,7 @@ fn wait_for_gathers(
                 new_bytes = new_bytes.saturating_add(r.holders.iter().map(Vec::len).sum());
             }
             if home.is_none_or(|h| h.in_flight.is_none()) {
-                plans.insert(i, plan_round(&topology, &r.holders)?);
+                plans.insert(i, Node::plan(&mut host, &r.holders)?);
             }
         }
         Ok::<_, CommandError>((g.readers.len(), g.name_bytes))
@@ -786,6 +771,7 @@ fn wait_for_gathers(
     };
     let started = GATHERS.with(|g| {
         let mut g = g.borrow_mut();
+        let g = &mut g.table;
         let mut started = Vec::new();
         let mut waits = Vec::new();
         for &i in &waiting {
@@ -848,10 +834,7 @@ enum Within {
 /// serves: from a timer run at once (`scheduler::When::Now`) when launched by a command (not inside
 /// it: see `Round::locals`), directly from a callback (no timer on the way of a queued round).
 fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
-    let now = Ctx { ptr: ctx }.now_ms();
-    let resend = Timeout::backoff(now, RESEND_MS, RESEND_MAX_MS);
-    GATHERS.with(|g| g.borrow_mut().rounds.set_resend(id, resend));
-    if !send_requests(ctx, id, false) {
+    if !with_node(ctx, |node, host, _| node.launch(host, id)) {
         return;
     }
     arm_resend_tick(ctx);
@@ -861,54 +844,13 @@ fn launch(ctx: *mut raw::RedisModuleCtx, id: u64, within: Within) {
     }
 }
 
-/// Sends (again) the requests of round `id` that have not been answered: the first time on
-/// the master's read link when it has one ready (`read_links`), else and always after over the
-/// bus. A send that fails (no link right now) is retried at the next resend; the timeout bounds
-/// the whole wait. Each request is encoded from the round's one copy of the names. False when
-/// the round is gone.
-fn send_requests(ctx: *mut raw::RedisModuleCtx, id: u64, unsent_only: bool) -> bool {
-    GATHERS.with(|g| {
-        let mut g = g.borrow_mut();
-        let Some(round) = g.rounds.get_mut(id) else {
-            return false;
-        };
-        let holders = &round.holders;
-        let due = |r: &&mut Request| !(r.answered || (unsent_only && r.sent));
-        for request in round.requests.iter_mut().filter(due) {
-            let payload = request_bytes(holders, request);
-            let first = !std::mem::replace(&mut request.sent, true);
-            if !(first && read_links::send(&request.node, request.addr, request.id, &payload)) {
-                cluster::send(ctx, &request.node, MSG_GATHER_REQUEST, &payload);
-            }
-        }
-        true
-    })
-}
-
-/// A request's bytes, encoded from its round's one copy of the holder names.
-fn request_bytes(holders: &[Vec<u8>], request: &Request) -> Vec<u8> {
-    let names = request.asked.iter().map(|&h| holders[h].as_slice());
-    gather_msg::encode_request(request.id, names)
-}
-
 /// What a read link delivers: an answer (recorded exactly as one from the bus), or a request
 /// its link lost, sent over the bus now.
 fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
     match delivery {
         read_links::Delivery::Answer(node, bytes) => record_gather_answers(ctx, node, &bytes),
         read_links::Delivery::Lost(node, rid) => {
-            let payload = GATHERS.with(|g| {
-                let g = g.borrow();
-                let round = g.rounds.get(*g.requests.get(&rid)?)?;
-                let request = round
-                    .requests
-                    .iter()
-                    .find(|r| r.id == rid && r.node == node && !r.answered)?;
-                Some(request_bytes(&round.holders, request))
-            });
-            if let Some(payload) = payload {
-                cluster::send(ctx.ptr, &node, MSG_GATHER_REQUEST, &payload);
-            }
+            with_node(ctx.ptr, |n, host, _| n.resend_lost(host, &node, rid))
         }
     }
 }
@@ -917,15 +859,8 @@ fn on_link_delivery(ctx: Ctx, delivery: read_links::Delivery) {
 /// (a contained panic does not stop resends).
 static RESEND: Job = Job::while_busy(
     "gather-resend",
-    |ctx| {
-        let now = ctx.now_ms();
-        // Only launched rounds have a resend due (queued ones never).
-        let due = GATHERS.with(|g| g.borrow_mut().rounds.due(now, usize::MAX));
-        for id in due {
-            send_requests(ctx.ptr, id, false);
-        }
-    },
-    || GATHERS.with(|g| !g.borrow().rounds.is_empty()),
+    |ctx| with_node(ctx.ptr, |node, host, _| node.resend_due(host)),
+    || GATHERS.with(|g| g.try_borrow().is_ok_and(|g| !g.table.rounds.is_empty())),
     RESEND_TICK_MS,
 );
 
@@ -940,49 +875,9 @@ static LOCAL_READS: Job = Job::once("gather-local-reads", |ctx, id| {
 });
 
 fn read_locals(ctx: *mut raw::RedisModuleCtx, id: u64) {
-    // The names are shared out first: no table borrow is held across the reads.
-    let Some((holders, locals)) = GATHERS.with(|g| {
-        let g = g.borrow();
-        let round = g.rounds.get(id).filter(|r| r.started && !r.locals_read)?;
-        Some((round.holders.clone(), round.locals.clone()))
-    }) else {
-        return;
-    };
-    // A holder whose slot left this node since the slot map was read is asked where it is now.
-    let mut moved = Vec::new();
-    let read: Result<Vec<(usize, HolderRead)>, CommandError> = locals
-        .into_iter()
-        .filter_map(|h| match cluster::read_holder(ctx, &holders[h]) {
-            HolderAnswer::NotHere => {
-                moved.push(h);
-                None
-            }
-            answer => Some(answer_error(&holders[h], answer).map(|read| (h, read))),
-        })
-        .collect();
-    let now = Ctx { ptr: ctx }.now_ms();
-    let mut effects = Vec::new();
-    GATHERS.with(|g| {
-        let mut g = g.borrow_mut();
-        let Some(round) = g.rounds.get_mut(id) else {
-            return;
-        };
-        let outcome = read.map(|values| {
-            for (h, read) in values {
-                round.record(h, read);
-            }
-            round.rerouted.extend_from_slice(&moved);
-            round.locals_read = true;
-        });
-        if outcome.is_err() || (moved.is_empty() && round.complete()) {
-            settle(&mut g, id, outcome, now, &mut effects);
-            moved.clear();
-        }
+    with_node(ctx, |node, host, effects| {
+        node.read_locals(host, id, effects)
     });
-    run(ctx, effects);
-    if !moved.is_empty() {
-        ask_where_served_now(Ctx { ptr: ctx }, id, moved, None);
-    }
 }
 
 /// Starts a queued round whose turn came in a callback that should not start it itself (a
@@ -991,41 +886,26 @@ static START: Job = Job::once("gather-start", |ctx, id| {
     run(ctx.ptr, vec![Effect::Start(id as u64)])
 });
 
-/// Carries out what settling rounds left to do, with no table borrowed: starts queued rounds
-/// (which may fail at once and settle in turn), and replies to the reads that are done.
+/// Carries out what settling rounds left to do, with the node not borrowed: starts queued
+/// rounds (which may fail at once and settle in turn), and replies to the reads that are done.
 fn run(ctx: *mut raw::RedisModuleCtx, mut effects: Vec<Effect>) {
     while let Some(effect) = effects.pop() {
         match effect {
             Effect::Start(id) => {
-                let c = Ctx { ptr: ctx };
-                let topology = cluster::topology(c, false);
-                let launched = GATHERS.with(|g| {
-                    let mut g = g.borrow_mut();
-                    let holders = g.rounds.get(id).filter(|r| !r.started)?.holders.clone();
-                    match topology.and_then(|t| plan_round(&t, &holders)) {
-                        Ok(plan) => {
-                            g.plan(id, plan);
-                            Some(true)
-                        }
-                        Err(e) => {
-                            if let Some(round) = g.rounds.get_mut(id) {
-                                round.started = true;
-                            }
-                            settle(&mut g, id, Err(e), c.now_ms(), &mut effects);
-                            Some(false)
-                        }
-                    }
-                });
-                if launched == Some(true) {
+                if with_node(ctx, |node, host, effects| node.start(host, id, effects)) {
                     launch(ctx, id, Within::Callback);
                 }
             }
-            Effect::Done(reader) => {
+            Effect::Done(mut reader) => {
                 let c = Ctx { ptr: ctx };
-                let mut readings = reader.readings;
+                if let Err(e) = sum_time_view(c, &mut reader.readings, reader.started_ms) {
+                    // The home's slot left this node meanwhile: redirected once its handoff
+                    // ends, never summed from the home as it was (`read_handoff`).
+                    gather_again_or_fail(c, reader, e);
+                    continue;
+                }
                 metrics::record_gather_latency(c.now_ms().saturating_sub(reader.started_ms));
-                sum_time_view(c, &mut readings);
-                let result = finish(c, &readings, reader.finish.how);
+                let result = finish(c, &reader.readings, reader.finish.how);
                 unblock(reader.bc, result);
             }
             Effect::Fail(reader, e) => gather_again_or_fail(Ctx { ptr: ctx }, reader, e),
@@ -1061,11 +941,7 @@ fn answer_gather(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
 /// rights of `caller`: a bus request's (the module's), or `CTR.GATHER`'s calling client's.
 pub fn answer_request(ctx: Ctx, bytes: &[u8], caller: Caller) -> Option<Vec<u8>> {
     let (id, names) = gather_msg::decode_request(bytes).ok()?;
-    let answers: Vec<HolderAnswer> = names
-        .iter()
-        .map(|name| cluster::read_holder_as(ctx.ptr, name, caller))
-        .collect();
-    metrics::GATHER_REQUESTS_SERVED.incr();
+    let answers = gather_node::answer(&mut RedisHost::reading_as(ctx, caller), &names);
     Some(gather_msg::encode_response(id, &answers))
 }
 
@@ -1073,122 +949,9 @@ fn record_gather_answers(ctx: Ctx, from: cluster::NodeId, bytes: &[u8]) {
     let Ok((rid, answers)) = gather_msg::decode_response(bytes) else {
         return;
     };
-    let now = ctx.now_ms();
-    let mut effects = Vec::new();
-    let mut reroute = None;
-    GATHERS.with(|g| {
-        let mut g = g.borrow_mut();
-        let Some(&id) = g.requests.get(&rid) else {
-            return; // a late or repeated answer, or one to a round that is gone
-        };
-        let Some(round) = g.rounds.get_mut(id) else {
-            return;
-        };
-        let outcome = record_answers(round, rid, &from, answers);
-        let complete = round.complete();
-        match outcome {
-            Some(Err(e)) => settle(&mut g, id, Err(e), now, &mut effects),
-            Some(Ok(moved)) if !moved.is_empty() => reroute = Some((id, moved)),
-            Some(Ok(_)) if complete => settle(&mut g, id, Ok(()), now, &mut effects),
-            _ => {}
-        }
+    with_node(ctx.ptr, |node, host, effects| {
+        node.on_response(host, &from, rid, answers, effects)
     });
-    run(ctx.ptr, effects);
-    if let Some((id, moved)) = reroute {
-        ask_where_served_now(ctx, id, moved, Some(from));
-    }
-}
-
-/// Stores one request's answers in its round. None when the sender was not asked that (or
-/// answered already); Some(Err) when an answer fails the read; else the holders to ask again
-/// where they are served now (see [`ask_where_served_now`]).
-fn record_answers(
-    round: &mut Round,
-    rid: u64,
-    from: &NodeId,
-    answers: Vec<HolderAnswer>,
-) -> Option<Result<Vec<usize>, CommandError>> {
-    let request = round
-        .requests
-        .iter_mut()
-        .find(|r| r.id == rid && &r.node == from && !r.answered)?;
-    if answers.len() != request.asked.len() {
-        return None;
-    }
-    request.answered = true;
-    let mut moved = Vec::new();
-    for (&h, answer) in request.asked.iter().zip(answers) {
-        if answer == HolderAnswer::NotHere && !round.rerouted.contains(&h) {
-            round.rerouted.push(h);
-            moved.push(h);
-            continue;
-        }
-        // Field by field: `request` borrows the round's requests.
-        match answer_error(&round.holders[h], answer) {
-            Ok((value, floor)) => {
-                round.values[h] = Some(value);
-                round.floors[h] = floor;
-            }
-            Err(e) => return Some(Err(e)),
-        }
-    }
-    Some(Ok(moved))
-}
-
-/// Holders `asked` said it does not serve (None: this node), their slot moved since the slot
-/// map was read: asked once more where a fresh map says they are served now, within the same
-/// round and the reads' own timeouts, so a read across a reshard waits for the exact total
-/// instead of failing. The read fails with the holder's `TRYAGAIN`, as before, when the fresh
-/// map still names the same master (the slot is being migrated: `ASK` territory) or names none.
-fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<NodeId>) {
-    let Some(holders) = GATHERS.with(|g| Some(g.borrow().rounds.get(id)?.holders.clone())) else {
-        return;
-    };
-    let topology = cluster::topology(ctx, true).ok();
-    let mut plan = Plan::default();
-    let mut locals: Vec<(usize, HolderAnswer)> = Vec::new();
-    let mut asked_again = 0u64;
-    for &h in &moved {
-        let owner = topology
-            .as_ref()
-            .and_then(|t| t.remote_owner(key_slot(&holders[h])).ok());
-        match owner {
-            // Served here now (it moved to this node).
-            Some(None) if asked.is_some() => {
-                asked_again += 1;
-                locals.push((h, cluster::read_holder(ctx.ptr, &holders[h])));
-            }
-            Some(Some(node)) if Some(node) != asked => {
-                asked_again += 1;
-                let addr = || topology.as_ref().and_then(|t| t.client_address(&node));
-                plan.ask(node, addr, h);
-            }
-            // The same master again (the slot is migrating), or none known: the read fails.
-            _ => locals.push((h, HolderAnswer::NotHere)),
-        }
-    }
-    metrics::GATHER_REROUTES.add(asked_again);
-    let now = ctx.now_ms();
-    let mut effects = Vec::new();
-    GATHERS.with(|g| {
-        let mut g = g.borrow_mut();
-        g.add_requests(id, plan.asks);
-        let Some(round) = g.rounds.get_mut(id) else {
-            return;
-        };
-        let mut outcome = Ok(());
-        for (h, answer) in locals {
-            match answer_error(&round.holders[h], answer) {
-                Ok(read) => round.record(h, read),
-                Err(e) => outcome = Err(e),
-            }
-        }
-        if outcome.is_err() || round.complete() {
-            settle(&mut g, id, outcome, now, &mut effects);
-        }
-    });
-    run(ctx.ptr, effects);
-    send_requests(ctx.ptr, id, true);
 }
 
 /// Takes each home's own state as it is now, when the total is summed (the holders were read
@@ -1199,14 +962,25 @@ fn ask_where_served_now(ctx: Ctx, id: u64, moved: Vec<usize>, asked: Option<Node
 /// to the home), so its answer, which includes whatever it sent, is counted once. Both facts
 /// come from one read of the home on this thread, between two writes: every unit is counted
 /// exactly once at every step of a fold.
-fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
+///
+/// The home must still be this node's then: a home whose slot was handed over to another
+/// master since the read arrived (an atomic slot migration, `started_ms`) is the new master's,
+/// where folds and moves may have changed it since; its copy here (trimmed, or not yet on
+/// Redis) is not the counter's. The read then fails with `TRYAGAIN`, and is redirected once
+/// the handoff ended (`read_handoff`). The simulator found it: such a read summed the home as
+/// read at its start with holders read after a fold landed, 33 units short (seed 2514).
+fn sum_time_view(ctx: Ctx, readings: &mut [Reading], started_ms: i64) -> Result<(), CommandError> {
+    use super::slot_migration::{exported_since, handing_off};
     for r in readings.iter_mut().filter(|r| !r.holders.is_empty()) {
+        if handing_off(&r.home) || exported_since(&r.home, started_ms) {
+            return Err(read_handoff::moving_error(&r.home));
+        }
         let home = KeyName::new(ctx, &r.home);
         let now = with_counter(ctx, home.raw, |c| {
             c.map(|c| (held(c), value_and_floor(Some(c)).1, unlisted(c, &r.holders)))
         });
         let Ok(Some((value, floor, gone))) = now else {
-            continue; // the home moved away or changed type: keep what was read
+            continue; // the home is gone (a DEL) or changed type: keep what was read
         };
         r.values[0] = Some(value);
         r.floors[0] = floor;
@@ -1217,11 +991,12 @@ fn sum_time_view(ctx: Ctx, readings: &mut [Reading]) {
             }
         }
     }
+    Ok(())
 }
 
 /// Caches a round's holder values (only when a cache is configured, and for unfloored holders:
 /// floored holders are read afresh every time, the cache keeps values, not floors).
-fn remember(round: &Round, now: i64) {
+fn remember(round: &Round<NodeId>, now: i64) {
     if config::GATHER_CACHE_MS.load(Relaxed) == 0 || round.floors.iter().any(Option::is_some) {
         return;
     }
@@ -1266,6 +1041,7 @@ fn drop_reader(ctx: *mut raw::RedisModuleCtx, bc: Answered) -> Option<usize> {
     let mut effects = Vec::new();
     let silent = GATHERS.with(|g| {
         let mut g = g.borrow_mut();
+        let g = &mut g.table;
         let silent = g.silent_for(g.readers.get(&bc)?);
         g.remove_reader(bc, &mut effects);
         Some(silent)

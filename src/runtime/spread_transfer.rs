@@ -65,6 +65,7 @@ use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
+use crate::persist::gather_msg::{self, HolderAnswer};
 use crate::persist::step_msg;
 use crate::persist::transfer_msg::{self as msg, Credit};
 use crate::persist::{admission_msg, audit_msg, collect_msg, demand_msg, holder_check_msg};
@@ -338,6 +339,9 @@ const MAX_MESSAGE_BYTES: usize = 32 * 1024;
 /// `spread_collect`).
 pub struct RedisHost {
     ctx: Ctx,
+    /// Whose rights a gather's holder reads run with: the module's, or those of the client
+    /// whose `CTR.GATHER` (a read link's request) is being answered.
+    caller: cluster::Caller,
     /// Slot keys the audit's home side may still read through this host (one tick, or one
     /// received message: about 2 ms of main thread); past it a question is answered unsure.
     slot_keys_left: i64,
@@ -352,7 +356,16 @@ impl RedisHost {
     pub fn new(ctx: Ctx) -> RedisHost {
         RedisHost {
             ctx,
+            caller: cluster::Caller::Module,
             slot_keys_left: SLOT_KEYS_BUDGET,
+        }
+    }
+
+    /// A host whose holder reads run with `caller`'s rights.
+    pub fn reading_as(ctx: Ctx, caller: cluster::Caller) -> RedisHost {
+        RedisHost {
+            caller,
+            ..RedisHost::new(ctx)
         }
     }
 }
@@ -382,6 +395,18 @@ impl Host for RedisHost {
 
     fn serves(&self, name: &[u8]) -> bool {
         serves(self.ctx, name)
+    }
+
+    fn refresh_routes(&mut self) {
+        cluster::forget_topology();
+    }
+
+    fn link_address(&mut self, to: &NodeId) -> Option<std::net::SocketAddr> {
+        cluster::topology(self.ctx, false).ok()?.client_address(to)
+    }
+
+    fn read_holder(&mut self, name: &[u8]) -> HolderAnswer {
+        cluster::read_holder_as(self.ctx.ptr, name, self.caller)
     }
 
     fn route(&mut self, name: &[u8]) -> Route<NodeId> {
@@ -522,6 +547,18 @@ impl Host for RedisHost {
             NodeMessage::Headroom(h) => {
                 (MessageKind::Headroom, vec![demand_msg::encode_headroom(&h)])
             }
+            NodeMessage::GatherRequest { id, names, link } => {
+                let payload = gather_msg::encode_request(id, names.iter().map(Vec::as_slice));
+                // Its first send goes on the master's read link when one is ready.
+                if link.is_some() && super::read_links::send(to, link, id, &payload) {
+                    return;
+                }
+                (MessageKind::GatherRequest, vec![payload])
+            }
+            NodeMessage::GatherResponse { id, answers } => (
+                MessageKind::GatherResponse,
+                vec![gather_msg::encode_response(id, &answers)],
+            ),
         };
         for payload in payloads {
             cluster::send(self.ctx.ptr, to, kind, &payload);
@@ -599,6 +636,8 @@ impl Host for RedisHost {
             Event::HolderCheckResent => metrics::HOLDER_CHECK_RESENDS.incr(),
             Event::HolderNameAsked => metrics::HOLDER_NAMES_ASKED.incr(),
             Event::HolderNameTaken => metrics::HOLDER_NAMES_TAKEN.incr(),
+            Event::GatherReroutes(n) => metrics::GATHER_REROUTES.add(n),
+            Event::GatherRequestServed => metrics::GATHER_REQUESTS_SERVED.incr(),
         }
     }
 
