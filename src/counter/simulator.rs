@@ -689,6 +689,11 @@ impl Sim {
     }
 
     fn note(&mut self, what: std::fmt::Arguments) {
+        // CTR_SIM_TRACE=1 prints each step as it happens (a schedule that never ends).
+        static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *TRACE.get_or_init(|| std::env::var_os("CTR_SIM_TRACE").is_some()) {
+            eprintln!("{what}");
+        }
         let _ = writeln!(self.log, "{what}");
     }
 

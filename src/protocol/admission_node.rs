@@ -24,6 +24,8 @@ pub const FREE_MS: i64 = 1_000;
 pub const TAKEN_MS: i64 = 60_000;
 /// The most names asked about at once, and the most answers kept.
 const MAX_ASKS: usize = 10_000;
+/// How long a name answered unsure is asked again before its grow is woken anyway.
+const UNSURE_ASKED_MS: i64 = 1_000;
 const MAX_ANSWERS: usize = 100_000;
 
 /// What this node knows of a name, while its answer is trusted.
@@ -143,7 +145,21 @@ impl<P: Copy + PartialEq> AdmissionNode<P> {
                 host.count(Event::HolderNameTaken);
                 Some((Known::Taken, TAKEN_MS))
             }
-            NameAnswer::Unsure => None, // nothing concluded: asked again
+            NameAnswer::Unsure => {
+                // Nothing concluded (the name's slot is moving, or this node's slot map is
+                // behind): asked again at the next ticks, of the master serving it then. Waking
+                // the grow now would ask again at once, as fast as the bus answers, for as
+                // long as the slot moves (the simulator spun there, seed 23384).
+                let random = || host.new_id();
+                let deadline = now.saturating_add(UNSURE_ASKED_MS);
+                if let Opened::Asked(_) =
+                    self.asks
+                        .open(random, query.clone(), now, TICK_MS, deadline)
+                {
+                    return;
+                }
+                None
+            }
         };
         if let Some((known, trusted_ms)) = kept {
             self.asks
