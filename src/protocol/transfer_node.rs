@@ -294,7 +294,12 @@ impl<P: Clone + PartialEq> TransferNode<P> {
     /// that asks (it may have been renamed too). True when there was one.
     fn retarget_carried_fold<H: Host<Peer = P>>(&mut self, host: &mut H, m: &Seal) -> bool {
         let carriers = self.tracked_where(host, |c| c.carries_fold(m.fold_id, &m.holder));
+        // A carrier whose slot moves is written by no one now (its write could be lost with
+        // the source's keys): the home's next seal request finds it where it serves then.
         for carrier in &carriers {
+            if !host.serves(carrier) {
+                continue;
+            }
             let moved_home = host.read(carrier, |c| {
                 c.and_then(|c| c.transfers().and_then(|t| t.sealed_into.clone()))
             });
