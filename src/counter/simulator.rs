@@ -62,7 +62,7 @@
 //! expiry).
 //!
 //! A failing schedule panics with its seed and the steps it took; `CTR_SIM_SEED=<seed>` replays
-//! that one schedule. `CTR_SIM_SCHEDULES` sets how many schedules a run takes (10,000 by
+//! that one schedule (`CTR_SIM_TRACE=1` prints each step as it runs). `CTR_SIM_SCHEDULES` sets how many schedules a run takes (10,000 by
 //! default, what `make test` runs; `make simulate` runs a long soak).
 
 use std::collections::{BTreeMap, VecDeque};
