@@ -10,7 +10,7 @@
 use super::ctr_args::event_time;
 use super::ctr_spread::refuse_holder;
 use crate::counter::listing::{ListClock, ListedAtError};
-use crate::counter::spread::parse_holder_name;
+use crate::counter::spread::{may_be_holder_name, parse_holder_name};
 use crate::counter::token_expiry;
 use crate::counter::CounterRef;
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, Reply};
@@ -137,7 +137,7 @@ pub fn refuse_look_alike(
     rerun: Rerun,
 ) -> Result<Checked, CommandError> {
     // The common case first and without a call: a name not like a holder's.
-    if name.first() != Some(&b'{') {
+    if !may_be_holder_name(name) {
         return Ok(Checked::Go);
     }
     refuse_tagged_look_alike(ctx, key, name, rerun)

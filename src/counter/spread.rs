@@ -187,11 +187,17 @@ pub struct HolderName<'a> {
 /// `{ctr.` tag prefix is reserved for holders, so a key so named is never a home.
 #[inline]
 pub fn parse_holder_name(name: &[u8]) -> Option<HolderName<'_>> {
-    // Most names (every ordinary counter's) fail at the first byte: they cost no call.
-    if name.first() != Some(&b'{') {
+    if !may_be_holder_name(name) {
         return None;
     }
     parse_tagged_name(name)
+}
+
+/// False for a name that cannot be a holder's, decided on its first byte: every ordinary
+/// counter's name fails here, on the hot paths, with no call.
+#[inline]
+pub fn may_be_holder_name(name: &[u8]) -> bool {
+    name.first() == Some(&b'{')
 }
 
 #[inline(never)]

@@ -10,7 +10,7 @@
 
 use std::hash::Hash;
 
-use super::gather::{Effect, Gathers, Plan, Round};
+use super::gather::{Effect, Gathers, Plan, Request, Round};
 use super::host::{Event, Host, NodeMessage, Route};
 use super::timeout::Timeout;
 use crate::counter::spread::key_slot;
@@ -146,15 +146,11 @@ where
             return false;
         };
         let holders = &round.holders;
-        let due = |r: &&mut super::gather::Request<P>| !(r.answered || (unsent_only && r.sent));
+        let due = |r: &&mut Request<P>| !(r.answered || (unsent_only && r.sent));
         for request in round.requests.iter_mut().filter(due) {
             let first = !std::mem::replace(&mut request.sent, true);
-            let message = NodeMessage::GatherRequest {
-                id: request.id,
-                names: request.asked.iter().map(|&h| holders[h].clone()).collect(),
-                link: if first { request.addr } else { None },
-            };
-            host.send(&request.node, message);
+            let link = if first { request.addr } else { None };
+            host.send(&request.node, request_message(holders, request, link));
         }
         true
     }
@@ -179,14 +175,7 @@ where
         if request.answered {
             return;
         }
-        let message = NodeMessage::GatherRequest {
-            id: rid,
-            names: (request.asked.iter())
-                .map(|&h| round.holders[h].clone())
-                .collect(),
-            link: None,
-        };
-        host.send(node, message);
+        host.send(node, request_message(&round.holders, request, None));
     }
 
     /// Reads the holders of round `id` this node serves (the runtime calls it from a timer,
@@ -327,6 +316,20 @@ where
     /// The rounds settled with their values since the last call.
     pub(crate) fn take_settled(&mut self) -> Vec<Round<P>> {
         std::mem::take(&mut self.settled)
+    }
+}
+
+/// Request `request` of a round reading `holders`, its names copied from the round's one list
+/// (`link`: sent on the master's read link at that address, if it has one).
+fn request_message<P>(
+    holders: &[Vec<u8>],
+    request: &Request<P>,
+    link: Option<std::net::SocketAddr>,
+) -> NodeMessage {
+    NodeMessage::GatherRequest {
+        id: request.id,
+        names: request.asked.iter().map(|&h| holders[h].clone()).collect(),
+        link,
     }
 }
 

@@ -230,11 +230,14 @@ static ANY: AtomicBool = AtomicBool::new(false);
 fn find(slot: u16, side: Option<Side>) -> bool {
     ANY.load(Relaxed)
         && JOBS.with(|jobs| {
-            jobs.borrow().iter().any(|j| {
-                side.is_none_or(|s| s == j.side)
-                    && j.ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
-            })
+            jobs.borrow()
+                .iter()
+                .any(|j| side.is_none_or(|s| s == j.side) && in_ranges(&j.ranges, slot))
         })
+}
+
+fn in_ranges(ranges: &[(u16, u16)], slot: u16) -> bool {
+    ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
 }
 
 /// True while `name`'s slot is being exported from or imported to this node (rule 1).
@@ -274,9 +277,9 @@ thread_local! {
 pub fn exported_since(name: &[u8], since_ms: i64) -> bool {
     let slot = key_slot(name);
     EXPORTED.with(|e| {
-        e.borrow().iter().any(|(ranges, at)| {
-            *at >= since_ms && ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
-        })
+        e.borrow()
+            .iter()
+            .any(|(ranges, at)| *at >= since_ms && in_ranges(ranges, slot))
     })
 }
 
