@@ -362,7 +362,10 @@ fn add_takes_every_expiry_form() {
     assert!(ttl > 50_000 && ttl <= 60_000, "{ttl}");
     c.q("CTR.ADD win 1 EX 500 ENX");
     assert!(c.q("PTTL win").int() <= 60_000, "it has one now");
-    assert_eq!(c.q("CTR.GET win"), Value::Int(4));
+    // A time already past, with ENX, on a key that has a TTL: nothing to set, nothing deleted.
+    assert_eq!(c.q("CTR.ADD win 1 ENX PXAT 1"), Value::Int(5));
+    assert!(c.q("PTTL win").int() > 50_000, "the TTL it had");
+    assert_eq!(c.q("CTR.GET win"), Value::Int(5));
     assert_eq!(
         c.q("CTR.ADD win 1 ENX").error(),
         "ERR ENX requires one of EX, PX, EXAT or PXAT"
@@ -383,14 +386,18 @@ fn add_takes_every_expiry_form() {
         "ERR value is not an integer or out of range"
     );
     assert_eq!(c.q("CTR.ADD win 1 EX").error(), "ERR syntax error");
-    assert_eq!(c.q("CTR.GET win"), Value::Int(4));
+    assert_eq!(
+        c.q("CTR.GET win"),
+        Value::Int(5),
+        "refused: nothing changed"
+    );
     let ttl = c.q("PTTL win").int();
     c.q("CTR.ADD win 1 EX 5");
     assert!(
         c.q("PTTL win").int() <= ttl,
         "EX on a key that exists: nothing set"
     );
-    assert_eq!(c.q("CTR.GET win"), Value::Int(5));
+    assert_eq!(c.q("CTR.GET win"), Value::Int(6));
 }
 
 /// Every new write reaches a replica as its effect (and the TTLs as PEXPIREAT/PERSIST): equal
@@ -448,6 +455,9 @@ fn write_everything(c: &mut Conn) -> Vec<String> {
     c.q("CTR.REFUND stock TOKEN o1");
     c.q("CTR.ADD win 1");
     c.q("CTR.ADD win 1 EX 60 ENX");
+    // ENX on a key that has a TTL: the bare add's fast path, replicated as sent.
+    c.q("CTR.ADD win 1 EX 90 ENX");
+    c.q("CTR.ADD win 1 ENX PXAT 1");
     c.q("CTR.ADD gone 1 EX 60");
     c.q("CTR.ADD gone 1 PERSIST");
     // A fixed window: its first add sets the TTL; the next ones (the bare add's fast path)

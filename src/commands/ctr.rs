@@ -52,7 +52,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     // With ctr.track-history yes a bare add may start a history: the general path decides.
     if floor_if_none.is_none()
         && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
-        && (args.len() == 3 || expiry_only_on_create(ctx, content, args)?)
+        && (args.len() == 3 || expiry_changes_nothing(ctx, &key, content, args)?)
     {
         match add_fast(ctx, &key, content, args)? {
             FastAdd::Done(value) => {
@@ -166,19 +166,26 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
 }
 
-/// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists: the expiry is
-/// for the add that creates the key, so this add is the bare one (a fixed window's every add
-/// after its first), and takes its fast path. Its options are checked as the general path
-/// checks them (the same errors for a bad time), and it replicates as sent: replayed on a key
-/// that exists there too, it changes no TTL either.
-fn expiry_only_on_create(ctx: Ctx, content: KeyContent, args: &Args) -> Result<bool, CommandError> {
-    if args.len() != 5 || !matches!(content, KeyContent::Mine(_)) {
+/// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists, and for the
+/// same with `ENX` on one that has a TTL: the expiry is for the add that creates the key (or,
+/// with `ENX`, gives a TTL to one without), so this add is the bare one (a fixed window's every
+/// add after its first), and takes its fast path. Its options are checked as the general path
+/// checks them (the same errors for a bad time), and it replicates as sent: replayed on the
+/// key as it is there too (it exists, with its TTL), it changes no TTL either.
+fn expiry_changes_nothing(
+    ctx: Ctx,
+    key: &Key,
+    content: KeyContent,
+    args: &Args,
+) -> Result<bool, CommandError> {
+    if !matches!(args.len(), 5 | 6) || !matches!(content, KeyContent::Mine(_)) {
         return Ok(false);
     }
     let parsed = args.with_words(2, parse_add)?;
-    let on_create = matches!(parsed.expiry.expiry, Some(Expiry::In(_) | Expiry::At(_)));
+    let timed = matches!(parsed.expiry.expiry, Some(Expiry::In(_) | Expiry::At(_)));
     ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE)?;
-    Ok(on_create && !parsed.expiry.only_if_none && parsed.token.is_none() && parsed.at.is_none())
+    let kept = !parsed.expiry.only_if_none || key.abs_expire().is_some();
+    Ok(timed && kept && parsed.token.is_none() && parsed.at.is_none())
 }
 
 /// What the bare add's fast path did.
