@@ -41,9 +41,13 @@ pub static ORPHAN_GRACE_MS: AtomicI64 = AtomicI64::new(600_000);
 /// How long a command whose units are still travelling (a purchase whose budget is in flight,
 /// `CTR.FLOOR` during folds) waits in the server before it answers `TRYAGAIN` (0 = never).
 pub static PURCHASE_WAIT_MS: AtomicI64 = AtomicI64::new(200);
+/// The most the masters' clocks may differ by: after taking homes over (a promotion, a restart,
+/// a home loaded by `RESTORE`, `MIGRATE` or an import), a master dates its holder list changes
+/// at least this far past its clock (`protocol::listing_gate`).
+pub static CLOCK_SKEW_MS: AtomicI64 = AtomicI64::new(1_000);
 
 /// Every integer config with its default and range (also the source of the docs table).
-pub const I64_CONFIGS: [I64Config; 18] = [
+pub const I64_CONFIGS: [I64Config; 19] = [
     (
         "promote-threshold",
         &PROMOTE_THRESHOLD,
@@ -105,6 +109,7 @@ pub const I64_CONFIGS: [I64Config; 18] = [
     ("audit-interval-ms", &AUDIT_INTERVAL_MS, 60_000, 0, DAY_MS),
     ("orphan-grace-ms", &ORPHAN_GRACE_MS, 600_000, 0, 7 * DAY_MS),
     ("purchase-wait-ms", &PURCHASE_WAIT_MS, 200, 0, 60_000),
+    ("clock-skew-ms", &CLOCK_SKEW_MS, 1_000, 0, 60_000),
 ];
 
 /// `ctr.track-history yes|no`: every counter keeps time buckets from its first write (so any

@@ -4,7 +4,7 @@ mod common;
 
 use common::{Server, Value};
 
-const DEFAULTS: [(&str, i64, i64, i64); 14] = [
+const DEFAULTS: [(&str, i64, i64, i64); 15] = [
     // name, default, min, max
     ("promote-threshold", 10_000, 1, 1_000_000_000),
     ("max-shards", 16, 1, 1024),
@@ -20,6 +20,7 @@ const DEFAULTS: [(&str, i64, i64, i64); 14] = [
     ("collect-timeout-ms", 10_000, 1, 3_600_000),
     ("audit-interval-ms", 60_000, 0, 86_400_000),
     ("orphan-grace-ms", 600_000, 0, 604_800_000),
+    ("clock-skew-ms", 1_000, 0, 60_000),
 ];
 
 fn config_get(c: &mut common::Conn, name: &str) -> String {

@@ -46,6 +46,8 @@ mutant "the list at a time takes holders listed after it" src/counter/listing.rs
   '.filter(|e| e.listed_at <= at && ' '.filter(|e| '
 mutant "the listing gate opens before the replica acknowledges" src/protocol/listing_gate.rs \
   '        if acked.is_none_or(|acked| acked >= offset) {' '        if true {'
+mutant "list changes dated by the clock alone after a take-over" src/protocol/listing_gate.rs \
+  '        now.max(self.dates_after)' '        now.max(i64::MIN)'
 mutant "the holder check passes any name of a spread home" src/counter/collect.rs \
   '        .is_some_and(|s| s.holders.iter().any(|h| h == name))' '        .is_some_and(|_| true)'
 mutant "an acknowledgement sent before the replicas hold its credit" src/protocol/transfer_node.rs \

@@ -1055,3 +1055,83 @@ fn holders_at_a_time_wait_until_the_replicas_hold_the_list() {
     assert_eq!(names(&c.cmd(&ask)), four);
     assert_eq!(sleeper.read().expect("DEBUG SLEEP replies").text(), "OK");
 }
+
+/// Waits until the server's clock is past `t`, then a little more (the module's coarse clock).
+fn wait_server_past(c: &mut Conn, t: i64) {
+    while server_ms(c) <= t {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+/// A master that takes homes over (a load, a home's listing restored, a replica promoted) may
+/// have a clock behind the one that answered `CTR.HOLDERS ... AT x` before: a grow or shrink
+/// dated by its own clock could fall before `x` and change the list a retry at `x` walks (the
+/// token granted twice). So for `ctr.clock-skew-ms` after a take-over its changes are dated
+/// past that window: a list read at a time inside it never changes, and readers see the
+/// change once the window has passed.
+#[test]
+fn list_changes_after_a_take_over_are_dated_past_the_clock_skew() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CTR.ADD sale 100");
+    c.q("CTR.SPREAD sale 2");
+    // Without an allowance (past any window of the start), a grow is in the list at once.
+    c.q("CONFIG SET ctr.clock-skew-ms 0");
+    std::thread::sleep(Duration::from_millis(1_100));
+    let three = names(&c.q("CTR.SPREAD sale 3"));
+    let now = settled_time(&mut c);
+    assert_eq!(holders_at(&mut c, "sale", now), three);
+
+    // After each take-over (the default allowance, 1 s), a change made at once is dated past
+    // it: the list at a time inside the window stays the list before it.
+    c.q("CONFIG SET ctr.clock-skew-ms 1000");
+    // The answers wait for the replica to hold the lists (the listing gate), not the point here.
+    c.q("CONFIG SET ctr.purchase-wait-ms 5000");
+    let replica = server.start_replica();
+    server.wait_replicas(1);
+    assert_eq!(c.q("DEBUG RELOAD"), Value::Simple("OK".into()));
+    let four = grown_past_the_window(&mut c, "DEBUG RELOAD", &three);
+    let dump = c.cmd(&["DUMP", "sale"]).bytes();
+    let restore: [&[u8]; 5] = [b"RESTORE", b"sale", b"0", &dump, b"REPLACE"];
+    assert_eq!(c.cmd(&restore), Value::Simple("OK".into()));
+    let five = grown_past_the_window(&mut c, "RESTORE of the home", &four);
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    assert_eq!(r.q("REPLICAOF NO ONE"), Value::Simple("OK".into()));
+    grown_past_the_window(&mut r, "a replica promoted", &five);
+}
+
+/// Grows the spread `sale` by one holder on `m` right after a take-over, and checks that the
+/// grow is dated past the 1 s window: not in the list at a time inside it, in the list once it
+/// passed. Returns the grown list.
+fn grown_past_the_window(m: &mut Conn, what: &str, before: &[String]) -> Vec<String> {
+    let took_over_at = server_ms(m);
+    let size = before.len() + 1;
+    let grown = names(&m.q(&format!("CTR.SPREAD sale {size}")));
+    assert_eq!(grown.len(), size, "{what}");
+    let inside = settled_time(m);
+    assert_eq!(
+        holders_at(m, "sale", inside),
+        before,
+        "{what}: inside the window"
+    );
+    assert_eq!(
+        names(&m.q("CTR.HOLDERS sale")),
+        grown,
+        "{what}: the current list"
+    );
+    wait_server_past(m, took_over_at + 1_000);
+    let past = settled_time(m);
+    assert_eq!(
+        holders_at(m, "sale", past),
+        grown,
+        "{what}: past the window"
+    );
+    assert_eq!(
+        holders_at(m, "sale", inside),
+        before,
+        "{what}: never changed"
+    );
+    grown
+}

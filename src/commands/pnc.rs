@@ -352,13 +352,13 @@ mod events {
         );
         DATASET_LOADING.store(loading, Relaxed);
         crate::ffi::forget_role();
-        crate::runtime::listing_gate::lists_changed();
+        crate::runtime::listing_gate::took_over();
     }
 
     #[role_changed_event_handler]
     fn on_role_changed(ctx: &Context, role: ServerRole) {
         crate::ffi::forget_role();
-        crate::runtime::listing_gate::lists_changed();
+        crate::runtime::listing_gate::took_over();
         let ctx = Ctx { ptr: ctx.ctx };
         match role {
             ServerRole::Primary => {

@@ -72,7 +72,7 @@ use super::audit::{self, Answer, Question};
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, Refusal};
-use super::listing::ListClock;
+use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
@@ -109,6 +109,9 @@ const COLLECT_TIMEOUT_MS: i64 = 10_000;
 const CHECK_TIMEOUT_MS: i64 = 1_000;
 /// How old the runtime's slot map may be (`spread_cluster::topology`).
 const STALE_MAP_MS: i64 = 1_000;
+/// `ctr.clock-skew-ms` in the model: the masters' clocks differ by up to this much. Smaller than
+/// the default (1 s), so that purchases wait for a clock that is behind for a few steps only.
+const CLOCK_SKEW_MS: i64 = 40;
 
 /// A client's write to a missing holder-named key, waiting in the server for its holder check
 /// on master `master`.
@@ -229,6 +232,10 @@ struct Master {
     replicated: u64,
     /// When `CTR.HOLDERS ... AT` may answer on this master (soft state, the glue's machine).
     listing_gate: ListingGate,
+    /// How far this master's clock is ahead of the model's time (behind when negative), as the
+    /// home's listing dates changes and answers `AT` by it; a failover's promoted replica is
+    /// another machine, with another clock.
+    clock_offset: i64,
 }
 
 impl Master {
@@ -307,6 +314,10 @@ struct Sim {
     /// Purchase tokens clients sent and may retry, and (ghost state) how many times each was
     /// granted: never more than once.
     tokens: Vec<TokenWalk>,
+    /// Ghost: the lists the home answered for the times walks read (the latest 16): a list
+    /// answered for a time never changes (a change dated at or before it would send a retry
+    /// over another list than its first send walked).
+    walked_lists: Vec<(i64, Vec<Vec<u8>>)>,
     /// The token of a purchase whose `CTR.HOLDERS AT` waits in the server for the listing
     /// gate: walked once a replication step opens it, as the server runs it again.
     waiting_walk: Option<u64>,
@@ -322,6 +333,8 @@ struct Sim {
     /// Migrations draw from a stream of their own: a schedule's other steps stay what they
     /// were until the first handoff.
     migrations: Rng,
+    /// The masters' clocks (a stream of its own, so that the other choices of a seed stay).
+    clocks: Rng,
 }
 
 /// A tokened purchase a client may retry: its token (fingerprint), time and amount.
@@ -647,13 +660,18 @@ impl Sim {
             reads: reads::Reads::new(seed),
             log: String::new(),
             tokens: Vec::new(),
+            walked_lists: Vec::new(),
             waiting_walk: None,
             slot_owners: BTreeMap::new(),
             migration: None,
             last_handoff: None,
             maps_read_at: vec![0; MASTERS],
             migrations: Rng(seed ^ 0x5107_0000_0000_0002),
+            clocks: Rng(seed ^ 0xC10C_0000_0000_0003),
         };
+        for m in 0..MASTERS {
+            sim.masters[m].clock_offset = sim.draw_clock_offset();
+        }
         sim.grace = [0, 100, 1_000][sim.rng.below(3)];
         sim.same_ms = [0u64, 10, 50, 90][sim.rng.below(4)];
         sim.rebalancing = !sim.rng.percent(25);
@@ -740,12 +758,32 @@ impl Sim {
         self.raised += client_units.max(0);
     }
 
-    /// The clock a change of the home's holder list is dated with (as the glue dates it).
+    /// The clock a change of the home's holder list is dated with (as the glue dates it): the
+    /// home master's, past the skew allowed after it took the home over.
     fn list_clock(&self) -> ListClock {
+        let m = self.master_of(&self.home);
         ListClock {
-            now_ms: self.now,
+            now_ms: (self.masters[m].listing_gate).dating_clock(self.clock_of(m)),
             window_ms: TOKEN_WINDOW_MS,
         }
+    }
+
+    /// Master `m`'s clock.
+    fn clock_of(&self, m: usize) -> i64 {
+        self.now + self.masters[m].clock_offset
+    }
+
+    /// A machine's clock offset: the masters' clocks differ by at most [`CLOCK_SKEW_MS`], the
+    /// allowance the listing gate dates by after a take-over (`ctr.clock-skew-ms`).
+    fn draw_clock_offset(&mut self) -> i64 {
+        self.clocks.below(CLOCK_SKEW_MS as usize + 1) as i64 - CLOCK_SKEW_MS / 2
+    }
+
+    /// Master `m` took homes over (a failover, a restart, an import): as the glue's
+    /// `listing_gate::took_over`.
+    fn took_over(&mut self, m: usize) {
+        let now = self.clock_of(m);
+        self.masters[m].listing_gate.took_over(now, CLOCK_SKEW_MS);
     }
 
     /// The clock a change of the home's holder list is dated with, the change counted by the
@@ -849,6 +887,35 @@ impl Sim {
             .map_or(0, Counter::budget)
     }
 
+    /// What a token's members recorded is rolled back or gone (a backup restored, a copy or a
+    /// rename over a key, a home deleted): outside the protocol's promise.
+    fn forget_tokens(&mut self) {
+        self.tokens.clear();
+        self.walked_lists.clear();
+    }
+
+    /// A list the home answered for `at` is the list it answers for `at` now (while its
+    /// master's clock has reached `at` and the listing still knows it).
+    fn check_walked_lists(&self) -> Result<(), String> {
+        let Some(home) = self.home_counter() else {
+            return Ok(());
+        };
+        let now = self.clock_of(self.master_of(&self.home));
+        for (at, walked) in &self.walked_lists {
+            match home.holders_at(*at, now) {
+                Ok(listed) if listed != *walked => {
+                    return Err(format!(
+                        "the holder list at {at} changed after a walk read it: {} then, {} now",
+                        show_list(walked),
+                        show_list(&listed)
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn home_counter(&self) -> Option<&Counter> {
         self.get(&self.home)
     }
@@ -914,7 +981,7 @@ impl Sim {
         if self.faults && matches!(roll, 87..=92 | 95 | 98) {
             // A backup restored, a copy or a rename over a key, a home deleted: what a token's
             // members recorded may be rolled back with them, outside the protocol's promise.
-            self.tokens.clear();
+            self.forget_tokens();
         }
         match roll {
             0..=29 => self.deliver(),
@@ -1024,7 +1091,7 @@ impl Sim {
         if key_slot(&self.home) == mg.slot {
             // The target never dated the home's list changes (as after a restart), and a grow
             // waiting on the source's admission is answered MOVED.
-            self.masters[mg.to].listing_gate.changed();
+            self.took_over(mg.to);
             self.waiting_grow = false;
         }
         // Writes waiting in the source for their holder checks are answered MOVED.
@@ -1110,7 +1177,7 @@ impl Sim {
             "RESTORE {} from its dump before its collection started",
             show(&home)
         ));
-        self.tokens.clear();
+        self.forget_tokens();
         self.write(&home, Some(dump), units);
         self.replicate_all(m);
         // The server's `restore` event: the claims of the DEL there are undone.
@@ -1398,7 +1465,6 @@ impl Sim {
         self.tokens.retain(|t| !undecided.contains(&t.fp));
         // A grow or shrink lost with the home's unreplicated writes changes the list at the
         // times after it; no walk read it (the listing gate opens once the replica holds it).
-        m.listing_gate.changed();
         m.keys = m.replica.clone();
         m.unreplicated.clear();
         m.written = m.replicated;
@@ -1424,8 +1490,12 @@ impl Sim {
             .into_iter()
             .filter(|(_, to)| self.get(to).is_some())
             .collect();
+        // The promoted replica is another machine: its clock is another.
+        let clock = self.draw_clock_offset();
+        self.masters[master].clock_offset = clock;
+        self.took_over(master);
         self.note(format_args!(
-            "failover of master {master} (lost {lost} client units)"
+            "failover of master {master} (lost {lost} client units, clock {clock:+} ms)"
         ));
     }
 
@@ -1441,12 +1511,12 @@ impl Sim {
         self.waiting_grow &= master != home_master;
         // The writes waiting on its checks lose their connections: never written.
         self.waiting_adds.retain(|w| w.master != master);
-        // The lists loaded are not proven held; pending collections are lost with the process
-        // (the audit finds what they left).
-        m.listing_gate.changed();
+        // The lists loaded are not proven held (and dated past the skew allowed); pending
+        // collections are lost with the process (the audit finds what they left).
         m.collector = CollectNode::default();
         m.audit = AuditNode::new(self.rng.next());
         self.reads_lost(master);
+        self.took_over(master);
         self.note(format_args!("restart of master {master}"));
     }
 
@@ -1755,10 +1825,23 @@ impl Sim {
         let Some(home) = self.home_counter() else {
             return Ok(());
         };
-        // A time the listing does not know: the clients walk the current list (not modelled).
-        let Ok(listed) = home.holders_at(walk.at, self.now) else {
-            return Ok(());
+        let now = self.clock_of(self.master_of(&self.home));
+        let listed = match home.holders_at(walk.at, now) {
+            Ok(listed) => listed,
+            // The home's clock has not reached the purchase's time: the client waits for it
+            // (its library asks again), and walks what the home lists then.
+            Err(ListedAtError::Ahead { .. }) => {
+                self.waiting_walk = Some(walk.fp);
+                return Ok(());
+            }
+            // A time the listing does not know: the clients walk the current list (not modelled).
+            Err(ListedAtError::Unknown { .. }) => return Ok(()),
         };
+        self.walked_lists.retain(|(at, _)| *at != walk.at);
+        if self.walked_lists.len() == 16 {
+            self.walked_lists.remove(0);
+        }
+        self.walked_lists.push((walk.at, listed.clone()));
         let list: Vec<Vec<u8>> = std::iter::once(self.home.clone()).chain(listed).collect();
         let start = (walk.fp % list.len() as u64) as usize;
         for k in 0..list.len() {
@@ -2819,6 +2902,7 @@ impl Sim {
         if let Some(e) = errors.into_iter().flatten().next() {
             return Err(e.clone());
         }
+        self.check_walked_lists()?;
         let keys = self.accounted_keys();
         let total = self.total();
         let expected = self.expected - self.renamed_units_out();
@@ -3119,4 +3203,9 @@ fn is_gone_answer(m: &Message) -> bool {
 
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
+}
+
+fn show_list(names: &[Vec<u8>]) -> String {
+    let names: Vec<String> = names.iter().map(|n| show(n)).collect();
+    format!("[{}]", names.join(", "))
 }

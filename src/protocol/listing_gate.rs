@@ -8,6 +8,14 @@
 //! counted), and opens once the slowest replica has acknowledged it. Per server, not per key:
 //! between list changes it costs nothing. The runtime (`crate::runtime::listing_gate`) reads
 //! the offsets; the simulator runs the same machine over its replication counts.
+//!
+//! The gate also dates this master's list changes. A master that took its homes over from
+//! another (a replica promoted, a server restarted, a home loaded by `RESTORE`, `MIGRATE` or a
+//! slot migration's import) may have a clock behind the one that answered `AT x` before: a
+//! change it dated by its own clock could fall before `x` and change the list a retry at `x`
+//! walks. So for the clock skew the operator allows (`ctr.clock-skew-ms`) after taking over, it
+//! dates its changes after that window: after every `x` the former master could have answered,
+//! as long as the two clocks differ by less than the allowance.
 
 /// The gate's state (soft: a restart starts closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +26,9 @@ pub struct ListingGate {
     held: u64,
     /// The count being proven, and the offset the replicas must acknowledge.
     proving: Option<(u64, i64)>,
+    /// This master's list changes are dated after this time (its clock when it last took
+    /// homes over, plus the clock skew allowed).
+    dates_after: i64,
 }
 
 impl Default for ListingGate {
@@ -26,11 +37,26 @@ impl Default for ListingGate {
             changes: 1,
             held: 0,
             proving: None,
+            dates_after: i64::MIN,
         }
     }
 }
 
 impl ListingGate {
+    /// This server took homes over at `now` (its clock): a role change, a load, a listing
+    /// loaded by `RESTORE`, `MIGRATE` or an import. The gate closes (as for [`Self::changed`]),
+    /// and the changes it dates from now on are dated after `now + skew_ms`.
+    pub fn took_over(&mut self, now: i64, skew_ms: i64) {
+        self.changed();
+        self.dates_after = self.dates_after.max(now.saturating_add(skew_ms.max(0)));
+    }
+
+    /// The clock a list change read at `now` is dated by: `now`, or later within the skew
+    /// allowed after a take-over.
+    pub fn dating_clock(&self, now: i64) -> i64 {
+        now.max(self.dates_after)
+    }
+
     /// A holder list changed here, or the lists may no longer be on the replicas (a role
     /// change, a load): the gate closes until the replicas hold what the stream has then.
     pub fn changed(&mut self) {
@@ -90,6 +116,28 @@ mod tests {
             "the change came after offset 100"
         );
         assert!(gate.open(300, Some(200)));
+    }
+
+    #[test]
+    fn after_a_take_over_changes_are_dated_past_the_skew_allowed() {
+        let mut gate = ListingGate::default();
+        assert_eq!(
+            gate.dating_clock(1_000),
+            1_000,
+            "no take-over: its own clock"
+        );
+        assert!(gate.open(1, None));
+        gate.took_over(1_000, 500);
+        assert!(!gate.is_open(), "a take-over closes the gate");
+        assert_eq!(gate.dating_clock(1_200), 1_500);
+        assert_eq!(
+            gate.dating_clock(1_501),
+            1_501,
+            "past the window: its own clock"
+        );
+        // A later take-over never moves the date back; a negative allowance counts as 0.
+        gate.took_over(900, -5);
+        assert_eq!(gate.dating_clock(1_000), 1_500);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! reads' values); `name_queries.rs` one question about a key name asked of the master serving
 //! it (the holder check's and the holder admission's); `messages.rs` the one table of bus message kinds (byte, receiving machine, whether it
 //! writes); `listing_gate.rs` when `CTR.HOLDERS ... AT` may answer (the replicas hold the
-//! lists); `replicas.rs` what a master's replicas hold and the gate of a send that waits for
+//! lists) and the clock list changes are dated by after a take-over; `replicas.rs` what a master's replicas hold and the gate of a send that waits for
 //! them; `host.rs` the one `Host` a machine runs on (the runtime's server, or the simulator's
 //! masters); `transfer_node.rs` one node's part of the transfer protocol (what each message does,
 //! the registry of keys with something to send, resends, acknowledgements held for the replicas);

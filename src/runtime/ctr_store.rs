@@ -651,7 +651,11 @@ pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
 /// (`super::listing_gate`).
 pub fn list_change_clock(ctx: Ctx) -> ListClock {
     super::listing_gate::lists_changed();
-    list_clock(ctx)
+    let clock = list_clock(ctx);
+    ListClock {
+        now_ms: super::listing_gate::dating_clock(clock.now_ms),
+        ..clock
+    }
 }
 
 /// This master's clock, and the token window a home's listing keeps entries for

@@ -1,7 +1,8 @@
 //! The listing gate's runtime (`crate::protocol::listing_gate`): this server's gate (closed by
 //! the holder list changes this master makes, role changes, loads, and listings loaded by
-//! `RESTORE`, `MIGRATE` or a slot migration's import), the replication offsets read for it
-//! (`INFO replication`), and the ask for acknowledgements.
+//! `RESTORE`, `MIGRATE` or a slot migration's import, the last three also dating list changes
+//! past the clock skew allowed), the replication offsets read for it (`INFO replication`), and
+//! the ask for acknowledgements.
 //! `CTR.HOLDERS ... AT` blocked by a closed gate waits in the server (`waiter`) up to
 //! `ctr.purchase-wait-ms`, while a timer of the gate reads the replicas' state once for all the
 //! waiting commands, asks them to acknowledge at once (one `REPLCONF GETACK` round trip) and runs
@@ -25,14 +26,31 @@ thread_local! {
     static ASK_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// This server changed a holder list, or its lists may no longer be on its replicas (a role
-/// change, a load): the next `CTR.HOLDERS ... AT` waits for the replicas first.
+/// This server changed a holder list: the next `CTR.HOLDERS ... AT` waits for the replicas
+/// first.
 pub fn lists_changed() {
-    GATE.with(|g| {
-        let mut gate = g.get();
-        gate.changed();
-        g.set(gate);
-    });
+    update(ListingGate::changed);
+}
+
+/// This server took homes over (a role change, a load, a listing loaded by `RESTORE`,
+/// `MIGRATE` or an import): its lists may not be on its replicas, and its clock may be behind
+/// the one that answered for them before. The next `CTR.HOLDERS ... AT` waits for the replicas,
+/// and list changes are dated past `ctr.clock-skew-ms` from now.
+pub fn took_over() {
+    let skew = crate::config::CLOCK_SKEW_MS.load(std::sync::atomic::Ordering::Relaxed);
+    update(|gate| gate.took_over(crate::ffi::coarse_now_ms(), skew));
+}
+
+/// The clock a holder list change made at `now` is dated by (`ListingGate::dating_clock`).
+pub fn dating_clock(now: i64) -> i64 {
+    take_in_loads(); // a listing loaded since the gate last looked is a take-over too
+    GATE.get().dating_clock(now)
+}
+
+fn update(change: impl FnOnce(&mut ListingGate)) {
+    let mut gate = GATE.get();
+    change(&mut gate);
+    GATE.set(gate);
 }
 
 /// How often a closed gate is tested while commands wait for it (the replicas are asked to
@@ -88,7 +106,7 @@ fn replicas_hold_lists(ctx: Ctx, ask: bool) -> bool {
 fn take_in_loads() {
     let loads = listings_loaded();
     if LOADS_SEEN.replace(loads) != loads {
-        lists_changed();
+        took_over();
     }
 }
 
