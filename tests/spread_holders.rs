@@ -1111,27 +1111,22 @@ fn grown_past_the_window(m: &mut Conn, what: &str, before: &[String]) -> Vec<Str
     let grown = names(&m.q(&format!("CTR.SPREAD sale {size}")));
     assert_eq!(grown.len(), size, "{what}");
     let inside = settled_time(m);
-    assert_eq!(
+    let (then, now) = (
         holders_at(m, "sale", inside),
-        before,
-        "{what}: inside the window"
+        names(&m.q("CTR.HOLDERS sale")),
     );
     assert_eq!(
-        names(&m.q("CTR.HOLDERS sale")),
-        grown,
-        "{what}: the current list"
+        (then, now),
+        (before.to_vec(), grown.clone()),
+        "{what}: inside the window, and now"
     );
     wait_server_past(m, took_over_at + 1_000);
     let past = settled_time(m);
+    let (after, then) = (holders_at(m, "sale", past), holders_at(m, "sale", inside));
     assert_eq!(
-        holders_at(m, "sale", past),
-        grown,
-        "{what}: past the window"
-    );
-    assert_eq!(
-        holders_at(m, "sale", inside),
-        before,
-        "{what}: never changed"
+        (after, then),
+        (grown.clone(), before.to_vec()),
+        "{what}: past it, and inside it"
     );
     grown
 }
