@@ -79,7 +79,9 @@ use super::spread::{
     plan_holders_avoiding, spread_id_from, Standalone,
 };
 use super::step::{Step, StepOutcome};
-use super::transfer::{purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError};
+use super::transfer::{
+    purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError, MOVE_IN_FLIGHT_MS,
+};
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
 use crate::persist::admission_msg::NameAnswer;
 use crate::persist::gather_msg::HolderAnswer;
@@ -2010,6 +2012,12 @@ impl Sim {
             for o in g.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
                 let moves_budget = o.fold_id == 0 && o.df < 0;
                 if !moves_budget || self.applied(giver, g, o) || !members.contains(&o.receiver) {
+                    continue;
+                }
+                // A move unanswered for longer than the bound is stuck by design (a partition, a
+                // migration that long): refusals are final again, its units err low, never sold.
+                let debited_ms = i64::try_from(o.seq / 1024).unwrap_or(i64::MAX);
+                if debited_ms < self.now.saturating_sub(MOVE_IN_FLIGHT_MS) {
                     continue;
                 }
                 let Some(r) = self.get(&o.receiver).filter(|r| !r.is_sealed()) else {
