@@ -47,6 +47,8 @@ struct Poll<P> {
     home: Vec<u8>,
     /// The home first, then its holders, as the poll began.
     names: Vec<Vec<u8>>,
+    /// The home's budget moves as the poll began ([`home_moves`]).
+    home_moves: Vec<u64>,
     reports: Vec<Option<HolderDemand>>,
     /// Masters asked, with the holder indices each was asked for; None once answered.
     asks: Vec<(P, Option<Vec<usize>>)>,
@@ -80,14 +82,26 @@ impl<P> Default for RebalanceNode<P> {
 /// The names a round of `home` reads (the home first, then its holders), if it is a floored
 /// spread counter folding none back: while it folds, units travel to the home in folds, in no
 /// current holder's budget, and a round's bound would be low.
-fn round_names(home: &[u8], c: Option<&Counter>) -> Option<Vec<Vec<u8>>> {
+fn round_names(home: &[u8], c: Option<&Counter>) -> Option<(Vec<Vec<u8>>, Vec<u64>)> {
     let c = c.filter(|c| c.leaving().is_empty())?;
     let spread = c.spread().filter(|s| s.floor.is_some())?;
-    Some(
-        std::iter::once(home.to_vec())
-            .chain(spread.holders.iter().cloned())
-            .collect(),
-    )
+    let names = std::iter::once(home.to_vec())
+        .chain(spread.holders.iter().cloned())
+        .collect();
+    Some((names, home_moves(c)))
+}
+
+/// What the home's transfers show of budget moves: the credits it applied (giver id, seq) and
+/// its own moves unacknowledged (seq). Every move of a round's units goes through the home,
+/// so a move that lands or is acknowledged between two reports of a round changes it: the
+/// report of one side was taken before, the other's after, and the move's units would be
+/// counted by neither.
+fn home_moves(c: &Counter) -> Vec<u64> {
+    let Some(t) = c.transfers() else {
+        return Vec::new();
+    };
+    let applied = t.inbox.iter().flat_map(|a| [a.giver_id, a.seq]);
+    applied.chain(t.outbox.iter().map(|o| o.seq)).collect()
 }
 
 impl<P: Clone + PartialEq> RebalanceNode<P> {
@@ -154,7 +168,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         if busy || !host.serves(home) {
             return; // a poll of this home is under way; the refusal's demand waits for the next
         }
-        let Some(Some(names)) = host.read(home, |c| round_names(home, c)) else {
+        let Some(Some((names, home_moves))) = host.read(home, |c| round_names(home, c)) else {
             return; // not (or no longer) a floored spread counter, or folding holders back
         };
         let mut poll = Poll {
@@ -162,6 +176,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
             home: home.to_vec(),
             reports: vec![None; names.len()],
             names,
+            home_moves,
             asks: Vec::new(),
         };
         for i in 0..poll.names.len() {
@@ -259,10 +274,12 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         }
     }
 
-    /// True when the home still lists the poll's holders and folds none back.
+    /// True when the home still lists the poll's holders, folds none back, and no budget move
+    /// landed at it or was acknowledged to it since the poll began.
     fn unchanged<H: Host<Peer = P>>(&self, host: &mut H, poll: &Poll<P>) -> bool {
-        let names = |c: Option<&Counter>| round_names(&poll.home, c);
-        host.select_db(poll.db) && host.read(&poll.home, names) == Some(Some(poll.names.clone()))
+        let now = |c: Option<&Counter>| round_names(&poll.home, c);
+        let then = (poll.names.clone(), poll.home_moves.clone());
+        host.select_db(poll.db) && host.read(&poll.home, now) == Some(Some(then))
     }
 
     /// Records the round's bound here and sends it to every master polled.
