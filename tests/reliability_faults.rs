@@ -113,8 +113,7 @@ fn write(c: &mut Conn, rng: &mut Rng, n: usize) -> Value {
 
 fn info(c: &mut Conn, section: &str, field: &str) -> String {
     let text = c.cmd(&["INFO", section]).text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+    common::info_value(&text, field)
         .unwrap_or_default()
         .trim()
         .to_string()

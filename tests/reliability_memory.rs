@@ -82,14 +82,9 @@ fn used_memory(server: &Server) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let info = server.conn().cmd(&["INFO", "everything"]).text();
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("{name}:")))
-                .map(str::to_string)
-                .unwrap_or_default()
-        };
-        if field("connected_clients") == "1" {
-            return field("used_memory").parse().expect("used_memory");
+        if common::info_value(&info, "connected_clients") == Some("1") {
+            let used = common::info_value(&info, "used_memory");
+            return used.and_then(|v| v.parse().ok()).expect("used_memory");
         }
         assert!(Instant::now() < deadline, "other clients stayed connected");
         std::thread::sleep(Duration::from_millis(5));

@@ -28,9 +28,7 @@ fn served(server: &Server) -> u64 {
 
 fn memory_field(conn: &mut Conn, field: &str) -> Option<i64> {
     let info = conn.cmd(&["INFO", "memory"]).text();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
+    common::info_value(&info, field).and_then(|v| v.trim().parse().ok())
 }
 
 fn used_memory(conn: &mut Conn) -> i64 {

@@ -471,10 +471,7 @@ impl Server {
 
     pub fn info_field(&self, section: &str, field: &str) -> String {
         let info = self.conn().cmd(&["INFO", section]).text();
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .map(str::to_string)
-            .unwrap_or_default()
+        info_value(&info, field).unwrap_or_default().to_string()
     }
 
     /// Rewrites the AOF (BGREWRITEAOF) and returns once the rewrite has finished: counted by
@@ -770,4 +767,10 @@ fn signal(which: &str, pid: u32) {
         .status()
         .expect("run kill");
     assert!(sent.success(), "kill {which} {pid}");
+}
+
+/// The value of `field` in an `INFO` reply's text (`field:value` lines), untrimmed.
+pub fn info_value<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
 }
