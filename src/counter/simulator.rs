@@ -80,7 +80,8 @@ use super::spread::{
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError, MOVE_IN_FLIGHT_MS,
+    debited_ms, purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError,
+    MOVE_IN_FLIGHT_MS,
 };
 use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
 use crate::persist::admission_msg::NameAnswer;
@@ -2016,8 +2017,7 @@ impl Sim {
                 }
                 // A move unanswered for longer than the bound is stuck by design (a partition, a
                 // migration that long): refusals are final again, its units err low, never sold.
-                let debited_ms = i64::try_from(o.seq / 1024).unwrap_or(i64::MAX);
-                if debited_ms < self.now.saturating_sub(MOVE_IN_FLIGHT_MS) {
+                if debited_ms(o.seq) < self.now.saturating_sub(MOVE_IN_FLIGHT_MS) {
                     continue;
                 }
                 let Some(r) = self.get(&o.receiver).filter(|r| !r.is_sealed()) else {

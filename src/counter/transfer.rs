@@ -420,6 +420,11 @@ pub fn next_seq(last: u64, now_ms: i64) -> u64 {
     last.saturating_add(1).max(by_time)
 }
 
+/// The time (ms) a transfer's `seq` carries: when it was debited ([`next_seq`]).
+pub fn debited_ms(seq: u64) -> i64 {
+    i64::try_from(seq / 1024).unwrap_or(i64::MAX)
+}
+
 /// How long a budget move's units hold back the refusals of its giver: a move unanswered
 /// longer is stuck (a partition, a receiver gone), and waiting on it would stall every walk
 /// that reaches the giver; past it a refusal is final again (the units err low, never sold).
@@ -606,10 +611,7 @@ impl Counter {
         self.transfers()
             .into_iter()
             .flat_map(|t| t.outbox.iter())
-            .filter(move |o| {
-                let debited_ms = i64::try_from(o.seq / 1024).unwrap_or(i64::MAX);
-                o.fold_id == 0 && o.df < 0 && debited_ms >= since
-            })
+            .filter(move |o| o.fold_id == 0 && o.df < 0 && debited_ms(o.seq) >= since)
     }
 
     /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly

@@ -277,9 +277,11 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
     /// True when the home still lists the poll's holders, folds none back, and no budget move
     /// landed at it or was acknowledged to it since the poll began.
     fn unchanged<H: Host<Peer = P>>(&self, host: &mut H, poll: &Poll<P>) -> bool {
-        let now = |c: Option<&Counter>| round_names(&poll.home, c);
-        let then = (poll.names.clone(), poll.home_moves.clone());
-        host.select_db(poll.db) && host.read(&poll.home, now) == Some(Some(then))
+        let same = |c: Option<&Counter>| {
+            round_names(&poll.home, c)
+                .is_some_and(|(names, moves)| names == poll.names && moves == poll.home_moves)
+        };
+        host.select_db(poll.db) && host.read(&poll.home, same) == Some(true)
     }
 
     /// Records the round's bound here and sends it to every master polled.
