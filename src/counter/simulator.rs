@@ -987,7 +987,8 @@ impl Sim {
             self.forget_tokens();
         }
         match roll {
-            0..=29 => self.deliver(),
+            0..=2 => self.move_lands_mid_round(),
+            3..=29 => self.deliver(),
             30..=39 => self.tick(master),
             40..=51 => {
                 self.replicate(master);
@@ -1233,6 +1234,101 @@ impl Sim {
             return;
         }
         self.handle(m);
+    }
+
+    /// While a rebalance poll is out, every budget move in flight completes: its credit lands
+    /// (at the home, or at a holder for the home's own move), the receiver's replica holds it,
+    /// and the acknowledgement reaches the giver, all before any master answers the poll. The
+    /// round then read one side of each move before it and the other after it. Else a delivery.
+    fn move_lands_mid_round(&mut self) {
+        let polling = |m: &Message| {
+            matches!(
+                m,
+                Message::Node {
+                    m: NodeMessage::DemandPoll(_),
+                    ..
+                }
+            )
+        };
+        if !self.network.iter().any(polling) {
+            return self.deliver();
+        }
+        self.note(format_args!("moves land mid-round"));
+        self.holder_gives_home_mid_round();
+        let is_move = |m: &Message| {
+            matches!(
+                m,
+                Message::Node {
+                    m: NodeMessage::Transfer(TransferMessage::Credit(_) | TransferMessage::Ack(_)),
+                    ..
+                }
+            )
+        };
+        // Credits, then (their receivers' replicas holding them) the acknowledgements.
+        for _ in 0..2 {
+            let mut receivers = Vec::new();
+            let landing =
+                |sim: &Sim| (sim.network.iter()).position(|m| is_move(m) && !sim.partitioned(m));
+            while let Some(i) = landing(self) {
+                let m = self.network.swap_remove(i);
+                let Message::Node { to, .. } = &m;
+                receivers.push(*to);
+                self.handle(m);
+            }
+            receivers.sort_unstable();
+            receivers.dedup();
+            for m in receivers {
+                self.replicate_all(m);
+                self.run_machine(m, |m| &mut m.transfers, |node, host| node.tick(host));
+            }
+        }
+        self.deliver_round_messages();
+    }
+
+    /// The rebalance polls and their answers in flight are delivered (none lost): the round
+    /// ends, its bound told.
+    fn deliver_round_messages(&mut self) {
+        let of_round = |m: &Message| {
+            matches!(
+                m,
+                Message::Node {
+                    m: NodeMessage::DemandPoll(_) | NodeMessage::DemandAnswer { .. },
+                    ..
+                }
+            )
+        };
+        while let Some(i) = self.network.iter().position(of_round) {
+            let m = self.network.swap_remove(i);
+            self.handle(m);
+        }
+    }
+
+    /// A holder with budget on another master than the home's starts a move to the home and
+    /// sends it (its replica holding the debit): the move then starts and ends inside the
+    /// round, after the home was read and before the holder is.
+    fn holder_gives_home_mid_round(&mut self) {
+        let holders = (self.home_counter().and_then(|h| h.spread()))
+            .map(|s| s.holders.clone())
+            .unwrap_or_default();
+        // A holder the round reads when its master answers (the home's master read its own).
+        let home_master = self.master_of(&self.home);
+        let answering: Vec<_> = (holders.into_iter())
+            .filter(|h| self.master_of(h) != home_master)
+            .collect();
+        if answering.is_empty() {
+            return;
+        }
+        let giver = answering[self.rng.below(answering.len())].clone();
+        let budget = self.floored_budget(&giver);
+        if budget <= 0 {
+            return;
+        }
+        let home = self.home.clone();
+        let units = 1 + self.rng.below(budget as usize) as i64;
+        self.start_move(&giver, &home, units);
+        let master = self.master_of(&giver);
+        self.replicate_all(master);
+        self.run_machine(master, |m| &mut m.transfers, |node, host| node.tick(host));
     }
 
     /// True when `m` is a credit across the partition in force.
