@@ -93,10 +93,11 @@ lint:
 # costs (bench/state.sh), the idle sweep (bench/sweep.sh), the PN-Counter figures (bench/pnc.sh),
 # the client libraries' coalescing writer against single adds (bench/coalescing.sh), and spread
 # counters on a local cluster (bench/spread.sh, and floored ones: bench/floor_spread.sh), the rate
-# limiters against redis-cell and the Lua scripts (bench/limits.sh, docs/RATE_LIMITS.md); then
-# the profile of the hot add against INCRBY: instructions per call (bench/callgrind.sh, needs
-# valgrind) and server time per symbol (bench/profile.sh, needs perf), each skipped with a note
-# when its tool is missing. Results: docs/BENCHMARKS.md.
+# limiters against redis-cell and the Lua scripts (bench/limits.sh, docs/RATE_LIMITS.md), and
+# CTR.REFUND against the Lua refund over a ledger of units (bench/refund.sh); then the profile
+# of the hot add against INCRBY: instructions per call (bench/callgrind.sh, needs valgrind) and
+# server time per symbol (bench/profile.sh, needs perf), each skipped with a note when its tool
+# is missing. Results: docs/BENCHMARKS.md.
 bench: build-tests
 	bash bench/run.sh
 	bash bench/state.sh
@@ -106,6 +107,7 @@ bench: build-tests
 	bash bench/spread.sh
 	bash bench/floor_spread.sh
 	bash bench/limits.sh
+	bash bench/refund.sh
 	@if command -v valgrind >/dev/null 2>&1; then \
 	  MODULE_ARGS="replica-id bench promote-threshold 100" CALLGRIND_WARMUP=200000 bash bench/callgrind.sh; \
 	else echo "bench: valgrind is not installed (Debian: apt-get install valgrind): no instruction counts"; fi
