@@ -48,6 +48,18 @@ trap 'exit 143' TERM
 
 rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 
+# Figures over repetitions: the median of space-separated numbers; the median over the
+# repetitions of (run of $1) / (run of $2) in the same repetition, i.e. seconds apart; a ratio.
+median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 }
+  END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+paired() {
+  awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); m = 0
+    for (k = 1; k <= n; k++) if (y[k] > 0) r[++m] = x[k] / y[k]
+    for (p = 2; p <= m; p++) { v = r[p]; q = p - 1; while (q > 0 && r[q] > v) { r[q + 1] = r[q]; q-- } r[q + 1] = v }
+    if (m == 0) print "-"; else if (m % 2) printf "%.2f", r[(m + 1) / 2]; else printf "%.2f", (r[m / 2] + r[m / 2 + 1]) / 2 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
 # True when something accepts connections on 127.0.0.1:$1.
 port_busy() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 

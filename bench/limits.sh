@@ -207,7 +207,6 @@ err() { awk -v a="$1" -v e="$exact" 'BEGIN { printf "%+.1f%% (%d allowed)", (a -
 declare -A ERR=(["sorted-set Lua"]=$(err "$zset_ok") ["redis-ctr|window"]=$(err "$ctr_ok")
   ["two fixed windows (Lua)"]=$(err "$two_ok"))
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo "Rate limiters, $(date -u '+%Y-%m-%d %H:%M UTC'), $(redis-server --version | awk '{ print $3 }'), ${SECONDS_PER_RUN} s per run, 50 clients, $KEYS keys; exact sliding window: $exact allowed of $COUNT"
 echo
 echo "| group | form | command | ops/s | ops/s ratio | ops/s P16 | P16 ratio | usec/call | usec ratio | bytes per limited key | bytes, requests spread over the window | error against exact |"

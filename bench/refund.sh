@@ -162,16 +162,6 @@ for ((rep = 1; rep <= REPS; rep++)); do
 done
 rcli FLUSHALL >/dev/null
 
-median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 }
-  END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# Median over the repetitions of (run of $1) / (run of $2) in the same repetition.
-paired() {
-  awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); m = 0
-    for (k = 1; k <= n; k++) if (y[k] > 0) r[++m] = x[k] / y[k]
-    for (p = 2; p <= m; p++) { v = r[p]; q = p - 1; while (q > 0 && r[q] > v) { r[q + 1] = r[q]; q-- } r[q + 1] = v }
-    if (m == 0) print "-"; else if (m % 2) printf "%.2f", r[(m + 1) / 2]; else printf "%.2f", (r[m / 2] + r[m / 2 + 1]) / 2 }'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 echo "Refunds, $(date -u '+%Y-%m-%d %H:%M UTC'), Redis $version: $ORDERS orders of 1 unit, each refunded through \`redis-cli --pipe\`, $REPS interleaved repetition(s); load average $load_before before, $(load_avg) after."
 echo

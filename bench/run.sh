@@ -211,19 +211,9 @@ requests_for() {
   awk -v r="$1" -v s="$SECONDS_PER_RUN" -v m="$MARGIN" 'BEGIN { n = int(r * s * m) + 1; if (n < 1000) n = 1000; print n }'
 }
 
-median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 }
-  END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 fmt_ops() { awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.1fk", v / 1000; else printf "%.0f", v }'; }
 fmt_load() { awk -v v="$1" 'BEGIN { printf "%.2f", v }'; }
 fmt_usec() { awk -v v="$1" 'BEGIN { printf "%.3f", v }'; }
-# Median over the runs of (run of $1) / (run of $2) in the same repetition, i.e. seconds apart.
-paired() {
-  awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); m = 0
-    for (k = 1; k <= n; k++) if (y[k] > 0) r[++m] = x[k] / y[k]
-    for (p = 2; p <= m; p++) { v = r[p]; q = p - 1; while (q > 0 && r[q] > v) { r[q + 1] = r[q]; q-- } r[q + 1] = v }
-    if (m == 0) print "-"; else if (m % 2) printf "%.2f", r[(m + 1) / 2]; else printf "%.2f", (r[m / 2] + r[m / 2 + 1]) / 2 }'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 # --- memory ---------------------------------------------------------------------------------
 
