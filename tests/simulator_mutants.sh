@@ -68,8 +68,8 @@ mutant "a rebalance poll while the home folds holders back" src/protocol/rebalan
   '    let c = c.filter(|c| c.leaving().is_empty())?;' '    let c = c?;'
 mutant "a round's reports without the budget moving out" src/protocol/rebalance_node.rs \
   'c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))' 'c.map_or((0, 0), |c| (c.budget(), 0))'
-mutant "a round blind to budget moves landing at its home" src/protocol/rebalance_node.rs \
-  '    applied.chain(t.outbox.iter().map(|o| o.seq)).collect()' '    applied.take(0).collect()'
+mutant "a round blind to credits landing at its home" src/protocol/rebalance_node.rs \
+  '    t.inbox.iter().flat_map(|a| [a.giver_id, a.seq]).collect()' '    Vec::new()'
 mutant "a write makes a key at a sealed holder's name renamed away" src/protocol/transfer_node.rs \
   '        !(self.tracked_where(host, |c| c.carries_a_fold_of(name))).is_empty()' '        false'
 mutant "a planned holder name answered free where a key sits" src/protocol/admission_node.rs \

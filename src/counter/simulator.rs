@@ -1236,10 +1236,11 @@ impl Sim {
         self.handle(m);
     }
 
-    /// While a rebalance poll is out, every budget move in flight completes: its credit lands
-    /// (at the home, or at a holder for the home's own move), the receiver's replica holds it,
-    /// and the acknowledgement reaches the giver, all before any master answers the poll. The
-    /// round then read one side of each move before it and the other after it. Else a delivery.
+    /// While a rebalance poll is out (else the home's master starts a round), every budget
+    /// move in flight completes: its credit lands (at the home, or at a holder for the home's
+    /// own move), the receiver's replica holds it, and the acknowledgement reaches the giver,
+    /// all before any master answers the poll. The round then read one side of each move
+    /// before it and the other after it. Without a round, a delivery.
     fn move_lands_mid_round(&mut self) {
         let polling = |m: &Message| {
             matches!(
@@ -1250,7 +1251,7 @@ impl Sim {
                 }
             )
         };
-        if !self.network.iter().any(polling) {
+        if !self.network.iter().any(polling) && !self.open_round(polling) {
             return self.deliver();
         }
         self.note(format_args!("moves land mid-round"));
@@ -1303,26 +1304,47 @@ impl Sim {
         }
     }
 
-    /// A holder with budget on another master than the home's starts a move to the home and
-    /// sends it (its replica holding the debit): the move then starts and ends inside the
-    /// round, after the home was read and before the holder is.
+    /// The home's master starts a rebalance round of the home now, as its timer does once a
+    /// refusal made the home due. True when a poll went out (some holder on another master).
+    fn open_round(&mut self, polling: impl Fn(&Message) -> bool) -> bool {
+        if !self.rebalancing || self.floor.is_none() {
+            return false;
+        }
+        let (home, master) = (self.home.clone(), self.master_of(&self.home));
+        self.run_machine(
+            master,
+            |m| &mut m.rebalance,
+            |node, host| node.rebalance(host, &home),
+        );
+        self.hurry_moves_started(master);
+        self.network.iter().any(polling)
+    }
+
+    /// A holder with budget, on a master a poll is still on its way to, starts a move to the
+    /// home and sends it (its replica holding the debit): the move then starts and ends inside
+    /// the round, after the home was read and before the holder is.
     fn holder_gives_home_mid_round(&mut self) {
+        let polled: Vec<usize> = (self.network.iter())
+            .filter_map(|m| match m {
+                Message::Node {
+                    to,
+                    m: NodeMessage::DemandPoll(_),
+                    ..
+                } => Some(*to),
+                _ => None,
+            })
+            .collect();
         let holders = (self.home_counter().and_then(|h| h.spread()))
             .map(|s| s.holders.clone())
             .unwrap_or_default();
-        // A holder the round reads when its master answers (the home's master read its own).
-        let home_master = self.master_of(&self.home);
-        let answering: Vec<_> = (holders.into_iter())
-            .filter(|h| self.master_of(h) != home_master)
+        let givers: Vec<_> = (holders.into_iter())
+            .filter(|h| polled.contains(&self.master_of(h)) && self.floored_budget(h) > 0)
             .collect();
-        if answering.is_empty() {
+        if givers.is_empty() {
             return;
         }
-        let giver = answering[self.rng.below(answering.len())].clone();
+        let giver = givers[self.rng.below(givers.len())].clone();
         let budget = self.floored_budget(&giver);
-        if budget <= 0 {
-            return;
-        }
         let home = self.home.clone();
         let units = 1 + self.rng.below(budget as usize) as i64;
         self.start_move(&giver, &home, units);

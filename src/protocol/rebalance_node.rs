@@ -47,8 +47,8 @@ struct Poll<P> {
     home: Vec<u8>,
     /// The home first, then its holders, as the poll began.
     names: Vec<Vec<u8>>,
-    /// The home's budget moves as the poll began ([`home_moves`]).
-    home_moves: Vec<u64>,
+    /// The credits the home had applied as the poll began ([`home_credits`]).
+    home_credits: Vec<u64>,
     reports: Vec<Option<HolderDemand>>,
     /// Masters asked, with the holder indices each was asked for; None once answered.
     asks: Vec<(P, Option<Vec<usize>>)>,
@@ -88,20 +88,21 @@ fn round_names(home: &[u8], c: Option<&Counter>) -> Option<(Vec<Vec<u8>>, Vec<u6
     let names = std::iter::once(home.to_vec())
         .chain(spread.holders.iter().cloned())
         .collect();
-    Some((names, home_moves(c)))
+    Some((names, home_credits(c)))
 }
 
-/// What the home's transfers show of budget moves: the credits it applied (giver id, seq) and
-/// its own moves unacknowledged (seq). Every move of a round's units goes through the home,
-/// so a move that lands or is acknowledged between two reports of a round changes it: the
-/// report of one side was taken before, the other's after, and the move's units would be
-/// counted by neither.
-fn home_moves(c: &Counter) -> Vec<u64> {
+/// The credits the home applied (giver id, seq). Every move of a round's units goes through
+/// the home. A holder's move to the home that lands between the home's report (taken as the
+/// poll began) and the holder's (taken after its acknowledgement) would be counted by neither
+/// side, so a round whose home applied a credit meanwhile tells nothing. The home's own moves
+/// need no such record: its report counts them as moving out until acknowledged, so a holder
+/// that reports after the credit counts them twice (the bound errs high, a retry), never not at
+/// all.
+fn home_credits(c: &Counter) -> Vec<u64> {
     let Some(t) = c.transfers() else {
         return Vec::new();
     };
-    let applied = t.inbox.iter().flat_map(|a| [a.giver_id, a.seq]);
-    applied.chain(t.outbox.iter().map(|o| o.seq)).collect()
+    t.inbox.iter().flat_map(|a| [a.giver_id, a.seq]).collect()
 }
 
 impl<P: Clone + PartialEq> RebalanceNode<P> {
@@ -168,7 +169,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         if busy || !host.serves(home) {
             return; // a poll of this home is under way; the refusal's demand waits for the next
         }
-        let Some(Some((names, home_moves))) = host.read(home, |c| round_names(home, c)) else {
+        let Some(Some((names, home_credits))) = host.read(home, |c| round_names(home, c)) else {
             return; // not (or no longer) a floored spread counter, or folding holders back
         };
         let mut poll = Poll {
@@ -176,7 +177,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
             home: home.to_vec(),
             reports: vec![None; names.len()],
             names,
-            home_moves,
+            home_credits,
             asks: Vec::new(),
         };
         for i in 0..poll.names.len() {
@@ -274,12 +275,12 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         }
     }
 
-    /// True when the home still lists the poll's holders, folds none back, and no budget move
-    /// landed at it or was acknowledged to it since the poll began.
+    /// True when the home still lists the poll's holders, folds none back, and applied no
+    /// credit since the poll began.
     fn unchanged<H: Host<Peer = P>>(&self, host: &mut H, poll: &Poll<P>) -> bool {
         let same = |c: Option<&Counter>| {
             round_names(&poll.home, c)
-                .is_some_and(|(names, moves)| names == poll.names && moves == poll.home_moves)
+                .is_some_and(|(names, credits)| names == poll.names && credits == poll.home_credits)
         };
         host.select_db(poll.db) && host.read(&poll.home, same) == Some(true)
     }
