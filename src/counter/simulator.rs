@@ -2749,7 +2749,19 @@ impl Sim {
                 }
             }
             self.deliver_audit_messages();
+            self.release_held_answers();
         }
+    }
+
+    /// Answers held for replicas (a batch with a `Gone` in it waits, its `Lives` too) go once
+    /// every master's replica holds its writes, and are delivered: the runtime asks again every
+    /// `ASK_TIMEOUT_MS`, so an answer that finds the home comes between two restores of it.
+    fn release_held_answers(&mut self) {
+        for m in 0..MASTERS {
+            self.replicate_all(m);
+            self.run_machine(m, |m| &mut m.audit, |node, host| node.send_held(host));
+        }
+        self.deliver_audit_messages();
     }
 
     /// Every master's audit walks and asks, its replica holds every write and its held
