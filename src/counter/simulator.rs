@@ -1242,16 +1242,7 @@ impl Sim {
     /// all before any master answers the poll. The round then read one side of each move
     /// before it and the other after it. Without a round, a delivery.
     fn move_lands_mid_round(&mut self) {
-        let polling = |m: &Message| {
-            matches!(
-                m,
-                Message::Node {
-                    m: NodeMessage::DemandPoll(_),
-                    ..
-                }
-            )
-        };
-        if !self.network.iter().any(polling) && !self.open_round(polling) {
+        if self.polled_masters().is_empty() && !self.open_round() {
             return self.deliver();
         }
         self.note(format_args!("moves land mid-round"));
@@ -1278,27 +1269,42 @@ impl Sim {
             }
             receivers.sort_unstable();
             receivers.dedup();
-            for m in receivers {
-                self.replicate_all(m);
-                self.run_machine(m, |m| &mut m.transfers, |node, host| node.tick(host));
-            }
+            receivers.into_iter().for_each(|m| self.send_transfers(m));
         }
-        self.deliver_round_messages();
-    }
-
-    /// The rebalance polls and their answers in flight are delivered (none lost): the round
-    /// ends, its bound told.
-    fn deliver_round_messages(&mut self) {
-        let of_round = |m: &Message| {
+        // The polls and their answers (none lost): the round ends, its bound told.
+        self.deliver_every(|m| {
             matches!(
                 m,
-                Message::Node {
-                    m: NodeMessage::DemandPoll(_) | NodeMessage::DemandAnswer { .. },
-                    ..
-                }
+                NodeMessage::DemandPoll(_) | NodeMessage::DemandAnswer { .. }
             )
-        };
-        while let Some(i) = self.network.iter().position(of_round) {
+        });
+    }
+
+    /// Master `m`'s replica catches up and its transfer node's timer fires: what it holds
+    /// back for the replica (debits' credits, acknowledgements) goes out.
+    fn send_transfers(&mut self, m: usize) {
+        self.replicate_all(m);
+        self.run_machine(m, |m| &mut m.transfers, |node, host| node.tick(host));
+    }
+
+    /// The masters a rebalance poll is on its way to.
+    fn polled_masters(&self) -> Vec<usize> {
+        (self.network.iter())
+            .filter_map(|m| match m {
+                Message::Node {
+                    to,
+                    m: NodeMessage::DemandPoll(_),
+                    ..
+                } => Some(*to),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every message between machines of the kind `kind` in flight is delivered (none lost),
+    /// and those they make of it too; the rest waits.
+    fn deliver_every(&mut self, kind: impl Fn(&NodeMessage) -> bool) {
+        while let Some(i) = (self.network.iter()).position(|Message::Node { m, .. }| kind(m)) {
             let m = self.network.swap_remove(i);
             self.handle(m);
         }
@@ -1306,7 +1312,7 @@ impl Sim {
 
     /// The home's master starts a rebalance round of the home now, as its timer does once a
     /// refusal made the home due. True when a poll went out (some holder on another master).
-    fn open_round(&mut self, polling: impl Fn(&Message) -> bool) -> bool {
+    fn open_round(&mut self) -> bool {
         if !self.rebalancing || self.floor.is_none() {
             return false;
         }
@@ -1317,40 +1323,30 @@ impl Sim {
             |node, host| node.rebalance(host, &home),
         );
         self.hurry_moves_started(master);
-        self.network.iter().any(polling)
+        !self.polled_masters().is_empty()
     }
 
     /// A holder with budget, on a master a poll is still on its way to, starts a move to the
     /// home and sends it (its replica holding the debit): the move then starts and ends inside
     /// the round, after the home was read and before the holder is.
     fn holder_gives_home_mid_round(&mut self) {
-        let polled: Vec<usize> = (self.network.iter())
-            .filter_map(|m| match m {
-                Message::Node {
-                    to,
-                    m: NodeMessage::DemandPoll(_),
-                    ..
-                } => Some(*to),
-                _ => None,
-            })
-            .collect();
+        let polled = self.polled_masters();
         let holders = (self.home_counter().and_then(|h| h.spread()))
             .map(|s| s.holders.clone())
             .unwrap_or_default();
         let givers: Vec<_> = (holders.into_iter())
-            .filter(|h| polled.contains(&self.master_of(h)) && self.floored_budget(h) > 0)
+            .filter(|h| polled.contains(&self.master_of(h)))
+            .map(|h| (self.floored_budget(&h), h))
+            .filter(|(budget, _)| *budget > 0)
             .collect();
         if givers.is_empty() {
             return;
         }
-        let giver = givers[self.rng.below(givers.len())].clone();
-        let budget = self.floored_budget(&giver);
+        let (budget, giver) = givers[self.rng.below(givers.len())].clone();
         let home = self.home.clone();
         let units = 1 + self.rng.below(budget as usize) as i64;
         self.start_move(&giver, &home, units);
-        let master = self.master_of(&giver);
-        self.replicate_all(master);
-        self.run_machine(master, |m| &mut m.transfers, |node, host| node.tick(host));
+        self.send_transfers(self.master_of(&giver));
     }
 
     /// True when `m` is a credit across the partition in force.
@@ -2783,19 +2779,12 @@ impl Sim {
 
     /// The audits' questions and answers in flight are delivered (none lost), the rest waits.
     fn deliver_audit_messages(&mut self) {
-        let is_audit = |m: &Message| {
+        self.deliver_every(|m| {
             matches!(
                 m,
-                Message::Node {
-                    m: NodeMessage::AuditAsk { .. } | NodeMessage::AuditAnswers { .. },
-                    ..
-                }
+                NodeMessage::AuditAsk { .. } | NodeMessage::AuditAnswers { .. }
             )
-        };
-        while let Some(i) = self.network.iter().position(is_audit) {
-            let m = self.network.swap_remove(i);
-            self.handle(m);
-        }
+        });
     }
 
     /// DEL of the home (the counter is gone: its total with it) and a new counter spread under
