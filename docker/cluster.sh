@@ -85,13 +85,29 @@ diagnose() {
     echo "  $addr: cluster_state $state, $(info "$h" "$p" cluster_slots_ok) of 16384 slots ok" \
       "($(info "$h" "$p" cluster_slots_pfail) pfail, $(info "$h" "$p" cluster_slots_fail) fail)," \
       "knows $(info "$h" "$p" cluster_known_nodes) nodes" >&2
-    [ -n "$seen" ] || seen=$("$cli" -h "$h" -p "$p" CLUSTER NODES 2>/dev/null | tr -d '\r')
+    seen="$seen$("$cli" -h "$h" -p "$p" CLUSTER NODES 2>/dev/null | tr -d '\r')
+"
   done
-  # CLUSTER NODES: id addr flags master ping pong epoch link slots...
-  echo "$seen" | awk '$3 ~ /fail/ || $8 == "disconnected" {
-      sub(/@.*/, "", $2)
+  # CLUSTER NODES: id addr flags master ping pong epoch link slots... Every answering node's
+  # view: a node that one view knows only as noaddr (its port since taken by another server
+  # that answered with another name) is named by the address another view still knows.
+  echo "$seen" | awk 'NF > 7 {
+      a = $2
+      sub(/@.*/, "", a)
+      if (a !~ /^:/) addr[$1] = a
+    }
+    ($3 ~ /fail/ || $8 == "disconnected") && !($1 in line) {
+      order[++n] = $1
       role = ($3 ~ /master/) ? "master" : "replica"
-      print "  " role " " $2 " is down (" $3 ", link " $8 ")" (NF > 8 ? ", its slots " $9 " uncovered" : "")
+      line[$1] = " is down (" $3 ", link " $8 ")" (NF > 8 ? ", its slots " $9 " uncovered" : "")
+      kind[$1] = role
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        id = order[i]
+        name = (id in addr) ? addr[id] : "node " id " (its address unknown)"
+        print "  " kind[id] " " name line[id]
+      }
     }' >&2
   echo "  a master that is down with no replica to take over leaves its slots uncovered: start" \
     "it again (cluster.sh start with its port), or repair the cluster by hand" \

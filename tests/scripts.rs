@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -408,6 +409,12 @@ fn cluster_sh_says_why_the_cluster_is_not_ok_and_stops_what_it_started() {
         .args(["-9", &third.to_string()])
         .status()
         .unwrap();
+    // Its ports stay taken, so that no server of a test running beside this one answers there
+    // with another name (a node would then know the dead one only as noaddr, without address).
+    let _held_ports: Vec<TcpListener> = [ports[2], ports[2] + 10000]
+        .iter()
+        .filter_map(|p| TcpListener::bind(("127.0.0.1", *p)).ok())
+        .collect();
     wait_for("the cluster to fail", || {
         let mut c = Conn::connect(ports[0]).ok()?;
         c.q("CLUSTER INFO")
