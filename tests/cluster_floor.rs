@@ -939,3 +939,68 @@ fn a_granted_purchase_replies_the_units_its_holder_can_still_sell() {
     let retried = ["CTR.DECRFLOOR", &holders[i], "60", "TOKEN", "order-2"];
     assert_eq!(client.cmd(&retried), Value::Int(left));
 }
+
+/// A refund by the probe rule: the holders in the token's order, stopping at the first that
+/// answers a number (the units it gave back, or replays). None when no holder had a grant of
+/// the token.
+fn refund(client: &mut ClusterClient, holders: &[String], token: &str) -> Option<i64> {
+    for i in probe_order(token.as_bytes(), holders.len()) {
+        match client.cmd(&["CTR.REFUND", &holders[i], "TOKEN", token]) {
+            Value::Int(units) => return Some(units),
+            Value::Nil => continue,
+            other => panic!("refund of {token} at {}: {other:?}", holders[i]),
+        }
+    }
+    None
+}
+
+/// Cancelled orders restock exactly once (issue 35, item 3) on a floored spread counter across
+/// three masters: each refund walks the purchase's probe order to the holder that granted it
+/// and gives the units back there, where they are budget again; a retried refund replays, the
+/// refund of a refused or unknown token finds nothing, and the total and the conservation of
+/// budgets hold at every step.
+#[test]
+fn cancelled_purchases_restock_once_at_the_holders_that_granted_them() {
+    let cluster = Cluster::start(3, &[]);
+    let mut client = cluster.client();
+    let home = "{stock}";
+    assert_eq!(client.cmd(&["CTR.ADD", home, "400"]), Value::Int(400));
+    assert_eq!(client.cmd(&["CTR.FLOOR", home, "0"]).text(), "OK");
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "8"]));
+    eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(())
+    });
+    let tokens: Vec<String> = (0..20).map(|n| format!("order-{n}")).collect();
+    for token in &tokens {
+        assert_eq!(purchase(&mut client, &holders, 7, token), Some(true));
+    }
+    let sold = eventually(30, || floor_view(&mut client, home));
+    assert_eq!(sold.total, 400 - 20 * 7);
+    // Half the orders are cancelled, each refund sent twice.
+    for token in &tokens[..10] {
+        assert_eq!(refund(&mut client, &holders, token), Some(7), "{token}");
+        assert_eq!(
+            refund(&mut client, &holders, token),
+            Some(7),
+            "{token} again"
+        );
+    }
+    assert_eq!(refund(&mut client, &holders, "never-sold"), None);
+    let v = eventually(30, || {
+        let v = floor_view(&mut client, home)?;
+        (v.in_flight == 0).then_some(v)
+    });
+    assert_eq!(v.total, 400 - 10 * 7);
+    check_conservation(&v, v.total, 0);
+    // The purchases' retries replay their grants; the refunded units sell again.
+    for token in &tokens {
+        assert_eq!(purchase(&mut client, &holders, 7, token), Some(true));
+    }
+    assert_eq!(
+        purchase(&mut client, &holders, 5, "after-refunds"),
+        Some(true)
+    );
+    let v = eventually(30, || floor_view(&mut client, home));
+    assert_eq!(v.total, 400 - 10 * 7 - 5);
+}

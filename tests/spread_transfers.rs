@@ -1058,3 +1058,68 @@ fn a_restored_outbox_sends_nothing_its_name_did_not_debit() {
     assert_eq!(info(&mut f, "stock", "floor"), Some(Value::Int(100)));
     assert_eq!(f.cmd(&["CTR.DECRFLOOR", &stock[1], "1000"]), Value::Nil);
 }
+
+/// CTR.REFUND on a spread counter (issue 35, item 3): each member gives back, once, the grants
+/// it made itself, and says nil for a token it did not grant (the clients walk the purchase's
+/// probe order until a member answers a number); a replica reaches the same states. A holder
+/// folded back replays a refund it gave and refuses a grant it still holds: the grant's units
+/// went home with the fold, so a refund there would count them twice or lose them.
+#[test]
+fn refunds_on_a_spread_counter_go_back_to_the_member_that_granted() {
+    let server = Server::start();
+    let replica = server.start_replica();
+    let mut c = server.conn();
+    c.q("CTR.ADD stock 300");
+    c.q("CTR.FLOOR stock 0");
+    let members = names(&c.q("CTR.SPREAD stock 3"));
+    let (home, h1, h2) = (
+        members[0].as_str(),
+        members[1].as_str(),
+        members[2].as_str(),
+    );
+    assert_eq!(home, "stock");
+    for (member, units, token) in [(h1, "7", "o1"), (h2, "5", "o2"), (home, "3", "o3")] {
+        let granted = c.cmd(&["CTR.DECRFLOOR", member, units, "TOKEN", token]);
+        assert!(matches!(granted, Value::Int(_)), "{member}: {granted:?}");
+    }
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(285));
+    let refund =
+        |c: &mut Conn, member: &str, token: &str| c.cmd(&["CTR.REFUND", member, "TOKEN", token]);
+    assert_eq!(refund(&mut c, h2, "o1"), Value::Nil, "not its grant");
+    assert_eq!(refund(&mut c, home, "o1"), Value::Nil, "not its grant");
+    assert_eq!(refund(&mut c, h1, "o1"), Value::Int(7));
+    assert_eq!(refund(&mut c, h1, "o1"), Value::Int(7), "a retry replays");
+    assert_eq!(refund(&mut c, home, "o3"), Value::Int(3));
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(295));
+    // The purchases' own retries still replay their first replies.
+    assert!(matches!(
+        c.cmd(&["CTR.DECRFLOOR", h1, "7", "TOKEN", "o1"]),
+        Value::Int(_)
+    ));
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(295));
+    server.wait_replicas(1);
+    let mut r = replica.conn();
+    for member in &members {
+        assert_eq!(
+            r.cmd(&["DEBUG", "DIGEST-VALUE", member]),
+            c.cmd(&["DEBUG", "DIGEST-VALUE", member]),
+            "{member}"
+        );
+    }
+    // A shrink folds h2 with the grant of o2 in it: refused there, nothing changes.
+    c.q("CTR.SPREAD stock 2");
+    wait_folded(&mut c, "stock");
+    let refused = refund(&mut c, h2, "o2").error();
+    assert!(refused.starts_with("ERR refund after a fold"), "{refused}");
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(295));
+    // Folded too, h1 replays the refund it gave, and has no grant of another token.
+    c.q("CTR.SPREAD stock 1");
+    wait_folded(&mut c, "stock");
+    assert_eq!(refund(&mut c, h1, "o1"), Value::Int(7));
+    assert_eq!(refund(&mut c, h1, "o2"), Value::Nil);
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(295));
+    // What the error says to do: the units back at the home, once, under a token of one's own.
+    assert_eq!(c.q("CTR.ADD stock 5 TOKEN refund-o2"), Value::Int(300));
+    assert_eq!(c.q("CTR.ADD stock 5 TOKEN refund-o2"), Value::Int(300));
+    assert_eq!(c.q("CTR.GET stock"), Value::Int(300));
+}

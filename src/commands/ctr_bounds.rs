@@ -16,8 +16,8 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 use crate::runtime::ctr_store::store_inline;
 use crate::runtime::ctr_store::{
-    created_with_ttl, inline_advice, is_missing, open_for_write, open_for_write_as, update_counter,
-    Before, Write,
+    created_with_ttl, inline_advice, is_missing, open_for_retry_as, open_for_write,
+    open_for_write_as, update_counter, Before, Write,
 };
 
 /// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
@@ -264,28 +264,32 @@ enum Refunded {
     Given(RefundOp, Before),
 }
 
+/// A refund whose grant a shrink folded back into the home with the holder's units.
+pub const REFUND_FOLDED: CommandError = CommandError::fixed(
+    "ERR refund after a fold: this holder was folded back into its home with the grant's units, and refunds are not carried by folds yet (add the units to the home with a token of your own: CTR.ADD home units TOKEN refund-token)",
+);
+
 /// CTR.REFUND key TOKEN token
 pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
     if args.len() != 4 {
         return Err(super::wrong_arity("ctr.refund"));
     }
-    let key = open_for_write(ctx, args.raw(1))?;
+    // A spread counter's home and holders refund as any counter: a grant is given back to the
+    // key that granted it (the clients find it by the purchase's probe walk).
+    let (key, _) = open_for_retry_as(ctx, args.raw(1))?;
     if !args.bytes(2).eq_ignore_ascii_case(b"TOKEN") {
         return Err(SYNTAX_ERROR);
     }
     let token = parse_token(args.bytes(3))?;
-    if parse_holder_name(args.bytes(1)).is_some() {
-        return Err(CounterError::CeilingOnSpread.into());
-    }
     if is_missing(&key) {
         return Ok(Reply::Null); // no counter, no grant
     }
     let w = Write::new(ctx, args, Some(token), None)?;
     let fp = w.token.map_or(0, |t| t.fp);
     let outcome = w.update(&key, |c, before| {
-        refuse_spread(args.bytes(1), c)?;
         Ok(match c.refund_plan(fp, w.now)? {
             RefundPlan::NoGrant => Refunded::Nothing,
+            RefundPlan::Folded => return Err(REFUND_FOLDED),
             RefundPlan::Replay(units) => {
                 c.note_duplicate();
                 Refunded::Replayed(units)

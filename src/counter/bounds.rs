@@ -71,6 +71,9 @@ pub enum RefundPlan {
     Replay(i64),
     /// A grant to give back: this many units (all of it, or what fits under the ceiling).
     Give(i64),
+    /// A grant on a holder folded back into its home: its units went home with the fold, and
+    /// the sealed holder writes nothing, so the refund is refused.
+    Folded,
 }
 
 impl Counter {
@@ -178,6 +181,7 @@ impl Counter {
         let units = record.outcome.unwrap_or(0);
         match record.intent {
             Intent::REFUNDED => Ok(RefundPlan::Replay(units)),
+            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded),
             Intent::GRANT => {
                 let room = self
                     .ceiling()
@@ -345,6 +349,7 @@ mod tests {
         match c.refund_plan(fp, now).unwrap() {
             RefundPlan::NoGrant => None,
             RefundPlan::Replay(units) => Some(units),
+            RefundPlan::Folded => panic!("a refund on a folded holder"),
             RefundPlan::Give(units) => {
                 let op = RefundOp {
                     now,
@@ -377,6 +382,27 @@ mod tests {
             c.token_use(7, WriteKind::Decr(4), 2_000),
             super::super::TokenUse::Retry(Some(6))
         );
+    }
+
+    /// A holder folded back into its home (its units, grants included, gone home with the
+    /// fold) refunds nothing: a refund given before the fold replays, a grant still held is
+    /// refused, a token without a grant is nil.
+    #[test]
+    fn a_folded_holder_replays_its_refunds_and_refuses_the_rest() {
+        let name = crate::counter::spread::holder_name(b"{p}stock", 7, 1, 0);
+        let mut c = Counter::plain(10);
+        assert_eq!(decrement(&mut c, 4, 1), Some(6));
+        assert_eq!(decrement(&mut c, 2, 2), Some(4));
+        assert_eq!(refund(&mut c, 1, 2_000), Some(4));
+        let giver = crate::counter::transfer::Giver {
+            name: &name,
+            new_id: 9,
+        };
+        c.seal_into(b"{p}stock", 5, 2_000, giver).unwrap();
+        assert!(c.is_sealed());
+        assert_eq!(c.refund_plan(1, 3_000), Ok(RefundPlan::Replay(4)));
+        assert_eq!(c.refund_plan(2, 3_000), Ok(RefundPlan::Folded));
+        assert_eq!(c.refund_plan(3, 3_000), Ok(RefundPlan::NoGrant));
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl CounterError {
             }
             CounterError::AboveCeiling => "ERR value above ceiling".to_string(),
             CounterError::CeilingOnSpread => {
-                "ERR bounds on spread counters are not supported yet: CTR.CEIL, CTR.INCREX and CTR.REFUND take a counter that is not spread, and a counter with a ceiling does not spread"
+                "ERR bounds on spread counters are not supported yet: CTR.CEIL and CTR.INCREX take a counter that is not spread, and a counter with a ceiling does not spread"
                     .to_string()
             }
             CounterError::ClearFlooredSpread => {

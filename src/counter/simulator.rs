@@ -19,6 +19,11 @@
 //!   purchases that walk every member until one grants or says `TRYAGAIN`, a walk refused
 //!   everywhere checked against the budget in flight (a ghost check: no move on its way would
 //!   have covered it);
+//! - refunds of tokened purchases (`CTR.REFUND`, [`Counter::refund_plan`] as the glue runs
+//!   it), walking the purchase's members in its order until one answers, retried, also
+//!   after a shrink folded the granting holder (which refuses it: its units went home with the
+//!   fold); a ghost check fails a token refunded twice or without a grant, and the total
+//!   check a refund counted twice or lost;
 //! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
 //!   name of the same spread), RESTORE of forged payloads whose outbox claims a member's
 //!   transfer (the glue's rule, `drop_foreign_transfers`, runs on every RESTORE), DUMP/RESTORE
@@ -83,7 +88,10 @@ use super::transfer::{
     debited_ms, purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError,
     MOVE_IN_FLIGHT_MS,
 };
-use super::{token_expiry, AddOp, Counter, DecrOp, Spread, TokenStamp, TokenUse, WriteKind};
+use super::{
+    token_expiry, AddOp, Counter, DecrOp, RefundOp, RefundPlan, Spread, TokenStamp, TokenUse,
+    WriteKind,
+};
 use crate::persist::admission_msg::NameAnswer;
 use crate::persist::gather_msg::HolderAnswer;
 use crate::persist::holder_check_msg::Verdict;
@@ -149,6 +157,8 @@ const STEPS: usize = 160;
 static ROUNDS_POLLED: AtomicU64 = AtomicU64::new(0);
 static BOUNDS_CHECKED: AtomicU64 = AtomicU64::new(0);
 static GIVES: AtomicU64 = AtomicU64::new(0);
+/// Refund walks: given afresh, replayed, stopped at a folded holder that held the grant.
+static REFUNDS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 /// Atomic slot migrations handed over and cancelled.
 static MIGRATIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Writes that waited for a holder check, by the verdict they ran again with: listed, not
@@ -340,13 +350,25 @@ struct Sim {
     clocks: Rng,
 }
 
-/// A tokened purchase a client may retry: its token (fingerprint), time and amount.
+/// A tokened purchase a client may retry, or refund: its token (fingerprint), time and
+/// amount, and (ghost state) how many times it was granted and refunded.
 #[derive(Clone, Copy)]
 struct TokenWalk {
     fp: u64,
     at: i64,
     amount: i64,
     granted: u32,
+    refunded: u32,
+}
+
+/// The members a token's walk visits.
+enum WalkOrder {
+    /// These, in this order.
+    Members(Vec<Vec<u8>>),
+    /// None yet: the home's listing gate is closed, or its clock behind the token's time.
+    Waits,
+    /// None: no home, or a time the listing does not know.
+    Unwalked,
 }
 
 /// Where a tokened purchase's walk stops at one member.
@@ -1011,6 +1033,9 @@ impl Sim {
             92 if self.faults && self.rng.percent(40) => self.delete_home_and_spread_again(),
             92 if self.faults && self.rng.percent(50) => self.delete_home_unwaited(),
             92 if self.faults => self.home_restored_after_its_holders(),
+            93 | 94 if self.floor.is_some() && self.rng.percent(25) => {
+                return self.refund_after_fold();
+            }
             93 | 94 => self.expire_folded_holder(),
             95 if self.faults && self.rng.percent(50) => self.copy_holder(),
             95 if self.faults => self.sibling_move_outlives_its_receiver(),
@@ -1880,6 +1905,9 @@ impl Sim {
     /// and folds came between its walks.
     fn token_purchase(&mut self) -> Result<(), String> {
         let retry = !self.tokens.is_empty() && self.rng.percent(50);
+        if retry && self.rng.percent(50) {
+            return self.refund_some_token(); // an order cancelled
+        }
         let index = if retry {
             self.rng.below(self.tokens.len())
         } else {
@@ -1888,10 +1916,25 @@ impl Sim {
                 at: self.now,
                 amount: 1 + self.rng.below(6) as i64,
                 granted: 0,
+                refunded: 0,
             });
             self.tokens.len() - 1
         };
         self.walk_token(index)
+    }
+
+    /// The refund of a purchase: mostly one that was granted (a refund of any other walks to
+    /// nil), new or the retry of a refund.
+    fn refund_some_token(&mut self) -> Result<(), String> {
+        let granted: Vec<usize> = (0..self.tokens.len())
+            .filter(|&i| self.tokens[i].granted > 0)
+            .collect();
+        let index = if !granted.is_empty() && self.rng.percent(80) {
+            granted[self.rng.below(granted.len())]
+        } else {
+            self.rng.below(self.tokens.len())
+        };
+        self.walk_refund(index)
     }
 
     /// True when the home master's listing gate lets `CTR.HOLDERS home AT` answer: its
@@ -1935,34 +1978,15 @@ impl Sim {
     /// bound passed).
     fn walk_token(&mut self, index: usize) -> Result<(), String> {
         let walk = self.tokens[index];
-        if !self.listing_gate_open() {
-            self.waiting_walk = Some(walk.fp);
-            return Ok(());
-        }
-        let Some(home) = self.home_counter() else {
-            return Ok(());
-        };
-        let now = self.clock_of(self.master_of(&self.home));
-        let listed = match home.holders_at(walk.at, now) {
-            Ok(listed) => listed,
-            // The home's clock has not reached the purchase's time: the client waits for it
-            // (its library asks again), and walks what the home lists then.
-            Err(ListedAtError::Ahead { .. }) => {
+        let order = match self.walk_order(&walk) {
+            WalkOrder::Members(order) => order,
+            WalkOrder::Waits => {
                 self.waiting_walk = Some(walk.fp);
                 return Ok(());
             }
-            // A time the listing does not know: the clients walk the current list (not modelled).
-            Err(ListedAtError::Unknown { .. }) => return Ok(()),
+            WalkOrder::Unwalked => return Ok(()),
         };
-        self.walked_lists.retain(|(at, _)| *at != walk.at);
-        if self.walked_lists.len() == 16 {
-            self.walked_lists.remove(0);
-        }
-        self.walked_lists.push((walk.at, listed.clone()));
-        let list: Vec<Vec<u8>> = std::iter::once(self.home.clone()).chain(listed).collect();
-        let start = (walk.fp % list.len() as u64) as usize;
-        for k in 0..list.len() {
-            let key = &list[(start + k) % list.len()];
+        for key in &order {
             match self.token_purchase_at(key, &walk) {
                 TokenStop::Granted(afresh) => return self.granted(index, afresh),
                 TokenStop::Passed => {}
@@ -1970,6 +1994,115 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// The refund of the token at `index`, walking the members its purchase walks, in the same
+    /// order, until one gives the grant back or replays its refund (the clients' refund walk).
+    /// Ghost check: a token is refunded at most once, and only after a grant.
+    fn walk_refund(&mut self, index: usize) -> Result<(), String> {
+        let walk = self.tokens[index];
+        // A refund waiting for the home's listing is retried by its client later.
+        let WalkOrder::Members(order) = self.walk_order(&walk) else {
+            return Ok(());
+        };
+        for key in &order {
+            match self.refund_at(key, &walk) {
+                TokenStop::Granted(afresh) => return self.refunded(index, afresh),
+                TokenStop::Passed => {}
+                TokenStop::Undecided => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The members a walk of `walk`'s token visits, in order: the home and the holders in force
+    /// at its time (`CTR.HOLDERS home AT at`), from the member its token picks.
+    fn walk_order(&mut self, walk: &TokenWalk) -> WalkOrder {
+        if !self.listing_gate_open() {
+            return WalkOrder::Waits;
+        }
+        let Some(home) = self.home_counter() else {
+            return WalkOrder::Unwalked;
+        };
+        let now = self.clock_of(self.master_of(&self.home));
+        let listed = match home.holders_at(walk.at, now) {
+            Ok(listed) => listed,
+            // The home's clock has not reached the token's time: the client waits for it (its
+            // library asks again), and walks what the home lists then.
+            Err(ListedAtError::Ahead { .. }) => return WalkOrder::Waits,
+            // A time the listing does not know: the clients walk the current list (not modelled).
+            Err(ListedAtError::Unknown { .. }) => return WalkOrder::Unwalked,
+        };
+        self.walked_lists.retain(|(at, _)| *at != walk.at);
+        if self.walked_lists.len() == 16 {
+            self.walked_lists.remove(0);
+        }
+        self.walked_lists.push((walk.at, listed.clone()));
+        let mut list: Vec<Vec<u8>> = std::iter::once(self.home.clone()).chain(listed).collect();
+        let start = (walk.fp % list.len() as u64) as usize;
+        list.rotate_left(start);
+        WalkOrder::Members(list)
+    }
+
+    /// The ghost's count of a walk's refund.
+    fn refunded(&mut self, index: usize, afresh: bool) -> Result<(), String> {
+        let walk = &mut self.tokens[index];
+        if afresh {
+            walk.refunded += 1;
+        }
+        if walk.refunded > walk.granted.min(1) {
+            return Err(format!(
+                "the purchase token {:x} of time {} was refunded {} times, granted {} times",
+                walk.fp, walk.at, walk.refunded, walk.granted
+            ));
+        }
+        Ok(())
+    }
+
+    /// A refund at one member, as the glue decides it ([`Counter::refund_plan`]): a grant is
+    /// given back once, a refund replays, a folded holder refuses a grant it still holds.
+    fn refund_at(&mut self, key: &[u8], walk: &TokenWalk) -> TokenStop {
+        let now = self.now;
+        let Some(c) = self.get(key) else {
+            return TokenStop::Undecided;
+        };
+        let units = match c.refund_plan(walk.fp, now) {
+            Ok(RefundPlan::NoGrant) => return TokenStop::Passed,
+            Ok(RefundPlan::Replay(_)) => {
+                REFUNDS[1].fetch_add(1, Relaxed);
+                return TokenStop::Granted(false);
+            }
+            Ok(RefundPlan::Folded) => {
+                REFUNDS[2].fetch_add(1, Relaxed);
+                return TokenStop::Undecided;
+            }
+            Err(_) => return TokenStop::Undecided,
+            Ok(RefundPlan::Give(units)) => units,
+        };
+        let mut c = c.clone();
+        let op = RefundOp {
+            now,
+            fp: walk.fp,
+            units,
+            shard: 0,
+            shards: c.shard_count(),
+        };
+        if c.apply_refund(&op).is_err() {
+            return TokenStop::Undecided;
+        }
+        self.write(key, Some(c), units);
+        let owner = self.master_of(key);
+        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
+            p.token = Some(walk.fp);
+        }
+        REFUNDS[0].fetch_add(1, Relaxed);
+        self.note(format_args!(
+            "token {:x} of {} at {}: refunded {units}",
+            walk.fp,
+            walk.at,
+            show(key)
+        ));
+        TokenStop::Granted(true)
     }
 
     /// The ghost's count of a walk's grant.
@@ -2535,6 +2668,50 @@ impl Sim {
     /// longer leaving, and nothing owed to it (the grace period, the token window, is long next
     /// to the resends that answer a move toward it; a partition longer than that is
     /// [`Sim::sibling_move_outlives_its_receiver`]).
+    /// A purchase granted by the spread's last holder, a shrink that folds that holder, the
+    /// fold's messages delivered (those a partition does not hold), then the purchase's refund:
+    /// the folded holder refuses it (its units went home with the fold), and no unit comes back
+    /// twice, once in the fold and once in the refund.
+    fn refund_after_fold(&mut self) -> Result<(), String> {
+        let Some(count) = self
+            .home_counter()
+            .and_then(|h| h.spread())
+            .map(Spread::count)
+        else {
+            return Ok(());
+        };
+        // A token whose walk starts at the last holder (the walk's list: the home, the holders).
+        let n = count as u64;
+        let fp = self.rng.id() / n * n + (n - 1);
+        self.tokens.push(TokenWalk {
+            fp,
+            at: self.now,
+            amount: 1,
+            granted: 0,
+            refunded: 0,
+        });
+        let index = self.tokens.len() - 1;
+        self.walk_token(index)?;
+        let home = self.home.clone();
+        let needed = self.home_counter().map_or(0, |c| c.folds_needed(count - 1));
+        let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
+        let shrink = self.shrink_step(count - 1, fold_ids);
+        if !matches!(self.take_step(&home, shrink), Ok(StepOutcome::Shrunk(_))) {
+            return Ok(());
+        }
+        self.note(format_args!("shrink to {}, then a refund", count - 1));
+        for _ in 0..3 {
+            self.now += TICK_MS;
+            (0..MASTERS).for_each(|m| self.send_transfers(m));
+            let reachable = |sim: &Sim| (sim.network.iter()).position(|m| !sim.partitioned(m));
+            while let Some(i) = reachable(self) {
+                let m = self.network.swap_remove(i);
+                self.handle(m);
+            }
+        }
+        self.walk_refund(index)
+    }
+
     fn expire_folded_holder(&mut self) {
         let done: Vec<Vec<u8>> = self
             .masters
@@ -3207,9 +3384,9 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         "simulator: {schedules} schedules of {STEPS} steps in {secs:.1} s ({:.0} schedules/s); \
          {} gathered reads, {} of them in quiet windows checked against the total ({} failed, \
          {} timed out, {} redirected); \
-         {} rebalance polls, {} bounds told and checked, {} gives; writes after a holder \
-         check: {} listed, {} not listed, {} unsure; slot migrations: {} handed over, {} \
-         cancelled",
+         {} rebalance polls, {} bounds told and checked, {} gives; refunds: {} given, {} \
+         replayed, {} refused by a folded holder; writes after a holder check: {} listed, {} \
+         not listed, {} unsure; slot migrations: {} handed over, {} cancelled",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
         reads::CHECKED.load(Relaxed),
@@ -3219,6 +3396,9 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         ROUNDS_POLLED.load(Relaxed),
         BOUNDS_CHECKED.load(Relaxed),
         GIVES.load(Relaxed),
+        REFUNDS[0].load(Relaxed),
+        REFUNDS[1].load(Relaxed),
+        REFUNDS[2].load(Relaxed),
         CHECKED_WRITES[0].load(Relaxed),
         CHECKED_WRITES[1].load(Relaxed),
         CHECKED_WRITES[2].load(Relaxed),

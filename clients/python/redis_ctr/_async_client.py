@@ -295,9 +295,22 @@ class AsyncCtr:
         )
         return await run(self.client, call)
 
-    async def refund(self, key: KeyT, token: KeyT) -> Optional[int]:
-        """``CTR.REFUND``: the units given back, None without a grant."""
-        return await run(self.client, _calls.refund(key, token))
+    async def refund(
+        self, key: KeyT, token: KeyT, *, at: Optional[int] = None
+    ) -> Optional[int]:
+        """``CTR.REFUND``: the units given back, None without a grant (on a spread counter, at
+        the holder that granted the token, found by the purchase's probe walk: see
+        :meth:`redis_ctr.Ctr.refund`)."""
+        call = _calls.refund(key, token)
+        cache = self._holders
+        if cache is None:
+            return await run(self.client, call)
+        listed = cache.remembered_purchase(key, token, at) or await self._purchase_list(key, at)
+        for holder in cache.probe_targets(key, listed, token, at)[1]:
+            units = await run(self.client, call.on(holder))
+            if units is not None:
+                return units
+        return None
 
     async def throttle(
         self,

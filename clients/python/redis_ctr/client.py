@@ -531,11 +531,27 @@ class Ctr:
         )
         return run(self.client, call)
 
-    def refund(self, key: KeyT, token: KeyT) -> Optional[int]:
+    def refund(self, key: KeyT, token: KeyT, *, at: Optional[int] = None) -> Optional[int]:
         """``CTR.REFUND``: gives back, once, what the tokened ``decrfloor`` (or negative
         ``add``) ``token`` took; the units returned (the same on a retry), None when the token
-        has no grant in the window."""
-        return run(self.client, _calls.refund(key, token))
+        has no grant in the window.
+
+        On a spread counter the refund walks the holders the purchase ``token`` walked (the
+        list this client remembers for the token, else the one in force at ``at``: pass the
+        purchase's ``at``; without either, the current holders), in the token's probe order,
+        until one answers a number: the holder that granted the token gives the units back
+        there, where they are budget again. A holder folded back since it granted raises
+        :class:`~redis_ctr.errors.RefundFolded` (nothing changed)."""
+        call = _calls.refund(key, token)
+        cache = self._holders
+        if cache is None:
+            return run(self.client, call)
+        listed = cache.remembered_purchase(key, token, at) or self._purchase_list(key, at)
+        for holder in cache.probe_targets(key, listed, token, at)[1]:
+            units = run(self.client, call.on(holder))
+            if units is not None:
+                return units
+        return None
 
     def throttle(
         self,

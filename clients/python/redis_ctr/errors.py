@@ -47,8 +47,15 @@ class CeilingRefused(AboveCeiling):
 
 
 class CeilingOnSpread(CtrError):
-    """Bounds and a spread counter together (``CTR.CEIL``, ``CTR.INCREX`` or ``CTR.REFUND`` on a
-    spread home or holder, ``CTR.SPREAD`` of a counter with a ceiling): not supported yet."""
+    """Bounds and a spread counter together (``CTR.CEIL`` or ``CTR.INCREX`` on a spread home or
+    holder, ``CTR.SPREAD`` of a counter with a ceiling): not supported yet."""
+
+
+class RefundFolded(CtrError):
+    """``refund`` of a grant made by a spread counter's holder that a shrink folded back into
+    its home since: the grant's units went home with the fold, and the refund is not made
+    (nothing changed). Give the units back at the home under a token of your own
+    (``add(home, units, token=...)``)."""
 
 
 class FloorRefused(BelowFloor):
@@ -298,6 +305,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR cannot clear to 0: the counter's floor is above 0", BelowFloor),
     ("ERR value above ceiling", AboveCeiling),
     ("ERR bounds on spread counters are not supported", CeilingOnSpread),
+    ("ERR refund after a fold", RefundFolded),
     ("ERR token event time is older than the dedup window", TokenTooOld),
     ("ERR token event time is too far in the future", TooFarInFuture),
     ("ERR event time is too far in the future", TooFarInFuture),

@@ -69,7 +69,8 @@ def check_spread_writes(test: unittest.TestCase, r: Any, key: str) -> None:
 def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
     """Purchases by the probe rule on a spread counter with 3 units on each of 4 holders: 12
     granted out of 20, none twice; every retry (by this client and by another) replays the
-    first answer, even after a restock; the first probe is the token rule's holder."""
+    first answer, even after a restock; the first probe is the token rule's holder; every
+    grant is refunded once."""
     ctr, plain = Ctr(r), Ctr(r, spread_refresh_ms=None)
     holders = ctr.spread(key, 4)
     for holder in holders:
@@ -87,6 +88,13 @@ def check_spread_purchases(test: unittest.TestCase, r: Any, key: str) -> None:
     test.assertEqual(ctr.decrfloor(key, 51), None, "more than the whole stock")
     # The first purchase found every holder stocked: it was granted by its token's holder.
     test.assertEqual(plain.decrfloor(holder_for_token(holders, "buy-0"), 1, token="buy-0"), first["buy-0"])
+    # Every order cancelled: each grant comes back once, to the holder that made it, also when
+    # another client (another process) retries the refund; a refusal has nothing to give back.
+    for t in tokens:
+        refunded = ctr.refund(key, t)
+        test.assertEqual(refunded, None if first[t] is None else 1, t)
+        test.assertEqual(Ctr(r).refund(key, t), refunded, t)
+    test.assertEqual(ctr.get(key), 49 + 12)
 
 
 def waiting_holder(r: Any) -> str:
@@ -356,6 +364,11 @@ class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await ctr.decrfloor(stock, 1, token="buy"), 0)
         self.assertEqual(await AsyncCtr(r).decrfloor(stock, 1, token="buy"), 0)
         self.assertIsNone(await ctr.decrfloor(stock, 1, token="buy-2"))
+        # Refunds: the grant back at holder 2, once; a refusal has nothing to give back.
+        self.assertEqual(await ctr.refund(stock, "buy"), 1)
+        self.assertEqual(await AsyncCtr(r).refund(stock, "buy"), 1)
+        self.assertIsNone(await ctr.refund(stock, "buy-2"))
+        self.assertEqual(await ctr.get(stock), 1)
         await r.aclose()
 
     async def test_async_purchases_wait_for_budget_in_flight(self) -> None:

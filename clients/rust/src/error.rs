@@ -19,9 +19,14 @@ pub enum ModuleError {
     /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
     /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
     AboveCeiling,
-    /// Bounds and a spread counter together (`CTR.CEIL`, `CTR.INCREX` or `CTR.REFUND` on a
-    /// spread home or holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    /// Bounds and a spread counter together (`CTR.CEIL` or `CTR.INCREX` on a spread home or
+    /// holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
     CeilingOnSpread,
+    /// `CTR.REFUND` on a spread counter's holder that a shrink folded back into its home after
+    /// it granted the token: the grant's units went home with the fold, and the refund is not
+    /// made (nothing changed). Give the units back at the home under a token of your own
+    /// (`CTR.ADD home units TOKEN ...`).
+    RefundFolded,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
@@ -146,6 +151,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             "ERR bounds on spread counters are not supported",
             CeilingOnSpread,
         ),
+        ("ERR refund after a fold", RefundFolded),
         (
             "ERR cannot clear to 0: the counter's floor is above 0",
             BelowFloor,

@@ -659,6 +659,33 @@ impl SpreadRouter {
         Ok(None)
     }
 
+    /// `CTR.REFUND` of a purchase of a spread counter: walks the holders the purchase `token`
+    /// walked (the list this router remembers for the token, else the one in force at `at`:
+    /// pass the purchase's `at`; without either, the current holders), in the token's probe
+    /// order, until one answers a number: the holder that granted the token gives the units
+    /// back there (a retry replays them). None when no holder has a grant of the token in its
+    /// window. A holder folded back since it granted answers [`ModuleError::RefundFolded`]
+    /// (nothing changed). On a counter that is not spread it is one `CTR.REFUND` of the key.
+    pub fn refund<C: ConnectionLike + 'static>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        token: &[u8],
+        at: Option<i64>,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let list = match self.remembered_purchase(key, token, at) {
+            Some(first) => first,
+            None => self.purchase_list(con, key, at)?,
+        };
+        for holder in self.probe_targets(key, list, token, at).1 {
+            if let Some(units) = send_once(con, calls::refund(&holder, token))? {
+                return Ok(Some(units));
+            }
+        }
+        Ok(None)
+    }
+
     /// A holder's answer to a purchase, a holder folded back taken as a refusal: it never
     /// grants again (it replays what it recorded and refuses any other token with that error),
     /// so the walk goes on. An untokened walk met it in a stale holder list: read again next
@@ -937,6 +964,29 @@ impl SpreadRouter {
             };
             if let Some(value) = self.passing_folded(bought, &holder, key, token)? {
                 return Ok(Some(value));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The async twin of [`SpreadRouter::refund`].
+    #[cfg(feature = "aio")]
+    pub async fn refund_async<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        key: impl AsRef<[u8]>,
+        token: &[u8],
+        at: Option<i64>,
+    ) -> Result<Option<i64>, CtrError> {
+        let key = key.as_ref();
+        let list = match self.remembered_purchase(key, token, at) {
+            Some(first) => first,
+            None => self.purchase_list_async(con, key, at).await?,
+        };
+        for holder in self.probe_targets(key, list, token, at).1 {
+            let call = calls::refund(&holder, token);
+            if let Some(units) = crate::commands::run_async(con, call).await? {
+                return Ok(Some(units));
             }
         }
         Ok(None)

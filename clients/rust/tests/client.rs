@@ -730,7 +730,8 @@ fn check_spread_writes<C: CtrCommands + 'static>(con: &mut C, key: &str) -> Vec<
 
 /// Purchases by the probe rule on a fresh spread counter with 3 units on each of 4 holders: 12
 /// granted out of 20, none twice; every retry (by this router and another) replays the first
-/// answer, even after a restock; a purchase larger than any holder's stock is refused.
+/// answer, even after a restock; a purchase larger than any holder's stock is refused; every
+/// grant is refunded once.
 fn check_spread_purchases<C: CtrCommands>(con: &mut C, key: &str) {
     let router = SpreadRouter::default();
     let holders = router.spread(con, key, 4).unwrap();
@@ -754,6 +755,15 @@ fn check_spread_purchases<C: CtrCommands>(con: &mut C, key: &str) {
     assert_eq!(con.ctr_get(key).unwrap(), 50);
     assert!(buy(&router, con, "after-restock").is_some());
     assert_eq!(router.decrfloor(con, key, 51, None, None).unwrap(), None);
+    // Every order cancelled: each grant comes back once, to the holder that made it, also when
+    // another router (another process) retries the refund; a refusal has nothing to give back.
+    for (token, first) in tokens.iter().zip(&first) {
+        let refunded = router.refund(con, key, token.as_bytes(), None).unwrap();
+        assert_eq!(refunded, first.map(|_| 1), "{token}");
+        let again = SpreadRouter::default().refund(con, key, token.as_bytes(), None);
+        assert_eq!(again.unwrap(), refunded, "{token}");
+    }
+    assert_eq!(con.ctr_get(key).unwrap(), 49 + 12);
 }
 
 #[test]
@@ -884,6 +894,13 @@ fn spread_counters_reconcile_start_and_their_errors() {
         }
         let sold_out = router.decrfloor_async(&mut con, "async-stock", 1, Some(b"buy-2"), None);
         assert_eq!(sold_out.await.unwrap(), None);
+        for _attempt in 0..2 {
+            let refunded = router.refund_async(&mut con, "async-stock", b"buy", None);
+            assert_eq!(refunded.await.unwrap(), Some(1));
+        }
+        let nothing = router.refund_async(&mut con, "async-stock", b"buy-2", None);
+        assert_eq!(nothing.await.unwrap(), None);
+        assert_eq!(con.ctr_get("async-stock").await.unwrap(), 1);
     });
 
     // An auto-spread: a router writing the key learns the holders within its refresh bound and
@@ -2117,12 +2134,18 @@ fn a_purchase_retried_through_another_router_after_a_grow_is_granted_once() {
             .unwrap();
         assert_eq!(retry, bought);
         assert_eq!(con.ctr_get("grown-async").await.unwrap(), 293);
+        // Its refund, through another router, walks the same list to the same holder.
+        let refunded = SpreadRouter::default()
+            .refund_async(&mut con, "grown-async", token.as_bytes(), Some(at))
+            .await;
+        assert_eq!(refunded.unwrap(), Some(7));
+        assert_eq!(con.ctr_get("grown-async").await.unwrap(), 300);
     });
 }
 
 /// A tokened purchase granted by a holder, a shrink to 1 that folds that holder back, and a
 /// retry of the same token and `at` through a fresh router: the folded holder replays the
-/// grant, the total is decremented once. A new token of that time walks the same list and
+/// grant, the total is decremented once, and refuses its refund (`RefundFolded`). A new token of that time walks the same list and
 /// passes the folded holders (`HolderFolded`, as refusals) on to the home, which grants it;
 /// untokened purchases through routers whose holder cache predates the shrink pass them too.
 #[test]
@@ -2152,6 +2175,10 @@ fn a_purchase_retried_through_another_router_after_a_shrink_is_granted_once() {
         .unwrap();
     assert_eq!(retry, first, "the folded holder replays the grant");
     assert_eq!(con.ctr_get("shrunk").unwrap(), 293, "granted once");
+    // Its units went home with the fold: the refund is refused there, nothing changes.
+    let refund = SpreadRouter::default().refund(&mut con, "shrunk", token.as_bytes(), Some(at));
+    assert_eq!(module_error(refund), ModuleError::RefundFolded);
+    assert_eq!(con.ctr_get("shrunk").unwrap(), 293);
     let late = token_starting_on_a_holder("late", 3);
     let bought = SpreadRouter::default()
         .decrfloor(&mut con, "shrunk", 3, Some(late.as_bytes()), Some(at))
