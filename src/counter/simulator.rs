@@ -249,6 +249,10 @@ struct Master {
     /// home's listing dates changes and answers `AT` by it; a failover's promoted replica is
     /// another machine, with another clock.
     clock_offset: i64,
+    /// Purchase tokens whose walks passed a holder here as folded back while its seal was not
+    /// yet on the replica (the key, the token): a failover that loses the seal loses that
+    /// decision, as it loses a recorded refusal.
+    sealed_passes: Vec<(Vec<u8>, u64)>,
 }
 
 impl Master {
@@ -1585,6 +1589,9 @@ impl Sim {
             return;
         };
         m.replicated += 1;
+        if m.unreplicated.is_empty() {
+            m.sealed_passes.clear(); // every seal a walk passed is on the replica now
+        }
         let diverged = p
             .step
             .as_ref()
@@ -1603,7 +1610,13 @@ impl Sim {
         let home_master = self.master_of(&self.home);
         let m = &mut self.masters[master];
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
-        let undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
+        let mut undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
+        // A walk that passed a folded holder whose seal the replica lacks relied on that seal.
+        let passes = std::mem::take(&mut m.sealed_passes);
+        undecided.extend(passes.into_iter().filter_map(|(key, fp)| {
+            let kept = m.replica.get(&key).is_some_and(Counter::is_sealed);
+            (!kept).then_some(fp)
+        }));
         self.tokens.retain(|t| !undecided.contains(&t.fp));
         // A grow or shrink lost with the home's unreplicated writes changes the list at the
         // times after it; no walk read it (the listing gate opens once the replica holds it).
@@ -2131,7 +2144,14 @@ impl Sim {
             TokenUse::Retry(Some(_)) => return TokenStop::Granted(false),
             TokenUse::Retry(None) => return TokenStop::Passed,
             TokenUse::Conflict => return TokenStop::Undecided,
-            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
+            TokenUse::New if c.is_sealed() => {
+                let owner = self.master_of(key);
+                let m = &mut self.masters[owner];
+                if !m.replica_holds(key) {
+                    m.sealed_passes.push((key.to_vec(), walk.fp));
+                }
+                return TokenStop::Passed;
+            }
             TokenUse::New => {}
         }
         let mut c = c.clone();
