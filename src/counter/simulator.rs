@@ -1287,15 +1287,7 @@ impl Sim {
         };
         // Credits, then (their receivers' replicas holding them) the acknowledgements.
         for _ in 0..2 {
-            let mut receivers = Vec::new();
-            let landing =
-                |sim: &Sim| (sim.network.iter()).position(|m| is_move(m) && !sim.partitioned(m));
-            while let Some(i) = landing(self) {
-                let m = self.network.swap_remove(i);
-                let Message::Node { to, .. } = &m;
-                receivers.push(*to);
-                self.handle(m);
-            }
+            let mut receivers = self.deliver_reachable(is_move);
             receivers.sort_unstable();
             receivers.dedup();
             receivers.into_iter().for_each(|m| self.send_transfers(m));
@@ -1307,6 +1299,19 @@ impl Sim {
                 NodeMessage::DemandPoll(_) | NodeMessage::DemandAnswer { .. }
             )
         });
+    }
+
+    /// Every message `kind` takes in flight that no partition holds back is delivered, and
+    /// those they make of it too; the masters each went to, in delivery order.
+    fn deliver_reachable(&mut self, kind: impl Fn(&Message) -> bool) -> Vec<usize> {
+        let mut receivers = Vec::new();
+        while let Some(i) = (self.network.iter()).position(|m| kind(m) && !self.partitioned(m)) {
+            let m = self.network.swap_remove(i);
+            let Message::Node { to, .. } = &m;
+            receivers.push(*to);
+            self.handle(m);
+        }
+        receivers
     }
 
     /// Master `m`'s replica catches up and its transfer node's timer fires: what it holds
@@ -2684,10 +2689,6 @@ impl Sim {
         self.write(&name, Some(forged), 0);
     }
 
-    /// A folded holder's key expires (its grace period over): sealed, its fold answered, no
-    /// longer leaving, and nothing owed to it (the grace period, the token window, is long next
-    /// to the resends that answer a move toward it; a partition longer than that is
-    /// [`Sim::sibling_move_outlives_its_receiver`]).
     /// A purchase granted by the spread's last holder, a shrink that folds that holder, the
     /// fold's messages delivered (those a partition does not hold), then the purchase's refund:
     /// the folded holder refuses it (its units went home with the fold), and no unit comes back
@@ -2723,15 +2724,15 @@ impl Sim {
         for _ in 0..3 {
             self.now += TICK_MS;
             (0..MASTERS).for_each(|m| self.send_transfers(m));
-            let reachable = |sim: &Sim| (sim.network.iter()).position(|m| !sim.partitioned(m));
-            while let Some(i) = reachable(self) {
-                let m = self.network.swap_remove(i);
-                self.handle(m);
-            }
+            self.deliver_reachable(|_| true);
         }
         self.walk_refund(index)
     }
 
+    /// A folded holder's key expires (its grace period over): sealed, its fold answered, no
+    /// longer leaving, and nothing owed to it (the grace period, the token window, is long next
+    /// to the resends that answer a move toward it; a partition longer than that is
+    /// [`Sim::sibling_move_outlives_its_receiver`]).
     fn expire_folded_holder(&mut self) {
         let done: Vec<Vec<u8>> = self
             .masters
