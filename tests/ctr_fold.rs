@@ -240,6 +240,63 @@ fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
     assert!(stat(&free, "transfers_credited") >= 2);
 }
 
+/// A refund at a holder being folded back (sealed, its credit held at the home) waits: its
+/// grant's units are on their way home, so it answers `TRYAGAIN` and changes nothing. Once the
+/// fold lands (here on a server restored from the dumps, which does not hold credits), the
+/// holder sends the refund home: its error names the add, which gives the units back there
+/// once; the holder itself still changes nothing.
+#[test]
+fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
+    let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let mut c = held.conn();
+    let (holders, total) = spread_with_values(&mut c, "hot", 4);
+    let sold = c.cmd(&["CTR.ADD", &holders[3], "-3", "TOKEN", "order-1"]);
+    assert_eq!(sold, Value::Int(1));
+    let total = total - 3;
+    names(&c.q("CTR.SPREAD hot 2"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.cmd(&["CTR.ADD", &holders[3], "0"]).is_error() {
+        assert!(Instant::now() < deadline, "never sealed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let refund = |c: &mut Conn| c.cmd(&["CTR.REFUND", &holders[3], "TOKEN", "order-1"]);
+    let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]);
+    let waits = refund(&mut c).error();
+    assert!(
+        waits.starts_with("TRYAGAIN refund awaits a fold"),
+        "{waits}"
+    );
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]), digest);
+    assert_eq!(c.q("CTR.GET hot").int(), total);
+
+    let free = Server::start();
+    let mut f = free.conn();
+    for k in &holders {
+        let dump = c.cmd(&["DUMP", k]).bytes();
+        let restored = f.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]);
+        assert_eq!(restored, Value::Simple("OK".into()));
+    }
+    wait_folded(&mut f, "hot");
+    let sent_home = refund(&mut f).error();
+    let prefix = "ERR refund after a fold: the grant's 3 units went home with the fold; \
+                  give them back there, once: ";
+    let add = sent_home.strip_prefix(prefix).unwrap_or_default();
+    assert!(
+        add.starts_with("CTR.ADD hot 3 TOKEN ctr-refund:"),
+        "{sent_home}"
+    );
+    assert_eq!(
+        f.q("CTR.GET hot").int(),
+        total,
+        "the holder changed nothing"
+    );
+    let words: Vec<&str> = add.split(' ').collect();
+    let home_value = f.cmd(&words).int();
+    assert_eq!(f.cmd(&words).int(), home_value, "a retry replays");
+    assert_eq!(f.q("CTR.GET hot").int(), total + 3);
+    assert_eq!(refund(&mut f).error(), sent_home);
+}
+
 /// On one server a shrink is all or nothing: a holder that cannot be folded now (another
 /// type under its name, or units the home cannot take without overflow) refuses the shrink
 /// with that error, and nothing changes, so no fold is left to finish in the background.

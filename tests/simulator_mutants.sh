@@ -88,8 +88,11 @@ mutant "a holder answered not here counted as 0" src/protocol/gather_node.rs \
   '        HolderAnswer::NotHere => Err(GatherFailure::Moving(name.to_vec())),' \
   '        HolderAnswer::NotHere => Ok((0, None)),'
 mutant "a folded holder gives a grant back" src/counter/bounds.rs \
-  '            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded),' \
-  '            Intent::GRANT if false => Ok(RefundPlan::Folded),'
+  '            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded {' \
+  '            Intent::GRANT if false => Ok(RefundPlan::Folded {'
+mutant "a refund sent home before its fold lands" src/counter/bounds.rs \
+  '                landed: self.fold_landed(),' \
+  '                landed: self.is_sealed(),'
 mutant "a refund remembered as its grant" src/counter/bounds.rs \
   '        self.keep_record(op.fp, grant.expires_at, Intent::REFUNDED, op.units);' \
   '        self.keep_record(op.fp, grant.expires_at, Intent::GRANT, op.units);'

@@ -5,7 +5,7 @@ use super::ctr_args::{parse_floor, parse_increx, parse_token, IncrexArgs, BAD_EX
 use super::parse::SYNTAX_ERROR;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
-use crate::counter::bounds::bounded_result;
+use crate::counter::bounds::{bounded_result, home_refund_token};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::{
     AddOp, Counter, CounterCell, CounterError, CounterRef, IncrexOp, RefundOp, RefundPlan,
@@ -264,9 +264,27 @@ enum Refunded {
     Given(RefundOp, Before),
 }
 
-/// A refund whose grant a shrink folded back into the home with the holder's units.
-pub const REFUND_FOLDED: CommandError = CommandError::fixed(
-    "ERR refund after a fold: this holder was folded back into its home with the grant's units, and refunds are not carried by folds yet (add the units to the home with a token of your own: CTR.ADD home units TOKEN refund-token)",
+/// A refund of a grant that a shrink folded back into the home with the holder's units, once
+/// the fold landed: the units go back at the home, under a token of the grant's own, so a
+/// retried refund replays there. The clients' refund walks run the command it names.
+fn refund_folded(c: &Counter, units: i64, fp: u64) -> CommandError {
+    let home = c
+        .transfers()
+        .and_then(|t| t.sealed_into.as_deref())
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    CommandError(
+        format!(
+            "ERR refund after a fold: the grant's {units} units went home with the fold; give them back there, once: CTR.ADD {home} {units} TOKEN {}",
+            home_refund_token(fp)
+        )
+        .into(),
+    )
+}
+
+/// A refund of a grant whose holder is being folded back: its units are on their way home.
+const REFUND_AWAITS_FOLD: CommandError = CommandError::fixed(
+    "TRYAGAIN refund awaits a fold: this holder is being folded back into its home with the grant's units; retry the refund",
 );
 
 /// CTR.REFUND key TOKEN token
@@ -289,7 +307,8 @@ pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
     let outcome = w.update(&key, |c, before| {
         Ok(match c.refund_plan(fp, w.now)? {
             RefundPlan::NoGrant => Refunded::Nothing,
-            RefundPlan::Folded => return Err(REFUND_FOLDED),
+            RefundPlan::Folded { landed: false, .. } => return Err(REFUND_AWAITS_FOLD),
+            RefundPlan::Folded { units, .. } => return Err(refund_folded(c, units, fp)),
             RefundPlan::Replay(units) => {
                 c.note_duplicate();
                 Refunded::Replayed(units)

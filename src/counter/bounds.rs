@@ -72,8 +72,18 @@ pub enum RefundPlan {
     /// A grant to give back: this many units (all of it, or what fits under the ceiling).
     Give(i64),
     /// A grant on a holder folded back into its home: its units went home with the fold, and
-    /// the sealed holder writes nothing, so the refund is refused.
-    Folded,
+    /// the sealed holder writes nothing. Once the fold has `landed` (its credit acknowledged,
+    /// so the home holds the units and the seal is on this key's replicas), the refund is an
+    /// add of `units` at the home under the token [`home_refund_token`]; before, it waits.
+    Folded { units: i64, landed: bool },
+}
+
+/// The token under which the refund of a grant of token `fp` that a fold carried home is added
+/// at the home (`CTR.ADD home units TOKEN <this>`): one per grant, so a retried refund replays
+/// there. The home remembers it a token window from the add, which comes after the grant: past
+/// the grant's own window the folded holder has no grant to send there any more.
+pub fn home_refund_token(fp: u64) -> String {
+    format!("ctr-refund:{fp:016x}")
 }
 
 impl Counter {
@@ -181,7 +191,10 @@ impl Counter {
         let units = record.outcome.unwrap_or(0);
         match record.intent {
             Intent::REFUNDED => Ok(RefundPlan::Replay(units)),
-            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded),
+            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded {
+                units,
+                landed: self.fold_landed(),
+            }),
             Intent::GRANT => {
                 let room = self
                     .ceiling()
@@ -349,7 +362,7 @@ mod tests {
         match c.refund_plan(fp, now).unwrap() {
             RefundPlan::NoGrant => None,
             RefundPlan::Replay(units) => Some(units),
-            RefundPlan::Folded => panic!("a refund on a folded holder"),
+            RefundPlan::Folded { .. } => panic!("a refund on a folded holder"),
             RefundPlan::Give(units) => {
                 let op = RefundOp {
                     now,
@@ -385,8 +398,9 @@ mod tests {
     }
 
     /// A holder folded back into its home (its units, grants included, gone home with the
-    /// fold) refunds nothing: a refund given before the fold replays, a grant still held is
-    /// refused, a token without a grant is nil.
+    /// fold) gives nothing back itself: a refund given before the fold replays, a grant still
+    /// held waits for the fold to land and then goes to the home, a token without a grant is
+    /// nil.
     #[test]
     fn a_folded_holder_replays_its_refunds_and_refuses_the_rest() {
         let name = crate::counter::spread::holder_name(b"{p}stock", 7, 1, 0);
@@ -401,8 +415,24 @@ mod tests {
         c.seal_into(b"{p}stock", 5, 2_000, giver).unwrap();
         assert!(c.is_sealed());
         assert_eq!(c.refund_plan(1, 3_000), Ok(RefundPlan::Replay(4)));
-        assert_eq!(c.refund_plan(2, 3_000), Ok(RefundPlan::Folded));
+        let waits = RefundPlan::Folded {
+            units: 2,
+            landed: false,
+        };
+        assert_eq!(c.refund_plan(2, 3_000), Ok(waits));
         assert_eq!(c.refund_plan(3, 3_000), Ok(RefundPlan::NoGrant));
+        let fold = c.transfers().unwrap().outbox[0].clone();
+        assert!(c.apply_ack(&fold.receiver, fold.seq));
+        let landed = RefundPlan::Folded {
+            units: 2,
+            landed: true,
+        };
+        assert_eq!(c.refund_plan(2, 3_000), Ok(landed));
+        assert_eq!(c.refund_plan(1, 3_000), Ok(RefundPlan::Replay(4)));
+        assert_eq!(
+            super::home_refund_token(0xab),
+            "ctr-refund:00000000000000ab"
+        );
     }
 
     #[test]

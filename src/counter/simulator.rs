@@ -21,8 +21,8 @@
 //!   have covered it);
 //! - refunds of tokened purchases (`CTR.REFUND`, [`Counter::refund_plan`] as the glue runs
 //!   it), walking the purchase's members in its order until one answers, retried, also
-//!   after a shrink folded the granting holder (which refuses it: its units went home with the
-//!   fold); a ghost check fails a token refunded twice or without a grant, and the total
+//!   after a shrink folded the granting holder (which answers `TRYAGAIN` until its fold lands,
+//!   then sends the refund home: the client's tokened add there); a ghost check fails a token refunded twice or without a grant, and the total
 //!   check a refund counted twice or lost;
 //! - key operations: DUMP/RESTORE of a holder under another name (also another holder-shaped
 //!   name of the same spread), RESTORE of forged payloads whose outbox claims a member's
@@ -74,11 +74,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Question};
+use super::bounds::home_refund_token;
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
 use super::headroom::{floored_spread_id, Refusal};
 use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
+use super::siphash::token_fingerprint;
 use super::spread::{
     carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
     plan_holders_avoiding, spread_id_from, Standalone,
@@ -157,8 +159,9 @@ const STEPS: usize = 160;
 static ROUNDS_POLLED: AtomicU64 = AtomicU64::new(0);
 static BOUNDS_CHECKED: AtomicU64 = AtomicU64::new(0);
 static GIVES: AtomicU64 = AtomicU64::new(0);
-/// Refund walks: given afresh, replayed, stopped at a folded holder that held the grant.
-static REFUNDS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// Refund walks: given afresh, replayed, stopped at a folded holder whose fold had not landed,
+/// given at the home after a fold.
+static REFUNDS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 /// Atomic slot migrations handed over and cancelled.
 static MIGRATIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Writes that waited for a holder check, by the verdict they ran again with: listed, not
@@ -2067,6 +2070,11 @@ impl Sim {
         let walk = &mut self.tokens[index];
         if afresh {
             walk.refunded += 1;
+        } else if walk.refunded == 0 {
+            return Err(format!(
+                "the purchase token {:x} of time {} had a refund replayed that was never given",
+                walk.fp, walk.at
+            ));
         }
         if walk.refunded > walk.granted.min(1) {
             return Err(format!(
@@ -2090,10 +2098,11 @@ impl Sim {
                 REFUNDS[1].fetch_add(1, Relaxed);
                 return TokenStop::Granted(false);
             }
-            Ok(RefundPlan::Folded) => {
+            Ok(RefundPlan::Folded { landed: false, .. }) => {
                 REFUNDS[2].fetch_add(1, Relaxed);
                 return TokenStop::Undecided;
             }
+            Ok(RefundPlan::Folded { units, .. }) => return self.refund_at_home(walk, units),
             Err(_) => return TokenStop::Undecided,
             Ok(RefundPlan::Give(units)) => units,
         };
@@ -2119,6 +2128,51 @@ impl Sim {
             walk.fp,
             walk.at,
             show(key)
+        ));
+        TokenStop::Granted(true)
+    }
+
+    /// A refund that a folded holder sends home (its fold landed): the client's
+    /// `CTR.ADD home units TOKEN <home_refund_token>`, which a retry replays.
+    fn refund_at_home(&mut self, walk: &TokenWalk, units: i64) -> TokenStop {
+        let (home, now) = (self.home.clone(), self.now);
+        // A home gone: the client's add would make a new counter (not modelled).
+        let Some(c) = self.get(&home) else {
+            return TokenStop::Undecided;
+        };
+        let fp = token_fingerprint(home_refund_token(walk.fp).as_bytes());
+        match c.token_use(fp, WriteKind::Add(units), now) {
+            TokenUse::Retry(_) => {
+                REFUNDS[1].fetch_add(1, Relaxed);
+                return TokenStop::Granted(false);
+            }
+            TokenUse::Conflict => return TokenStop::Undecided,
+            TokenUse::New => {}
+        }
+        let Ok(expires_at) = token_expiry(now, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
+            return TokenStop::Undecided;
+        };
+        let mut c = c.clone();
+        let op = AddOp {
+            now,
+            event: now,
+            delta: units,
+            shard: 0,
+            shards: c.shard_count(),
+            token: Some(TokenStamp { fp, expires_at }),
+        };
+        if !matches!(c.apply_add(&op), Ok(Some(_))) {
+            return TokenStop::Undecided;
+        }
+        self.write(&home, Some(c), units);
+        let owner = self.master_of(&home);
+        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
+            p.token = Some(walk.fp);
+        }
+        REFUNDS[3].fetch_add(1, Relaxed);
+        self.note(format_args!(
+            "token {:x} of {}: refunded {units} at the home after its fold",
+            walk.fp, walk.at
         ));
         TokenStop::Granted(true)
     }
@@ -2691,7 +2745,8 @@ impl Sim {
 
     /// A purchase granted by the spread's last holder, a shrink that folds that holder, the
     /// fold's messages delivered (those a partition does not hold), then the purchase's refund:
-    /// the folded holder refuses it (its units went home with the fold), and no unit comes back
+    /// the folded holder has it wait for the fold to land, then sends it home (its units went
+    /// home with the fold: the client's tokened add there), and no unit comes back
     /// twice, once in the fold and once in the refund.
     fn refund_after_fold(&mut self) -> Result<(), String> {
         let Some(count) = self
@@ -2721,12 +2776,45 @@ impl Sim {
             return Ok(());
         }
         self.note(format_args!("shrink to {}, then a refund", count - 1));
-        for _ in 0..3 {
+        if self.faults && self.rng.percent(33) {
+            // One round: the holder seals, and its fold's credit waits for its replica to hold
+            // the seal; a refund meets the seal, then the holder's master fails over.
+            self.fold_rounds(1);
+            self.walk_refund(index)?;
+            self.fail_over_the_last_holder();
+        }
+        self.fold_rounds(3);
+        // The walk, unless a failover that lost its decisions forgot it.
+        match self.tokens.iter().position(|t| t.fp == fp) {
+            Some(index) => self.walk_refund(index),
+            None => Ok(()),
+        }
+    }
+
+    /// The master of the holder folding back fails over (when it is not the home's): a seal
+    /// its replica lacked is lost, the holder takes writes again and is sealed anew later. A
+    /// refund sent home on the strength of that seal would now be given a second time.
+    fn fail_over_the_last_holder(&mut self) {
+        let leaving = self
+            .home_counter()
+            .and_then(|h| h.leaving().last().cloned());
+        let Some(holder) = leaving.map(|l| l.name) else {
+            return;
+        };
+        let master = self.master_of(&holder);
+        if master != self.master_of(&self.home) {
+            self.note(format_args!("fail over the master of {}", show(&holder)));
+            self.failover(master);
+        }
+    }
+
+    /// `rounds` rounds of transfers: every master sends, every reachable message is delivered.
+    fn fold_rounds(&mut self, rounds: usize) {
+        for _ in 0..rounds {
             self.now += TICK_MS;
             (0..MASTERS).for_each(|m| self.send_transfers(m));
             self.deliver_reachable(|_| true);
         }
-        self.walk_refund(index)
     }
 
     /// A folded holder's key expires (its grace period over): sealed, its fold answered, no
@@ -3406,7 +3494,7 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
          {} gathered reads, {} of them in quiet windows checked against the total ({} failed, \
          {} timed out, {} redirected); \
          {} rebalance polls, {} bounds told and checked, {} gives; refunds: {} given, {} \
-         replayed, {} refused by a folded holder; writes after a holder check: {} listed, {} \
+         replayed, {} waiting for a fold, {} given at the home after a fold; writes after a holder check: {} listed, {} \
          not listed, {} unsure; slot migrations: {} handed over, {} cancelled",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
@@ -3420,6 +3508,7 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         REFUNDS[0].load(Relaxed),
         REFUNDS[1].load(Relaxed),
         REFUNDS[2].load(Relaxed),
+        REFUNDS[3].load(Relaxed),
         CHECKED_WRITES[0].load(Relaxed),
         CHECKED_WRITES[1].load(Relaxed),
         CHECKED_WRITES[2].load(Relaxed),

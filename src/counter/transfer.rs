@@ -529,6 +529,15 @@ impl Counter {
         self.transfers().is_some_and(|t| t.sealed_into.is_some())
     }
 
+    /// True when the counter is sealed and its fold's credit is acknowledged: its units are in
+    /// the home (whose replicas hold the credit), and its seal is on its own replicas (the
+    /// credit went out only once they held it). A sealed holder sends nothing else, so an
+    /// empty outbox is the fold's acknowledgement.
+    pub fn fold_landed(&self) -> bool {
+        self.transfers()
+            .is_some_and(|t| t.sealed_into.is_some() && t.outbox.is_empty())
+    }
+
     /// What a gather counts for this counter as a holder: its value plus the value units it
     /// has sent and not had acknowledged. None on overflow.
     pub fn units_in_hand(&self) -> Option<i64> {

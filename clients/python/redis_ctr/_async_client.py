@@ -33,6 +33,7 @@ from .errors import (
     HolderMoving,
     HoldersAhead,
     HoldersUnreplicated,
+    RefundFolded,
     UseHomeKey,
 )
 from .errors import classify, classify_cluster
@@ -307,10 +308,25 @@ class AsyncCtr:
             return await run(self.client, call)
         listed = cache.remembered_purchase(key, token, at) or await self._purchase_list(key, at)
         for holder in cache.probe_targets(key, listed, token, at)[1]:
-            units = await run(self.client, call.on(holder))
+            units = await self._refund(call.on(holder), key)
             if units is not None:
                 return units
         return None
+
+    async def _refund(self, call: Call[Optional[int]], home: KeyT) -> Optional[int]:
+        """See :meth:`redis_ctr.Ctr._refund`."""
+        wait = BudgetWait(self.purchase_wait, call.args[1], "the refund")
+        while True:
+            try:
+                return await run(self.client, call)
+            except RefundFolded as e:
+                sent = e.sent_home()
+                if sent is None:
+                    raise
+                await run(self.client, _calls.add(home, sent[0], token=sent[1]))
+                return sent[0]
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
+                await asyncio.sleep(wait.pause_after(e))
 
     async def throttle(
         self,

@@ -1,4 +1,6 @@
-"""The pauses of a purchase that asks one holder again while its budget is in flight.
+"""The pauses of a purchase that asks one holder again while its budget is in flight (and of a
+refund that asks a holder again while its fold takes the grant's units home:
+:class:`~redis_ctr.errors.RefundAwaitsFold`, a kind of budget in flight).
 
 A ``CTR.DECRFLOOR`` that only budget still travelling keeps from being granted (a holder of a
 floored spread before its share landed, a holder whose budget move is unacknowledged) answers
@@ -25,7 +27,7 @@ import time
 from typing import Optional
 
 from ._calls import KeyT
-from .errors import BudgetInFlight, HolderMoving, cluster_gave_up
+from .errors import BudgetInFlight, HolderMoving, RefundAwaitsFold, cluster_gave_up
 
 DEFAULT_PURCHASE_WAIT = 2.0
 """Seconds a purchase asks a holder again while it answers that budget is in flight."""
@@ -50,9 +52,10 @@ class BudgetWait:
     FIRST = 0.005
     MOST = 0.1
 
-    def __init__(self, limit: float, holder: KeyT) -> None:
+    def __init__(self, limit: float, holder: KeyT, retry: str = "the purchase") -> None:
         self.limit = limit
         self.holder = holder
+        self.retry = retry
         self._deadline: Optional[float] = None
         self._next = BudgetWait.FIRST
 
@@ -70,10 +73,11 @@ class BudgetWait:
             if gave_up:
                 # The text as redis-py leaves a TRYAGAIN reply's: without the code.
                 cause = error.__cause__ if isinstance(error, HolderMoving) else error
-                raise BudgetInFlight(
+                kind = BudgetInFlight if self.retry == "the purchase" else RefundAwaitsFold
+                raise kind(
                     f"budget in flight: the cluster client gave up on spread counter holder "
                     f"'{_text(self.holder)}' after its own TRYAGAIN retries ({cause}); retry "
-                    "the purchase"
+                    f"{self.retry}"
                 ) from cause
             raise error
         pause = min(self._next, left)

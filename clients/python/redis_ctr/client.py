@@ -33,6 +33,7 @@ from .errors import (
     HoldersUnreplicated,
     HoldersUnknown,
     NotDurable,
+    RefundFolded,
     WrongType,
 )
 from .errors import UseHomeKey
@@ -540,18 +541,37 @@ class Ctr:
         list this client remembers for the token, else the one in force at ``at``: pass the
         purchase's ``at``; without either, the current holders), in the token's probe order,
         until one answers a number: the holder that granted the token gives the units back
-        there, where they are budget again. A holder folded back since it granted raises
-        :class:`~redis_ctr.errors.RefundFolded` (nothing changed)."""
+        there, where they are budget again. A holder a shrink folds back since it granted sends
+        the refund after the grant's units: it is asked again while they travel home
+        (:class:`~redis_ctr.errors.RefundAwaitsFold`, for up to ``purchase_wait``), then names
+        the add that gives them back at the home once (:class:`~redis_ctr.errors.RefundFolded`),
+        which is made here (``key`` is the home)."""
         call = _calls.refund(key, token)
         cache = self._holders
         if cache is None:
             return run(self.client, call)
         listed = cache.remembered_purchase(key, token, at) or self._purchase_list(key, at)
         for holder in cache.probe_targets(key, listed, token, at)[1]:
-            units = run(self.client, call.on(holder))
+            units = self._refund(call.on(holder), key)
             if units is not None:
                 return units
         return None
+
+    def _refund(self, call: Call[Optional[int]], home: KeyT) -> Optional[int]:
+        """One member's ``CTR.REFUND``, asked again while a fold takes the grant's units home;
+        a holder folded back names the add that gives them back at the home, made here."""
+        wait = BudgetWait(self.purchase_wait, call.args[1], "the refund")
+        while True:
+            try:
+                return run(self.client, call)
+            except RefundFolded as e:
+                sent = e.sent_home()
+                if sent is None:
+                    raise
+                run(self.client, _calls.add(home, sent[0], token=sent[1]))
+                return sent[0]
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
+                time.sleep(wait.pause_after(e))
 
     def throttle(
         self,

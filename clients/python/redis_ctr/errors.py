@@ -13,7 +13,7 @@ every error text in the module's source, so a new module error cannot go unmappe
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 from redis.exceptions import ClusterDownError, ClusterError, ConnectionError, RedisError
 from redis.exceptions import ResponseError
@@ -52,10 +52,23 @@ class CeilingOnSpread(CtrError):
 
 
 class RefundFolded(CtrError):
-    """``refund`` of a grant made by a spread counter's holder that a shrink folded back into
-    its home since: the grant's units went home with the fold, and the refund is not made
-    (nothing changed). Give the units back at the home under a token of your own
-    (``add(home, units, token=...)``)."""
+    """``CTR.REFUND`` of a grant made by a spread counter's holder that a shrink folded back
+    into its home since: the grant's units went home with the fold (nothing changed at the
+    holder), and the text ends with the add that gives them back at the home, once
+    (``CTR.ADD <home> <units> TOKEN <token>``: :meth:`sent_home`). :meth:`redis_ctr.Ctr.refund`
+    makes that add."""
+
+    def sent_home(self) -> Optional[Tuple[int, str]]:
+        """``(units, token)`` of the add the text names; None in the text of a module from
+        before it."""
+        words = str(self).rsplit(" ", 3)
+        if len(words) != 4 or words[2] != "TOKEN" or not words[3].startswith("ctr-refund:"):
+            return None
+        try:
+            units = int(words[1])
+        except ValueError:
+            return None
+        return (units, words[3]) if units > 0 else None
 
 
 class FloorRefused(BelowFloor):
@@ -187,6 +200,13 @@ class BudgetInFlight(CtrError, TryAgainError):
     holder again with the same token. :meth:`redis_ctr.Ctr.decrfloor` does, for up to its
     ``purchase_wait``. Also a ``TryAgainError``, which cluster clients retry by themselves
     first."""
+
+
+class RefundAwaitsFold(BudgetInFlight):
+    """``TRYAGAIN``: ``CTR.REFUND`` at a spread counter's holder that a shrink is folding back
+    into its home: the grant's units are on their way home, nothing changed. Retry the refund;
+    :meth:`redis_ctr.Ctr.refund` asks again for up to its ``purchase_wait`` (a
+    :class:`BudgetInFlight`: the units of the grant are the budget in flight)."""
 
 
 class HolderError(CtrError):
@@ -349,6 +369,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR spread counter read lost its result", SpreadUnavailable),
     ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
     ("TRYAGAIN budget in flight", BudgetInFlight),
+    ("TRYAGAIN refund awaits a fold", RefundAwaitsFold),
     ("TRYAGAIN spread counter holder", HolderMoving),
     ("TRYAGAIN spread counter '", HolderMoving),
     ("TRYAGAIN spread counter is moving", HolderMoving),

@@ -21,9 +21,11 @@ from redis_ctr import (
     CoalescingWriter,
     Ctr,
     HolderError,
+    RefundFolded,
     SpreadRefused,
     probe_order,
 )
+from redis_ctr.errors import classify
 from redis_ctr._spread import ELSEWHERE_MS, HolderCache, holder_for_token, holders_of, token_hash
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
@@ -292,6 +294,26 @@ class SpreadTest(unittest.TestCase):
         # 50 sums, each on its token's holder: every holder got some.
         self.assertTrue(all(v > 0 for v in holder_values(Ctr(r), key)))
 
+    def test_a_refund_after_a_fold_goes_home_once(self) -> None:
+        key, r = fresh("refund-fold"), client()
+        ctr = Ctr(r)
+        holders = ctr.spread(key, 3)
+        ctr.add(holders[2], 5)
+        self.assertEqual(ctr.decrfloor(key, 2, token="order"), 3, "granted by holder 2 alone")
+        ctr.spread(key, 1)
+        # Holder 2's units went home with the fold; the refund follows them there, once.
+        self.assertEqual(ctr.refund(key, "order"), 2)
+        self.assertEqual(ctr.refund(key, "order"), 2, "a retry replays at the home")
+        self.assertEqual(ctr.get(key), 5)
+        with self.assertRaises(redis.ResponseError) as raw:
+            command(r, "CTR.REFUND", holders[2], "TOKEN", "order")
+        folded = classify(raw.exception)
+        assert isinstance(folded, RefundFolded), folded
+        units, token = folded.sent_home() or (0, "")
+        self.assertEqual(units, 2)
+        self.assertTrue(token.startswith("ctr-refund:"), token)
+        self.assertEqual(ctr.get(key), 5, "nothing changed")
+
     def test_spread_errors_and_reconcile_start(self) -> None:
         key, r = fresh("spread-errors"), client()
         ctr = Ctr(r)
@@ -368,6 +390,12 @@ class AsyncSpreadTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await ctr.refund(stock, "buy"), 1)
         self.assertEqual(await AsyncCtr(r).refund(stock, "buy"), 1)
         self.assertIsNone(await ctr.refund(stock, "buy-2"))
+        self.assertEqual(await ctr.get(stock), 1)
+        # A refund after a fold follows the units home, once.
+        self.assertEqual(await ctr.decrfloor(stock, 1, token="buy-3"), 0)
+        await ctr.spread(stock, 1)
+        self.assertEqual(await ctr.refund(stock, "buy-3"), 1)
+        self.assertEqual(await ctr.refund(stock, "buy-3"), 1)
         self.assertEqual(await ctr.get(stock), 1)
         await r.aclose()
 

@@ -23,10 +23,14 @@ pub enum ModuleError {
     /// holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
     CeilingOnSpread,
     /// `CTR.REFUND` on a spread counter's holder that a shrink folded back into its home after
-    /// it granted the token: the grant's units went home with the fold, and the refund is not
-    /// made (nothing changed). Give the units back at the home under a token of your own
-    /// (`CTR.ADD home units TOKEN ...`).
+    /// it granted the token: the grant's units went home with the fold (nothing changed at the
+    /// holder), and the error names the add that gives them back at the home, once
+    /// ([`CtrError::refund_sent_home`]). [`crate::SpreadRouter::refund`] makes that add.
     RefundFolded,
+    /// `TRYAGAIN`: `CTR.REFUND` on a spread counter's holder that a shrink is folding back into
+    /// its home: the grant's units are on their way home, nothing changed. Retry the refund;
+    /// [`crate::SpreadRouter::refund`] asks again for up to its purchase wait.
+    RefundAwaitsFold,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
@@ -226,6 +230,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR spread counter read lost its result", SpreadUnavailable),
         ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
         ("TRYAGAIN budget in flight", BudgetInFlight),
+        ("TRYAGAIN refund awaits a fold", RefundAwaitsFold),
         ("TRYAGAIN spread counter holder", HolderMoving),
         ("TRYAGAIN spread counter '", HolderMoving),
         ("TRYAGAIN spread counter is moving", HolderMoving),
@@ -400,6 +405,19 @@ impl CtrError {
             CtrError::Module(kind, _) => Some(*kind),
             _ => None,
         }
+    }
+
+    /// For [`ModuleError::RefundFolded`]: the add that gives the grant's units back at the
+    /// home, once, which the error's text ends with (`CTR.ADD <home> <units> TOKEN <token>`):
+    /// `(units, token)`. None for another error, or the text of a module from before it.
+    pub fn refund_sent_home(&self) -> Option<(i64, String)> {
+        let CtrError::Module(ModuleError::RefundFolded, text) = self else {
+            return None;
+        };
+        let mut words = text.rsplit(' ');
+        let (token, keyword, units) = (words.next()?, words.next()?, words.next()?);
+        let units = units.parse().ok().filter(|u: &i64| *u > 0)?;
+        (keyword == "TOKEN" && token.starts_with("ctr-refund:")).then(|| (units, token.to_string()))
     }
 
     /// True for errors after which the command may or may not have run (a lost connection or
@@ -663,5 +681,19 @@ mod tests {
             Some(ModuleError::InvalidTime)
         );
         assert_eq!(ModuleError::from_text("ERR unknown command 'x'"), None);
+    }
+
+    #[test]
+    fn a_folded_holders_refund_names_the_add_at_the_home() {
+        let text = "ERR refund after a fold: the grant's 3 units went home with the fold; give \
+                    them back there, once: CTR.ADD {my home} 3 TOKEN ctr-refund:00000000000000ab";
+        let e = CtrError::Module(ModuleError::RefundFolded, text.into());
+        let add = (3, "ctr-refund:00000000000000ab".to_string());
+        assert_eq!(e.refund_sent_home(), Some(add));
+        let older = "ERR refund after a fold: this holder was folded back (add the units)";
+        let e = CtrError::Module(ModuleError::RefundFolded, older.into());
+        assert_eq!(e.refund_sent_home(), None, "a module from before");
+        let e = CtrError::Module(ModuleError::BudgetInFlight, text.into());
+        assert_eq!(e.refund_sent_home(), None, "another error");
     }
 }

@@ -664,8 +664,11 @@ impl SpreadRouter {
     /// pass the purchase's `at`; without either, the current holders), in the token's probe
     /// order, until one answers a number: the holder that granted the token gives the units
     /// back there (a retry replays them). None when no holder has a grant of the token in its
-    /// window. A holder folded back since it granted answers [`ModuleError::RefundFolded`]
-    /// (nothing changed). On a counter that is not spread it is one `CTR.REFUND` of the key.
+    /// window. A holder being folded back since it granted is asked again while the grant's
+    /// units travel home ([`ModuleError::RefundAwaitsFold`], for up to the purchase wait); once
+    /// they are there it names the add that gives them back at the home, once
+    /// ([`ModuleError::RefundFolded`]), which this makes (`key` is the home). On a counter that
+    /// is not spread it is one `CTR.REFUND` of the key.
     pub fn refund<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
@@ -679,7 +682,22 @@ impl SpreadRouter {
             None => self.purchase_list(con, key, at)?,
         };
         for holder in self.probe_targets(key, list, token, at).1 {
-            if let Some(units) = send_once(con, calls::refund(&holder, token))? {
+            let mut wait = BudgetWait::new(self.purchase_wait);
+            let refunded = loop {
+                let refunded = send_once(con, calls::refund(&holder, token));
+                match wait.pause_after(&refunded) {
+                    Some(pause) => std::thread::sleep(pause),
+                    None => break refunded,
+                }
+            };
+            let refunded = match sent_home(&refunded) {
+                Some((units, home_token)) => {
+                    send_once(con, refund_at_home(key, units, home_token))?;
+                    Ok(Some(units))
+                }
+                None => refunded,
+            };
+            if let Some(units) = refunded? {
                 return Ok(Some(units));
             }
         }
@@ -984,8 +1002,23 @@ impl SpreadRouter {
             None => self.purchase_list_async(con, key, at).await?,
         };
         for holder in self.probe_targets(key, list, token, at).1 {
-            let call = calls::refund(&holder, token);
-            if let Some(units) = crate::commands::run_async(con, call).await? {
+            let mut wait = BudgetWait::new(self.purchase_wait);
+            let refunded = loop {
+                let refunded = crate::commands::run_async(con, calls::refund(&holder, token)).await;
+                match wait.pause_after(&refunded) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => break refunded,
+                }
+            };
+            let refunded = match sent_home(&refunded) {
+                Some((units, home_token)) => {
+                    let add = refund_at_home(key, units, home_token);
+                    crate::commands::run_async(con, add).await?;
+                    Ok(Some(units))
+                }
+                None => refunded,
+            };
+            if let Some(units) = refunded? {
                 return Ok(Some(units));
             }
         }
@@ -1254,10 +1287,13 @@ impl BudgetWait {
     }
 
     /// The pause before asking again after `answer`; None when the answer is final (anything
-    /// but budget in flight, or the wait is over).
+    /// but units in flight: budget to a purchase, a grant's units folding home to a refund; or
+    /// the wait is over).
     fn pause_after<T>(&mut self, answer: &Result<T, CtrError>) -> Option<Duration> {
-        let in_flight =
-            matches!(answer, Err(e) if e.module_error() == Some(ModuleError::BudgetInFlight));
+        let in_flight = matches!(
+            answer.as_ref().err().and_then(CtrError::module_error),
+            Some(ModuleError::BudgetInFlight | ModuleError::RefundAwaitsFold)
+        );
         let left = self.deadline.saturating_duration_since(Instant::now());
         if !in_flight || left.is_zero() {
             return None;
@@ -1266,6 +1302,17 @@ impl BudgetWait {
         self.next = (self.next * 2).min(BudgetWait::MOST);
         Some(pause)
     }
+}
+
+/// The add a folded holder's refund names ([`CtrError::refund_sent_home`]), if it is one.
+fn sent_home<T>(refunded: &Result<T, CtrError>) -> Option<(i64, String)> {
+    refunded.as_ref().err().and_then(CtrError::refund_sent_home)
+}
+
+/// The add that gives a folded holder's grant back at the home, under the token the holder
+/// named (a retried refund replays it there).
+fn refund_at_home(home: &[u8], units: i64, token: String) -> calls::Call<Option<i64>> {
+    calls::add_with(home, units, &AddOptions::new().token(token))
 }
 
 /// One holder's `CTR.DECRFLOOR` of a purchase.
