@@ -241,10 +241,11 @@ fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
 }
 
 /// A refund at a holder being folded back (sealed, its credit held at the home) waits: its
-/// grant's units are on their way home, so it answers `TRYAGAIN` and changes nothing. Once the
-/// fold lands (here on a server restored from the dumps, which does not hold credits), the
-/// holder sends the refund home: its error names the add, which gives the units back there
-/// once; the holder itself still changes nothing.
+/// grant's units are on their way home, so it answers `TRYAGAIN` and changes nothing; so does
+/// a purchase of a new token. Once the fold lands (here on a server restored from the dumps,
+/// which does not hold credits), the holder sends the refund home: its error names the add,
+/// which gives the units back there once; the holder itself still changes nothing, and passes
+/// the purchase on (the folded-back error).
 #[test]
 fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
     let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
@@ -266,6 +267,18 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
         waits.starts_with("TRYAGAIN refund awaits a fold"),
         "{waits}"
     );
+    // A purchase of a token it does not know waits too: passed on now, it could be granted
+    // further on and, by a promoted replica without the seal, here as well.
+    let purchase = [
+        "CTR.DECRFLOOR",
+        holders[3].as_str(),
+        "1",
+        "TOKEN",
+        "order-2",
+    ];
+    let waits = c.cmd(&purchase).error();
+    assert!(waits.starts_with("TRYAGAIN budget in flight"), "{waits}");
+    assert!(waits.contains("waits for its fold to land"), "{waits}");
     assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]), digest);
     assert_eq!(c.q("CTR.GET hot").int(), total);
 
@@ -295,6 +308,11 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
     assert_eq!(f.cmd(&words).int(), home_value, "a retry replays");
     assert_eq!(f.q("CTR.GET hot").int(), total + 3);
     assert_eq!(refund(&mut f).error(), sent_home);
+    let passed = f.cmd(&purchase).error();
+    assert!(
+        passed.starts_with("ERR this key was a spread counter holder"),
+        "{passed}"
+    );
 }
 
 /// On one server a shrink is all or nothing: a holder that cannot be folded now (another

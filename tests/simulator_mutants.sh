@@ -90,6 +90,9 @@ mutant "a holder answered not here counted as 0" src/protocol/gather_node.rs \
 mutant "a folded holder gives a grant back" src/counter/bounds.rs \
   '            Intent::GRANT if self.is_sealed() => Ok(RefundPlan::Folded {' \
   '            Intent::GRANT if false => Ok(RefundPlan::Folded {'
+mutant "a folded holder passes a purchase on before its fold lands" src/counter/transfer.rs \
+  '        self.is_sealed() && !self.fold_landed()' \
+  '        false'
 mutant "a refund sent home before its fold lands" src/counter/bounds.rs \
   '                landed: self.fold_landed(),' \
   '                landed: self.is_sealed(),'

@@ -10,8 +10,8 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 use crate::runtime::ctr_store::with_counter;
 use crate::runtime::ctr_store::{
-    created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
-    update_counter, Before, Write,
+    created_with_ttl, fold_travels, is_missing, open_for_retry_as, open_for_write,
+    refuse_sealed_unless_retry, update_counter, Before, Write, SEALED,
 };
 use crate::runtime::floor_moves::refusal_may_be_false;
 use crate::runtime::holder_check::Checked;
@@ -154,6 +154,8 @@ fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> 
 
 /// What a holder waits for: budget on its way to it.
 const ITS_SHARE: &str = "its share";
+/// A folded holder's wait before it passes a new token on: its fold's acknowledgement.
+const ITS_FOLD: &str = "its fold to land";
 /// What a holder waits for: budget the next rebalance round gathers to it.
 const GATHERED_BUDGET: &str = "budget gathered from the other holders";
 
@@ -179,7 +181,14 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     let w = Write::new(ctx, args, parsed.token, parsed.at)?;
     // A purchase retried on a holder folded since replays its first answer (the probe rule's
     // walk then stops where it stopped the first time): never granted a second time elsewhere.
-    if let Some(first) = refuse_sealed_unless_retry(&w, &key, WriteKind::Decr(parsed.amount))? {
+    let sealed = refuse_sealed_unless_retry(&w, &key, WriteKind::Decr(parsed.amount));
+    if sealed == Err(SEALED) && w.token.is_some() && fold_travels(&key) {
+        // Passing a folded holder decides the token's walk goes on: decided only on a seal
+        // its replicas hold (the fold landed), so no failover gives the holder back unsealed
+        // to grant the token after a holder further on did.
+        return Err(awaiting_budget(args.bytes(1), ITS_FOLD));
+    }
+    if let Some(first) = sealed? {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }

@@ -420,6 +420,7 @@ mod tests {
             landed: false,
         };
         assert_eq!(c.refund_plan(2, 3_000), Ok(waits));
+        assert!(c.fold_travels(), "new purchases wait too");
         assert_eq!(c.refund_plan(3, 3_000), Ok(RefundPlan::NoGrant));
         let fold = c.transfers().unwrap().outbox[0].clone();
         assert!(c.apply_ack(&fold.receiver, fold.seq));
@@ -428,6 +429,7 @@ mod tests {
             landed: true,
         };
         assert_eq!(c.refund_plan(2, 3_000), Ok(landed));
+        assert!(!c.fold_travels(), "new purchases are passed on");
         assert_eq!(c.refund_plan(1, 3_000), Ok(RefundPlan::Replay(4)));
         assert_eq!(
             super::home_refund_token(0xab),

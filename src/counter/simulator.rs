@@ -252,10 +252,6 @@ struct Master {
     /// home's listing dates changes and answers `AT` by it; a failover's promoted replica is
     /// another machine, with another clock.
     clock_offset: i64,
-    /// Purchase tokens whose walks passed a holder here as folded back while its seal was not
-    /// yet on the replica (the key, the token): a failover that loses the seal loses that
-    /// decision, as it loses a recorded refusal.
-    sealed_passes: Vec<(Vec<u8>, u64)>,
 }
 
 impl Master {
@@ -1597,9 +1593,6 @@ impl Sim {
             return;
         };
         m.replicated += 1;
-        if m.unreplicated.is_empty() {
-            m.sealed_passes.clear(); // every seal a walk passed is on the replica now
-        }
         let diverged = p
             .step
             .as_ref()
@@ -1618,13 +1611,7 @@ impl Sim {
         let home_master = self.master_of(&self.home);
         let m = &mut self.masters[master];
         let lost: i64 = m.unreplicated.iter().map(|p| p.client_units).sum();
-        let mut undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
-        // A walk that passed a folded holder whose seal the replica lacks relied on that seal.
-        let passes = std::mem::take(&mut m.sealed_passes);
-        undecided.extend(passes.into_iter().filter_map(|(key, fp)| {
-            let kept = m.replica.get(&key).is_some_and(Counter::is_sealed);
-            (!kept).then_some(fp)
-        }));
+        let undecided: Vec<u64> = m.unreplicated.iter().filter_map(|p| p.token).collect();
         self.tokens.retain(|t| !undecided.contains(&t.fp));
         // A grow or shrink lost with the home's unreplicated writes changes the list at the
         // times after it; no walk read it (the listing gate opens once the replica holds it).
@@ -2203,14 +2190,11 @@ impl Sim {
             TokenUse::Retry(Some(_)) => return TokenStop::Granted(false),
             TokenUse::Retry(None) => return TokenStop::Passed,
             TokenUse::Conflict => return TokenStop::Undecided,
-            TokenUse::New if c.is_sealed() => {
-                let owner = self.master_of(key);
-                let m = &mut self.masters[owner];
-                if !m.replica_holds(key) {
-                    m.sealed_passes.push((key.to_vec(), walk.fp));
-                }
-                return TokenStop::Passed;
-            }
+            // A folded holder passes a new token on once its fold landed (the glue's
+            // `fold_travels`): before, its seal may not be on its replica, and a failover
+            // would give the holder back unsealed to grant the token after another did.
+            TokenUse::New if c.fold_travels() => return TokenStop::Undecided,
+            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
             TokenUse::New => {}
         }
         let mut c = c.clone();
@@ -2756,18 +2740,9 @@ impl Sim {
         else {
             return Ok(());
         };
-        // A token whose walk starts at the last holder (the walk's list: the home, the holders).
-        let n = count as u64;
-        let fp = self.rng.id() / n * n + (n - 1);
-        self.tokens.push(TokenWalk {
-            fp,
-            at: self.now,
-            amount: 1,
-            granted: 0,
-            refunded: 0,
-        });
-        let index = self.tokens.len() - 1;
-        self.walk_token(index)?;
+        let at = self.now;
+        let fp = self.walk_from_the_last_holder(count, at);
+        self.walk_token(self.tokens.len() - 1)?;
         let home = self.home.clone();
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(count - 1));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
@@ -2776,17 +2751,48 @@ impl Sim {
             return Ok(());
         }
         self.note(format_args!("shrink to {}, then a refund", count - 1));
+        let mut late = None;
         if self.faults && self.rng.percent(33) {
             // One round: the holder seals, and its fold's credit waits for its replica to hold
-            // the seal; a refund meets the seal, then the holder's master fails over.
+            // the seal. A refund, and a purchase of the list before the shrink, meet the seal;
+            // then the holder's master fails over.
             self.fold_rounds(1);
-            self.walk_refund(index)?;
+            self.walk_fp(fp, Sim::walk_refund)?;
+            late = Some(self.walk_from_the_last_holder(count, at));
+            self.walk_token(self.tokens.len() - 1)?;
             self.fail_over_the_last_holder();
         }
         self.fold_rounds(3);
-        // The walk, unless a failover that lost its decisions forgot it.
+        if let Some(late) = late {
+            self.walk_fp(late, Sim::walk_token)?;
+        }
+        self.walk_fp(fp, Sim::walk_refund)
+    }
+
+    /// A new purchase walk of one unit over the list at `at` (of `count` members: the home,
+    /// the holders), its token picked so that the walk starts at the last holder.
+    fn walk_from_the_last_holder(&mut self, count: usize, at: i64) -> u64 {
+        let n = count as u64;
+        let fp = self.rng.id() / n * n + (n - 1);
+        self.tokens.push(TokenWalk {
+            fp,
+            at,
+            amount: 1,
+            granted: 0,
+            refunded: 0,
+        });
+        fp
+    }
+
+    /// `walk` (a purchase's or a refund's) of the token `fp`, unless a failover that lost its
+    /// decisions forgot it.
+    fn walk_fp(
+        &mut self,
+        fp: u64,
+        walk: fn(&mut Sim, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
         match self.tokens.iter().position(|t| t.fp == fp) {
-            Some(index) => self.walk_refund(index),
+            Some(index) => walk(self, index),
             None => Ok(()),
         }
     }

@@ -538,6 +538,15 @@ impl Counter {
             .is_some_and(|t| t.sealed_into.is_some() && t.outbox.is_empty())
     }
 
+    /// True when the counter is sealed and its fold has not landed: its seal may not be on its
+    /// replicas yet, so it decides nothing a failover could undo. A purchase of a token it does
+    /// not remember waits (`TRYAGAIN`) rather than being passed on to the next holder: passed
+    /// on, and granted there, the token could be granted here too by a promoted replica that
+    /// has the holder unsealed.
+    pub fn fold_travels(&self) -> bool {
+        self.is_sealed() && !self.fold_landed()
+    }
+
     /// What a gather counts for this counter as a holder: its value plus the value units it
     /// has sent and not had acknowledged. None on overflow.
     pub fn units_in_hand(&self) -> Option<i64> {

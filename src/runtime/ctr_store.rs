@@ -135,6 +135,19 @@ pub fn refuse_sealed_unless_retry(
     }
 }
 
+/// True when `key` is a holder sealed for a fold that has not landed
+/// ([`crate::counter::Counter::fold_travels`]).
+pub fn fold_travels(key: &Key) -> bool {
+    let KeyContent::Mine(raw) = key.content(ctr_type()) else {
+        return false;
+    };
+    // SAFETY: the key is open and holds a live counter for the duration of this borrow.
+    match unsafe { CounterCell::borrow(raw) } {
+        CounterRef::Boxed(b) => b.fold_travels(),
+        _ => false,
+    }
+}
+
 /// A user write's check on a key it opens itself: WRONGTYPE, then a sealed holder's refusal.
 pub fn refuse_unwritable(ctx: Ctx, key: RawString) -> Result<(), CommandError> {
     open_for_write_as(ctx, key).map(|_| ())
