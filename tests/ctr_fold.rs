@@ -144,6 +144,15 @@ fn folding(c: &mut Conn) -> (Vec<String>, i64) {
     (holders, total)
 }
 
+/// Every key of `keys` dumped from `from` and restored on `to`.
+fn move_keys(from: &mut Conn, to: &mut Conn, keys: &[String]) {
+    for k in keys {
+        let dump = from.cmd(&["DUMP", k]).bytes();
+        let restored = to.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]);
+        assert_eq!(restored, Value::Simple("OK".into()));
+    }
+}
+
 fn digests(c: &mut Conn, keys: &[String]) -> Vec<(Value, Value)> {
     keys.iter()
         .map(|k| (c.cmd(&["CTR.GET", k]), c.cmd(&["DEBUG", "DIGEST-VALUE", k])))
@@ -284,11 +293,7 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
 
     let free = Server::start();
     let mut f = free.conn();
-    for k in &holders {
-        let dump = c.cmd(&["DUMP", k]).bytes();
-        let restored = f.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]);
-        assert_eq!(restored, Value::Simple("OK".into()));
-    }
+    move_keys(&mut c, &mut f, &holders);
     wait_folded(&mut f, "hot");
     let sent_home = refund(&mut f).error();
     let prefix = "ERR refund after a fold: the grant's 3 units went home with the fold; \
@@ -548,11 +553,7 @@ fn a_floor_set_while_holders_fold_back_waits_for_the_folds() {
     );
     let free = Server::start();
     let mut f = free.conn();
-    for k in &holders {
-        let dump = c.cmd(&["DUMP", k]).bytes();
-        let restored = f.cmd(&[b"RESTORE", k.as_bytes(), b"0", dump.as_slice()]);
-        assert_eq!(restored, Value::Simple("OK".into()));
-    }
+    move_keys(&mut c, &mut f, &holders);
     wait_folded(&mut f, home);
     assert_eq!(
         f.cmd(&["CTR.FLOOR", home, "50"]),
