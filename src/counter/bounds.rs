@@ -402,7 +402,7 @@ mod tests {
     /// held waits for the fold to land and then goes to the home, a token without a grant is
     /// nil.
     #[test]
-    fn a_folded_holder_replays_its_refunds_and_refuses_the_rest() {
+    fn a_folded_holder_replays_its_refunds_and_sends_the_rest_home() {
         let name = crate::counter::spread::holder_name(b"{p}stock", 7, 1, 0);
         let mut c = Counter::plain(10);
         assert_eq!(decrement(&mut c, 4, 1), Some(6));

@@ -33,6 +33,7 @@ from .errors import (
     HolderMoving,
     HoldersAhead,
     HoldersUnreplicated,
+    RefundAwaitsFold,
     RefundFolded,
     UseHomeKey,
 )
@@ -315,7 +316,7 @@ class AsyncCtr:
 
     async def _refund(self, call: Call[Optional[int]], home: KeyT) -> Optional[int]:
         """See :meth:`redis_ctr.Ctr._refund`."""
-        wait = BudgetWait(self.purchase_wait, call.args[1], "the refund")
+        wait = BudgetWait(self.purchase_wait, call.args[1], RefundAwaitsFold)
         while True:
             try:
                 return await run(self.client, call)

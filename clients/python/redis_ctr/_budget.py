@@ -1,6 +1,7 @@
 """The pauses of a purchase that asks one holder again while its budget is in flight (and of a
 refund that asks a holder again while its fold takes the grant's units home:
-:class:`~redis_ctr.errors.RefundAwaitsFold`, a kind of budget in flight).
+:class:`~redis_ctr.errors.RefundAwaitsFold`, a kind of budget in flight, whose class the
+refund's wait is given).
 
 A ``CTR.DECRFLOOR`` that only budget still travelling keeps from being granted (a holder of a
 floored spread before its share landed, a holder whose budget move is unacknowledged) answers
@@ -24,10 +25,10 @@ the error raised is a :class:`~redis_ctr.errors.BudgetInFlight` whose cause is t
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Type
 
 from ._calls import KeyT
-from .errors import BudgetInFlight, HolderMoving, RefundAwaitsFold, cluster_gave_up
+from .errors import BudgetInFlight, HolderMoving, cluster_gave_up
 
 DEFAULT_PURCHASE_WAIT = 2.0
 """Seconds a purchase asks a holder again while it answers that budget is in flight."""
@@ -52,10 +53,12 @@ class BudgetWait:
     FIRST = 0.005
     MOST = 0.1
 
-    def __init__(self, limit: float, holder: KeyT, retry: str = "the purchase") -> None:
+    def __init__(
+        self, limit: float, holder: KeyT, kind: Type[BudgetInFlight] = BudgetInFlight
+    ) -> None:
         self.limit = limit
         self.holder = holder
-        self.retry = retry
+        self.kind = kind
         self._deadline: Optional[float] = None
         self._next = BudgetWait.FIRST
 
@@ -73,11 +76,10 @@ class BudgetWait:
             if gave_up:
                 # The text as redis-py leaves a TRYAGAIN reply's: without the code.
                 cause = error.__cause__ if isinstance(error, HolderMoving) else error
-                kind = BudgetInFlight if self.retry == "the purchase" else RefundAwaitsFold
-                raise kind(
+                raise self.kind(
                     f"budget in flight: the cluster client gave up on spread counter holder "
                     f"'{_text(self.holder)}' after its own TRYAGAIN retries ({cause}); retry "
-                    f"{self.retry}"
+                    f"{self.kind.retried}"
                 ) from cause
             raise error
         pause = min(self._next, left)

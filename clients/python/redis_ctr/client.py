@@ -33,6 +33,7 @@ from .errors import (
     HoldersUnreplicated,
     HoldersUnknown,
     NotDurable,
+    RefundAwaitsFold,
     RefundFolded,
     WrongType,
 )
@@ -560,7 +561,7 @@ class Ctr:
     def _refund(self, call: Call[Optional[int]], home: KeyT) -> Optional[int]:
         """One member's ``CTR.REFUND``, asked again while a fold takes the grant's units home;
         a holder folded back names the add that gives them back at the home, made here."""
-        wait = BudgetWait(self.purchase_wait, call.args[1], "the refund")
+        wait = BudgetWait(self.purchase_wait, call.args[1], RefundAwaitsFold)
         while True:
             try:
                 return run(self.client, call)

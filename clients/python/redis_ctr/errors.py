@@ -201,12 +201,17 @@ class BudgetInFlight(CtrError, TryAgainError):
     ``purchase_wait``. Also a ``TryAgainError``, which cluster clients retry by themselves
     first."""
 
+    retried = "the purchase"
+    """What the caller retries (the text of the error raised when a cluster client gave up)."""
+
 
 class RefundAwaitsFold(BudgetInFlight):
     """``TRYAGAIN``: ``CTR.REFUND`` at a spread counter's holder that a shrink is folding back
     into its home: the grant's units are on their way home, nothing changed. Retry the refund;
     :meth:`redis_ctr.Ctr.refund` asks again for up to its ``purchase_wait`` (a
     :class:`BudgetInFlight`: the units of the grant are the budget in flight)."""
+
+    retried = "the refund"
 
 
 class HolderError(CtrError):
