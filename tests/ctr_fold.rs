@@ -271,11 +271,19 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
     }
     let refund = |c: &mut Conn| c.cmd(&["CTR.REFUND", &holders[3], "TOKEN", "order-1"]);
     let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]);
+    // Both wait in the server (the credit is held: up to ctr.purchase-wait-ms), then answer.
+    let waited = |s: &Server| {
+        s.info_field("ctr", "ctr_waits_past_bound")
+            .parse()
+            .unwrap_or(0)
+    };
+    let past = waited(&held);
     let waits = refund(&mut c).error();
     assert!(
         waits.starts_with("TRYAGAIN refund awaits a fold"),
         "{waits}"
     );
+    assert_eq!(waited(&held), past + 1, "the refund waited in the server");
     // A purchase of a token it does not know waits too: passed on now, it could be granted
     // further on and, by a promoted replica without the seal, here as well.
     let purchase = [
@@ -288,6 +296,7 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
     let waits = c.cmd(&purchase).error();
     assert!(waits.starts_with("TRYAGAIN budget in flight"), "{waits}");
     assert!(waits.contains("waits for its fold to land"), "{waits}");
+    assert_eq!(waited(&held), past + 2, "the purchase waited in the server");
     assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]), digest);
     assert_eq!(c.q("CTR.GET hot").int(), total);
 

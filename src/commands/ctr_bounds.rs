@@ -304,7 +304,7 @@ pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
     }
     let w = Write::new(ctx, args, Some(token), None)?;
     let fp = w.token.map_or(0, |t| t.fp);
-    let outcome = w.update(&key, |c, before| {
+    let updated = w.update(&key, |c, before| {
         Ok(match c.refund_plan(fp, w.now)? {
             RefundPlan::NoGrant => Refunded::Nothing,
             RefundPlan::Folded { landed: false, .. } => return Err(REFUND_AWAITS_FOLD),
@@ -326,7 +326,20 @@ pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
                 Refunded::Given(op, before)
             }
         })
-    })?;
+    });
+    let outcome = match updated {
+        // The grant's units are on their way home: the refund waits in the server for the
+        // fold to land (then names the add at the home), else answers TRYAGAIN at the bound.
+        Err(e) if e == REFUND_AWAITS_FOLD => {
+            drop(key);
+            let still = super::ctr_floor::fold_still_travels(args.bytes(1));
+            if super::ctr_floor::wait_for_units(ctx, args, still, refund) {
+                return Ok(Reply::Blocked);
+            }
+            return Err(e);
+        }
+        updated => updated?,
+    };
     drop(key);
     match outcome {
         Refunded::Nothing => Ok(Reply::Null),

@@ -78,7 +78,7 @@ fn floor_cmd_still_waits(key: &[u8]) -> waiter::StillWaits {
 
 /// Blocks the client until the units the command at `args` waits for have come (see
 /// [`waiter`]); false when it cannot wait (it replies its `TRYAGAIN` now).
-fn wait_for_units(
+pub(super) fn wait_for_units(
     ctx: Ctx,
     args: &Args,
     still_waits: waiter::StillWaits,
@@ -127,6 +127,20 @@ fn count_refusal(unproven: bool) {
 
 /// The closure's way out of a write when the purchase waits for budget (never replied).
 const NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
+
+/// Whether the holder at `key` is still sealed with its fold unacknowledged (a purchase of a
+/// new token, a refund of a grant, waits for the fold to land there).
+pub(super) fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
+    let key = key.to_vec();
+    Box::new(move |ctx| {
+        let name = KeyName::new(ctx, &key);
+        with_counter(
+            ctx,
+            name.raw,
+            |c| matches!(c, Some(CounterRef::Boxed(c)) if c.fold_travels()),
+        ) == Ok(true)
+    })
+}
 
 /// Whether a purchase of `amount` at `key` would still wait for budget: its share or a move
 /// still travelling, or budget a rebalance round is to gather to it.
@@ -185,7 +199,11 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if sealed == Err(SEALED) && w.token.is_some() && fold_travels(&key) {
         // Passing a folded holder decides the token's walk goes on: decided only on a seal
         // its replicas hold (the fold landed), so no failover gives the holder back unsealed
-        // to grant the token after a holder further on did.
+        // to grant the token after a holder further on did. It waits in the server.
+        drop(key);
+        if wait_for_units(ctx, args, fold_still_travels(args.bytes(1)), decrfloor) {
+            return Ok(Reply::Blocked);
+        }
         return Err(awaiting_budget(args.bytes(1), ITS_FOLD));
     }
     if let Some(first) = sealed? {
