@@ -250,19 +250,22 @@ fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
 }
 
 /// A refund at a holder being folded back (sealed, its credit held at the home) waits: its
-/// grant's units are on their way home, so it answers `TRYAGAIN` and changes nothing; so does
-/// a purchase of a new token. Once the fold lands (here on a server restored from the dumps,
+/// grant's units are on their way home, so it answers `TRYAGAIN` and changes nothing; so do
+/// a purchase and an add of a new token (a retry of a token it counted replays at once). Once
+/// the fold lands (here on a server restored from the dumps,
 /// which does not hold credits), the holder sends the refund home: its error names the add,
 /// which gives the units back there once; the holder itself still changes nothing, and passes
-/// the purchase on (the folded-back error).
+/// the purchase and the add on (the folded-back error).
 #[test]
-fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
+fn a_folding_holder_holds_refunds_and_new_tokens_until_its_fold_lands_then_sends_refunds_home() {
     let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
     let mut c = held.conn();
     let (holders, total) = spread_with_values(&mut c, "hot", 4);
     let sold = c.cmd(&["CTR.ADD", &holders[3], "-3", "TOKEN", "order-1"]);
     assert_eq!(sold, Value::Int(1));
-    let total = total - 3;
+    let restocked = c.cmd(&["CTR.ADD", &holders[3], "5", "TOKEN", "restock-1"]);
+    assert_eq!(restocked, Value::Int(6));
+    let total = total - 3 + 5;
     names(&c.q("CTR.SPREAD hot 2"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !c.cmd(&["CTR.ADD", &holders[3], "0"]).is_error() {
@@ -297,6 +300,19 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
     assert!(waits.starts_with("TRYAGAIN budget in flight"), "{waits}");
     assert!(waits.contains("waits for its fold to land"), "{waits}");
     assert_eq!(waited(&held), past + 2, "the purchase waited in the server");
+    // So does an add of a new token (a restock whose retry a stale holder list could send
+    // back here), while a retry of one it counted replays at once.
+    let restock = |c: &mut Conn, token: &str| c.cmd(&["CTR.ADD", &holders[3], "5", "TOKEN", token]);
+    let waits = restock(&mut c, "restock-2").error();
+    assert!(waits.starts_with("TRYAGAIN add awaits a fold"), "{waits}");
+    assert_eq!(waited(&held), past + 3, "the add waited in the server");
+    // A retry replies the current value: the sealed holder's units are on their way home.
+    assert_eq!(
+        restock(&mut c, "restock-1"),
+        Value::Int(0),
+        "a retry changes nothing"
+    );
+    assert_eq!(waited(&held), past + 3, "without waiting");
     assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]), digest);
     assert_eq!(c.q("CTR.GET hot").int(), total);
 
@@ -327,6 +343,17 @@ fn a_refund_at_a_folding_holder_waits_for_the_fold_then_goes_home() {
         passed.starts_with("ERR this key was a spread counter holder"),
         "{passed}"
     );
+    let passed = restock(&mut f, "restock-2").error();
+    assert!(
+        passed.starts_with("ERR this key was a spread counter holder"),
+        "{passed}"
+    );
+    assert_eq!(
+        restock(&mut f, "restock-1"),
+        Value::Int(0),
+        "still changes nothing"
+    );
+    assert_eq!(f.q("CTR.GET hot").int(), total + 3);
 }
 
 /// On one server a shrink is all or nothing: a holder that cannot be folded now (another

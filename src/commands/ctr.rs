@@ -19,11 +19,16 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 use crate::runtime::ctr_store::store_inline;
 use crate::runtime::ctr_store::{
-    created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
-    refuse_sealed_unless_retry, with_counter, Before, Write,
+    created_with_ttl, finish_clear, fold_travels, inline_advice, is_missing, open_for_retry_as,
+    open_for_write, refuse_sealed_unless_retry, with_counter, Before, Write, SEALED,
 };
 use crate::runtime::decide;
 use crate::runtime::holder_check::Checked;
+
+/// A new token's add at a holder being folded back, past the wait for its fold to land.
+const ADD_AWAITS_FOLD: CommandError = CommandError::fixed(
+    "TRYAGAIN add awaits a fold: this holder is being folded back into its home; retry the add with the same token",
+);
 
 enum Added {
     /// Applied, or refused by the floor with the refusal remembered under its token.
@@ -78,7 +83,19 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE)?;
     let had_ttl = key.abs_expire().is_some();
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
-    if let Some(first) = refuse_sealed_unless_retry(&w, &key, WriteKind::Add(parsed.delta))? {
+    let sealed = refuse_sealed_unless_retry(&w, &key, WriteKind::Add(parsed.delta));
+    if sealed == Err(SEALED) && w.token.is_some() && fold_travels(&key) {
+        // A new token is passed on (the folded-back error) only on a seal its replicas hold:
+        // before, a failover could give the holder back unsealed, to count a retry of the
+        // token that a holder further on counted already. It waits in the server.
+        drop(key);
+        let still = super::ctr_floor::fold_still_travels(args.bytes(1));
+        if super::ctr_floor::wait_for_units(ctx, args, still, add) {
+            return Ok(Reply::Blocked);
+        }
+        return Err(ADD_AWAITS_FOLD);
+    }
+    if let Some(first) = sealed? {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }

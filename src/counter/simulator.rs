@@ -162,6 +162,8 @@ static GIVES: AtomicU64 = AtomicU64::new(0);
 /// Refund walks: given afresh, replayed, stopped at a folded holder whose fold had not landed,
 /// given at the home after a fold.
 static REFUNDS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// Tokened adds: counted, replayed, waiting for a folding holder's fold to land.
+static TOKENED_ADDS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 /// Atomic slot migrations handed over and cancelled.
 static MIGRATIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Writes that waited for a holder check, by the verdict they ran again with: listed, not
@@ -353,15 +355,25 @@ struct Sim {
     clocks: Rng,
 }
 
-/// A tokened purchase a client may retry, or refund: its token (fingerprint), time and
-/// amount, and (ghost state) how many times it was granted and refunded.
+/// A tokened purchase a client may retry, or refund, or a tokened add (a restock) it may
+/// retry: its token (fingerprint), time and amount, and (ghost state) how many times it was
+/// granted (an add: counted) and refunded.
 #[derive(Clone, Copy)]
 struct TokenWalk {
     fp: u64,
     at: i64,
     amount: i64,
+    /// A `CTR.ADD` of `amount` with the token, walking as a purchase walks (a client whose
+    /// list is the one at the token's time): counted at most once, wherever its retries go.
+    add: bool,
     granted: u32,
     refunded: u32,
+}
+
+/// One new token in five is a tokened add's, picked from its fingerprint's high bits (the
+/// low ones pick where its walk starts).
+fn is_add_token(fp: u64) -> bool {
+    (fp >> 40).is_multiple_of(5)
 }
 
 /// The members a token's walk visits.
@@ -1919,10 +1931,12 @@ impl Sim {
         let index = if retry {
             self.rng.below(self.tokens.len())
         } else {
+            let fp = self.rng.id();
             self.tokens.push(TokenWalk {
-                fp: self.rng.id(),
+                fp,
                 at: self.now,
                 amount: 1 + self.rng.below(6) as i64,
+                add: is_add_token(fp),
                 granted: 0,
                 refunded: 0,
             });
@@ -1935,7 +1949,7 @@ impl Sim {
     /// nil), new or the retry of a refund.
     fn refund_some_token(&mut self) -> Result<(), String> {
         let granted: Vec<usize> = (0..self.tokens.len())
-            .filter(|&i| self.tokens[i].granted > 0)
+            .filter(|&i| self.tokens[i].granted > 0 && !self.tokens[i].add)
             .collect();
         let index = if !granted.is_empty() && self.rng.percent(80) {
             granted[self.rng.below(granted.len())]
@@ -1995,7 +2009,12 @@ impl Sim {
             WalkOrder::Unwalked => return Ok(()),
         };
         for key in &order {
-            match self.token_purchase_at(key, &walk) {
+            let stop = if walk.add {
+                self.token_add_at(key, &walk)
+            } else {
+                self.token_purchase_at(key, &walk)
+            };
+            match stop {
                 TokenStop::Granted(afresh) => return self.granted(index, afresh),
                 TokenStop::Passed => {}
                 TokenStop::Undecided => return Ok(()),
@@ -2171,8 +2190,13 @@ impl Sim {
             walk.granted += 1;
         }
         if walk.granted > 1 {
+            let (what, done) = if walk.add {
+                ("add", "counted")
+            } else {
+                ("purchase", "granted")
+            };
             return Err(format!(
-                "the purchase token {:x} of time {} was granted twice",
+                "the {what} token {:x} of time {} was {done} twice",
                 walk.fp, walk.at
             ));
         }
@@ -2246,6 +2270,61 @@ impl Sim {
             if units < 0 { "granted" } else { "refused" }
         ));
         decided
+    }
+
+    /// A tokened add at one member, as the glue decides it: a remembered token replays (also
+    /// on a folded holder); a folded holder waits for its fold to land, then passes any
+    /// other on (the clients send it to another member); any other member counts it.
+    fn token_add_at(&mut self, key: &[u8], walk: &TokenWalk) -> TokenStop {
+        let now = self.now;
+        let Some(c) = self.get(key) else {
+            return TokenStop::Undecided;
+        };
+        match c.token_use(walk.fp, WriteKind::Add(walk.amount), now) {
+            TokenUse::Retry(_) => {
+                TOKENED_ADDS[1].fetch_add(1, Relaxed);
+                return TokenStop::Granted(false);
+            }
+            TokenUse::Conflict => return TokenStop::Undecided,
+            // As a purchase's: passed on only once the seal is on the holder's replica.
+            TokenUse::New if c.fold_travels() => {
+                TOKENED_ADDS[2].fetch_add(1, Relaxed);
+                return TokenStop::Undecided;
+            }
+            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
+            TokenUse::New => {}
+        }
+        let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
+            return TokenStop::Undecided;
+        };
+        let mut c = c.clone();
+        let op = AddOp {
+            now,
+            event: walk.at,
+            delta: walk.amount,
+            shard: 0,
+            shards: c.shard_count(),
+            token: Some(TokenStamp {
+                fp: walk.fp,
+                expires_at,
+            }),
+        };
+        if !matches!(c.apply_add_under(&op, floor_by_name(key)), Ok(Some(_))) {
+            return TokenStop::Undecided;
+        }
+        self.write(key, Some(c), walk.amount);
+        let owner = self.master_of(key);
+        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
+            p.token = Some(walk.fp);
+        }
+        TOKENED_ADDS[0].fetch_add(1, Relaxed);
+        self.note(format_args!(
+            "add token {:x} of {} at {}: counted",
+            walk.fp,
+            walk.at,
+            show(key)
+        ));
+        TokenStop::Granted(true)
     }
 
     /// True when a refusal at `key` waits for budget the rebalance round gathers (`TRYAGAIN`).
@@ -2741,7 +2820,7 @@ impl Sim {
             return Ok(());
         };
         let at = self.now;
-        let fp = self.walk_from_the_last_holder(count, at);
+        let fp = self.walk_from_the_last_holder(count, at, false);
         self.walk_token(self.tokens.len() - 1)?;
         let home = self.home.clone();
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(count - 1));
@@ -2754,30 +2833,35 @@ impl Sim {
         let mut late = None;
         if self.faults && self.rng.percent(33) {
             // One round: the holder seals, and its fold's credit waits for its replica to hold
-            // the seal. A refund, and a purchase of the list before the shrink, meet the seal;
-            // then the holder's master fails over.
+            // the seal. A refund, and a purchase and a tokened add of the list before the
+            // shrink, meet the seal; then the holder's master fails over.
             self.fold_rounds(1);
             self.walk_fp(fp, Sim::walk_refund)?;
-            late = Some(self.walk_from_the_last_holder(count, at));
+            let purchase = self.walk_from_the_last_holder(count, at, false);
             self.walk_token(self.tokens.len() - 1)?;
+            let add = self.walk_from_the_last_holder(count, at, true);
+            self.walk_token(self.tokens.len() - 1)?;
+            late = Some([purchase, add]);
             self.fail_over_the_last_holder();
         }
         self.fold_rounds(3);
-        if let Some(late) = late {
-            self.walk_fp(late, Sim::walk_token)?;
+        for fp in late.into_iter().flatten() {
+            self.walk_fp(fp, Sim::walk_token)?;
         }
         self.walk_fp(fp, Sim::walk_refund)
     }
 
-    /// A new purchase walk of one unit over the list at `at` (of `count` members: the home,
-    /// the holders), its token picked so that the walk starts at the last holder.
-    fn walk_from_the_last_holder(&mut self, count: usize, at: i64) -> u64 {
+    /// A new purchase walk (`add`: a tokened add's) of one unit over the list at `at` (of
+    /// `count` members: the home, the holders), its token picked so that the walk starts at
+    /// the last holder.
+    fn walk_from_the_last_holder(&mut self, count: usize, at: i64, add: bool) -> u64 {
         let n = count as u64;
         let fp = self.rng.id() / n * n + (n - 1);
         self.tokens.push(TokenWalk {
             fp,
             at,
             amount: 1,
+            add,
             granted: 0,
             refunded: 0,
         });
@@ -3500,7 +3584,8 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
          {} gathered reads, {} of them in quiet windows checked against the total ({} failed, \
          {} timed out, {} redirected); \
          {} rebalance polls, {} bounds told and checked, {} gives; refunds: {} given, {} \
-         replayed, {} waiting for a fold, {} given at the home after a fold; writes after a holder check: {} listed, {} \
+         replayed, {} waiting for a fold, {} given at the home after a fold; tokened adds: {} \
+         counted, {} replayed, {} waiting for a fold; writes after a holder check: {} listed, {} \
          not listed, {} unsure; slot migrations: {} handed over, {} cancelled",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
@@ -3515,6 +3600,9 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         REFUNDS[1].load(Relaxed),
         REFUNDS[2].load(Relaxed),
         REFUNDS[3].load(Relaxed),
+        TOKENED_ADDS[0].load(Relaxed),
+        TOKENED_ADDS[1].load(Relaxed),
+        TOKENED_ADDS[2].load(Relaxed),
         CHECKED_WRITES[0].load(Relaxed),
         CHECKED_WRITES[1].load(Relaxed),
         CHECKED_WRITES[2].load(Relaxed),

@@ -34,6 +34,7 @@ from .errors import (
     HoldersAhead,
     HoldersUnreplicated,
     RefundAwaitsFold,
+    AddAwaitsFold,
     RefundFolded,
     UseHomeKey,
 )
@@ -237,9 +238,18 @@ class AsyncCtr:
         retry = cache.remembers(key, token)
         target = cache.target(key, holders, token)
         folded: List[KeyT] = []
+        wait: Optional[BudgetWait] = None
         while True:
             try:
                 return await run(self.client, call.on(target))
+            except (AddAwaitsFold, HolderMoving, ClusterError) as e:
+                # A holder being folded back passes a new token on only once its fold landed
+                # (else a failover could give it back unsealed, to count a retry again): the
+                # same holder is asked again with the same token. Anything else is raised.
+                if token is None:
+                    raise
+                wait = wait or BudgetWait(self.purchase_wait, target, AddAwaitsFold)
+                await asyncio.sleep(wait.pause_after(e))
             except HolderFolded:
                 if target == key:
                     raise

@@ -34,6 +34,7 @@ from .errors import (
     HoldersUnknown,
     NotDurable,
     RefundAwaitsFold,
+    AddAwaitsFold,
     RefundFolded,
     WrongType,
 )
@@ -461,9 +462,18 @@ class Ctr:
         retry = cache.remembers(key, token)
         target = cache.target(key, holders, token)
         folded: List[KeyT] = []
+        wait: Optional[BudgetWait] = None
         while True:
             try:
                 return run(self.client, call.on(target))
+            except (AddAwaitsFold, HolderMoving, ClusterError) as e:
+                # A holder being folded back passes a new token on only once its fold landed
+                # (else a failover could give it back unsealed, to count a retry again): the
+                # same holder is asked again with the same token. Anything else is raised.
+                if token is None:
+                    raise
+                wait = wait or BudgetWait(self.purchase_wait, target, AddAwaitsFold)
+                time.sleep(wait.pause_after(e))
             except HolderFolded:
                 # Not counted there (see _spread): on to a current holder, or the home key.
                 if target == key:

@@ -214,6 +214,15 @@ class RefundAwaitsFold(BudgetInFlight):
     retried = "the refund"
 
 
+class AddAwaitsFold(BudgetInFlight):
+    """``TRYAGAIN``: a ``CTR.ADD`` with a token new to a spread counter's holder that a shrink
+    is folding back: the holder passes the token on (the folded-back error) only once its fold
+    landed, nothing changed. Retry the add with the same token at the same holder;
+    :meth:`redis_ctr.Ctr.add` asks again for up to its ``purchase_wait``."""
+
+    retried = "the add"
+
+
 class HolderError(CtrError):
     """A holder of the spread counter read replied an error (e.g. someone ``SET`` its key):
     its text follows the holder's name."""
@@ -375,6 +384,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
     ("TRYAGAIN budget in flight", BudgetInFlight),
     ("TRYAGAIN refund awaits a fold", RefundAwaitsFold),
+    ("TRYAGAIN add awaits a fold", AddAwaitsFold),
     ("TRYAGAIN spread counter holder", HolderMoving),
     ("TRYAGAIN spread counter '", HolderMoving),
     ("TRYAGAIN spread counter is moving", HolderMoving),

@@ -320,6 +320,8 @@ class ErrorsTest(unittest.TestCase):
             ("budget in flight: spread counter holder 'h' waits for its share; retry the purchase",
              redis_ctr.BudgetInFlight),
             ("spread counter holder 'h' is moving between masters", redis_ctr.HolderMoving),
+            ("add awaits a fold: this holder is being folded back into its home; retry the add "
+             "with the same token", redis_ctr.AddAwaitsFold),
         ]:
             self.assertIs(redis_ctr.errors.error_class("TRYAGAIN " + text), cls)
             classified = redis_ctr.errors.classify(tryagain(text))

@@ -31,6 +31,11 @@ pub enum ModuleError {
     /// its home: the grant's units are on their way home, nothing changed. Retry the refund;
     /// [`crate::SpreadRouter::refund`] asks again for up to its purchase wait.
     RefundAwaitsFold,
+    /// `TRYAGAIN`: `CTR.ADD` with a token new to a spread counter's holder that a shrink is
+    /// folding back: the holder passes the token on (the folded-back error) only once its fold
+    /// landed, nothing changed. Retry with the same token at the same holder;
+    /// [`crate::SpreadRouter::add`] asks again for up to its purchase wait.
+    AddAwaitsFold,
     /// A token's event time is older than the dedup window (`ctr.token-window-ms`).
     TokenTooOld,
     /// An event time more than `ctr.token-max-future-ms` ahead of the server's clock.
@@ -231,6 +236,7 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("CLUSTERDOWN spread counter holder slot ", SpreadUnavailable),
         ("TRYAGAIN budget in flight", BudgetInFlight),
         ("TRYAGAIN refund awaits a fold", RefundAwaitsFold),
+        ("TRYAGAIN add awaits a fold", AddAwaitsFold),
         ("TRYAGAIN spread counter holder", HolderMoving),
         ("TRYAGAIN spread counter '", HolderMoving),
         ("TRYAGAIN spread counter is moving", HolderMoving),

@@ -51,7 +51,10 @@
 //!   reply and refuses any other. So the add re-reads the holders and goes on to a current one
 //!   (a tokened add to its token's holder, remembered from then on), or to the home key when
 //!   that one refused it too (a home is never folded); only the home key's own refusal (the
-//!   key given is a folded holder's name) is returned.
+//!   key given is a folded holder's name) is returned. A holder still folding passes a new
+//!   token on only once its fold has landed: past the server's wait it answers
+//!   [`ModuleError::AddAwaitsFold`], and the add asks it again, with the same token, for up to
+//!   [`SpreadRouter::purchase_wait`] (as a purchase asks below).
 //! - An add that sets or removes a TTL (`EX`/`PX`/`EXAT`/`PXAT`, `ENX`, `PERSIST`) goes to the
 //!   home key: a TTL set on a holder would expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
@@ -831,8 +834,14 @@ impl SpreadRouter {
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
+        let mut wait = BudgetWait::new(self.purchase_wait);
         loop {
             let added = send_once(con, calls::add_with(target.as_slice(), delta, options));
+            if let Some(pause) = wait.pause_after(&added) {
+                // A folding holder passes a new token on once its fold landed: asked again.
+                std::thread::sleep(pause);
+                continue;
+            }
             match self.next_target(&added, &target, key, token.is_some(), retry) {
                 Next::Done => return added,
                 Next::Elsewhere => {}
@@ -1076,8 +1085,13 @@ impl SpreadRouter {
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
+        let mut wait = BudgetWait::new(self.purchase_wait);
         loop {
             let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
+            if let Some(pause) = wait.pause_after(&added) {
+                tokio::time::sleep(pause).await; // as the blocking add
+                continue;
+            }
             match self.next_target(&added, &target, key, token.is_some(), retry) {
                 Next::Done => return added,
                 Next::Elsewhere => {}
@@ -1287,12 +1301,16 @@ impl BudgetWait {
     }
 
     /// The pause before asking again after `answer`; None when the answer is final (anything
-    /// but units in flight: budget to a purchase, a grant's units folding home to a refund; or
-    /// the wait is over).
+    /// but units in flight: budget to a purchase, a grant's units folding home to a refund, a
+    /// fold that a new token's add waits for; or the wait is over).
     fn pause_after<T>(&mut self, answer: &Result<T, CtrError>) -> Option<Duration> {
         let in_flight = matches!(
             answer.as_ref().err().and_then(CtrError::module_error),
-            Some(ModuleError::BudgetInFlight | ModuleError::RefundAwaitsFold)
+            Some(
+                ModuleError::BudgetInFlight
+                    | ModuleError::RefundAwaitsFold
+                    | ModuleError::AddAwaitsFold
+            )
         );
         let left = self.deadline.saturating_duration_since(Instant::now());
         if !in_flight || left.is_zero() {

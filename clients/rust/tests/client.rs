@@ -2280,3 +2280,56 @@ impl redis::ConnectionLike for Recording {
         self.con.is_open()
     }
 }
+
+/// A router with the list from before a shrink sends a tokened add to a holder the shrink is
+/// folding back (its credit held here, so the fold never lands): the holder waits in the
+/// server, answers `AddAwaitsFold` past that, and the router asks it again, same token, for
+/// its purchase wait, then returns that error; nothing was counted. A retry of a token the
+/// holder counted before its seal replays at once (its units went home with the fold).
+#[test]
+fn a_tokened_add_to_a_folding_holder_is_asked_again_and_never_passed_on_early() {
+    let server = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let mut con = redis::Client::open(url(server.port, false))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.ctr_add("restock", 10).unwrap();
+    let three: Vec<Vec<u8>> = (con.ctr_spread("restock", 3).unwrap().into_iter())
+        .map(String::into_bytes)
+        .collect();
+    let wait = Duration::from_millis(400);
+    let stale = SpreadRouter::new(Duration::from_secs(60)).with_purchase_wait(wait);
+    assert_eq!(*stale.holders(&mut con, b"restock").unwrap(), three);
+    let on_last = |prefix: &str| {
+        (0..)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|t| holder_for_token(&three, t.as_bytes()) == three[2].as_slice())
+            .unwrap()
+    };
+    let (counted, new) = (on_last("counted"), on_last("new"));
+    let add = |con: &mut redis::Connection, token: &str| {
+        stale.add(con, "restock", 5, &AddOptions::new().token(token))
+    };
+    assert_eq!(add(&mut con, &counted).unwrap(), Some(5));
+    assert_eq!(con.ctr_spread("restock", 1).unwrap(), ["restock"]);
+    let last = String::from_utf8(three[2].clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while con.ctr_add(&last, 0).is_ok() {
+        assert!(Instant::now() < deadline, "never sealed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    assert_eq!(
+        module_error(add(&mut con, &new)),
+        ModuleError::AddAwaitsFold
+    );
+    assert!(
+        started.elapsed() >= wait,
+        "asked again for its purchase wait"
+    );
+    assert_eq!(con.ctr_get("restock").unwrap(), 15, "nothing counted");
+    let started = Instant::now();
+    assert_eq!(add(&mut con, &counted).unwrap(), Some(0), "replayed");
+    assert!(started.elapsed() < wait, "at once");
+    assert_eq!(con.ctr_get("restock").unwrap(), 15);
+}
