@@ -2123,11 +2123,7 @@ impl Sim {
         if c.apply_refund(&op).is_err() {
             return TokenStop::Undecided;
         }
-        self.write(key, Some(c), units);
-        let owner = self.master_of(key);
-        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
-            p.token = Some(walk.fp);
-        }
+        self.write_tokened(key, c, units, walk.fp);
         REFUNDS[0].fetch_add(1, Relaxed);
         self.note(format_args!(
             "token {:x} of {} at {}: refunded {units}",
@@ -2170,11 +2166,7 @@ impl Sim {
         if !matches!(c.apply_add(&op), Ok(Some(_))) {
             return TokenStop::Undecided;
         }
-        self.write(&home, Some(c), units);
-        let owner = self.master_of(&home);
-        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
-            p.token = Some(walk.fp);
-        }
+        self.write_tokened(&home, c, units, walk.fp);
         REFUNDS[3].fetch_add(1, Relaxed);
         self.note(format_args!(
             "token {:x} of {}: refunded {units} at the home after its fold",
@@ -2255,13 +2247,7 @@ impl Sim {
                 0
             }
         };
-        self.write(key, Some(c), units);
-        let owner = self.master_of(key);
-
-        let m = &mut self.masters[owner];
-        if let Some(p) = m.unreplicated.back_mut() {
-            p.token = Some(walk.fp);
-        }
+        self.write_tokened(key, c, units, walk.fp);
         self.note(format_args!(
             "token {:x} of {} at {}: {}",
             walk.fp,
@@ -2312,11 +2298,7 @@ impl Sim {
         if !matches!(c.apply_add_under(&op, floor_by_name(key)), Ok(Some(_))) {
             return TokenStop::Undecided;
         }
-        self.write(key, Some(c), walk.amount);
-        let owner = self.master_of(key);
-        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
-            p.token = Some(walk.fp);
-        }
+        self.write_tokened(key, c, walk.amount, walk.fp);
         TOKENED_ADDS[0].fetch_add(1, Relaxed);
         self.note(format_args!(
             "add token {:x} of {} at {}: counted",
@@ -2325,6 +2307,16 @@ impl Sim {
             show(key)
         ));
         TokenStop::Granted(true)
+    }
+
+    /// A client's tokened write of `c` at `key` (`units` into the total), its token `fp`
+    /// tagged on the write: a failover that loses the write forgets the token's walk.
+    fn write_tokened(&mut self, key: &[u8], c: Counter, units: i64, fp: u64) {
+        self.write(key, Some(c), units);
+        let owner = self.master_of(key);
+        if let Some(p) = self.masters[owner].unreplicated.back_mut() {
+            p.token = Some(fp);
+        }
     }
 
     /// True when a refusal at `key` waits for budget the rebalance round gathers (`TRYAGAIN`).
