@@ -1048,9 +1048,7 @@ impl Sim {
             92 if self.faults && self.rng.percent(40) => self.delete_home_and_spread_again(),
             92 if self.faults && self.rng.percent(50) => self.delete_home_unwaited(),
             92 if self.faults => self.home_restored_after_its_holders(),
-            93 | 94 if self.floor.is_some() && self.rng.percent(25) => {
-                return self.refund_after_fold();
-            }
+            93 | 94 if self.rng.percent(25) => return self.walks_over_a_fold(),
             93 | 94 => self.expire_folded_holder(),
             95 if self.faults && self.rng.percent(50) => self.copy_holder(),
             95 if self.faults => self.sibling_move_outlives_its_receiver(),
@@ -1884,7 +1882,12 @@ impl Sim {
     /// it is checked against budget in flight (the ghost check of [`Sim::walk_refused`]).
     fn purchase(&mut self) -> Result<(), String> {
         if self.floor.is_none() {
-            return Ok(());
+            // An unfloored spread's tokened writes are adds (events, restocks): walked as a
+            // purchase walks, new or retried.
+            return match self.rng.percent(50) {
+                true => self.token_purchase(),
+                false => Ok(()),
+            };
         }
         if self.rng.percent(30) {
             return self.token_purchase();
@@ -1936,7 +1939,7 @@ impl Sim {
                 fp,
                 at: self.now,
                 amount: 1 + self.rng.below(6) as i64,
-                add: is_add_token(fp),
+                add: self.floor.is_none() || is_add_token(fp),
                 granted: 0,
                 refunded: 0,
             });
@@ -2798,12 +2801,15 @@ impl Sim {
         self.write(&name, Some(forged), 0);
     }
 
-    /// A purchase granted by the spread's last holder, a shrink that folds that holder, the
-    /// fold's messages delivered (those a partition does not hold), then the purchase's refund:
-    /// the folded holder has it wait for the fold to land, then sends it home (its units went
-    /// home with the fold: the client's tokened add there), and no unit comes back
-    /// twice, once in the fold and once in the refund.
-    fn refund_after_fold(&mut self) -> Result<(), String> {
+    /// A purchase granted by the spread's last holder (on a floored spread), a shrink that
+    /// folds that holder, the fold's messages delivered (those a partition does not hold),
+    /// then the purchase's refund: the folded holder has it wait for the fold to land, then
+    /// sends it home (its units went home with the fold: the client's tokened add there), and
+    /// no unit comes back twice, once in the fold and once in the refund. In a third of the
+    /// fault schedules the fold stops after one round for a purchase and a tokened add (only
+    /// the add on an unfloored spread) over the list before the shrink, and the holder's master
+    /// fails over before they are walked again.
+    fn walks_over_a_fold(&mut self) -> Result<(), String> {
         let Some(count) = self
             .home_counter()
             .and_then(|h| h.spread())
@@ -2812,8 +2818,13 @@ impl Sim {
             return Ok(());
         };
         let at = self.now;
-        let fp = self.walk_from_the_last_holder(count, at, false);
-        self.walk_token(self.tokens.len() - 1)?;
+        let refunded = self
+            .floor
+            .is_some()
+            .then(|| self.walk_from_the_last_holder(count, at, false));
+        if refunded.is_some() {
+            self.walk_token(self.tokens.len() - 1)?;
+        }
         let home = self.home.clone();
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(count - 1));
         let fold_ids = (0..needed).map(|_| self.rng.id()).collect();
@@ -2821,26 +2832,33 @@ impl Sim {
         if !matches!(self.take_step(&home, shrink), Ok(StepOutcome::Shrunk(_))) {
             return Ok(());
         }
-        self.note(format_args!("shrink to {}, then a refund", count - 1));
-        let mut late = None;
+        self.note(format_args!(
+            "shrink to {}, then walks over the fold",
+            count - 1
+        ));
+        let mut late = Vec::new();
         if self.faults && self.rng.percent(33) {
             // One round: the holder seals, and its fold's credit waits for its replica to hold
             // the seal. A refund, and a purchase and a tokened add of the list before the
             // shrink, meet the seal; then the holder's master fails over.
             self.fold_rounds(1);
-            self.walk_fp(fp, Sim::walk_refund)?;
-            let purchase = self.walk_from_the_last_holder(count, at, false);
+            if let Some(fp) = refunded {
+                self.walk_fp(fp, Sim::walk_refund)?;
+                late.push(self.walk_from_the_last_holder(count, at, false));
+                self.walk_token(self.tokens.len() - 1)?;
+            }
+            late.push(self.walk_from_the_last_holder(count, at, true));
             self.walk_token(self.tokens.len() - 1)?;
-            let add = self.walk_from_the_last_holder(count, at, true);
-            self.walk_token(self.tokens.len() - 1)?;
-            late = Some([purchase, add]);
             self.fail_over_the_last_holder();
         }
         self.fold_rounds(3);
-        for fp in late.into_iter().flatten() {
+        for fp in late {
             self.walk_fp(fp, Sim::walk_token)?;
         }
-        self.walk_fp(fp, Sim::walk_refund)
+        match refunded {
+            Some(fp) => self.walk_fp(fp, Sim::walk_refund),
+            None => Ok(()),
+        }
     }
 
     /// A new purchase walk (`add`: a tokened add's) of one unit over the list at `at` (of
