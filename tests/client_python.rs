@@ -1,6 +1,7 @@
 //! The Python client library (clients/python) against the module: its unittest suite, run
 //! with the Makefile's Python (redis-py in target/venv), against one server (with a replica,
-//! for the durable purchases) and a 3-master cluster started here; and the outage tests
+//! for the durable purchases), one that holds fold credits (a holder stays mid-fold) and a
+//! 3-master cluster started here; and the outage tests
 //! (`tests/outage.py`), each on a cluster of its own: one with a replica, whose master it
 //! shuts down, one whose master it freezes (SIGSTOP of the server this test started, then
 //! SIGCONT).
@@ -29,6 +30,8 @@ fn python_client_suite_passes() {
     let server = Server::start_with(&[], &["bucket-ms", "100"]);
     // For the durable purchases (tests/test_durable.py): WAIT counts this replica.
     let replica = server.start_replica();
+    // A server whose folds never land (their credits held): a holder stays mid-fold.
+    let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
     let cluster = Cluster::start(3, &[]);
     let only = std::env::var("CTR_PYTHON_TESTS").unwrap_or_default();
     let mut args = vec!["-m", "unittest"];
@@ -44,6 +47,7 @@ fn python_client_suite_passes() {
         &[
             ("REDIS_PORT", server.port.to_string()),
             ("REDIS_REPLICA_PORT", replica.port.to_string()),
+            ("REDIS_HELD_PORT", held.port.to_string()),
             ("REDIS_CLUSTER_PORT", cluster.nodes[0].port.to_string()),
         ],
     );

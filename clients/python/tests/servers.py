@@ -1,6 +1,6 @@
 """The servers the tests run against, started by the Rust driver (tests/client_python.rs):
-REDIS_PORT (one server, loaded with ``bucket-ms 100``) and REDIS_CLUSTER_PORT (a node of a
-3-master cluster)."""
+REDIS_PORT (one server, loaded with ``bucket-ms 100``), REDIS_HELD_PORT (one that holds fold
+credits) and REDIS_CLUSTER_PORT (a node of a 3-master cluster)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 
 PORT = int(os.environ.get("REDIS_PORT", "6379"))
 CLUSTER_PORT = int(os.environ.get("REDIS_CLUSTER_PORT", "0"))
+HELD_PORT = int(os.environ.get("REDIS_HELD_PORT", "0"))
+"""A server loaded with ``debug-hold-credits yes``: a shrink's folds never land there."""
 BUCKET_MS = 100
 
 

@@ -1,23 +1,26 @@
 """The coalescing writers on a spread counter that shrinks and grows under them: every sum
 reaches the counter exactly once (issue 26, finding 1: sums meeting a holder folded back were
-dropped). On one server and on the 3-master cluster, sync and asyncio."""
+dropped). On one server and on the 3-master cluster, sync and asyncio. And the clients at a
+holder whose fold is on its way: a new token's add and a refund are asked again there, never
+passed on early."""
 
 from __future__ import annotations
 
+import time
 import unittest
-from typing import Any
+from typing import Any, List, Tuple
 
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from redis_ctr import CoalescingWriter, Ctr, HolderFolded
+from redis_ctr import AddAwaitsFold, CoalescingWriter, Ctr, HolderFolded, RefundAwaitsFold
 from redis_ctr._spread import holder_for_token
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
 from .proxy import ReplyDroppingProxy
-from .servers import CLUSTER_PORT, PORT, fresh, info_stat
+from .servers import CLUSTER_PORT, HELD_PORT, PORT, fresh, info_stat
 from .test_writer import client
 
 # (holders the other client spreads the key to, adds made through the writer after it)
@@ -90,6 +93,49 @@ async def check_async_writer_through_shrinks(
     test.assertEqual(await ctr.get(key), total)
 
 
+WAIT = 0.4
+"""The purchase wait of the clients that meet a holder mid-fold (seconds)."""
+
+
+def spread_to_fold(prefix: str) -> Tuple[str, List[Any], str, str, str]:
+    """On the server that holds fold credits: a counter spread to 3 holders, a tokened add
+    (``counted``) and a tokened sale (``sold``, a grant) on the last holder. Returns the key,
+    its holders, and those two tokens with a third (``new``) that also picks the last holder."""
+    r = redis.Redis(port=HELD_PORT)
+    key, ctr = fresh(prefix), Ctr(r, spread_refresh_ms=None)
+    ctr.add(key, 10)
+    holders = ctr.spread(key, 3)
+    counted, sold, new = (
+        next(t for t in (f"{p}-{i}" for i in range(1000)) if holder_for_token(holders, t) == holders[2])
+        for p in ("counted", "sold", "new")
+    )
+    ctr.add(holders[2], 5, token=counted)
+    ctr.add(holders[2], -3, token=sold)
+    r.close()
+    return key, holders, counted, sold, new
+
+
+def fold_mid_way(key: str, holders: List[Any]) -> None:
+    """A shrink of ``key`` to 1 on the server that holds fold credits: returns once the last
+    holder is sealed, its fold on its way for good."""
+    r = redis.Redis(port=HELD_PORT)
+    Ctr(r).spread(key, 1)
+    deadline = time.monotonic() + 20
+    while not sealed(r, holders[2]):
+        assert time.monotonic() < deadline, "never sealed"
+        time.sleep(0.02)
+    r.close()
+
+
+def sealed(r: Any, holder: Any) -> bool:
+    """True when the holder refuses an add of a token it never saw (sealed)."""
+    try:
+        r.execute_command("CTR.ADD", holder, 0)
+    except redis.exceptions.ResponseError:
+        return True
+    return False
+
+
 class FoldTest(unittest.TestCase):
     def test_writer_sums_count_once_through_shrinks_and_grows(self) -> None:
         check_writer_through_shrinks(self, client(), client())
@@ -150,6 +196,28 @@ class FoldTest(unittest.TestCase):
         self.assertEqual(Ctr(r).get(key), 5 + 20 + 20)
         self.assertEqual(stale.holders(key), [key])
 
+    @unittest.skipUnless(HELD_PORT, "no server holding fold credits")
+    def test_a_holder_mid_fold_is_asked_again_and_never_passed_early(self) -> None:
+        """With the list from before a shrink, an add of a new token and the refund of a sale
+        both meet the holder sealed, its fold on its way (never landing here): each is asked
+        again for ``purchase_wait``, then raises (``AddAwaitsFold``, ``RefundAwaitsFold``),
+        nothing changed; a token it counted replays at once."""
+        key, holders, counted, sold, new = spread_to_fold("mid-fold")
+        r = redis.Redis(port=HELD_PORT)
+        stale = Ctr(r, spread_refresh_ms=60_000, purchase_wait=WAIT)
+        self.assertEqual(stale.holders(key), holders)  # kept for a minute
+        fold_mid_way(key, holders)
+        for call, error in ((lambda: stale.add(key, 5, token=new), AddAwaitsFold),
+                            (lambda: stale.refund(key, sold), RefundAwaitsFold)):
+            started = time.monotonic()
+            with self.assertRaises(error):
+                call()
+            self.assertGreaterEqual(time.monotonic() - started, WAIT)
+        started = time.monotonic()
+        self.assertEqual(stale.add(key, 5, token=counted), 0, "replayed: its units are on their way")
+        self.assertLess(time.monotonic() - started, WAIT)
+        self.assertEqual(Ctr(r).get(key), 12)
+
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     def test_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
         rc = RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
@@ -182,6 +250,24 @@ class AsyncFoldTest(unittest.IsolatedAsyncioTestCase):
             await stale.add(key, 1, token=f"after-{i}")
             await stale.add(key, 1)
         self.assertEqual(await AsyncCtr(r).get(key), 5 + 20 + 20)
+
+    @unittest.skipUnless(HELD_PORT, "no server holding fold credits")
+    async def test_async_a_holder_mid_fold_is_asked_again_and_never_passed_early(self) -> None:
+        """The sync test above through AsyncCtr."""
+        key, holders, counted, sold, new = spread_to_fold("async-mid-fold")
+        r = redis.asyncio.Redis(port=HELD_PORT)
+        self.addAsyncCleanup(r.aclose)
+        stale = AsyncCtr(r, spread_refresh_ms=60_000, purchase_wait=WAIT)
+        self.assertEqual(await stale.holders(key), holders)
+        fold_mid_way(key, holders)
+        started = time.monotonic()
+        with self.assertRaises(AddAwaitsFold):
+            await stale.add(key, 5, token=new)
+        with self.assertRaises(RefundAwaitsFold):
+            await stale.refund(key, sold)
+        self.assertGreaterEqual(time.monotonic() - started, 2 * WAIT)
+        self.assertEqual(await stale.add(key, 5, token=counted), 0)
+        self.assertEqual(await AsyncCtr(r).get(key), 12)
 
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     async def test_async_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:
