@@ -15,7 +15,7 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from redis_ctr import AddAwaitsFold, CoalescingWriter, Ctr, HolderFolded, RefundAwaitsFold
+from redis_ctr import AddAwaitsFold, CoalescingWriter, Ctr, HolderFolded, RefundAwaitsFold, Undelivered
 from redis_ctr._spread import holder_for_token
 from redis_ctr.asyncio import AsyncCoalescingWriter, AsyncCtr
 
@@ -219,6 +219,35 @@ class FoldTest(unittest.TestCase):
         self.assertEqual(stale.add(key, 5, token=counted), 0, "replayed: its units are on their way")
         self.assertLess(time.monotonic() - started, WAIT)
         self.assertEqual(Ctr(r).get(key), 12)
+
+    @unittest.skipUnless(HELD_PORT, "no server holding fold credits")
+    def test_a_writers_sum_meeting_a_holder_mid_fold_is_kept(self) -> None:
+        """A sum whose token picks a holder mid-fold is sent to that holder again, never
+        dropped nor sent on: the flush raises ``AddAwaitsFold`` with the sum kept."""
+        key, holders, _, _, _ = spread_to_fold("writer-mid-fold")
+        r = redis.Redis(port=HELD_PORT)
+        writer = CoalescingWriter(
+            r, flush_interval_ms=60_000, spread_refresh_ms=60_000, retries=1,
+            retry_backoff_ms=10, close_timeout=0.3,
+        )
+        writer.add(key)
+        writer.flush()  # the writer learns the three holders
+        fold_mid_way(key, holders)
+        adds, held = 1, None
+        for _ in range(20):
+            writer.add(key)
+            adds += 1
+            try:
+                writer.flush()
+            except AddAwaitsFold as e:
+                held = e
+                break
+        self.assertIsNotNone(held, "no sum met the holder mid-fold")
+        self.assertEqual(writer.stats.dropped, 0)
+        counted = Ctr(r).get(key)
+        with self.assertRaises(Undelivered) as caught:
+            writer.close()
+        self.assertEqual(counted + sum(s[1] for s in caught.exception.sums), 12 + adds)
 
     @unittest.skipUnless(CLUSTER_PORT, "no cluster")
     def test_writer_sums_count_once_through_shrinks_on_the_cluster(self) -> None:

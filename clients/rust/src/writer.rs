@@ -20,8 +20,9 @@
 //! write it counted with that write's first reply), so it is sent on with the same token to its
 //! token's holder in the holder list read again, or to the home key when that one refused it
 //! too ([`WriterStats::rerouted`]); it is dropped only when the home key itself refuses it (the
-//! key given is not a home). [`ModuleError::HolderMoving`] and [`ModuleError::BudgetInFlight`]
-//! (`TRYAGAIN`) are retried like a lost connection.
+//! key given is not a home). [`ModuleError::HolderMoving`], [`ModuleError::BudgetInFlight`]
+//! and [`ModuleError::AddAwaitsFold`] (`TRYAGAIN`: a holder folding back, which passes a new
+//! token on only once its fold has landed) are retried like a lost connection, same holder.
 //!
 //! Holders out of reach: a sum that did not run on its holder (`MOVED` from the server of a
 //! non-cluster connection, a connection to the holder's master refused), no earlier send of
@@ -553,11 +554,12 @@ impl<C: Connector> Shared<C> {
     }
 }
 
-/// Module errors that go away by themselves (`TRYAGAIN`): the sum is sent again, same key.
+/// Module errors that go away by themselves (`TRYAGAIN`): the sum is sent again, same key
+/// (a holder folding back passes a new token on only once its fold has landed).
 fn is_transient(kind: ModuleError) -> bool {
     matches!(
         kind,
-        ModuleError::HolderMoving | ModuleError::BudgetInFlight
+        ModuleError::HolderMoving | ModuleError::BudgetInFlight | ModuleError::AddAwaitsFold
     )
 }
 

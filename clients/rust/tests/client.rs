@@ -2333,3 +2333,52 @@ fn a_tokened_add_to_a_folding_holder_is_asked_again_and_never_passed_on_early() 
     assert!(started.elapsed() < wait, "at once");
     assert_eq!(con.ctr_get("restock").unwrap(), 15);
 }
+
+/// A writer's sums that meet a holder whose fold is on its way (its credit held here, so it
+/// never lands) are kept and sent again to that holder, never dropped: the holder answers
+/// `AddAwaitsFold` past its wait in the server, and a flush returns that error with the sum
+/// held back; `close` then lists it as undelivered. The sums its token sends to the home count.
+#[test]
+fn a_writers_sum_meeting_a_holder_mid_fold_is_kept_not_dropped() {
+    let server = Server::start_with(&[], &["debug-hold-credits", "yes"]);
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    con.ctr_add("mid", 10).unwrap();
+    let three = con.ctr_spread("mid", 3).unwrap();
+    let config = WriterConfig {
+        flush_interval: Duration::from_secs(60),
+        spread_refresh: Some(Duration::from_secs(60)),
+        retries: 1,
+        retry_backoff: Duration::from_millis(10),
+        close_timeout: Duration::from_millis(300),
+        ..WriterConfig::default()
+    };
+    let writer = CoalescingWriter::new(client, config);
+    writer.add("mid", 1).unwrap();
+    writer.flush().unwrap(); // the writer learns the three holders
+    assert_eq!(con.ctr_spread("mid", 1).unwrap(), ["mid"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while three[1..].iter().any(|h| con.ctr_add(h, 0).is_ok()) {
+        assert!(Instant::now() < deadline, "never sealed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut adds = 1;
+    let held = (0..20).find_map(|_| {
+        writer.add("mid", 1).unwrap();
+        adds += 1;
+        writer.flush().err()
+    });
+    let Some(WriterError::Flush(error)) = held else {
+        panic!("no sum met a folding holder: {held:?}");
+    };
+    assert_eq!(module_error::<()>(Err(error)), ModuleError::AddAwaitsFold);
+    assert_eq!(writer.stats().dropped, 0, "kept for the next flush");
+    let counted = con.ctr_get("mid").unwrap();
+    match writer.close() {
+        Err(WriterError::Undelivered { sums, .. }) => {
+            assert_eq!(sums.len(), 1);
+            assert_eq!(counted + sums[0].1, 10 + adds, "every add counted or held");
+        }
+        other => panic!("the held sum is undelivered: {other:?}"),
+    }
+}
