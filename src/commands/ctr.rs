@@ -89,11 +89,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         // before, a failover could give the holder back unsealed, to count a retry of the
         // token that a holder further on counted already. It waits in the server.
         drop(key);
-        let still = super::ctr_floor::fold_still_travels(args.bytes(1));
-        if super::ctr_floor::wait_for_units(ctx, args, still, add) {
-            return Ok(Reply::Blocked);
-        }
-        return Err(ADD_AWAITS_FOLD);
+        return super::ctr_floor::wait_for_fold(ctx, args, add, || ADD_AWAITS_FOLD);
     }
     if let Some(first) = sealed? {
         metrics::DUPLICATES_IGNORED.incr();

@@ -332,11 +332,7 @@ pub fn refund(ctx: Ctx, args: &Args) -> CommandResult {
         // fold to land (then names the add at the home), else answers TRYAGAIN at the bound.
         Err(e) if e == REFUND_AWAITS_FOLD => {
             drop(key);
-            let still = super::ctr_floor::fold_still_travels(args.bytes(1));
-            if super::ctr_floor::wait_for_units(ctx, args, still, refund) {
-                return Ok(Reply::Blocked);
-            }
-            return Err(e);
+            return super::ctr_floor::wait_for_fold(ctx, args, refund, || e);
         }
         updated => updated?,
     };

@@ -128,9 +128,23 @@ fn count_refusal(unproven: bool) {
 /// The closure's way out of a write when the purchase waits for budget (never replied).
 const NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
 
+/// Blocks the client until the fold of the holder at `args`'s key has landed, then runs
+/// `rerun` again (see [`fold_still_travels`]); `past_bound`'s error when it cannot wait.
+pub(super) fn wait_for_fold(
+    ctx: Ctx,
+    args: &Args,
+    rerun: waiter::Rerun,
+    past_bound: impl FnOnce() -> CommandError,
+) -> CommandResult {
+    if wait_for_units(ctx, args, fold_still_travels(args.bytes(1)), rerun) {
+        return Ok(Reply::Blocked);
+    }
+    Err(past_bound())
+}
+
 /// Whether the holder at `key` is still sealed with its fold unacknowledged (a purchase of a
 /// new token, a refund of a grant, waits for the fold to land there).
-pub(super) fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
+fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
     let key = key.to_vec();
     Box::new(move |ctx| {
         let name = KeyName::new(ctx, &key);
@@ -201,10 +215,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         // its replicas hold (the fold landed), so no failover gives the holder back unsealed
         // to grant the token after a holder further on did. It waits in the server.
         drop(key);
-        if wait_for_units(ctx, args, fold_still_travels(args.bytes(1)), decrfloor) {
-            return Ok(Reply::Blocked);
-        }
-        return Err(awaiting_budget(args.bytes(1), ITS_FOLD));
+        return wait_for_fold(ctx, args, decrfloor, || {
+            awaiting_budget(args.bytes(1), ITS_FOLD)
+        });
     }
     if let Some(first) = sealed? {
         metrics::DUPLICATES_IGNORED.incr();
