@@ -213,20 +213,17 @@ fn a_fold_under_way_survives_reload_rewrite_restore_and_replication() {
 }
 
 #[test]
-fn a_restarted_server_resumes_a_fold_and_copies_carry_no_units_in_flight() {
+fn a_restarted_server_resumes_a_fold_and_a_folding_holder_is_never_copied() {
     // One server holds the credits; its RDB, loaded by a server that does not, finishes the
     // fold: pending transfers are found again on load.
     let held = Server::start_with(&[], &["debug-hold-credits", "yes"]);
     let mut c = held.conn();
     let (holders, total) = folding(&mut c);
-    // A copy of a sealed holder is a counter at 0 that owes nothing (the original does).
-    c.cmd(&["COPY", &holders[3], "copied"]);
-    assert_eq!(c.q("CTR.GET copied"), Value::Int(0));
-    assert_eq!(
-        c.q("CTR.ADD copied 1"),
-        Value::Int(1),
-        "a copy is not sealed"
-    );
+    // A copy of a sealed holder is refused: its units are on their way home, and a copy
+    // would hold its grants without their units (a refund there would make units).
+    let copy = c.cmd(&["COPY", &holders[3], "copied"]).error();
+    assert!(copy.contains("failed to copy"), "{copy}");
+    assert_eq!(c.cmd(&["EXISTS", "copied"]), Value::Int(0));
     let dumps: Vec<(String, Vec<u8>)> = holders
         .iter()
         .map(|k| (k.clone(), c.cmd(&["DUMP", k]).bytes()))
@@ -313,6 +310,10 @@ fn a_folding_holder_holds_refunds_and_new_tokens_until_its_fold_lands_then_sends
         "a retry changes nothing"
     );
     assert_eq!(waited(&held), past + 3, "without waiting");
+    // A copy would be a counter that gives back, on a refund, units it never had: refused.
+    let copy = c.cmd(&["COPY", &holders[3], "copied"]).error();
+    assert!(copy.contains("failed to copy"), "{copy}");
+    assert_eq!(c.cmd(&["EXISTS", "copied"]), Value::Int(0));
     assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", &holders[3]]), digest);
     assert_eq!(c.q("CTR.GET hot").int(), total);
 
@@ -354,6 +355,8 @@ fn a_folding_holder_holds_refunds_and_new_tokens_until_its_fold_lands_then_sends
         "still changes nothing"
     );
     assert_eq!(f.q("CTR.GET hot").int(), total + 3);
+    let copy = f.cmd(&["COPY", &holders[3], "copied"]).error();
+    assert!(copy.contains("failed to copy"), "landed: {copy}");
 }
 
 /// On one server a shrink is all or nothing: a holder that cannot be folded now (another

@@ -2963,13 +2963,14 @@ impl Sim {
     }
 
     /// COPY of a holder under a name outside the spread: the copy keeps the units but none of
-    /// the transfer state (the type's copy callback), so it is an independent counter.
+    /// the transfer state (the type's copy callback), so it is an independent counter; a
+    /// sealed holder is never copied (refused).
     fn copy_holder(&mut self) {
         let Some(spread) = self.home_counter().and_then(|h| h.spread()).cloned() else {
             return;
         };
         let from = spread.holders[self.rng.below(spread.holders.len())].clone();
-        let Some(mut c) = self.get(&from).cloned() else {
+        let Some(mut c) = self.get(&from).cloned().filter(|c| !c.is_sealed()) else {
             return;
         };
         let close = from.iter().position(|&b| b == b'}').unwrap_or(0);

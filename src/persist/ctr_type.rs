@@ -232,9 +232,11 @@ fn copy_value(value: *const c_void) -> *mut c_void {
     let original = unsafe { borrow(value) };
     // A spread home's total lives partly in its holders (current or still folding back): a
     // copy would be a second counter sharing them, so COPY is refused (NULL: Redis 7.0 replies
-    // "ERR module key failed to copy" and writes nothing).
+    // "ERR module key failed to copy" and writes nothing). So is a copy of a folded holder:
+    // its units went home (or are on their way) with its grants' units, and a copy would be a
+    // counter that gives back, on a refund, units it never had.
     if let CounterRef::Boxed(b) = original {
-        if b.spread().is_some() || !b.leaving().is_empty() {
+        if b.spread().is_some() || !b.leaving().is_empty() || b.is_sealed() {
             return std::ptr::null_mut();
         }
     }
