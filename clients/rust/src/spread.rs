@@ -834,10 +834,10 @@ impl SpreadRouter {
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
-        let mut wait = BudgetWait::new(self.purchase_wait);
+        let mut wait = None;
         loop {
             let added = send_once(con, calls::add_with(target.as_slice(), delta, options));
-            if let Some(pause) = wait.pause_after(&added) {
+            if let Some(pause) = self.ask_again(&mut wait, &added) {
                 // A folding holder passes a new token on once its fold landed: asked again.
                 std::thread::sleep(pause);
                 continue;
@@ -853,6 +853,21 @@ impl SpreadRouter {
             skipped.push(target);
             target = self.retarget(key, &holders, token, &skipped);
         }
+    }
+
+    /// The pause before an add asks its holder again after `added`: a holder folding back
+    /// passes a new token on only once its fold has landed ([`ModuleError::AddAwaitsFold`]),
+    /// asked again for up to the purchase wait, which starts at its first such answer.
+    fn ask_again<T>(
+        &self,
+        wait: &mut Option<BudgetWait>,
+        added: &Result<T, CtrError>,
+    ) -> Option<Duration> {
+        if added.is_ok() {
+            return None;
+        }
+        wait.get_or_insert_with(|| BudgetWait::new(self.purchase_wait))
+            .pause_after(added)
     }
 
     /// What an add does after `added`, its reply from `target`: done (a reply, or an error
@@ -1085,10 +1100,10 @@ impl SpreadRouter {
         let retry = self.remembers(key, token);
         let mut target = self.target(key, &holders, token)?;
         let mut skipped = Vec::new();
-        let mut wait = BudgetWait::new(self.purchase_wait);
+        let mut wait = None;
         loop {
             let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
-            if let Some(pause) = wait.pause_after(&added) {
+            if let Some(pause) = self.ask_again(&mut wait, &added) {
                 tokio::time::sleep(pause).await; // as the blocking add
                 continue;
             }
