@@ -19,8 +19,8 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 use crate::runtime::ctr_store::store_inline;
 use crate::runtime::ctr_store::{
-    created_with_ttl, finish_clear, fold_travels, inline_advice, is_missing, open_for_retry_as,
-    open_for_write, refuse_sealed_unless_retry, with_counter, Before, Write, SEALED,
+    created_with_ttl, finish_clear, inline_advice, is_missing, open_for_retry_as, open_for_write,
+    refuse_sealed_unless_retry, with_counter, Before, Write, FOLD_IN_FLIGHT,
 };
 use crate::runtime::decide;
 use crate::runtime::holder_check::Checked;
@@ -84,10 +84,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     let had_ttl = key.abs_expire().is_some();
     let mut w = Write::new(ctx, args, parsed.token, parsed.at)?;
     let sealed = refuse_sealed_unless_retry(&w, &key, WriteKind::Add(parsed.delta));
-    if sealed == Err(SEALED) && w.token.is_some() && fold_travels(&key) {
-        // A new token is passed on (the folded-back error) only on a seal its replicas hold:
-        // before, a failover could give the holder back unsealed, to count a retry of the
-        // token that a holder further on counted already. It waits in the server.
+    if sealed == Err(FOLD_IN_FLIGHT) {
         drop(key);
         return super::ctr_floor::wait_for_fold(ctx, args, add, || ADD_AWAITS_FOLD);
     }

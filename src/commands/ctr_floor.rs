@@ -10,8 +10,8 @@ use crate::metrics;
 use crate::persist::effect::{CounterOp, Effect};
 use crate::runtime::ctr_store::with_counter;
 use crate::runtime::ctr_store::{
-    created_with_ttl, fold_travels, is_missing, open_for_retry_as, open_for_write,
-    refuse_sealed_unless_retry, update_counter, Before, Write, SEALED,
+    created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
+    update_counter, Before, Write, FOLD_IN_FLIGHT,
 };
 use crate::runtime::floor_moves::refusal_may_be_false;
 use crate::runtime::holder_check::Checked;
@@ -65,20 +65,26 @@ fn units_moving(c: &Counter) -> bool {
 
 /// Whether `CTR.FLOOR` of `key` would still wait (the key's units still moving).
 fn floor_cmd_still_waits(key: &[u8]) -> waiter::StillWaits {
+    still_while(key, units_moving)
+}
+
+/// A wait that lasts while the counter at `key` (a boxed one: only those carry transfers)
+/// passes `test`; a key gone or of another form ends it.
+fn still_while(key: &[u8], test: fn(&Counter) -> bool) -> waiter::StillWaits {
     let key = key.to_vec();
     Box::new(move |ctx| {
         let name = KeyName::new(ctx, &key);
         with_counter(
             ctx,
             name.raw,
-            |c| matches!(c, Some(CounterRef::Boxed(c)) if units_moving(c)),
+            |c| matches!(c, Some(CounterRef::Boxed(c)) if test(c)),
         ) == Ok(true)
     })
 }
 
 /// Blocks the client until the units the command at `args` waits for have come (see
 /// [`waiter`]); false when it cannot wait (it replies its `TRYAGAIN` now).
-pub(super) fn wait_for_units(
+fn wait_for_units(
     ctx: Ctx,
     args: &Args,
     still_waits: waiter::StillWaits,
@@ -145,15 +151,7 @@ pub(super) fn wait_for_fold(
 /// Whether the holder at `key` is still sealed with its fold unacknowledged (a purchase of a
 /// new token, a refund of a grant, waits for the fold to land there).
 fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
-    let key = key.to_vec();
-    Box::new(move |ctx| {
-        let name = KeyName::new(ctx, &key);
-        with_counter(
-            ctx,
-            name.raw,
-            |c| matches!(c, Some(CounterRef::Boxed(c)) if c.fold_travels()),
-        ) == Ok(true)
-    })
+    still_while(key, Counter::fold_travels)
 }
 
 /// Whether a purchase of `amount` at `key` would still wait for budget: its share or a move
@@ -210,10 +208,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     // A purchase retried on a holder folded since replays its first answer (the probe rule's
     // walk then stops where it stopped the first time): never granted a second time elsewhere.
     let sealed = refuse_sealed_unless_retry(&w, &key, WriteKind::Decr(parsed.amount));
-    if sealed == Err(SEALED) && w.token.is_some() && fold_travels(&key) {
-        // Passing a folded holder decides the token's walk goes on: decided only on a seal
-        // its replicas hold (the fold landed), so no failover gives the holder back unsealed
-        // to grant the token after a holder further on did. It waits in the server.
+    if sealed == Err(FOLD_IN_FLIGHT) {
         drop(key);
         return wait_for_fold(ctx, args, decrfloor, || {
             awaiting_budget(args.bytes(1), ITS_FOLD)

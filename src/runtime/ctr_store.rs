@@ -112,7 +112,11 @@ pub fn open_for_retry_as(ctx: Ctx, key: RawString) -> Result<(Key, KeyContent), 
 
 /// On a key opened with [`open_for_retry_as`]: a sealed holder (folded back into its home)
 /// answers a retry of a write it remembers with that write's first reply, and refuses any
-/// other write with the folded-back error. None: the key is not sealed.
+/// other write with the folded-back error. None: the key is not sealed. A tokened write of a
+/// token it does not remember, while its fold has not landed, is [`FOLD_IN_FLIGHT`]: passed on
+/// (the folded-back error) only on a seal its replicas hold, since before that a failover
+/// could give the holder back unsealed, to count or grant the token again after a holder
+/// further on did; the caller waits for the fold.
 pub fn refuse_sealed_unless_retry(
     w: &Write,
     key: &Key,
@@ -131,22 +135,14 @@ pub fn refuse_sealed_unless_retry(
     }
     match w.retry_of(b, write)? {
         Some(first) => Ok(Some(first)),
+        None if w.token.is_some() && b.fold_travels() => Err(FOLD_IN_FLIGHT),
         None => Err(SEALED),
     }
 }
 
-/// True when `key` is a holder sealed for a fold that has not landed
-/// ([`crate::counter::Counter::fold_travels`]).
-pub fn fold_travels(key: &Key) -> bool {
-    let KeyContent::Mine(raw) = key.content(ctr_type()) else {
-        return false;
-    };
-    // SAFETY: the key is open and holds a live counter for the duration of this borrow.
-    match unsafe { CounterCell::borrow(raw) } {
-        CounterRef::Boxed(b) => b.fold_travels(),
-        _ => false,
-    }
-}
+/// [`refuse_sealed_unless_retry`]'s way of saying a new token waits for the holder's fold to
+/// land (never replied: the caller waits, then answers its own `TRYAGAIN`).
+pub const FOLD_IN_FLIGHT: CommandError = CommandError::fixed("TRYAGAIN fold in flight");
 
 /// A user write's check on a key it opens itself: WRONGTYPE, then a sealed holder's refusal.
 pub fn refuse_unwritable(ctx: Ctx, key: RawString) -> Result<(), CommandError> {
