@@ -370,6 +370,23 @@ struct TokenWalk {
     refunded: u32,
 }
 
+/// Where a tokened write's walk stops at member `c` before the write is decided, as the
+/// glue's `refuse_sealed_unless_retry` answers (None: decided afresh there): a token it
+/// remembers replays (also on a folded holder), a token's other use conflicts, and a folded
+/// holder passes a new token on only once its fold has landed (before, its seal may not be
+/// on its replica, and a failover would give the holder back unsealed to count or grant the
+/// token after another member did).
+fn known_or_sealed(c: &Counter, used: TokenUse) -> Option<TokenStop> {
+    match used {
+        TokenUse::Retry(Some(_)) => Some(TokenStop::Granted(false)),
+        TokenUse::Retry(None) => Some(TokenStop::Passed),
+        TokenUse::Conflict => Some(TokenStop::Undecided),
+        TokenUse::New if c.fold_travels() => Some(TokenStop::Undecided),
+        TokenUse::New if c.is_sealed() => Some(TokenStop::Passed),
+        TokenUse::New => None,
+    }
+}
+
 /// One new token in five is a tokened add's, picked from its fingerprint's high bits (the
 /// low ones pick where its walk starts).
 fn is_add_token(fp: u64) -> bool {
@@ -2205,16 +2222,10 @@ impl Sim {
         let Some(c) = self.get(key) else {
             return TokenStop::Undecided;
         };
-        match c.token_use(walk.fp, WriteKind::Decr(walk.amount), now) {
-            TokenUse::Retry(Some(_)) => return TokenStop::Granted(false),
-            TokenUse::Retry(None) => return TokenStop::Passed,
-            TokenUse::Conflict => return TokenStop::Undecided,
-            // A folded holder passes a new token on once its fold landed (the glue's
-            // `fold_travels`): before, its seal may not be on its replica, and a failover
-            // would give the holder back unsealed to grant the token after another did.
-            TokenUse::New if c.fold_travels() => return TokenStop::Undecided,
-            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
-            TokenUse::New => {}
+        if let Some(stop) =
+            known_or_sealed(c, c.token_use(walk.fp, WriteKind::Decr(walk.amount), now))
+        {
+            return stop;
         }
         let mut c = c.clone();
         if purchase_waits_for_budget(Some(&c), walk.amount, floor_by_name(key), now) {
@@ -2269,19 +2280,15 @@ impl Sim {
         let Some(c) = self.get(key) else {
             return TokenStop::Undecided;
         };
-        match c.token_use(walk.fp, WriteKind::Add(walk.amount), now) {
-            TokenUse::Retry(_) => {
-                TOKENED_ADDS[1].fetch_add(1, Relaxed);
-                return TokenStop::Granted(false);
-            }
-            TokenUse::Conflict => return TokenStop::Undecided,
-            // As a purchase's: passed on only once the seal is on the holder's replica.
-            TokenUse::New if c.fold_travels() => {
-                TOKENED_ADDS[2].fetch_add(1, Relaxed);
-                return TokenStop::Undecided;
-            }
-            TokenUse::New if c.is_sealed() => return TokenStop::Passed,
-            TokenUse::New => {}
+        let used = c.token_use(walk.fp, WriteKind::Add(walk.amount), now);
+        let new = matches!(used, TokenUse::New);
+        if let Some(stop) = known_or_sealed(c, used) {
+            match stop {
+                TokenStop::Granted(_) => TOKENED_ADDS[1].fetch_add(1, Relaxed),
+                TokenStop::Undecided if new => TOKENED_ADDS[2].fetch_add(1, Relaxed),
+                _ => 0,
+            };
+            return stop;
         }
         let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
             return TokenStop::Undecided;
