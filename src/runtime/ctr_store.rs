@@ -141,8 +141,10 @@ pub fn refuse_sealed_unless_retry(
 }
 
 /// [`refuse_sealed_unless_retry`]'s way of saying a new token waits for the holder's fold to
-/// land (never replied: the caller waits, then answers its own `TRYAGAIN`).
-pub const FOLD_IN_FLIGHT: CommandError = CommandError::fixed("TRYAGAIN fold in flight");
+/// land (never replied: the caller waits, then answers its own `TRYAGAIN`). Its text, were it
+/// ever sent, is a budget in flight's, which every client already retries.
+pub const FOLD_IN_FLIGHT: CommandError =
+    CommandError::fixed("TRYAGAIN budget in flight: this holder's fold has not landed");
 
 /// A user write's check on a key it opens itself: WRONGTYPE, then a sealed holder's refusal.
 pub fn refuse_unwritable(ctx: Ctx, key: RawString) -> Result<(), CommandError> {
