@@ -392,8 +392,7 @@ fn step_samples() -> Vec<Vec<u8>> {
     let steps = [
         Step::Move {
             receiver: holder.clone(),
-            dv: 0,
-            df: -3,
+            units: crate::counter::transfer::Units::value_and_floor(0, -3),
             now_ms: 1_700_000_000_000,
             new_id: 9,
         },
@@ -427,6 +426,7 @@ fn step_samples() -> Vec<Vec<u8>> {
             seq: 5,
             dv: 2,
             df: 0,
+            dc: 0,
             fold_id: 41,
         }),
         Step::Answer(Ack {

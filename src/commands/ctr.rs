@@ -12,7 +12,7 @@ use super::parse::integer;
 use super::spread_holders::refuse_look_alike;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
-use crate::counter::spread::floor_by_name;
+use crate::counter::spread::bounds_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
@@ -51,11 +51,11 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(Reply::Blocked);
     }
     let mut advised_shards = None;
-    // A holder of a floored spread is held at 0 until it has a floor of its own: the general
-    // path decides its adds (the fast path knows no floor).
-    let floor_if_none = floor_by_name(args.bytes(1));
+    // A holder of a bounded spread is held at 0 until it has a bound of its own: the general
+    // path decides its adds (the fast path knows no bound).
+    let by_name = bounds_by_name(args.bytes(1));
     // With ctr.track-history yes a bare add may start a history: the general path decides.
-    if floor_if_none.is_none()
+    if by_name.is_none()
         && !crate::config::TRACK_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
         && (args.len() == 3 || expiry_changes_nothing(ctx, &key, content, args)?)
     {
@@ -92,8 +92,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
-    if w.token.is_none() && floor_if_none.is_some_and(|f| parsed.delta < f) && is_missing(&key) {
-        // A missing holder of a floored spread is 0 held at 0: refused, nothing to remember
+    if w.token.is_none() && by_name.refuses(0, parsed.delta) && is_missing(&key) {
+        // A missing holder of a bounded spread is 0 held at 0: refused, nothing to remember
         // (and no key made), as CTR.DECRFLOOR refuses on a missing key.
         metrics::ADDS_REFUSED_BY_FLOOR.incr();
         return Ok(Reply::Null);
@@ -113,7 +113,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             shards,
             token: w.token,
         };
-        let result = c.apply_add_under(&op, floor_if_none)?;
+        let result = c.apply_add_under(&op, by_name)?;
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }

@@ -2,7 +2,7 @@
 //! CTR.STEP (replicated transfer and fold steps) and CTR.SETSTATE (AOF rewrite). All are
 //! deterministic and validate everything first.
 
-use crate::counter::spread::{floor_by_name, parse_holder_name};
+use crate::counter::spread::{bounds_by_name, parse_holder_name};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, RawString, Reply};
 use crate::persist::ctr_format;
 use crate::persist::effect::{self, CounterOp};
@@ -50,16 +50,16 @@ pub fn apply(ctx: Ctx, args: &Args) -> CommandResult {
     let key = Key::open(ctx, key_name, true);
     let mut created = false;
     // Decided as on the master, which applied the same rule to the same state.
-    let floor_if_none = floor_by_name(args.bytes(1));
+    let by_name = bounds_by_name(args.bytes(1));
     let named_holder = parse_holder_name(args.bytes(1)).is_some();
     let outcome = update_counter(&key, |c, before| {
         created = before.created;
         Ok(match effect.op {
-            CounterOp::Add(op) => c.apply_add_under(&op, floor_if_none)?,
+            CounterOp::Add(op) => c.apply_add_under(&op, by_name)?,
             CounterOp::Decr(op) => c.apply_purchase(&op, named_holder)?,
             CounterOp::Clear(op) => Some(c.apply_clear(&op)?),
             CounterOp::ClearTotal(op) => Some(c.apply_clear_total(&op)?),
-            CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, floor_if_none)?.value),
+            CounterOp::Reconcile(op) => Some(c.apply_reconcile_under(&op, by_name)?.value),
             CounterOp::Start(op) => Some(c.apply_start(&op).0),
             CounterOp::Sweep { .. } => None,
             CounterOp::Increx(op) => Some(c.apply_increx(&op)?.0),

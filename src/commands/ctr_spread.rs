@@ -164,6 +164,7 @@ fn grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<Vec<Vec<u8>>>, CommandError> 
                 id: spread_id,
                 holders: current.iter().chain(&added).cloned().collect(),
                 floor: None,
+                ceiling: None,
             };
             c.list_spread(spread, list_change_clock(ctx))?;
             Ok(ctr_format::encode(c))

@@ -26,9 +26,9 @@ pub(super) fn write_reconcile(
     key: Key,
     op: ReconcileOp,
 ) -> Result<Repair, CommandError> {
-    let floor_if_none = crate::counter::spread::floor_by_name(crate::ffi::string_bytes(w.key_name));
+    let by_name = crate::counter::spread::bounds_by_name(crate::ffi::string_bytes(w.key_name));
     let (repair, before) = update_counter(&key, |c, before| {
-        Ok((c.apply_reconcile_under(&op, floor_if_none)?, before))
+        Ok((c.apply_reconcile_under(&op, by_name)?, before))
     })?;
     drop(key); // closed before the keyspace event fires
     if repair.changed {

@@ -547,7 +547,9 @@ mod tests {
             name: &h,
             new_id: 3,
         };
-        giving.start_transfer(&other, 0, -4, 0, from).unwrap();
+        giving
+            .start_transfer(&other, crate::counter::transfer::Units::floor(-4), 0, from)
+            .unwrap();
         assert_eq!(question_for(&h, Some(&giving)), Some(question(7)));
         assert_eq!(question_for(b"{p}views", None), None, "a home");
     }

@@ -415,6 +415,7 @@ mod tests {
             id,
             holders: holders.to_vec(),
             floor: None,
+            ceiling: None,
         })
         .unwrap();
         c

@@ -222,9 +222,9 @@ impl Counter {
         }
         if let Some(c) = &ceiling {
             check_ceiling(value, c, shards.len())?;
-            if spread.is_some() || transfers.as_ref().is_some_and(|t| !t.is_empty()) {
-                return Err(CounterError::CeilingOnSpread);
-            }
+        }
+        if let Some(s) = &spread {
+            check_spread_bounds(s, ceiling.is_some())?;
         }
         if let Some(h) = &history {
             h.validate()?;
@@ -390,9 +390,7 @@ impl Counter {
 
     /// Makes this counter the home of a spread counter with these other holders.
     pub fn set_spread(&mut self, spread: Spread) -> Result<(), CounterError> {
-        if self.ceiling().is_some() {
-            return Err(CounterError::CeilingOnSpread);
-        }
+        check_spread_bounds(&spread, self.ceiling().is_some())?;
         spread.validate()?;
         if self.window().is_some() {
             return Err(CounterError::Window(WINDOW_ALONE));
@@ -746,6 +744,19 @@ fn check_floor(value: i64, f: &Floor, shards: usize) -> Result<(), CounterError>
     }
     let headroom = value.checked_sub(f.floor).ok_or(CounterError::Overflow)?;
     check_budgets(&f.budgets, headroom, shards)
+}
+
+/// A spread home has a ceiling of its own (its share) exactly when its spread is ceiled: a
+/// ceiling on the home of an unceiled spread would cap one holder only, and a ceiled spread's
+/// home without one would take adds past the counter's ceiling.
+fn check_spread_bounds(spread: &Spread, home_ceiled: bool) -> Result<(), CounterError> {
+    match (spread.ceiling.is_some(), home_ceiled) {
+        (false, true) => Err(CounterError::CeilingOnSpread),
+        (true, false) => Err(CounterError::InvalidOperation(
+            "a ceiled spread's home without a ceiling",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A ceiling's invariants: value <= ceiling, one non-negative budget per shard, summing to the

@@ -3,6 +3,7 @@
 
 use super::floor::{debit, resize, split_evenly, walk};
 use super::history::{bucket_of, BucketPlan, History, Repair, WatermarkError};
+use super::spread::NameBounds;
 use super::tokens::WriteKind;
 use super::window::{Window, WindowOp};
 use super::{exact_sum, Ceiling, Counter, CounterError, Extras, Floor, MAX_SHARDS};
@@ -282,32 +283,29 @@ impl Counter {
     /// would cross the floor (nothing changes but, with a token, the refusal is remembered so
     /// that a retry is refused again).
     pub fn apply_add(&mut self, op: &AddOp) -> Result<Option<i64>, CounterError> {
-        self.apply_add_under(op, None)
+        self.apply_add_under(op, NameBounds::default())
     }
 
-    /// [`Counter::apply_add`] on a counter that, while it has no floor of its own, is held at
-    /// or above `floor_if_none` (a holder of a floored spread, by its name:
-    /// [`crate::counter::spread::floor_by_name`]): a negative add that would take it below is
-    /// refused as a floored counter refuses it.
+    /// [`Counter::apply_add`] on a counter that, while it has no floor (no ceiling) of its own,
+    /// is held at or above `by_name.floor` (at or below `by_name.ceiling`): a holder of a
+    /// bounded spread, by its name ([`crate::counter::spread::bounds_by_name`]). An add that
+    /// would cross such a bound is refused as a bounded counter refuses it.
     pub fn apply_add_under(
         &mut self,
         op: &AddOp,
-        floor_if_none: Option<i64>,
+        by_name: NameBounds,
     ) -> Result<Option<i64>, CounterError> {
         let undo = self.slide_window(op.now.max(op.event))?;
-        let result = self.add_under(op, floor_if_none);
+        let result = self.add_under(op, by_name);
         self.keep_slide_if(undo, wrote(&result, op.token.is_some()));
         result
     }
 
-    fn add_under(
-        &mut self,
-        op: &AddOp,
-        floor_if_none: Option<i64>,
-    ) -> Result<Option<i64>, CounterError> {
-        let outcome = match floor_if_none {
-            Some(f) if self.floor().is_none() && op.delta < 0 && self.below(op.delta, f) => None,
-            _ => self.try_add(op)?,
+    fn add_under(&mut self, op: &AddOp, by_name: NameBounds) -> Result<Option<i64>, CounterError> {
+        let outcome = if self.crosses_name_bounds(op.delta, by_name) {
+            None
+        } else {
+            self.try_add(op)?
         };
         if outcome.is_none() && op.token.is_none() {
             return Ok(None);
@@ -325,9 +323,14 @@ impl Counter {
         Ok(outcome)
     }
 
-    /// True when adding `delta` would leave the value below `floor` (or overflow).
-    fn below(&self, delta: i64, floor: i64) -> bool {
-        self.value.checked_add(delta).is_none_or(|v| v < floor)
+    /// True when adding `delta` would take the value past a bound its name holds it within
+    /// (one it has no bound of its own for), or overflow.
+    pub fn crosses_name_bounds(&self, delta: i64, by_name: NameBounds) -> bool {
+        let unbounded = NameBounds {
+            floor: by_name.floor.filter(|_| self.floor().is_none()),
+            ceiling: by_name.ceiling.filter(|_| self.ceiling().is_none()),
+        };
+        unbounded.refuses(self.value, delta)
     }
 
     /// The add itself; the token is the caller's.
@@ -706,12 +709,19 @@ impl Counter {
         if ceiling.is_some() && self.window().is_some() {
             return Err(CounterError::Window(CEILING_AND_WINDOW));
         }
+        // A spread home, a holder, or a key with transfers of a spread still recorded.
+        if ceiling.is_some() && (self.spread().is_some() || self.transfers().is_some()) {
+            return Err(CounterError::CeilingOnSpread);
+        }
+        self.place_ceiling(ceiling)
+    }
+
+    /// Puts the ceiling in place, its headroom spread evenly over the shards' budgets: what
+    /// [`Counter::set_ceiling`] does once allowed, and what a credit of ceiling units does to a
+    /// holder of a ceiled spread. Refused when the value is above it.
+    pub(crate) fn place_ceiling(&mut self, ceiling: Option<i64>) -> Result<bool, CounterError> {
         let ceiling = match ceiling {
             None => None,
-            // A spread home, a holder, or a key with transfers of a spread still recorded.
-            Some(_) if self.spread().is_some() || self.transfers().is_some() => {
-                return Err(CounterError::CeilingOnSpread)
-            }
             Some(c) if self.value > c => return Err(CounterError::AboveCeiling),
             Some(c) => {
                 let headroom = c.checked_sub(self.value).ok_or(CounterError::Overflow)?;
@@ -760,15 +770,15 @@ impl Counter {
     /// without starts (or restarts) it, unless the counter already holds the truth and keeps a
     /// history, which makes it a no-op.
     pub fn apply_reconcile(&mut self, op: &ReconcileOp) -> Result<Repair, CounterError> {
-        self.apply_reconcile_under(op, None)
+        self.apply_reconcile_under(op, NameBounds::default())
     }
 
-    /// [`Counter::apply_reconcile`] on a counter held at or above `floor_if_none` while it has
-    /// no floor of its own (see [`Counter::apply_add_under`]): a repair below it is refused.
+    /// [`Counter::apply_reconcile`] on a counter held within `by_name` while it has no bound of
+    /// its own (see [`Counter::apply_add_under`]): a repair past it is refused.
     pub fn apply_reconcile_under(
         &mut self,
         op: &ReconcileOp,
-        floor_if_none: Option<i64>,
+        by_name: NameBounds,
     ) -> Result<Repair, CounterError> {
         if self.window().is_some() {
             return Err(CounterError::Window(super::WINDOW_ALONE));
@@ -798,7 +808,8 @@ impl Counter {
         if !repair.changed {
             return Ok(repair);
         }
-        if self.ceiling().is_some_and(|c| repair.value > c.ceiling) {
+        let ceiling = self.ceiling().map(|c| c.ceiling).or(by_name.ceiling);
+        if ceiling.is_some_and(|c| repair.value > c) {
             return Err(CounterError::AboveCeiling);
         }
         self.check_headroom(repair.value)?;
@@ -821,7 +832,7 @@ impl Counter {
                     layout.credit(0, delta)?;
                 }
             }
-            None if floor_if_none.is_some_and(|f| repair.value < f) => {
+            None if by_name.floor.is_some_and(|f| repair.value < f) => {
                 return Err(CounterError::BelowFloor)
             }
             None => layout.set_total(repair.value)?,

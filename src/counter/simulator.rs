@@ -82,12 +82,12 @@ use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
 use super::siphash::token_fingerprint;
 use super::spread::{
-    carried_home, floor_by_name, holder_name, key_slot, parse_holder_name, plan_holders,
-    plan_holders_avoiding, spread_id_from, Standalone,
+    bounds_by_name, carried_home, floor_by_name, holder_name, key_slot, parse_holder_name,
+    plan_holders, plan_holders_avoiding, spread_id_from, Standalone,
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    debited_ms, purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError,
+    debited_ms, purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError, Units,
     MOVE_IN_FLIGHT_MS,
 };
 use super::{
@@ -889,6 +889,7 @@ impl Sim {
             id,
             holders: holders.clone(),
             floor,
+            ceiling: None,
         };
         c.list_spread(spread, self.list_change_clock())
             .expect("valid holders");
@@ -1002,8 +1003,7 @@ impl Sim {
     fn start_move(&mut self, giver: &[u8], receiver: &[u8], units: i64) {
         let step = Step::Move {
             receiver: receiver.to_vec(),
-            dv: 0,
-            df: -units,
+            units: Units::value_and_floor(0, -units),
             now_ms: self.now,
             new_id: self.rng.id(),
         };
@@ -1886,7 +1886,7 @@ impl Sim {
             token: None,
         };
         // A holder of a floored spread is floored at 0 by its name before its first credit.
-        if let Ok(Some(_)) = c.apply_add_under(&op, floor_by_name(&key)) {
+        if let Ok(Some(_)) = c.apply_add_under(&op, bounds_by_name(&key)) {
             self.write(&key, Some(c), if counted { delta } else { 0 });
             let nowhere = if counted { "" } else { " (counted nowhere)" };
             self.note(format_args!("add {delta} to {}{nowhere}", show(&key)));
@@ -2305,7 +2305,7 @@ impl Sim {
                 expires_at,
             }),
         };
-        if !matches!(c.apply_add_under(&op, floor_by_name(key)), Ok(Some(_))) {
+        if !matches!(c.apply_add_under(&op, bounds_by_name(key)), Ok(Some(_))) {
             return TokenStop::Undecided;
         }
         self.write_tokened(key, c, walk.amount, walk.fp);
@@ -2517,6 +2517,7 @@ impl Sim {
             id,
             holders: holders.clone(),
             floor: self.floor,
+            ceiling: None,
         };
         if c.list_spread(spread, self.list_change_clock()).is_err() {
             return;
@@ -2794,7 +2795,7 @@ impl Sim {
             };
             let units = 1 + self.rng.below(1000) as i64;
             forged
-                .start_transfer(&to, 0, -units, self.now, giver)
+                .start_transfer(&to, Units::floor(-units), self.now, giver)
                 .map(|_| ())
         };
         if made.is_err() {

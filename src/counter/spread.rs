@@ -29,15 +29,20 @@ pub struct Spread {
     /// A floored spread counter's floor `F` (each holder keeps its own floor, the floors
     /// summing to `F` when no budget move is in flight; docs/FLOORS.md). None when unfloored.
     pub floor: Option<i64>,
+    /// A ceiled spread counter's ceiling `C`, the mirror of `floor` (each holder keeps its own
+    /// ceiling, the ceilings summing to `C` when no move of ceiling units is in flight;
+    /// docs/CLUSTER.md). None when unceiled. Its holders' names say it ([`ceiling_by_name`]).
+    pub ceiling: Option<i64>,
 }
 
 impl Spread {
-    /// An unfloored spread counter's holders.
+    /// An unbounded spread counter's holders.
     pub fn of(holders: Vec<Vec<u8>>) -> Spread {
         Spread {
             id: 0,
             holders,
             floor: None,
+            ceiling: None,
         }
     }
 }
@@ -73,6 +78,77 @@ pub fn floor_by_name(name: &[u8]) -> Option<i64> {
         .map(|_| 0)
 }
 
+/// The first search attempt of a ceiled spread's holder names: a holder of a ceiled spread is
+/// named with an attempt from here on (`{ctr.<id>.<i>.<2147483648 + k>}<home>`), a holder of
+/// any other spread with one below. A spread id has no bit free to say it (ids of spreads made
+/// before ceilings are random), and an attempt this high is never reached by the planner's
+/// search of an unceiled spread (each grow at a place takes a few attempts more).
+pub const CEILED_ATTEMPTS: u32 = 1 << 31;
+
+/// True when a holder named `h` belongs to a ceiled spread (its attempt is in the ceiled range).
+pub fn is_ceiled_holder(h: &HolderName) -> bool {
+    h.spread_id != 0 && h.attempt >= CEILED_ATTEMPTS as usize
+}
+
+/// The ceiling a key named `name` has while it has none of its own, the mirror of
+/// [`floor_by_name`]: 0 for a holder of a ceiled spread, None for any other key. Until its
+/// first credit of ceiling units lands, its name alone keeps it from going above 0, so the
+/// total never goes above the counter's ceiling.
+#[inline]
+pub fn ceiling_by_name(name: &[u8]) -> Option<i64> {
+    parse_holder_name(name).filter(is_ceiled_holder).map(|_| 0)
+}
+
+/// The bounds a key's name holds it within while it has none of its own: a holder of a
+/// floored spread at or above 0, of a ceiled one at or below 0, until its first credit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NameBounds {
+    pub floor: Option<i64>,
+    pub ceiling: Option<i64>,
+}
+
+impl NameBounds {
+    pub fn is_none(&self) -> bool {
+        self.floor.is_none() && self.ceiling.is_none()
+    }
+
+    /// True when adding `delta` to `value` would cross one of these bounds (a decrement below
+    /// the floor, an increment above the ceiling), or overflow.
+    pub fn refuses(&self, value: i64, delta: i64) -> bool {
+        let floor = self.floor.filter(|_| delta < 0);
+        let ceiling = self.ceiling.filter(|_| delta > 0);
+        if floor.is_none() && ceiling.is_none() {
+            return false;
+        }
+        value
+            .checked_add(delta)
+            .is_none_or(|v| floor.is_some_and(|f| v < f) || ceiling.is_some_and(|c| v > c))
+    }
+}
+
+/// [`floor_by_name`] and [`ceiling_by_name`] from one parse (what every add asks).
+#[inline]
+pub fn bounds_by_name(name: &[u8]) -> NameBounds {
+    match parse_holder_name(name) {
+        None => NameBounds::default(),
+        Some(h) => NameBounds {
+            floor: is_floored_id(h.spread_id).then_some(0),
+            ceiling: is_ceiled_holder(&h).then_some(0),
+        },
+    }
+}
+
+/// The first attempt the planner may name holder `index` of a spread with: a ceiled spread's
+/// names start at [`CEILED_ATTEMPTS`]; `known` is the first attempt the home's folded marks
+/// allow at that place (`crate::counter::folded`).
+pub fn first_attempt_for(ceiled: bool, known: u32) -> u32 {
+    if ceiled {
+        known.max(CEILED_ATTEMPTS)
+    } else {
+        known
+    }
+}
+
 impl Spread {
     /// Holders including the home.
     pub fn count(&self) -> usize {
@@ -93,11 +169,18 @@ impl Spread {
             }
             // Also a spread from before ids (id 0) names holders only (`{ctr.<i>.<k>}home`): a
             // holder list that names another key (a forged state) would let this home fold it.
-            let of_this_spread =
-                parse_holder_name(name).is_some_and(|h| h.spread_id == self.id || self.id == 0);
-            if !of_this_spread {
+            let Some(h) =
+                parse_holder_name(name).filter(|h| h.spread_id == self.id || self.id == 0)
+            else {
                 return Err(CounterError::InvalidOperation(
                     "a holder name without the spread's id",
+                ));
+            };
+            // A ceiled spread's holders are held at 0 from above by their names until their
+            // first credit; a name without the mark would take adds past the ceiling.
+            if is_ceiled_holder(&h) != self.ceiling.is_some() {
+                return Err(CounterError::InvalidOperation(
+                    "a holder name that does not say the spread's ceiling",
                 ));
             }
             slots.push(key_slot(name));
@@ -549,6 +632,7 @@ mod tests {
             id: 0xfeed,
             holders: holders.clone(),
             floor: None,
+            ceiling: None,
         };
         spread.validate().unwrap();
         let foreign = Spread {
@@ -560,6 +644,7 @@ mod tests {
             id: 0xfeed,
             holders: vec![b"{a}1".to_vec()],
             floor: None,
+            ceiling: None,
         };
         assert!(unnamed.validate().is_err(), "not a holder name");
         assert!(

@@ -7,7 +7,7 @@
 
 use super::listing::ListClock;
 use super::transfer::{
-    Ack, AckEffect, Credit, CreditOutcome, Giver, Outgoing, TransferError, MAX_NAME,
+    Ack, AckEffect, Credit, CreditOutcome, Giver, Outgoing, TransferError, Units, MAX_NAME,
 };
 use super::{Counter, CounterError};
 
@@ -17,8 +17,7 @@ pub enum Step {
     /// [`Counter::start_transfer`]: a budget move (or any debit) toward `receiver`.
     Move {
         receiver: Vec<u8>,
-        dv: i64,
-        df: i64,
+        units: Units,
         now_ms: i64,
         new_id: u64,
     },
@@ -83,10 +82,6 @@ impl Counter {
         if key.is_empty() || key.len() > MAX_NAME {
             return Err(invalid("step key name length"));
         }
-        if self.ceiling().is_some() {
-            // A ceiled counter takes no part in a spread: no transfer moves its units.
-            return Err(TransferError::Counter(CounterError::CeilingOnSpread));
-        }
         if self.window().is_some() {
             // A windowed counter is never spread: no master sends it a step.
             return Err(invalid("a step on a windowed counter"));
@@ -95,14 +90,12 @@ impl Counter {
         Ok(match step {
             Step::Move {
                 receiver,
-                dv,
-                df,
+                units,
                 now_ms,
                 new_id,
             } => StepOutcome::Moved(self.start_transfer(
                 receiver,
-                *dv,
-                *df,
+                *units,
                 *now_ms,
                 giver(*new_id),
             )?),
@@ -150,6 +143,7 @@ mod tests {
             id: 6,
             holders,
             floor: None,
+            ceiling: None,
         })
         .unwrap();
         c
@@ -222,6 +216,7 @@ mod tests {
                 seq: 1,
                 dv: 1,
                 df: 0,
+                dc: 0,
                 fold_id: 0,
             }),
             Step::Answer(Ack {
@@ -232,15 +227,13 @@ mod tests {
             }),
             Step::Move {
                 receiver: Vec::new(),
-                dv: 1,
-                df: 0,
+                units: Units::value_and_floor(1, 0),
                 now_ms: 1,
                 new_id: 5,
             },
             Step::Move {
                 receiver: b"r".to_vec(),
-                dv: i64::MIN,
-                df: 0,
+                units: Units::value_and_floor(i64::MIN, 0),
                 now_ms: 1,
                 new_id: 5,
             },

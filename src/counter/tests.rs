@@ -331,6 +331,7 @@ fn a_grant_on_a_spread_member_replies_its_headroom_and_replays_it() {
         id: 3,
         holders: vec![spread::holder_name(b"stock", 3, 1, 0)],
         floor: Some(0),
+        ceiling: None,
     })
     .unwrap();
     assert_eq!(purchase(&mut home, 30, 5, false), Some(70));
@@ -713,6 +714,12 @@ fn a_counter_holding_only_remembered_writes_says_until_when() {
     assert_eq!(c.remembered_only_until(), None, "it holds a value now");
 }
 
+/// What a holder of a floored spread's name holds it to before its first credit.
+const FLOORED_BY_NAME: crate::counter::spread::NameBounds = crate::counter::spread::NameBounds {
+    floor: Some(0),
+    ceiling: None,
+};
+
 #[test]
 fn a_counter_held_at_a_floor_it_does_not_have_refuses_to_go_below_it() {
     let mut c = Counter::default();
@@ -727,22 +734,40 @@ fn a_counter_held_at_a_floor_it_does_not_have_refuses_to_go_below_it() {
             expires_at: 100,
         }),
     };
-    assert_eq!(c.apply_add_under(&op(-1, 1, None), Some(0)), Ok(None));
-    assert_eq!(c.apply_add_under(&op(3, 1, None), Some(0)), Ok(Some(3)));
+    assert_eq!(
+        c.apply_add_under(&op(-1, 1, None), FLOORED_BY_NAME),
+        Ok(None)
+    );
+    assert_eq!(
+        c.apply_add_under(&op(3, 1, None), FLOORED_BY_NAME),
+        Ok(Some(3))
+    );
     // Refused with a resize too, and recorded under its token.
-    assert_eq!(c.apply_add_under(&op(-4, 2, None), Some(0)), Ok(None));
-    assert_eq!(c.apply_add_under(&op(-4, 1, Some(9)), Some(0)), Ok(None));
+    assert_eq!(
+        c.apply_add_under(&op(-4, 2, None), FLOORED_BY_NAME),
+        Ok(None)
+    );
+    assert_eq!(
+        c.apply_add_under(&op(-4, 1, Some(9)), FLOORED_BY_NAME),
+        Ok(None)
+    );
     assert_eq!(c.token_use(9, WriteKind::Add(-4), 6), TokenUse::Retry(None));
     assert_eq!(c.value(), 3);
-    assert_eq!(c.apply_add_under(&op(-3, 1, None), Some(0)), Ok(Some(0)));
+    assert_eq!(
+        c.apply_add_under(&op(-3, 1, None), FLOORED_BY_NAME),
+        Ok(Some(0))
+    );
     assert!(c.floor().is_none(), "nothing is added to the counter");
-    assert_eq!(c.apply_add_under(&op(i64::MIN, 1, None), Some(0)), Ok(None));
+    assert_eq!(
+        c.apply_add_under(&op(i64::MIN, 1, None), FLOORED_BY_NAME),
+        Ok(None)
+    );
     // A floor of its own decides instead; without the rule it goes below 0.
     assert_eq!(c.apply_add(&op(-1, 1, None)), Ok(Some(-1)));
     let mut floored = Counter::default();
     floored.set_floor(Some(-5)).unwrap();
     assert_eq!(
-        floored.apply_add_under(&op(-2, 1, None), Some(0)),
+        floored.apply_add_under(&op(-2, 1, None), FLOORED_BY_NAME),
         Ok(Some(-2))
     );
 }

@@ -1,13 +1,15 @@
-//! Transfers between counters, the pure part: moving a pair (dv value units, df floor units)
-//! from a *giver* key to a *receiver* key, possibly on another master, with no unit lost or
+//! Transfers between counters, the pure part: moving [`Units`] (dv value units, df floor units,
+//! dc ceiling units) from a *giver* key to a *receiver* key, possibly on another master, with no unit lost or
 //! counted twice. The glue (`crate::runtime::spread_transfer`) drives it; folds of spread
 //! counters (shrinking) are built on it, and so are budget moves between holders.
 //!
 //! A transfer is two ordinary replicated writes sharing one id (giver name, seq):
-//! 1. [`Counter::start_transfer`] on the giver's master: value -= dv, floor -= df, and an
+//! 1. [`Counter::start_transfer`] on the giver's master: value -= dv, floor -= df,
+//!    ceiling -= dc, and an
 //!    [`Outgoing`] entry in the giver's outbox (at most one per receiver, so a receiver sees
 //!    one giver's seqs in increasing order).
-//! 2. [`Counter::apply_credit`] on the receiver's master: value += dv, floor += df, iff seq is
+//! 2. [`Counter::apply_credit`] on the receiver's master: value += dv, floor += df,
+//!    ceiling += dc, iff seq is
 //!    above the highest seq already applied from that giver (the *inbox*, one entry per giver,
 //!    kept for ever: exact, O(givers)); a repeat changes nothing but is acknowledged again.
 //! 3. [`Counter::apply_ack`] on the giver's master: the outbox entry goes. Until then the
@@ -16,7 +18,7 @@
 //! A gather counts value units in flight at the giver ([`Counter::units_in_hand`]) until the
 //! ack. That is exact for folds (the home counts a leaving holder only until its credit); a
 //! transfer of value units (dv != 0) between two holders of one total would count them twice
-//! between credit and ack, so other transfers move floor units only (dv = 0).
+//! between credit and ack, so other transfers move floor and ceiling units only (dv = 0).
 //!
 //! Seqs are `max(last + 1, now_ms * 1024)`: they grow across a giver's lives, so a giver key
 //! deleted and made again still sends seqs above what its receivers already applied.
@@ -44,7 +46,8 @@ use super::folded::{self, FoldedMark};
 use super::listing::{ListClock, ListedAtError, Listing};
 use super::{exact_sum, Counter, CounterError};
 use crate::counter::spread::{
-    carried_home, parse_holder_name, same_spread, MAX_HOLDERS, MAX_HOLDER_NAME,
+    carried_home, ceiling_by_name, floor_by_name, parse_holder_name, same_spread, MAX_HOLDERS,
+    MAX_HOLDER_NAME,
 };
 
 /// Longest key name a transfer may name (a giver or a receiver).
@@ -54,6 +57,49 @@ pub const MAX_ENTRIES: usize = 1 << 16;
 /// Most retired spread ids a home keeps ([`Transfers::retired`]); past it the oldest goes.
 pub const MAX_RETIRED: usize = 64;
 
+/// What one transfer moves, as its receiver applies it (its giver applies the opposite): value
+/// units, floor units and ceiling units. A budget move of `n` down-budget units from a floored
+/// giver is `df = -n` (the giver's floor up by `n`, the receiver's down); of `n` up-budget
+/// units from a ceiled giver, `dc = n` (the giver's ceiling down by `n`, the receiver's up).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Units {
+    pub dv: i64,
+    pub df: i64,
+    pub dc: i64,
+}
+
+impl Units {
+    /// Floor units only (a floored spread's budget move).
+    pub fn floor(df: i64) -> Units {
+        Units {
+            df,
+            ..Units::default()
+        }
+    }
+
+    /// Value and floor units (a fold of a floored holder, a test's move).
+    pub fn value_and_floor(dv: i64, df: i64) -> Units {
+        Units { dv, df, dc: 0 }
+    }
+
+    /// Ceiling units only (a ceiled spread's budget move).
+    pub fn ceiling(dc: i64) -> Units {
+        Units {
+            dc,
+            ..Units::default()
+        }
+    }
+
+    /// What the giver applies: every kind negated. None on overflow.
+    fn negated(self) -> Option<Units> {
+        Some(Units {
+            dv: self.dv.checked_neg()?,
+            df: self.df.checked_neg()?,
+            dc: self.dc.checked_neg()?,
+        })
+    }
+}
+
 /// A transfer sent and not yet acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
@@ -61,6 +107,8 @@ pub struct Outgoing {
     pub seq: u64,
     pub dv: i64,
     pub df: i64,
+    /// Ceiling units (0 but in a ceiled spread).
+    pub dc: i64,
     /// The fold this transfer carries out (the home's id for it), 0 for a budget move.
     pub fold_id: u64,
     /// The giver's key name when it debited: what the receiver judges the credit by, the same
@@ -109,8 +157,30 @@ pub struct Credit {
     pub seq: u64,
     pub dv: i64,
     pub df: i64,
+    /// Ceiling units (0 but in a ceiled spread).
+    pub dc: i64,
     /// The fold this credit ends, 0 for a budget move.
     pub fold_id: u64,
+}
+
+impl Outgoing {
+    pub fn units(&self) -> Units {
+        Units {
+            dv: self.dv,
+            df: self.df,
+            dc: self.dc,
+        }
+    }
+}
+
+impl Credit {
+    pub fn units(&self) -> Units {
+        Units {
+            dv: self.dv,
+            df: self.df,
+            dc: self.dc,
+        }
+    }
 }
 
 /// A receiver's answer to a credit.
@@ -187,6 +257,24 @@ pub struct Transfers {
     /// Home only: when each holder was listed and unlisted, for the token window
     /// (`crate::counter::listing`). None: not known (a spread made by an earlier version).
     pub listing: Option<Listing>,
+}
+
+/// Which bounds a credit makes on a counter that has none yet, when no unit of that kind
+/// moves ([`Counter::apply_credit`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct MadeBounds {
+    floor: bool,
+    ceiling: bool,
+}
+
+/// A bound after `delta` units of its kind: none stays none unless units move or `make`
+/// (then it starts from 0).
+fn moved_bound(bound: Option<i64>, delta: i64, make: bool) -> Result<Option<i64>, CounterError> {
+    match bound {
+        None if delta == 0 && !make => Ok(None),
+        None => Ok(Some(delta)),
+        Some(b) => b.checked_add(delta).map(Some).ok_or(CounterError::Overflow),
+    }
 }
 
 /// Why a transfer step was refused.
@@ -587,14 +675,24 @@ impl Counter {
     /// move's receiver shows its floor when the credit lands. None when the counter has no
     /// floor and folds none, or on overflow.
     pub fn floor_in_hand(&self) -> Option<i64> {
+        self.bound_in_hand(self.floor().map(|f| f.floor), |u| u.df)
+    }
+
+    /// [`Counter::floor_in_hand`]'s mirror: its ceiling plus the ceiling units of its fold not
+    /// yet acknowledged. None when the counter has no ceiling and folds none, or on overflow.
+    pub fn ceiling_in_hand(&self) -> Option<i64> {
+        self.bound_in_hand(self.ceiling().map(|c| c.ceiling), |u| u.dc)
+    }
+
+    /// A bound (`own`) plus the units of that kind (`kind`) of its unacknowledged fold.
+    fn bound_in_hand(&self, own: Option<i64>, kind: fn(Units) -> i64) -> Option<i64> {
         let folding: Vec<i64> = self.transfers().map_or_else(Vec::new, |t| {
             t.outbox
                 .iter()
                 .filter(|o| o.fold_id != 0)
-                .map(|o| o.df)
+                .map(|o| kind(o.units()))
                 .collect()
         });
-        let own = self.floor().map(|f| f.floor);
         if own.is_none() && folding.is_empty() {
             return None;
         }
@@ -611,7 +709,16 @@ impl Counter {
     /// of its debit, [`next_seq`]).
     pub fn budget_in_flight(&self, floor_if_none: Option<i64>, now_ms: i64) -> bool {
         let before_first_credit = self.floor().is_none() && floor_if_none.is_some();
-        before_first_credit || self.budget_moves_out(now_ms).next().is_some()
+        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.df < 0)
+    }
+
+    /// [`Counter::budget_in_flight`]'s mirror for a ceiling: true when up-budget this counter
+    /// may take adds into is still travelling (a holder of a ceiled spread before its first
+    /// credit, `ceiling_if_none` from its name, or a move of ceiling units out of it not yet
+    /// acknowledged), so a positive add it refuses now may fit once it lands.
+    pub fn up_budget_in_flight(&self, ceiling_if_none: Option<i64>, now_ms: i64) -> bool {
+        let before_first_credit = self.ceiling().is_none() && ceiling_if_none.is_some();
+        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.dc > 0)
     }
 
     /// The budget moving out of this counter and not yet acknowledged, counted as
@@ -629,33 +736,41 @@ impl Counter {
         self.transfers()
             .into_iter()
             .flat_map(|t| t.outbox.iter())
-            .filter(move |o| o.fold_id == 0 && o.df < 0 && debited_ms(o.seq) >= since)
+            .filter(move |o| o.fold_id == 0 && (o.df < 0 || o.dc > 0) && debited_ms(o.seq) >= since)
     }
 
-    /// Moves the value by `dv` and the floor by `df` (the headroom by dv - df, spread evenly
-    /// over the budgets again). Floor units moved to or from a counter without a floor treat
-    /// it as floor 0, as `CTR.DECRFLOOR` does: a fresh holder of a floored spread counter can
-    /// receive budget. Checked before anything changes.
-    fn shift(&mut self, dv: i64, df: i64, make_floored: bool) -> Result<(), CounterError> {
-        let value = self.value.checked_add(dv).ok_or(CounterError::Overflow)?;
-        let floor = match self.floor() {
-            None if df == 0 && !make_floored => None,
-            None => Some(df),
-            Some(f) => Some(f.floor.checked_add(df).ok_or(CounterError::Overflow)?),
-        };
+    /// Moves the value by `dv`, the floor by `df` and the ceiling by `dc` (each headroom spread
+    /// evenly over its budgets again). Floor units moved to or from a counter without a floor
+    /// treat it as floor 0, as `CTR.DECRFLOOR` does: a fresh holder of a floored spread counter
+    /// can receive budget; ceiling units likewise treat a counter without a ceiling as ceiling
+    /// 0 (a fresh holder of a ceiled spread, held at 0 from above by its name). `make` makes
+    /// the bound even when no unit of its kind moves. Checked before anything changes.
+    fn shift(&mut self, u: Units, make: MadeBounds) -> Result<(), CounterError> {
+        let value = self.value.checked_add(u.dv).ok_or(CounterError::Overflow)?;
+        let floor = moved_bound(self.floor().map(|f| f.floor), u.df, make.floor)?;
+        let ceiling = moved_bound(self.ceiling().map(|c| c.ceiling), u.dc, make.ceiling)?;
         if floor.is_some_and(|f| value < f) {
             return Err(CounterError::BelowFloor);
+        }
+        if ceiling.is_some_and(|c| value > c) {
+            return Err(CounterError::AboveCeiling);
         }
         if let Some(f) = floor {
             value.checked_sub(f).ok_or(CounterError::Overflow)?;
         }
+        if let Some(c) = ceiling {
+            c.checked_sub(value).ok_or(CounterError::Overflow)?;
+        }
         if let Some(first) = self.shards.first_mut() {
-            *first = first.checked_add(dv).ok_or(CounterError::Overflow)?;
+            *first = first.checked_add(u.dv).ok_or(CounterError::Overflow)?;
         }
         self.value = value;
+        // Re-spread the headrooms over the budgets (checked above: cannot fail).
         if floor.is_some() {
-            // Re-spreads the headroom over the budgets (checked above: cannot fail).
             self.set_floor(floor)?;
+        }
+        if ceiling.is_some() {
+            self.place_ceiling(ceiling)?;
         }
         Ok(())
     }
@@ -667,23 +782,21 @@ impl Counter {
     pub fn start_transfer(
         &mut self,
         receiver: &[u8],
-        dv: i64,
-        df: i64,
+        units: Units,
         now_ms: i64,
         giver: Giver,
     ) -> Result<Outgoing, TransferError> {
         if self.is_sealed() {
             return Err(TransferError::Sealed);
         }
-        self.debit(receiver, dv, df, now_ms, giver, 0)
+        self.debit(receiver, units, now_ms, giver, 0)
     }
 
-    /// Debits (dv, df) and records the outbox entry (a move, or the fold `fold_id`).
+    /// Debits `units` and records the outbox entry (a move, or the fold `fold_id`).
     fn debit(
         &mut self,
         receiver: &[u8],
-        dv: i64,
-        df: i64,
+        units: Units,
         now_ms: i64,
         giver: Giver,
         fold_id: u64,
@@ -716,14 +829,14 @@ impl Counter {
         if t.outbox.len() >= MAX_ENTRIES {
             return Err(CounterError::InvalidOperation("too many transfers in flight").into());
         }
-        let debit_v = dv.checked_neg().ok_or(CounterError::Overflow)?;
-        let debit_f = df.checked_neg().ok_or(CounterError::Overflow)?;
-        self.shift(debit_v, debit_f, false)?;
+        let debit = units.negated().ok_or(CounterError::Overflow)?;
+        self.shift(debit, MadeBounds::default())?;
         let entry = Outgoing {
             receiver: receiver.to_vec(),
             seq: next_seq(t.last_seq, now_ms),
-            dv,
-            df,
+            dv: units.dv,
+            df: units.df,
+            dc: units.dc,
             fold_id,
             from: self.signature(name).to_vec(),
         };
@@ -844,11 +957,16 @@ impl Counter {
         if known.is_err() && t.inbox.len() >= MAX_ENTRIES {
             return Err(CounterError::InvalidOperation("too many givers").into());
         }
-        // A budget move's receiver is a holder of a floored spread counter and must never go
-        // below its floor, whatever it is sent, also when the move carries no units (a holder
-        // given a share of 0), so its first credit makes it floored (at 0 when it had none).
+        // A budget move's receiver is a holder of a bounded spread counter and must never cross
+        // its bound, whatever it is sent, also when the move carries no units (a holder given a
+        // share of 0), so its first credit makes it bounded (at 0 when it had no bound) as its
+        // name or the units say.
         let budget_move = c.fold_id == 0;
-        self.shift(c.dv, c.df, budget_move)?;
+        let make = MadeBounds {
+            floor: budget_move && (c.df != 0 || floor_by_name(&c.receiver).is_some() || c.dc == 0),
+            ceiling: budget_move && (c.dc != 0 || ceiling_by_name(&c.receiver).is_some()),
+        };
+        self.shift(c.units(), make)?;
         let t = self.transfers_mut();
         match known {
             Ok(i) => t.inbox[i].seq = c.seq,
@@ -960,7 +1078,7 @@ impl Counter {
         };
         let before = self.clone();
         self.take_outgoing(receiver, seq);
-        if let Err(e) = self.shift(entry.dv, entry.df, false) {
+        if let Err(e) = self.shift(entry.units(), MadeBounds::default()) {
             *self = before;
             return Err(e.into());
         }
@@ -1025,6 +1143,7 @@ impl Counter {
                 seq: o.seq,
                 dv: o.dv,
                 df: o.df,
+                dc: o.dc,
                 fold_id: o.fold_id,
             })
             .collect();
@@ -1181,8 +1300,12 @@ impl Counter {
         if self.transfers().is_some_and(|t| !t.outbox.is_empty()) {
             return Err(TransferError::Busy);
         }
-        let df = self.floor().map_or(0, |f| f.floor);
-        let entry = self.debit(home, self.value, df, now_ms, giver, fold_id)?;
+        let units = Units {
+            dv: self.value,
+            df: self.floor().map_or(0, |f| f.floor),
+            dc: self.ceiling().map_or(0, |c| c.ceiling),
+        };
+        let entry = self.debit(home, units, now_ms, giver, fold_id)?;
         self.transfers_mut().sealed_into = Some(home.to_vec());
         Ok(Some(entry))
     }
@@ -1287,6 +1410,7 @@ mod tests {
             seq: o.seq,
             dv: o.dv,
             df: o.df,
+            dc: 0,
             fold_id: o.fold_id,
         }
     }
@@ -1317,7 +1441,9 @@ mod tests {
         let mut giver = Counter::plain(10);
         let mut receiver = Counter::plain(5);
         receiver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 4, 0, 1, g(9)).unwrap();
+        let out = giver
+            .start_transfer(&h2, Units::value_and_floor(4, 0), 1, g(9))
+            .unwrap();
         assert_eq!(giver.value(), 6);
         assert_eq!(giver.transfers().unwrap().giver_id, 9);
         assert_eq!(
@@ -1326,7 +1452,7 @@ mod tests {
             "in flight counts at the giver"
         );
         assert_eq!(
-            giver.start_transfer(&h2, 1, 0, 2, g(9)),
+            giver.start_transfer(&h2, Units::value_and_floor(1, 0), 2, g(9)),
             Err(TransferError::Busy),
             "one at a time per pair"
         );
@@ -1339,7 +1465,9 @@ mod tests {
         assert!(!giver.apply_ack(&h2, out.seq));
         assert_eq!(giver.units_in_hand(), Some(6));
         assert!(giver.transfers().unwrap().outbox.is_empty());
-        let next = giver.start_transfer(&h2, 1, 0, 1, g(5)).unwrap();
+        let next = giver
+            .start_transfer(&h2, Units::value_and_floor(1, 0), 1, g(5))
+            .unwrap();
         assert!(next.seq > out.seq, "seqs grow even when the clock does not");
         assert_eq!(giver.transfers().unwrap().giver_id, 9, "the id is kept");
         send(&giver, HOME, &mut receiver, &h2, &next).unwrap();
@@ -1360,9 +1488,12 @@ mod tests {
             id: 7,
             holders: vec![h1.clone()],
             floor: None,
+            ceiling: None,
         })
         .unwrap();
-        let out = giver.start_transfer(HOME, 3, 0, 1, g(9)).unwrap();
+        let out = giver
+            .start_transfer(HOME, Units::value_and_floor(3, 0), 1, g(9))
+            .unwrap();
         assert_eq!(
             send(&giver, &h1, &mut home, HOME, &out),
             Ok(CreditOutcome::Applied)
@@ -1376,7 +1507,9 @@ mod tests {
             giver.apply_ack(HOME, out.seq),
             "the repeat's answer clears it"
         );
-        let next = giver.start_transfer(HOME, 2, 0, 2, g(9)).unwrap();
+        let next = giver
+            .start_transfer(HOME, Units::value_and_floor(2, 0), 2, g(9))
+            .unwrap();
         assert_eq!(
             Counter::credit_outcome_at_renamed_home(&home, &credit(&h1, HOME, 9, &next)),
             CreditOutcome::NotYet,
@@ -1418,7 +1551,9 @@ mod tests {
             !purchase_waits_for_budget(Some(&giver), 11, by_name, NOW),
             "credited, nothing moving"
         );
-        let out = giver.start_transfer(&holder(2), 0, -6, NOW, g(9)).unwrap();
+        let out = giver
+            .start_transfer(&holder(2), Units::value_and_floor(0, -6), NOW, g(9))
+            .unwrap();
         assert!(
             purchase_waits_for_budget(Some(&giver), 5, by_name, NOW),
             "6 units in flight"
@@ -1461,7 +1596,12 @@ mod tests {
         assert_eq!(holder.floor_in_hand(), None, "no floor");
         holder.set_floor(Some(-225)).unwrap();
         let moved = holder
-            .start_transfer(&holder_name(HOME, 7, 2, 0), 0, -5, 1, g(9))
+            .start_transfer(
+                &holder_name(HOME, 7, 2, 0),
+                Units::value_and_floor(0, -5),
+                1,
+                g(9),
+            )
             .unwrap();
         assert_eq!(holder.floor_in_hand(), Some(-220), "a move is not in hand");
         assert!(holder.apply_ack(&moved.receiver, moved.seq));
@@ -1480,7 +1620,9 @@ mod tests {
         let (h2, h3) = (holder(2), holder(3));
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -4, 1, g(9)).unwrap();
+        let out = giver
+            .start_transfer(&h2, Units::value_and_floor(0, -4), 1, g(9))
+            .unwrap();
         let copy = giver.clone();
         let mut receiver = Counter::plain(0);
         receiver.set_floor(Some(0)).unwrap();
@@ -1501,7 +1643,9 @@ mod tests {
         let stranger = holder_name(HOME, 8, 1, 0);
         let mut giver = Counter::plain(10);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -4, 1, g(9)).unwrap();
+        let out = giver
+            .start_transfer(&h2, Units::value_and_floor(0, -4), 1, g(9))
+            .unwrap();
         let before = Counter::plain(3);
         // Another spread's holder, a holder from another home (to a home), a plain key, a
         // home that does not list the giver: nothing changes.
@@ -1539,9 +1683,13 @@ mod tests {
     #[test]
     fn seqs_grow_across_a_givers_lives() {
         let mut first = Counter::plain(3);
-        let a = first.start_transfer(b"r", 1, 0, 1_000, g(1)).unwrap();
+        let a = first
+            .start_transfer(b"r", Units::value_and_floor(1, 0), 1_000, g(1))
+            .unwrap();
         let mut again = Counter::plain(3);
-        let b = again.start_transfer(b"r", 1, 0, 1_001, g(1)).unwrap();
+        let b = again
+            .start_transfer(b"r", Units::value_and_floor(1, 0), 1_001, g(1))
+            .unwrap();
         assert!(b.seq > a.seq);
         assert_eq!(next_seq(u64::MAX, 5), u64::MAX);
         assert_eq!(next_seq(7, -5), 8);
@@ -1552,16 +1700,24 @@ mod tests {
         let mut giver = Counter::plain(i64::MIN);
         let before = giver.clone();
         assert!(
-            giver.start_transfer(b"r", 1, 0, 1, g(1)).is_err(),
+            giver
+                .start_transfer(b"r", Units::value_and_floor(1, 0), 1, g(1))
+                .is_err(),
             "overflow"
         );
         assert!(
-            giver.start_transfer(b"r", 0, 1, 1, g(1)).is_err(),
+            giver
+                .start_transfer(b"r", Units::value_and_floor(0, 1), 1, g(1))
+                .is_err(),
             "no floor"
         );
-        assert!(giver.start_transfer(b"", 0, 0, 1, g(1)).is_err());
+        assert!(giver
+            .start_transfer(b"", Units::value_and_floor(0, 0), 1, g(1))
+            .is_err());
         assert!(
-            giver.start_transfer(b"r", 0, 0, 1, g(0)).is_err(),
+            giver
+                .start_transfer(b"r", Units::value_and_floor(0, 0), 1, g(0))
+                .is_err(),
             "giver id 0"
         );
         assert_eq!(giver, before);
@@ -1569,7 +1725,9 @@ mod tests {
         floored.set_floor(Some(4)).unwrap();
         let before = floored.clone();
         assert!(
-            floored.start_transfer(b"r", 7, 0, 1, g(1)).is_err(),
+            floored
+                .start_transfer(b"r", Units::value_and_floor(7, 0), 1, g(1))
+                .is_err(),
             "below floor"
         );
         assert_eq!(floored, before);
@@ -1584,6 +1742,7 @@ mod tests {
             seq: 1,
             dv: 1,
             df: 0,
+            dc: 0,
             fold_id: 0,
         };
         assert!(receiver.apply_credit(&c).is_err());
@@ -1602,7 +1761,9 @@ mod tests {
         receiver.set_floor(Some(0)).unwrap();
         // dv = 0, df = -5: the giver's floor rises by 5, the receiver's falls by 5.
         let h1 = holder(1);
-        let out = giver.start_transfer(&h1, 0, -5, 1, g(1)).unwrap();
+        let out = giver
+            .start_transfer(&h1, Units::value_and_floor(0, -5), 1, g(1))
+            .unwrap();
         assert_eq!(giver.floor().unwrap().floor, 5);
         assert_eq!(giver.floor().unwrap().budgets.iter().sum::<i64>(), 15);
         send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
@@ -1617,19 +1778,23 @@ mod tests {
         giver.set_floor(Some(0)).unwrap();
         // A fresh holder: no key yet (a plain 0), no floor.
         let mut receiver = Counter::plain(0);
-        let out = giver.start_transfer(&h1, 0, -4, 1, g(1)).unwrap();
+        let out = giver
+            .start_transfer(&h1, Units::value_and_floor(0, -4), 1, g(1))
+            .unwrap();
         send(&giver, HOME, &mut receiver, &h1, &out).unwrap();
         assert_eq!(receiver.floor().map(|f| f.floor), Some(-4));
         assert_eq!(receiver.floor().unwrap().budgets, vec![4]);
         // The other way, from a floorless counter, it needs the value to cover the new floor.
         let mut floorless = Counter::plain(3);
         assert_eq!(
-            floorless.start_transfer(b"r2", 0, -4, 2, g(1)),
+            floorless.start_transfer(b"r2", Units::value_and_floor(0, -4), 2, g(1)),
             Err(TransferError::Counter(CounterError::BelowFloor)),
             "floor 0 + 4 is above the value 3"
         );
         assert_eq!((floorless.value(), floorless.floor()), (3, None));
-        floorless.start_transfer(b"r2", 0, -3, 3, g(1)).unwrap();
+        floorless
+            .start_transfer(b"r2", Units::value_and_floor(0, -3), 3, g(1))
+            .unwrap();
         assert_eq!(floorless.floor().map(|f| f.floor), Some(3));
         // Value units alone leave a floorless counter floorless.
         let mut plain = Counter::plain(1);
@@ -1641,6 +1806,7 @@ mod tests {
             seq: 5,
             dv: 2,
             df: 0,
+            dc: 0,
             fold_id: 0,
         };
         assert_eq!(plain.apply_credit(&c), Ok(CreditOutcome::Applied));
@@ -1656,7 +1822,9 @@ mod tests {
         let mut home = Counter::plain(0);
         home.set_floor(Some(0)).unwrap();
         let mut fresh = Counter::plain(0);
-        let out = home.start_transfer(&h1, 0, 0, 1, g(1)).unwrap();
+        let out = home
+            .start_transfer(&h1, Units::value_and_floor(0, 0), 1, g(1))
+            .unwrap();
         send(&home, HOME, &mut fresh, &h1, &out).unwrap();
         assert_eq!(fresh.floor().map(|f| f.floor), Some(0));
 
@@ -1708,7 +1876,7 @@ mod tests {
             "sealed for another fold"
         );
         assert_eq!(
-            holder.start_transfer(b"x", 0, 0, 6, g(3)),
+            holder.start_transfer(b"x", Units::value_and_floor(0, 0), 6, g(3)),
             Err(TransferError::Sealed)
         );
         send(&holder, &h1, &mut home, HOME, &out).unwrap();
@@ -1745,6 +1913,7 @@ mod tests {
                 id,
                 holders: names.clone(),
                 floor: None,
+                ceiling: None,
             })
             .unwrap();
             home.begin_shrink(1, &mut fold_ids()).unwrap();
@@ -1790,6 +1959,7 @@ mod tests {
             id,
             holders: vec![holder_name(HOME, id, 1, 0)],
             floor: None,
+            ceiling: None,
         };
         assert!(home.set_spread(again).is_err());
         // A late copy of a fold credit of a spread still retired is a repeat: the giver hears
@@ -1830,6 +2000,7 @@ mod tests {
             id: 7,
             holders: vec![h1.clone(), h2.clone()],
             floor: None,
+            ceiling: None,
         })
         .unwrap();
         home.begin_shrink(2, &mut fold_ids()).unwrap();
@@ -1853,6 +2024,7 @@ mod tests {
             id: 12,
             holders: vec![holder_name(HOME, 12, 1, 0)],
             floor: None,
+            ceiling: None,
         })
         .unwrap();
         assert!(!home.has_retired(7), "h1 is still leaving");
@@ -1885,7 +2057,9 @@ mod tests {
         home.set_floor(Some(0)).unwrap();
         let mut h = Counter::plain(5);
         h.set_floor(Some(0)).unwrap();
-        let mv = h.start_transfer(HOME, 0, -2, 1, g(3)).unwrap();
+        let mv = h
+            .start_transfer(HOME, Units::value_and_floor(0, -2), 1, g(3))
+            .unwrap();
         home.begin_shrink(1, &mut fold_ids()).unwrap();
         let fold = home.leaving()[0].fold_id;
         assert_eq!(
@@ -1951,7 +2125,9 @@ mod tests {
         let (h1, h2) = (holder(1), holder(2));
         let mut giver = Counter::plain(5);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -3, 1, g(4)).unwrap();
+        let out = giver
+            .start_transfer(&h2, Units::value_and_floor(0, -3), 1, g(4))
+            .unwrap();
         let mut fresh = Counter::plain(0);
         assert_eq!(
             send(&giver, &h1, &mut fresh, &h2, &out),
@@ -1959,7 +2135,7 @@ mod tests {
         );
         assert_eq!(fresh, Counter::plain(0));
         let first = Counter::plain(9)
-            .start_transfer(&h2, 0, 0, 1, g(5))
+            .start_transfer(&h2, Units::value_and_floor(0, 0), 1, g(5))
             .unwrap();
         send(&Counter::plain(0), HOME, &mut fresh, &h2, &first).unwrap();
         assert!(fresh.floor().is_some(), "floored by its home");
@@ -1983,7 +2159,9 @@ mod tests {
         home.set_floor(Some(0)).unwrap();
         home.set_spread(crate::counter::Spread::of(vec![h1.clone()]))
             .unwrap();
-        let mv = home.start_transfer(&h1, 0, -4, 1, g(3)).unwrap();
+        let mv = home
+            .start_transfer(&h1, Units::value_and_floor(0, -4), 1, g(3))
+            .unwrap();
         home.begin_shrink(1, &mut fold_ids()).unwrap();
         let (seals, credits) = home.messages_due(HOME);
         assert!(seals.is_empty() && credits.len() == 1);
@@ -2005,8 +2183,7 @@ mod tests {
         let mv = home
             .start_transfer(
                 &h1,
-                0,
-                -4,
+                Units::value_and_floor(0, -4),
                 1,
                 Giver {
                     name: b"renamed-home",
@@ -2053,7 +2230,8 @@ mod tests {
         home.set_spread(crate::counter::Spread::of(vec![h1.clone(), h2.clone()]))
             .unwrap();
         let signed = |name: &'static [u8]| Giver { name, new_id: 3 };
-        home.start_transfer(&h1, 0, -4, 1, signed(HOME)).unwrap();
+        home.start_transfer(&h1, Units::value_and_floor(0, -4), 1, signed(HOME))
+            .unwrap();
         let mut copy = home.clone();
         assert_eq!(
             copy.drop_foreign_transfers(HOME),
@@ -2105,7 +2283,9 @@ mod tests {
     fn a_move_toward_a_former_home_name_follows_the_seal_request() {
         let mut h = Counter::plain(5);
         h.set_floor(Some(0)).unwrap();
-        let mv = h.start_transfer(HOME, 0, -2, 1, g(3)).unwrap();
+        let mv = h
+            .start_transfer(HOME, Units::value_and_floor(0, -2), 1, g(3))
+            .unwrap();
         assert!(!h.has_move_to_former_home(HOME));
         assert!(h.has_move_to_former_home(b"home2"));
         assert!(h.retarget_moves_to(b"home2"));
@@ -2118,7 +2298,8 @@ mod tests {
         assert_eq!((moved.seq, moved.df), (mv.seq, mv.df));
         assert!(h.transfers().unwrap().outgoing_to(HOME).is_none());
         assert!(!h.retarget_moves_to(b"home2"), "once");
-        h.start_transfer(&holder(2), 0, -1, 2, g(3)).unwrap();
+        h.start_transfer(&holder(2), Units::value_and_floor(0, -1), 2, g(3))
+            .unwrap();
         assert!(h.retarget_moves_to(b"home3"), "renamed again");
         let t = h.transfers().unwrap();
         assert!(t.outgoing_to(b"home3").is_some() && t.outgoing_to(b"home2").is_none());
@@ -2135,7 +2316,9 @@ mod tests {
         sealed.seal_into(HOME, 77, 1, g(3)).unwrap();
         let mut giver = Counter::plain(5);
         giver.set_floor(Some(0)).unwrap();
-        let out = giver.start_transfer(&h2, 0, -5, 1, g(4)).unwrap();
+        let out = giver
+            .start_transfer(&h2, Units::value_and_floor(0, -5), 1, g(4))
+            .unwrap();
         assert_eq!(
             send(&giver, &h1, &mut sealed, &h2, &out),
             Ok(CreditOutcome::Refused)
@@ -2155,6 +2338,7 @@ mod tests {
             seq,
             dv: 1,
             df: 0,
+            dc: 0,
             fold_id,
             from: Vec::new(),
         };

@@ -374,6 +374,7 @@ fn decode_transfers(r: &mut Reader, with_ids: bool) -> Result<Transfers, DecodeE
                 seq,
                 dv,
                 df,
+                dc: 0,
                 fold_id,
                 from,
             })
@@ -1362,6 +1363,7 @@ mod tests {
             id: 6,
             holders: holders.clone(),
             floor: None,
+            ceiling: None,
         };
         c.list_spread(spread, clock(1_000)).unwrap();
         let mut ids = 40..;
@@ -1442,11 +1444,17 @@ mod tests {
             seq: out.seq,
             dv: out.dv,
             df: out.df,
+            dc: 0,
             fold_id: out.fold_id,
         };
         c.apply_credit(&credit).unwrap();
-        c.start_transfer(b"{x}budget", 2, 0, 1_001, giver(b"{tag}home", 8))
-            .unwrap();
+        c.start_transfer(
+            b"{x}budget",
+            crate::counter::transfer::Units::value_and_floor(2, 0),
+            1_001,
+            giver(b"{tag}home", 8),
+        )
+        .unwrap();
         c
     }
 
@@ -1471,6 +1479,7 @@ mod tests {
             id,
             holders: holders.clone(),
             floor: None,
+            ceiling: None,
         })
         .unwrap();
         let mut ids = 40..;
@@ -1490,6 +1499,7 @@ mod tests {
                 seq: out.seq,
                 dv: out.dv,
                 df: out.df,
+                dc: 0,
                 fold_id: out.fold_id,
             };
             c.apply_credit(&credit).unwrap();
@@ -1546,8 +1556,13 @@ mod tests {
         }
         // With a transfer section too (a move in flight).
         let mut both = c.clone();
-        both.start_transfer(b"{x}budget", 1, 0, 1_001, giver(b"{tag}home", 8))
-            .unwrap();
+        both.start_transfer(
+            b"{x}budget",
+            crate::counter::transfer::Units::value_and_floor(1, 0),
+            1_001,
+            giver(b"{tag}home", 8),
+        )
+        .unwrap();
         assert_eq!(decode(&encode(&both)).unwrap(), both);
         // Forged: empty, a 0 id, a repeated id, the current spread's id, too many.
         let section = |ids: &[u64], spread_id: Option<u64>| {
@@ -1591,7 +1606,12 @@ mod tests {
         // Acknowledged: the last seq stays (seqs never go back).
         let mut giver = Counter::plain(5);
         let out = giver
-            .start_transfer(b"r", 1, 0, 7, self::giver(b"g", 3))
+            .start_transfer(
+                b"r",
+                crate::counter::transfer::Units::value_and_floor(1, 0),
+                7,
+                self::giver(b"g", 3),
+            )
             .unwrap();
         giver.apply_ack(b"r", out.seq);
         let back = decode(&encode(&giver)).unwrap();
@@ -1676,6 +1696,7 @@ mod tests {
             id: 0,
             holders,
             floor: Some(-7),
+            ceiling: None,
         })
         .unwrap();
         let full = encode(&c);
@@ -1699,7 +1720,13 @@ mod tests {
             &crate::counter::spread::Standalone,
         )
         .unwrap();
-        c.set_spread(Spread { id, holders, floor }).unwrap();
+        c.set_spread(Spread {
+            id,
+            holders,
+            floor,
+            ceiling: None,
+        })
+        .unwrap();
         c
     }
 

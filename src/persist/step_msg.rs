@@ -30,7 +30,7 @@ use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::listing::ListClock;
 use crate::counter::spread::MAX_HOLDERS;
 use crate::counter::step::Step;
-use crate::counter::transfer::{Ack, Credit, MAX_NAME};
+use crate::counter::transfer::{Ack, Credit, Units, MAX_NAME};
 
 const VERSION: u8 = 1;
 const FAMILY: &str = "CTR step";
@@ -49,15 +49,14 @@ pub fn encode(step: &Step) -> Vec<u8> {
     match step {
         Step::Move {
             receiver,
-            dv,
-            df,
+            units,
             now_ms,
             new_id,
         } => w
             .u8(KIND_MOVE)
             .bytes(receiver)
-            .ivarint(*dv)
-            .ivarint(*df)
+            .ivarint(units.dv)
+            .ivarint(units.df)
             .ivarint(*now_ms)
             .fixed_u64(*new_id),
         Step::Shrink {
@@ -120,8 +119,7 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
     let step = match r.u8()? {
         KIND_MOVE => Step::Move {
             receiver: name(&mut r)?,
-            dv: r.ivarint()?,
-            df: r.ivarint()?,
+            units: Units::value_and_floor(r.ivarint()?, r.ivarint()?),
             now_ms: r.ivarint()?,
             new_id: nonzero(&mut r, "giver id")?,
         },
@@ -168,6 +166,7 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
                 seq: seq(&mut r)?,
                 dv: r.ivarint()?,
                 df: r.ivarint()?,
+                dc: 0,
                 fold_id: r.fixed_u64()?,
             })
         }
@@ -230,13 +229,13 @@ mod tests {
             seq: u64::MAX,
             dv: i64::MIN,
             df: -5,
+            dc: 0,
             fold_id: 0,
         };
         vec![
             Step::Move {
                 receiver: b"r".to_vec(),
-                dv: 0,
-                df: i64::MIN,
+                units: Units::value_and_floor(0, i64::MIN),
                 now_ms: i64::MAX,
                 new_id: u64::MAX,
             },

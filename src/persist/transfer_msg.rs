@@ -66,6 +66,7 @@ pub fn decode_credit(buf: &[u8]) -> Result<Credit, DecodeError> {
         seq: seq(&mut r)?,
         dv: r.ivarint()?,
         df: r.ivarint()?,
+        dc: 0,
         fold_id: r.fixed_u64()?,
     };
     close(&r, m)
@@ -136,6 +137,7 @@ mod tests {
             seq: u64::MAX,
             dv: i64::MIN,
             df: -5,
+            dc: 0,
             fold_id: 0,
         };
         let ack = Ack {

@@ -71,6 +71,7 @@ fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
                 seq: 9,
                 dv: -5,
                 df: 4,
+                dc: 0,
                 fold_id: 0x0102,
             }),
         ),

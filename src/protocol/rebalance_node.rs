@@ -31,6 +31,7 @@ use crate::counter::headroom::whole_headroom;
 use crate::counter::rebalance::{plan_moves, through_the_home, HolderReport};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::step::{Step, StepOutcome};
+use crate::counter::transfer::Units;
 use crate::counter::Counter;
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
 
@@ -316,8 +317,7 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         }
         let step = Step::Move {
             receiver: give.receiver,
-            dv: 0,
-            df: -units,
+            units: Units::floor(-units),
             now_ms: host.now_ms(),
             new_id: host.new_id(),
         };

@@ -12,6 +12,7 @@ use super::ctr_store::{list_change_clock, update_counter, value_and_floor, with_
 use super::demand::{demand_of, selected_db};
 
 use crate::counter::rebalance::{apply_moves, initial_moves, Move};
+use crate::counter::transfer::Units;
 use crate::counter::{CounterRef, Spread};
 use crate::ffi::{CommandError, Ctx, Key, KeyName, RawString, Reply};
 use crate::persist::ctr_format;
@@ -87,6 +88,7 @@ fn spread_record(
         id,
         holders: current.iter().chain(added).cloned().collect(),
         floor: Some(spread_floor.unwrap_or(home_floor)),
+        ceiling: None,
     }
 }
 
@@ -129,7 +131,7 @@ pub fn spread_floored_across_masters(
             .iter()
             .find(|m| m.receiver == i + 1)
             .map_or(0, |m| m.units);
-        super::spread_transfer::start(ctx, home, receiver, 0, -units)?;
+        super::spread_transfer::start(ctx, home, receiver, Units::floor(-units))?;
     }
     Ok(())
 }

@@ -61,7 +61,7 @@ use crate::config;
 use crate::counter::collect::lists_holder;
 use crate::counter::spread::key_slot;
 use crate::counter::step::{Step, StepOutcome};
-use crate::counter::transfer::{Outgoing, TransferError, LEGACY_FOLD};
+use crate::counter::transfer::{Outgoing, TransferError, Units, LEGACY_FOLD};
 use crate::counter::{Counter, CounterRef};
 use crate::ffi::{string_bytes, CommandError, Ctx, Key, KeyName, RawString};
 use crate::metrics;
@@ -126,13 +126,11 @@ pub fn start(
     ctx: Ctx,
     giver: RawString,
     receiver: &[u8],
-    dv: i64,
-    df: i64,
+    units: Units,
 ) -> Result<Outgoing, CommandError> {
     let step = Step::Move {
         receiver: receiver.to_vec(),
-        dv,
-        df,
+        units,
         now_ms: ctx.now_ms(),
         new_id: new_id(),
     };
@@ -233,12 +231,17 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
             Some(CounterRef::Boxed(b)) if b.is_sealed() => b
                 .transfers()
                 .and_then(|t| t.outgoing_to(home_name))
-                .map(|o| (o.dv, o.df))
+                .map(Outgoing::units)
                 .ok_or(super::ctr_store::SEALED),
-            c => {
-                let (value, floor) = super::ctr_store::value_and_floor(c);
-                Ok((value, floor.unwrap_or(0)))
-            }
+            Some(CounterRef::Boxed(b)) => Ok(Units {
+                dv: b.value(),
+                df: b.floor().map_or(0, |f| f.floor),
+                dc: b.ceiling().map_or(0, |c| c.ceiling),
+            }),
+            c => Ok(Units {
+                dv: c.map_or(0, |c| c.value()),
+                ..Units::default()
+            }),
         })??;
         let credit = Credit {
             from: holder.clone(),
@@ -246,8 +249,9 @@ fn check_local_fold(ctx: Ctx, home: RawString, target: usize) -> Result<(), Comm
             receiver: home_name.to_vec(),
             giver_id: new_id(),
             seq: u64::MAX,
-            dv: owed.0,
-            df: owed.1,
+            dv: owed.dv,
+            df: owed.df,
+            dc: owed.dc,
             fold_id: leaving.fold_id,
         };
         trial.apply_credit(&credit).map_err(transfer_error)?;
