@@ -29,7 +29,7 @@ mutant "a restored copy of the home never detached" src/counter/collect.rs \
 mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
   '    last.saturating_add(1).max(by_time)' '    by_time.max(1)'
 mutant "a refusal made final while budget travels" src/counter/transfer.rs \
-  '        before_first_credit || self.budget_moves_out(now_ms).next().is_some()' '        before_first_credit'
+  '        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.df < 0)' '        before_first_credit'
 mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
 mutant "the audit's Gone answered before the replica holds the DEL" src/counter/audit.rs \
@@ -99,6 +99,27 @@ mutant "a refund sent home before its fold lands" src/counter/bounds.rs \
 mutant "a refund remembered as its grant" src/counter/bounds.rs \
   '        self.keep_record(op.fp, grant.expires_at, Intent::REFUNDED, op.units);' \
   '        self.keep_record(op.fp, grant.expires_at, Intent::GRANT, op.units);'
+mutant "a refusal under a ceiling made final while up-budget travels" src/counter/transfer.rs \
+  '        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.dc > 0)' \
+  '        before_first_credit'
+mutant "a credit's ceiling units applied twice" src/counter/transfer.rs \
+  '        self.shift(c.units(), make)?;' \
+  '        self.shift(Units { dc: c.dc.saturating_mul(2), ..c.units() }, make)?;'
+mutant "a giver's ceiling not lowered at its debit" src/counter/transfer.rs \
+  '        let debit = units.negated().ok_or(CounterError::Overflow)?;' \
+  '        let debit = Units { dc: 0, ..units.negated().ok_or(CounterError::Overflow)? };'
+mutant "a fold that forgets its ceiling units" src/counter/transfer.rs \
+  '            dc: self.ceiling().map_or(0, |c| c.ceiling),' \
+  '            dc: 0,'
+mutant "a refused ceiling move rolled back without its units" src/counter/transfer.rs \
+  '        if let Err(e) = self.shift(entry.units(), MadeBounds::default()) {' \
+  '        if let Err(e) = self.shift(Units { dc: 0, ..entry.units() }, MadeBounds::default()) {'
+mutant "a ceiled holder unbounded from above before its first credit" src/counter/spread.rs \
+  '            ceiling: is_ceiled_holder(&h).then_some(0),' \
+  '            ceiling: None,'
+mutant "a ceiled holder's first credit leaves it unceiled" src/counter/transfer.rs \
+  '            ceiling: budget_move && ceiled,' \
+  '            ceiling: budget_move && c.dc != 0,'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

@@ -82,13 +82,13 @@ use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
 use super::siphash::token_fingerprint;
 use super::spread::{
-    bounds_by_name, carried_home, floor_by_name, holder_name, key_slot, parse_holder_name,
-    plan_holders, plan_holders_avoiding, spread_id_from, Standalone,
+    bounds_by_name, carried_home, first_attempt_for, floor_by_name, holder_name, key_slot,
+    parse_holder_name, plan_holders_avoiding, spread_id_from, Standalone,
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    debited_ms, purchase_refused, purchase_waits_for_budget, Credit, Giver, TransferError, Units,
-    MOVE_IN_FLIGHT_MS,
+    add_waits_for_up_budget, debited_ms, purchase_refused, purchase_waits_for_budget, Credit,
+    Giver, TransferError, Units, MOVE_IN_FLIGHT_MS,
 };
 use super::{
     token_expiry, AddOp, Counter, DecrOp, RefundOp, RefundPlan, Spread, TokenStamp, TokenUse,
@@ -139,14 +139,56 @@ struct WaitingAdd {
 /// What a `DEL` no client waited for took, given back when a failover loses it.
 struct Deleted {
     floor: Option<i64>,
+    ceiling: Option<i64>,
     renamed: Vec<(Vec<u8>, Vec<u8>)>,
     /// The home as it was (its dump), and the units its `DEL` took.
     dump: Counter,
     units: i64,
 }
 
-/// A purchase's outcome at one member.
-enum Purchase {
+/// The budget a move carries: down-budget (a floor's, floor units) or up-budget (a
+/// ceiling's, ceiling units).
+#[derive(Debug, Clone, Copy)]
+enum Budget {
+    Down,
+    Up,
+}
+
+impl Budget {
+    /// The budget of this kind a move carries to its receiver (negative: from it).
+    fn moved(self, u: Units) -> i64 {
+        match self {
+            Budget::Down => u.df.saturating_neg(),
+            Budget::Up => u.dc,
+        }
+    }
+
+    /// The budget of this kind the counter `r` has once `moved` more land (a bound it has not
+    /// yet counts as 0, as its name holds it).
+    fn budget_after(self, r: &Counter, moved: i64) -> i64 {
+        match self {
+            Budget::Down => {
+                let floor = r.floor().map_or(0, |f| f.floor).saturating_sub(moved);
+                r.value().saturating_sub(floor)
+            }
+            Budget::Up => {
+                let ceiling = r.ceiling().map_or(0, |x| x.ceiling).saturating_add(moved);
+                ceiling.saturating_sub(r.value())
+            }
+        }
+    }
+
+    /// A move of `n` units of this budget, as its receiver applies it.
+    fn units(self, n: i64) -> Units {
+        match self {
+            Budget::Down => Units::floor(-n),
+            Budget::Up => Units::ceiling(n),
+        }
+    }
+}
+
+/// A walked write's outcome at one member (a purchase, an add under a ceiling).
+enum Walked {
     Granted,
     /// `TRYAGAIN`: nothing changed, nothing recorded; the client asks again.
     Retry,
@@ -164,6 +206,9 @@ static GIVES: AtomicU64 = AtomicU64::new(0);
 static REFUNDS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 /// Tokened adds: counted, replayed, waiting for a folding holder's fold to land.
 static TOKENED_ADDS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+/// Ceiled spreads: schedules that made one, adds refused by a ceiling (tokened ones
+/// recorded), adds told to wait for up-budget in flight, walks of adds refused everywhere.
+static CEILED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 /// Atomic slot migrations handed over and cancelled.
 static MIGRATIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Writes that waited for a holder check, by the verdict they ran again with: listed, not
@@ -283,6 +328,9 @@ struct Sim {
     /// The home's current name (RENAME moves it).
     home: Vec<u8>,
     floor: Option<i64>,
+    /// A ceiled spread's ceiling `C` (each holder its own, the ceilings summing to `C` with the
+    /// ceiling units in flight).
+    ceiling: Option<i64>,
     /// Every client unit acknowledged and not taken back by a failover.
     expected: i64,
     faults: bool,
@@ -353,6 +401,9 @@ struct Sim {
     migrations: Rng,
     /// The masters' clocks (a stream of its own, so that the other choices of a seed stay).
     clocks: Rng,
+    /// Whether a spread is ceiled, and its ceiling (a stream of its own, so that a schedule of
+    /// an unceiled spread is the one its seed ran before ceilings).
+    ceilings: Rng,
 }
 
 /// A tokened purchase a client may retry, or refund, or a tokened add (a restock) it may
@@ -696,6 +747,7 @@ impl Sim {
             now: 1_000_000,
             home: b"{sale}stock".to_vec(),
             floor: None,
+            ceiling: None,
             expected: 0,
             faults: true,
             renamed: Vec::new(),
@@ -725,6 +777,7 @@ impl Sim {
             maps_read_at: vec![0; MASTERS],
             migrations: Rng(seed ^ 0x5107_0000_0000_0002),
             clocks: Rng(seed ^ 0xC10C_0000_0000_0003),
+            ceilings: Rng(seed ^ 0xCE11_0000_0000_0004),
         };
         for m in 0..MASTERS {
             sim.masters[m].clock_offset = sim.draw_clock_offset();
@@ -872,41 +925,67 @@ impl Sim {
         r
     }
 
-    /// A new counter under the home's name, floored or not, spread to 2-5 holders; a floored
-    /// one sends each holder its share as a budget move, as the glue does.
+    /// A new counter under the home's name, floored or not, ceiled or not (one in three),
+    /// spread to 2-5 holders; a bounded one sends each holder its shares as a budget move, as
+    /// the glue does.
     fn create_and_spread(&mut self, floored: bool) {
         let home = self.home.clone();
         let id = spread_id_from(self.rng.next().to_le_bytes(), floored);
+        let ceiled = self.ceilings.percent(33);
         let count = 3 + self.rng.below(4);
-        let holders = plan_holders(&home, id, &[], count, &Standalone).expect("free slots");
+        let first = |_| first_attempt_for(ceiled, 0);
+        let holders = plan_holders_avoiding(&home, id, &[], count, &Standalone, &|_| false, &first)
+            .expect("free slots");
         let value = 20 + self.rng.below(80) as i64;
         let floor = floored.then(|| self.rng.below(10) as i64);
+        let ceiling = ceiled.then(|| value + 5 + self.ceilings.below(40) as i64);
         let mut c = Counter::plain(value);
         if let Some(f) = floor {
             c.set_floor(Some(f)).expect("a floor below the value");
         }
+        c.set_ceiling(ceiling).expect("a ceiling above the value");
         let spread = Spread {
             id,
             holders: holders.clone(),
             floor,
-            ceiling: None,
+            ceiling,
         };
         c.list_spread(spread, self.list_change_clock())
             .expect("valid holders");
         self.write(&home, Some(c), value);
-        self.floor = floor;
+        (self.floor, self.ceiling) = (floor, ceiling);
+        if ceiled {
+            CEILED[0].fetch_add(1, Relaxed);
+        }
         self.note(format_args!(
-            "create {value} floor {floor:?}, spread {}",
+            "create {value} floor {floor:?} ceiling {ceiling:?}, spread {}",
             holders.len()
         ));
-        if let Some(f) = floor {
-            let share = (value - f) / (holders.len() as i64 + 1);
-            for h in holders {
-                self.start_move(&home.clone(), &h, share);
-            }
-        }
+        self.send_shares(&holders);
         // One command in the glue (its writes replicate together), and the client waits.
         self.wait_replica(&home);
+    }
+
+    /// The home's first shares of a bounded spread to its holders: its headroom above its
+    /// floor and below its ceiling, each split evenly over the home and `holders`, one move
+    /// per holder (of 0 units too: its credit bounds the holder).
+    fn send_shares(&mut self, holders: &[Vec<u8>]) {
+        let Some(c) = self.home_counter() else {
+            return;
+        };
+        let parts = holders.len() as i64 + 1;
+        let share = Units {
+            dv: 0,
+            df: -c.floor().map_or(0, |f| (c.value() - f.floor) / parts),
+            dc: c.ceiling().map_or(0, |x| (x.ceiling - c.value()) / parts),
+        };
+        if self.floor.is_none() && self.ceiling.is_none() {
+            return;
+        }
+        let home = self.home.clone();
+        for h in holders {
+            self.start_move(&home, h, share);
+        }
     }
 
     /// The client waits for the replica (WAIT) after a command that changes which keys make
@@ -930,7 +1009,13 @@ impl Sim {
                 || admission.known(n, self.now) == Some(Known::Taken)
         };
         let later = c.transfers().map(|t| t.first_attempts(spread.id));
-        let first = |index| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
+        let ceiled = spread.ceiling.is_some();
+        let first = |index| {
+            first_attempt_for(
+                ceiled,
+                later.as_ref().map_or(0, |l| first_attempt_at(l, index)),
+            )
+        };
         let target = names.len() + 2;
         let mut added =
             plan_holders_avoiding(home, spread.id, names, target, &Standalone, &taken, &first)
@@ -940,9 +1025,29 @@ impl Sim {
 
     /// A floored key's budget (0 for a missing or unfloored one).
     fn floored_budget(&self, key: &[u8]) -> i64 {
-        self.get(key)
-            .filter(|c| c.floor().is_some())
-            .map_or(0, Counter::budget)
+        self.budget(key, Budget::Down)
+    }
+
+    /// A key's budget of `kind` (0 for a missing key or one without that bound).
+    fn budget(&self, key: &[u8], kind: Budget) -> i64 {
+        let Some(c) = self.get(key) else {
+            return 0;
+        };
+        match kind {
+            Budget::Down => c.floor().map_or(0, |_| c.budget()),
+            Budget::Up => c.ceiling().map_or(0, |x| x.ceiling - c.value()),
+        }
+    }
+
+    /// Which budget a move of this spread carries: its floor's, its ceiling's, either (drawn
+    /// from the ceilings' stream, so that floored schedules stay what they were), or none.
+    fn draw_budget_kind(&mut self) -> Option<Budget> {
+        match (self.floor.is_some(), self.ceiling.is_some()) {
+            (true, true) if self.ceilings.percent(50) => Some(Budget::Up),
+            (true, _) => Some(Budget::Down),
+            (false, true) => Some(Budget::Up),
+            (false, false) => None,
+        }
     }
 
     /// What a token's members recorded is rolled back or gone (a backup restored, a copy or a
@@ -1000,10 +1105,10 @@ impl Sim {
             + home.leaving().iter().map(|l| in_hand(&l.name)).sum::<i64>()
     }
 
-    fn start_move(&mut self, giver: &[u8], receiver: &[u8], units: i64) {
+    fn start_move(&mut self, giver: &[u8], receiver: &[u8], units: Units) {
         let step = Step::Move {
             receiver: receiver.to_vec(),
-            units: Units::value_and_floor(0, -units),
+            units,
             now_ms: self.now,
             new_id: self.rng.id(),
         };
@@ -1013,7 +1118,7 @@ impl Sim {
             Err(e) => Err(e),
         };
         self.note(format_args!(
-            "move {units} {} -> {}: {started:?}",
+            "move {units:?} {} -> {}: {started:?}",
             show(giver),
             show(receiver),
         ));
@@ -1048,7 +1153,7 @@ impl Sim {
                 self.replicate(master);
                 return self.walk_waiting();
             }
-            52..=61 => self.client_add(),
+            52..=61 => return self.client_add(),
             62..=69 => return self.purchase(),
             70..=73 => self.shrink(),
             74..=76 => self.grow(),
@@ -1203,6 +1308,7 @@ impl Sim {
         self.claim_left(&home, collect::left_by(&home, &dump));
         self.deleted_unwaited = Some(Deleted {
             floor: self.floor.take(),
+            ceiling: self.ceiling.take(),
             renamed: std::mem::take(&mut self.renamed),
             dump,
             units: gone,
@@ -1259,7 +1365,7 @@ impl Sim {
         if self.home_counter().is_some() {
             self.note(format_args!("the DEL was lost: the counter is back"));
             if let Some(deleted) = self.deleted_unwaited.take() {
-                self.floor = deleted.floor;
+                (self.floor, self.ceiling) = (deleted.floor, deleted.ceiling);
                 self.renamed = deleted.renamed;
             }
         } else if !self.masters[self.master_of(&self.home)]
@@ -1405,7 +1511,7 @@ impl Sim {
         let (budget, giver) = givers[self.rng.below(givers.len())].clone();
         let home = self.home.clone();
         let units = 1 + self.rng.below(budget as usize) as i64;
-        self.start_move(&giver, &home, units);
+        self.start_move(&giver, &home, Units::floor(-units));
         self.send_transfers(self.master_of(&giver));
     }
 
@@ -1436,7 +1542,10 @@ impl Sim {
         let Some(spread) = self.home_counter().and_then(|h| h.spread()).cloned() else {
             return;
         };
-        if self.floor.is_none() || spread.holders.len() < 2 {
+        let Some(kind) = self.draw_budget_kind() else {
+            return;
+        };
+        if spread.holders.len() < 2 {
             return;
         }
         let j = 1 + self.rng.below(spread.holders.len() - 1);
@@ -1444,7 +1553,7 @@ impl Sim {
             spread.holders[self.rng.below(j)].clone(),
             spread.holders[j].clone(),
         );
-        let budget = self.floored_budget(&giver);
+        let budget = self.budget(&giver, kind);
         let (from, to) = (self.master_of(&giver), self.master_of(&receiver));
         if budget <= 0 || from == to {
             return;
@@ -1455,7 +1564,7 @@ impl Sim {
         ));
         self.partition = Some((from, to, until));
         let units = 1 + self.rng.below(budget as usize) as i64;
-        self.start_move(&giver, &receiver, units);
+        self.start_move(&giver, &receiver, kind.units(units));
         let home = self.home.clone();
         let target = j + 1; // the home and the holders before the receiver stay
         let needed = self.home_counter().map_or(0, |c| c.folds_needed(target));
@@ -1722,13 +1831,37 @@ impl Sim {
         writable
     }
 
-    fn client_add(&mut self) {
+    fn client_add(&mut self) -> Result<(), String> {
         let delta = self.rng.below(20) as i64 - 5;
         if self.rng.percent(10) {
-            return self.look_alike_add(delta);
+            self.look_alike_add(delta);
+            return Ok(());
+        }
+        if self.ceiling.is_some() && delta > 0 && self.rng.percent(40) {
+            return self.add_walk(delta);
         }
         let key = self.random_member();
         self.add_to(key, delta);
+        Ok(())
+    }
+
+    /// A client's walk of a positive add over every member of a ceiled spread in a random
+    /// order, until one counts it or one answers `TRYAGAIN` (the clients' router under a
+    /// ceiling). A walk every member refused for good is the client's final nil: checked
+    /// against the up-budget in flight (the ghost check of [`Sim::walk_refused`], turned over).
+    fn add_walk(&mut self, delta: i64) -> Result<(), String> {
+        let mut walk = self.writable_members();
+        for i in (1..walk.len()).rev() {
+            walk.swap(i, self.rng.below(i + 1));
+        }
+        for key in walk {
+            match self.add_counted(key, delta, true) {
+                Walked::Granted | Walked::Retry => return Ok(()),
+                Walked::Refused => {}
+            }
+        }
+        CEILED[3].fetch_add(1, Relaxed);
+        self.walk_refused(delta, Budget::Up)
     }
 
     /// A client's add to a key named like a holder of the spread that its home does not list
@@ -1865,16 +1998,24 @@ impl Sim {
 
     /// An add as the glue decides it; its units `counted` in the total or not (a key that is
     /// no member of the counter: acknowledged to the client, counted toward nothing).
-    fn add_counted(&mut self, key: Vec<u8>, delta: i64, counted: bool) {
+    fn add_counted(&mut self, key: Vec<u8>, delta: i64, counted: bool) -> Walked {
         let now = self.now;
         // The glue's first check of a write making a holder-named key, also when it runs again
         // after its holder check.
         if self.fold_carried_elsewhere(&key) {
-            return self.note(format_args!("add to {}: folded back", show(&key)));
+            self.note(format_args!("add to {}: folded back", show(&key)));
+            return Walked::Refused;
+        }
+        let by_name = bounds_by_name(&key);
+        if add_waits_for_up_budget(self.get(&key), delta, by_name.ceiling, now) {
+            // TRYAGAIN, as the glue answers: nothing changes.
+            CEILED[2].fetch_add(1, Relaxed);
+            self.note(format_args!("add {delta} at {} waits", show(&key)));
+            return Walked::Retry;
         }
         let mut c = self.get(&key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
-            return; // refused: the folded-back error
+            return Walked::Refused; // the folded-back error
         }
 
         let op = AddOp {
@@ -1885,12 +2026,17 @@ impl Sim {
             shards: c.shard_count(),
             token: None,
         };
-        // A holder of a floored spread is floored at 0 by its name before its first credit.
-        if let Ok(Some(_)) = c.apply_add_under(&op, bounds_by_name(&key)) {
+        // A holder of a bounded spread is held at 0 by its name before its first credit.
+        if let Ok(Some(_)) = c.apply_add_under(&op, by_name) {
             self.write(&key, Some(c), if counted { delta } else { 0 });
             let nowhere = if counted { "" } else { " (counted nowhere)" };
             self.note(format_args!("add {delta} to {}{nowhere}", show(&key)));
+            return Walked::Granted;
         }
+        if delta > 0 && self.ceiling.is_some() {
+            CEILED[1].fetch_add(1, Relaxed);
+        }
+        Walked::Refused
     }
 
     /// A purchase at one member, or (one in three) a client's walk over every member in a
@@ -1931,11 +2077,11 @@ impl Sim {
         }
         for key in &walk {
             match self.purchase_at(key, amount) {
-                Purchase::Granted | Purchase::Retry => return Ok(()),
-                Purchase::Refused => {}
+                Walked::Granted | Walked::Retry => return Ok(()),
+                Walked::Refused => {}
             }
         }
-        self.walk_refused(amount)
+        self.walk_refused(amount, Budget::Down)
     }
 
     /// A tokened purchase, new or (half the time) the retry of an earlier one, walking the
@@ -2290,6 +2436,11 @@ impl Sim {
             };
             return stop;
         }
+        let by_name = bounds_by_name(key);
+        if add_waits_for_up_budget(Some(c), walk.amount, by_name.ceiling, now) {
+            CEILED[2].fetch_add(1, Relaxed);
+            return TokenStop::Undecided; // TRYAGAIN: nothing recorded
+        }
         let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
             return TokenStop::Undecided;
         };
@@ -2305,8 +2456,22 @@ impl Sim {
                 expires_at,
             }),
         };
-        if !matches!(c.apply_add_under(&op, bounds_by_name(key)), Ok(Some(_))) {
-            return TokenStop::Undecided;
+        match c.apply_add_under(&op, by_name) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                // Refused by the member's ceiling, and remembered: a retry here replays it,
+                // and the walk goes on to the next member.
+                CEILED[1].fetch_add(1, Relaxed);
+                self.write_tokened(key, c, 0, walk.fp);
+                self.note(format_args!(
+                    "add token {:x} of {} at {}: refused by its ceiling",
+                    walk.fp,
+                    walk.at,
+                    show(key)
+                ));
+                return TokenStop::Passed;
+            }
+            Err(_) => return TokenStop::Undecided,
         }
         self.write_tokened(key, c, walk.amount, walk.fp);
         TOKENED_ADDS[0].fetch_add(1, Relaxed);
@@ -2355,16 +2520,16 @@ impl Sim {
     }
 
     /// A purchase of `amount` at `key`, as the glue decides it.
-    fn purchase_at(&mut self, key: &[u8], amount: i64) -> Purchase {
+    fn purchase_at(&mut self, key: &[u8], amount: i64) -> Walked {
         let now = self.now;
         if purchase_waits_for_budget(self.get(key), amount, floor_by_name(key), self.now) {
             // TRYAGAIN, as the glue answers: nothing changes, nothing is recorded.
             self.note(format_args!("purchase {amount} at {} waits", show(key)));
-            return Purchase::Retry;
+            return Walked::Retry;
         }
         let mut c = self.get(key).cloned().unwrap_or_else(|| Counter::plain(0));
         if c.is_sealed() {
-            return Purchase::Refused; // the folded-back error: the walk goes on
+            return Walked::Refused; // the folded-back error: the walk goes on
         }
         if self.gathers(key, &c, amount) {
             // TRYAGAIN: budget to gather; nothing changes but the demand recorded.
@@ -2373,7 +2538,7 @@ impl Sim {
                 show(key)
             ));
             self.record_refusal(key, amount, Some(now));
-            return Purchase::Retry;
+            return Walked::Retry;
         }
         let op = DecrOp {
             now,
@@ -2386,23 +2551,24 @@ impl Sim {
         if let Ok(Some(_)) = c.apply_decrement(&op) {
             self.write(key, Some(c), -amount);
             self.note(format_args!("purchase {amount} at {}", show(key)));
-            return Purchase::Granted;
+            return Walked::Granted;
         }
         self.record_refusal(key, amount, None);
-        Purchase::Refused
+        Walked::Refused
     }
 
     /// Ghost check of a walk every member refused for good (a refusal the client makes final,
-    /// records against its token): no budget move was on its way to a member that, landed,
-    /// would have covered it. Budget that travels must make the walk wait (`TRYAGAIN`), never
-    /// refuse for good what the stock covers.
-    fn walk_refused(&mut self, amount: i64) -> Result<(), String> {
+    /// records against its token): no budget move of `kind` was on its way to a member that,
+    /// landed, would have covered it. Budget that travels must make the walk wait
+    /// (`TRYAGAIN`), never refuse for good what the stock (the room under the ceiling) covers.
+    fn walk_refused(&mut self, amount: i64, kind: Budget) -> Result<(), String> {
         self.note(format_args!("walk for {amount} refused everywhere"));
         let members = self.members();
         for giver in &members {
             let Some(g) = self.get(giver) else { continue };
             for o in g.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
-                let moves_budget = o.fold_id == 0 && o.df < 0;
+                let moved = kind.moved(o.units());
+                let moves_budget = o.fold_id == 0 && moved > 0;
                 if !moves_budget || self.applied(giver, g, o) || !members.contains(&o.receiver) {
                     continue;
                 }
@@ -2414,12 +2580,10 @@ impl Sim {
                 let Some(r) = self.get(&o.receiver).filter(|r| !r.is_sealed()) else {
                     continue;
                 };
-                let floor = r.floor().map_or(0, |f| f.floor).saturating_add(o.df);
-                if r.value().saturating_sub(floor) >= amount {
+                if kind.budget_after(r, moved) >= amount {
                     return Err(format!(
-                        "a walk for {amount} refused for good while {} units travel from {} \
-                         to {}, which would cover it",
-                        -o.df,
+                        "a walk for {amount} refused for good while {moved} {kind:?} units \
+                         travel from {} to {}, which would cover it",
                         show(giver),
                         show(&o.receiver)
                     ));
@@ -2488,8 +2652,8 @@ impl Sim {
         let home = self.home.clone();
         self.write(&home, Some(c), 0);
         self.note(format_args!("grow: {}", show(&name)));
-        if self.floor.is_some() {
-            self.start_move(&home, &name, 0);
+        if self.floor.is_some() || self.ceiling.is_some() {
+            self.start_move(&home, &name, Units::default());
         }
         self.wait_replica(&home);
     }
@@ -2498,7 +2662,8 @@ impl Sim {
     /// new spread id, never one the home retired, while the old spread's holders may still
     /// be folding back; a floored home sends each new holder a share.
     fn spread_again(&mut self, mut c: Counter) {
-        if self.floor.is_some() && !c.leaving().is_empty() {
+        let bounded = self.floor.is_some() || self.ceiling.is_some();
+        if bounded && !c.leaving().is_empty() {
             return;
         }
         let home = self.home.clone();
@@ -2510,28 +2675,24 @@ impl Sim {
             }
         };
         let count = 2 + self.rng.below(4);
-        let Ok(holders) = plan_holders(&home, id, &[], count, &Standalone) else {
+        let ceiled = self.ceiling.is_some();
+        let first = |_| first_attempt_for(ceiled, 0);
+        let planned = plan_holders_avoiding(&home, id, &[], count, &Standalone, &|_| false, &first);
+        let Ok(holders) = planned else {
             return;
         };
         let spread = Spread {
             id,
             holders: holders.clone(),
             floor: self.floor,
-            ceiling: None,
+            ceiling: self.ceiling,
         };
         if c.list_spread(spread, self.list_change_clock()).is_err() {
             return;
         }
-        let share = c
-            .floor()
-            .map_or(0, |f| (c.value() - f.floor) / (holders.len() as i64 + 1));
         self.write(&home, Some(c), 0);
         self.note(format_args!("spread again {id:x}: {}", holders.len()));
-        if floored {
-            for h in holders {
-                self.start_move(&home, &h, share);
-            }
-        }
+        self.send_shares(&holders);
         self.wait_replica(&home);
     }
 
@@ -2675,9 +2836,9 @@ impl Sim {
     }
 
     fn budget_move(&mut self) {
-        if self.floor.is_none() {
+        let Some(kind) = self.draw_budget_kind() else {
             return;
-        }
+        };
         // The planner moves budget between the home and its current holders, as the glue
         // routes a plan across masters (`rebalance::through_the_home`).
         let mut current = vec![self.home.clone()];
@@ -2685,7 +2846,7 @@ impl Sim {
             current.extend(s.holders.iter().cloned());
         }
         let (giver, receiver) = (self.rng.below(current.len()), self.rng.below(current.len()));
-        let budget = |sim: &Sim, i: usize| sim.floored_budget(&current[i]);
+        let budget = |sim: &Sim, i: usize| sim.budget(&current[i], kind);
         let planned = budget(self, giver);
         if giver == receiver || planned <= 0 {
             return;
@@ -2701,7 +2862,7 @@ impl Sim {
             let units = m.units.min(budget(self, m.giver));
             if units > 0 {
                 let (from, to) = (current[m.giver].clone(), current[m.receiver].clone());
-                self.start_move(&from, &to, units);
+                self.start_move(&from, &to, kind.units(units));
             }
         }
     }
@@ -3436,37 +3597,52 @@ impl Sim {
                 if c.floor().is_some_and(|f| c.value() < f.floor) {
                     return Err(format!("{} below its floor", show(k)));
                 }
+                if c.ceiling().is_some_and(|x| c.value() > x.ceiling) {
+                    return Err(format!("{} above its ceiling", show(k)));
+                }
             }
         }
-        let floored = self.floor.is_some();
+        let (floored, ceiled) = (self.floor.is_some(), self.ceiling.is_some());
         for k in &self.members()[1..] {
-            let below_0 = self
-                .get(k)
-                .is_some_and(|c| c.floor().is_none() && c.value() < 0);
-            if floored && below_0 {
+            let Some(c) = self.get(k) else { continue };
+            if floored && c.floor().is_none() && c.value() < 0 {
                 return Err(format!("{} below 0 before its first credit", show(k)));
             }
+            if ceiled && c.ceiling().is_none() && c.value() > 0 {
+                return Err(format!("{} above 0 before its first credit", show(k)));
+            }
         }
-        let Some(floor) = self.floor else {
+        self.check_conserved(Budget::Down, &keys)?;
+        self.check_conserved(Budget::Up, &keys)
+    }
+
+    /// The bound of `kind` is conserved: the members' own bounds (0 where a member has none)
+    /// plus the units of that kind in flight sum to the spread's bound.
+    fn check_conserved(&self, kind: Budget, keys: &[Vec<u8>]) -> Result<(), String> {
+        let (bound, own, moving): (_, fn(&Counter) -> Option<i64>, fn(Units) -> i64) = match kind {
+            Budget::Down => (self.floor, |c| c.floor().map(|f| f.floor), |u| u.df),
+            Budget::Up => (self.ceiling, |c| c.ceiling().map(|x| x.ceiling), |u| u.dc),
+        };
+        let Some(bound) = bound else {
             return Ok(());
         };
         let mut units = 0;
         let mut parts = String::new();
-        for k in &keys {
+        for k in keys {
             let Some(c) = self.get(k) else { continue };
-            let own = c.floor().map_or(0, |f| f.floor);
-            units += own;
-            let _ = write!(parts, " {}: {own}", show(k));
+            let held = own(c).unwrap_or(0);
+            units += held;
+            let _ = write!(parts, " {}: {held}", show(k));
             for o in c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
                 if !self.applied(k, c, o) {
-                    units += o.df;
-                    let _ = write!(parts, " (+{} to {})", o.df, show(&o.receiver));
+                    units += moving(o.units());
+                    let _ = write!(parts, " (+{} to {})", moving(o.units()), show(&o.receiver));
                 }
             }
         }
-        if units != floor {
+        if units != bound {
             return Err(format!(
-                "floors and floor units in flight {units}, floor {floor}:{parts}"
+                "{kind:?} bounds and their units in flight {units}, the spread's {bound}:{parts}"
             ));
         }
         Ok(())
@@ -3526,11 +3702,14 @@ impl Sim {
             .home_counter()
             .and_then(|h| h.spread())
             .map_or(0, |s| s.holders.len() + 1);
-        if self.floor.is_some() {
-            for k in self.members().into_iter().take(current) {
-                if purchase_waits_for_budget(self.get(&k), i64::MAX, floor_by_name(&k), self.now) {
-                    return Err(format!("{} still waits for budget", show(&k)));
-                }
+        for k in self.members().into_iter().take(current) {
+            let by_name = bounds_by_name(&k);
+            let down = self.floor.is_some()
+                && purchase_waits_for_budget(self.get(&k), i64::MAX, by_name.floor, self.now);
+            let up = self.ceiling.is_some()
+                && add_waits_for_up_budget(self.get(&k), i64::MAX, by_name.ceiling, self.now);
+            if down || up {
+                return Err(format!("{} still waits for budget", show(&k)));
             }
         }
         let home = self.home_counter();
@@ -3605,7 +3784,9 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
          {} rebalance polls, {} bounds told and checked, {} gives; refunds: {} given, {} \
          replayed, {} waiting for a fold, {} given at the home after a fold; tokened adds: {} \
          counted, {} replayed, {} waiting for a fold; writes after a holder check: {} listed, {} \
-         not listed, {} unsure; slot migrations: {} handed over, {} cancelled",
+         not listed, {} unsure; slot migrations: {} handed over, {} cancelled; ceiled spreads: \
+         {} made, {} adds refused by a ceiling, {} told to wait for up-budget, {} walks of adds \
+         refused everywhere",
         schedules as f64 / secs.max(1e-9),
         reads::FINISHED.load(Relaxed),
         reads::CHECKED.load(Relaxed),
@@ -3627,6 +3808,10 @@ fn every_schedule_keeps_the_spread_protocols_invariants() {
         CHECKED_WRITES[2].load(Relaxed),
         MIGRATIONS[0].load(Relaxed),
         MIGRATIONS[1].load(Relaxed),
+        CEILED[0].load(Relaxed),
+        CEILED[1].load(Relaxed),
+        CEILED[2].load(Relaxed),
+        CEILED[3].load(Relaxed),
     );
 }
 

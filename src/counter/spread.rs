@@ -606,6 +606,58 @@ mod tests {
         assert_eq!(floor_by_name(b"{ctr.0000000000000003.0.0}k"), None);
     }
 
+    /// A ceiled spread's holders are named with attempts from `CEILED_ATTEMPTS` on: their
+    /// names hold them at 0 from above; every other name does not, and a spread's record
+    /// refuses a holder whose name does not say its ceiling (or says one it does not have).
+    #[test]
+    fn a_ceiled_spreads_holder_names_say_its_ceiling() {
+        let first = |_| first_attempt_for(true, 0);
+        let ceiled =
+            plan_holders_avoiding(b"k", 0xac, &[], 4, &Standalone, &|_| false, &first).unwrap();
+        let plain = plan_holders(b"k", 0xac, &[], 4, &Standalone).unwrap();
+        for name in &ceiled {
+            assert_eq!(ceiling_by_name(name), Some(0), "{name:?}");
+            let both = bounds_by_name(name);
+            assert_eq!((both.floor, both.ceiling), (None, Some(0)));
+        }
+        assert!(plain.iter().all(|n| ceiling_by_name(n).is_none()));
+        let marked_floored = holder_name(b"k", 0xab, 1, CEILED_ATTEMPTS + 3);
+        let both = bounds_by_name(&marked_floored);
+        assert_eq!((both.floor, both.ceiling), (Some(0), Some(0)));
+        assert_eq!(
+            ceiling_by_name(&holder_name(b"k", 0, 1, CEILED_ATTEMPTS)),
+            None,
+            "a name from before ids is never ceiled"
+        );
+        assert_eq!(
+            first_attempt_for(true, CEILED_ATTEMPTS + 7),
+            CEILED_ATTEMPTS + 7
+        );
+        assert_eq!(first_attempt_for(false, 7), 7);
+        let record = |holders: &[Vec<u8>], ceiling| Spread {
+            id: 0xac,
+            holders: holders.to_vec(),
+            floor: None,
+            ceiling,
+        };
+        assert!(record(&ceiled, Some(50)).validate().is_ok());
+        assert!(record(&plain, None).validate().is_ok());
+        assert!(
+            record(&plain, Some(50)).validate().is_err(),
+            "unmarked names"
+        );
+        assert!(
+            record(&ceiled, None).validate().is_err(),
+            "marked names, no ceiling"
+        );
+        // A ceiled spread's home keeps a ceiling of its own (its share), an unceiled one none.
+        let mut home = crate::counter::Counter::plain(5);
+        assert!(home.set_spread(record(&ceiled, Some(50))).is_err());
+        home.set_ceiling(Some(9)).unwrap();
+        assert!(home.set_spread(record(&plain, None)).is_err());
+        home.set_spread(record(&ceiled, Some(50))).unwrap();
+    }
+
     #[test]
     fn spread_ids_are_never_zero_and_name_every_holder() {
         assert_eq!(spread_id_from([0; 8], true), 1, "0 means: made before ids");

@@ -534,6 +534,38 @@ pub fn purchase_waits_for_budget(
     purchase_refused(c, amount, floor_if_none) && c.budget_in_flight(floor_if_none, now_ms)
 }
 
+/// [`purchase_waits_for_budget`]'s mirror: true when a positive add of `delta` at the counter
+/// at a key (None: missing) would be refused only for want of up-budget still travelling
+/// ([`Counter::up_budget_in_flight`] at `now_ms`): the refusal is retryable (`TRYAGAIN`), never
+/// recorded against its token. A missing key named as a holder of a ceiled spread has not had
+/// its first credit yet.
+pub fn add_waits_for_up_budget(
+    counter: Option<&Counter>,
+    delta: i64,
+    ceiling_if_none: Option<i64>,
+    now_ms: i64,
+) -> bool {
+    match counter {
+        None => ceiling_if_none.is_some_and(|ceiling| passes(0, delta, ceiling)),
+        Some(c) => {
+            add_refused_by_ceiling(c, delta, ceiling_if_none)
+                && c.up_budget_in_flight(ceiling_if_none, now_ms)
+        }
+    }
+}
+
+/// True when the counter `c` alone cannot take a positive add of `delta` under its ceiling (its
+/// own, or the one its name gives it while it has none).
+pub fn add_refused_by_ceiling(c: &Counter, delta: i64, ceiling_if_none: Option<i64>) -> bool {
+    let ceiling = c.ceiling().map(|x| x.ceiling).or(ceiling_if_none);
+    delta > 0 && ceiling.is_some_and(|ceiling| passes(c.value(), delta, ceiling))
+}
+
+/// True when `value + delta` is above `ceiling`, or overflows.
+fn passes(value: i64, delta: i64, ceiling: i64) -> bool {
+    value.checked_add(delta).is_none_or(|v| v > ceiling)
+}
+
 /// True when the counter `c` alone cannot cover a purchase of `amount` (its own floor, or the
 /// floor its name gives it while it has none).
 pub fn purchase_refused(c: &Counter, amount: i64, floor_if_none: Option<i64>) -> bool {
@@ -962,9 +994,12 @@ impl Counter {
         // share of 0), so its first credit makes it bounded (at 0 when it had no bound) as its
         // name or the units say.
         let budget_move = c.fold_id == 0;
+        let ceiled = c.dc != 0 || ceiling_by_name(&c.receiver).is_some();
+        let floored = c.df != 0 || floor_by_name(&c.receiver).is_some();
+        // A spread from before ids names no floor: any move but a ceiled one floors it.
         let make = MadeBounds {
-            floor: budget_move && (c.df != 0 || floor_by_name(&c.receiver).is_some() || c.dc == 0),
-            ceiling: budget_move && (c.dc != 0 || ceiling_by_name(&c.receiver).is_some()),
+            floor: budget_move && (floored || !ceiled),
+            ceiling: budget_move && ceiled,
         };
         self.shift(c.units(), make)?;
         let t = self.transfers_mut();
@@ -1410,7 +1445,7 @@ mod tests {
             seq: o.seq,
             dv: o.dv,
             df: o.df,
-            dc: 0,
+            dc: o.dc,
             fold_id: o.fold_id,
         }
     }
@@ -1838,6 +1873,155 @@ mod tests {
         send(&empty, &h1, &mut unfloored, HOME, &out).unwrap();
         assert_eq!((unfloored.value(), unfloored.floor()), (7, None));
         assert!(unfloored.leaving().is_empty());
+    }
+
+    /// A ceiled spread's holder `i` (its name says the ceiling: attempts from
+    /// [`crate::counter::spread::CEILED_ATTEMPTS`]); an even id, so unfloored.
+    fn ceiled_holder(i: usize) -> Vec<u8> {
+        holder_name(HOME, 8, i, crate::counter::spread::CEILED_ATTEMPTS)
+    }
+
+    /// A move of up-budget lowers the giver's ceiling at its debit and raises the receiver's
+    /// at its credit (a fresh holder's from the 0 its name holds it to), once whatever repeats;
+    /// a giver cannot give more up-budget than it has.
+    #[test]
+    fn ceiling_units_move_once_from_the_givers_ceiling_to_the_receivers() {
+        let h1 = ceiled_holder(1);
+        let mut home = Counter::plain(10);
+        home.set_ceiling(Some(40)).unwrap();
+        assert_eq!(
+            home.start_transfer(&h1, Units::ceiling(31), 1, g(1)),
+            Err(TransferError::Counter(CounterError::AboveCeiling)),
+            "30 units of room, not 31"
+        );
+        let out = home
+            .start_transfer(&h1, Units::ceiling(12), 1, g(1))
+            .unwrap();
+        assert_eq!(home.ceiling().map(|c| c.ceiling), Some(28));
+        assert!(home.up_budget_in_flight(None, 1), "its room travels");
+        let mut fresh = Counter::plain(-3);
+        assert_eq!(
+            send(&home, HOME, &mut fresh, &h1, &out),
+            Ok(CreditOutcome::Applied)
+        );
+        assert_eq!(fresh.ceiling().map(|c| c.ceiling), Some(12));
+        assert_eq!(
+            fresh.floor(),
+            None,
+            "a ceiled spread's holder is not floored"
+        );
+        assert_eq!(
+            send(&home, HOME, &mut fresh, &h1, &out),
+            Ok(CreditOutcome::Repeat)
+        );
+        assert_eq!(fresh.ceiling().map(|c| c.ceiling), Some(12));
+        assert!(home.apply_ack(&h1, out.seq));
+        assert!(!home.up_budget_in_flight(None, 1));
+        // A doubly bounded move carries both kinds in one credit.
+        let mut both = Counter::plain(10);
+        both.set_floor(Some(0)).unwrap();
+        both.set_ceiling(Some(20)).unwrap();
+        let h2 = holder_name(HOME, 9, 2, crate::counter::spread::CEILED_ATTEMPTS);
+        let units = Units {
+            dv: 0,
+            df: -4,
+            dc: 5,
+        };
+        let out = both.start_transfer(&h2, units, 1, g(2)).unwrap();
+        let mut fresh = Counter::plain(0);
+        send(&both, HOME, &mut fresh, &h2, &out).unwrap();
+        let bounds = |c: &Counter| (c.floor().map(|f| f.floor), c.ceiling().map(|x| x.ceiling));
+        assert_eq!(bounds(&both), (Some(4), Some(15)));
+        assert_eq!(bounds(&fresh), (Some(-4), Some(5)));
+    }
+
+    /// A refused move of up-budget comes back to its giver; a move of nothing bounds a ceiled
+    /// holder from above at 0, as its name did.
+    #[test]
+    fn a_refused_ceiling_move_rolls_back_and_an_empty_one_ceils_its_receiver() {
+        let h1 = ceiled_holder(1);
+        let mut home = Counter::plain(0);
+        home.set_ceiling(Some(9)).unwrap();
+        let out = home
+            .start_transfer(&h1, Units::ceiling(6), 1, g(1))
+            .unwrap();
+        let refusal = Ack {
+            giver: HOME.to_vec(),
+            receiver: h1.clone(),
+            seq: out.seq,
+            refused: true,
+        };
+        assert_eq!(home.apply_answer(&refusal), Ok(AckEffect::RolledBack));
+        assert_eq!(home.ceiling().map(|c| c.ceiling), Some(9));
+        let out = home.start_transfer(&h1, Units::default(), 2, g(1)).unwrap();
+        let mut fresh = Counter::plain(-2);
+        send(&home, HOME, &mut fresh, &h1, &out).unwrap();
+        assert_eq!(fresh.ceiling().map(|c| c.ceiling), Some(0));
+        assert_eq!(fresh.floor(), None);
+    }
+
+    /// A fold carries a ceiled holder's value, floor and ceiling home in one credit; its
+    /// ceiling is in hand (as its value) until the fold is acknowledged.
+    #[test]
+    fn a_fold_carries_the_ceiling_home_and_keeps_it_in_hand_until_acknowledged() {
+        let h1 = ceiled_holder(1);
+        let mut home = Counter::plain(5);
+        home.set_ceiling(Some(30)).unwrap();
+        home.begin_fold(std::slice::from_ref(&h1), &mut fold_ids())
+            .unwrap();
+        let fold = home.leaving()[0].fold_id;
+        let mut holder = Counter::plain(3);
+        holder.place_ceiling(Some(8)).unwrap();
+        assert_eq!(holder.ceiling_in_hand(), Some(8));
+        let out = holder.seal_into(HOME, fold, 2, g(3)).unwrap().unwrap();
+        assert_eq!((out.dv, out.df, out.dc), (3, 0, 8));
+        assert_eq!(holder.ceiling().map(|c| c.ceiling), Some(0));
+        assert_eq!(holder.ceiling_in_hand(), Some(8), "the fold is in hand");
+        send(&holder, &h1, &mut home, HOME, &out).unwrap();
+        assert_eq!(
+            (home.value(), home.ceiling().map(|c| c.ceiling)),
+            (8, Some(38))
+        );
+        assert!(holder.apply_ack(HOME, out.seq));
+        assert_eq!(holder.ceiling_in_hand(), Some(0), "the home has it");
+    }
+
+    /// Before its first credit a ceiled holder is held at 0 from above by its name: a positive
+    /// add past it is refused, and the refusal waits (its share travels); a missing one too.
+    #[test]
+    fn a_ceiled_holder_waits_for_its_first_credit_to_take_adds() {
+        let h1 = ceiled_holder(1);
+        let by_name = crate::counter::spread::bounds_by_name(&h1);
+        assert_eq!((by_name.floor, by_name.ceiling), (None, Some(0)));
+        assert!(add_waits_for_up_budget(None, 1, by_name.ceiling, 1));
+        assert!(!add_waits_for_up_budget(None, -1, by_name.ceiling, 1));
+        assert!(
+            !add_waits_for_up_budget(None, 1, None, 1),
+            "not a ceiled name"
+        );
+        let mut c = Counter::plain(-2);
+        assert!(add_waits_for_up_budget(Some(&c), 3, by_name.ceiling, 1));
+        assert!(
+            !add_waits_for_up_budget(Some(&c), 2, by_name.ceiling, 1),
+            "fits under 0"
+        );
+        let op = |delta| crate::counter::AddOp {
+            now: 1,
+            event: 1,
+            delta,
+            shard: 0,
+            shards: 1,
+            token: None,
+        };
+        assert_eq!(c.apply_add_under(&op(3), by_name), Ok(None));
+        assert_eq!(c.apply_add_under(&op(2), by_name), Ok(Some(0)));
+        c.place_ceiling(Some(5)).unwrap();
+        assert!(
+            !add_waits_for_up_budget(Some(&c), 6, by_name.ceiling, 1),
+            "refused for good"
+        );
+        assert!(add_refused_by_ceiling(&c, 6, by_name.ceiling));
+        assert_eq!(c.apply_add_under(&op(5), by_name), Ok(Some(5)));
     }
 
     /// Every step of a fold, with the gather's rule (count the holder's units in hand while
