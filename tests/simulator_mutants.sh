@@ -120,6 +120,9 @@ mutant "a ceiled holder unbounded from above before its first credit" src/counte
 mutant "a ceiled holder's first credit leaves it unceiled" src/counter/transfer.rs \
   '            ceiling: budget_move && ceiled,' \
   '            ceiling: budget_move && c.dc != 0,'
+mutant "a round reads every spread's budget as a floor's" src/protocol/rebalance_node.rs \
+  '    BudgetKind::of_member(name, c).map_or(BudgetKind::Down, |(_, kind)| kind)' \
+  '    BudgetKind::Down'
 
 backup=""
 restore() { [ -n "$backup" ] && cp "$backup" "$file" && rm -f "$backup"; backup=""; }

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod bounds;
+pub mod budget_kind;
 mod cell;
 pub mod collect;
 mod error;

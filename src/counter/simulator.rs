@@ -10,7 +10,12 @@
 //!   an answer only once the replica holds the credit (the replication gate);
 //! - failovers (the replica, without the writes it had not received, becomes the master),
 //!   restarts (everything kept, in-memory queues lost);
-//! - adds and purchases on every member, shrinks, grows, budget moves; each master's rebalancer
+//! - spreads floored or not and (a third, from a stream of their own) ceiled or not, each
+//!   bounded one sending its holders their shares as moves of floor and ceiling units;
+//! - adds and purchases on every member, shrinks, grows, budget moves of either kind; adds to
+//!   a ceiled spread walked over every member until one counts them or answers `TRYAGAIN`
+//!   (`transfer::add_waits_for_up_budget`, or room the rounds gather), a walk refused
+//!   everywhere checked against the up-budget in flight; each master's rebalancer
 //!   (`protocol::rebalance_node`, the server's): refusals recorded, notices, the home's polls,
 //!   answers, gives and the whole headroom told, lost, late, duplicated and reordered like the
 //!   rest, each master's rebalance timer firing at its ticks; purchases that a holder cannot
@@ -57,10 +62,12 @@
 //! current holder's units in hand, every leaving holder's units in hand) equals every
 //! acknowledged add and purchase that the failovers did not take back; in a floored spread the
 //! members' floors plus the floor units in flight equal `F`, no counter is below its floor
-//! (so no purchase beyond stock); a round's bound is never below the lowest true headroom
-//! since its poll began (the total minus `F`: a bound below it would refuse for good what the
-//! counter covers). Once
-//! the faults stop (and the audit's passes ran) it checks that every fold finished, every
+//! (so no purchase beyond stock); in a ceiled spread the members' ceilings plus the ceiling
+//! units in flight equal `C`, no counter is above its ceiling (so no add past the cap); a
+//! round's bound is never below the lowest true headroom since its poll began (the total minus
+//! `F`, or `C` minus the total: a bound below it would refuse for good what the counter
+//! covers). Once the faults stop (and the audit's passes ran) it checks that every fold
+//! finished, that no member still waits for budget or room, every
 //! transfer of the spread was answered, every holder of a spread that no key is the home of
 //! was collected or reported by its master's audit, and, once the operator deleted what was
 //! reported, none is left (but a folded holder whose fold was answered: the glue gives it an
@@ -75,9 +82,10 @@ use std::fmt::Write as _;
 
 use super::audit::{self, Answer, Question};
 use super::bounds::home_refund_token;
+use super::budget_kind::BudgetKind;
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
-use super::headroom::{floored_spread_id, Refusal};
+use super::headroom::Refusal;
 use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
 use super::siphash::token_fingerprint;
@@ -87,8 +95,8 @@ use super::spread::{
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    add_waits_for_up_budget, debited_ms, purchase_refused, purchase_waits_for_budget, Credit,
-    Giver, TransferError, Units, MOVE_IN_FLIGHT_MS,
+    add_refused_by_ceiling, add_waits_for_up_budget, debited_ms, purchase_refused,
+    purchase_waits_for_budget, Credit, Giver, TransferError, Units, MOVE_IN_FLIGHT_MS,
 };
 use super::{
     token_expiry, AddOp, Counter, DecrOp, RefundOp, RefundPlan, Spread, TokenStamp, TokenUse,
@@ -144,47 +152,6 @@ struct Deleted {
     /// The home as it was (its dump), and the units its `DEL` took.
     dump: Counter,
     units: i64,
-}
-
-/// The budget a move carries: down-budget (a floor's, floor units) or up-budget (a
-/// ceiling's, ceiling units).
-#[derive(Debug, Clone, Copy)]
-enum Budget {
-    Down,
-    Up,
-}
-
-impl Budget {
-    /// The budget of this kind a move carries to its receiver (negative: from it).
-    fn moved(self, u: Units) -> i64 {
-        match self {
-            Budget::Down => u.df.saturating_neg(),
-            Budget::Up => u.dc,
-        }
-    }
-
-    /// The budget of this kind the counter `r` has once `moved` more land (a bound it has not
-    /// yet counts as 0, as its name holds it).
-    fn budget_after(self, r: &Counter, moved: i64) -> i64 {
-        match self {
-            Budget::Down => {
-                let floor = r.floor().map_or(0, |f| f.floor).saturating_sub(moved);
-                r.value().saturating_sub(floor)
-            }
-            Budget::Up => {
-                let ceiling = r.ceiling().map_or(0, |x| x.ceiling).saturating_add(moved);
-                ceiling.saturating_sub(r.value())
-            }
-        }
-    }
-
-    /// A move of `n` units of this budget, as its receiver applies it.
-    fn units(self, n: i64) -> Units {
-        match self {
-            Budget::Down => Units::floor(-n),
-            Budget::Up => Units::ceiling(n),
-        }
-    }
 }
 
 /// A walked write's outcome at one member (a purchase, an add under a ceiling).
@@ -364,6 +331,9 @@ struct Sim {
     round: Option<(u64, i64, i64)>,
     /// Every acknowledged unit clients added (or a failover gave back), summed (ghost state).
     raised: i64,
+    /// Every acknowledged unit clients took away (or a failover took back), summed (ghost
+    /// state): the room under a ceiling they made.
+    lowered: i64,
     /// A round's bound below the true headroom (reported by `check`).
     bound_error: Option<String>,
     /// Writes waiting for their holder checks.
@@ -761,6 +731,7 @@ impl Sim {
             read_error: None,
             round: None,
             raised: 0,
+            lowered: 0,
             bound_error: None,
             waiting_adds: Vec::new(),
             waiting_grow: false,
@@ -866,6 +837,7 @@ impl Sim {
         m.written += 1;
         self.expected += client_units;
         self.raised += client_units.max(0);
+        self.lowered += client_units.saturating_neg().max(0);
     }
 
     /// The clock a change of the home's holder list is dated with (as the glue dates it): the
@@ -1023,29 +995,19 @@ impl Sim {
         added.pop()
     }
 
-    /// A floored key's budget (0 for a missing or unfloored one).
-    fn floored_budget(&self, key: &[u8]) -> i64 {
-        self.budget(key, Budget::Down)
-    }
-
     /// A key's budget of `kind` (0 for a missing key or one without that bound).
-    fn budget(&self, key: &[u8], kind: Budget) -> i64 {
-        let Some(c) = self.get(key) else {
-            return 0;
-        };
-        match kind {
-            Budget::Down => c.floor().map_or(0, |_| c.budget()),
-            Budget::Up => c.ceiling().map_or(0, |x| x.ceiling - c.value()),
-        }
+    fn budget(&self, key: &[u8], kind: BudgetKind) -> i64 {
+        let bounded = |c: &&Counter| kind.bound(c).is_some();
+        self.get(key).filter(bounded).map_or(0, |c| kind.budget(c))
     }
 
     /// Which budget a move of this spread carries: its floor's, its ceiling's, either (drawn
     /// from the ceilings' stream, so that floored schedules stay what they were), or none.
-    fn draw_budget_kind(&mut self) -> Option<Budget> {
+    fn draw_budget_kind(&mut self) -> Option<BudgetKind> {
         match (self.floor.is_some(), self.ceiling.is_some()) {
-            (true, true) if self.ceilings.percent(50) => Some(Budget::Up),
-            (true, _) => Some(Budget::Down),
-            (false, true) => Some(Budget::Up),
+            (true, true) if self.ceilings.percent(50) => Some(BudgetKind::Up),
+            (true, _) => Some(BudgetKind::Down),
+            (false, true) => Some(BudgetKind::Up),
             (false, false) => None,
         }
     }
@@ -1479,7 +1441,7 @@ impl Sim {
     /// The home's master starts a rebalance round of the home now, as its timer does once a
     /// refusal made the home due. True when a poll went out (some holder on another master).
     fn open_round(&mut self) -> bool {
-        if !self.rebalancing || self.floor.is_none() {
+        if !self.rebalancing || self.round_kind().is_none() {
             return false;
         }
         let (home, master) = (self.home.clone(), self.master_of(&self.home));
@@ -1500,9 +1462,12 @@ impl Sim {
         let holders = (self.home_counter().and_then(|h| h.spread()))
             .map(|s| s.holders.clone())
             .unwrap_or_default();
+        let Some(kind) = self.round_kind() else {
+            return;
+        };
         let givers: Vec<_> = (holders.into_iter())
             .filter(|h| polled.contains(&self.master_of(h)))
-            .map(|h| (self.floored_budget(&h), h))
+            .map(|h| (self.budget(&h, kind), h))
             .filter(|(budget, _)| *budget > 0)
             .collect();
         if givers.is_empty() {
@@ -1511,7 +1476,7 @@ impl Sim {
         let (budget, giver) = givers[self.rng.below(givers.len())].clone();
         let home = self.home.clone();
         let units = 1 + self.rng.below(budget as usize) as i64;
-        self.start_move(&giver, &home, Units::floor(-units));
+        self.start_move(&giver, &home, kind.units(units));
         self.send_transfers(self.master_of(&giver));
     }
 
@@ -1769,8 +1734,9 @@ impl Sim {
         self.reads_lost(master);
         self.expected -= lost;
         self.raised += lost.saturating_neg().max(0); // purchases taken back
-                                                     // A rename the replica never had is undone: the sealed holder is back under its listed
-                                                     // name (and may be renamed again), so this record of it goes too.
+        self.lowered += lost.max(0); // adds taken back
+                                     // A rename the replica never had is undone: the sealed holder is back under its listed
+                                     // name (and may be renamed again), so this record of it goes too.
         let renamed = std::mem::take(&mut self.renamed);
         self.renamed = renamed
             .into_iter()
@@ -1861,7 +1827,7 @@ impl Sim {
             }
         }
         CEILED[3].fetch_add(1, Relaxed);
-        self.walk_refused(delta, Budget::Up)
+        self.walk_refused(delta, BudgetKind::Up)
     }
 
     /// A client's add to a key named like a holder of the spread that its home does not list
@@ -2017,6 +1983,15 @@ impl Sim {
         if c.is_sealed() {
             return Walked::Refused; // the folded-back error
         }
+        if self.gathers(&key, &c, delta, BudgetKind::Up) {
+            // TRYAGAIN: room to gather; nothing changes but the demand recorded.
+            self.note(format_args!(
+                "add {delta} at {} waits to gather",
+                show(&key)
+            ));
+            self.record_refusal(&key, delta, Some(now));
+            return Walked::Retry;
+        }
 
         let op = AddOp {
             now,
@@ -2035,6 +2010,9 @@ impl Sim {
         }
         if delta > 0 && self.ceiling.is_some() {
             CEILED[1].fetch_add(1, Relaxed);
+            if BudgetKind::of_member(&key, Some(&c)).is_some_and(|m| m.1 == BudgetKind::Up) {
+                self.record_refusal(&key, delta, None);
+            }
         }
         Walked::Refused
     }
@@ -2081,7 +2059,7 @@ impl Sim {
                 Walked::Refused => {}
             }
         }
-        self.walk_refused(amount, Budget::Down)
+        self.walk_refused(amount, BudgetKind::Down)
     }
 
     /// A tokened purchase, new or (half the time) the retry of an earlier one, walking the
@@ -2377,7 +2355,7 @@ impl Sim {
         if purchase_waits_for_budget(Some(&c), walk.amount, floor_by_name(key), now) {
             return TokenStop::Undecided;
         }
-        if self.gathers(key, &c, walk.amount) {
+        if self.gathers(key, &c, walk.amount, BudgetKind::Down) {
             self.record_refusal(key, walk.amount, Some(now));
             return TokenStop::Undecided;
         }
@@ -2441,10 +2419,15 @@ impl Sim {
             CEILED[2].fetch_add(1, Relaxed);
             return TokenStop::Undecided; // TRYAGAIN: nothing recorded
         }
+        let c = c.clone();
+        if self.gathers(key, &c, walk.amount, BudgetKind::Up) {
+            self.record_refusal(key, walk.amount, Some(now));
+            return TokenStop::Undecided;
+        }
         let Ok(expires_at) = token_expiry(walk.at, now, TOKEN_WINDOW_MS, TOKEN_WINDOW_MS) else {
             return TokenStop::Undecided;
         };
-        let mut c = c.clone();
+        let mut c = c;
         let op = AddOp {
             now,
             event: walk.at,
@@ -2462,6 +2445,7 @@ impl Sim {
                 // Refused by the member's ceiling, and remembered: a retry here replays it,
                 // and the walk goes on to the next member.
                 CEILED[1].fetch_add(1, Relaxed);
+                self.record_refusal(key, walk.amount, None);
                 self.write_tokened(key, c, 0, walk.fp);
                 self.note(format_args!(
                     "add token {:x} of {} at {}: refused by its ceiling",
@@ -2494,17 +2478,22 @@ impl Sim {
         }
     }
 
-    /// True when a refusal at `key` waits for budget the rebalance round gathers (`TRYAGAIN`).
-    fn gathers(&mut self, key: &[u8], c: &Counter, amount: i64) -> bool {
-        let Some(spread_id) = floored_spread_id(key, c) else {
+    /// True when a refusal at `key` (of a purchase of `amount`: down-budget; of an add of
+    /// `amount`: up-budget) waits for budget the rebalance round gathers (`TRYAGAIN`).
+    fn gathers(&mut self, key: &[u8], c: &Counter, amount: i64, kind: BudgetKind) -> bool {
+        let Some((spread_id, _)) = BudgetKind::of_member(key, Some(c)).filter(|m| m.1 == kind)
+        else {
             return false;
+        };
+        let refused = match kind {
+            BudgetKind::Down => purchase_refused(c, amount, floor_by_name(key)),
+            BudgetKind::Up => add_refused_by_ceiling(c, amount, bounds_by_name(key).ceiling),
         };
         let now = self.now;
         let owner = self.master_of(key);
-
         let book = &mut self.masters[owner].rebalance.book;
         self.rebalancing
-            && purchase_refused(c, amount, floor_by_name(key))
+            && refused
             && book.refusal_fate((0, spread_id), amount, now) == Refusal::Retry
     }
 
@@ -2531,7 +2520,7 @@ impl Sim {
         if c.is_sealed() {
             return Walked::Refused; // the folded-back error: the walk goes on
         }
-        if self.gathers(key, &c, amount) {
+        if self.gathers(key, &c, amount, BudgetKind::Down) {
             // TRYAGAIN: budget to gather; nothing changes but the demand recorded.
             self.note(format_args!(
                 "purchase {amount} at {} waits to gather",
@@ -2561,7 +2550,7 @@ impl Sim {
     /// records against its token): no budget move of `kind` was on its way to a member that,
     /// landed, would have covered it. Budget that travels must make the walk wait
     /// (`TRYAGAIN`), never refuse for good what the stock (the room under the ceiling) covers.
-    fn walk_refused(&mut self, amount: i64, kind: Budget) -> Result<(), String> {
+    fn walk_refused(&mut self, amount: i64, kind: BudgetKind) -> Result<(), String> {
         self.note(format_args!("walk for {amount} refused everywhere"));
         let members = self.members();
         for giver in &members {
@@ -2740,7 +2729,7 @@ impl Sim {
         match (m, truth) {
             (NodeMessage::DemandPoll(p), Some(t)) if self.round.is_none_or(|r| r.0 != p.id) => {
                 ROUNDS_POLLED.fetch_add(1, Relaxed);
-                self.round = Some((p.id, t, self.raised));
+                self.round = Some((p.id, t, self.room_added()));
             }
             (NodeMessage::DemandGive(_), _) => {
                 GIVES.fetch_add(1, Relaxed);
@@ -2803,7 +2792,7 @@ impl Sim {
     /// clients added since it began.
     fn track_round(&mut self) {
         if let (Some((id, lowest, raised)), Some(t)) = (self.round, self.true_headroom()) {
-            let t = t.saturating_sub(self.raised - raised);
+            let t = t.saturating_sub(self.room_added() - raised);
             self.round = Some((id, lowest.min(t), raised));
         }
     }
@@ -2812,11 +2801,21 @@ impl Sim {
     /// told to retry while budget gathers, its demand recorded for the rounds; then every
     /// master's rebalance timer.
     fn purchase_beyond_a_holder(&mut self) {
-        if self.floor.is_some() {
-            let key = self.random_member();
-            let budget = self.get(&key).map_or(0, Counter::budget);
-            let amount = budget.max(0) + 1 + self.rng.below(3) as i64;
-            self.purchase_at(&key, amount);
+        match self.round_kind() {
+            Some(BudgetKind::Down) => {
+                let key = self.random_member();
+                let budget = self.get(&key).map_or(0, Counter::budget);
+                let amount = budget.max(0) + 1 + self.rng.below(3) as i64;
+                self.purchase_at(&key, amount);
+            }
+            Some(BudgetKind::Up) => {
+                // An add just beyond the room one member has (a hot holder's writer).
+                let key = self.random_member();
+                let room = self.get(&key).map_or(0, |c| BudgetKind::Up.budget(c));
+                let delta = room.max(0) + 1 + self.rng.below(3) as i64;
+                self.add_counted(key, delta, true);
+            }
+            None => {}
         }
         (0..MASTERS).for_each(|m| self.rebalance_round(m));
     }
@@ -2825,14 +2824,37 @@ impl Sim {
     /// unit above the floor but those of budget moves stuck past `MOVE_IN_FLIGHT_MS` (by
     /// design they leave the bound: a refusal may then be false, never an oversell).
     fn true_headroom(&self) -> Option<i64> {
-        let (floor, home) = (self.floor?, self.home_counter()?);
+        let (kind, home) = (self.round_kind()?, self.home_counter()?);
         let mut current = vec![self.home.clone()];
         current.extend(home.spread().map(|s| s.holders.clone()).unwrap_or_default());
         let now = self.now;
         let stuck: i64 = (current.iter().filter_map(|k| self.get(k)))
-            .map(|c| c.budget_moving_out(0) - c.budget_moving_out(now))
+            .map(|c| c.budget_moving_out(kind, 0) - c.budget_moving_out(kind, now))
             .sum();
-        Some(self.total() - floor - stuck)
+        let room = match kind {
+            BudgetKind::Down => self.total() - self.floor?,
+            BudgetKind::Up => self.ceiling? - self.total(),
+        };
+        Some(room - stuck)
+    }
+
+    /// The budget the rounds move (the rebalancer's rule, `BudgetKind::of_member` of the
+    /// home): a floor's, else a ceiling's.
+    fn round_kind(&self) -> Option<BudgetKind> {
+        match (self.floor, self.ceiling) {
+            (Some(_), _) => Some(BudgetKind::Down),
+            (None, Some(_)) => Some(BudgetKind::Up),
+            (None, None) => None,
+        }
+    }
+
+    /// What clients did since a round began that makes room its reports could not count:
+    /// units added above a floor, units taken away below a ceiling.
+    fn room_added(&self) -> i64 {
+        match self.round_kind() {
+            Some(BudgetKind::Up) => self.lowered,
+            _ => self.raised,
+        }
     }
 
     fn budget_move(&mut self) {
@@ -3612,31 +3634,32 @@ impl Sim {
                 return Err(format!("{} above 0 before its first credit", show(k)));
             }
         }
-        self.check_conserved(Budget::Down, &keys)?;
-        self.check_conserved(Budget::Up, &keys)
+        self.check_conserved(BudgetKind::Down, &keys)?;
+        self.check_conserved(BudgetKind::Up, &keys)
     }
 
     /// The bound of `kind` is conserved: the members' own bounds (0 where a member has none)
     /// plus the units of that kind in flight sum to the spread's bound.
-    fn check_conserved(&self, kind: Budget, keys: &[Vec<u8>]) -> Result<(), String> {
-        let (bound, own, moving): (_, fn(&Counter) -> Option<i64>, fn(Units) -> i64) = match kind {
-            Budget::Down => (self.floor, |c| c.floor().map(|f| f.floor), |u| u.df),
-            Budget::Up => (self.ceiling, |c| c.ceiling().map(|x| x.ceiling), |u| u.dc),
+    fn check_conserved(&self, kind: BudgetKind, keys: &[Vec<u8>]) -> Result<(), String> {
+        let spreads = match kind {
+            BudgetKind::Down => self.floor,
+            BudgetKind::Up => self.ceiling,
         };
-        let Some(bound) = bound else {
+        let Some(bound) = spreads else {
             return Ok(());
         };
         let mut units = 0;
         let mut parts = String::new();
         for k in keys {
             let Some(c) = self.get(k) else { continue };
-            let held = own(c).unwrap_or(0);
+            let held = kind.bound(c).unwrap_or(0);
             units += held;
             let _ = write!(parts, " {}: {held}", show(k));
             for o in c.transfers().map(|t| t.outbox.as_slice()).unwrap_or(&[]) {
                 if !self.applied(k, c, o) {
-                    units += moving(o.units());
-                    let _ = write!(parts, " (+{} to {})", moving(o.units()), show(&o.receiver));
+                    let moving = kind.bound_units(o.units());
+                    units += moving;
+                    let _ = write!(parts, " (+{moving} to {})", show(&o.receiver));
                 }
             }
         }

@@ -42,6 +42,7 @@
 //! had acknowledged) only while the home, when it sums, still lists it as leaving: before the
 //! credit the units are at the holder (counted there), after it they are in the home's value.
 
+use super::budget_kind::BudgetKind;
 use super::folded::{self, FoldedMark};
 use super::listing::{ListClock, ListedAtError, Listing};
 use super::{exact_sum, Counter, CounterError};
@@ -756,9 +757,9 @@ impl Counter {
     /// The budget moving out of this counter and not yet acknowledged, counted as
     /// [`Counter::budget_in_flight`] counts moves (a stuck one is no longer in flight): units
     /// that no holder's budget shows until the receiver's credit lands.
-    pub fn budget_moving_out(&self, now_ms: i64) -> i64 {
+    pub fn budget_moving_out(&self, kind: BudgetKind, now_ms: i64) -> i64 {
         self.budget_moves_out(now_ms)
-            .map(|o| o.df.saturating_neg())
+            .map(|o| kind.moved(o.units()).max(0))
             .fold(0, i64::saturating_add)
     }
 

@@ -27,11 +27,11 @@ use super::demand_book::{DbKey, DemandBook, DEMAND_LIMIT};
 use super::exchange::Exchange;
 use super::host::{Event, Host, NodeMessage, Route};
 use super::timeout::Timeout;
+use crate::counter::budget_kind::BudgetKind;
 use crate::counter::headroom::whole_headroom;
 use crate::counter::rebalance::{plan_moves, through_the_home, HolderReport};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::step::{Step, StepOutcome};
-use crate::counter::transfer::Units;
 use crate::counter::Counter;
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand, PollRequest};
 
@@ -85,11 +85,17 @@ impl<P> Default for RebalanceNode<P> {
 /// current holder's budget, and a round's bound would be low.
 fn round_names(home: &[u8], c: Option<&Counter>) -> Option<(Vec<Vec<u8>>, Vec<u64>)> {
     let c = c.filter(|c| c.leaving().is_empty())?;
-    let spread = c.spread().filter(|s| s.floor.is_some())?;
+    BudgetKind::of_member(home, Some(c))?;
+    let spread = c.spread()?;
     let names = std::iter::once(home.to_vec())
         .chain(spread.holders.iter().cloned())
         .collect();
     Some((names, home_credits(c)))
+}
+
+/// The budget a member's rounds move (a key of no bounded spread: down-budget, its value).
+fn kind_of(name: &[u8], c: Option<&Counter>) -> BudgetKind {
+    BudgetKind::of_member(name, c).map_or(BudgetKind::Down, |(_, kind)| kind)
 }
 
 /// The credits the home applied (giver id, seq). Every move of a round's units goes through
@@ -227,7 +233,8 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         }
         let now = host.now_ms();
         let read = host.read(name, |c| {
-            c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))
+            let kind = kind_of(name, c);
+            c.map_or((0, 0), |c| (kind.budget(c), c.budget_moving_out(kind, now)))
         });
         let Some((budget, moving_out)) = read else {
             return HolderDemand::NotHere;
@@ -310,14 +317,20 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         if !host.serves(&give.giver) {
             return;
         }
-        let budget = host.read(&give.giver, |c| c.map_or(0, Counter::budget));
-        let units = give.units.min(budget.unwrap_or(0));
+        let read = host.read(&give.giver, |c| {
+            let kind = kind_of(&give.giver, c);
+            (kind, c.map_or(0, |c| kind.budget(c)))
+        });
+        let Some((kind, budget)) = read else {
+            return;
+        };
+        let units = give.units.min(budget);
         if units <= 0 {
             return;
         }
         let step = Step::Move {
             receiver: give.receiver,
-            units: Units::floor(-units),
+            units: kind.units(units),
             now_ms: host.now_ms(),
             new_id: host.new_id(),
         };

@@ -1,0 +1,139 @@
+//! Which budget of a bounded spread counter the rebalancer moves: **down-budget**, the room
+//! above a floor (what purchases take), moved as floor units; or **up-budget**, the room below
+//! a ceiling (what positive adds take), moved as ceiling units. A spread's kind is read from
+//! what every master sees alike: a holder's name (an odd spread id: floored; else a ceiled
+//! holder's attempt: ceiled), a home's spread record. A spread with both bounds moves its
+//! down-budget; its holders keep the up-budget of their first shares (a fold takes a holder's
+//! share home).
+
+use super::spread::{is_ceiled_holder, is_floored_id, parse_holder_name};
+use super::transfer::Units;
+use super::Counter;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetKind {
+    /// The room above a floor (floor units).
+    Down,
+    /// The room below a ceiling (ceiling units).
+    Up,
+}
+
+impl BudgetKind {
+    /// The spread the counter `c` at `key` is a member of, and the budget its rebalancer
+    /// moves: a holder's by its name, a home's by its spread record. None for any other key (a
+    /// bounded counter that is not spread is the whole counter: its refusals are final).
+    pub fn of_member(key: &[u8], c: Option<&Counter>) -> Option<(u64, BudgetKind)> {
+        if let Some(h) = parse_holder_name(key) {
+            let kind = match () {
+                () if is_floored_id(h.spread_id) => BudgetKind::Down,
+                () if is_ceiled_holder(&h) => BudgetKind::Up,
+                () => return None,
+            };
+            return Some((h.spread_id, kind));
+        }
+        let spread = c?.spread()?;
+        match (spread.floor, spread.ceiling) {
+            (Some(_), _) => Some((spread.id, BudgetKind::Down)),
+            (None, Some(_)) => Some((spread.id, BudgetKind::Up)),
+            (None, None) => None,
+        }
+    }
+
+    /// What the counter `c` can still give of this budget as a round reads it: its value above
+    /// its floor, or its ceiling above its value (a bound it has not had yet counts as 0, where
+    /// a holder's name holds it). Negative when a member is past the bound its name gives it.
+    pub fn budget(self, c: &Counter) -> i64 {
+        match self {
+            BudgetKind::Down => c.budget(),
+            BudgetKind::Up => (c.ceiling().map_or(0, |x| x.ceiling)).saturating_sub(c.value()),
+        }
+    }
+
+    /// The units of this budget a transfer carries to its receiver (negative: from it).
+    pub fn moved(self, u: Units) -> i64 {
+        match self {
+            BudgetKind::Down => u.df.saturating_neg(),
+            BudgetKind::Up => u.dc,
+        }
+    }
+
+    /// The bound this budget is the room to: a counter's own floor, or its own ceiling.
+    pub fn bound(self, c: &Counter) -> Option<i64> {
+        match self {
+            BudgetKind::Down => c.floor().map(|f| f.floor),
+            BudgetKind::Up => c.ceiling().map(|x| x.ceiling),
+        }
+    }
+
+    /// The units of that bound a transfer carries (floor units, ceiling units).
+    pub fn bound_units(self, u: Units) -> i64 {
+        match self {
+            BudgetKind::Down => u.df,
+            BudgetKind::Up => u.dc,
+        }
+    }
+
+    /// A move of `n` units of this budget, as its receiver applies it.
+    pub fn units(self, n: i64) -> Units {
+        match self {
+            BudgetKind::Down => Units::floor(n.saturating_neg()),
+            BudgetKind::Up => Units::ceiling(n),
+        }
+    }
+
+    /// The budget of this kind the counter `r` has once `moved` more units land.
+    pub fn budget_after(self, r: &Counter, moved: i64) -> i64 {
+        self.budget(r).saturating_add(moved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counter::spread::{holder_name, Spread, CEILED_ATTEMPTS};
+
+    #[test]
+    fn a_members_kind_is_read_from_its_name_or_its_spread() {
+        let floored = holder_name(b"k", 7, 1, 0);
+        let both = holder_name(b"k", 7, 1, CEILED_ATTEMPTS);
+        let ceiled = holder_name(b"k", 8, 1, CEILED_ATTEMPTS);
+        let plain = holder_name(b"k", 8, 1, 0);
+        assert_eq!(
+            BudgetKind::of_member(&floored, None),
+            Some((7, BudgetKind::Down))
+        );
+        assert_eq!(
+            BudgetKind::of_member(&both, None),
+            Some((7, BudgetKind::Down))
+        );
+        assert_eq!(
+            BudgetKind::of_member(&ceiled, None),
+            Some((8, BudgetKind::Up))
+        );
+        assert_eq!(BudgetKind::of_member(&plain, None), None);
+        let mut home = Counter::plain(3);
+        assert_eq!(BudgetKind::of_member(b"k", Some(&home)), None);
+        home.set_ceiling(Some(10)).unwrap();
+        home.set_spread(Spread {
+            id: 8,
+            holders: vec![ceiled],
+            floor: None,
+            ceiling: Some(20),
+        })
+        .unwrap();
+        assert_eq!(
+            BudgetKind::of_member(b"k", Some(&home)),
+            Some((8, BudgetKind::Up))
+        );
+        assert_eq!(BudgetKind::Up.budget(&home), 7);
+        assert_eq!(
+            BudgetKind::Up.budget(&Counter::plain(-2)),
+            2,
+            "held at 0 by its name"
+        );
+        assert_eq!(BudgetKind::Up.units(4), Units::ceiling(4));
+        assert_eq!(BudgetKind::Down.units(4), Units::floor(-4));
+        assert_eq!(BudgetKind::Down.moved(Units::floor(-4)), 4);
+        assert_eq!(BudgetKind::Up.moved(Units::floor(-4)), 0);
+    }
+}
