@@ -431,9 +431,26 @@ fn step_samples() -> Vec<Vec<u8>> {
         }),
         Step::Answer(Ack {
             giver: b"k".to_vec(),
-            receiver: holder,
+            receiver: holder.clone(),
             seq: 5,
             refused: false,
+        }),
+        Step::Move {
+            receiver: holder.clone(),
+            units: crate::counter::transfer::Units::ceiling(4),
+            now_ms: 1_700_000_000_000,
+            new_id: 9,
+        },
+        Step::Credit(Credit {
+            giver: holder.clone(),
+            from: holder,
+            receiver: b"k".to_vec(),
+            giver_id: 9,
+            seq: 6,
+            dv: 1,
+            df: 0,
+            dc: 7,
+            fold_id: 41,
         }),
     ];
     steps.iter().map(step_msg::encode).collect()
@@ -970,12 +987,54 @@ fn ctr_samples() -> Vec<Counter> {
         sharded.unwrap_or_default(),
         floored,
         ceiled,
+        sealed_ceiled_holder(),
         tokens,
         limiter(),
         windowed(),
         rich_counter(),
     ]
     .into()
+}
+
+/// The home `k` of ceiled spread 6 (its own ceiling, holders named as a ceiled spread's) with
+/// a move of ceiling units to its first holder in flight: the sections of a spread's ceiling
+/// and of its outbox's ceiling units.
+fn ceiled_spread_home() -> Counter {
+    use crate::counter::spread::{plan_holders_avoiding, Spread, Standalone, CEILED_ATTEMPTS};
+    use crate::counter::transfer::{Giver, Units};
+    let mut c = Counter::from_shards(vec![4, 5]).unwrap_or_default();
+    let _ = c.set_ceiling(Some(30));
+    let first_attempt = |_| CEILED_ATTEMPTS;
+    let holders = plan_holders_avoiding(b"k", 6, &[], 3, &Standalone, &|_| false, &first_attempt)
+        .unwrap_or_default();
+    let to = holders.first().cloned().unwrap_or_default();
+    let spread = Spread {
+        id: 6,
+        holders,
+        floor: None,
+        ceiling: Some(40),
+    };
+    let _ = c.set_spread(spread);
+    let giver = Giver {
+        name: b"k",
+        new_id: 9,
+    };
+    let _ = c.start_transfer(&to, Units::ceiling(5), 1_700_000_000_000, giver);
+    c
+}
+
+/// A holder of ceiled spread 6 of `k`, sealed into it: its fold carries its ceiling.
+fn sealed_ceiled_holder() -> Counter {
+    use crate::counter::spread::{holder_name, CEILED_ATTEMPTS};
+    let name = holder_name(b"k", 6, 1, CEILED_ATTEMPTS);
+    let mut c = Counter::plain(3);
+    let _ = c.set_ceiling(Some(7));
+    let giver = crate::counter::transfer::Giver {
+        name: &name,
+        new_id: 9,
+    };
+    let _ = c.seal_into(b"k", 41, 1_700_000_000_000, giver);
+    c
 }
 
 /// A `CTR.THROTTLE` limiter with an arrival time and remembered replies.
@@ -1157,6 +1216,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             }
         }
     }
+    // Every step on a ceiled spread's home. Not a `ctr_state` seed (yet): `set_ceiling(None)`
+    // takes a ceiled spread's home's ceiling off, a state its decoder refuses.
+    let ceiled_home = ctr_format::encode(&ceiled_spread_home());
+    for step in step_samples() {
+        out.push(("ctr_step", ctr_step_input(&ceiled_home, b"k", &step)));
+    }
     for c in pnc_samples() {
         out.push(("pnc_state", pnc_format::encode_state(&c)));
         out.push(("pnc_state", pnc_format::encode_stored(&c)));
@@ -1252,6 +1317,16 @@ mod tests {
         assert!(rich.floor().is_some() && rich.shard_count() == 4);
         assert!(rich.token_count() == 12 && !rich.tokens().is_empty() && !rich.ledger().is_empty());
         assert!(rich.history().is_some_and(|h| !h.buckets.is_empty()));
+        // The ceiled seeds reach the sections of a spread's ceiling and of ceiling units.
+        let home = ceiled_spread_home();
+        assert_eq!(home.spread().and_then(|s| s.ceiling), Some(40));
+        let dcs = |c: &Counter| -> Vec<i64> {
+            c.transfers()
+                .map(|t| t.outbox.iter().map(|o| o.dc).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(dcs(&home), vec![5]);
+        assert_eq!(dcs(&sealed_ceiled_holder()), vec![7]);
     }
 
     /// Without libFuzzer: the `ctr_step` seeds with one to three bytes changed (20,000

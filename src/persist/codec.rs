@@ -92,9 +92,19 @@ impl<'a> Reader<'a> {
     /// A bus message of `family` ("transfer message", ...) past its version byte, which must
     /// be `version`.
     pub fn open_message(buf: &'a [u8], version: u8, family: &str) -> Result<Self, DecodeError> {
+        Reader::open_message_of(buf, &[version], family).map(|(r, _)| r)
+    }
+
+    /// [`Reader::open_message`] for a family whose messages come in several versions: the
+    /// version byte must be one of `versions`, and is returned beside the reader.
+    pub fn open_message_of(
+        buf: &'a [u8],
+        versions: &[u8],
+        family: &str,
+    ) -> Result<(Self, u8), DecodeError> {
         let mut r = Reader::new(buf);
         match r.u8()? {
-            v if v == version => Ok(r),
+            v if versions.contains(&v) => Ok((r, v)),
             other => decode_error(format!("unknown {family} version {other}")),
         }
     }
@@ -154,6 +164,15 @@ impl<'a> Reader<'a> {
     pub fn ivarint(&mut self) -> Result<i64, DecodeError> {
         let z = self.uvarint()?;
         Ok(((z >> 1) as i64) ^ -((z & 1) as i64))
+    }
+
+    /// A signed varint written only when it is not 0 (`what`, in a message of `family`): a 0
+    /// there is refused, so each value has one encoding.
+    pub fn nonzero_ivarint(&mut self, what: &str, family: &str) -> Result<i64, DecodeError> {
+        match self.ivarint()? {
+            0 => decode_error(format!("{what} 0 written out in a {family}")),
+            v => Ok(v),
+        }
     }
 
     /// A count of elements that each take at least `min_element_bytes`, at most `max`.

@@ -58,8 +58,9 @@
 //!             inbox entries dropped (`Transfers::folded`, `crate::counter::folded`). Written
 //!             when not empty; files without it mark nothing.
 //!  19 CEILING ivarint ceiling, uvarint n (= shard count), n x ivarint budget
-//!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; never with SPREAD
-//!             or TRANSFER). Files without it have no ceiling.
+//!             (each >= 0, summing to ceiling - VALUE; VALUE <= ceiling; with SPREAD exactly
+//!             when SPREAD_CEILING is there: a ceiled spread's home keeps its own share of the
+//!             ceiling). Files without it have no ceiling.
 //!  20 WINDOW  ivarint window ms, ivarint buckets n (window a multiple of n, 1..=4096),
 //!             uvarint k (<= n), k x (ivarint bucket index, ivarint sum (not 0)), indices
 //!             strictly increasing and spanning fewer than n, sums adding up to VALUE: a
@@ -86,6 +87,13 @@
 //!             home has one;
 //!             without it (a spread made by an earlier version) `CTR.HOLDERS key AT` answers
 //!             that the list is not known.
+//!  25 TRANSFER_CEILINGS uvarint n (= the outbox's entry count), n x ivarint dc: the ceiling
+//!             units of each outbox entry of section 16 (or 12), in outbox order, not all 0.
+//!             Written when some entry carries ceiling units (a ceiled spread's move or fold);
+//!             without it (any encoding before ceilings) every entry carries none.
+//!  26 SPREAD_CEILING ivarint ceiling C of a ceiled spread counter (needs SPREAD; its holders'
+//!             names are ceiled ones, `crate::counter::spread::CEILED_ATTEMPTS`, and the home
+//!             has a CEILING). Written when the spread is ceiled; files without it have none.
 //! u8 0 (END); nothing may follow it
 //! ```
 //! The END tag makes every truncation detectable, even one that falls between sections.
@@ -138,6 +146,10 @@ const TAG_THROTTLE: u8 = 21;
 const TAG_STRAY: u8 = 23;
 /// A home's listing history (`crate::counter::listing`).
 const TAG_LISTING: u8 = 24;
+/// The ceiling units of the outbox's entries, when any carries some.
+const TAG_TRANSFER_CEILINGS: u8 = 25;
+/// A ceiled spread counter's ceiling (needs SPREAD, as TAG_SPREAD_FLOOR does).
+const TAG_SPREAD_CEILING: u8 = 26;
 const THROTTLE_TAT: u8 = 1;
 const THROTTLE_REPLIES: u8 = 2;
 
@@ -225,6 +237,12 @@ pub fn encode(counter: &Counter) -> Vec<u8> {
     }
     if let Some(listing) = counter.transfers().and_then(|t| t.listing.as_ref()) {
         encode_listing(&mut w, listing);
+    }
+    if let Some(t) = counter.transfers() {
+        encode_transfer_ceilings(&mut w, &t.outbox);
+    }
+    if let Some(ceiling) = counter.spread().and_then(|s| s.ceiling) {
+        w.u8(TAG_SPREAD_CEILING).ivarint(ceiling);
     }
     w.u8(TAG_END);
     w.finish()
@@ -345,6 +363,34 @@ fn encode_transfer_ids(w: &mut Writer, t: &Transfers) {
     for l in &t.leaving {
         w.bytes(&l.name).fixed_u64(l.fold_id);
     }
+}
+
+/// Section 25, when some outbox entry carries ceiling units (so a state without any encodes
+/// as it did before ceilings).
+fn encode_transfer_ceilings(w: &mut Writer, outbox: &[Outgoing]) {
+    if outbox.iter().all(|o| o.dc == 0) {
+        return;
+    }
+    w.u8(TAG_TRANSFER_CEILINGS).uvarint(outbox.len() as u64);
+    for o in outbox {
+        w.ivarint(o.dc);
+    }
+}
+
+/// Section 25 into the outbox decoded before it (every transfer section comes first).
+fn decode_transfer_ceilings(r: &mut Reader, outbox: &mut [Outgoing]) -> Result<(), DecodeError> {
+    // Each dc takes at least 1 byte.
+    let n = r.count(MAX_ENTRIES, 1)?;
+    if n != outbox.len() {
+        return decode_error("CTR transfer ceilings do not match the outbox");
+    }
+    for o in outbox.iter_mut() {
+        o.dc = r.ivarint()?;
+    }
+    if outbox.iter().all(|o| o.dc == 0) {
+        return decode_error("CTR transfer ceilings section with no ceiling units");
+    }
+    Ok(())
 }
 
 /// Section 12 (before ids) or 16: the same layout but for the ids 16 adds.
@@ -551,6 +597,7 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
     let mut history = None;
     let mut spread: Option<Spread> = None;
     let mut spread_floor = None;
+    let mut spread_ceiling = None;
     let mut spread_id = None;
     let mut transfers = None;
     let mut intents = None;
@@ -612,6 +659,14 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
             TAG_LISTING => {
                 transfers.get_or_insert_with(Transfers::default).listing = Some(decode_listing(r)?);
             }
+            TAG_TRANSFER_CEILINGS => {
+                // Without a transfer section the outbox is empty, which no such section matches.
+                let outbox = transfers
+                    .as_mut()
+                    .map_or(&mut [][..], |t| &mut t.outbox[..]);
+                decode_transfer_ceilings(r, outbox)?;
+            }
+            TAG_SPREAD_CEILING => spread_ceiling = Some(r.ivarint()?),
             other => return decode_error(format!("unknown CTR section {other}")),
         }
     }
@@ -625,18 +680,18 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         shards.push(value);
     }
     if let Some(floor) = spread_floor {
-        match spread.as_mut() {
-            Some(s) => s.floor = Some(floor),
-            None => return decode_error("a spread floor without holders"),
-        }
+        spread_part(&mut spread, "floor")?.floor = Some(floor);
+    }
+    if let Some(ceiling) = spread_ceiling {
+        spread_part(&mut spread, "ceiling")?.ceiling = Some(ceiling);
     }
     if let Some(id) = spread_id {
+        let s = spread_part(&mut spread, "id")?;
         // 0 is never written: it is what a spread without this section has.
-        match spread.as_mut() {
-            Some(_) if id == 0 => return decode_error("a spread id of 0 written out"),
-            Some(s) => s.id = id,
-            None => return decode_error("a spread id without holders"),
+        if id == 0 {
+            return decode_error("a spread id of 0 written out");
         }
+        s.id = id;
     }
     let (tokens, ledger) = token_windows(tokens, ledger, intents)?;
     let parts = CounterParts {
@@ -661,6 +716,18 @@ fn decode_v1(r: &mut Reader) -> Result<Counter, DecodeError> {
         return decode_error("CTR shards do not sum to the value");
     }
     Ok(counter)
+}
+
+/// The spread a section of its own (`what`: its floor, ceiling or id) belongs to, which the
+/// holders' section must have given.
+fn spread_part<'s>(
+    spread: &'s mut Option<Spread>,
+    what: &str,
+) -> Result<&'s mut Spread, DecodeError> {
+    match spread.as_mut() {
+        Some(s) => Ok(s),
+        None => decode_error(format!("a spread {what} without holders")),
+    }
 }
 
 /// A decoded token section: its entries in fingerprint order and its next sweep time.
@@ -1708,6 +1775,232 @@ mod tests {
         w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
         w.u8(TAG_SPREAD_FLOOR).ivarint(0).u8(TAG_END);
         assert!(decode(&w.finish()).is_err(), "a floor without holders");
+    }
+
+    /// A ceiled spread's home (ceiling 60 (zigzag 120); value 9 and its own share of the
+    /// ceiling 20; holders named as a ceiled spread's), with a move of 5 ceiling units to its first holder and one of a value unit
+    /// (no ceiling units) to another key in flight.
+    fn ceiled_spread_home(floor: Option<i64>) -> Counter {
+        use crate::counter::spread::{plan_holders_avoiding, Standalone, CEILED_ATTEMPTS};
+        use crate::counter::transfer::Units;
+        let mut c = Counter::from_shards(vec![4, 5]).unwrap();
+        c.set_ceiling(Some(20)).unwrap();
+        let first_attempt = |_| CEILED_ATTEMPTS;
+        let holders = plan_holders_avoiding(
+            b"{tag}home",
+            6,
+            &[],
+            3,
+            &Standalone,
+            &|_| false,
+            &first_attempt,
+        )
+        .unwrap();
+        let to = holders[0].clone();
+        c.set_spread(Spread {
+            id: 6,
+            holders,
+            floor,
+            ceiling: Some(60),
+        })
+        .unwrap();
+        c.start_transfer(&to, Units::ceiling(5), 1_000, giver(b"{tag}home", 8))
+            .unwrap();
+        c.start_transfer(
+            b"{x}budget",
+            Units::value_and_floor(1, 0),
+            1_001,
+            giver(b"{tag}home", 8),
+        )
+        .unwrap();
+        c
+    }
+
+    /// The bytes of a section 25 carrying `dcs`.
+    fn transfer_ceilings(dcs: &[i64]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(TAG_TRANSFER_CEILINGS).uvarint(dcs.len() as u64);
+        for dc in dcs {
+            w.ivarint(*dc);
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn a_ceiled_spread_and_its_ceiling_units_in_flight_roundtrip_last() {
+        for floor in [None, Some(-50)] {
+            let c = ceiled_spread_home(floor);
+            let dcs: Vec<i64> = c.transfers().unwrap().outbox.iter().map(|o| o.dc).collect();
+            assert_eq!(dcs, vec![5, 0], "the holder sorts before {{x}}budget");
+            let full = encode(&c);
+            let back = decode(&full).unwrap();
+            assert_eq!(back, c);
+            assert_eq!(back.spread().unwrap().ceiling, Some(60));
+            let tail = [
+                transfer_ceilings(&[5, 0]),
+                vec![TAG_SPREAD_CEILING, 120, TAG_END],
+            ]
+            .concat();
+            assert!(full.ends_with(&tail), "sections 25 and 26 last: {full:?}");
+            for len in 0..full.len() {
+                assert!(decode(&full[..len]).is_err(), "prefix {len}");
+            }
+        }
+    }
+
+    /// A sealed holder of a ceiled spread folds its ceiling back with its value.
+    #[test]
+    fn a_folds_ceiling_units_roundtrip() {
+        let mut holder = Counter::plain(3);
+        holder.set_ceiling(Some(7)).unwrap();
+        let out = holder
+            .seal_into(b"{tag}home", 70, 1_000, giver(b"h", 3))
+            .unwrap()
+            .unwrap();
+        assert_eq!((out.dv, out.dc), (3, 7));
+        let full = encode(&holder);
+        assert_eq!(decode(&full).unwrap(), holder);
+        for len in 0..full.len() {
+            assert!(decode(&full[..len]).is_err(), "prefix {len}");
+        }
+    }
+
+    #[test]
+    fn ceiling_units_are_0_without_their_section_and_a_broken_one_is_refused() {
+        // A plain counter with a section 16 of `outbox` moves (none: no section 16), then
+        // section 25 as `ceilings` gives it.
+        let forged = |outbox: u8, ceilings: Option<Vec<u8>>| -> Vec<u8> {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            if outbox > 0 {
+                w.u8(TAG_TRANSFER_IDS)
+                    .fixed_u64(3)
+                    .uvarint(u64::from(outbox));
+                w.u8(0).uvarint(u64::from(outbox));
+                for i in 0..outbox {
+                    w.bytes(&[b'a' + i]).uvarint(u64::from(i) + 1).ivarint(0);
+                    w.ivarint(0).fixed_u64(0).bytes(b"");
+                }
+                w.uvarint(0).uvarint(0);
+            }
+            let mut bytes = w.finish();
+            bytes.extend(ceilings.unwrap_or_default());
+            bytes.push(TAG_END);
+            bytes
+        };
+        let dcs = |c: Counter| -> Vec<i64> {
+            c.transfers().unwrap().outbox.iter().map(|o| o.dc).collect()
+        };
+        // Written before ceilings: every entry carries none, and encodes as it was.
+        let old = decode(&forged(2, None)).unwrap();
+        assert_eq!(dcs(old.clone()), vec![0, 0]);
+        assert_eq!(encode(&old), forged(2, None));
+        let with_ceilings = forged(2, Some(transfer_ceilings(&[0, i64::MIN])));
+        let ceiled = decode(&with_ceilings).unwrap();
+        assert_eq!(dcs(ceiled.clone()), vec![0, i64::MIN]);
+        assert_eq!(encode(&ceiled), with_ceilings);
+        let refused = [
+            (
+                2,
+                transfer_ceilings(&[4]),
+                "fewer than the outbox's entries",
+            ),
+            (
+                2,
+                transfer_ceilings(&[4, 1, 1]),
+                "more than the outbox's entries",
+            ),
+            (
+                2,
+                transfer_ceilings(&[0, 0]),
+                "no ceiling units written out",
+            ),
+            // A count off by one whose bytes would still read as the outbox's 2 dcs.
+            (
+                2,
+                vec![TAG_TRANSFER_CEILINGS, 1, 8, 2],
+                "a count of 1 for 2 entries",
+            ),
+            (
+                2,
+                vec![TAG_TRANSFER_CEILINGS, 3, 8, 2],
+                "a count of 3 for 2 entries",
+            ),
+            (0, transfer_ceilings(&[]), "no outbox"),
+            (0, transfer_ceilings(&[1]), "no outbox"),
+            (
+                2,
+                vec![TAG_TRANSFER_CEILINGS, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 2],
+                "a huge count",
+            ),
+            (2, vec![TAG_TRANSFER_CEILINGS, 2, 2], "truncated"),
+            (
+                2,
+                vec![TAG_TRANSFER_CEILINGS, 2, 2, 0xff],
+                "truncated varint",
+            ),
+        ];
+        for (outbox, section, why) in refused {
+            assert!(decode(&forged(outbox, Some(section))).is_err(), "{why}");
+        }
+        // Out of order: after the spread's ceiling.
+        let c = ceiled_spread_home(None);
+        let mut bytes = encode(&c);
+        let tail = [
+            transfer_ceilings(&[5, 0]),
+            vec![TAG_SPREAD_CEILING, 120, TAG_END],
+        ]
+        .concat();
+        bytes.truncate(bytes.len() - tail.len());
+        let swapped = [
+            &[TAG_SPREAD_CEILING, 120][..],
+            &transfer_ceilings(&[5, 0]),
+            &[TAG_END],
+        ]
+        .concat();
+        bytes.extend(swapped);
+        assert!(decode(&bytes).is_err(), "out of order");
+        // With its section gone, the move carries none (the state is otherwise the same).
+        let mut without = encode(&c);
+        let at = without.len() - tail.len();
+        without.splice(at..at + transfer_ceilings(&[5, 0]).len(), []);
+        let back = decode(&without).unwrap();
+        assert_eq!(dcs(back.clone()), vec![0, 0]);
+        assert_eq!(encode(&back), without);
+    }
+
+    #[test]
+    fn a_spread_ceiling_needs_holders_named_for_it_and_a_home_ceiling() {
+        let section = |ceiled_names: bool, home_ceiling: bool, holders: bool| {
+            let mut w = Writer::new();
+            w.u8(FORMAT_V1).u8(TAG_VALUE).ivarint(0);
+            if holders {
+                let attempt = if ceiled_names {
+                    crate::counter::spread::CEILED_ATTEMPTS
+                } else {
+                    0
+                };
+                let name = crate::counter::spread::holder_name(b"k", 9, 1, attempt);
+                w.u8(TAG_SPREAD).uvarint(1).bytes(&name);
+                w.u8(TAG_SPREAD_ID).fixed_u64(9);
+            }
+            if home_ceiling {
+                w.u8(TAG_CEILING).ivarint(4).uvarint(1).ivarint(4);
+            }
+            w.u8(TAG_SPREAD_CEILING).ivarint(10).u8(TAG_END);
+            decode(&w.finish())
+        };
+        let ceiled = section(true, true, true).unwrap();
+        assert_eq!(ceiled.spread().unwrap().ceiling, Some(10));
+        assert!(section(false, true, true).is_err(), "unceiled holder names");
+        assert!(
+            section(true, false, true).is_err(),
+            "a home without its own ceiling"
+        );
+        assert!(
+            section(true, true, false).is_err(),
+            "a ceiling without holders"
+        );
     }
 
     fn spread_with_id(id: u64, floor: Option<i64>) -> Counter {

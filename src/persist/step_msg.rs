@@ -20,11 +20,18 @@
 //!   7 SHRINK    as 2, then ivarint now ms, ivarint token window ms (> 0): the clock the
 //!     (dated)   master dated the change in the home's listing with (`crate::counter::listing`);
 //!               a kind-2 shrink (an earlier version's) leaves the home without a listing
+//!   8 MOVE      as 1, then ivarint dc (!= 0): a move of ceiling units (a ceiled spread's)
+//!     (ceiled)
+//!   9 CREDIT    as 5, then ivarint dc (!= 0): a credit of ceiling units
+//!     (ceiled)
 //! nothing may follow
 //! ```
+//! A move or a credit is written as kind 8 or 9 exactly when it carries ceiling units, so a
+//! replica of a module before ceilings still takes every other one; kinds 1 and 5 carry dc 0.
 //! An unknown version or kind, a truncation, trailing bytes, a name of 0 or more than
-//! `MAX_NAME` bytes are errors: the command refuses the step and changes nothing. A later
-//! change adds a kind, or a version (every old version keeps its decoder).
+//! `MAX_NAME` bytes, a dc of 0 in kind 8 or 9 are errors: the command refuses the step and
+//! changes nothing. A later change adds a kind, or a version (every old version keeps its
+//! decoder).
 
 use super::codec::{decode_error, DecodeError, Reader, Writer};
 use crate::counter::listing::ListClock;
@@ -42,6 +49,8 @@ const KIND_RETARGET: u8 = 4;
 const KIND_CREDIT: u8 = 5;
 const KIND_ANSWER: u8 = 6;
 const KIND_SHRINK_DATED: u8 = 7;
+const KIND_MOVE_CEILED: u8 = 8;
+const KIND_CREDIT_CEILED: u8 = 9;
 
 pub fn encode(step: &Step) -> Vec<u8> {
     let mut w = Writer::new();
@@ -52,13 +61,15 @@ pub fn encode(step: &Step) -> Vec<u8> {
             units,
             now_ms,
             new_id,
-        } => w
-            .u8(KIND_MOVE)
-            .bytes(receiver)
-            .ivarint(units.dv)
-            .ivarint(units.df)
-            .ivarint(*now_ms)
-            .fixed_u64(*new_id),
+        } => {
+            w.u8(ceiled_kind(units.dc, KIND_MOVE, KIND_MOVE_CEILED))
+                .bytes(receiver)
+                .ivarint(units.dv)
+                .ivarint(units.df)
+                .ivarint(*now_ms)
+                .fixed_u64(*new_id);
+            write_ceiling_units(&mut w, units.dc)
+        }
         Step::Shrink {
             target,
             fold_ids,
@@ -93,7 +104,8 @@ pub fn encode(step: &Step) -> Vec<u8> {
             .fixed_u64(*new_id),
         Step::RetargetMoves { home } => w.u8(KIND_RETARGET).bytes(home),
         Step::Credit(c) => {
-            w.u8(KIND_CREDIT).bytes(&c.giver);
+            w.u8(ceiled_kind(c.dc, KIND_CREDIT, KIND_CREDIT_CEILED))
+                .bytes(&c.giver);
             match c.from == c.giver {
                 true => w.u8(0),
                 false => w.u8(1).bytes(&c.from),
@@ -102,7 +114,8 @@ pub fn encode(step: &Step) -> Vec<u8> {
                 .uvarint(c.seq)
                 .ivarint(c.dv)
                 .ivarint(c.df)
-                .fixed_u64(c.fold_id)
+                .fixed_u64(c.fold_id);
+            write_ceiling_units(&mut w, c.dc)
         }
         Step::Answer(a) => w
             .u8(KIND_ANSWER)
@@ -113,16 +126,40 @@ pub fn encode(step: &Step) -> Vec<u8> {
     w.finish()
 }
 
+/// The kind of a move or a credit carrying `dc` ceiling units: `plain` without any.
+fn ceiled_kind(dc: i64, plain: u8, ceiled: u8) -> u8 {
+    if dc == 0 {
+        plain
+    } else {
+        ceiled
+    }
+}
+
+/// The ceiling units a ceiled kind ends with; nothing for none (a plain kind's).
+fn write_ceiling_units(w: &mut Writer, dc: i64) -> &mut Writer {
+    if dc != 0 {
+        w.ivarint(dc);
+    }
+    w
+}
+
 /// The step `buf` carries for the key `key`.
 pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
     let mut r = Reader::open_message(buf, VERSION, FAMILY)?;
     let step = match r.u8()? {
-        KIND_MOVE => Step::Move {
-            receiver: name(&mut r)?,
-            units: Units::value_and_floor(r.ivarint()?, r.ivarint()?),
-            now_ms: r.ivarint()?,
-            new_id: nonzero(&mut r, "giver id")?,
-        },
+        kind @ (KIND_MOVE | KIND_MOVE_CEILED) => {
+            let receiver = name(&mut r)?;
+            let (dv, df) = (r.ivarint()?, r.ivarint()?);
+            let now_ms = r.ivarint()?;
+            let new_id = nonzero(&mut r, "giver id")?;
+            let dc = read_ceiling_units(&mut r, kind == KIND_MOVE_CEILED)?;
+            Step::Move {
+                receiver,
+                units: Units { dv, df, dc },
+                now_ms,
+                new_id,
+            }
+        }
         kind @ (KIND_SHRINK | KIND_SHRINK_DATED) => {
             let target = r.uvarint()?;
             if target == 0 || target > MAX_HOLDERS as u64 {
@@ -151,23 +188,28 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
         KIND_RETARGET => Step::RetargetMoves {
             home: name(&mut r)?,
         },
-        KIND_CREDIT => {
+        kind @ (KIND_CREDIT | KIND_CREDIT_CEILED) => {
             let giver = name(&mut r)?;
             let from = match r.u8()? {
                 0 => giver.clone(),
                 1 => name(&mut r)?,
                 other => return decode_error(format!("unknown credit name form {other}")),
             };
+            let giver_id = r.fixed_u64()?;
+            let seq = seq(&mut r)?;
+            let (dv, df) = (r.ivarint()?, r.ivarint()?);
+            let fold_id = r.fixed_u64()?;
+            let dc = read_ceiling_units(&mut r, kind == KIND_CREDIT_CEILED)?;
             Step::Credit(Credit {
                 giver,
                 from,
                 receiver: key.to_vec(),
-                giver_id: r.fixed_u64()?,
-                seq: seq(&mut r)?,
-                dv: r.ivarint()?,
-                df: r.ivarint()?,
-                dc: 0,
-                fold_id: r.fixed_u64()?,
+                giver_id,
+                seq,
+                dv,
+                df,
+                dc,
+                fold_id,
             })
         }
         KIND_ANSWER => Step::Answer(Ack {
@@ -187,6 +229,14 @@ pub fn decode(key: &[u8], buf: &[u8]) -> Result<Step, DecodeError> {
 
 fn name(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
     r.key_name(MAX_NAME, FAMILY)
+}
+
+/// The ceiling units a ceiled kind ends with (never 0); 0 for a plain kind.
+fn read_ceiling_units(r: &mut Reader, ceiled: bool) -> Result<i64, DecodeError> {
+    match ceiled {
+        true => r.nonzero_ivarint("ceiling units", FAMILY),
+        false => Ok(0),
+    }
 }
 
 /// A fixed-width id that must not be 0.
@@ -266,10 +316,35 @@ mod tests {
             Step::RetargetMoves {
                 home: vec![b'h'; MAX_NAME],
             },
+            Step::Move {
+                receiver: b"r".to_vec(),
+                units: Units::ceiling(i64::MIN),
+                now_ms: -1,
+                new_id: 1,
+            },
+            Step::Move {
+                receiver: b"r".to_vec(),
+                units: Units {
+                    dv: 3,
+                    df: -2,
+                    dc: 1,
+                },
+                now_ms: 0,
+                new_id: 2,
+            },
             Step::Credit(credit.clone()),
             Step::Credit(Credit {
                 from: credit.giver.clone(),
                 fold_id: 5,
+                ..credit.clone()
+            }),
+            Step::Credit(Credit {
+                dc: i64::MAX,
+                ..credit.clone()
+            }),
+            Step::Credit(Credit {
+                from: credit.giver.clone(),
+                dc: -1,
                 ..credit
             }),
             Step::Answer(Ack {
@@ -295,6 +370,69 @@ mod tests {
         }
     }
 
+    /// A move's or a credit's ceiling units, its plain and ceiled kinds, and the same step
+    /// without ceiling units; None for another step.
+    fn split_ceiling_units(step: &Step) -> Option<(i64, (u8, u8), Step)> {
+        match step.clone() {
+            Step::Move {
+                receiver,
+                units,
+                now_ms,
+                new_id,
+            } => {
+                let plain = Step::Move {
+                    receiver,
+                    units: Units { dc: 0, ..units },
+                    now_ms,
+                    new_id,
+                };
+                Some((units.dc, (KIND_MOVE, KIND_MOVE_CEILED), plain))
+            }
+            Step::Credit(c) => {
+                let plain = Step::Credit(Credit { dc: 0, ..c.clone() });
+                Some((c.dc, (KIND_CREDIT, KIND_CREDIT_CEILED), plain))
+            }
+            _ => None,
+        }
+    }
+
+    /// A move or a credit is its plain kind's bytes exactly when it carries no ceiling units
+    /// (so a replica before ceilings takes it), else the ceiled kind's: the same bytes with
+    /// the dc after them. A plain kind decodes to dc 0; a ceiled kind with dc 0 is refused.
+    #[test]
+    fn ceiling_units_take_the_ceiled_kinds_and_plain_kinds_carry_none() {
+        let mut ceiled = 0;
+        for step in samples() {
+            let Some((dc, kinds, plain)) = split_ceiling_units(&step) else {
+                continue;
+            };
+            let (bytes, plain_bytes) = (encode(&step), encode(&plain));
+            assert_eq!(plain_bytes[1], kinds.0, "{step:?}");
+            if dc == 0 {
+                assert_eq!(
+                    bytes, plain_bytes,
+                    "{step:?}: no ceiling units, the plain kind"
+                );
+                continue;
+            }
+            ceiled += 1;
+            let mut dc_bytes = Writer::new();
+            dc_bytes.ivarint(dc);
+            let expected = [
+                &plain_bytes[..1],
+                &[kinds.1],
+                &plain_bytes[2..],
+                &dc_bytes.finish(),
+            ];
+            assert_eq!(bytes, expected.concat(), "{step:?}");
+            // The plain kind's bytes (a master's before ceilings) decode to dc 0.
+            assert_eq!(decode(KEY, &plain_bytes), Ok(plain));
+            let zero_dc = [&bytes[..plain_bytes.len()], &[0][..]].concat();
+            assert!(decode(KEY, &zero_dc).is_err(), "{step:?} with dc 0");
+        }
+        assert_eq!(ceiled, 4, "samples of both ceiled kinds");
+    }
+
     #[test]
     fn unknown_versions_kinds_and_out_of_range_fields_are_refused() {
         let buf = encode(&samples()[0]);
@@ -303,7 +441,7 @@ mod tests {
             other[0] = v;
             assert!(decode(KEY, &other).is_err(), "version {v}");
         }
-        for kind in [0, 8, 255] {
+        for kind in [0, 10, 255] {
             let mut other = buf.clone();
             other[1] = kind;
             assert!(decode(KEY, &other).is_err(), "kind {kind}");

@@ -2,18 +2,22 @@
 //! the table (`protocol::messages`) encodes to exactly these bytes and decodes back. A cluster
 //! runs mixed module versions while it is upgraded, so a change here is a wire change: it
 //! needs a new payload version that older nodes refuse as malformed, never new meanings of old
-//! bytes.
+//! bytes. The payloads added beside a kind's since (a version 3 credit, the ceiled kinds of
+//! the replicated `CTR.STEP`, which replicas of mixed versions read too) are pinned the same
+//! way in [`LATER_GOLDEN`].
 
 use crate::counter::audit::{Answer, Question};
 use crate::counter::collect::Collection;
 use crate::counter::rebalance::DemandMeter;
+use crate::counter::step::Step;
+use crate::counter::transfer::Units;
 use crate::persist::admission_msg::{self, NameAnswer};
 use crate::persist::demand_msg::{Give, Headroom, HolderDemand};
 use crate::persist::gather_msg::HolderAnswer;
 use crate::persist::holder_check_msg::Verdict;
 use crate::persist::transfer_msg;
 use crate::persist::transfer_msg::{Ack, Credit, Seal};
-use crate::persist::{audit_msg, collect_msg, demand_msg, gather_msg, holder_check_msg};
+use crate::persist::{audit_msg, collect_msg, demand_msg, gather_msg, holder_check_msg, step_msg};
 use crate::protocol::messages::MessageKind;
 use crate::protocol::messages::MessageKind as K;
 
@@ -23,6 +27,21 @@ fn hex(bytes: &[u8]) -> String {
 
 const HOME: &[u8] = b"{ctr}home";
 const HOLDER: &[u8] = b"{ctr.00000000000000ab.1.0}{ctr}home";
+
+/// The fixed credit, with `dc` ceiling units.
+fn credit(dc: i64) -> Credit {
+    Credit {
+        giver: HOLDER.to_vec(),
+        from: HOLDER.to_vec(),
+        receiver: HOME.to_vec(),
+        giver_id: 0x0304,
+        seq: 9,
+        dv: -5,
+        df: 4,
+        dc,
+        fold_id: 0x0102,
+    }
+}
 
 /// Each kind's encoding of its fixed message, in the table's order.
 fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
@@ -61,20 +80,7 @@ fn encodings() -> Vec<(MessageKind, Vec<u8>)> {
                 fold_id: 0x0102,
             }),
         ),
-        (
-            K::Credit,
-            transfer_msg::encode_credit(&Credit {
-                giver: HOLDER.to_vec(),
-                from: HOLDER.to_vec(),
-                receiver: HOME.to_vec(),
-                giver_id: 0x0304,
-                seq: 9,
-                dv: -5,
-                df: 4,
-                dc: 0,
-                fold_id: 0x0102,
-            }),
-        ),
+        (K::Credit, transfer_msg::encode_credit(&credit(0))),
         (
             K::Ack,
             transfer_msg::encode_ack(&Ack {
@@ -269,6 +275,80 @@ fn every_kind_decodes_its_golden_bytes_back() {
     assert_eq!((id, name), (0x78, HOLDER));
     let (id, answer) = admission_msg::decode_response(bytes(K::AdmissionResponse)).unwrap();
     assert_eq!((id, answer), (0x78, NameAnswer::Taken));
+}
+
+/// A payload of [`LATER_GOLDEN`]: a bus credit, or a `CTR.STEP` step and the key it is for.
+enum Later {
+    Credit(Credit),
+    Step(&'static [u8], Step),
+}
+
+impl Later {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Later::Credit(c) => transfer_msg::encode_credit(c),
+            Later::Step(_, step) => step_msg::encode(step),
+        }
+    }
+
+    /// True when `bytes` decode to this message.
+    fn decodes_back(&self, bytes: &[u8]) -> bool {
+        match self {
+            Later::Credit(c) => transfer_msg::decode_credit(bytes).as_ref() == Ok(c),
+            Later::Step(key, step) => step_msg::decode(key, bytes).as_ref() == Ok(step),
+        }
+    }
+}
+
+/// The payloads of [`LATER_GOLDEN`], in its order: each carries ceiling units (6, zigzag 0x0c).
+fn later_payloads() -> Vec<Later> {
+    vec![
+        Later::Credit(credit(6)),
+        Later::Step(
+            HOME,
+            Step::Move {
+                receiver: HOLDER.to_vec(),
+                units: Units::ceiling(6),
+                now_ms: 1_000,
+                new_id: 9,
+            },
+        ),
+        Later::Step(
+            HOME,
+            Step::Credit(Credit {
+                dv: 0,
+                df: 0,
+                fold_id: 0,
+                ..credit(6)
+            }),
+        ),
+    ]
+}
+
+/// Written from the layouts in `transfer_msg` and `step_msg`: a version 3 credit (0xCA's
+/// version 2 bytes with its dc after df); a `CTR.STEP` MOVE (ceiled) (kind 8: receiver, dv 0,
+/// df 0, now 1000 ms (zigzag 2000, d00f), new giver id 9, then dc); a `CTR.STEP` CREDIT
+/// (ceiled) (kind 9: giver, 0 (its name at the debit), giver id, seq 9, dv 0, df 0, fold
+/// id 0, then dc).
+const LATER_GOLDEN: [(&str, &str); 3] = [
+    ("credit v3", "03237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d6504030000000000000909080c0201000000000000"),
+    ("step move (ceiled)", "0108237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d650000d00f09000000000000000c"),
+    ("step credit (ceiled)", "0109237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d6500040300000000000009000000000000000000000c"),
+];
+
+#[test]
+fn every_later_payload_encodes_to_its_golden_bytes_and_decodes_back() {
+    let payloads = later_payloads();
+    assert_eq!(payloads.len(), LATER_GOLDEN.len());
+    let mut wrong = Vec::new();
+    for (payload, (what, golden)) in payloads.iter().zip(LATER_GOLDEN) {
+        let bytes = payload.encode();
+        if hex(&bytes) != golden {
+            wrong.push(format!("    (\"{what}\", \"{}\"),", hex(&bytes)));
+        }
+        assert!(payload.decodes_back(&bytes), "{what} decodes back");
+    }
+    assert!(wrong.is_empty(), "bytes changed:\n{}", wrong.join("\n"));
 }
 
 /// The audit's messages of the version before request ids (0xCE/0xCF version 1, an earlier
