@@ -988,6 +988,7 @@ fn ctr_samples() -> Vec<Counter> {
         floored,
         ceiled,
         sealed_ceiled_holder(),
+        ceiled_spread_home(),
         tokens,
         limiter(),
         windowed(),
@@ -1216,8 +1217,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             }
         }
     }
-    // Every step on a ceiled spread's home. Not a `ctr_state` seed (yet): `set_ceiling(None)`
-    // takes a ceiled spread's home's ceiling off, a state its decoder refuses.
+    // Every step on a ceiled spread's home (also among the states above, for some steps).
     let ceiled_home = ctr_format::encode(&ceiled_spread_home());
     for step in step_samples() {
         out.push(("ctr_step", ctr_step_input(&ceiled_home, b"k", &step)));

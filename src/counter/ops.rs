@@ -709,8 +709,11 @@ impl Counter {
         if ceiling.is_some() && self.window().is_some() {
             return Err(CounterError::Window(CEILING_AND_WINDOW));
         }
-        // A spread home, a holder, or a key with transfers of a spread still recorded.
-        if ceiling.is_some() && (self.spread().is_some() || self.transfers().is_some()) {
+        // A spread home, a holder, or a key with transfers of a spread still recorded: its
+        // ceiling is its share of a ceiled spread's (set or taken off, the shares would no
+        // longer sum to the spread's ceiling), and an unceiled spread's takes none.
+        let spread_member = self.spread().is_some() || self.transfers().is_some();
+        if spread_member && (ceiling.is_some() || self.ceiling().is_some()) {
             return Err(CounterError::CeilingOnSpread);
         }
         self.place_ceiling(ceiling)

@@ -656,6 +656,14 @@ mod tests {
         home.set_ceiling(Some(9)).unwrap();
         assert!(home.set_spread(record(&plain, None)).is_err());
         home.set_spread(record(&ceiled, Some(50))).unwrap();
+        // Its share can neither change nor go: the shares would no longer sum to the ceiling.
+        for ceiling in [None, Some(12)] {
+            assert_eq!(
+                home.set_ceiling(ceiling),
+                Err(crate::counter::CounterError::CeilingOnSpread)
+            );
+        }
+        assert_eq!(home.ceiling().map(|c| c.ceiling), Some(9));
     }
 
     #[test]
