@@ -67,7 +67,8 @@ mutant "a holder's second move to its renamed home before the first is answered"
 mutant "a rebalance poll while the home folds holders back" src/protocol/rebalance_node.rs \
   '    let c = c.filter(|c| c.leaving().is_empty())?;' '    let c = c?;'
 mutant "a round's reports without the budget moving out" src/protocol/rebalance_node.rs \
-  'c.map_or((0, 0), |c| (c.budget(), c.budget_moving_out(now)))' 'c.map_or((0, 0), |c| (c.budget(), 0))'
+  'c.map_or((0, 0), |c| (kind.budget(c), c.budget_moving_out(kind, now)))' \
+  'c.map_or((0, 0), |c| (kind.budget(c), 0))'
 mutant "a round blind to credits landing at its home" src/protocol/rebalance_node.rs \
   '    t.inbox.iter().flat_map(|a| [a.giver_id, a.seq]).collect()' '    Vec::new()'
 mutant "a write makes a key at a sealed holder's name renamed away" src/protocol/transfer_node.rs \
