@@ -98,7 +98,7 @@ fn no_write_takes_a_counter_above_its_ceiling() {
 }
 
 #[test]
-fn ceilings_and_spread_counters_are_refused_together() {
+fn ceilings_and_spread_counters_are_refused_together_until_the_spread_ends() {
     let server = Server::start();
     let mut c = server.conn();
     c.q("CTR.ADD hot 5");
@@ -120,6 +120,14 @@ fn ceilings_and_spread_counters_are_refused_together() {
         .error()
         .starts_with("ERR bounds on spread"));
     assert_eq!(c.q("CTR.HOLDERS capped").array().len(), 1);
+    // Shrunk to 1, its holders folded back (at once on one server), the home is a counter of
+    // its own again and takes a ceiling; a holder's name still takes none.
+    assert_eq!(c.q("CTR.SPREAD hot 1").array().len(), 1);
+    assert_eq!(c.q("CTR.CEIL hot 100"), ok());
+    assert_eq!(c.q("CTR.ADD hot 96"), Value::Nil);
+    assert_eq!(c.q("CTR.ADD hot 95"), Value::Int(100));
+    assert_eq!(c.q("CTR.INFO hot").field("ceiling"), Value::Int(100));
+    assert!(c.cmd(&["CTR.CEIL", &holder, "100"]).is_error());
 }
 
 #[test]

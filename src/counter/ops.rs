@@ -709,11 +709,10 @@ impl Counter {
         if ceiling.is_some() && self.window().is_some() {
             return Err(CounterError::Window(CEILING_AND_WINDOW));
         }
-        // A spread home, a holder, or a key with transfers of a spread still recorded: its
-        // ceiling is its share of a ceiled spread's (set or taken off, the shares would no
-        // longer sum to the spread's ceiling), and an unceiled spread's takes none.
-        let spread_member = self.spread().is_some() || self.transfers().is_some();
-        if spread_member && (ceiling.is_some() || self.ceiling().is_some()) {
+        // A spread's member: its ceiling is its share of a ceiled spread's (set or taken off,
+        // the shares would no longer sum to the spread's ceiling), and an unceiled spread's
+        // takes none.
+        if self.takes_part_in_a_spread() && (ceiling.is_some() || self.ceiling().is_some()) {
             return Err(CounterError::CeilingOnSpread);
         }
         self.place_ceiling(ceiling)

@@ -650,6 +650,18 @@ impl Counter {
         self.transfers().is_some_and(|t| t.sealed_into.is_some())
     }
 
+    /// True when the counter is a spread's member: a home listing holders or folding some back,
+    /// a key with a transfer unanswered or sealed into a home, or one that took a credit (a
+    /// holder). What a home keeps once its spread ended (the ids it retired, its folded marks,
+    /// its listing for the token window) does not make it one: shrunk to 1, it is a counter of
+    /// its own again.
+    pub fn takes_part_in_a_spread(&self) -> bool {
+        let moving = self.transfers().is_some_and(|t| {
+            !t.outbox.is_empty() || !t.inbox.is_empty() || t.sealed_into.is_some()
+        });
+        self.spread().is_some() || !self.leaving().is_empty() || moving
+    }
+
     /// True when the counter is sealed and its fold's credit is acknowledged: its units are in
     /// the home (whose replicas hold the credit), and its seal is on its own replicas (the
     /// credit went out only once they held it). A sealed holder sends nothing else, so an
@@ -1874,6 +1886,47 @@ mod tests {
         send(&empty, &h1, &mut unfloored, HOME, &out).unwrap();
         assert_eq!((unfloored.value(), unfloored.floor()), (7, None));
         assert!(unfloored.leaving().is_empty());
+    }
+
+    /// A home shrunk to 1 whose folds all landed is a counter of its own again and takes a
+    /// ceiling, though it keeps its retired id and listing; while it lists or folds holders,
+    /// and on a holder that took a credit, a ceiling is refused.
+    #[test]
+    fn a_ceiling_waits_until_the_spread_ended() {
+        let h1 = holder(1);
+        let mut home = Counter::plain(2);
+        let listed = |holders: Vec<Vec<u8>>| crate::counter::Spread {
+            id: 7,
+            holders,
+            floor: None,
+            ceiling: None,
+        };
+        let clock = ListClock {
+            now_ms: 1_000,
+            window_ms: 60_000,
+        };
+        home.list_spread(listed(vec![h1.clone()]), clock).unwrap();
+        let refused = Err(CounterError::CeilingOnSpread);
+        assert_eq!(home.set_ceiling(Some(50)), refused, "listing holders");
+        home.begin_shrink(1, &mut fold_ids()).unwrap();
+        assert_eq!(home.set_ceiling(Some(50)), refused, "folding one back");
+        let fold = home.leaving()[0].fold_id;
+        let mut holder1 = Counter::plain(4);
+        let out = holder1.seal_into(HOME, fold, 6, g(11)).unwrap().unwrap();
+        send(&holder1, &h1, &mut home, HOME, &out).unwrap();
+        assert!(home.has_retired(7) && home.transfers().is_some());
+        assert_eq!(home.set_ceiling(Some(50)), Ok(true));
+        assert_eq!(home.ceiling().map(|c| c.ceiling), Some(50));
+        // A holder that took a credit is a member: its bounds are its spread's shares.
+        let mut giver = Counter::plain(5);
+        giver.set_floor(Some(0)).unwrap();
+        let out = giver
+            .start_transfer(&h1, Units::floor(-2), 1, g(3))
+            .unwrap();
+        let mut taker = Counter::plain(0);
+        send(&giver, HOME, &mut taker, &h1, &out).unwrap();
+        assert_eq!(taker.set_ceiling(Some(9)), refused);
+        assert_eq!(giver.set_ceiling(Some(9)), refused, "its move unanswered");
     }
 
     /// A ceiled spread's holder `i` (its name says the ceiling: attempts from
