@@ -29,7 +29,8 @@ mutant "a restored copy of the home never detached" src/counter/collect.rs \
 mutant "two transfers in one millisecond share a seq" src/counter/transfer.rs \
   '    last.saturating_add(1).max(by_time)' '    by_time.max(1)'
 mutant "a refusal made final while budget travels" src/counter/transfer.rs \
-  '        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.df < 0)' '        before_first_credit'
+  '        let moving = |o: &Outgoing| kind.moved(o.units()) > 0;' \
+  '        let moving = |o: &Outgoing| kind == BudgetKind::Up && kind.moved(o.units()) > 0;'
 mutant "the audit reports without its grace" src/counter/audit.rs \
   '                if now.saturating_sub(since) < grace {' '                if false {'
 mutant "the audit's Gone answered before the replica holds the DEL" src/counter/audit.rs \
@@ -101,8 +102,8 @@ mutant "a refund remembered as its grant" src/counter/bounds.rs \
   '        self.keep_record(op.fp, grant.expires_at, Intent::REFUNDED, op.units);' \
   '        self.keep_record(op.fp, grant.expires_at, Intent::GRANT, op.units);'
 mutant "a refusal under a ceiling made final while up-budget travels" src/counter/transfer.rs \
-  '        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.dc > 0)' \
-  '        before_first_credit'
+  '        let moving = |o: &Outgoing| kind.moved(o.units()) > 0;' \
+  '        let moving = |o: &Outgoing| kind == BudgetKind::Down && kind.moved(o.units()) > 0;'
 mutant "a credit's ceiling units applied twice" src/counter/transfer.rs \
   '        self.shift(c.units(), make)?;' \
   '        self.shift(Units { dc: c.dc.saturating_mul(2), ..c.units() }, make)?;'

@@ -45,7 +45,7 @@ impl BudgetKind {
     pub fn budget(self, c: &Counter) -> i64 {
         match self {
             BudgetKind::Down => c.budget(),
-            BudgetKind::Up => (c.ceiling().map_or(0, |x| x.ceiling)).saturating_sub(c.value()),
+            BudgetKind::Up => self.bound(c).unwrap_or(0).saturating_sub(c.value()),
         }
     }
 

@@ -73,9 +73,7 @@ pub fn is_floored_id(id: u64) -> bool {
 /// alone keeps it from going below 0, so the total never goes below the counter's floor.
 #[inline]
 pub fn floor_by_name(name: &[u8]) -> Option<i64> {
-    parse_holder_name(name)
-        .filter(|h| is_floored_id(h.spread_id))
-        .map(|_| 0)
+    bounds_by_name(name).floor
 }
 
 /// The first search attempt of a ceiled spread's holder names: a holder of a ceiled spread is
@@ -96,7 +94,7 @@ pub fn is_ceiled_holder(h: &HolderName) -> bool {
 /// total never goes above the counter's ceiling.
 #[inline]
 pub fn ceiling_by_name(name: &[u8]) -> Option<i64> {
-    parse_holder_name(name).filter(is_ceiled_holder).map(|_| 0)
+    bounds_by_name(name).ceiling
 }
 
 /// The bounds a key's name holds it within while it has none of its own: a holder of a
@@ -126,7 +124,8 @@ impl NameBounds {
     }
 }
 
-/// [`floor_by_name`] and [`ceiling_by_name`] from one parse (what every add asks).
+/// [`floor_by_name`] and [`ceiling_by_name`] from one parse (what every add asks): the one
+/// place a name's bounds are read.
 #[inline]
 pub fn bounds_by_name(name: &[u8]) -> NameBounds {
     match parse_holder_name(name) {

@@ -47,7 +47,7 @@ use super::folded::{self, FoldedMark};
 use super::listing::{ListClock, ListedAtError, Listing};
 use super::{exact_sum, Counter, CounterError};
 use crate::counter::spread::{
-    carried_home, ceiling_by_name, floor_by_name, parse_holder_name, same_spread, MAX_HOLDERS,
+    bounds_by_name, carried_home, parse_holder_name, same_spread, NameBounds, MAX_HOLDERS,
     MAX_HOLDER_NAME,
 };
 
@@ -547,7 +547,7 @@ pub fn add_waits_for_up_budget(
     now_ms: i64,
 ) -> bool {
     match counter {
-        None => ceiling_if_none.is_some_and(|ceiling| passes(0, delta, ceiling)),
+        None => refused_by_ceiling(0, delta, ceiling_if_none),
         Some(c) => {
             add_refused_by_ceiling(c, delta, ceiling_if_none)
                 && c.up_budget_in_flight(ceiling_if_none, now_ms)
@@ -559,12 +559,16 @@ pub fn add_waits_for_up_budget(
 /// own, or the one its name gives it while it has none).
 pub fn add_refused_by_ceiling(c: &Counter, delta: i64, ceiling_if_none: Option<i64>) -> bool {
     let ceiling = c.ceiling().map(|x| x.ceiling).or(ceiling_if_none);
-    delta > 0 && ceiling.is_some_and(|ceiling| passes(c.value(), delta, ceiling))
+    refused_by_ceiling(c.value(), delta, ceiling)
 }
 
-/// True when `value + delta` is above `ceiling`, or overflows.
-fn passes(value: i64, delta: i64, ceiling: i64) -> bool {
-    value.checked_add(delta).is_none_or(|v| v > ceiling)
+/// True when a positive add of `delta` to `value` would pass `ceiling` (or overflow).
+fn refused_by_ceiling(value: i64, delta: i64, ceiling: Option<i64>) -> bool {
+    NameBounds {
+        floor: None,
+        ceiling,
+    }
+    .refuses(value, delta)
 }
 
 /// True when the counter `c` alone cannot cover a purchase of `amount` (its own floor, or the
@@ -720,22 +724,23 @@ impl Counter {
     /// move's receiver shows its floor when the credit lands. None when the counter has no
     /// floor and folds none, or on overflow.
     pub fn floor_in_hand(&self) -> Option<i64> {
-        self.bound_in_hand(self.floor().map(|f| f.floor), |u| u.df)
+        self.bound_in_hand(BudgetKind::Down)
     }
 
     /// [`Counter::floor_in_hand`]'s mirror: its ceiling plus the ceiling units of its fold not
     /// yet acknowledged. None when the counter has no ceiling and folds none, or on overflow.
     pub fn ceiling_in_hand(&self) -> Option<i64> {
-        self.bound_in_hand(self.ceiling().map(|c| c.ceiling), |u| u.dc)
+        self.bound_in_hand(BudgetKind::Up)
     }
 
-    /// A bound (`own`) plus the units of that kind (`kind`) of its unacknowledged fold.
-    fn bound_in_hand(&self, own: Option<i64>, kind: fn(Units) -> i64) -> Option<i64> {
+    /// Its bound of `kind` plus the units of that bound its unacknowledged fold carries.
+    fn bound_in_hand(&self, kind: BudgetKind) -> Option<i64> {
+        let own = kind.bound(self);
         let folding: Vec<i64> = self.transfers().map_or_else(Vec::new, |t| {
             t.outbox
                 .iter()
                 .filter(|o| o.fold_id != 0)
-                .map(|o| kind(o.units()))
+                .map(|o| kind.bound_units(o.units()))
                 .collect()
         });
         if own.is_none() && folding.is_empty() {
@@ -753,8 +758,7 @@ impl Counter {
     /// A move counts while it is younger than [`MOVE_IN_FLIGHT_MS`] (its seq carries the time
     /// of its debit, [`next_seq`]).
     pub fn budget_in_flight(&self, floor_if_none: Option<i64>, now_ms: i64) -> bool {
-        let before_first_credit = self.floor().is_none() && floor_if_none.is_some();
-        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.df < 0)
+        self.room_in_flight(BudgetKind::Down, floor_if_none, now_ms)
     }
 
     /// [`Counter::budget_in_flight`]'s mirror for a ceiling: true when up-budget this counter
@@ -762,8 +766,15 @@ impl Counter {
     /// credit, `ceiling_if_none` from its name, or a move of ceiling units out of it not yet
     /// acknowledged), so a positive add it refuses now may fit once it lands.
     pub fn up_budget_in_flight(&self, ceiling_if_none: Option<i64>, now_ms: i64) -> bool {
-        let before_first_credit = self.ceiling().is_none() && ceiling_if_none.is_some();
-        before_first_credit || self.budget_moves_out(now_ms).any(|o| o.dc > 0)
+        self.room_in_flight(BudgetKind::Up, ceiling_if_none, now_ms)
+    }
+
+    /// Budget of `kind` still travelling to or from this counter: before its first credit of
+    /// that bound (`bound_if_none`, from its name), or a move of it out not yet acknowledged.
+    fn room_in_flight(&self, kind: BudgetKind, bound_if_none: Option<i64>, now_ms: i64) -> bool {
+        let before_first_credit = kind.bound(self).is_none() && bound_if_none.is_some();
+        let moving = |o: &Outgoing| kind.moved(o.units()) > 0;
+        before_first_credit || self.budget_moves_out(now_ms).any(moving)
     }
 
     /// The budget moving out of this counter and not yet acknowledged, counted as
@@ -1007,8 +1018,9 @@ impl Counter {
         // share of 0), so its first credit makes it bounded (at 0 when it had no bound) as its
         // name or the units say.
         let budget_move = c.fold_id == 0;
-        let ceiled = c.dc != 0 || ceiling_by_name(&c.receiver).is_some();
-        let floored = c.df != 0 || floor_by_name(&c.receiver).is_some();
+        let by_name = bounds_by_name(&c.receiver);
+        let ceiled = c.dc != 0 || by_name.ceiling.is_some();
+        let floored = c.df != 0 || by_name.floor.is_some();
         // A spread from before ids names no floor: any move but a ceiled one floors it.
         let make = MadeBounds {
             floor: budget_move && (floored || !ceiled),
