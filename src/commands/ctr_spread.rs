@@ -8,8 +8,8 @@ use super::parse::integer;
 use crate::config;
 use crate::counter::folded::first_attempt_at;
 use crate::counter::spread::{
-    carried_home, parse_holder_name, plan_holders_avoiding, spread_id_from, PlanError, SlotOwners,
-    Standalone, MAX_HOLDERS, MAX_HOME_NAME,
+    carried_home, first_attempt_for, parse_holder_name, plan_holders_avoiding, spread_id_from,
+    PlanError, SlotOwners, Standalone, MAX_HOLDERS, MAX_HOME_NAME,
 };
 use crate::counter::transfer::Transfers;
 use crate::counter::{CounterRef, Spread};
@@ -18,7 +18,7 @@ use crate::ffi::{
 };
 use crate::metrics;
 use crate::persist::ctr_format;
-use crate::runtime::ctr_floor_spread as floored;
+use crate::runtime::bounded_spread as bounded;
 use crate::runtime::ctr_store::{list_change_clock, publish_state, update_counter, with_counter};
 use crate::runtime::holder_admission;
 use crate::runtime::spread_cluster as cluster;
@@ -61,14 +61,6 @@ pub fn spread(ctx: Ctx, args: &Args) -> CommandResult {
         ))?;
     let home = args.bytes(1);
     crate::runtime::ctr_store::refuse_unwritable(ctx, args.raw(1))?;
-    let ceiled = with_counter(
-        ctx,
-        args.raw(1),
-        |c| matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some()),
-    )?;
-    if ceiled {
-        return Err(crate::counter::CounterError::CeilingOnSpread.into());
-    }
     let (current, spread_id) = with_counter(ctx, args.raw(1), current_spread)?;
     if target < current.len() + 1 {
         // The reply comes at once; the removed holders fold back in the background (CTR.INFO
@@ -114,7 +106,8 @@ fn current_spread(c: Option<CounterRef>) -> (Vec<Vec<u8>>, Option<u64>) {
 struct GrowPlan {
     spread_id: u64,
     added: Vec<Vec<u8>>,
-    is_floored: bool,
+    /// Floored or ceiled: its holders take shares of its bounds.
+    is_bounded: bool,
 }
 
 /// Which slot map a grow plans on: read afresh (a client's `CTR.SPREAD`), or the one read at
@@ -145,7 +138,7 @@ fn grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<Vec<Vec<u8>>>, CommandError> 
     let Some(GrowPlan {
         spread_id,
         added,
-        is_floored,
+        is_bounded,
     }) = plan_grow(ctx, asked)?
     else {
         return Ok(None);
@@ -153,10 +146,10 @@ fn grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<Vec<Vec<u8>>>, CommandError> 
     let (key_name, current) = (asked.key, asked.current);
     let home = string_bytes(key_name);
     let in_cluster = cluster::in_cluster(ctx);
-    if is_floored && in_cluster {
-        floored::spread_floored_across_masters(ctx, key_name, spread_id, current, &added)?;
-    } else if is_floored {
-        floored::spread_floored(ctx, key_name, spread_id, current, &added)?;
+    if is_bounded && in_cluster {
+        bounded::spread_bounded_across_masters(ctx, key_name, spread_id, current, &added)?;
+    } else if is_bounded {
+        bounded::spread_bounded(ctx, key_name, spread_id, current, &added)?;
     } else {
         let key = Key::open(ctx, key_name, true);
         let state = update_counter(&key, |c, _| {
@@ -197,6 +190,11 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
     }
     let in_cluster = cluster::in_cluster(ctx);
     let is_floored = crate::runtime::ctr_store::floor_of(ctx, key_name)?.is_some();
+    let is_ceiled = with_counter(
+        ctx,
+        key_name,
+        |c| matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some()),
+    )?;
     // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
     // then keeps it at or above 0 until its first budget credit gives it a floor.
     // What the home knows of its earlier holders: names a new holder must not take (a folded
@@ -221,7 +219,14 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
             || (admitted && holder_admission::is_taken(ctx, name, in_cluster))
     };
     let later = known.as_ref().map(|t| t.first_attempts(spread_id));
-    let first_attempt = |index: usize| later.as_ref().map_or(0, |l| first_attempt_at(l, index));
+    // A ceiled spread's names say it (attempts from CEILED_ATTEMPTS): a holder's name alone then
+    // keeps it at or below 0 until its first budget credit gives it a ceiling.
+    let first_attempt = |index: usize| {
+        first_attempt_for(
+            is_ceiled,
+            later.as_ref().map_or(0, |l| first_attempt_at(l, index)),
+        )
+    };
     let avoid: Avoid = (&taken, &first_attempt);
     // New holders carry the home name the others carry (a home renamed since keeps it).
     let carried = carried_home(current.iter().map(Vec::as_slice)).unwrap_or(home);
@@ -240,7 +245,7 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
     Ok(Some(GrowPlan {
         spread_id,
         added,
-        is_floored,
+        is_bounded: is_floored || is_ceiled,
     }))
 }
 

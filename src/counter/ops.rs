@@ -718,6 +718,24 @@ impl Counter {
         self.place_ceiling(ceiling)
     }
 
+    /// Makes this counter's bounds its share of a bounded spread's (`floor`, `ceiling`: each
+    /// None to leave that bound as it is), both or neither: what `CTR.SPREAD` on one server
+    /// writes on the home and on each new holder, where nothing is in flight.
+    pub fn take_share(
+        &mut self,
+        floor: Option<i64>,
+        ceiling: Option<i64>,
+    ) -> Result<(), CounterError> {
+        let before = self.clone();
+        let result = floor
+            .map_or(Ok(false), |f| self.set_floor(Some(f)))
+            .and_then(|_| ceiling.map_or(Ok(false), |c| self.place_ceiling(Some(c))));
+        if result.is_err() {
+            *self = before;
+        }
+        result.map(|_| ())
+    }
+
     /// Puts the ceiling in place, its headroom spread evenly over the shards' budgets: what
     /// [`Counter::set_ceiling`] does once allowed, and what a credit of ceiling units does to a
     /// holder of a ceiled spread. Refused when the value is above it.

@@ -9,6 +9,7 @@
 //! no move is in flight). No holder ever goes below its own floor, so the total never goes
 //! below `F` (docs/FLOORS.md).
 
+use super::budget_kind::BudgetKind;
 use super::floor::split_evenly;
 use super::CounterError;
 
@@ -38,16 +39,17 @@ pub fn initial_moves(headroom: i64, holders: usize) -> Vec<Move> {
         .collect()
 }
 
-/// The floors after `moves`, applied all at once (one server, where nothing is in flight):
-/// each giver's floor up by its units, each receiver's down. An error, with nothing applied,
-/// when a giver would end below its new floor (`values`), or a floor or a headroom would
-/// overflow.
+/// The bounds of `kind` after `moves`, applied all at once (one server, where nothing is in
+/// flight): floors rise at each giver and fall at each receiver; ceilings fall at each giver and
+/// rise at each receiver. An error, with nothing applied, when a giver would end past its new
+/// bound (`values`), or a bound or a headroom would overflow.
 pub fn apply_moves(
-    floors: &[i64],
+    kind: BudgetKind,
+    bounds: &[i64],
     values: &[i64],
     moves: &[Move],
 ) -> Result<Vec<i64>, CounterError> {
-    let mut after = floors.to_vec();
+    let mut after = bounds.to_vec();
     for m in moves {
         let (Some(&giver), Some(&receiver)) = (after.get(m.giver), after.get(m.receiver)) else {
             return Err(CounterError::InvalidOperation("move names no holder"));
@@ -55,17 +57,24 @@ pub fn apply_moves(
         if m.units <= 0 || m.giver == m.receiver {
             return Err(CounterError::InvalidOperation("empty move"));
         }
-        after[m.giver] = giver.checked_add(m.units).ok_or(CounterError::Overflow)?;
-        after[m.receiver] = receiver
-            .checked_sub(m.units)
-            .ok_or(CounterError::Overflow)?;
+        // What the receiver applies (the giver the opposite): floor units down, ceiling up.
+        let units = kind.bound_units(kind.units(m.units));
+        after[m.giver] = giver.checked_sub(units).ok_or(CounterError::Overflow)?;
+        after[m.receiver] = receiver.checked_add(units).ok_or(CounterError::Overflow)?;
     }
-    for (floor, value) in after.iter().zip(values) {
-        if value < floor {
-            return Err(CounterError::InvalidOperation("a giver lacks the budget"));
+    for (bound, value) in after.iter().zip(values) {
+        let headroom = match kind {
+            BudgetKind::Down => value.checked_sub(*bound),
+            BudgetKind::Up => bound.checked_sub(*value),
+        };
+        match headroom {
+            // A bounded counter holds its headroom in 64 bits.
+            None => return Err(CounterError::Overflow),
+            Some(h) if h < 0 => {
+                return Err(CounterError::InvalidOperation("a giver lacks the budget"))
+            }
+            Some(_) => {}
         }
-        // A floored counter holds its headroom in 64 bits.
-        value.checked_sub(*floor).ok_or(CounterError::Overflow)?;
     }
     Ok(after)
 }
@@ -348,7 +357,8 @@ mod tests {
         assert!(initial_moves(0, 16).is_empty());
         assert!(initial_moves(-5, 16).is_empty());
         // Home floor 100, value 110: the home keeps 3 units, the others 3, 2, 2.
-        let floors = apply_moves(&[100, 0, 0, 0], &[110, 0, 0, 0], &moves).unwrap();
+        let floors =
+            apply_moves(BudgetKind::Down, &[100, 0, 0, 0], &[110, 0, 0, 0], &moves).unwrap();
         assert_eq!(floors, vec![107, -3, -2, -2]);
         assert_eq!(
             floors.iter().sum::<i64>(),
@@ -364,18 +374,28 @@ mod tests {
             receiver: 1,
             units,
         };
-        assert!(apply_moves(&[0, 0], &[5, 0], &[give(6)]).is_err());
-        assert!(apply_moves(&[0, 0], &[5, 0], &[give(0)]).is_err());
-        assert!(apply_moves(&[0, i64::MIN], &[5, 0], &[give(1)]).is_err());
-        let deep = apply_moves(&[0, -i64::MAX + 1], &[5, 5], &[give(1)]);
+        assert!(apply_moves(BudgetKind::Down, &[0, 0], &[5, 0], &[give(6)]).is_err());
+        assert!(apply_moves(BudgetKind::Down, &[0, 0], &[5, 0], &[give(0)]).is_err());
+        assert!(apply_moves(BudgetKind::Down, &[0, i64::MIN], &[5, 0], &[give(1)]).is_err());
+        let deep = apply_moves(BudgetKind::Down, &[0, -i64::MAX + 1], &[5, 5], &[give(1)]);
         assert!(deep.is_err(), "holder 1's headroom would not fit");
         let to_nobody = Move {
             giver: 0,
             receiver: 9,
             units: 1,
         };
-        assert!(apply_moves(&[0, 0], &[5, 0], &[to_nobody]).is_err());
-        assert_eq!(apply_moves(&[0, 0], &[5, 0], &[give(5)]).unwrap(), [5, -5]);
+        assert!(apply_moves(BudgetKind::Down, &[0, 0], &[5, 0], &[to_nobody]).is_err());
+        assert_eq!(
+            apply_moves(BudgetKind::Down, &[0, 0], &[5, 0], &[give(5)]).unwrap(),
+            [5, -5]
+        );
+        // Ceilings, the mirror: the giver's falls, the receiver's rises; no more than its room.
+        let up = |ceilings: &[i64], values: &[i64], n| {
+            apply_moves(BudgetKind::Up, ceilings, values, &[give(n)])
+        };
+        assert_eq!(up(&[20, 0], &[5, -1], 15).unwrap(), [5, 15]);
+        assert!(up(&[20, 0], &[5, -1], 16).is_err(), "15 units of room");
+        assert!(up(&[i64::MIN + 1, 0], &[i64::MIN, 0], 2).is_err());
     }
 
     #[test]

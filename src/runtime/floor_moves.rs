@@ -17,6 +17,7 @@ use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::NodeId;
 use super::spread_transfer::{decode_message, hurry, run_machine, tick_soon, RedisHost};
 use crate::config;
+use crate::counter::budget_kind::BudgetKind;
 use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
 use crate::counter::rebalance::{apply_moves, plan_moves, HolderReport};
 use crate::counter::spread::parse_holder_name;
@@ -235,7 +236,7 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     if moves.is_empty() {
         return Ok(());
     }
-    let after = apply_moves(&floors, &values, &moves)
+    let after = apply_moves(BudgetKind::Down, &floors, &values, &moves)
         .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
     for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
         if *before != floor {

@@ -7,6 +7,7 @@
 // Raw pointers here come from Redis itself (contexts, keys, blocked clients), never from clients.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub(crate) mod bounded_spread;
 pub(crate) mod bus;
 pub(crate) mod ctr_floor_spread;
 pub(crate) mod ctr_store;
