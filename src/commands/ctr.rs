@@ -8,10 +8,12 @@
 //! decisions.
 
 use super::ctr_args::{parse_add, parse_clear, AddArgs, Expiry, ExpiryArgs, BAD_EXPIRE};
+use super::ctr_floor::{budget_wait, wait_for_budget};
 use super::parse::integer;
 use super::spread_holders::refuse_look_alike;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
+use crate::counter::budget_kind::BudgetKind;
 use crate::counter::spread::bounds_by_name;
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
@@ -23,6 +25,7 @@ use crate::runtime::ctr_store::{
     refuse_sealed_unless_retry, with_counter, Before, Write, FOLD_IN_FLIGHT,
 };
 use crate::runtime::decide;
+use crate::runtime::floor_moves::{moves_budget, record_refusal};
 use crate::runtime::holder_check::Checked;
 
 /// A new token's add at a holder being folded back, past the wait for its fold to land.
@@ -93,17 +96,30 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     if w.token.is_none() && by_name.refuses(0, parsed.delta) && is_missing(&key) {
+        if let Some(awaits) = room_wait(ctx, args.bytes(1), None, parsed.delta, w.now) {
+            drop(key);
+            return wait_for_budget(ctx, args, UP, parsed.delta, (awaits, w.now), add);
+        }
         // A missing holder of a bounded spread is 0 held at 0: refused, nothing to remember
         // (and no key made), as CTR.DECRFLOOR refuses on a missing key.
         metrics::ADDS_REFUSED_BY_FLOOR.incr();
         return Ok(Reply::Null);
     }
     w.advised_shards = advised_shards;
+    let mut awaits = None;
+    let mut demand = false;
     let added = w.update(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
             return Ok(Added::Replayed(replay));
         }
+        // Before anything changes: a missing key is not made, a token not recorded.
+        awaits = room_wait(ctx, args.bytes(1), Some(c), parsed.delta, w.now);
+        if awaits.is_some() {
+            return Err(ROOM_NOT_YET);
+        }
+        // A refusal by a member of a spread that moves room is demand for it.
+        demand = parsed.delta > 0 && moves_budget(args.bytes(1), Some(c), UP);
         let shards = w.shards(c, before);
         let op = AddOp {
             now: w.now,
@@ -118,16 +134,24 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             return Ok(Added::Refused);
         }
         Ok(Added::Recorded(op, before, result))
-    })?;
-    let (op, before, result) = match added {
+    });
+    if let Some(awaits) = awaits {
+        drop(key);
+        return wait_for_budget(ctx, args, UP, parsed.delta, (awaits, w.now), add);
+    }
+    let refused = |ctx: Ctx| {
+        metrics::ADDS_REFUSED_BY_FLOOR.incr();
+        if demand {
+            record_refusal(ctx, args.bytes(1), parsed.delta, None);
+        }
+        Ok(Reply::Null)
+    };
+    let (op, before, result) = match added? {
         Added::Replayed(replay) => {
             metrics::DUPLICATES_IGNORED.incr();
             return Ok(replay.map_or(Reply::Null, Reply::Integer));
         }
-        Added::Refused => {
-            metrics::ADDS_REFUSED_BY_FLOOR.incr();
-            return Ok(Reply::Null);
-        }
+        Added::Refused => return refused(ctx),
         Added::Recorded(op, before, result) => (op, before, result),
     };
     // A key the write makes gets its deadline with the write's effect; an existing one only
@@ -169,11 +193,30 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             super::ctr_spread::after_add(ctx, w.key_name);
             Ok(Reply::Integer(value))
         }
-        None => {
-            metrics::ADDS_REFUSED_BY_FLOOR.incr();
-            Ok(Reply::Null)
-        }
+        None => refused(ctx),
     }
+}
+
+/// The kind of budget a positive add takes: the room below a ceiling.
+const UP: BudgetKind = BudgetKind::Up;
+
+/// The closure's way out of a write when the add waits for room (never replied).
+const ROOM_NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
+
+/// What a positive add of `delta` at a member of a ceiled spread (the counter `c`, None when
+/// missing) waits for before it is decided: room on its way to it, or room a rebalance round
+/// gathers to it. None for every other add.
+fn room_wait(
+    ctx: Ctx,
+    key: &[u8],
+    c: Option<&Counter>,
+    delta: i64,
+    now: i64,
+) -> Option<super::ctr_floor::Awaits> {
+    if delta <= 0 {
+        return None;
+    }
+    budget_wait(ctx, key, c, UP, delta, now)
 }
 
 /// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists, and for the

@@ -2,8 +2,8 @@
 
 use super::ctr_args::{parse_decrement, parse_floor};
 use super::spread_holders::refuse_look_alike;
-use crate::counter::spread::{floor_by_name, parse_holder_name};
-use crate::counter::transfer::{purchase_refused, purchase_waits_for_budget};
+use crate::counter::budget_kind::BudgetKind;
+use crate::counter::spread::{bounds_by_name, parse_holder_name};
 use crate::counter::{Counter, CounterRef, DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyName, Reply};
 use crate::metrics;
@@ -107,16 +107,47 @@ fn units_in_flight(key: &[u8]) -> CommandError {
     )
 }
 
-/// The retryable refusal of a purchase that only budget still travelling keeps from being
-/// granted (a floored holder before its first credit, a counter whose move is unacknowledged):
-/// not final, so nothing is recorded against its token and a retry decides afresh. The probe
-/// rule's walk stops here (skipping the holder could grant the token twice) and retries it.
-fn awaiting_budget(key: &[u8], waits_for: &str) -> CommandError {
-    metrics::DECREMENTS_AWAITING_BUDGET.incr();
+/// What a write refused only for now waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Awaits {
+    /// Budget on its way to it (its share, a move unacknowledged).
+    Share,
+    /// Budget the next rebalance round gathers to it from the other holders.
+    Gathered,
+    /// A purchase's wait, at a folded holder, before it passes a new token on.
+    Fold,
+}
+
+impl Awaits {
+    fn text(self, kind: BudgetKind) -> &'static str {
+        match (self, kind) {
+            (Awaits::Share, BudgetKind::Down) => "its share",
+            (Awaits::Share, BudgetKind::Up) => "its share of room",
+            (Awaits::Gathered, BudgetKind::Down) => "budget gathered from the other holders",
+            (Awaits::Gathered, BudgetKind::Up) => "room gathered from the other holders",
+            (Awaits::Fold, _) => "its fold to land",
+        }
+    }
+}
+
+/// The retryable refusal of a write (a purchase; a positive add at a ceiled spread's member)
+/// that only budget still travelling keeps from being decided (a bounded holder before its
+/// first credit, a counter whose move is unacknowledged): not final, so nothing is recorded
+/// against its token and a retry decides afresh. The probe rule's walk stops here (skipping
+/// the holder could count the token twice) and retries it.
+fn awaiting_budget(key: &[u8], awaits: Awaits, kind: BudgetKind) -> CommandError {
+    let write = match kind {
+        BudgetKind::Down => {
+            metrics::DECREMENTS_AWAITING_BUDGET.incr();
+            "purchase"
+        }
+        BudgetKind::Up => "add",
+    };
     CommandError(
         format!(
-            "TRYAGAIN budget in flight: spread counter holder '{}' waits for {waits_for}; retry the purchase",
-            String::from_utf8_lossy(key)
+            "TRYAGAIN budget in flight: spread counter holder '{}' waits for {}; retry the {write}",
+            String::from_utf8_lossy(key),
+            awaits.text(kind),
         )
         .into(),
     )
@@ -154,22 +185,34 @@ fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
     still_while(key, Counter::fold_travels)
 }
 
-/// Whether a purchase of `amount` at `key` would still wait for budget: its share or a move
-/// still travelling, or budget a rebalance round is to gather to it.
-fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> waiter::StillWaits {
+/// What a write of `amount` units of `kind` (a purchase, a positive add) at the counter `c`
+/// (None: a missing key) at `key` waits for before it is decided, if anything: budget on its
+/// way to it, or budget a rebalance round is to gather to it.
+pub(super) fn budget_wait(
+    ctx: Ctx,
+    key: &[u8],
+    c: Option<&Counter>,
+    kind: BudgetKind,
+    amount: i64,
+    now: i64,
+) -> Option<Awaits> {
+    let by_name = bounds_by_name(key);
+    if kind.waits_in_flight(c, amount, by_name, now) {
+        return Some(Awaits::Share);
+    }
+    let c = c?;
+    let gathers = kind.refuses(c, amount, by_name)
+        && crate::runtime::floor_moves::refusal_waits_for_rebalance(ctx, key, c, kind, amount, now);
+    gathers.then_some(Awaits::Gathered)
+}
+
+/// Whether a write of `amount` units of `kind` at `key` would still wait (see [`budget_wait`]).
+fn still_waits_for_budget(key: &[u8], kind: BudgetKind, amount: i64) -> waiter::StillWaits {
     let key = key.to_vec();
     Box::new(move |ctx| {
         let name = KeyName::new(ctx, &key);
         let now = ctx.now_ms();
-        let waits = |c: Option<&Counter>| {
-            purchase_waits_for_budget(c, amount, floor_if_none, now)
-                || c.is_some_and(|c| {
-                    purchase_refused(c, amount, floor_if_none)
-                        && crate::runtime::floor_moves::refusal_waits_for_rebalance(
-                            ctx, &key, c, amount, now,
-                        )
-                })
-        };
+        let waits = |c: Option<&Counter>| budget_wait(ctx, &key, c, kind, amount, now).is_some();
         with_counter(ctx, name.raw, |c| match c {
             None => waits(None),
             Some(CounterRef::Boxed(c)) => waits(Some(c)),
@@ -178,12 +221,29 @@ fn purchase_still_waits(key: &[u8], amount: i64, floor_if_none: Option<i64>) -> 
     })
 }
 
-/// What a holder waits for: budget on its way to it.
-const ITS_SHARE: &str = "its share";
-/// A folded holder's wait before it passes a new token on: its fold's acknowledgement.
-const ITS_FOLD: &str = "its fold to land";
-/// What a holder waits for: budget the next rebalance round gathers to it.
-const GATHERED_BUDGET: &str = "budget gathered from the other holders";
+/// A write of `amount` units of `kind` at `args`'s key that waits for budget (`awaits`): the
+/// demand of one that waits for a round is recorded, then the client is blocked until the
+/// budget has come and the command runs again (`rerun`), or answered `TRYAGAIN` when it cannot
+/// wait.
+pub(super) fn wait_for_budget(
+    ctx: Ctx,
+    args: &Args,
+    kind: BudgetKind,
+    amount: i64,
+    (awaits, now): (Awaits, i64),
+    rerun: waiter::Rerun,
+) -> CommandResult {
+    let key = args.bytes(1);
+    if awaits == Awaits::Gathered {
+        // The whole counter may cover it once budget gathers here: the refusal's demand asks
+        // the next rebalance round for it.
+        crate::runtime::floor_moves::record_refusal(ctx, key, amount, Some(now));
+    }
+    if wait_for_units(ctx, args, still_waits_for_budget(key, kind, amount), rerun) {
+        return Ok(Reply::Blocked);
+    }
+    Err(awaiting_budget(key, awaits, kind))
+}
 
 enum Decremented {
     /// Applied (granted, or refused with the refusal recorded in the ledger).
@@ -211,23 +271,19 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if sealed == Err(FOLD_IN_FLIGHT) {
         drop(key);
         return wait_for_fold(ctx, args, decrfloor, || {
-            awaiting_budget(args.bytes(1), ITS_FOLD)
+            awaiting_budget(args.bytes(1), Awaits::Fold, BudgetKind::Down)
         });
     }
     if let Some(first) = sealed? {
         metrics::DUPLICATES_IGNORED.incr();
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
-    let floor_if_none = floor_by_name(args.bytes(1));
     let named_holder = parse_holder_name(args.bytes(1)).is_some();
-    let still_waits = || purchase_still_waits(args.bytes(1), parsed.amount, floor_if_none);
+    let down = BudgetKind::Down;
     if w.token.is_none() && is_missing(&key) {
-        if purchase_waits_for_budget(None, parsed.amount, floor_if_none, w.now) {
+        if let Some(awaits) = budget_wait(ctx, args.bytes(1), None, down, parsed.amount, w.now) {
             drop(key);
-            if wait_for_units(ctx, args, still_waits(), decrfloor) {
-                return Ok(Reply::Blocked);
-            }
-            return Err(awaiting_budget(args.bytes(1), ITS_SHARE));
+            return wait_for_budget(ctx, args, down, parsed.amount, (awaits, w.now), decrfloor);
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
@@ -238,7 +294,6 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         return Ok(Reply::Null);
     }
-    let mut gathering = false;
     let mut awaits = None;
     let mut unproven = false;
     let outcome = w.update(&key, |c, before| {
@@ -246,24 +301,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             c.note_duplicate();
             return Ok(Decremented::Replayed(first));
         }
-        if purchase_waits_for_budget(Some(c), parsed.amount, floor_if_none, w.now) {
-            // Before anything changes: a missing key is not made, a token not recorded.
-            awaits = Some(ITS_SHARE);
-            return Err(NOT_YET);
-        }
-        if purchase_refused(c, parsed.amount, floor_if_none)
-            && crate::runtime::floor_moves::refusal_waits_for_rebalance(
-                ctx,
-                args.bytes(1),
-                c,
-                parsed.amount,
-                w.now,
-            )
-        {
-            // The whole counter may cover it once budget gathers here: the refusal's demand
-            // asks the next rebalance round for it.
-            gathering = true;
-            awaits = Some(GATHERED_BUDGET);
+        // Before anything changes: a missing key is not made, a token not recorded.
+        awaits = budget_wait(ctx, args.bytes(1), Some(c), down, parsed.amount, w.now);
+        if awaits.is_some() {
             return Err(NOT_YET);
         }
         let shards = w.shards(c, before);
@@ -284,15 +324,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Ok(Decremented::Recorded(op, before, result))
     });
-    if gathering {
-        crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, Some(w.now));
-    }
-    if let Some(waits_for) = awaits {
+    if let Some(awaits) = awaits {
         drop(key);
-        if wait_for_units(ctx, args, still_waits(), decrfloor) {
-            return Ok(Reply::Blocked);
-        }
-        return Err(awaiting_budget(args.bytes(1), waits_for));
+        return wait_for_budget(ctx, args, down, parsed.amount, (awaits, w.now), decrfloor);
     }
     let outcome = outcome?;
     let reply = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);

@@ -6,8 +6,11 @@
 //! down-budget; its holders keep the up-budget of their first shares (a fold takes a holder's
 //! share home).
 
-use super::spread::{is_ceiled_holder, is_floored_id, parse_holder_name};
-use super::transfer::Units;
+use super::spread::{is_ceiled_holder, is_floored_id, parse_holder_name, NameBounds};
+use super::transfer::{
+    add_refused_by_ceiling, add_waits_for_up_budget, purchase_refused, purchase_waits_for_budget,
+    Units,
+};
 use super::Counter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,32 @@ impl BudgetKind {
         }
     }
 
+    /// True when the counter `c` alone cannot take a write of `amount` units of this budget (a
+    /// purchase of `amount`, a positive add of `amount`) under its own bound, or the one its name
+    /// gives it (`by_name`) while it has none.
+    pub fn refuses(self, c: &Counter, amount: i64, by_name: NameBounds) -> bool {
+        match self {
+            BudgetKind::Down => purchase_refused(c, amount, by_name.floor),
+            BudgetKind::Up => add_refused_by_ceiling(c, amount, by_name.ceiling),
+        }
+    }
+
+    /// True when such a write at the counter `c` (None: a missing key) is refused only for want
+    /// of budget of this kind still travelling to it at `now_ms`: its answer is `TRYAGAIN`,
+    /// nothing recorded against its token.
+    pub fn waits_in_flight(
+        self,
+        c: Option<&Counter>,
+        amount: i64,
+        by_name: NameBounds,
+        now_ms: i64,
+    ) -> bool {
+        match self {
+            BudgetKind::Down => purchase_waits_for_budget(c, amount, by_name.floor, now_ms),
+            BudgetKind::Up => add_waits_for_up_budget(c, amount, by_name.ceiling, now_ms),
+        }
+    }
+
     /// The budget of this kind the counter `r` has once `moved` more units land.
     pub fn budget_after(self, r: &Counter, moved: i64) -> i64 {
         self.budget(r).saturating_add(moved)
@@ -135,5 +164,28 @@ mod tests {
         assert_eq!(BudgetKind::Down.units(4), Units::floor(-4));
         assert_eq!(BudgetKind::Down.moved(Units::floor(-4)), 4);
         assert_eq!(BudgetKind::Up.moved(Units::floor(-4)), 0);
+    }
+
+    #[test]
+    fn a_write_is_refused_and_waits_by_the_bound_of_its_kind() {
+        let ceiled =
+            crate::counter::spread::bounds_by_name(&holder_name(b"k", 8, 1, CEILED_ATTEMPTS));
+        let floored = crate::counter::spread::bounds_by_name(&holder_name(b"k", 7, 1, 0));
+        let mut c = Counter::plain(5);
+        c.set_ceiling(Some(9)).unwrap();
+        assert!(!BudgetKind::Up.refuses(&c, 4, NameBounds::default()));
+        assert!(BudgetKind::Up.refuses(&c, 5, NameBounds::default()));
+        assert!(
+            !BudgetKind::Down.refuses(&c, 5, NameBounds::default()),
+            "floor 0 by default"
+        );
+        assert!(BudgetKind::Down.refuses(&c, 6, NameBounds::default()));
+        // Before its first credit a holder is held at 0 by its name, and waits for its share.
+        assert!(BudgetKind::Up.refuses(&Counter::plain(0), 1, ceiled));
+        assert!(BudgetKind::Up.waits_in_flight(None, 1, ceiled, 1));
+        assert!(!BudgetKind::Up.waits_in_flight(None, 1, floored, 1));
+        assert!(BudgetKind::Down.waits_in_flight(None, 1, floored, 1));
+        assert!(!BudgetKind::Down.waits_in_flight(None, 1, ceiled, 1));
+        assert!(!BudgetKind::Up.waits_in_flight(Some(&c), 5, NameBounds::default(), 1));
     }
 }

@@ -16,9 +16,6 @@
 //!   every sold-out walk behind a round that may never come; a final refusal errs low, it never
 //!   sells a unit twice.
 
-use super::spread::{is_floored_id, parse_holder_name};
-use super::Counter;
-
 /// How long a round's bound decides refusals.
 pub const HEADROOM_FRESH_MS: i64 = 1_000;
 
@@ -108,17 +105,6 @@ pub fn whole_headroom(holders: impl IntoIterator<Item = (i64, i64)>) -> i64 {
         .into_iter()
         .map(|(budget, moving_out)| budget.max(0).saturating_add(moving_out.max(0)))
         .fold(0, i64::saturating_add)
-}
-
-/// The id of the floored spread counter that the counter `c` at `key` belongs to: a holder's
-/// by its name, a home's by its spread. None for any other counter (its refusals are final: it
-/// is the whole counter). The id, not the home's name, is the spread's identity: a renamed
-/// home keeps it, and its holders' names still carry the old name.
-pub fn floored_spread_id(key: &[u8], c: &Counter) -> Option<u64> {
-    if let Some(h) = parse_holder_name(key) {
-        return is_floored_id(h.spread_id).then_some(h.spread_id);
-    }
-    c.spread().filter(|s| s.floor.is_some()).map(|s| s.id)
 }
 
 #[cfg(test)]

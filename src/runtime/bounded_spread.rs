@@ -213,6 +213,44 @@ pub fn spread_bounded_across_masters(
     Ok(())
 }
 
+/// The kind of budget the bounded spread counter at `home` moves, and its names, the home first
+/// and then its holders; None when `home` is not (or no longer) one.
+pub fn bounded_spread_names(
+    ctx: Ctx,
+    home: &[u8],
+) -> Result<Option<(BudgetKind, Vec<Vec<u8>>)>, CommandError> {
+    let home_name = KeyName::new(ctx, home);
+    let found = with_counter(ctx, home_name.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => {
+            let (_, kind) = BudgetKind::of_member(home, Some(b))?;
+            Some((kind, b.spread()?.holders.clone()))
+        }
+        _ => None,
+    })?;
+    Ok(found.map(|(kind, holders)| {
+        (
+            kind,
+            std::iter::once(home.to_vec()).chain(holders).collect(),
+        )
+    }))
+}
+
+/// Sets the bound of `kind` of the counter at `key` (a rebalance on one server, where nothing
+/// is in flight), replicating the resulting state.
+pub fn write_bound(
+    ctx: Ctx,
+    key_name: RawString,
+    kind: BudgetKind,
+    bound: i64,
+) -> Result<(), CommandError> {
+    let mut bounds = Bounded::of(None);
+    match kind {
+        BudgetKind::Down => bounds.floor = Some(bound),
+        BudgetKind::Up => bounds.ceiling = Some(bound),
+    }
+    write_share(ctx, key_name, bounds, None)
+}
+
 /// Sets the counter at `key` to its share `bounds` (and, for the home, records its spread),
 /// replicating the resulting state.
 fn write_share(

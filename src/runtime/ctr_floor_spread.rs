@@ -8,46 +8,9 @@
 //! command, so nothing is ever in flight. Across cluster masters each share is a budget move
 //! from the home (a transfer, `dv = 0, df = -share`), delivered in the background.
 
-use super::ctr_store::{list_change_clock, update_counter, with_counter};
 use super::demand::{demand_of, selected_db};
 
-use crate::counter::{CounterRef, Spread};
-use crate::ffi::{CommandError, Ctx, Key, KeyName, RawString, Reply};
-use crate::persist::ctr_format;
-
-/// Sets the floor of the counter at `key` (and, for the home, its spread), replicating the
-/// resulting state.
-pub(crate) fn write_floor(
-    ctx: Ctx,
-    key_name: RawString,
-    floor: i64,
-    spread: Option<Spread>,
-) -> Result<(), CommandError> {
-    let key = Key::open(ctx, key_name, true);
-    let state = update_counter(&key, |c, _| {
-        c.set_floor(Some(floor))?;
-        if let Some(spread) = spread {
-            c.list_spread(spread, list_change_clock(ctx))?;
-        }
-        Ok(ctr_format::encode(c))
-    })?;
-    drop(key);
-    super::ctr_store::publish_state(ctx, key_name, &state)
-}
-
-/// The names of the floored spread counter at `home`, the home first and then its holders;
-/// None when `home` is not (or no longer) one.
-pub fn floored_spread_names(ctx: Ctx, home: &[u8]) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
-    let home_name = KeyName::new(ctx, home);
-    let holders = with_counter(ctx, home_name.raw, |c| match c {
-        Some(CounterRef::Boxed(b)) => b
-            .spread()
-            .filter(|s| s.floor.is_some())
-            .map(|s| s.holders.clone()),
-        _ => None,
-    })?;
-    Ok(holders.map(|h| std::iter::once(home.to_vec()).chain(h).collect()))
-}
+use crate::ffi::{Ctx, RawString, Reply};
 
 /// What the home of a floored spread counter adds to its `CTR.INFO`, read on one server.
 pub struct FlooredView {

@@ -10,15 +10,15 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::ctr_floor_spread::{floored_spread_names, write_floor};
-use super::ctr_store::{select_db, value_and_floor, with_counter};
+use super::bounded_spread::{bounded_spread_names, write_bound};
+use super::ctr_store::{select_db, with_counter};
 use super::demand::{self, selected_db, NODE};
 use super::scheduler::{self, Job, Next, When};
 use super::spread_cluster::NodeId;
 use super::spread_transfer::{decode_message, hurry, run_machine, tick_soon, RedisHost};
 use crate::config;
 use crate::counter::budget_kind::BudgetKind;
-use crate::counter::headroom::{floored_spread_id, whole_headroom, Refusal};
+use crate::counter::headroom::{whole_headroom, Refusal};
 use crate::counter::rebalance::{apply_moves, plan_moves, HolderReport};
 use crate::counter::spread::parse_holder_name;
 use crate::counter::Counter;
@@ -77,26 +77,42 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
     }
 }
 
-/// True when a purchase of `amount` that the counter `c` at `key` cannot cover should wait for
-/// budget to gather from the other holders (`TRYAGAIN`, nothing recorded) rather than be
-/// refused for good: `c` belongs to a floored spread counter whose whole headroom may cover
-/// it, as the last rebalance round told this master (`counter::headroom`). Never while
+/// True when a write of `amount` units of `kind` (a purchase, a positive add) that the counter
+/// `c` at `key` cannot take should wait for budget to gather from the other holders
+/// (`TRYAGAIN`, nothing recorded) rather than be refused for good: `c` belongs to a spread
+/// counter whose rebalancer moves that kind of budget, and whose whole headroom of it may cover
+/// the write, as the last rebalance round told this master (`counter::headroom`). Never while
 /// rebalancing is off: no round would ever come.
 pub fn refusal_waits_for_rebalance(
     ctx: Ctx,
     key: &[u8],
     c: &Counter,
+    kind: BudgetKind,
     amount: i64,
     now_ms: i64,
 ) -> bool {
     if config::REBALANCE_DELAY_MS.load(Relaxed) == 0 {
         return false;
     }
-    let Some(spread_id) = floored_spread_id(key, c) else {
+    let Some(spread_id) = rebalanced_spread(key, Some(c), kind) else {
         return false;
     };
     let spread = (selected_db(ctx), spread_id);
     demand::refusal_fate(spread, amount, now_ms) == Refusal::Retry
+}
+
+/// True when the counter `c` at `key` (None: a missing key, known by its name only) belongs to
+/// a spread counter whose rebalancer moves budget of `kind`: its refusals are demand for it.
+pub fn moves_budget(key: &[u8], c: Option<&Counter>, kind: BudgetKind) -> bool {
+    rebalanced_spread(key, c, kind).is_some()
+}
+
+/// The id of the spread counter the counter `c` at `key` (None: a missing key, known by its
+/// name only) belongs to, when its rebalancer moves budget of `kind`.
+fn rebalanced_spread(key: &[u8], c: Option<&Counter>, kind: BudgetKind) -> Option<u64> {
+    BudgetKind::of_member(key, c)
+        .filter(|&(_, k)| k == kind)
+        .map(|(id, _)| id)
 }
 
 /// True when a final refusal of a purchase of `amount` by the counter `c` at `key` (None: a
@@ -110,22 +126,17 @@ pub fn refusal_may_be_false(
     amount: i64,
     now_ms: i64,
 ) -> bool {
-    let spread_id = match c {
-        Some(c) => floored_spread_id(key, c),
-        None => parse_holder_name(key)
-            .map(|h| h.spread_id)
-            .filter(|&id| crate::counter::spread::is_floored_id(id)),
-    };
-    let Some(spread_id) = spread_id else {
+    let Some(spread_id) = rebalanced_spread(key, c, BudgetKind::Down) else {
         return false;
     };
     config::REBALANCE_DELAY_MS.load(Relaxed) == 0
         || !demand::refusal_proven((selected_db(ctx), spread_id), amount, now_ms)
 }
 
-/// A purchase refused afresh by the counter at `key` on this master (not a replay), for good
-/// or (`waiting_since`) told to retry while budget gathers: the demand the rebalancer moves
-/// budget toward. It schedules a rebalance of the spread counter `key` belongs to.
+/// A purchase (or a positive add at a member of a spread that moves up-budget) refused afresh by
+/// the counter at `key` on this master (not a replay), for good or (`waiting_since`) told to
+/// retry while budget gathers: the demand the rebalancer moves budget toward. It schedules a
+/// rebalance of the spread counter `key` belongs to.
 pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64, waiting_since: Option<i64>) {
     let rebalancing = config::REBALANCE_DELAY_MS.load(Relaxed) > 0;
     demand::record(selected_db(ctx), key, amount, waiting_since, rebalancing);
@@ -188,20 +199,20 @@ fn rebalance_due(ctx: Ctx) {
     select_db(ctx, 0);
 }
 
-/// One rebalance of the floored spread counter at `home`, all on this server: reads every
-/// holder's budget and its demand since the last rebalance, plans the moves
-/// ([`plan_moves`]) and applies them at once.
+/// One rebalance of the bounded spread counter at `home`, all on this server: reads every
+/// holder's budget of the kind the spread moves and its demand since the last rebalance, plans
+/// the moves ([`plan_moves`]) and applies them at once.
 fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
-    let Some(names) = floored_spread_names(ctx, home)? else {
-        return Ok(()); // not (or no longer) a floored spread counter
+    let Some((kind, names)) = bounded_spread_names(ctx, home)? else {
+        return Ok(()); // not (or no longer) a bounded spread counter
     };
     let keys: Vec<KeyName> = names.iter().map(|n| KeyName::new(ctx, n)).collect();
-    let (mut values, mut floors) = (Vec::new(), Vec::new());
+    let (mut values, mut bounds) = (Vec::new(), Vec::new());
     let now = ctx.precise_now_ms();
     for key in &keys {
-        let (value, floor) = with_counter(ctx, key.raw, value_and_floor)?;
+        let (value, bound) = with_counter(ctx, key.raw, |c| value_and_bound(c, kind))?;
         values.push(value);
-        floors.push(floor.unwrap_or(0));
+        bounds.push(bound);
     }
     let folding = with_counter(ctx, keys[0].raw, |c| match c {
         Some(crate::counter::CounterRef::Boxed(b)) => !b.leaving().is_empty(),
@@ -216,12 +227,15 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
             return Vec::new();
         };
         let book = &mut node.book;
-        let reports: Vec<HolderReport> = (names.iter().zip(values.iter().zip(&floors)))
-            .map(|(name, (&value, &floor))| {
+        let reports: Vec<HolderReport> = (names.iter().zip(values.iter().zip(&bounds)))
+            .map(|(name, (&value, &bound))| {
                 let key = (db, name.clone());
                 let meter = book.take_meter(&key, now);
                 HolderReport {
-                    budget: value.saturating_sub(floor),
+                    budget: match kind {
+                        BudgetKind::Down => value.saturating_sub(bound),
+                        BudgetKind::Up => bound.saturating_sub(value),
+                    },
                     demand: book.since_last_rebalance(key, meter),
                 }
             })
@@ -236,12 +250,21 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     if moves.is_empty() {
         return Ok(());
     }
-    let after = apply_moves(BudgetKind::Down, &floors, &values, &moves)
+    let after = apply_moves(kind, &bounds, &values, &moves)
         .map_err(|_| CommandError::fixed("ERR counter overflow"))?;
-    for ((key, before), &floor) in keys.iter().zip(&floors).zip(&after) {
-        if *before != floor {
-            write_floor(ctx, key.raw, floor, None)?;
+    for ((key, before), &bound) in keys.iter().zip(&bounds).zip(&after) {
+        if *before != bound {
+            write_bound(ctx, key.raw, kind, bound)?;
         }
     }
     Ok(())
+}
+
+/// A member's value and its bound of `kind` (0 while it has none: its name holds it there).
+fn value_and_bound(c: Option<crate::counter::CounterRef>, kind: BudgetKind) -> (i64, i64) {
+    match c {
+        Some(crate::counter::CounterRef::Boxed(b)) => (b.value(), kind.bound(b).unwrap_or(0)),
+        Some(other) => (other.value(), 0),
+        None => (0, 0),
+    }
 }
