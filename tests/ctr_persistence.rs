@@ -72,6 +72,16 @@ fn populate(c: &mut Conn) -> Vec<String> {
         b"f1",
     ]);
     keys.extend(fholders.iter().map(Value::text));
+    // A ceiled spread counter with a floor too: the spread's ceiling is state of the home
+    // (section 26), each member a counter with a ceiling (its share) and a floor.
+    c.q("CTR.ADD cstock 20");
+    c.q("CTR.CEIL cstock 50");
+    c.q("CTR.FLOOR cstock 0");
+    let cholders = c.q("CTR.SPREAD cstock 3").array();
+    let holder = cholders[2].bytes();
+    let token_add = [&b"CTR.ADD"[..], &holder, b"4", b"TOKEN", b"c1"];
+    assert_eq!(c.cmd(&token_add), Value::Int(4));
+    keys.extend(cholders.iter().map(Value::text));
     keys
 }
 
@@ -176,6 +186,15 @@ fn replicas_hold_the_same_counters() {
     m.q("CTR.FLOOR fresh-stock 1");
     let fresh = m.q("CTR.SPREAD fresh-stock 3").array();
     keys.extend(fresh.iter().map(Value::text));
+    // And a ceiled one: every member's share of the ceiling, then an add that fills one.
+    m.q("CTR.ADD fresh-cap 9");
+    m.q("CTR.CEIL fresh-cap 30");
+    let capped = m.q("CTR.SPREAD fresh-cap 3").array();
+    assert_eq!(
+        m.cmd(&[b"CTR.ADD", capped[1].bytes().as_slice(), b"7"]),
+        Value::Int(7)
+    );
+    keys.extend(capped.iter().map(Value::text));
     keys.push("streamed".into());
     master.wait_replicas(1);
     let mut r = replica.conn();
@@ -200,7 +219,7 @@ fn dump_restore_and_copy_are_exact_and_independent() {
             Value::Simple("OK".into())
         );
         let copied = format!("copied:{key}");
-        if key == "spread" || key == "fstock" {
+        if key == "spread" || key == "fstock" || key == "cstock" {
             // A spread home restored under another name while it lives is a copy of its own
             // units, without the holders (docs/CLUSTER.md).
             let own = c.cmd(&["CTR.INFO", key]).field("holder_values").array()[0].clone();

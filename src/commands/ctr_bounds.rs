@@ -20,11 +20,12 @@ use crate::runtime::ctr_store::{
     open_for_write_as, update_counter, Before, Write,
 };
 
-/// Ceilings (and the commands built on one key's bounds) are not for spread counters yet: a
-/// key named as a holder, or a home that lists holders or still folds some back.
-fn refuse_spread(key: &[u8], c: &Counter) -> Result<(), CommandError> {
+/// Refuses with `refusal` a key named as a holder, or a home that lists holders or still folds
+/// some back: a spread counter's ceiling is set before it spreads (its members hold shares of
+/// it), and `CTR.INCREX`'s bounds are one key's.
+fn refuse_spread(key: &[u8], c: &Counter, refusal: CounterError) -> Result<(), CommandError> {
     if parse_holder_name(key).is_some() || c.spread().is_some() || !c.leaving().is_empty() {
-        return Err(CounterError::CeilingOnSpread.into());
+        return Err(refusal.into());
     }
     Ok(())
 }
@@ -44,7 +45,7 @@ pub fn ceil(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(Reply::Ok); // no counter, no ceiling to remove
     }
     let changed = update_counter(&key, |c, before| {
-        refuse_spread(args.bytes(1), c)?;
+        refuse_spread(args.bytes(1), c, CounterError::CeilingOnSpread)?;
         Ok(c.set_ceiling(ceiling)? || before.created)
     })?;
     drop(key);
@@ -76,7 +77,7 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     let (key, content) = open_for_write_as(ctx, args.raw(1))?;
     let parsed = args.with_words(2, parse_increx)?;
     if parse_holder_name(args.bytes(1)).is_some() {
-        return Err(CounterError::CeilingOnSpread.into());
+        return Err(CounterError::IncrexOnSpread.into());
     }
     let deadline = ttl::deadline(ctx, parsed.expiry, BAD_EXPIRE_INCREX)?;
     if let Some((reply, ttl_change)) = increx_inline(ctx, &key, content, &parsed, deadline, args)? {
@@ -103,7 +104,7 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
         // A skip without a token changes nothing: decided on a read, the key left alone (a
         // missing one is not made).
         let skipped_at = |c: &Counter| -> Result<Option<i64>, CommandError> {
-            refuse_spread(args.bytes(1), c)?;
+            refuse_spread(args.bytes(1), c, CounterError::IncrexOnSpread)?;
             let (target, current) = target(c)?;
             Ok(target.is_none().then_some(current))
         };
@@ -123,7 +124,7 @@ pub fn increx(ctx: Ctx, args: &Args) -> CommandResult {
     // Only a token's retry compares the arguments.
     let print = if w.token.is_some() { parsed.print() } else { 0 };
     let outcome = w.update(&key, |c, before| {
-        refuse_spread(args.bytes(1), c)?;
+        refuse_spread(args.bytes(1), c, CounterError::IncrexOnSpread)?;
         if let Some(first) = w.retry_of(c, WriteKind::Increx(print))? {
             c.note_duplicate();
             let fp = w.token.map_or(0, |t| t.fp);

@@ -21,8 +21,13 @@ pub enum CounterError {
     ClearFlooredSpread,
     /// The value would be, or already is, above the requested ceiling.
     AboveCeiling,
-    /// A ceiling on a spread counter (its home or a holder), or a spread of a ceiled counter.
+    /// A ceiling set, changed or taken off on a spread counter's member (its home or a holder):
+    /// the members' shares would no longer sum to the counter's ceiling.
     CeilingOnSpread,
+    /// A clear of a ceiled spread counter's total: its members hold shares of its ceiling.
+    ClearCeiledSpread,
+    /// `CTR.INCREX` on a spread counter's member: its bounds are one key's.
+    IncrexOnSpread,
     /// A sliding window's configuration, or a change a windowed counter does not take (the
     /// whole error text).
     Window(&'static str),
@@ -45,7 +50,15 @@ impl CounterError {
             }
             CounterError::AboveCeiling => "ERR value above ceiling".to_string(),
             CounterError::CeilingOnSpread => {
-                "ERR bounds on spread counters are not supported yet: CTR.CEIL and CTR.INCREX take a counter that is not spread, and a counter with a ceiling does not spread"
+                "ERR the ceiling of a spread counter is set before it spreads (its holders keep ceilings of their own)"
+                    .to_string()
+            }
+            CounterError::ClearCeiledSpread => {
+                "ERR cannot clear a ceiled spread counter: its holders hold shares of its ceiling (shrink it with CTR.SPREAD key 1 first)"
+                    .to_string()
+            }
+            CounterError::IncrexOnSpread => {
+                "ERR CTR.INCREX takes a counter that is not spread: add to a spread counter with CTR.ADD, bounded by CTR.FLOOR and CTR.CEIL set before it spreads"
                     .to_string()
             }
             CounterError::ClearFlooredSpread => {

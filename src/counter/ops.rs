@@ -634,7 +634,7 @@ impl Counter {
             return Err(CounterError::ClearFlooredSpread);
         }
         if self.ceiling().is_some() {
-            return Err(CounterError::CeilingOnSpread);
+            return Err(CounterError::ClearCeiledSpread);
         }
         let value = self
             .value
