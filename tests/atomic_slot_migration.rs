@@ -377,6 +377,9 @@ struct Traffic {
 }
 
 const U_BASE: i64 = 100;
+/// The ceiled spread counter of the scene, and its ceiling.
+const C_HOME: &str = "{asm}seats";
+const C_CEILING: i64 = 600;
 const S_STOCK: i64 = 100_000;
 
 impl Traffic {
@@ -565,6 +568,9 @@ struct Scene {
     freezer: Option<std::thread::JoinHandle<()>>,
     u_holders: Vec<String>,
     s_holders: Vec<String>,
+    /// A ceiled spread counter's members, the home first: its shares of room, held back by
+    /// the frozen replica as the floored one's are, move with the slots (no traffic).
+    c_members: Vec<String>,
     source_pnc_id: String,
 }
 
@@ -589,6 +595,9 @@ impl Scene {
         let source_pnc_id = client.cmd(&["PNC.INFO", p]).field("replica-id").text();
         let freezer = freeze_replica(&replica, freeze);
         let s_holders = names(&client.cmd(&["CTR.SPREAD", s, "6"]));
+        assert_eq!(client.cmd(&["CTR.ADD", C_HOME, "10"]), Value::Int(10));
+        ok(client.cmd(&["CTR.CEIL", C_HOME, &C_CEILING.to_string()]));
+        let c_members = names(&client.cmd(&["CTR.SPREAD", C_HOME, "6"]));
         let spread = floor_view(&client.cmd(&["CTR.INFO", s]));
         assert!(
             spread.in_flight > 0,
@@ -604,6 +613,7 @@ impl Scene {
             freezer: Some(freezer),
             u_holders,
             s_holders,
+            c_members,
             source_pnc_id,
         }
     }
@@ -627,7 +637,13 @@ impl Scene {
                     .expect("a leaving holder and a floored one on one master");
                 let source = cluster.owner(key_slot(leaving.as_bytes()));
                 let mut slots = vec![key_slot(leaving.as_bytes()), key_slot(held.as_bytes())];
+                // A ceiled holder on that master moves too, when the spread put one there.
+                let ceiled = self.c_members[1..]
+                    .iter()
+                    .find(|h| cluster.owner(key_slot(h.as_bytes())) == source);
+                slots.extend(ceiled.map(|h| key_slot(h.as_bytes())));
                 slots.sort_unstable();
+                slots.dedup();
                 (slots, source)
             }
         }
@@ -683,6 +699,22 @@ impl Scene {
             assert_eq!(c.cmd(&["CTR.GET", s]), Value::Int(s_total), "{s}");
             assert_eq!(c.cmd(&["PNC.GET", p]), Value::Int(205), "{p}");
         }
+        // The ceiled counter's shares all landed once: its members' ceilings sum to its
+        // ceiling, and its total is what it was.
+        let ceilings = eventually(30, || {
+            let ceilings: Option<Vec<i64>> = (self.c_members.iter())
+                .map(|m| match client.cmd(&["CTR.INFO", m]) {
+                    Value::Error(_) => None,
+                    info => match info.field("ceiling") {
+                        Value::Int(c) => Some(c),
+                        _ => Some(0), // no ceiling yet (nil), or no key yet
+                    },
+                })
+                .collect();
+            ceilings.filter(|c| c.iter().sum::<i64>() == C_CEILING)
+        });
+        assert!(ceilings.iter().all(|&c| c >= 0), "{ceilings:?}");
+        assert_eq!(client.cmd(&["CTR.GET", C_HOME]), Value::Int(10));
         assert_eq!(settled.total, s_total);
         assert_eq!(settled.floors.iter().sum::<i64>(), 0, "{settled:?}");
         assert_eq!(settled.budgets.iter().sum::<i64>(), s_total, "{settled:?}");
