@@ -228,3 +228,65 @@ fn concurrent_adders_fill_a_ceiled_spread_exactly_to_its_ceiling() {
     let ceilings: i64 = members.iter().map(|m| ceiling_of(&mut c, m)).sum();
     assert_eq!(ceilings, 500);
 }
+
+/// Adds 1 at a time, walking `members`, until every member refuses; the units counted.
+fn fill(c: &mut Conn, members: &[String]) -> i64 {
+    let mut counted = 0;
+    loop {
+        let before = counted;
+        for m in members {
+            while let Value::Int(_) = add_retrying(c, m, 1) {
+                counted += 1;
+            }
+        }
+        if counted == before {
+            return counted;
+        }
+    }
+}
+
+/// Key operations on a ceiled spread's home keep the counter and its cap whole: `RENAME`
+/// (the rebalancer still gathers room for a renamed home, whose holders name it by its old
+/// name), `MOVE` and `SWAPDB` (the holders go along); a counter made again under the name of
+/// a deleted one is capped at its own ceiling and shares no member with the old one.
+#[test]
+fn key_operations_keep_a_ceiled_spread_whole_and_capped() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let members = spread_capped(&mut c, "a", 0, 100, 4);
+    assert_eq!(c.cmd(&["CTR.ADD", &members[1], "10"]), Value::Int(10));
+    assert_eq!(c.q("RENAME a b"), Value::Simple("OK".into()));
+    assert_eq!(total(&mut c, "b"), 10);
+    assert_eq!(total(&mut c, "a"), 0, "the old name shares nothing");
+    // More than any member's share, at a holder: room gathers to it for the renamed home.
+    assert_eq!(add_retrying(&mut c, &members[2], 60), Value::Int(60));
+    let renamed: Vec<String> = ["b".to_string()]
+        .into_iter()
+        .chain(members[1..].iter().cloned())
+        .collect();
+    assert_eq!(fill(&mut c, &renamed), 30);
+    assert_eq!(total(&mut c, "b"), 100);
+
+    assert_eq!(c.q("MOVE b 1"), Value::Int(1));
+    assert_eq!(c.q("SELECT 1"), Value::Simple("OK".into()));
+    common::eventually(5, || (total(&mut c, "b") == 100).then_some(()));
+    assert_eq!(fill(&mut c, &renamed), 0, "still capped in database 1");
+    assert!(!c.cmd(&["CTR.ADD", &members[3], "-5"]).is_error());
+    assert_eq!(fill(&mut c, &renamed), 5);
+    assert_eq!(c.q("SWAPDB 0 1"), Value::Simple("OK".into()));
+    assert_eq!(c.q("SELECT 0"), Value::Simple("OK".into()));
+    assert_eq!(
+        total(&mut c, "b"),
+        100,
+        "swapped whole, holders with their home"
+    );
+    assert_eq!(fill(&mut c, &renamed), 0);
+    let ceilings: i64 = renamed.iter().map(|m| ceiling_of(&mut c, m)).sum();
+    assert_eq!(ceilings, 100);
+
+    assert_eq!(c.q("DEL b"), Value::Int(1));
+    let again = spread_capped(&mut c, "b", 0, 50, 4);
+    assert!(again[1..].iter().all(|m| !members.contains(m)), "{again:?}");
+    assert_eq!(fill(&mut c, &again), 50);
+    assert_eq!(total(&mut c, "b"), 50);
+}
