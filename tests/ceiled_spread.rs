@@ -124,6 +124,11 @@ fn a_ceiled_counter_shares_its_room_and_each_member_holds_its_share() {
         .q("CTR.CLEAR cap")
         .error()
         .starts_with("ERR cannot clear a ceiled spread counter"));
+    let reconcile = c.q("CTR.RECONCILE cap 90").error();
+    assert!(
+        reconcile.starts_with("ERR cannot reconcile a ceiled spread counter"),
+        "{reconcile}"
+    );
     assert_eq!(total(&mut c, "cap"), 100, "nothing changed");
 
     // Shrunk back to one key, the home's ceiling is the counter's again, and the spread over,

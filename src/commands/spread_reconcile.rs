@@ -6,7 +6,7 @@
 //! held minus the truth. A watermark (`AT`, or the settled one a `FROM STREAM|ZSET` on a
 //! counter with a history implies) is refused: the holders keep no buckets of the home's
 //! history, so a total at a watermark cannot be told. A floored spread is refused as a clear
-//! of it is (its floor is held by every holder). Adds that race the gather count as they would
+//! of it is (its floor is held by every holder), and so is a ceiled one. Adds that race the gather count as they would
 //! against a plain overwrite.
 
 use super::ctr_spread::{write_total, TotalWrite};
@@ -25,6 +25,10 @@ const FLOORED_SPREAD: CommandError = CommandError::fixed(
     "ERR cannot reconcile a floored spread counter (its floor is held by every holder): shrink it to 1 first",
 );
 
+const CEILED_SPREAD: CommandError = CommandError::fixed(
+    "ERR cannot reconcile a ceiled spread counter (its ceiling is held by every holder): shrink it to 1 first",
+);
+
 /// True when `key` is a spread home (holders current or folding back) and this is not a
 /// replayed command (replays carry the master's decided effect).
 pub fn is_spread_home(ctx: Ctx, key: RawString) -> bool {
@@ -34,12 +38,14 @@ pub fn is_spread_home(ctx: Ctx, key: RawString) -> bool {
 
 /// Starts the gather that sets the total of the spread home `w.key_name` to `truth`.
 pub fn set_total(ctx: Ctx, w: &Write, truth: i64) -> CommandResult {
-    let floored = with_counter(ctx, w.key_name, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.is_floored_spread(),
-        _ => false,
+    // A spread home has a ceiling exactly when its spread is ceiled (its share of it).
+    let bounded = with_counter(ctx, w.key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) if b.is_floored_spread() => Some(FLOORED_SPREAD),
+        Some(CounterRef::Boxed(b)) if b.ceiling().is_some() => Some(CEILED_SPREAD),
+        _ => None,
     })?;
-    if floored {
-        return Err(FLOORED_SPREAD);
+    if let Some(refusal) = bounded {
+        return Err(refusal);
     }
     let write = TotalWrite {
         token: None,
