@@ -19,8 +19,8 @@ pub enum ModuleError {
     /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
     /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
     AboveCeiling,
-    /// Bounds and a spread counter together (`CTR.CEIL` or `CTR.INCREX` on a spread home or
-    /// holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    /// Bounds and a spread counter together: `CTR.CEIL` or `CTR.INCREX` on a spread home or
+    /// holder (set a ceiling before `CTR.SPREAD`: a ceiled counter spreads its room in shares).
     CeilingOnSpread,
     /// `CTR.REFUND` on a spread counter's holder that a shrink folded back into its home after
     /// it granted the token: the grant's units went home with the fold (nothing changed at the
@@ -289,6 +289,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR no orphaned spread ", SpreadRefused),
         (
             "ERR a holder key already holds a counter below its floor",
+            SpreadRefused,
+        ),
+        (
+            "ERR a holder key already holds a counter past its floor or ceiling",
             SpreadRefused,
         ),
         (
