@@ -19,8 +19,8 @@ pub enum ModuleError {
     /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
     /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
     AboveCeiling,
-    /// Bounds and a spread counter together (`CTR.CEIL` or `CTR.INCREX` on a spread home or
-    /// holder, `CTR.SPREAD` of a counter with a ceiling): not supported yet.
+    /// Bounds and a spread counter together: `CTR.CEIL` or `CTR.INCREX` on a spread home or
+    /// holder (set a ceiling before `CTR.SPREAD`: a ceiled counter spreads its room in shares).
     CeilingOnSpread,
     /// `CTR.REFUND` on a spread counter's holder that a shrink folded back into its home after
     /// it granted the token: the grant's units went home with the fold (nothing changed at the
@@ -87,8 +87,10 @@ pub enum ModuleError {
     HolderMoving,
     /// `TRYAGAIN`: a purchase that only budget still travelling keeps from being granted (a
     /// holder of a floored spread before its share landed, a holder whose budget move is
-    /// unacknowledged). Nothing was recorded against the token: retry the same holder with the
-    /// same token. [`crate::SpreadRouter::decrfloor`] does, for up to its purchase wait.
+    /// unacknowledged), or an add at a member of a ceiled or floored spread whose share of the
+    /// room is still on its way. Nothing was recorded against the token: retry the same holder
+    /// with the same token. [`crate::SpreadRouter::decrfloor`] and
+    /// [`crate::SpreadRouter::add`] do, for up to the purchase wait.
     BudgetInFlight,
     /// A holder of the spread counter read replied an error (its text follows its name).
     HolderError,
@@ -292,6 +294,10 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
             SpreadRefused,
         ),
         (
+            "ERR a holder key already holds a counter past its floor or ceiling",
+            SpreadRefused,
+        ),
+        (
             "ERR a budget move to one of the new holders is still in flight",
             SpreadRefused,
         ),
@@ -393,13 +399,15 @@ pub enum CtrError {
         /// Replicas asked for.
         replicas: u32,
     },
-    /// A tokened add that was not sent: its token's holder is on a master that refused a
-    /// connection, or timed out, moments ago (left out for a while). A tokened add never goes
-    /// to another holder (a retry of its token, from here or another process, must reach the
-    /// holder that may count it), so it is refused at once instead of costing a timeout.
-    /// Nothing was sent: retry later with the same token.
+    /// A tokened add that was not sent: its token's holder, or the next member of its walk
+    /// after a refusal, is on a master that refused a connection, or timed out, moments ago
+    /// (left out for a while). A tokened add never passes over a holder (a retry of its token,
+    /// from here or another process, must reach the holder that may count it), so it is
+    /// refused at once instead of costing a timeout. Nothing was sent to that holder: retry
+    /// later with the same token. Also what an untokened add's walk returns, instead of None,
+    /// when every member refused but this one, left out, was not asked.
     HolderAway {
-        /// The token's holder.
+        /// The holder not asked.
         holder: Vec<u8>,
     },
 }
@@ -475,8 +483,8 @@ impl fmt::Display for CtrError {
             ),
             CtrError::HolderAway { holder } => write!(
                 f,
-                "not sent: the token's holder '{}' is on a master out of reach for now; retry \
-                 later with the same token",
+                "not sent: the holder '{}' is on a master out of reach for now; retry later \
+                 (with the same token, if any)",
                 String::from_utf8_lossy(holder)
             ),
         }

@@ -55,6 +55,34 @@
 //!   token on only once its fold has landed: past the server's wait it answers
 //!   [`ModuleError::AddAwaitsFold`], and the add asks it again, with the same token, for up to
 //!   [`SpreadRouter::purchase_wait`] (as a purchase asks below).
+//! - An add a member refuses (a nil reply: a ceiled spread's positive add at a member whose
+//!   share of the ceiling's room is full, or a floored spread's negative add at a member whose
+//!   share of the floor's room is used up), although the counter may still have room at
+//!   another member, walks on to the other members, and is None only when every member
+//!   refused it. Its first target is the one above (the random pick; the token's holder); then
+//!   the members in the order the probe rule of purchases gives ([`probe_order`] of its token;
+//!   without a token, [`order_from_seed`] of a random seed), skipping those it already
+//!   visited. So a retry of a tokened add from any process (the Python library walks by the
+//!   same rule: its first target, then `probe_order(token)` without it) walks the same members
+//!   in the same order, each replaying what it recorded under the token (its refusal, or the
+//!   add it counted): the token counts at most once. The list a token's walk went over is
+//!   remembered (the last [`SpreadRouter::MAX_TOKENS`]), so a retry through the same router
+//!   walks it again after a grow; a retry from another process walks the current list, as a
+//!   tokened purchase without `at` does. A member that answers
+//!   [`ModuleError::BudgetInFlight`] (its share of the room still on its way; the server
+//!   normally holds the add until it lands and answers this only past its wait) is asked
+//!   again, with the same token, as a purchase's walk asks it (below), then the error is
+//!   returned: it is never skipped, nor taken for a refusal. A holder folded back
+//!   (`HolderFolded`: it did not count there) is passed, as a purchase's walk passes it. Any
+//!   other error stops a tokened walk (a timeout, a master down: a retry would find that
+//!   member with room and count the token twice), and a member left out stops it unsent
+//!   ([`CtrError::HolderAway`]), as for its first target; an untokened walk goes on past a
+//!   member that did not run it (`MOVED`, a refused connection: left out as above) or that is
+//!   left out, and returns that error (not None) when every other member refused. A timeout is
+//!   returned in both. An add that is not refused, or a counter that is not spread, costs what
+//!   it cost before: one command, no walk. `ctr_add` of [`CtrCommands`](crate::CtrCommands),
+//!   and the adds of a pipeline, write the key given and never walk; adds that change a TTL
+//!   (next) go to the home key and do not walk either.
 //! - An add that sets or removes a TTL (`EX`/`PX`/`EXAT`/`PXAT`, `ENX`, `PERSIST`) goes to the
 //!   home key: a TTL set on a holder would expire that holder alone.
 //! - Reads (`ctr_get`, `ctr_mget`, `ctr_info` of the home key) already reply the total.
@@ -259,6 +287,8 @@ struct Cache {
     tokens: Bounded<(Vec<u8>, Vec<u8>), Vec<u8>>,
     /// The list and time each purchase token first used, by (key, token).
     purchases: Bounded<(Vec<u8>, Vec<u8>), PurchaseList>,
+    /// The list each tokened add walked after a refusal, by (key, token).
+    walks: Bounded<(Vec<u8>, Vec<u8>), Holders>,
     picks: u64,
     /// Masters (`host:port`) left out of new adds until the time given, and how often each
     /// timed out in a row (with the end of its last absence).
@@ -349,6 +379,7 @@ impl SpreadRouter {
                 elsewhere: Bounded::new(SpreadRouter::MAX_KEYS),
                 tokens: Bounded::new(SpreadRouter::MAX_TOKENS),
                 purchases: Bounded::new(SpreadRouter::MAX_TOKENS),
+                walks: Bounded::new(SpreadRouter::MAX_TOKENS),
                 picks: 0,
                 away_nodes: Bounded::new(SpreadRouter::MAX_KEYS),
                 strikes: Bounded::new(SpreadRouter::MAX_KEYS),
@@ -814,7 +845,10 @@ impl SpreadRouter {
 
     /// `CTR.ADD` routed to a holder: the reply is that holder's value (read the total with
     /// `ctr_get` on the home key). A reply that timed out is returned as its error (the add
-    /// may still count; see the [module](self) docs).
+    /// may still count; see the [module](self) docs). On a spread counter, an add a member
+    /// refuses (nil: its share of the floor's or the ceiling's room is used up) walks on to
+    /// the other members, in the probe order of its token (a random one without), and is None
+    /// only when every member refused it.
     pub fn add<C: ConnectionLike + 'static>(
         &self,
         con: &mut C,
@@ -826,38 +860,186 @@ impl SpreadRouter {
         if options.changes_ttl() {
             return send_once(con, calls::add_with(key, delta, options));
         }
-        let mut holders = self.holders(con, key)?;
+        let holders = self.holders(con, key)?;
         if holders.len() > 1 {
             self.learn_slots(con, key);
         }
-        let token = options.token.as_deref();
-        let retry = self.remembers(key, token);
-        let mut target = self.target(key, &holders, token)?;
-        let mut skipped = Vec::new();
-        let mut wait = None;
+        let mut route = self.route_add(key, holders, options.token.as_deref())?;
         loop {
-            let added = send_once(con, calls::add_with(target.as_slice(), delta, options));
-            if let Some(pause) = self.ask_again(&mut wait, &added) {
-                // A folding holder passes a new token on once its fold landed: asked again.
-                std::thread::sleep(pause);
-                continue;
-            }
-            match self.next_target(&added, &target, key, token.is_some(), retry) {
-                Next::Done => return added,
-                Next::Elsewhere => {}
-                Next::Folded => {
+            let added = send_once(
+                con,
+                calls::add_with(route.target.as_slice(), delta, options),
+            );
+            match self.after_add(&mut route, added) {
+                Step::Done(added) => return added,
+                Step::Send => {}
+                // A member whose room is on its way, or a folding holder that passes a new
+                // token on once its fold landed: asked again.
+                Step::Pause(pause) => std::thread::sleep(pause),
+                Step::Reread => {
                     self.forget(key);
-                    holders = self.holders(con, key)?;
+                    let holders = self.holders(con, key)?;
+                    self.reroute(&mut route, holders);
                 }
             }
-            skipped.push(target);
-            target = self.retarget(key, &holders, token, &skipped);
         }
+    }
+
+    /// An add of `key` on its way: its first target (see [`SpreadRouter::target`]).
+    fn route_add<'a>(
+        &self,
+        key: &'a [u8],
+        holders: Holders,
+        token: Option<&'a [u8]>,
+    ) -> Result<AddRoute<'a>, CtrError> {
+        let retry = self.remembers(key, token);
+        let target = self.target(key, &holders, token)?;
+        Ok(AddRoute {
+            key,
+            token,
+            retry,
+            holders,
+            target,
+            passed: Vec::new(),
+            wait: None,
+            walk: None,
+            unasked: None,
+        })
+    }
+
+    /// What an add does after `added`, its target's reply (see the [module](self) docs).
+    fn after_add(&self, route: &mut AddRoute<'_>, added: Result<Option<i64>, CtrError>) -> Step {
+        if let Some(pause) = self.ask_again(&mut route.wait, &added) {
+            return Step::Pause(pause);
+        }
+        if route.walk.is_some() {
+            return self.walked(route, added);
+        }
+        if matches!(added, Ok(None)) && route.holders.len() > 1 {
+            // Refused by this member's share of the room: on to the others.
+            self.start_walk(route);
+            return self.walk_on(route);
+        }
+        let (key, token) = (route.key, route.token);
+        match self.next_target(&added, &route.target, key, token.is_some(), route.retry) {
+            Next::Done => Step::Done(added),
+            Next::Elsewhere => {
+                let passed = std::mem::take(&mut route.target);
+                route.passed.push(passed);
+                route.target = self.retarget(key, &route.holders, token, &route.passed);
+                route.wait = None;
+                Step::Send
+            }
+            Next::Folded => Step::Reread,
+        }
+    }
+
+    /// After a holder folded back refused the add (before any member refused it with a nil):
+    /// on to a current holder of `holders`, read again.
+    fn reroute(&self, route: &mut AddRoute<'_>, holders: Holders) {
+        let folded = std::mem::take(&mut route.target);
+        route.passed.push(folded);
+        route.holders = holders;
+        route.target = self.retarget(route.key, &route.holders, route.token, &route.passed);
+        route.wait = None;
+    }
+
+    /// The members an add walks after its first nil: the probe order of its token over the
+    /// list this router remembers for the token (the holders known now, remembered from now
+    /// on), or of a random seed without a token; those it already passed left out.
+    fn start_walk(&self, route: &mut AddRoute<'_>) {
+        let refused = std::mem::take(&mut route.target);
+        route.passed.push(refused);
+        let order = match route.token {
+            Some(token) => {
+                let list = self.walk_list(route.key, token, &route.holders);
+                probe_order(token, list.len())
+                    .into_iter()
+                    .map(|i| list[i].clone())
+                    .collect()
+            }
+            None => self.random_targets(&route.holders),
+        };
+        route.walk = Some(
+            order
+                .into_iter()
+                .filter(|member| !route.passed.contains(member))
+                .collect(),
+        );
+    }
+
+    /// The holder list a tokened add walks: the one remembered for its token, else `holders`,
+    /// remembered from now on (a retry through this router walks it again after a grow).
+    fn walk_list(&self, key: &[u8], token: &[u8], holders: &Holders) -> Holders {
+        let mut cache = self.cache();
+        let remembered = (key.to_vec(), token.to_vec());
+        if let Some(list) = cache.walks.map.get(&remembered) {
+            return Arc::clone(list);
+        }
+        cache.walks.insert(remembered, Arc::clone(holders));
+        Arc::clone(holders)
+    }
+
+    /// What a walking add does after `added`, the reply of the member it visited: a value is
+    /// returned; a nil, or a holder folded back (it did not count there), goes on to the next
+    /// member. A timeout, and any other error, is returned: a member is never skipped (a retry
+    /// would find it with room and count the token twice), except by an untokened add, which
+    /// goes on past a member that did not run it (`MOVED`, a refused connection: left out for
+    /// a while as before), and returns that error instead of None if every other refused.
+    fn walked(&self, route: &mut AddRoute<'_>, added: Result<Option<i64>, CtrError>) -> Step {
+        let e = match added {
+            Ok(Some(_)) => return Step::Done(added),
+            Ok(None) => return self.walk_on(route),
+            Err(e) => e,
+        };
+        if timed_out(&e) {
+            self.timed_out_at(&route.target);
+            return Step::Done(Err(e));
+        }
+        if e.module_error() == Some(ModuleError::HolderFolded) && route.target != route.key {
+            self.forget(route.key); // a stale list: read again by the next add
+            return self.walk_on(route);
+        }
+        let Some(away) = not_run(&e) else {
+            return Step::Done(Err(e));
+        };
+        self.leave_out(&route.target, away, moved(&e));
+        if route.token.is_some() {
+            return Step::Done(Err(e));
+        }
+        route.unasked = Some(e);
+        self.walk_on(route)
+    }
+
+    /// The next member of the walk. None once every member refused; a member left out (its
+    /// master out of reach) stops a tokened walk unsent ([`CtrError::HolderAway`]: a retry
+    /// must find it) and is passed by an untokened one, which then returns that error instead
+    /// of None.
+    fn walk_on(&self, route: &mut AddRoute<'_>) -> Step {
+        let Some(walk) = route.walk.as_mut() else {
+            return Step::Done(Ok(None));
+        };
+        while let Some(member) = walk.pop_front() {
+            if !self.away(&member) {
+                let passed = std::mem::replace(&mut route.target, member);
+                route.passed.push(passed);
+                route.wait = None;
+                return Step::Send;
+            }
+            let left_out = CtrError::HolderAway { holder: member };
+            if route.token.is_some() {
+                return Step::Done(Err(left_out));
+            }
+            route.unasked.get_or_insert(left_out);
+        }
+        Step::Done(route.unasked.take().map_or(Ok(None), Err))
     }
 
     /// The pause before an add asks its holder again after `added`: a holder folding back
     /// passes a new token on only once its fold has landed ([`ModuleError::AddAwaitsFold`]),
-    /// asked again for up to the purchase wait, which starts at its first such answer.
+    /// and a member whose share of the room is still on its way answers
+    /// [`ModuleError::BudgetInFlight`]; each is asked again for up to the purchase wait, which
+    /// starts at its first such answer (again for each member the add goes on to).
     fn ask_again<T>(
         &self,
         wait: &mut Option<BudgetWait>,
@@ -1091,32 +1273,25 @@ impl SpreadRouter {
         if options.changes_ttl() {
             return run_async(con, calls::add_with(key, delta, options)).await;
         }
-        let mut holders = self.holders_async(con, key).await?;
+        let holders = self.holders_async(con, key).await?;
         if holders.len() > 1 && self.slots_due() {
             let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
             self.slots_read(cmd.query_async::<Value>(con).await.ok().as_ref());
         }
-        let token = options.token.as_deref();
-        let retry = self.remembers(key, token);
-        let mut target = self.target(key, &holders, token)?;
-        let mut skipped = Vec::new();
-        let mut wait = None;
+        let mut route = self.route_add(key, holders, options.token.as_deref())?;
         loop {
-            let added = run_async(con, calls::add_with(target.as_slice(), delta, options)).await;
-            if let Some(pause) = self.ask_again(&mut wait, &added) {
-                tokio::time::sleep(pause).await; // as the blocking add
-                continue;
-            }
-            match self.next_target(&added, &target, key, token.is_some(), retry) {
-                Next::Done => return added,
-                Next::Elsewhere => {}
-                Next::Folded => {
+            let call = calls::add_with(route.target.as_slice(), delta, options);
+            let added = run_async(con, call).await;
+            match self.after_add(&mut route, added) {
+                Step::Done(added) => return added,
+                Step::Send => {}
+                Step::Pause(pause) => tokio::time::sleep(pause).await, // as the blocking add
+                Step::Reread => {
                     self.forget(key);
-                    holders = self.holders_async(con, key).await?;
+                    let holders = self.holders_async(con, key).await?;
+                    self.reroute(&mut route, holders);
                 }
             }
-            skipped.push(target);
-            target = self.retarget(key, &holders, token, &skipped);
         }
     }
 }
@@ -1126,6 +1301,37 @@ enum Next {
     Done,
     Folded,
     Elsewhere,
+}
+
+/// An add on its way over a spread counter's members (see [`SpreadRouter::add`]).
+struct AddRoute<'a> {
+    key: &'a [u8],
+    token: Option<&'a [u8]>,
+    /// This router sent the token before (a retry: it stays with its holder).
+    retry: bool,
+    holders: Holders,
+    /// The member the add goes to next.
+    target: Vec<u8>,
+    /// Members it did not count at: refused it (nil), folded back, or did not run it.
+    passed: Vec<Vec<u8>>,
+    /// The pauses of asking `target` again (see [`SpreadRouter::ask_again`]).
+    wait: Option<BudgetWait>,
+    /// The members still to visit once one refused it (None before a nil).
+    walk: Option<VecDeque<Vec<u8>>>,
+    /// An untokened walk's error for a member it could not ask: returned instead of None.
+    unasked: Option<CtrError>,
+}
+
+/// What an add does next (see [`SpreadRouter::after_add`]).
+enum Step {
+    /// The add's reply.
+    Done(Result<Option<i64>, CtrError>),
+    /// Send it to the route's target.
+    Send,
+    /// Ask the same target again after this pause.
+    Pause(Duration),
+    /// Its target was folded back: read the holders again, then on to a current one.
+    Reread,
 }
 
 /// `holders` without those left out until later than now (all of them when that would leave
@@ -1707,5 +1913,178 @@ mod tests {
                 .unwrap();
             assert_eq!(target, holder_for_token(&served, token.as_bytes()));
         }
+    }
+
+    /// The members of a spread counter of four, the home first.
+    fn four() -> Holders {
+        holders_of(
+            b"k",
+            Some(vec!["k".into(), "a".into(), "b".into(), "c".into()]),
+        )
+    }
+
+    fn module(kind: ModuleError, text: &str) -> Result<Option<i64>, CtrError> {
+        Err(CtrError::Module(kind, text.to_string()))
+    }
+
+    /// Feeds `reply` to the add and returns the member it goes to next.
+    fn sent_on(router: &SpreadRouter, route: &mut AddRoute<'_>, reply: Option<i64>) -> Vec<u8> {
+        assert!(matches!(router.after_add(route, Ok(reply)), Step::Send));
+        route.target.clone()
+    }
+
+    /// A tokened add refused (nil) by its token's holder walks the other members in the
+    /// token's probe order without that holder, the same through any router, and is None
+    /// once all four refused; a value ends the walk.
+    #[test]
+    fn a_refused_tokened_add_walks_the_probe_order_without_its_first_holder() {
+        for token in ["w1", "w2", "w3", "w4", "w5", "w6"] {
+            let holders = four();
+            let first = holder_for_token(&holders, token.as_bytes()).to_vec();
+            let rule: Vec<Vec<u8>> = probe_order(token.as_bytes(), 4)
+                .into_iter()
+                .map(|i| holders[i].clone())
+                .filter(|m| *m != first)
+                .collect();
+            for router in [SpreadRouter::default(), SpreadRouter::default()] {
+                let mut route = router
+                    .route_add(b"k", Arc::clone(&holders), Some(token.as_bytes()))
+                    .unwrap();
+                assert_eq!(route.target, first);
+                let walked: Vec<Vec<u8>> =
+                    (0..3).map(|_| sent_on(&router, &mut route, None)).collect();
+                assert_eq!(walked, rule, "{token}");
+                match router.after_add(&mut route, Ok(None)) {
+                    Step::Done(Ok(None)) => {}
+                    _ => panic!("None once every member refused"),
+                }
+            }
+            let router = SpreadRouter::default();
+            let mut route = router
+                .route_add(b"k", Arc::clone(&holders), Some(token.as_bytes()))
+                .unwrap();
+            sent_on(&router, &mut route, None);
+            assert!(matches!(
+                router.after_add(&mut route, Ok(Some(7))),
+                Step::Done(Ok(Some(7)))
+            ));
+        }
+    }
+
+    /// The walk's list is remembered for the token: a retry through the same router walks
+    /// the same members after a grow.
+    #[test]
+    fn a_retried_walk_keeps_its_list_after_a_grow() {
+        let router = SpreadRouter::default();
+        let grown = holders_of(
+            b"k",
+            Some(vec![
+                "k".into(),
+                "a".into(),
+                "b".into(),
+                "c".into(),
+                "d".into(),
+                "e".into(),
+            ]),
+        );
+        let walk = |holders: Holders| {
+            let mut route = router.route_add(b"k", holders, Some(b"g1")).unwrap();
+            let mut members = vec![route.target.clone()];
+            while let Step::Send = router.after_add(&mut route, Ok(None)) {
+                members.push(route.target.clone());
+            }
+            members
+        };
+        let first = walk(four());
+        assert_eq!(first.len(), 4);
+        assert_eq!(walk(grown), first);
+    }
+
+    /// A member whose room is on its way (`TRYAGAIN budget in flight`) is asked again, never
+    /// skipped nor taken for a refusal, and its error is returned once the wait is over; a
+    /// holder folded back is passed; an untokened walk passes a member that did not run it
+    /// and returns that error, not None, when every other refused.
+    #[test]
+    fn a_walk_waits_for_room_in_flight_and_passes_folded_holders() {
+        let in_flight = || {
+            module(
+                ModuleError::BudgetInFlight,
+                "TRYAGAIN budget in flight: the share of room is on its way",
+            )
+        };
+        let folded = || module(ModuleError::HolderFolded, "ERR holder folded back");
+        let router = SpreadRouter::default().with_purchase_wait(Duration::from_millis(30));
+        let mut route = router.route_add(b"k", four(), Some(b"f1")).unwrap();
+        let second = sent_on(&router, &mut route, None);
+        let mut pauses = 0;
+        loop {
+            match router.after_add(&mut route, in_flight()) {
+                Step::Pause(pause) => {
+                    assert_eq!(route.target, second, "the same member");
+                    std::thread::sleep(pause);
+                    pauses += 1;
+                }
+                Step::Done(Err(e)) => {
+                    assert_eq!(e.module_error(), Some(ModuleError::BudgetInFlight));
+                    break;
+                }
+                _ => panic!("asked again, then the error"),
+            }
+        }
+        assert!(pauses >= 2, "{pauses}");
+
+        let mut route = router.route_add(b"k", four(), Some(b"f2")).unwrap();
+        let mut second = sent_on(&router, &mut route, None);
+        if second == b"k" {
+            second = sent_on(&router, &mut route, None); // a home is never folded
+        }
+        assert!(matches!(
+            router.after_add(&mut route, in_flight()),
+            Step::Pause(_)
+        ));
+        let third = match router.after_add(&mut route, folded()) {
+            Step::Send => route.target.clone(),
+            _ => panic!("a folded holder is passed"),
+        };
+        assert_ne!(third, second);
+        assert!(matches!(
+            router.after_add(&mut route, Ok(Some(3))),
+            Step::Done(Ok(Some(3)))
+        ));
+
+        // Untokened: a member that did not run it (a refused connection) is passed, and its
+        // error is what a walk refused everywhere else returns.
+        let refused = || {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+            Err(CtrError::Redis(io.into()))
+        };
+        let router = SpreadRouter::default();
+        let mut route = router.route_add(b"k", four(), None).unwrap();
+        let mut visited = vec![route.target.clone()];
+        visited.push(sent_on(&router, &mut route, None));
+        let passed = route.target.clone();
+        assert!(matches!(
+            router.after_add(&mut route, refused()),
+            Step::Send
+        ));
+        visited.push(route.target.clone());
+        visited.push(sent_on(&router, &mut route, None));
+        visited.sort();
+        let mut every = four().to_vec();
+        every.sort();
+        assert_eq!(visited, every, "each member once");
+        match router.after_add(&mut route, Ok(None)) {
+            Step::Done(Err(e)) => assert!(e.is_connection_error(), "{e}"),
+            _ => panic!("the error of the member not asked"),
+        }
+        assert!(router.away(&passed), "left out for a while");
+        // Tokened: the same error stops the walk.
+        let router = SpreadRouter::default();
+        let mut route = router.route_add(b"k", four(), Some(b"f3")).unwrap();
+        sent_on(&router, &mut route, None);
+        assert!(matches!(
+            router.after_add(&mut route, refused()),
+            Step::Done(Err(_))
+        ));
     }
 }

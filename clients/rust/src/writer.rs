@@ -24,6 +24,17 @@
 //! and [`ModuleError::AddAwaitsFold`] (`TRYAGAIN`: a holder folding back, which passes a new
 //! token on only once its fold has landed) are retried like a lost connection, same holder.
 //!
+//! A sum a member of a spread counter refuses (a nil reply: a ceiled spread's positive sum at
+//! a member whose share of the ceiling's room is full, a floored spread's negative sum at a
+//! member whose share of the floor's room is used up) walks on, with the same token, to the
+//! other members in its token's probe order ([`probe_order`], as [`SpreadRouter::add`]
+//! walks), members left out for now last ([`WriterStats::walked`]); it is refused
+//! ([`WriterStats::refused`]) only when every member refused it. A folded holder met
+//! on the walk is passed as a refusal; a `TRYAGAIN` (room still on its way) is retried at the
+//! same member as above, never skipped. A member of the walk that did not run it (`MOVED`, a
+//! refused connection) is put back at the walk's end, once; the sum then stays with it (held
+//! back as below) rather than being refused while that member has not answered.
+//!
 //! Holders out of reach: a sum that did not run on its holder (`MOVED` from the server of a
 //! non-cluster connection, a connection to the holder's master refused), no earlier send of
 //! which may have run, is sent on with the same token to its token's holder among the others
@@ -58,7 +69,9 @@ use redis::{ConnectionLike, RedisResult};
 
 use crate::calls;
 use crate::error::{CtrError, ModuleError};
-use crate::spread::{holder_for_token, moved, not_run, send_once, timed_out, SpreadRouter};
+use crate::spread::{
+    holder_for_token, moved, not_run, probe_order, send_once, timed_out, SpreadRouter,
+};
 use crate::types::AddOptions;
 
 /// How the writer makes connections (again, after one fails).
@@ -156,7 +169,8 @@ pub struct WriterStats {
     pub flushed_sums: u64,
     /// Sends repeated with the same token after a connection error or timeout.
     pub retries: u64,
-    /// Sums refused by a floor (nil reply): not applied.
+    /// Sums refused (nil reply) by a floor or a ceiling, by every member of a spread counter:
+    /// not applied.
     pub refused: u64,
     /// Sums the server refused with an error: not applied.
     pub dropped: u64,
@@ -164,6 +178,9 @@ pub struct WriterStats {
     /// back into its home before they reached it, or because it did not run them (`MOVED`, a
     /// refused connection): not applied there, so sent on.
     pub rerouted: u64,
+    /// Sends of a sum to the next member of a spread counter after a member refused it (nil:
+    /// its share of the floor's or the ceiling's room is used up).
+    pub walked: u64,
 }
 
 /// Why an add or a flush failed.
@@ -219,8 +236,13 @@ struct Sum {
     options: AddOptions,
     /// The holder it is sent to: chosen at its first send, kept for its retries.
     target: Option<Vec<u8>>,
-    /// Holders that refused it as folded back, or where it never ran (so it did not count).
-    folded: Vec<Vec<u8>>,
+    /// Holders it did not count at: refused it (nil, or as folded back), or never ran it.
+    passed: Vec<Vec<u8>>,
+    /// Once a member refused it (nil): the members still to visit, in its token's probe order.
+    walk: Option<VecDeque<Vec<u8>>>,
+    /// Members of the walk that did not run it (`MOVED`, a refused connection), put back at
+    /// its end once each.
+    deferred: Vec<Vec<u8>>,
     /// True once a send of it may have run (a reply lost): from then on it goes nowhere else.
     maybe_counted: bool,
 }
@@ -462,7 +484,9 @@ impl<C: Connector> Shared<C> {
                 delta,
                 options,
                 target: None,
-                folded: Vec::new(),
+                passed: Vec::new(),
+                walk: None,
+                deferred: Vec::new(),
                 maybe_counted: false,
             });
         }
@@ -505,6 +529,10 @@ impl<C: Connector> Shared<C> {
         loop {
             flusher.stats.commands += 1;
             let sent = match flusher.send_once(sum, self.config.timeout) {
+                // A holder folded back, met on the walk: passed, as a refusal.
+                Err(CtrError::Module(ModuleError::HolderFolded, _)) if sum.walk.is_some() => {
+                    Ok(None)
+                }
                 Err(CtrError::Module(ModuleError::HolderFolded, text)) => {
                     match flusher.reroute(sum, self.config.timeout) {
                         Ok(true) => {
@@ -519,6 +547,10 @@ impl<C: Connector> Shared<C> {
             };
             match sent {
                 Ok(Some(_)) => flusher.stats.flushed_sums += 1,
+                Ok(None) if flusher.walk_on(sum) => {
+                    flusher.stats.walked += 1;
+                    continue;
+                }
                 Ok(None) => flusher.stats.refused += 1,
                 Err(CtrError::Module(kind, _)) if !is_transient(kind) => flusher.stats.dropped += 1,
                 Err(CtrError::Reply(_)) => flusher.stats.dropped += 1,
@@ -590,27 +622,36 @@ impl<C: Connector> Flusher<C> {
     /// After `error` from `sum`'s holder: true when the sum is to be sent on because it never
     /// ran there (`MOVED`, a refused connection) and no earlier send of it may have, to its
     /// token's holder among the others not left out (or the home key); that holder is left
-    /// out of new sums for a while. False for the home key itself, or without a router.
+    /// out of new sums for a while. False for the home key itself, or without a router. Once
+    /// the sum walks (a member refused it), it goes on to the next member of its walk instead
+    /// (see [`Flusher::walk_past`]).
     fn elsewhere(&mut self, sum: &mut Sum, error: &CtrError) -> bool {
         let (Some(router), Some(away)) = (&self.router, not_run(error)) else {
             return false;
         };
         let target = sum.target.clone().unwrap_or_else(|| sum.key.clone());
-        if sum.maybe_counted || target == sum.key {
+        if sum.maybe_counted {
+            return false;
+        }
+        if sum.walk.is_some() {
+            router.leave_out(&target, away, moved(error));
+            return self.walk_past(sum, target);
+        }
+        if target == sum.key {
             return false;
         }
         let Some(connection) = self.connection.as_mut() else {
             return false;
         };
         router.leave_out(&target, away, moved(error));
-        sum.folded.push(target);
+        sum.passed.push(target);
         let holders = match router.holders(connection, &sum.key) {
             Ok(holders) => router.reachable(&holders),
             Err(_) => Vec::new(),
         };
         let current: Vec<Vec<u8>> = holders
             .into_iter()
-            .filter(|h| !sum.folded.contains(h))
+            .filter(|h| !sum.passed.contains(h))
             .collect();
         let token = sum.options.token.as_deref().unwrap_or_default();
         sum.target = Some(if current.is_empty() {
@@ -619,6 +660,73 @@ impl<C: Connector> Flusher<C> {
             holder_for_token(&current, token).to_vec()
         });
         true
+    }
+
+    /// After `sum`'s target refused it (nil), or passed it as a holder folded back once it
+    /// walks: true when it goes on to the next member of its walk (the first refusal starts
+    /// the walk, in its token's probe order over the holders, those passed left out); false
+    /// when every member refused it, or the key is not spread (the refusal is final).
+    fn walk_on(&mut self, sum: &mut Sum) -> bool {
+        let Some(router) = &self.router else {
+            return false;
+        };
+        let target = Flusher::<C>::target(sum).to_vec();
+        if sum.walk.is_none() {
+            let Some(connection) = self.connection.as_mut() else {
+                return false;
+            };
+            let Ok(holders) = router.holders(connection, &sum.key) else {
+                return false;
+            };
+            if holders.len() < 2 {
+                return false;
+            }
+            let token = sum.options.token.as_deref().unwrap_or_default();
+            let order = probe_order(token, holders.len()).into_iter();
+            let members = order.map(|i| holders[i].clone());
+            sum.walk = Some(
+                members
+                    .filter(|m| *m != target && !sum.passed.contains(m))
+                    .collect(),
+            );
+        }
+        sum.passed.push(target);
+        self.next_member(sum)
+    }
+
+    /// The next member of `sum`'s walk, the first one not left out (else the next one); false
+    /// when none is left.
+    fn next_member(&self, sum: &mut Sum) -> bool {
+        let Some(walk) = sum.walk.as_mut() else {
+            return false;
+        };
+        let reachable = self.router.as_ref().map_or(0, |router| {
+            walk.iter().position(|m| !router.away(m)).unwrap_or(0)
+        });
+        let Some(next) = walk.remove(reachable) else {
+            return false;
+        };
+        sum.target = Some(next);
+        // It did not count at the members passed: whatever an earlier send of it was, they
+        // answered for its token.
+        sum.maybe_counted = false;
+        true
+    }
+
+    /// A member of `sum`'s walk, `target`, did not run it (`MOVED`, a refused connection):
+    /// true when it goes on to the next member, `target` put back at the walk's end (once);
+    /// false when `target` was put back before or is the last one left (the sum stays with it:
+    /// it is never refused while a member has not answered).
+    fn walk_past(&mut self, sum: &mut Sum, target: Vec<u8>) -> bool {
+        let Some(walk) = sum.walk.as_mut() else {
+            return false;
+        };
+        if walk.is_empty() || sum.deferred.contains(&target) {
+            return false;
+        }
+        walk.push_back(target.clone());
+        sum.deferred.push(target);
+        self.next_member(sum)
     }
 
     /// After `sum`'s target refused it as a holder folded back: true when it is to be sent on,
@@ -631,7 +739,7 @@ impl<C: Connector> Flusher<C> {
             sum.target = Some(target);
             return Ok(false);
         }
-        sum.folded.push(target);
+        sum.passed.push(target);
         let chosen = match &self.router {
             None => sum.key.clone(),
             Some(router) => {
@@ -647,13 +755,13 @@ impl<C: Connector> Flusher<C> {
                     Ok(holders) => holder_for_token(&holders, token).to_vec(),
                     Err(e) => {
                         // Sent again later: to the same holder, which refuses it again.
-                        sum.target = sum.folded.pop();
+                        sum.target = sum.passed.pop();
                         return Err(e);
                     }
                 }
             }
         };
-        sum.target = Some(if sum.folded.contains(&chosen) {
+        sum.target = Some(if sum.passed.contains(&chosen) {
             sum.key.clone()
         } else {
             chosen

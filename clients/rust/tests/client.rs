@@ -2382,3 +2382,227 @@ fn a_writers_sum_meeting_a_holder_mid_fold_is_kept_not_dropped() {
         other => panic!("the held sum is undelivered: {other:?}"),
     }
 }
+
+/// A counter of four members with 100 of room: at 0 under `CTR.CEIL 100` (`ceiled`), or at 100
+/// over `CTR.FLOOR 0`; each member holds a quarter of the room.
+fn bounded_spread<C: CtrCommands>(con: &mut C, key: &str, ceiled: bool) {
+    if ceiled {
+        con.ctr_add(key, 0).unwrap();
+        con.ctr_ceil(key, Some(100)).unwrap();
+    } else {
+        con.ctr_add(key, 100).unwrap();
+        con.ctr_floor(key, Some(0)).unwrap();
+    }
+    assert_eq!(con.ctr_spread(key, 4).unwrap().len(), 4);
+}
+
+/// The room each member of a spread counter has left for adds toward its bound: its share of
+/// the ceiling's room (`ceiling_budgets`), or of the floor's (`budgets`).
+fn member_rooms<C: CtrCommands>(con: &mut C, key: &str, ceiled: bool) -> Vec<i64> {
+    let members = con.ctr_holders(key).unwrap();
+    members
+        .iter()
+        .map(|member| {
+            let info = con.ctr_info(member).unwrap().expect("a member");
+            let budgets = if ceiled {
+                info.ceiling_budgets
+            } else {
+                info.budgets
+            };
+            budgets.expect("a bounded member").iter().sum()
+        })
+        .collect()
+}
+
+type Adder<'a> = dyn FnMut(&str, i64, &AddOptions) -> Result<Option<i64>, CtrError> + 'a;
+
+/// Adds toward the bound of a [`bounded_spread`] counter through `add`: adds of 10 are None
+/// only once no member has room for 10 (each holds a quarter of the room: without the walk
+/// the first full member would refuse), adds of 5 then reach the bound exactly, and the next
+/// add of 1 is None. With `tokens`, every add is retried with its token through `add` and
+/// through `other` (another router on another connection), before and after room was made at
+/// every member: each is applied (or refused) as it first was, and counts once.
+fn walk_to_the_bound(
+    con: &mut redis::Connection,
+    key: &str,
+    ceiled: bool,
+    tokens: Option<&str>,
+    add: &mut Adder<'_>,
+    other: &mut Adder<'_>,
+) {
+    let (sign, start) = if ceiled { (1, 0) } else { (-1, 100) };
+    let mut sent: Vec<(AddOptions, i64, Option<i64>)> = Vec::new();
+    let mut next = |delta: i64| {
+        let options = match tokens {
+            Some(prefix) => AddOptions::new().token(format!("{prefix}-{}", sent.len())),
+            None => AddOptions::new(),
+        };
+        let reply = add(key, sign * delta, &options).unwrap();
+        sent.push((options, sign * delta, reply));
+        reply
+    };
+    let mut counted = 0;
+    while next(10).is_some() {
+        counted += 10;
+        assert!(counted <= 100, "past the bound");
+    }
+    let rooms = member_rooms(con, key, ceiled);
+    assert!(
+        rooms.iter().all(|room| *room < 10),
+        "an add of 10 refused while a member had room for it: {rooms:?}"
+    );
+    assert!(
+        counted >= 80,
+        "two adds of 10 fit in each quarter: {counted}"
+    );
+    assert_eq!(con.ctr_get(key).unwrap(), start + sign * counted);
+    while next(5).is_some() {
+        counted += 5;
+        assert!(counted <= 100, "past the bound");
+    }
+    assert_eq!(counted, 100);
+    assert_eq!(con.ctr_get(key).unwrap(), start + sign * 100);
+    assert_eq!(next(1), None, "no room left anywhere");
+    assert_eq!(member_rooms(con, key, ceiled), [0, 0, 0, 0]);
+    if tokens.is_none() {
+        return;
+    }
+    // A retry of a token a member counted replies that member's current value (as any
+    // replayed CTR.ADD), of a token every member refused None again.
+    let retry_all = |add: &mut Adder<'_>| {
+        for (options, delta, reply) in &sent {
+            let again = add(key, *delta, options).unwrap();
+            assert_eq!(again.is_some(), reply.is_some(), "{options:?}");
+        }
+    };
+    retry_all(add);
+    retry_all(other);
+    assert_eq!(con.ctr_get(key).unwrap(), start + sign * 100);
+    // Room at every member: a walk decided afresh would count a token again somewhere.
+    for member in con.ctr_holders(key).unwrap() {
+        con.ctr_add(&member, -sign * 10).unwrap().expect("applied");
+    }
+    retry_all(other);
+    retry_all(add);
+    assert_eq!(con.ctr_get(key).unwrap(), start + sign * 60);
+}
+
+/// The four walks: ceiled and floored, untokened and tokened.
+const WALKS: [(&str, bool, Option<&str>); 4] = [
+    ("walk:ceil", true, None),
+    ("walk:ceil:tokened", true, Some("c")),
+    ("walk:floor", false, None),
+    ("walk:floor:tokened", false, Some("f")),
+];
+
+/// `SpreadRouter::add` of a spread counter whose member refuses an add (nil: its share of the
+/// ceiling's or the floor's room is used up) walks on to the other members; a counter that is
+/// not spread, or an add the first member applies, is still one command.
+#[test]
+fn router_adds_refused_by_one_members_share_walk_on_to_the_others() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    for (key, ceiled, tokens) in WALKS {
+        bounded_spread(&mut con, key, ceiled);
+        let (router, mut writes) = (SpreadRouter::default(), client.get_connection().unwrap());
+        let (other, mut other_con) = (SpreadRouter::default(), client.get_connection().unwrap());
+        walk_to_the_bound(
+            &mut con,
+            key,
+            ceiled,
+            tokens,
+            &mut |k, d, o| router.add(&mut writes, k, d, o),
+            &mut |k, d, o| other.add(&mut other_con, k, d, o),
+        );
+    }
+
+    let router = SpreadRouter::default();
+    bounded_spread(&mut con, "walk:cost", true);
+    router
+        .add(&mut con, "walk:cost", 1, &AddOptions::new())
+        .unwrap();
+    let before = command_calls(&mut con, "ctr.add");
+    for _ in 0..8 {
+        let added = router.add(&mut con, "walk:cost", 1, &AddOptions::new());
+        assert!(added.unwrap().is_some());
+    }
+    assert_eq!(
+        command_calls(&mut con, "ctr.add") - before,
+        8,
+        "one command each"
+    );
+    con.ctr_add("walk:plain", 0).unwrap();
+    con.ctr_ceil("walk:plain", Some(5)).unwrap();
+    let before = command_calls(&mut con, "ctr.add");
+    let refused = router.add(&mut con, "walk:plain", 6, &AddOptions::new().token("p"));
+    assert_eq!(refused.unwrap(), None);
+    assert_eq!(
+        command_calls(&mut con, "ctr.add") - before,
+        1,
+        "not spread: no walk"
+    );
+}
+
+/// The async twin: `SpreadRouter::add_async` walks the same members.
+#[test]
+fn async_router_adds_refused_by_one_members_share_walk_on_to_the_others() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, true)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (key, ceiled, tokens) in WALKS {
+        bounded_spread(&mut con, key, ceiled);
+        let connect = || {
+            let con = runtime.block_on(client.get_multiplexed_async_connection());
+            (SpreadRouter::default(), con.unwrap())
+        };
+        let ((router, mut writes), (other, mut other_con)) = (connect(), connect());
+        walk_to_the_bound(
+            &mut con,
+            key,
+            ceiled,
+            tokens,
+            &mut |k, d, o| runtime.block_on(router.add_async(&mut writes, k, d, o)),
+            &mut |k, d, o| runtime.block_on(other.add_async(&mut other_con, k, d, o)),
+        );
+    }
+}
+
+/// The coalescing writer's sums walk too: sums of 5 reach the bound exactly, the next sum of 1
+/// is refused once every member refused it.
+#[test]
+fn writer_sums_refused_by_one_members_share_walk_on_to_the_others() {
+    let server = Server::start();
+    let client = redis::Client::open(url(server.port, false)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    for (key, ceiled) in [("wwalk:ceil", true), ("wwalk:floor", false)] {
+        bounded_spread(&mut con, key, ceiled);
+        let (sign, start) = if ceiled { (1, 0) } else { (-1, 100) };
+        let config = WriterConfig {
+            flush_interval: Duration::from_secs(60),
+            spread_refresh: Some(Duration::from_secs(60)),
+            ..WriterConfig::default()
+        };
+        let writer = CoalescingWriter::new(client.clone(), config);
+        for _ in 0..20 {
+            writer.add(key, sign * 5).unwrap();
+            writer.flush().unwrap();
+        }
+        assert_eq!(con.ctr_get(key).unwrap(), start + sign * 100);
+        writer.add(key, sign).unwrap();
+        writer.flush().unwrap();
+        let stats = writer.close().unwrap();
+        assert_eq!(con.ctr_get(key).unwrap(), start + sign * 100);
+        assert_eq!((stats.flushed_sums, stats.refused), (20, 1), "{stats:?}");
+        assert!(
+            stats.walked >= 3,
+            "the last sum asked every member: {stats:?}"
+        );
+        assert_eq!(stats.commands, 21 + stats.walked, "{stats:?}");
+        assert_eq!(member_rooms(&mut con, key, ceiled), [0, 0, 0, 0]);
+    }
+}
