@@ -196,8 +196,10 @@ class HolderMoving(CtrError, TryAgainError):
 class BudgetInFlight(CtrError, TryAgainError):
     """``TRYAGAIN``: a purchase (``CTR.DECRFLOOR``) that only budget still travelling keeps
     from being granted (a holder of a floored spread counter before its share landed, a holder
-    whose budget move is unacknowledged). Nothing was recorded against the token: ask the same
-    holder again with the same token. :meth:`redis_ctr.Ctr.decrfloor` does, for up to its
+    whose budget move is unacknowledged), or a ``CTR.ADD`` at a holder of a spread counter with
+    a ceiling or a floor whose share of the room is still on its way. Nothing was recorded
+    against the token: ask the same holder again with the same token.
+    :meth:`redis_ctr.Ctr.decrfloor` and :meth:`redis_ctr.Ctr.add` do, for up to their
     ``purchase_wait``. Also a ``TryAgainError``, which cluster clients retry by themselves
     first."""
 
