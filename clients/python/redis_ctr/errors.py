@@ -312,7 +312,8 @@ class FlooredSpread(CtrError):
 class SpreadRefused(CtrError):
     """``CTR.SPREAD`` that cannot be done: a holder count outside 1 to 1024, a key name too long
     to spread, no free slot for a holder on some master, a holder key that already holds a
-    counter below its floor; or not now (a budget move or transfer to a holder still
+    counter past its floor or ceiling (below its floor, from modules before ceiled spreads); or
+    not now (a budget move or transfer to a holder still
     unacknowledged: retry shortly)."""
 
 
@@ -411,6 +412,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR no free slot found for a holder", SpreadRefused),
     ("ERR no orphaned spread ", SpreadRefused),
     ("ERR a holder key already holds a counter below its floor", SpreadRefused),
+    ("ERR a holder key already holds a counter past its floor or ceiling", SpreadRefused),
     ("ERR a budget move to one of the new holders is still in flight", SpreadRefused),
     ("ERR a transfer to that key is still unacknowledged", SpreadRefused),
     ("ERR max_burst and quantity must not be negative", InvalidLimit),
