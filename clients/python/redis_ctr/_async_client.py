@@ -18,6 +18,7 @@ from ._once import send_and_wait_async, send_once_async
 from ._spread import (
     UNREPLICATED_PAUSE,
     UNSPREAD_REFRESH_MS,
+    AddWalk,
     AheadWait,
     HolderCache,
     Holders,
@@ -26,7 +27,7 @@ from ._spread import (
 from ._spread import holders_of
 from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache, is_pipeline
 from .client import DEFAULT_REPLICAS_TIMEOUT_MS, UNLISTED, checked_replicas, durable_grant
-from .client import names_like, not_run, refused, sent_on, timed_out
+from .client import add_wait, names_like, not_run, refused, sent_on, timed_out
 from .errors import (
     BudgetInFlight,
     HolderFolded,
@@ -34,7 +35,6 @@ from .errors import (
     HoldersAhead,
     HoldersUnreplicated,
     RefundAwaitsFold,
-    AddAwaitsFold,
     RefundFolded,
     UseHomeKey,
 )
@@ -217,8 +217,9 @@ class AsyncCtr:
         enx: bool = False,
         refusable: bool = False,
     ) -> Optional[int]:
-        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders;
-        a floor's refusal raises ``FloorRefused`` unless ``refusable=True``)."""
+        """``CTR.ADD`` (see :meth:`redis_ctr.Ctr.add`: spread over a spread counter's holders,
+        and walked on over them when a holder of a bounded spread refuses it; a bound's refusal
+        raises ``FloorRefused`` or ``CeilingRefused`` unless ``refusable=True``)."""
         # TypeError (not an int) or ValueError (options the module refuses) here, before any I/O
         call = _calls.add(key, delta, token, at, ex, px, exat, pxat, persist, enx)
         value = await self._add(
@@ -231,38 +232,98 @@ class AsyncCtr:
     async def _add(
         self, key: KeyT, call: Call[Optional[int]], token: Optional[KeyT], with_ttl: bool
     ) -> Optional[int]:
+        """See :meth:`redis_ctr.Ctr._add`."""
         cache = self._holders
-        if cache is None or with_ttl or (token is None and cache.cold(key)):
+        if cache is None or with_ttl:
             return await run(self.client, call)
+        if token is None and cache.cold(key):
+            value = await run(self.client, call)
+            if value is not None:
+                return value
+            # Refused by the key's own bound: walked on when it is a bounded spread's home.
+            holders = await self._route_holders(key)
+            if len(holders) < 2:
+                return None
+            walk = AddWalk(cache, holders, None, (key,), retry=False)
+            target = walk.next()
+            if target is None:
+                return None
+            return await self._send_add(key, call, None, holders, target, False, walk)
         holders = await self._route_holders(key)
         retry = cache.remembers(key, token)
         target = cache.target(key, holders, token)
+        return await self._send_add(key, call, token, holders, target, retry, None)
+
+    async def _send_add(
+        self,
+        key: KeyT,
+        call: Call[Optional[int]],
+        token: Optional[KeyT],
+        holders: Holders,
+        target: KeyT,
+        retry: bool,
+        walk: Optional[AddWalk],
+    ) -> Optional[int]:
+        """See :meth:`redis_ctr.Ctr._send_add`."""
+        cache = self._holders
+        assert cache is not None
         folded: List[KeyT] = []
         wait: Optional[BudgetWait] = None
         while True:
             try:
-                return await run(self.client, call.on(target))
-            except (AddAwaitsFold, HolderMoving, ClusterError) as e:
-                # A holder being folded back passes a new token on only once its fold landed
-                # (else a failover could give it back unsealed, to count a retry again): the
-                # same holder is asked again with the same token. Anything else is raised.
-                if token is None:
-                    raise
-                wait = wait or BudgetWait(self.purchase_wait, target, AddAwaitsFold)
+                value = await run(self.client, call.on(target))
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
+                # Room in flight, or a fold on its way: the same member asked again.
+                wait = wait or add_wait(self.purchase_wait, target, token)
                 await asyncio.sleep(wait.pause_after(e))
+                continue
             except HolderFolded:
                 if target == key:
                     raise
-                folded.append(target)
-                target = cache.retarget(key, await self._holders_after_fold(key), token, folded)
+                if walk is None:
+                    folded.append(target)
+                    holders = await self._holders_after_fold(key)
+                    target = cache.retarget(key, holders, token, folded)
+                else:
+                    if token is None:
+                        cache.forget(key)  # a stale list: read again next time
+                    following = walk.next()
+                    if following is None:
+                        return None
+                    target = following
+                wait = None
+                continue
             except (MovedError, ConnectionError, TimeoutError) as e:
                 if timed_out(e):
-                    cache.timed_out(target)  # maybe counted: raised, see Ctr._add
+                    cache.timed_out(target)  # maybe counted: raised, see Ctr._send_add
                     raise
-                if target == key or not not_run(e) or not sent_on(cache, target, e, token, retry):
+                if (target == key and walk is None) or not not_run(e):
                     raise
-                folded.append(target)
-                target = cache.retarget(key, holders, token, folded)
+                if not sent_on(cache, target, e, token, retry):
+                    raise
+                if walk is None:
+                    folded.append(target)
+                    target = cache.retarget(key, holders, token, folded)
+                else:
+                    walk.unreached(e)
+                    following = walk.next()
+                    if following is None:
+                        return None
+                    target = following
+                wait = None
+                continue
+            if value is not None:
+                return value
+            # Refused by this member's share of the bound: on to the others.
+            if walk is None:
+                if len(holders) < 2:
+                    return None
+                walk = AddWalk(cache, holders, token, (*folded, target), retry)
+            following = walk.next()
+            if following is None:
+                return None
+            target = following
+            wait = None
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""

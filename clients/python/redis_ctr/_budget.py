@@ -1,7 +1,9 @@
 """The pauses of a purchase that asks one holder again while its budget is in flight (and of a
 refund that asks a holder again while its fold takes the grant's units home:
 :class:`~redis_ctr.errors.RefundAwaitsFold`, a kind of budget in flight, whose class the
-refund's wait is given).
+refund's wait is given; and of an add that asks a member of a bounded spread counter again
+while its share of the room is in flight, or a holder while its fold is on its way:
+:class:`~redis_ctr.errors.AddAwaitsFold`).
 
 A ``CTR.DECRFLOOR`` that only budget still travelling keeps from being granted (a holder of a
 floored spread before its share landed, a holder whose budget move is unacknowledged) answers
@@ -54,11 +56,17 @@ class BudgetWait:
     MOST = 0.1
 
     def __init__(
-        self, limit: float, holder: KeyT, kind: Type[BudgetInFlight] = BudgetInFlight
+        self,
+        limit: float,
+        holder: KeyT,
+        kind: Type[BudgetInFlight] = BudgetInFlight,
+        retried: Optional[str] = None,
     ) -> None:
         self.limit = limit
         self.holder = holder
         self.kind = kind
+        self.retried = kind.retried if retried is None else retried
+        """What the text of the error raised after a cluster client gave up says to retry."""
         self._deadline: Optional[float] = None
         self._next = BudgetWait.FIRST
 
@@ -79,7 +87,7 @@ class BudgetWait:
                 raise self.kind(
                     f"budget in flight: the cluster client gave up on spread counter holder "
                     f"'{_text(self.holder)}' after its own TRYAGAIN retries ({cause}); retry "
-                    f"{self.kind.retried}"
+                    f"{self.retried}"
                 ) from cause
             raise error
         pause = min(self._next, left)

@@ -33,6 +33,28 @@ key, or the holders known), which is always right.
   key when that one refused it too (a home is never folded); only the home key's own refusal
   (the key given is a folded holder's name, not a home) is raised. The coalescing writers send
   their sums on the same way.
+- An add of a bounded spread counter that one member refuses (the nil of a member whose own
+  share of the ceiling's room, or of the floor's budget for a negative add, is used up, while
+  another member may still have some) walks on (:class:`AddWalk`): after its first target (the
+  random pick, or the token's holder, as above) it visits the other members in the order
+  :func:`probe_order` gives for its token (a random seed without one), each once, and returns
+  nil only when every member refused. A member records its refusal under the token and replays
+  it, so a retry of a tokened add, from any process that knows the same holder list, walks the
+  same members in the same order, each replaying its answer (a refusal as nil, an applied add
+  with the member's current value): the token counts at most once. The walk costs nothing
+  until a nil comes back (an untokened add of a key whose holders were never read reads them
+  then, and walks only when the key is a spread counter's home). A member whose room is in
+  flight (``TRYAGAIN budget in flight``, :class:`~redis_ctr.errors.BudgetInFlight`), the first
+  target or one on the walk, is asked again for a while, as a purchase asks a holder
+  (:mod:`redis_ctr._budget`), then raised: it is never skipped nor taken as a refusal. A
+  folded member (``HolderFolded``) met on the walk is passed (it did not count the add). A
+  tokened walk never skips a member out of reach (refused unsent with
+  :class:`~redis_ctr.errors.HolderAway`, or the failed connect raised) and skips one that
+  answers ``MOVED`` only at the token's first send; an untokened walk asks members out of
+  reach last, passes one it cannot connect to (or that answers ``MOVED``), and then ends with
+  that connection error rather than nil, since that member never refused. An add that sets a
+  TTL (it goes to the home key alone) and an add through a client made with
+  ``spread_refresh_ms=None`` are not walked.
 - A purchase (``decrfloor``) follows the documented probe rule: it visits the holders in the
   order :func:`probe_order` derives from its token and stops at the first grant; it may visit
   every holder. Without a token the order comes from a random seed, over the holders adds use.
@@ -446,6 +468,62 @@ class HolderCache:
                 _bounded_put(self._purchases, (key, token), first, self.max_tokens)
         x, holders = first
         return x, tuple(holders[i] for i in probe_order(token, len(holders)))
+
+
+class AddWalk:
+    """The members an add of a spread counter goes on to after a member refused it (a nil
+    reply): ``holders`` in the order of the probe rule for ``token`` (:func:`probe_order`; a
+    random seed without a token), each at most once, those in ``visited`` (its first target,
+    and any it was sent on from) skipped. No I/O: the clients send, and ask :meth:`next` after
+    each refusal."""
+
+    def __init__(
+        self,
+        cache: HolderCache,
+        holders: Holders,
+        token: Optional[KeyT],
+        visited: Sequence[KeyT],
+        retry: bool,
+    ) -> None:
+        seed = random.getrandbits(16) if token is None else token_hash(token)
+        self._order = [holders[i] for i in order_from_seed(seed, len(holders))]
+        self._holders = holders
+        self._visited: List[KeyT] = list(visited)
+        self._cache = cache
+        self._tokened = token is not None
+        self._retry = retry
+        self._unreached: Optional[BaseException] = None
+
+    def unreached(self, error: BaseException) -> None:
+        """The member just sent to did not run the add (a failed connect, ``MOVED``) and is
+        passed: the walk then ends with ``error`` raised rather than nil, since that member
+        never refused."""
+        self._unreached = error
+
+    def next(self) -> Optional[KeyT]:
+        """The next member to send the add to; None when every member refused it. Raises the
+        error of a member passed unreached (:meth:`unreached`) instead of None; for a tokened
+        add, :class:`~redis_ctr.errors.HolderAway` (nothing sent) when the next member is left
+        out for now (it is never skipped: a retry would be decided afresh there)."""
+        left = [h for h in self._order if h not in self._visited]
+        if self._tokened and not self._retry:
+            # Holders this non-cluster client's server answered MOVED for: it could never
+            # write them (as the token rule's writable list).
+            writable = self._cache.writable(self._holders)
+            left = [h for h in left if h in writable]
+        if not left:
+            if self._unreached is not None:
+                raise self._unreached
+            return None
+        if self._tokened:
+            chosen = left[0]
+            if self._cache.away(chosen):
+                raise HolderAway(chosen)
+        else:
+            # Members out of reach are asked last (none is skipped before it was asked).
+            chosen = next((h for h in left if not self._cache.away(h)), left[0])
+        self._visited.append(chosen)
+        return chosen
 
 
 def _fits(known: PurchaseList, at: Optional[int]) -> bool:

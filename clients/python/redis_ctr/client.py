@@ -21,7 +21,7 @@ from ._spread import (
     AheadWait,
     HolderCache,
 )
-from ._spread import Holders, PurchaseList, holders_of
+from ._spread import AddWalk, Holders, PurchaseList, holders_of
 from .errors import (
     BudgetInFlight,
     CeilingRefused,
@@ -251,6 +251,18 @@ arity error), a holder's name, another type. The purchase then walks the current
 the caller's ``at``, as before the lists had times (the purchase itself reports a real error)."""
 
 
+def add_wait(limit: float, member: KeyT, token: Optional[KeyT]) -> BudgetWait:
+    """The wait of an add at one member that answers that its share of the room is in flight
+    (``TRYAGAIN budget in flight``) or, to a new token, that its fold is on its way
+    (``TRYAGAIN add awaits a fold``): asked again for up to ``limit`` seconds, as a purchase
+    asks a holder (:mod:`redis_ctr._budget`). When a cluster client gave up after its own
+    retries, a tokened add raises :class:`AddAwaitsFold`, an untokened one
+    :class:`BudgetInFlight` (only tokened adds wait for folds)."""
+    if token is None:
+        return BudgetWait(limit, member, BudgetInFlight, retried="the add")
+    return BudgetWait(limit, member, AddAwaitsFold)
+
+
 def checked_wait(purchase_wait: float) -> float:
     """A ``purchase_wait`` argument, refused when negative."""
     if purchase_wait < 0:
@@ -279,6 +291,10 @@ class Ctr:
     whose holders were never read goes to the key given until this client has added to it 8
     times, and a key found not spread is trusted for ``unspread_refresh_ms`` (default 30,000).
 
+    An add that a holder of a bounded spread counter refuses (nil: its share of the ceiling's
+    room or of the floor's budget is used up) walks on over the other holders by the probe rule
+    and is refused only when every holder refused (see :meth:`add`).
+
     Purchases (:meth:`decrfloor`) of a spread counter walk its holders by the probe rule; a
     tokened one given ``at`` walks those in force at that time (``CTR.HOLDERS key AT at``), so
     that a retry with the same token and ``at`` walks them again, from any process.
@@ -287,8 +303,9 @@ class Ctr:
     redis-py's ``TimeoutError`` and the write counted once or not at all, whatever retry the
     client was made with.
 
-    ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` asks a holder
-    again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it at once).
+    ``purchase_wait`` (seconds, default 2.0) bounds how long :meth:`decrfloor` and :meth:`add`
+    ask a holder again while it answers :class:`~redis_ctr.errors.BudgetInFlight` (0: raise it
+    at once).
     """
 
     def __init__(
@@ -438,6 +455,19 @@ class Ctr:
         On a spread counter the add goes to one holder (see the class) and the reply is that
         holder's value, not the total: read the total with :meth:`get`. A retry of a tokened
         add through this client reaches the holder its first send went to.
+
+        On a spread counter with a ceiling (a positive delta) or a floor (a negative one) each
+        holder has a share of the room: a holder whose share is used up refuses (nil) while
+        others may still have some. The add then walks on over the other holders in the order
+        :func:`redis_ctr.probe_order` gives for its token (a random one without a token), one
+        ``CTR.ADD`` each, until one applies it; it is refused (``CeilingRefused`` or
+        ``FloorRefused``, None with ``refusable=True``) only when every holder refused. Each
+        holder replays its first answer to a token, so a retry of a tokened add, from any
+        process with the same holder list, walks the same holders in the same order and counts
+        at most once. A holder whose room is in flight (``TRYAGAIN budget in flight``) is asked
+        again for up to ``purchase_wait`` seconds, then :class:`~redis_ctr.errors.BudgetInFlight`
+        is raised (an ``AddAwaitsFold`` for a tokened add); it is never skipped. An add that
+        sets a TTL goes to the home key alone and is not walked.
         """
         # TypeError (not an int) or ValueError (options the module refuses) here, before any I/O
         call = _calls.add(key, delta, token, at, ex, px, exat, pxat, persist, enx)
@@ -456,30 +486,73 @@ class Ctr:
         # set on a holder would expire it alone. So does an untokened add of a key whose
         # holders were never read, until it is added to often (HolderCache.cold): a counter
         # that is not spread costs one command per add.
-        if cache is None or with_ttl or (token is None and cache.cold(key)):
+        if cache is None or with_ttl:
             return run(self.client, call)
+        if token is None and cache.cold(key):
+            value = run(self.client, call)
+            if value is not None:
+                return value
+            # Refused by the key's own bound: walked on when it is a bounded spread's home.
+            holders = self._route_holders(key)
+            if len(holders) < 2:
+                return None
+            walk = AddWalk(cache, holders, None, (key,), retry=False)
+            target = walk.next()
+            if target is None:
+                return None
+            return self._send_add(key, call, None, holders, target, False, walk)
         holders = self._route_holders(key)
         retry = cache.remembers(key, token)
         target = cache.target(key, holders, token)
+        return self._send_add(key, call, token, holders, target, retry, None)
+
+    def _send_add(
+        self,
+        key: KeyT,
+        call: Call[Optional[int]],
+        token: Optional[KeyT],
+        holders: Holders,
+        target: KeyT,
+        retry: bool,
+        walk: Optional[AddWalk],
+    ) -> Optional[int]:
+        """Sends the add to ``target``, then on as :mod:`redis_ctr._spread` says: to another
+        holder after a folded one or one that never ran it, and, once a member refused it
+        (nil), over the others by the walk (:class:`AddWalk`)."""
+        cache = self._holders
+        assert cache is not None
         folded: List[KeyT] = []
         wait: Optional[BudgetWait] = None
         while True:
             try:
-                return run(self.client, call.on(target))
-            except (AddAwaitsFold, HolderMoving, ClusterError) as e:
-                # A holder being folded back passes a new token on only once its fold landed
-                # (else a failover could give it back unsealed, to count a retry again): the
-                # same holder is asked again with the same token. Anything else is raised.
-                if token is None:
-                    raise
-                wait = wait or BudgetWait(self.purchase_wait, target, AddAwaitsFold)
+                value = run(self.client, call.on(target))
+            except (BudgetInFlight, HolderMoving, ClusterError) as e:
+                # A member whose room is in flight (TRYAGAIN budget in flight), or a holder
+                # being folded back that passes a new token on only once its fold landed (else
+                # a failover could give it back unsealed, to count a retry again): the same
+                # member is asked again, same token, as a purchase asks a holder (_budget).
+                # Anything else (a slot moving) is raised.
+                wait = wait or add_wait(self.purchase_wait, target, token)
                 time.sleep(wait.pause_after(e))
+                continue
             except HolderFolded:
-                # Not counted there (see _spread): on to a current holder, or the home key.
+                # Not counted there (see _spread): on to a current holder, or the home key; on
+                # the walk, to the next member. The key given refusing is raised (not a home).
                 if target == key:
                     raise
-                folded.append(target)
-                target = cache.retarget(key, self._holders_after_fold(key), token, folded)
+                if walk is None:
+                    folded.append(target)
+                    holders = self._holders_after_fold(key)
+                    target = cache.retarget(key, holders, token, folded)
+                else:
+                    if token is None:
+                        cache.forget(key)  # a stale list: read again next time
+                    following = walk.next()
+                    if following is None:
+                        return None
+                    target = following
+                wait = None
+                continue
             except (MovedError, ConnectionError, TimeoutError) as e:
                 if timed_out(e):
                     # Its master took too long (frozen?): it may still count this add, so it
@@ -488,10 +561,34 @@ class Ctr:
                     cache.timed_out(target)
                     raise
                 # Never ran there (MOVED, no connection): on to another holder in reach.
-                if target == key or not not_run(e) or not sent_on(cache, target, e, token, retry):
+                if (target == key and walk is None) or not not_run(e):
                     raise
-                folded.append(target)
-                target = cache.retarget(key, holders, token, folded)
+                if not sent_on(cache, target, e, token, retry):
+                    raise
+                if walk is None:
+                    folded.append(target)
+                    target = cache.retarget(key, holders, token, folded)
+                else:
+                    walk.unreached(e)
+                    following = walk.next()
+                    if following is None:
+                        return None
+                    target = following
+                wait = None
+                continue
+            if value is not None:
+                return value
+            # Refused by this member's share of the bound: on to the others (costs nothing
+            # until a nil came back).
+            if walk is None:
+                if len(holders) < 2:
+                    return None
+                walk = AddWalk(cache, holders, token, (*folded, target), retry)
+            following = walk.next()
+            if following is None:
+                return None
+            target = following
+            wait = None
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""

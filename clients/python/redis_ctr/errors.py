@@ -196,8 +196,10 @@ class HolderMoving(CtrError, TryAgainError):
 class BudgetInFlight(CtrError, TryAgainError):
     """``TRYAGAIN``: a purchase (``CTR.DECRFLOOR``) that only budget still travelling keeps
     from being granted (a holder of a floored spread counter before its share landed, a holder
-    whose budget move is unacknowledged). Nothing was recorded against the token: ask the same
-    holder again with the same token. :meth:`redis_ctr.Ctr.decrfloor` does, for up to its
+    whose budget move is unacknowledged), or a ``CTR.ADD`` at a holder of a spread counter with
+    a ceiling or a floor whose share of the room is still on its way. Nothing was recorded
+    against the token: ask the same holder again with the same token.
+    :meth:`redis_ctr.Ctr.decrfloor` and :meth:`redis_ctr.Ctr.add` do, for up to their
     ``purchase_wait``. Also a ``TryAgainError``, which cluster clients retry by themselves
     first."""
 
@@ -310,7 +312,8 @@ class FlooredSpread(CtrError):
 class SpreadRefused(CtrError):
     """``CTR.SPREAD`` that cannot be done: a holder count outside 1 to 1024, a key name too long
     to spread, no free slot for a holder on some master, a holder key that already holds a
-    counter below its floor; or not now (a budget move or transfer to a holder still
+    counter past its floor or ceiling (below its floor, from modules before ceiled spreads); or
+    not now (a budget move or transfer to a holder still
     unacknowledged: retry shortly)."""
 
 
@@ -409,6 +412,7 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR no free slot found for a holder", SpreadRefused),
     ("ERR no orphaned spread ", SpreadRefused),
     ("ERR a holder key already holds a counter below its floor", SpreadRefused),
+    ("ERR a holder key already holds a counter past its floor or ceiling", SpreadRefused),
     ("ERR a budget move to one of the new holders is still in flight", SpreadRefused),
     ("ERR a transfer to that key is still unacknowledged", SpreadRefused),
     ("ERR max_burst and quantity must not be negative", InvalidLimit),

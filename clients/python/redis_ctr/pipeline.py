@@ -16,7 +16,10 @@ What a pipeline does not do, because its commands are only sent at ``execute()``
 read before (no ``CTR.HOLDERS``, no ``CTR.INFO``), so every command goes to the key given. An
 add to a spread counter's home counts on the home (always right); ``decrfloor`` asks that one
 key (no walk of the holders by the probe rule: use :meth:`redis_ctr.Ctr.decrfloor` for
-purchases on a spread counter). In a cluster, a transaction's keys share a slot.
+purchases on a spread counter). Likewise an add to the home of a spread counter with a ceiling
+or a floor is refused (nil) once the home's own share of the room is used up, even while other
+holders have room: the pipeline does not walk on (:meth:`redis_ctr.Ctr.add` does). In a
+cluster, a transaction's keys share a slot.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from redis.exceptions import ClusterError, ConnectionError, MovedError, TimeoutE
 
 from . import _calls
 from ._calls import KeyT
-from ._spread import HolderCache, Holders, holder_for_token
+from ._spread import HolderCache, Holders, holder_for_token, probe_order
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
 from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, left_out, not_run, run
@@ -83,12 +83,16 @@ class WriterStats:
     retries: int = 0
     """Sends repeated (same token) after a connection error or timeout."""
     refused: int = 0
-    """Sums refused by a floor (a negative sum on a floored counter; nil reply): not applied."""
+    """Sums refused by a bound (a negative sum on a floored counter, a positive one on a ceiled
+    counter; nil reply), on a spread counter by every holder: not applied."""
     dropped: int = 0
     """Sums the server refused with an error (wrong type, overflow, token too old): not applied."""
     rerouted: int = 0
     """Sums sent to another holder (or the home key) because a shrink had folded their holder
     back into its home before they reached it: not applied there, so sent on."""
+    walked: int = 0
+    """Sends of a sum on to another holder of a bounded spread counter after a holder refused
+    it (its share of the floor's budget or of the ceiling's room used up; nil reply)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ class _Sum:
     """Holders that refused it as folded back, or where it never ran (so it did not count)."""
     maybe_counted: bool = False
     """True once a send of it may have run (a reply lost): from then on it goes nowhere else."""
+    refused: Tuple[KeyT, ...] = ()
+    """Holders of a bounded spread counter that refused it (nil; each records the refusal
+    under its token and replays it)."""
 
     def routed(self, holders: Holders) -> _Sum:
         """The sum with its target: the token's holder (the home key when not spread)."""
@@ -133,9 +140,25 @@ class _Sum:
         if self.maybe_counted or target == self.key:
             return None
         folded = (*self.folded, target)
-        current = [h for h in holders if h not in folded]
+        current = [h for h in holders if h not in folded and h not in self.refused]
         chosen = holder_for_token(current, self.token) if current else self.key
         return replace(self, target=chosen, folded=folded)
+
+    def walked_on(self, holders: Holders, reachable: Holders) -> Optional[_Sum]:
+        """The sum sent on after its target refused it (nil: its share of a bound used up):
+        to the next of ``holders`` by the probe rule for its token (:func:`probe_order`) that
+        neither refused it nor did not run it, those in ``reachable`` first. None when there
+        is none (the refusal is then final). The refusal is recorded under the token at the
+        holder that made it, so the sum did not count there, whatever sends came before."""
+        target = self.key if self.target is None else self.target
+        refused = (*self.refused, target)
+        passed = (*refused, *self.folded)
+        order = [holders[i] for i in probe_order(self.token, len(holders))]
+        left = [h for h in order if h not in passed]
+        if not left:
+            return None
+        chosen = next((h for h in left if h in reachable), left[0])
+        return replace(self, target=chosen, refused=refused, maybe_counted=False)
 
     def call(self) -> _calls.Call[Optional[int]]:
         target = self.key if self.target is None else self.target
@@ -190,12 +213,22 @@ class _Sums:
                 self.unsettled.append(_Sum(key, delta, token, now))
 
     def settled(self, reply: Optional[int]) -> None:
-        """The server applied the first unsettled sum, or refused it by a floor (None)."""
+        """The server applied the first unsettled sum, or refused it by a bound (None)."""
         if reply is None:
             self.stats.refused += 1
         else:
             self.stats.flushed_sums += 1
         self.unsettled.popleft()
+
+    def walked_on(self, holders: Holders, reachable: Holders) -> bool:
+        """The first unsettled sum was refused (nil) by its holder: True when it is to be sent
+        on to another holder (see :meth:`_Sum.walked_on`), False when that refusal is final."""
+        on = self.unsettled[0].walked_on(holders, reachable)
+        if on is None:
+            return False
+        self.unsettled[0] = on
+        self.stats.walked += 1
+        return True
 
     def rerouted(self, error: HolderFolded, holders: Holders) -> bool:
         """The first unsettled sum met a holder folded back: True when it is to be sent on
@@ -364,7 +397,12 @@ class CoalescingWriter(_Writer[SyncClient]):
     Spread counters: each sum goes to the holder its token picks (the documented token rule,
     holders learned as :class:`~redis_ctr.Ctr` does, refreshed every ``spread_refresh_ms``),
     chosen at its first send and kept for its retries, so a retried sum reaches the holder
-    that may already have counted it. ``spread_refresh_ms=None`` sends every sum to its key.
+    that may already have counted it. A sum that a holder of a bounded spread counter refuses
+    (nil: its share of the floor's budget or of the ceiling's room used up) goes on, same
+    token, to the next holder by the probe rule for its token, and is counted as refused only
+    when every holder refused it (``stats.walked`` counts the sends on). A holder that answers
+    ``TRYAGAIN`` (room in flight, a fold on its way) is asked again like a lost connection,
+    never passed. ``spread_refresh_ms=None`` sends every sum to its key.
     """
 
     def _setup(self) -> None:
@@ -443,7 +481,8 @@ class CoalescingWriter(_Writer[SyncClient]):
 
     def _send_first(self) -> None:
         """Sends the first unsettled sum until the server decides on it: applied, refused by a
-        floor, or refused by a final error; a holder folded back sends it on."""
+        bound (on a spread counter by every holder: a holder's refusal sends it on to the next
+        by the probe rule), or refused by a final error; a holder folded back sends it on."""
         sums = self._sums
         attempt = 0
         while True:
@@ -453,7 +492,13 @@ class CoalescingWriter(_Writer[SyncClient]):
                     holders = self._reachable(self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(run(self.client, s.call()))
+                reply = run(self.client, s.call())
+                if reply is None:
+                    holders = self._ctr._route_holders(s.key)
+                    if sums.walked_on(holders, self._reachable(holders)):
+                        attempt = 0
+                        continue
+                sums.settled(reply)
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, self._ctr._holders_after_fold(s.key)):
@@ -600,7 +645,13 @@ class AsyncCoalescingWriter(_Writer[AsyncClient]):
                     holders = self._reachable(await self._ctr._route_holders(s.key))
                     s = sums.unsettled[0] = s.routed(holders)
                 sums.stats.commands += 1
-                sums.settled(await run_async(self.client, s.call()))
+                reply = await run_async(self.client, s.call())
+                if reply is None:
+                    holders = await self._ctr._route_holders(s.key)
+                    if sums.walked_on(holders, self._reachable(holders)):
+                        attempt = 0
+                        continue
+                sums.settled(reply)
                 return
             except HolderFolded as e:
                 if not sums.rerouted(e, await self._ctr._holders_after_fold(s.key)):
