@@ -47,8 +47,10 @@ class CeilingRefused(AboveCeiling):
 
 
 class CeilingOnSpread(CtrError):
-    """Bounds and a spread counter together (``CTR.CEIL`` or ``CTR.INCREX`` on a spread home or
-    holder, ``CTR.SPREAD`` of a counter with a ceiling): not supported yet."""
+    """A ceiling, or one key's bounds, on a spread counter: ``CTR.CEIL`` on a spread home or
+    holder (a spread counter's ceiling is set before it spreads: its members keep shares of it),
+    ``CTR.CLEAR`` or ``CTR.RECONCILE`` of a ceiled spread counter (shrink it to 1 first),
+    ``CTR.INCREX`` on a spread counter (add to it with ``CTR.ADD``). Nothing changed."""
 
 
 class RefundFolded(CtrError):
@@ -341,7 +343,10 @@ ERROR_TABLE: tuple[tuple[str, type[CtrError]], ...] = (
     ("ERR value below floor", BelowFloor),
     ("ERR cannot clear to 0: the counter's floor is above 0", BelowFloor),
     ("ERR value above ceiling", AboveCeiling),
-    ("ERR bounds on spread counters are not supported", CeilingOnSpread),
+    ("ERR the ceiling of a spread counter is set before it spreads", CeilingOnSpread),
+    ("ERR CTR.INCREX takes a counter that is not spread", CeilingOnSpread),
+    ("ERR cannot clear a ceiled spread counter", CeilingOnSpread),
+    ("ERR cannot reconcile a ceiled spread counter", CeilingOnSpread),
     ("ERR refund after a fold", RefundFolded),
     ("ERR token event time is older than the dedup window", TokenTooOld),
     ("ERR token event time is too far in the future", TooFarInFuture),

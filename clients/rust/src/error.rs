@@ -19,8 +19,10 @@ pub enum ModuleError {
     /// The value would be, or already is, above the counter's ceiling (`CTR.CEIL` below the
     /// value, `CTR.CLEAR` of a counter whose ceiling is below 0).
     AboveCeiling,
-    /// Bounds and a spread counter together: `CTR.CEIL` or `CTR.INCREX` on a spread home or
-    /// holder (set a ceiling before `CTR.SPREAD`: a ceiled counter spreads its room in shares).
+    /// A ceiling, or one key's bounds, on a spread counter: `CTR.CEIL` on a spread home or
+    /// holder (set a ceiling before `CTR.SPREAD`: a ceiled counter spreads its room in shares),
+    /// `CTR.CLEAR` or `CTR.RECONCILE` of a ceiled spread counter (shrink it to 1 first),
+    /// `CTR.INCREX` on a spread counter (add to it with `CTR.ADD`). Nothing changed.
     CeilingOnSpread,
     /// `CTR.REFUND` on a spread counter's holder that a shrink folded back into its home after
     /// it granted the token: the grant's units went home with the fold (nothing changed at the
@@ -159,7 +161,16 @@ pub const ERROR_TABLE: &[(&str, ModuleError)] = {
         ("ERR value below floor", BelowFloor),
         ("ERR value above ceiling", AboveCeiling),
         (
-            "ERR bounds on spread counters are not supported",
+            "ERR the ceiling of a spread counter is set before it spreads",
+            CeilingOnSpread,
+        ),
+        (
+            "ERR CTR.INCREX takes a counter that is not spread",
+            CeilingOnSpread,
+        ),
+        ("ERR cannot clear a ceiled spread counter", CeilingOnSpread),
+        (
+            "ERR cannot reconcile a ceiled spread counter",
             CeilingOnSpread,
         ),
         ("ERR refund after a fold", RefundFolded),
