@@ -78,6 +78,15 @@ def sent(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
     return {n: c - before.get(n, 0) for n, c in after.items() if c - before.get(n, 0)}
 
 
+def members_alone(test: unittest.TestCase, r: Any) -> None:
+    """Turns the server's rebalancer off for ``test`` (restored after it): each member's
+    refusal is then final, so what the walk alone does shows (with it on, the server also
+    gathers room to a member whose add it refuses, and the add waits for it)."""
+    before = r.config_get("ctr.rebalance-delay-ms")["ctr.rebalance-delay-ms"]
+    r.config_set("ctr.rebalance-delay-ms", 0)
+    test.addCleanup(lambda: client().config_set("ctr.rebalance-delay-ms", before))
+
+
 def token_where(first: int, second: int, start: int = 0) -> str:
     """A token whose walk over the members starts at member ``first``, then ``second``."""
     for i in range(start, start + 10_000):
@@ -134,6 +143,7 @@ class BoundedWalkTest(unittest.TestCase):
     def setUp(self) -> None:
         self.r = client()
         self.addCleanup(self.r.close)
+        members_alone(self, self.r)
 
     def test_adds_reach_the_whole_ceiling_over_the_members(self) -> None:
         """Untokened adds of 5 under a ceiling of 100 spread to 4 (25 of room each): all 20
@@ -325,6 +335,7 @@ class AsyncBoundedWalkTest(unittest.IsolatedAsyncioTestCase):
         self.plain = client()
         self.addAsyncCleanup(self.r.aclose)
         self.addCleanup(self.plain.close)
+        members_alone(self, self.plain)
 
     async def test_async_adds_reach_the_ceiling_and_the_floor(self) -> None:
         for make, delta, end in ((ceiled, 5, 100), (floored, -5, 0)):
