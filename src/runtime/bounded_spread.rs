@@ -213,12 +213,12 @@ pub fn spread_bounded_across_masters(
     Ok(())
 }
 
+/// A bounded spread counter's members, the home first, and the kind of budget it moves.
+pub type Members = (BudgetKind, Vec<Vec<u8>>);
+
 /// The kind of budget the bounded spread counter at `home` moves, and its names, the home first
 /// and then its holders; None when `home` is not (or no longer) one.
-pub fn bounded_spread_names(
-    ctx: Ctx,
-    home: &[u8],
-) -> Result<Option<(BudgetKind, Vec<Vec<u8>>)>, CommandError> {
+pub fn bounded_spread_names(ctx: Ctx, home: &[u8]) -> Result<Option<Members>, CommandError> {
     let home_name = KeyName::new(ctx, home);
     let found = with_counter(ctx, home_name.raw, |c| match c {
         Some(CounterRef::Boxed(b)) => {
