@@ -308,3 +308,77 @@ fn a_failover_of_the_givers_master_mid_move_credits_each_ceiling_share_once() {
     let ceilings = member_ceilings(&mut after, &members).unwrap();
     check_caps(&member_values(&mut after, &members), &ceilings, 1600);
 }
+
+/// True for the retryable answer of an add whose room is still on its way.
+fn awaits_room(reply: &Value) -> bool {
+    matches!(reply, Value::Error(e) if e.starts_with("TRYAGAIN budget in flight") && e.ends_with("retry the add"))
+}
+
+/// While the shares travel (held back by the home's frozen replica: the home sends no credit
+/// until its replica holds the debits), a holder is held at 0 from above: every positive add
+/// at it, tokened or not, answers `TRYAGAIN` with nothing recorded against its token, and
+/// the home takes no add past its own share. Once the credits land, the adds that waited are
+/// decided afresh; an add beyond the whole room is refused for good once a round has seen it.
+#[test]
+fn holders_of_a_ceiled_spread_take_no_add_before_their_first_credit() {
+    // No wait in the server: an add that waits for its share answers TRYAGAIN at once.
+    let cluster = Cluster::start(3, &["purchase-wait-ms", "0"]);
+    let replicas: Vec<common::Server> = (0..3).map(|n| cluster.start_replica_of(n)).collect();
+    let mut client = cluster.client();
+    let home = "{gate2}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    assert_eq!(client.cmd(&["CTR.ADD", home, "100"]), Value::Int(100));
+    assert_eq!(client.cmd(&["CTR.CEIL", home, "1000"]).text(), "OK");
+    cluster.nodes[home_node].wait_replicas(1);
+    let frozen = replicas[home_node].port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = common::Conn::connect(frozen).unwrap();
+        c.q("DEBUG SLEEP 3")
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let members = names(&client.cmd(&["CTR.SPREAD", home, "6"]));
+    assert_eq!(members.len(), 6);
+    for (i, h) in members.iter().enumerate().skip(1) {
+        let mut master = cluster.nodes[cluster.owner(key_slot(h.as_bytes()))].conn();
+        assert!(awaits_room(&master.cmd(&["CTR.ADD", h, "1"])), "{h}");
+        let token = format!("t{i}");
+        let tokened = ["CTR.ADD", h, "100", "TOKEN", &token];
+        assert!(awaits_room(&master.cmd(&tokened)), "{h}");
+        assert!(awaits_room(&master.cmd(&tokened)), "{h}: not recorded");
+        assert_eq!(master.cmd(&["CTR.GET", h]), Value::Int(0), "{h}");
+        assert_eq!(
+            master.cmd(&["CTR.ADD", h, "-3"]),
+            Value::Int(-3),
+            "room grows below"
+        );
+        assert_eq!(
+            master.cmd(&["CTR.ADD", h, "3"]),
+            Value::Int(0),
+            "{h}: up to 0"
+        );
+        assert!(awaits_room(&master.cmd(&["CTR.ADD", h, "1"])), "{h}");
+    }
+    // The home's own share is 150 of the 900 units of room; past it, it waits too.
+    let mut home_master = cluster.nodes[home_node].conn();
+    assert!(awaits_room(
+        &home_master.cmd(&["CTR.ADD", home, "151", "TOKEN", "h1"])
+    ));
+    assert_eq!(home_master.cmd(&["CTR.ADD", home, "150"]), Value::Int(250));
+    sleeper.join().unwrap();
+    let ceilings = settled(&mut client, &members, 1000);
+    assert_eq!(&ceilings[1..], [150; 5]);
+    // The adds that waited are decided afresh, and their answer is final.
+    let t2 = ["CTR.ADD", &members[2], "100", "TOKEN", "t2"];
+    assert_eq!(client.cmd(&t2), Value::Int(100));
+    assert_eq!(client.cmd(&t2), Value::Int(100), "a retry replays it");
+    // 1000 - (250 + 100) = 650 units of room left: an add of 651 at the home is refused for
+    // good once a round has seen the whole room, and its token replays the refusal.
+    let beyond = ["CTR.ADD", home, "651", "TOKEN", "h2"];
+    let refused = eventually(20, || match home_master.cmd(&beyond) {
+        Value::Error(e) if e.starts_with("TRYAGAIN") => None,
+        other => Some(other),
+    });
+    assert_eq!(refused, Value::Nil);
+    assert_eq!(home_master.cmd(&beyond), Value::Nil, "a replay");
+    assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(350));
+}
