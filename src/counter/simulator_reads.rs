@@ -104,13 +104,18 @@ fn held(c: &Counter) -> i64 {
 }
 
 /// A holder as a master serving it answers a gather (the runtime's `read_holder`): its units
-/// in hand, and its own floor when it has one.
+/// in hand, and its own floor and ceiling when it has them.
 pub(super) fn holder_answer(c: Option<&Counter>) -> HolderAnswer {
     match c {
         None => HolderAnswer::Value(0),
-        Some(c) => match c.floor() {
-            Some(f) => HolderAnswer::Floored(held(c), f.floor),
-            None => HolderAnswer::Value(held(c)),
+        Some(c) => match (c.floor(), c.ceiling()) {
+            (floor, Some(x)) => HolderAnswer::Ceiled {
+                value: held(c),
+                ceiling: x.ceiling,
+                floor: floor.map(|f| f.floor),
+            },
+            (Some(f), None) => HolderAnswer::Floored(held(c), f.floor),
+            (None, None) => HolderAnswer::Value(held(c)),
         },
     }
 }
@@ -324,6 +329,7 @@ impl Sim {
             values: vec![Some(held(home))],
             ages: vec![0],
             floors: vec![None],
+            ceilings: vec![None],
         };
         let client = self.reads.next_client;
         self.reads.next_client += 1;

@@ -8,9 +8,16 @@
 //!           u8 1                   not served here (the slot is elsewhere or migrating)
 //!           u8 2 + (uvarint len, text)  the read failed (for example WRONGTYPE)
 //!           u8 3 + ivarint value + ivarint floor   a floored holder's value and own floor
+//!           u8 4 + ivarint value + ivarint ceiling + u8 has_floor (0 or 1) [+ ivarint floor]
+//!                                  a ceiled holder's value, own ceiling, and own floor if any
 //! ```
-//! Answer 3 is sent only for a holder that has a floor, which only a floored spread counter
-//! across masters gives a holder: a cluster that never spread one never sends it.
+//! Answer 3 is sent only for a holder that has a floor and no ceiling, which only a floored
+//! spread counter across masters gives a holder: a cluster that never spread one never sends
+//! it. Answer 4 is sent only for a holder that has a ceiling or folds ceiling units home (a
+//! ceiled spread counter's, with its floor when the spread has both bounds): a cluster that
+//! never spread a ceiled counter sends what it sent before ceilings, byte for byte. A module
+//! from before ceilings drops a response carrying answer 4 as malformed, which is why every
+//! master is upgraded before the first ceiled spread (docs/CLUSTER.md).
 //! Answers come in request order. Anything malformed is dropped by the receiver (the asker
 //! then times out, which is the same outcome as a lost message).
 //!
@@ -35,8 +42,16 @@ const MAX_ERROR_TEXT: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HolderAnswer {
     Value(i64),
-    /// A holder with a floor of its own (a floored spread counter's holder): value, floor.
+    /// A holder with a floor of its own and no ceiling (a floored spread counter's holder):
+    /// value, floor.
     Floored(i64, i64),
+    /// A holder with a ceiling of its own (a ceiled spread counter's holder), and its own
+    /// floor when it has one too (a spread with both bounds).
+    Ceiled {
+        value: i64,
+        ceiling: i64,
+        floor: Option<i64>,
+    },
     NotHere,
     Failed(String),
 }
@@ -93,6 +108,17 @@ pub fn encode_response(id: u64, answers: &[HolderAnswer]) -> Vec<u8> {
         match a {
             HolderAnswer::Value(v) => w.u8(0).ivarint(*v),
             HolderAnswer::Floored(v, f) => w.u8(3).ivarint(*v).ivarint(*f),
+            HolderAnswer::Ceiled {
+                value,
+                ceiling,
+                floor,
+            } => {
+                w.u8(4).ivarint(*value).ivarint(*ceiling);
+                match floor {
+                    Some(f) => w.u8(1).ivarint(*f),
+                    None => w.u8(0),
+                }
+            }
             HolderAnswer::NotHere => w.u8(1),
             HolderAnswer::Failed(text) => {
                 let end = text.len().min(MAX_ERROR_TEXT);
@@ -117,6 +143,15 @@ pub fn decode_response(buf: &[u8]) -> Result<(u64, Vec<HolderAnswer>), DecodeErr
                     String::from_utf8_lossy(r.bytes(MAX_ERROR_TEXT)?).into_owned(),
                 ),
                 3 => HolderAnswer::Floored(r.ivarint()?, r.ivarint()?),
+                4 => HolderAnswer::Ceiled {
+                    value: r.ivarint()?,
+                    ceiling: r.ivarint()?,
+                    floor: match r.u8()? {
+                        0 => None,
+                        1 => Some(r.ivarint()?),
+                        other => return decode_error(format!("ceiled answer floor flag {other}")),
+                    },
+                },
                 other => return decode_error(format!("unknown holder answer {other}")),
             })
         })
@@ -140,12 +175,22 @@ mod tests {
             HolderAnswer::Value(i64::MIN),
             HolderAnswer::NotHere,
             HolderAnswer::Floored(-3, i64::MIN),
+            HolderAnswer::Ceiled {
+                value: i64::MAX,
+                ceiling: i64::MAX,
+                floor: None,
+            },
+            HolderAnswer::Ceiled {
+                value: -3,
+                ceiling: 0,
+                floor: Some(i64::MIN),
+            },
             HolderAnswer::Failed("WRONGTYPE é".repeat(40)),
         ];
         let (id, back) = decode_response(&encode_response(7, &answers)).unwrap();
         assert_eq!(id, 7);
-        assert_eq!(back[..3], answers[..3]);
-        let HolderAnswer::Failed(text) = &back[3] else {
+        assert_eq!(back[..5], answers[..5]);
+        let HolderAnswer::Failed(text) = &back[5] else {
             panic!("{back:?}")
         };
         assert!(text.len() <= MAX_ERROR_TEXT && text.starts_with("WRONGTYPE é"));
@@ -205,5 +250,70 @@ mod tests {
         let mut bad = encode_response(1, &[HolderAnswer::NotHere]);
         *bad.last_mut().unwrap() = 3;
         assert!(decode_response(&bad).is_err());
+        // An answer kind this version does not know is refused, with or without bytes after.
+        for kind in [5u8, 0xff] {
+            let mut unknown = encode_response(1, &[HolderAnswer::NotHere]);
+            *unknown.last_mut().unwrap() = kind;
+            assert!(decode_response(&unknown).is_err(), "kind {kind}");
+            unknown.extend_from_slice(&[2, 4, 0]);
+            assert!(
+                decode_response(&unknown).is_err(),
+                "kind {kind}, bytes after"
+            );
+        }
+    }
+
+    /// Ceiled answers (kind 4): every truncation is refused, so is a floor flag other than 0
+    /// or 1 and a byte after the last answer; none panics.
+    #[test]
+    fn malformed_ceiled_answers_are_refused() {
+        let answers = [
+            HolderAnswer::Ceiled {
+                value: 10,
+                ceiling: 40,
+                floor: None,
+            },
+            HolderAnswer::Ceiled {
+                value: -300,
+                ceiling: 5,
+                floor: Some(-8000),
+            },
+        ];
+        for one in &answers {
+            let buf = encode_response(1, std::slice::from_ref(one));
+            assert_eq!(decode_response(&buf).unwrap().1, std::slice::from_ref(one));
+            for len in 0..buf.len() {
+                assert!(
+                    decode_response(&buf[..len]).is_err(),
+                    "{one:?} prefix {len}"
+                );
+            }
+            let mut trailing = buf.clone();
+            trailing.push(0);
+            assert!(decode_response(&trailing).is_err());
+        }
+        // The floor flag is the byte after the ceiling: 10 and 40 are one byte each.
+        let mut flag = encode_response(1, &answers[..1]);
+        assert_eq!(flag[flag.len() - 4..], [4, 20, 80, 0]);
+        for bad in [2u8, 0x80, 0xff] {
+            *flag.last_mut().unwrap() = bad;
+            assert!(decode_response(&flag).is_err(), "flag {bad}");
+            let mut with_floor = flag.clone();
+            with_floor.push(0);
+            assert!(
+                decode_response(&with_floor).is_err(),
+                "flag {bad} and a floor"
+            );
+        }
+    }
+
+    /// A floored holder without a ceiling is still answer 3, byte for byte: a cluster that
+    /// never ceiled a spread sends what it sent before answer 4 existed.
+    #[test]
+    fn a_floored_answer_is_unchanged_by_ceilings() {
+        let floored = encode_response(1, &[HolderAnswer::Floored(10, 2)]);
+        assert_eq!(floored[floored.len() - 3..], [3, 20, 4]);
+        let plain = encode_response(1, &[HolderAnswer::Value(-3)]);
+        assert_eq!(plain[plain.len() - 2..], [0, 5]);
     }
 }

@@ -3,8 +3,8 @@
 //! runs mixed module versions while it is upgraded, so a change here is a wire change: it
 //! needs a new payload version that older nodes refuse as malformed, never new meanings of old
 //! bytes. The payloads added beside a kind's since (a version 3 credit, the ceiled kinds of
-//! the replicated `CTR.STEP`, which replicas of mixed versions read too) are pinned the same
-//! way in [`LATER_GOLDEN`].
+//! the replicated `CTR.STEP`, which replicas of mixed versions read too, a gather response
+//! with ceiled answers) are pinned the same way in [`LATER_GOLDEN`].
 
 use crate::counter::audit::{Answer, Question};
 use crate::counter::collect::Collection;
@@ -277,10 +277,12 @@ fn every_kind_decodes_its_golden_bytes_back() {
     assert_eq!((id, answer), (0x78, NameAnswer::Taken));
 }
 
-/// A payload of [`LATER_GOLDEN`]: a bus credit, or a `CTR.STEP` step and the key it is for.
+/// A payload of [`LATER_GOLDEN`]: a bus credit, a `CTR.STEP` step and the key it is for, or a
+/// gather response (request id 0x1122).
 enum Later {
     Credit(Credit),
     Step(&'static [u8], Step),
+    Gathered(Vec<HolderAnswer>),
 }
 
 impl Later {
@@ -288,6 +290,7 @@ impl Later {
         match self {
             Later::Credit(c) => transfer_msg::encode_credit(c),
             Later::Step(_, step) => step_msg::encode(step),
+            Later::Gathered(answers) => gather_msg::encode_response(0x1122, answers),
         }
     }
 
@@ -296,11 +299,15 @@ impl Later {
         match self {
             Later::Credit(c) => transfer_msg::decode_credit(bytes).as_ref() == Ok(c),
             Later::Step(key, step) => step_msg::decode(key, bytes).as_ref() == Ok(step),
+            Later::Gathered(answers) => {
+                gather_msg::decode_response(bytes).as_ref() == Ok(&(0x1122, answers.clone()))
+            }
         }
     }
 }
 
-/// The payloads of [`LATER_GOLDEN`], in its order: each carries ceiling units (6, zigzag 0x0c).
+/// The payloads of [`LATER_GOLDEN`], in its order: each carries ceiling units (6, zigzag 0x0c),
+/// or ceilings.
 fn later_payloads() -> Vec<Later> {
     vec![
         Later::Credit(credit(6)),
@@ -322,6 +329,18 @@ fn later_payloads() -> Vec<Later> {
                 ..credit(6)
             }),
         ),
+        Later::Gathered(vec![
+            HolderAnswer::Ceiled {
+                value: 10,
+                ceiling: 40,
+                floor: None,
+            },
+            HolderAnswer::Ceiled {
+                value: -3,
+                ceiling: 5,
+                floor: Some(-8),
+            },
+        ]),
     ]
 }
 
@@ -329,11 +348,14 @@ fn later_payloads() -> Vec<Later> {
 /// version 2 bytes with its dc after df); a `CTR.STEP` MOVE (ceiled) (kind 8: receiver, dv 0,
 /// df 0, now 1000 ms (zigzag 2000, d00f), new giver id 9, then dc); a `CTR.STEP` CREDIT
 /// (ceiled) (kind 9: giver, 0 (its name at the debit), giver id, seq 9, dv 0, df 0, fold
-/// id 0, then dc).
-const LATER_GOLDEN: [(&str, &str); 3] = [
+/// id 0, then dc); a gather response (0xC8) of two ceiled answers (version 1, id 0x1122 as u64
+/// LE, 2 answers; kind 4, value 10 (zigzag 14), ceiling 40 (50), no floor (00); kind 4,
+/// value -3 (05), ceiling 5 (0a), a floor (01) of -8 (0f)).
+const LATER_GOLDEN: [(&str, &str); 4] = [
     ("credit v3", "03237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d65097b6374727d686f6d6504030000000000000909080c0201000000000000"),
     ("step move (ceiled)", "0108237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d650000d00f09000000000000000c"),
     ("step credit (ceiled)", "0109237b6374722e303030303030303030303030303061622e312e307d7b6374727d686f6d6500040300000000000009000000000000000000000c"),
+    ("gather response (ceiled)", "012211000000000000020414500004050a010f"),
 ];
 
 #[test]

@@ -30,6 +30,16 @@ pub(crate) struct Reading {
     pub(crate) ages: Vec<i64>,
     /// Each holder's own floor as read with its value (None: no floor, or not read yet).
     pub(crate) floors: Vec<Option<i64>>,
+    /// Each holder's own ceiling as read with its value (None: no ceiling, or not read yet).
+    pub(crate) ceilings: Vec<Option<i64>>,
+}
+
+/// A holder's value and own bounds (None: it has none), as one read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderRead {
+    pub value: i64,
+    pub floor: Option<i64>,
+    pub ceiling: Option<i64>,
 }
 
 impl Reading {
@@ -61,9 +71,10 @@ pub(crate) struct Round<P> {
     pub(crate) shared: bool,
     /// Requests are sent (false while queued behind the home's gather in flight).
     pub(crate) started: bool,
-    /// Each holder's value and own floor (index: holder - 1), filled as answers come.
+    /// Each holder's value and own bounds (index: holder - 1), filled as answers come.
     pub(crate) values: Vec<Option<i64>>,
     pub(crate) floors: Vec<Option<i64>>,
+    pub(crate) ceilings: Vec<Option<i64>>,
     pub(crate) requests: Vec<Request<P>>,
     /// Holders this node serves, in a cluster. They are read from a timer, not from inside the
     /// command: Valkey looks keys up in the slot of the command being executed (an
@@ -80,10 +91,11 @@ pub(crate) struct Round<P> {
 }
 
 impl<P> Round<P> {
-    /// Holder `h`'s value and own floor, as read.
-    pub(crate) fn record(&mut self, h: usize, (value, floor): (i64, Option<i64>)) {
-        self.values[h] = Some(value);
-        self.floors[h] = floor;
+    /// Holder `h`'s value and own bounds, as read.
+    pub(crate) fn record(&mut self, h: usize, read: HolderRead) {
+        self.values[h] = Some(read.value);
+        self.floors[h] = read.floor;
+        self.ceilings[h] = read.ceiling;
     }
 
     pub(crate) fn complete(&self) -> bool {
@@ -225,6 +237,7 @@ impl<F, E: Clone, P: Clone + Eq + std::hash::Hash> Gathers<F, E, P> {
                 started: false,
                 values: vec![None; r.holders.len()],
                 floors: vec![None; r.holders.len()],
+                ceilings: vec![None; r.holders.len()],
                 requests: Vec::new(),
                 locals: Vec::new(),
                 locals_read: false,
@@ -358,9 +371,11 @@ impl<F, E: Clone, P: Clone + Eq + std::hash::Hash> Gathers<F, E, P> {
                 let reading = &mut reader.readings[i];
                 reading.values.truncate(1);
                 reading.floors.truncate(1);
+                reading.ceilings.truncate(1);
                 reading.ages.truncate(1);
                 reading.values.extend_from_slice(&round.values);
                 reading.floors.extend_from_slice(&round.floors);
+                reading.ceilings.extend_from_slice(&round.ceilings);
                 reading.ages.resize(round.values.len() + 1, 0);
             }
             reader.waits.retain(|&(_, w)| w != id);
@@ -441,6 +456,7 @@ mod tests {
             values: vec![Some(1)],
             ages: vec![0],
             floors: vec![None],
+            ceilings: vec![None],
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::hash::Hash;
 
-use super::gather::{Effect, Gathers, Plan, Request, Round};
+use super::gather::{Effect, Gathers, HolderRead, Plan, Request, Round};
 use super::host::{Event, Host, NodeMessage, Route};
 use super::timeout::Timeout;
 use crate::counter::spread::key_slot;
@@ -35,14 +35,23 @@ pub enum GatherFailure {
     Unserved(u16),
 }
 
-/// A holder's value and own floor (None: it has none), as one read.
-pub type HolderRead = (i64, Option<i64>);
-
 /// A holder's answer as a read, or the failure it makes of the round.
 pub fn read_of(name: &[u8], answer: HolderAnswer) -> Result<HolderRead, GatherFailure> {
+    let read = |value, floor, ceiling| {
+        Ok(HolderRead {
+            value,
+            floor,
+            ceiling,
+        })
+    };
     match answer {
-        HolderAnswer::Value(v) => Ok((v, None)),
-        HolderAnswer::Floored(v, f) => Ok((v, Some(f))),
+        HolderAnswer::Value(v) => read(v, None, None),
+        HolderAnswer::Floored(v, f) => read(v, Some(f), None),
+        HolderAnswer::Ceiled {
+            value,
+            ceiling,
+            floor,
+        } => read(value, floor, Some(ceiling)),
         HolderAnswer::NotHere => Err(GatherFailure::Moving(name.to_vec())),
         HolderAnswer::Failed(text) => Err(GatherFailure::Failed(name.to_vec(), text)),
     }
@@ -357,9 +366,10 @@ fn record_answers<P: PartialEq>(
         }
         // Field by field: `request` borrows the round's requests.
         match read_of(&round.holders[h], answer) {
-            Ok((value, floor)) => {
-                round.values[h] = Some(value);
-                round.floors[h] = floor;
+            Ok(read) => {
+                round.values[h] = Some(read.value);
+                round.floors[h] = read.floor;
+                round.ceilings[h] = read.ceiling;
             }
             Err(failure) => return Some(Err(failure)),
         }

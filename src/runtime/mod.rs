@@ -8,8 +8,8 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub(crate) mod bounded_spread;
+pub(crate) mod bounded_view;
 pub(crate) mod bus;
-pub(crate) mod ctr_floor_spread;
 pub(crate) mod ctr_store;
 pub(crate) mod decide;
 pub(crate) mod demand;

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use redis_module::raw;
 
 use crate::counter::spread::{SlotOwners, SLOTS};
+use crate::counter::CounterRef;
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
 use crate::protocol::messages::MessageKind;
@@ -126,9 +127,14 @@ pub fn read_holder_as(ctx: *mut raw::RedisModuleCtx, name: &[u8], caller: Caller
     let reply = CallReply(reply);
     let root = reply.root();
     match root.kind() as isize {
-        raw::REDISMODULE_REPLY_INTEGER => match holder_floor(ctx, name) {
-            Some(floor) => HolderAnswer::Floored(root.integer(), floor),
-            None => HolderAnswer::Value(root.integer()),
+        raw::REDISMODULE_REPLY_INTEGER => match holder_bounds(ctx, name) {
+            (floor, Some(ceiling)) => HolderAnswer::Ceiled {
+                value: root.integer(),
+                ceiling,
+                floor,
+            },
+            (Some(floor), None) => HolderAnswer::Floored(root.integer(), floor),
+            (None, None) => HolderAnswer::Value(root.integer()),
         },
         _ => HolderAnswer::Failed(String::from_utf8_lossy(root.bytes()).into_owned()),
     }
@@ -146,11 +152,22 @@ pub fn reading_a_holder() -> bool {
     READING_A_HOLDER.with(std::cell::Cell::get)
 }
 
-/// The own floor of the counter at `name` (read right after its value, on this thread).
-fn holder_floor(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<i64> {
+/// The own floor and ceiling of the counter at `name` (read right after its value, on this
+/// thread), each with the units of its fold in flight. A ceiling is answered only for a
+/// counter that has one or folds ceiling units home: an unceiled holder folding back answers
+/// as before ceilings (its fold's 0 ceiling units, which a read counts as no ceiling, stay
+/// off the wire).
+fn holder_bounds(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> (Option<i64>, Option<i64>) {
     let ctx = Ctx { ptr: ctx };
     let key = KeyName::new(ctx, name);
-    super::ctr_store::floor_in_hand(ctx, key.raw).ok().flatten()
+    let floor = super::ctr_store::floor_in_hand(ctx, key.raw).ok().flatten();
+    let ceiling = super::ctr_store::with_counter(ctx, key.raw, |c| match c {
+        Some(CounterRef::Boxed(b)) => {
+            (b.ceiling_in_hand()).filter(|&in_hand| in_hand != 0 || b.ceiling().is_some())
+        }
+        _ => None,
+    });
+    (floor, ceiling.ok().flatten())
 }
 
 /// True when the server's routing check lets this node run a command on `name` (its slot is

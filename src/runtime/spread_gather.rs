@@ -40,7 +40,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::ctr_floor_spread::{self as floored, FlooredView};
+use super::bounded_view::{self as bounded, BoundedView};
 use super::ctr_store::{select_db, value_and_floor, with_counter};
 use super::read_handoff::{self, Outcome};
 use super::read_links;
@@ -50,7 +50,7 @@ use super::spread_transfer::{run_machine, RedisHost};
 use super::waiter::{self, Answered};
 use crate::config;
 use crate::counter::spread::parse_holder_name;
-use crate::counter::{exact_sum, CounterRef, TokenStamp};
+use crate::counter::{CounterRef, TokenStamp};
 use crate::ffi::{
     rm, string_bytes, Args, CommandError, CommandResult, Ctx, KeyName, RawString, Reply,
 };
@@ -167,8 +167,8 @@ enum Finish {
     Get,
     MGet,
     /// The map of CTR.INFO, whose value becomes the total and which gains the holders (and,
-    /// for a floored home read on one server, the floor fields).
-    Info(Vec<(&'static str, Reply)>, Option<FlooredView>),
+    /// for a bounded home, the fields of its floor and ceiling).
+    Info(Vec<(&'static str, Reply)>, Option<BoundedView>),
     /// A write of a home's total (CTR.CLEAR, CTR.RECONCILE): the gathered holders go to the
     /// caller's `apply` (`spread_clear`'s, `spread_reconcile`'s), in the step that replies.
     Clear(TotalWrite, ApplyTotal),
@@ -215,6 +215,7 @@ fn reading(ctx: Ctx, key: RawString) -> Result<Reading, CommandError> {
             values: vec![Some(c.map_or(0, held))],
             ages: vec![0],
             floors: vec![value_and_floor(c).1],
+            ceilings: vec![own_ceiling(c)],
         }
     })
 }
@@ -256,6 +257,14 @@ fn pending_names(
         })?;
         Some((found.holders.clone(), found.current))
     })
+}
+
+/// A key's own ceiling (None: it has none).
+fn own_ceiling(c: Option<CounterRef>) -> Option<i64> {
+    match c {
+        Some(CounterRef::Boxed(b)) => b.ceiling().map(|x| x.ceiling),
+        _ => None,
+    }
 }
 
 /// What a key counts for in a total: its value plus the value units it has sent and not had
@@ -330,21 +339,22 @@ pub fn info(ctx: Ctx, key: RawString, reply: Reply) -> CommandResult {
     if r.holders.is_empty() {
         return Ok(Reply::Map(fields));
     }
-    let view = floored_view(ctx, key, &r)?;
+    let view = bounded_view(ctx, key, &r)?;
     gather(ctx, vec![r], Finish::Info(fields, view))
 }
 
-/// The floor fields of CTR.INFO of a floored spread home, for the holders `r` reads.
-fn floored_view(
+/// The bound fields of CTR.INFO of a bounded spread home (floored, ceiled or both), for the
+/// holders `r` reads.
+fn bounded_view(
     ctx: Ctx,
     key: RawString,
     r: &Reading,
-) -> Result<Option<FlooredView>, CommandError> {
-    let spread_floor = with_counter(ctx, key, |c| match c {
-        Some(CounterRef::Boxed(b)) => b.spread().and_then(|s| s.floor),
-        _ => None,
+) -> Result<Option<BoundedView>, CommandError> {
+    let (floor, ceiling) = with_counter(ctx, key, |c| match c {
+        Some(CounterRef::Boxed(b)) => b.spread().map_or((None, None), |s| (s.floor, s.ceiling)),
+        _ => (None, None),
     })?;
-    Ok(spread_floor.map(|f| floored::floored_view(ctx, key, f, &r.holders)))
+    Ok(bounded::bounded_view(ctx, key, floor, ceiling, &r.holders))
 }
 
 fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
@@ -374,23 +384,24 @@ fn finish(ctx: Ctx, readings: &[Reading], how: Finish) -> CommandResult {
         Finish::Info(mut fields, view) => {
             let r = &readings[0];
             let total = total(r)?;
-            // A floored counter shrunk to one key, its folds under way: its floor is the home's
-            // own plus what its leaving holders hold (each sealed holder's floor is in hand until
-            // the home has it), not the home's part alone.
-            let folding_floor = match (&view, r.current, r.floors[0]) {
-                (None, 0, Some(_)) => exact_sum(r.floors.iter().map(|f| f.unwrap_or(0))),
-                _ => None,
-            };
+            // A bounded counter shrunk to one key, its folds under way: its floor (ceiling) is
+            // the home's own plus what its leaving holders hold (each sealed holder's share is
+            // in hand until the home has it), not the home's part alone.
+            let folding = view.is_none() && r.current == 0;
+            let folding_floor = folding.then(|| bounded::folding_bound(&r.floors)).flatten();
+            let folding_ceiling = folding
+                .then(|| bounded::folding_bound(&r.ceilings))
+                .flatten();
             if let Some(mut view) = view {
                 let values: Vec<i64> = r.values.iter().map(|v| v.unwrap_or(0)).collect();
-                // A holder without a floor of its own (never given budget) counts as floor 0.
-                view.holder_floors = r.floors.iter().map(|f| f.unwrap_or(0)).collect();
-                floored::info_fields(&mut fields, total, &values, &view);
+                view.read(&r.floors, &r.ceilings);
+                bounded::info_fields(&mut fields, total, &values, &view);
             }
             for (name, value) in fields.iter_mut() {
-                match (*name, folding_floor) {
-                    ("value", _) => *value = Reply::Integer(total),
-                    ("floor", Some(floor)) => *value = Reply::Integer(floor),
+                match (*name, folding_floor, folding_ceiling) {
+                    ("value", _, _) => *value = Reply::Integer(total),
+                    ("floor", Some(floor), _) => *value = Reply::Integer(floor),
+                    ("ceiling", _, Some(ceiling)) => *value = Reply::Integer(ceiling),
                     _ => {}
                 }
             }
@@ -527,9 +538,10 @@ fn fill_at_once(
         if !in_cluster {
             let holders = reading.holders.clone();
             for name in holders.iter() {
-                let (v, f) = read_of(name, cluster::read_holder(ctx.ptr, name))?;
-                reading.values.push(Some(v));
-                reading.floors.push(f);
+                let read = read_of(name, cluster::read_holder(ctx.ptr, name))?;
+                reading.values.push(Some(read.value));
+                reading.floors.push(read.floor);
+                reading.ceilings.push(read.ceiling);
                 reading.ages.push(0);
             }
             continue;
@@ -549,6 +561,7 @@ fn fill_at_once(
                 let n = reading.holders.len();
                 reading.values.extend_from_slice(&values[1..]);
                 reading.floors.resize(n + 1, None);
+                reading.ceilings.resize(n + 1, None);
                 reading.ages.resize(n + 1, age);
             }
             None => waiting.push(i),
@@ -660,7 +673,7 @@ fn gather_again(
         .collect::<Result<Vec<_>, _>>()?;
     let how = match ending.how {
         Finish::Info(fields, _) => {
-            Finish::Info(fields, floored_view(ctx, names[0].raw, &readings[0])?)
+            Finish::Info(fields, bounded_view(ctx, names[0].raw, &readings[0])?)
         }
         other => other,
     };
@@ -977,27 +990,41 @@ fn sum_time_view(ctx: Ctx, readings: &mut [Reading], started_ms: i64) -> Result<
         }
         let home = KeyName::new(ctx, &r.home);
         let now = with_counter(ctx, home.raw, |c| {
-            c.map(|c| (held(c), value_and_floor(Some(c)).1, unlisted(c, &r.holders)))
+            c.map(|c| {
+                let bounds = (value_and_floor(Some(c)).1, own_ceiling(Some(c)));
+                (held(c), bounds, unlisted(c, &r.holders))
+            })
         });
-        let Ok(Some((value, floor, gone))) = now else {
+        let Ok(Some((value, (floor, ceiling), gone))) = now else {
             continue; // the home is gone (a DEL) or changed type: keep what was read
         };
         r.values[0] = Some(value);
         r.floors[0] = floor;
+        r.ceilings[0] = ceiling;
         for i in gone {
-            if let (Some(v), Some(f)) = (r.values.get_mut(i + 1), r.floors.get_mut(i + 1)) {
+            if let (Some(v), Some(f), Some(x)) = (
+                r.values.get_mut(i + 1),
+                r.floors.get_mut(i + 1),
+                r.ceilings.get_mut(i + 1),
+            ) {
                 *v = Some(0);
                 *f = None;
+                *x = None;
             }
         }
     }
     Ok(())
 }
 
-/// Caches a round's holder values (only when a cache is configured, and for unfloored holders:
-/// floored holders are read afresh every time, the cache keeps values, not floors).
+/// Caches a round's holder values (only when a cache is configured, and for unbounded
+/// holders: floored or ceiled holders are read afresh every time, the cache keeps values, not
+/// bounds).
 fn remember(round: &Round<NodeId>, now: i64) {
-    if config::GATHER_CACHE_MS.load(Relaxed) == 0 || round.floors.iter().any(Option::is_some) {
+    let bounded = |b: &[Option<i64>]| b.iter().any(Option::is_some);
+    if config::GATHER_CACHE_MS.load(Relaxed) == 0
+        || bounded(&round.floors)
+        || bounded(&round.ceilings)
+    {
         return;
     }
     CACHE.with(|c| {
