@@ -705,10 +705,8 @@ impl Scene {
             let ceilings: Option<Vec<i64>> = (self.c_members.iter())
                 .map(|m| match client.cmd(&["CTR.INFO", m]) {
                     Value::Error(_) => None,
-                    info => match info.field("ceiling") {
-                        Value::Int(c) => Some(c),
-                        _ => Some(0), // no ceiling yet (nil), or no key yet
-                    },
+                    // No ceiling yet (nil), or no key yet: 0.
+                    info => Some(common::own_ceiling(&info).unwrap_or(0)),
                 })
                 .collect();
             ceilings.filter(|c| c.iter().sum::<i64>() == C_CEILING)

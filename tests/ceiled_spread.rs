@@ -19,7 +19,7 @@ fn names(reply: &Value) -> Vec<String> {
 }
 
 fn ceiling_of(c: &mut Conn, key: &str) -> i64 {
-    c.cmd(&["CTR.INFO", key]).field("ceiling").int()
+    common::own_ceiling(&c.cmd(&["CTR.INFO", key])).expect("a ceiling")
 }
 
 fn total(c: &mut Conn, home: &str) -> i64 {

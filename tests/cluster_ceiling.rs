@@ -20,10 +20,7 @@ fn member_ceilings(client: &mut ClusterClient, members: &[String]) -> Option<Vec
         .map(|m| match client.cmd(&["CTR.INFO", m]) {
             Value::Error(_) => None,
             Value::Nil => Some(0),
-            info => match info.field("ceiling") {
-                Value::Int(c) => Some(c),
-                _ => Some(0),
-            },
+            info => Some(common::own_ceiling(&info).unwrap_or(0)),
         })
         .collect()
 }

@@ -671,6 +671,27 @@ pub fn lists_holders(info: &Value) -> bool {
     }
 }
 
+#[allow(dead_code)]
+/// The key's own ceiling from its `CTR.INFO` reply (None without one): a ceiled spread home's
+/// `ceiling` is the counter's, its own share is the first of `holder_ceilings`.
+pub fn own_ceiling(info: &Value) -> Option<i64> {
+    let field = |name: &str| -> Option<Value> {
+        let is = |v: &Value| matches!(v, Value::Bulk(b) if b.as_slice() == name.as_bytes());
+        match info {
+            Value::Array(items) => items.chunks(2).find(|c| is(&c[0])).map(|c| c[1].clone()),
+            Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v.clone()),
+            _ => None,
+        }
+    };
+    match field("holder_ceilings") {
+        Some(Value::Array(shares)) => shares.first().map(Value::int),
+        _ => match field("ceiling")? {
+            Value::Int(c) => Some(c),
+            _ => None,
+        },
+    }
+}
+
 /// The strings of an array reply (holder names, ...).
 /// Makes a plain counter at 0 under `name` by restoring a counter's dump there (`RESTORE`
 /// writes what a user may write under a name: a key named like a holder that no home lists,
