@@ -24,7 +24,7 @@ MYPY := mypy==2.4.1
 # differ (docs/CLUSTER.md), so every scenario of it runs on both servers in every `make test`.
 # A name without its file is skipped. SPREAD_TESTS= leaves Valkey out (the matrix runs the whole
 # suite on Valkey 9.1).
-SPREAD_TESTS ?= spread_identity spread_transfers replica_floor spread_clear spread_reconcile spread_collect spread_gather_bounds panic_guards atomic_slot_migration spread_waits
+SPREAD_TESTS ?= spread_identity spread_transfers replica_floor spread_clear spread_reconcile spread_collect spread_gather_bounds panic_guards atomic_slot_migration spread_waits cluster_ceiling spread_info_ceilings
 
 .PHONY: all deps build run test unit integration lint bench clean cluster cluster-stop test-valkey test-matrix build-tests fuzz memcheck simulate mutants
 
