@@ -9,16 +9,16 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, TypeVar, Union, overload
 
-from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
+from redis.exceptions import ClusterError, ConnectionError, ResponseError, TimeoutError
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait_async, send_once_async
+from ._add_route import ROUTED, AddRoute, Done, Pause, Reread, Step
 from ._spread import (
     UNREPLICATED_PAUSE,
     UNSPREAD_REFRESH_MS,
-    AddWalk,
     AheadWait,
     HolderCache,
     Holders,
@@ -27,7 +27,7 @@ from ._spread import (
 from ._spread import holders_of
 from .client import DEFAULT_REFRESH_MS, checked_wait, holder_cache, is_pipeline
 from .client import DEFAULT_REPLICAS_TIMEOUT_MS, UNLISTED, checked_replicas, durable_grant
-from .client import add_wait, names_like, not_run, refused, sent_on, timed_out
+from .client import names_like, refused
 from .errors import (
     BudgetInFlight,
     HolderFolded,
@@ -237,93 +237,27 @@ class AsyncCtr:
         if cache is None or with_ttl:
             return await run(self.client, call)
         if token is None and cache.cold(key):
-            value = await run(self.client, call)
-            if value is not None:
-                return value
-            # Refused by the key's own bound: walked on when it is a bounded spread's home.
+            route = AddRoute(cache, key, None, None, self.purchase_wait)
+        else:
             holders = await self._route_holders(key)
-            if len(holders) < 2:
-                return None
-            walk = AddWalk(cache, holders, None, (key,), retry=False)
-            target = walk.next()
-            if target is None:
-                return None
-            return await self._send_add(key, call, None, holders, target, False, walk)
-        holders = await self._route_holders(key)
-        retry = cache.remembers(key, token)
-        target = cache.target(key, holders, token)
-        return await self._send_add(key, call, token, holders, target, retry, None)
-
-    async def _send_add(
-        self,
-        key: KeyT,
-        call: Call[Optional[int]],
-        token: Optional[KeyT],
-        holders: Holders,
-        target: KeyT,
-        retry: bool,
-        walk: Optional[AddWalk],
-    ) -> Optional[int]:
-        """See :meth:`redis_ctr.Ctr._send_add`."""
-        cache = self._holders
-        assert cache is not None
-        folded: List[KeyT] = []
-        wait: Optional[BudgetWait] = None
+            route = AddRoute(cache, key, token, holders, self.purchase_wait)
         while True:
             try:
-                value = await run(self.client, call.on(target))
-            except (BudgetInFlight, HolderMoving, ClusterError) as e:
-                # Room in flight, or a fold on its way: the same member asked again.
-                wait = wait or add_wait(self.purchase_wait, target, token)
-                await asyncio.sleep(wait.pause_after(e))
-                continue
-            except HolderFolded:
-                if target == key:
-                    raise
-                if walk is None:
-                    folded.append(target)
-                    holders = await self._holders_after_fold(key)
-                    target = cache.retarget(key, holders, token, folded)
-                else:
-                    if token is None:
-                        cache.forget(key)  # a stale list: read again next time
-                    following = walk.next()
-                    if following is None:
-                        return None
-                    target = following
-                wait = None
-                continue
-            except (MovedError, ConnectionError, TimeoutError) as e:
-                if timed_out(e):
-                    cache.timed_out(target)  # maybe counted: raised, see Ctr._send_add
-                    raise
-                if (target == key and walk is None) or not not_run(e):
-                    raise
-                if not sent_on(cache, target, e, token, retry):
-                    raise
-                if walk is None:
-                    folded.append(target)
-                    target = cache.retarget(key, holders, token, folded)
-                else:
-                    walk.unreached(e)
-                    following = walk.next()
-                    if following is None:
-                        return None
-                    target = following
-                wait = None
-                continue
-            if value is not None:
-                return value
-            # Refused by this member's share of the bound: on to the others.
-            if walk is None:
-                if len(holders) < 2:
-                    return None
-                walk = AddWalk(cache, holders, token, (*folded, target), retry)
-            following = walk.next()
-            if following is None:
-                return None
-            target = following
-            wait = None
+                value = await run(self.client, call.on(route.target))
+            except ROUTED as e:
+                done = await self._follow(route, route.failed(e))
+            else:
+                done = await self._follow(route, route.replied(value))
+            if done is not None:
+                return done.value
+
+    async def _follow(self, route: AddRoute, step: Step) -> Optional[Done]:
+        """See :meth:`redis_ctr.Ctr._follow`."""
+        while isinstance(step, Reread):
+            step = route.reread(await self._route_holders(route.key))
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+        return step if isinstance(step, Done) else None
 
     async def get(self, key: KeyT) -> int:
         """``CTR.GET``."""

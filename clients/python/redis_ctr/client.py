@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import inspect
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, TypeVar, Union, overload
 
-from redis.exceptions import ClusterError, ConnectionError, MovedError, ResponseError, TimeoutError
+from redis.exceptions import ClusterError, ConnectionError, ResponseError, TimeoutError
 
 from . import _calls
 from ._budget import DEFAULT_PURCHASE_WAIT, BudgetWait
 from ._calls import Call, Increxed, KeyT, Reconciled, Source, Throttled
 from ._once import send_and_wait, send_once
+from ._add_route import ROUTED, AddRoute, Done, Pause, Reread, Step
 from ._spread import (
-    ELSEWHERE_MS,
-    UNREACHABLE_MS,
     UNREPLICATED_PAUSE,
     UNSPREAD_REFRESH_MS,
     AheadWait,
     HolderCache,
 )
-from ._spread import AddWalk, Holders, PurchaseList, holders_of
+from ._spread import Holders, PurchaseList, holders_of
 from .errors import (
     BudgetInFlight,
     CeilingRefused,
@@ -34,7 +32,6 @@ from .errors import (
     HoldersUnknown,
     NotDurable,
     RefundAwaitsFold,
-    AddAwaitsFold,
     RefundFolded,
     WrongType,
 )
@@ -156,58 +153,6 @@ def checked_replicas(replicas: int, timeout_ms: int) -> None:
         raise ValueError("replicas and replicas_timeout_ms must not be negative")
 
 
-def not_run(error: BaseException) -> bool:
-    """True when ``error`` means that the command never ran: ``MOVED`` (a non-cluster client's
-    server does not serve the key), or a connection that could not be made (the master is
-    down). Then an add can go to another holder without counting twice."""
-    if isinstance(error, MovedError):
-        return True
-    return isinstance(error, (ConnectionError, TimeoutError)) and "connecting to" in str(error)
-
-
-def timed_out(error: BaseException) -> bool:
-    """True when ``error`` is a reply that did not come in time (``socket_timeout``) for a
-    command that was sent: a frozen or overloaded server, which may still run it."""
-    return isinstance(error, TimeoutError) and not not_run(error)
-
-
-def left_out(cache: HolderCache, holder: KeyT, error: BaseException) -> None:
-    """Leaves ``holder`` out for a while after ``error``, which did not run a write there (see
-    :func:`not_run`): ``MOVED`` (this client's server does not serve it), or its master out
-    of reach (every holder that master serves with it)."""
-    moved = isinstance(error, MovedError)
-    cache.unreachable(holder, away_for_ms(error), failed_node(error), moved=moved)
-
-
-def sent_on(
-    cache: HolderCache, holder: KeyT, error: BaseException, token: Optional[KeyT], retry: bool
-) -> bool:
-    """After ``error`` did not run an add at ``holder`` (not the key given): leaves ``holder``
-    out and says whether the add goes on to another holder. An untokened add does; a tokened
-    one only at its first send and only after ``MOVED`` (this client can never write that
-    holder). A tokened add whose holder's master is out of reach is raised: its retry, from
-    here or another process, must pick the same holder."""
-    left_out(cache, holder, error)
-    return token is None or (not retry and isinstance(error, MovedError))
-
-
-def away_for_ms(error: BaseException) -> int:
-    """How long a holder that failed with ``error`` (see :func:`not_run`) is left out."""
-    return ELSEWHERE_MS if isinstance(error, MovedError) else UNREACHABLE_MS
-
-
-_CONNECTING_TO = re.compile(r"connecting to (\S+):(\d+)\.")
-
-
-def failed_node(error: BaseException) -> Optional[str]:
-    """The server (``host:port``) that a connection error could not connect to, from redis-py's
-    text ("Error 111 connecting to host:port. ..."); None for any other error."""
-    if isinstance(error, MovedError) or not isinstance(error, (ConnectionError, TimeoutError)):
-        return None
-    found = _CONNECTING_TO.search(str(error))
-    return None if found is None else f"{found.group(1)}:{found.group(2)}"
-
-
 def slot_map_lookup(client: Any) -> Optional[Callable[[KeyT], Optional[str]]]:
     """For a cluster client (sync or asyncio ``RedisCluster``): the ``host:port`` of the master
     its slot map gives for a key, read locally (no I/O). None for any other client."""
@@ -249,18 +194,6 @@ UNLISTED = (HoldersUnknown, CtrSyntaxError, UseHomeKey, WrongType)
 keeps no record of that time (spread by an earlier version), a module from before ``AT`` (the
 arity error), a holder's name, another type. The purchase then walks the current holders with
 the caller's ``at``, as before the lists had times (the purchase itself reports a real error)."""
-
-
-def add_wait(limit: float, member: KeyT, token: Optional[KeyT]) -> BudgetWait:
-    """The wait of an add at one member that answers that its share of the room is in flight
-    (``TRYAGAIN budget in flight``) or, to a new token, that its fold is on its way
-    (``TRYAGAIN add awaits a fold``): asked again for up to ``limit`` seconds, as a purchase
-    asks a holder (:mod:`redis_ctr._budget`). When a cluster client gave up after its own
-    retries, a tokened add raises :class:`AddAwaitsFold`, an untokened one
-    :class:`BudgetInFlight` (only tokened adds wait for folds)."""
-    if token is None:
-        return BudgetWait(limit, member, BudgetInFlight, retried="the add")
-    return BudgetWait(limit, member, AddAwaitsFold)
 
 
 def checked_wait(purchase_wait: float) -> float:
@@ -489,106 +422,27 @@ class Ctr:
         if cache is None or with_ttl:
             return run(self.client, call)
         if token is None and cache.cold(key):
-            value = run(self.client, call)
-            if value is not None:
-                return value
-            # Refused by the key's own bound: walked on when it is a bounded spread's home.
-            holders = self._route_holders(key)
-            if len(holders) < 2:
-                return None
-            walk = AddWalk(cache, holders, None, (key,), retry=False)
-            target = walk.next()
-            if target is None:
-                return None
-            return self._send_add(key, call, None, holders, target, False, walk)
-        holders = self._route_holders(key)
-        retry = cache.remembers(key, token)
-        target = cache.target(key, holders, token)
-        return self._send_add(key, call, token, holders, target, retry, None)
-
-    def _send_add(
-        self,
-        key: KeyT,
-        call: Call[Optional[int]],
-        token: Optional[KeyT],
-        holders: Holders,
-        target: KeyT,
-        retry: bool,
-        walk: Optional[AddWalk],
-    ) -> Optional[int]:
-        """Sends the add to ``target``, then on as :mod:`redis_ctr._spread` says: to another
-        holder after a folded one or one that never ran it, and, once a member refused it
-        (nil), over the others by the walk (:class:`AddWalk`)."""
-        cache = self._holders
-        assert cache is not None
-        folded: List[KeyT] = []
-        wait: Optional[BudgetWait] = None
+            route = AddRoute(cache, key, None, None, self.purchase_wait)
+        else:
+            route = AddRoute(cache, key, token, self._route_holders(key), self.purchase_wait)
         while True:
             try:
-                value = run(self.client, call.on(target))
-            except (BudgetInFlight, HolderMoving, ClusterError) as e:
-                # A member whose room is in flight (TRYAGAIN budget in flight), or a holder
-                # being folded back that passes a new token on only once its fold landed (else
-                # a failover could give it back unsealed, to count a retry again): the same
-                # member is asked again, same token, as a purchase asks a holder (_budget).
-                # Anything else (a slot moving) is raised.
-                wait = wait or add_wait(self.purchase_wait, target, token)
-                time.sleep(wait.pause_after(e))
-                continue
-            except HolderFolded:
-                # Not counted there (see _spread): on to a current holder, or the home key; on
-                # the walk, to the next member. The key given refusing is raised (not a home).
-                if target == key:
-                    raise
-                if walk is None:
-                    folded.append(target)
-                    holders = self._holders_after_fold(key)
-                    target = cache.retarget(key, holders, token, folded)
-                else:
-                    if token is None:
-                        cache.forget(key)  # a stale list: read again next time
-                    following = walk.next()
-                    if following is None:
-                        return None
-                    target = following
-                wait = None
-                continue
-            except (MovedError, ConnectionError, TimeoutError) as e:
-                if timed_out(e):
-                    # Its master took too long (frozen?): it may still count this add, so it
-                    # is not sent elsewhere (raised: maybe counted, as a lost reply); the next
-                    # adds leave that master out for a while.
-                    cache.timed_out(target)
-                    raise
-                # Never ran there (MOVED, no connection): on to another holder in reach.
-                if (target == key and walk is None) or not not_run(e):
-                    raise
-                if not sent_on(cache, target, e, token, retry):
-                    raise
-                if walk is None:
-                    folded.append(target)
-                    target = cache.retarget(key, holders, token, folded)
-                else:
-                    walk.unreached(e)
-                    following = walk.next()
-                    if following is None:
-                        return None
-                    target = following
-                wait = None
-                continue
-            if value is not None:
-                return value
-            # Refused by this member's share of the bound: on to the others (costs nothing
-            # until a nil came back).
-            if walk is None:
-                if len(holders) < 2:
-                    return None
-                walk = AddWalk(cache, holders, token, (*folded, target), retry)
-            following = walk.next()
-            if following is None:
-                return None
-            target = following
-            wait = None
+                value = run(self.client, call.on(route.target))
+            except ROUTED as e:
+                done = self._follow(route, route.failed(e))
+            else:
+                done = self._follow(route, route.replied(value))
+            if done is not None:
+                return done.value
+
+    def _follow(self, route: AddRoute, step: Step) -> Optional[Done]:
+        """Does what ``step`` says (:class:`~redis_ctr._add_route.AddRoute`): the add's reply
+        when it is done, else None to send it (again) to ``route.target``."""
+        while isinstance(step, Reread):
+            step = route.reread(self._route_holders(route.key))
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+        return step if isinstance(step, Done) else None
 
     def get(self, key: KeyT) -> int:
         """``CTR.GET``: the value, 0 when the key is missing."""

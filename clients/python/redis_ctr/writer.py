@@ -31,8 +31,8 @@ from ._calls import KeyT
 from ._spread import HolderCache, Holders, holder_for_token, probe_order
 from ._async_client import AsyncClient, AsyncCtr, async_client
 from ._async_client import run as run_async
-from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, left_out, not_run, run
-from .client import timed_out
+from ._add_route import left_out, not_run, timed_out
+from .client import DEFAULT_REFRESH_MS, Ctr, SyncClient, run
 from .client import sync_client
 from .errors import CtrError, HolderFolded
 
