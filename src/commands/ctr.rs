@@ -14,7 +14,7 @@ use super::spread_holders::refuse_look_alike;
 use super::ttl::{self, TtlChange};
 use crate::config::Settings;
 use crate::counter::budget_kind::BudgetKind;
-use crate::counter::spread::bounds_by_name;
+use crate::counter::spread::{bounds_by_name, NameBounds};
 use crate::counter::{AddOp, ClearOp, Counter, CounterCell, CounterError, CounterRef, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, Key, KeyContent, Reply, WRONG_TYPE};
 use crate::metrics;
@@ -96,7 +96,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     if w.token.is_none() && by_name.refuses(0, parsed.delta) && is_missing(&key) {
-        if let Some(awaits) = room_wait(ctx, args.bytes(1), None, parsed.delta, w.now) {
+        if let Some(awaits) = room_wait(ctx, (args.bytes(1), by_name), None, parsed.delta, w.now) {
             drop(key);
             return wait_for_budget(ctx, args, UP, parsed.delta, (awaits, w.now), add);
         }
@@ -114,12 +114,10 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             return Ok(Added::Replayed(replay));
         }
         // Before anything changes: a missing key is not made, a token not recorded.
-        awaits = room_wait(ctx, args.bytes(1), Some(c), parsed.delta, w.now);
+        awaits = room_wait(ctx, (args.bytes(1), by_name), Some(c), parsed.delta, w.now);
         if awaits.is_some() {
             return Err(ROOM_NOT_YET);
         }
-        // A refusal by a member of a spread that moves room is demand for it.
-        demand = parsed.delta > 0 && moves_budget(args.bytes(1), Some(c), UP);
         let shards = w.shards(c, before);
         let op = AddOp {
             now: w.now,
@@ -130,6 +128,8 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             token: w.token,
         };
         let result = c.apply_add_under(&op, by_name)?;
+        // A refusal by a member of a spread that moves room is demand for it.
+        demand = result.is_none() && op.delta > 0 && moves_budget(args.bytes(1), Some(c), UP);
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }
@@ -208,7 +208,7 @@ const ROOM_NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in fligh
 /// gathers to it. None for every other add.
 fn room_wait(
     ctx: Ctx,
-    key: &[u8],
+    named: (&[u8], NameBounds),
     c: Option<&Counter>,
     delta: i64,
     now: i64,
@@ -216,7 +216,7 @@ fn room_wait(
     if delta <= 0 {
         return None;
     }
-    budget_wait(ctx, key, c, UP, delta, now)
+    budget_wait(ctx, named, c, UP, delta, now)
 }
 
 /// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists, and for the

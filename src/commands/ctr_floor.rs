@@ -3,7 +3,7 @@
 use super::ctr_args::{parse_decrement, parse_floor};
 use super::spread_holders::refuse_look_alike;
 use crate::counter::budget_kind::BudgetKind;
-use crate::counter::spread::{bounds_by_name, parse_holder_name};
+use crate::counter::spread::{bounds_by_name, parse_holder_name, NameBounds};
 use crate::counter::{Counter, CounterRef, DecrOp, WriteKind};
 use crate::ffi::{Args, CommandError, CommandResult, Ctx, KeyName, Reply};
 use crate::metrics;
@@ -186,17 +186,17 @@ fn fold_still_travels(key: &[u8]) -> waiter::StillWaits {
 }
 
 /// What a write of `amount` units of `kind` (a purchase, a positive add) at the counter `c`
-/// (None: a missing key) at `key` waits for before it is decided, if anything: budget on its
-/// way to it, or budget a rebalance round is to gather to it.
+/// (None: a missing key) at `key` (whose name gives it `by_name`) waits for before it is
+/// decided, if anything: budget on its way to it, or budget a rebalance round is to gather to
+/// it.
 pub(super) fn budget_wait(
     ctx: Ctx,
-    key: &[u8],
+    (key, by_name): (&[u8], NameBounds),
     c: Option<&Counter>,
     kind: BudgetKind,
     amount: i64,
     now: i64,
 ) -> Option<Awaits> {
-    let by_name = bounds_by_name(key);
     if kind.waits_in_flight(c, amount, by_name, now) {
         return Some(Awaits::Share);
     }
@@ -212,7 +212,8 @@ fn still_waits_for_budget(key: &[u8], kind: BudgetKind, amount: i64) -> waiter::
     Box::new(move |ctx| {
         let name = KeyName::new(ctx, &key);
         let now = ctx.now_ms();
-        let waits = |c: Option<&Counter>| budget_wait(ctx, &key, c, kind, amount, now).is_some();
+        let named = (&key[..], bounds_by_name(&key));
+        let waits = |c: Option<&Counter>| budget_wait(ctx, named, c, kind, amount, now).is_some();
         with_counter(ctx, name.raw, |c| match c {
             None => waits(None),
             Some(CounterRef::Boxed(c)) => waits(Some(c)),
@@ -279,9 +280,10 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     let named_holder = parse_holder_name(args.bytes(1)).is_some();
+    let named = (args.bytes(1), bounds_by_name(args.bytes(1)));
     let down = BudgetKind::Down;
     if w.token.is_none() && is_missing(&key) {
-        if let Some(awaits) = budget_wait(ctx, args.bytes(1), None, down, parsed.amount, w.now) {
+        if let Some(awaits) = budget_wait(ctx, named, None, down, parsed.amount, w.now) {
             drop(key);
             return wait_for_budget(ctx, args, down, parsed.amount, (awaits, w.now), decrfloor);
         }
@@ -302,7 +304,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
             return Ok(Decremented::Replayed(first));
         }
         // Before anything changes: a missing key is not made, a token not recorded.
-        awaits = budget_wait(ctx, args.bytes(1), Some(c), down, parsed.amount, w.now);
+        awaits = budget_wait(ctx, named, Some(c), down, parsed.amount, w.now);
         if awaits.is_some() {
             return Err(NOT_YET);
         }

@@ -150,13 +150,14 @@ fn refuse_tagged_look_alike(
     name: &[u8],
     rerun: Rerun,
 ) -> Result<Checked, CommandError> {
-    // The cheapest first: a name not like a holder's (no key access), then a key that exists.
-    let Some(holder) = parse_holder_name(name) else {
-        return Ok(Checked::Go);
-    };
+    // The cheapest first: a key that exists (every add at a holder after its first: the key
+    // is open, no parse), then a name not like a holder's.
     if !is_missing(key) || ctx.is_replaying() {
         return Ok(Checked::Go);
     }
+    let Some(holder) = parse_holder_name(name) else {
+        return Ok(Checked::Go);
+    };
     // The holder sealed and renamed away, its fold unanswered: the name is still being folded
     // back, and a key made there now would be folded into the same fold and lost.
     if crate::runtime::spread_transfer::fold_carried_elsewhere(ctx, name) {

@@ -287,26 +287,55 @@ fn parse_tagged_name(name: &[u8]) -> Option<HolderName<'_>> {
     let rest = name.strip_prefix(b"{ctr.")?;
     let close = rest.iter().position(|&b| b == b'}')?;
     let (tag, home) = (&rest[..close], &rest[close + 1..]);
-    let fields: Vec<&[u8]> = tag.split(|&b| b == b'.').collect();
-    let decimal = |f: &[u8]| -> Option<usize> {
-        let canonical = !f.is_empty() && f.len() <= 10 && (f == b"0" || f[0] != b'0');
-        canonical.then(|| std::str::from_utf8(f).ok()?.parse().ok())?
+    // No allocation: every add at a holder parses its name.
+    let mut fields = tag.split(|&b| b == b'.');
+    let (first, second, third) = (fields.next()?, fields.next()?, fields.next());
+    if fields.next().is_some() {
+        return None;
+    }
+    let (spread_id, index, attempt) = match third {
+        None => (0, canonical_decimal(first)?, canonical_decimal(second)?),
+        Some(third) => (
+            spread_id_hex(first)?,
+            canonical_decimal(second)?,
+            canonical_decimal(third)?,
+        ),
     };
-    let (spread_id, index, attempt) = match fields.as_slice() {
-        [i, k] => (0, decimal(i)?, decimal(k)?),
-        [id, i, k] => {
-            let hex = id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-            let id = u64::from_str_radix(std::str::from_utf8(id).ok().filter(|_| hex)?, 16).ok()?;
-            (id, decimal(i)?, decimal(k)?)
-        }
-        _ => return None,
-    };
-    let id_ok = spread_id != 0 || fields.len() == 2;
+    let id_ok = spread_id != 0 || third.is_none();
     (index >= 1 && !home.is_empty() && id_ok).then_some(HolderName {
         spread_id,
         index,
         attempt,
         home,
+    })
+}
+
+/// A decimal field of a holder name in its one spelling: digits only, no leading zero (but
+/// "0"), at most 10 digits. Anything else (a sign, a leading zero) would give one holder two
+/// names.
+fn canonical_decimal(f: &[u8]) -> Option<usize> {
+    let canonical = !f.is_empty() && f.len() <= 10 && (f == b"0" || f[0] != b'0');
+    if !canonical {
+        return None;
+    }
+    f.iter().try_fold(0usize, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(usize::from(digit))
+    })
+}
+
+/// A spread id as a holder name spells it: 16 lowercase hex digits.
+fn spread_id_hex(f: &[u8]) -> Option<u64> {
+    if f.len() != 16 {
+        return None;
+    }
+    f.iter().try_fold(0u64, |n, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u64::from(digit))
     })
 }
 
@@ -543,6 +572,13 @@ mod tests {
             (0, 2, &b"k"[..])
         );
         assert_eq!(holder_name(b"k", 0, 2, 0), b"{ctr.2.0}k".to_vec());
+        // The largest of each field parses back.
+        let widest = holder_name(b"k", u64::MAX, 9_999_999_999, u32::MAX);
+        let parsed = parse_holder_name(&widest).unwrap();
+        assert_eq!(
+            (parsed.spread_id, parsed.index, parsed.attempt),
+            (u64::MAX, 9_999_999_999, u32::MAX as usize)
+        );
         for not_a_holder in [
             &b"views"[..],
             b"{ctr.}k",
@@ -557,6 +593,12 @@ mod tests {
             b"{ctr.1.x}k",
             b"{ctr.1.0k",
             b"x{ctr.1.0}k",
+            // One spelling per holder: a sign would give holder 1 a second name.
+            b"{ctr.+1.0}k",
+            b"{ctr.1.+0}k",
+            b"{ctr.00000000000000ab.+3.17}k",
+            b"{ctr.1.12345678901}k",
+            b"{ctr.00000000000000ab0.1.0}k",
         ] {
             assert_eq!(parse_holder_name(not_a_holder), None, "{not_a_holder:?}");
         }
