@@ -92,7 +92,8 @@ lint:
 # Throughput and memory against native commands and Lua (bench/run.sh), what per-counter state
 # costs (bench/state.sh), the idle sweep (bench/sweep.sh), the PN-Counter figures (bench/pnc.sh),
 # the client libraries' coalescing writer against single adds (bench/coalescing.sh), and spread
-# counters on a local cluster (bench/spread.sh, and floored ones: bench/floor_spread.sh), the rate
+# counters on a local cluster (bench/spread.sh, floored ones: bench/floor_spread.sh, ceiled ones:
+# bench/ceiling_spread.sh), the rate
 # limiters against redis-cell and the Lua scripts (bench/limits.sh, docs/RATE_LIMITS.md), and
 # CTR.REFUND against the Lua refund over a ledger of units (bench/refund.sh); then the profile
 # of the hot add against INCRBY: instructions per call (bench/callgrind.sh, needs valgrind) and
@@ -106,6 +107,7 @@ bench: build-tests
 	CTR_PYTHON=$$(bash .ci/python-env $(REDIS_PY)) bash bench/coalescing.sh
 	bash bench/spread.sh
 	bash bench/floor_spread.sh
+	bash bench/ceiling_spread.sh
 	bash bench/limits.sh
 	bash bench/refund.sh
 	@if command -v valgrind >/dev/null 2>&1; then \
