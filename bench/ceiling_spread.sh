@@ -41,22 +41,6 @@ ceiled_spread() {
   done
   die "the shares of $1 never arrived"
 }
-reset_stats() { for p in "${ports[@]}"; do cli "$p" CONFIG RESETSTAT >/dev/null; done; }
-# node_stats: one row per node: ctr.add calls, their share, usec per call.
-node_stats() {
-  local p
-  for p in "${ports[@]}"; do
-    cli "$p" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v port="$p" '
-      /^cmdstat_ctr.add:/ { calls = $3; usec = $7 }
-      END { printf "%s %d %s\n", port, calls, usec }'
-  done | awk '{ row[NR] = $0; total += $2 } END {
-    for (i = 1; i <= NR; i++) { split(row[i], f, " ");
-      printf "| %s | %d | %.0f%% | %s |\n", f[1], f[2], total ? f[2] * 100 / total : 0, f[3] } }'
-}
-table_head() {
-  echo "| node | ctr.add calls | share of calls | usec per call |"
-  echo "|---|---|---|---|"
-}
 
 log "cluster on ports ${ports[*]}; $CALLS capped adds, then adds past a cap of $CAP"
 echo "## Capped add load of one counter ($CALLS CTR.ADD of 1, pipeline 16, far below the cap)"
@@ -73,8 +57,8 @@ total=$(cli "$(owner load)" CTR.GET load)
 [ "$total" = "$((per * 16))" ] || die "spread total $total, expected $((per * 16))"
 echo "Spread over 16 members (each member's adds sent to its own master; total read back: $total):"
 echo
-table_head
-node_stats
+table_head ctr.add
+node_stats ctr.add
 echo
 cli "${ports[0]}" -c CTR.ADD onekey 0 >/dev/null
 cli "${ports[0]}" -c CTR.CEIL onekey 1000000000 >/dev/null
@@ -82,8 +66,8 @@ reset_stats
 redis-benchmark -h 127.0.0.1 -p "$(owner onekey)" -c 32 -P 16 -n "$CALLS" -q CTR.ADD onekey 1 >/dev/null
 echo "The same adds on one ceiled key:"
 echo
-table_head
-node_stats
+table_head ctr.add
+node_stats ctr.add
 echo
 
 echo "## Filling to the cap ($CAP, 16 members, $FILL_CLIENTS clients per member adding 1 at a time, twice the cap in adds)"
@@ -123,5 +107,5 @@ for p in "${ports[@]}"; do
 done
 echo "- $((per * 16)) adds of 1 sent in $ms ms reached $reached (never past the cap); a walk over the members then added the last $walked units: the total read back is $total, the cap exactly; budget moves (of room) made: $moved"
 echo
-table_head
-node_stats
+table_head ctr.add
+node_stats ctr.add

@@ -61,22 +61,6 @@ floored_spread() {
   done
   die "the shares of $1 never arrived"
 }
-reset_stats() { for p in "${ports[@]}"; do cli "$p" CONFIG RESETSTAT >/dev/null; done; }
-# node_stats: one row per node: ctr.decrfloor calls, their share, usec per call.
-node_stats() {
-  local p
-  for p in "${ports[@]}"; do
-    cli "$p" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v port="$p" '
-      /^cmdstat_ctr.decrfloor:/ { calls = $3; usec = $7 }
-      END { printf "%s %d %s\n", port, calls, usec }'
-  done | awk '{ row[NR] = $0; total += $2 } END {
-    for (i = 1; i <= NR; i++) { split(row[i], f, " ");
-      printf "| %s | %d | %.0f%% | %s |\n", f[1], f[2], total ? f[2] * 100 / total : 0, f[3] } }'
-}
-table_head() {
-  echo "| node | ctr.decrfloor calls | share of calls | usec per call |"
-  echo "|---|---|---|---|"
-}
 
 log "cluster on ports ${ports[*]}; $CALLS purchase calls, sales of $STOCK units by $BUYERS buyers"
 if [ "${ONLY:-}" != flash ]; then
@@ -94,8 +78,8 @@ left=$(cli "$(owner load)" CTR.GET load)
 [ "$left" = "$((1000000000 - per * 16))" ] || die "spread total $left, expected $((1000000000 - per * 16))"
 echo "Spread over 16 holders (each holder's purchases sent to its own master; total read back: $left):"
 echo
-table_head
-node_stats
+table_head ctr.decrfloor
+node_stats ctr.decrfloor
 echo
 cli "${ports[0]}" -c CTR.ADD onekey 1000000000 >/dev/null
 cli "${ports[0]}" -c CTR.FLOOR onekey 0 >/dev/null
@@ -103,8 +87,8 @@ reset_stats
 redis-benchmark -h 127.0.0.1 -p "$(owner onekey)" -c 32 -P 16 -n "$CALLS" -q CTR.DECRFLOOR onekey 1 >/dev/null
 echo "The same purchases on one floored key:"
 echo
-table_head
-node_stats
+table_head ctr.decrfloor
+node_stats ctr.decrfloor
 echo
 
 echo "## False refusals (buyers walking the probe rule, $STOCK units, $BUYERS buyers, until 99% is granted)"
@@ -123,8 +107,8 @@ sale() {
 }
 sale even 0
 echo
-table_head
-node_stats
+table_head ctr.decrfloor
+node_stats ctr.decrfloor
 echo
 sale skewed "$SKEW"
 echo

@@ -141,3 +141,23 @@ stop_replica() {
   redis-cli -h 127.0.0.1 -p "$replica_port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   wait "$replica_pid" 2>/dev/null || true
 }
+
+# reset_stats: CONFIG RESETSTAT on every master of the cluster (start_cluster's ports).
+reset_stats() { for p in "${ports[@]}"; do cli "$p" CONFIG RESETSTAT >/dev/null; done; }
+# node_stats COMMAND: one row per node: COMMAND's calls (INFO commandstats, lowercase, e.g.
+# ctr.add), their share of all nodes' calls, usec per call.
+node_stats() {
+  local p
+  for p in "${ports[@]}"; do
+    cli "$p" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v port="$p" -v cmd="cmdstat_$1" '
+      $1 == cmd { calls = $3; usec = $7 }
+      END { printf "%s %d %s\n", port, calls, usec }'
+  done | awk '{ row[NR] = $0; total += $2 } END {
+    for (i = 1; i <= NR; i++) { split(row[i], f, " ");
+      printf "| %s | %d | %.0f%% | %s |\n", f[1], f[2], total ? f[2] * 100 / total : 0, f[3] } }'
+}
+# table_head COMMAND: the header of node_stats' table.
+table_head() {
+  echo "| node | $1 calls | share of calls | usec per call |"
+  echo "|---|---|---|---|"
+}
