@@ -8,12 +8,13 @@ import socket
 import threading
 
 
-class ReplyDroppingProxy:
-    def __init__(self, upstream_port: int, marker: bytes, drops: int) -> None:
+class _Proxy:
+    """A TCP proxy on a free loopback port: each connection a client makes is paired with one
+    to the server at ``upstream_port``, and :meth:`_serve` runs the pair. Subclasses set their
+    own fields before calling ``__init__`` (it starts accepting)."""
+
+    def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
-        self.marker = marker
-        self.drops_left = drops
-        self.dropped = 0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -29,9 +30,23 @@ class ReplyDroppingProxy:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.upstream_port))
-            state = {"drop_reply": False}
-            threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
-            threading.Thread(target=self._replies, args=(server, client, state), daemon=True).start()
+            self._serve(client, server)
+
+    def _serve(self, client: socket.socket, server: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class ReplyDroppingProxy(_Proxy):
+    def __init__(self, upstream_port: int, marker: bytes, drops: int) -> None:
+        self.marker = marker
+        self.drops_left = drops
+        self.dropped = 0
+        super().__init__(upstream_port)
+
+    def _serve(self, client: socket.socket, server: socket.socket) -> None:
+        state = {"drop_reply": False}
+        threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
+        threading.Thread(target=self._replies, args=(server, client, state), daemon=True).start()
 
     def _take_drop(self) -> bool:
         with self._lock:
@@ -73,7 +88,7 @@ def _close(*socks: socket.socket) -> None:
         s.close()
 
 
-class TryAgainProxy:
+class TryAgainProxy(_Proxy):
     """A TCP proxy in front of a server that answers chosen commands itself with
     ``-TRYAGAIN budget in flight ...`` (what a holder whose share of the room is still on its
     way answers past the server's own wait), never passing them on: a request that contains
@@ -81,27 +96,14 @@ class TryAgainProxy:
     ``replies`` times; the others, and those after, go to the server."""
 
     def __init__(self, upstream_port: int, marker: bytes, replies: int) -> None:
-        self.upstream_port = upstream_port
         self.marker = marker
         self.replies_left = replies
         self.answered = 0
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port)
 
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.upstream_port))
-            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
-            threading.Thread(target=_forward, args=(server, client), daemon=True).start()
+    def _serve(self, client: socket.socket, server: socket.socket) -> None:
+        threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+        threading.Thread(target=_forward, args=(server, client), daemon=True).start()
 
     def _take(self) -> bool:
         with self._lock:
