@@ -189,12 +189,10 @@ fn plan_grow(ctx: Ctx, asked: &GrowTo) -> Result<Option<GrowPlan>, CommandError>
         ));
     }
     let in_cluster = cluster::in_cluster(ctx);
-    let is_floored = crate::runtime::ctr_store::floor_of(ctx, key_name)?.is_some();
-    let is_ceiled = with_counter(
-        ctx,
-        key_name,
-        |c| matches!(c, Some(CounterRef::Boxed(b)) if b.ceiling().is_some()),
-    )?;
+    let (is_floored, is_ceiled) = with_counter(ctx, key_name, |c| match c {
+        Some(CounterRef::Boxed(b)) => (b.floor().is_some(), b.ceiling().is_some()),
+        _ => (false, false),
+    })?;
     // A floored counter's spread id is odd, an unfloored one's even: a holder's name alone
     // then keeps it at or above 0 until its first budget credit gives it a floor.
     // What the home knows of its earlier holders: names a new holder must not take (a folded

@@ -48,7 +48,7 @@ impl BudgetKind {
     pub fn budget(self, c: &Counter) -> i64 {
         match self {
             BudgetKind::Down => c.budget(),
-            BudgetKind::Up => self.bound(c).unwrap_or(0).saturating_sub(c.value()),
+            BudgetKind::Up => self.room_clamped(c.value(), self.bound(c).unwrap_or(0)),
         }
     }
 
@@ -110,10 +110,30 @@ impl BudgetKind {
         }
     }
 
+    /// The room of this kind between `value` and `bound` (value - floor, ceiling - value),
+    /// exact: bounds far from the value take it past 64 bits.
+    pub fn room(self, value: i64, bound: i64) -> i128 {
+        let (value, bound) = (i128::from(value), i128::from(bound));
+        match self {
+            BudgetKind::Down => value - bound,
+            BudgetKind::Up => bound - value,
+        }
+    }
+
+    /// [`BudgetKind::room`] at the nearest 64-bit limit when past them.
+    pub fn room_clamped(self, value: i64, bound: i64) -> i64 {
+        clamp_to_i64(self.room(value, bound))
+    }
+
     /// The budget of this kind the counter `r` has once `moved` more units land.
     pub fn budget_after(self, r: &Counter, moved: i64) -> i64 {
         self.budget(r).saturating_add(moved)
     }
+}
+
+/// `v` at the nearest 64-bit limit when past them.
+pub fn clamp_to_i64(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
 }
 
 #[cfg(test)]
@@ -164,6 +184,10 @@ mod tests {
         assert_eq!(BudgetKind::Down.units(4), Units::floor(-4));
         assert_eq!(BudgetKind::Down.moved(Units::floor(-4)), 4);
         assert_eq!(BudgetKind::Up.moved(Units::floor(-4)), 0);
+        assert_eq!(BudgetKind::Down.room(7, 3), 4);
+        assert_eq!(BudgetKind::Up.room(7, 3), -4);
+        assert_eq!(BudgetKind::Up.room_clamped(i64::MIN, i64::MAX), i64::MAX);
+        assert_eq!(BudgetKind::Up.room_clamped(i64::MAX, i64::MIN), i64::MIN);
     }
 
     #[test]

@@ -63,17 +63,13 @@ pub fn apply_moves(
         after[m.receiver] = receiver.checked_add(units).ok_or(CounterError::Overflow)?;
     }
     for (bound, value) in after.iter().zip(values) {
-        let headroom = match kind {
-            BudgetKind::Down => value.checked_sub(*bound),
-            BudgetKind::Up => bound.checked_sub(*value),
-        };
-        match headroom {
+        match i64::try_from(kind.room(*value, *bound)) {
             // A bounded counter holds its headroom in 64 bits.
-            None => return Err(CounterError::Overflow),
-            Some(h) if h < 0 => {
+            Err(_) => return Err(CounterError::Overflow),
+            Ok(h) if h < 0 => {
                 return Err(CounterError::InvalidOperation("a giver lacks the budget"))
             }
-            Some(_) => {}
+            Ok(_) => {}
         }
     }
     Ok(after)

@@ -20,16 +20,16 @@ use crate::persist::ctr_format;
 const HOLDER_PAST_ITS_BOUND: CommandError =
     CommandError::fixed("ERR a holder key already holds a counter past its floor or ceiling");
 
-/// A counter's value and bounds as a spread reads them.
+/// A counter's value and bounds as a spread (and a rebalance on one server) reads them.
 #[derive(Clone, Copy)]
-struct Bounded {
-    value: i64,
+pub struct Bounded {
+    pub value: i64,
     floor: Option<i64>,
     ceiling: Option<i64>,
 }
 
 impl Bounded {
-    fn of(c: Option<CounterRef>) -> Bounded {
+    pub fn of(c: Option<CounterRef>) -> Bounded {
         match c {
             Some(CounterRef::Boxed(b)) => Bounded {
                 value: b.value(),
@@ -50,20 +50,24 @@ impl Bounded {
     }
 
     /// The bound of `kind`.
-    fn bound(self, kind: BudgetKind) -> Option<i64> {
+    pub fn bound(self, kind: BudgetKind) -> Option<i64> {
         match kind {
             BudgetKind::Down => self.floor,
             BudgetKind::Up => self.ceiling,
         }
     }
 
+    fn set_bound(&mut self, kind: BudgetKind, bound: i64) {
+        match kind {
+            BudgetKind::Down => self.floor = Some(bound),
+            BudgetKind::Up => self.ceiling = Some(bound),
+        }
+    }
+
     /// Its room under the bound of `kind` (0 when it has none), saturated.
     fn room(self, kind: BudgetKind) -> i64 {
-        match (kind, self.bound(kind)) {
-            (_, None) => 0,
-            (BudgetKind::Down, Some(f)) => self.value.saturating_sub(f),
-            (BudgetKind::Up, Some(c)) => c.saturating_sub(self.value),
-        }
+        self.bound(kind)
+            .map_or(0, |bound| kind.room_clamped(self.value, bound))
     }
 }
 
@@ -133,11 +137,7 @@ pub fn spread_bounded(
     for name in &names {
         let mut holder = with_counter(ctx, name.raw, Bounded::of)?;
         for kind in kinds(&home) {
-            let bound = holder.bound(kind).unwrap_or(0);
-            match kind {
-                BudgetKind::Down => holder.floor = Some(bound),
-                BudgetKind::Up => holder.ceiling = Some(bound),
-            }
+            holder.set_bound(kind, holder.bound(kind).unwrap_or(0));
             if holder.room(kind) < 0 {
                 return Err(HOLDER_PAST_ITS_BOUND);
             }
@@ -152,10 +152,7 @@ pub fn spread_bounded(
         let moves = shares(current, home.own, kind, added.len());
         let moved = apply_moves(kind, &bounds, &values, &moves).map_err(overflow)?;
         for (member, bound) in after.iter_mut().zip(moved) {
-            match kind {
-                BudgetKind::Down => member.floor = Some(bound),
-                BudgetKind::Up => member.ceiling = Some(bound),
-            }
+            member.set_bound(kind, bound);
         }
     }
     for (name, holder) in names.iter().zip(&after[1..]) {
@@ -244,10 +241,7 @@ pub fn write_bound(
     bound: i64,
 ) -> Result<(), CommandError> {
     let mut bounds = Bounded::of(None);
-    match kind {
-        BudgetKind::Down => bounds.floor = Some(bound),
-        BudgetKind::Up => bounds.ceiling = Some(bound),
-    }
+    bounds.set_bound(kind, bound);
     write_share(ctx, key_name, bounds, None)
 }
 

@@ -12,6 +12,7 @@
 
 use super::demand::{demand_of, selected_db};
 
+use crate::counter::budget_kind::{clamp_to_i64, BudgetKind};
 use crate::counter::exact_sum;
 use crate::ffi::{Ctx, RawString, Reply};
 
@@ -108,7 +109,8 @@ pub fn info_fields(
     }
     if let Some(floor) = view.floor {
         // Below the floor: the member's value over its own floor.
-        let (headroom, budgets, in_flight) = room(total, floor, values, &view.holder_floors, 1);
+        let (headroom, budgets, in_flight) =
+            room(BudgetKind::Down, total, floor, values, &view.holder_floors);
         fields.push(("headroom", headroom));
         fields.push(("holder_floors", integers(&view.holder_floors)));
         fields.push(("holder_budgets", budgets));
@@ -116,7 +118,13 @@ pub fn info_fields(
     }
     if let Some(ceiling) = view.ceiling {
         // Under the ceiling: the member's own ceiling over its value.
-        let (room, rooms, in_flight) = room(total, ceiling, values, &view.holder_ceilings, -1);
+        let (room, rooms, in_flight) = room(
+            BudgetKind::Up,
+            total,
+            ceiling,
+            values,
+            &view.holder_ceilings,
+        );
         fields.push(("room", room));
         fields.push(("holder_ceilings", integers(&view.holder_ceilings)));
         fields.push(("holder_rooms", rooms));
@@ -132,17 +140,22 @@ pub fn info_fields(
     ));
 }
 
-/// The whole room between `total` and the spread's `bound`, each member's room between its
-/// value and its own bound, and the room in no member's (in flight), each clamped to 64 bits:
-/// `sign` 1 for a floor (value - bound), -1 for a ceiling (bound - value).
-fn room(total: i64, bound: i64, values: &[i64], own: &[i64], sign: i128) -> (Reply, Reply, Reply) {
-    let clamp = |v: i128| Reply::Integer(v.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
-    let between = |v: i64, b: i64| sign * (i128::from(v) - i128::from(b));
-    let whole = between(total, bound);
+/// The whole room of `kind` between `total` and the spread's `bound`, each member's room between
+/// its value and its own bound, and the room in no member's (in flight), each clamped to 64
+/// bits.
+fn room(
+    kind: BudgetKind,
+    total: i64,
+    bound: i64,
+    values: &[i64],
+    own: &[i64],
+) -> (Reply, Reply, Reply) {
+    let clamp = |v: i128| Reply::Integer(clamp_to_i64(v));
+    let whole = kind.room(total, bound);
     let members: Vec<i128> = values
         .iter()
         .zip(own)
-        .map(|(v, b)| between(*v, *b))
+        .map(|(v, b)| kind.room(*v, *b))
         .collect();
     let in_members: i128 = members.iter().sum();
     let members = Reply::Array(members.into_iter().map(clamp).collect());

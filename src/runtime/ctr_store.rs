@@ -652,11 +652,6 @@ pub fn floor_in_hand(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandErr
     })
 }
 
-/// The home's floor when it is a floored counter (not yet or already spread).
-pub fn floor_of(ctx: Ctx, key: RawString) -> Result<Option<i64>, CommandError> {
-    with_counter(ctx, key, |c| value_and_floor(c).1)
-}
-
 /// The clock a change of a home's holder list this master makes is dated with: the change is
 /// counted, so `CTR.HOLDERS ... AT` answers again once the replicas hold it
 /// (`super::listing_gate`).

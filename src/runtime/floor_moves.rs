@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::bounded_spread::{bounded_spread_names, write_bound};
+use super::bounded_spread::{bounded_spread_names, write_bound, Bounded};
 use super::ctr_store::{select_db, with_counter};
 use super::demand::{self, selected_db, NODE};
 use super::scheduler::{self, Job, Next, When};
@@ -210,9 +210,10 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
     let (mut values, mut bounds) = (Vec::new(), Vec::new());
     let now = ctx.precise_now_ms();
     for key in &keys {
-        let (value, bound) = with_counter(ctx, key.raw, |c| value_and_bound(c, kind))?;
-        values.push(value);
-        bounds.push(bound);
+        // A member without the bound yet counts it as 0: its name holds it there.
+        let member = with_counter(ctx, key.raw, Bounded::of)?;
+        values.push(member.value);
+        bounds.push(member.bound(kind).unwrap_or(0));
     }
     let folding = with_counter(ctx, keys[0].raw, |c| match c {
         Some(crate::counter::CounterRef::Boxed(b)) => !b.leaving().is_empty(),
@@ -232,10 +233,7 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
                 let key = (db, name.clone());
                 let meter = book.take_meter(&key, now);
                 HolderReport {
-                    budget: match kind {
-                        BudgetKind::Down => value.saturating_sub(bound),
-                        BudgetKind::Up => bound.saturating_sub(value),
-                    },
+                    budget: kind.room_clamped(value, bound),
                     demand: book.since_last_rebalance(key, meter),
                 }
             })
@@ -258,13 +256,4 @@ fn rebalance_here(ctx: Ctx, db: i32, home: &[u8]) -> Result<(), CommandError> {
         }
     }
     Ok(())
-}
-
-/// A member's value and its bound of `kind` (0 while it has none: its name holds it there).
-fn value_and_bound(c: Option<crate::counter::CounterRef>, kind: BudgetKind) -> (i64, i64) {
-    match c {
-        Some(crate::counter::CounterRef::Boxed(b)) => (b.value(), kind.bound(b).unwrap_or(0)),
-        Some(other) => (other.value(), 0),
-        None => (0, 0),
-    }
 }
