@@ -200,9 +200,14 @@ pub(super) fn budget_wait(
     if kind.waits_in_flight(c, amount, by_name, now) {
         return Some(Awaits::Share);
     }
-    let c = c?;
-    let gathers = kind.refuses(c, amount, by_name)
-        && crate::runtime::floor_moves::refusal_waits_for_rebalance(ctx, key, c, kind, amount, now);
+    let gathers = crate::runtime::floor_moves::refusal_waits_for_rebalance(
+        ctx,
+        (key, by_name),
+        c?,
+        kind,
+        amount,
+        now,
+    );
     gathers.then_some(Awaits::Gathered)
 }
 

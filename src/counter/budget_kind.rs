@@ -6,6 +6,7 @@
 //! down-budget; its holders keep the up-budget of their first shares (a fold takes a holder's
 //! share home).
 
+use super::headroom::Refusal;
 use super::spread::{is_ceiled_holder, is_floored_id, parse_holder_name, NameBounds};
 use super::transfer::{
     add_refused_by_ceiling, add_waits_for_up_budget, purchase_refused, purchase_waits_for_budget,
@@ -92,6 +93,26 @@ impl BudgetKind {
             BudgetKind::Down => purchase_refused(c, amount, by_name.floor),
             BudgetKind::Up => add_refused_by_ceiling(c, amount, by_name.ceiling),
         }
+    }
+
+    /// True when a write of `amount` units of this budget that the counter `c` at `key` refuses
+    /// (under its bounds, or `by_name`'s) waits for budget a rebalance round is to gather to it
+    /// (`TRYAGAIN`, its demand recorded) rather than being refused for good: `key` is a member of
+    /// a spread whose rebalancer moves this budget and runs (`rebalancing`), and the view of that
+    /// spread's whole headroom (`fate`, asked with the spread's id) says it may cover the write.
+    /// The glue and the simulator both decide with it.
+    pub fn waits_to_gather(
+        self,
+        (key, by_name): (&[u8], NameBounds),
+        c: &Counter,
+        amount: i64,
+        rebalancing: bool,
+        fate: impl FnOnce(u64) -> Refusal,
+    ) -> bool {
+        rebalancing
+            && self.refuses(c, amount, by_name)
+            && BudgetKind::of_member(key, Some(c))
+                .is_some_and(|(id, kind)| kind == self && fate(id) == Refusal::Retry)
     }
 
     /// True when such a write at the counter `c` (None: a missing key) is refused only for want
@@ -211,5 +232,31 @@ mod tests {
         assert!(BudgetKind::Down.waits_in_flight(None, 1, floored, 1));
         assert!(!BudgetKind::Down.waits_in_flight(None, 1, ceiled, 1));
         assert!(!BudgetKind::Up.waits_in_flight(Some(&c), 5, NameBounds::default(), 1));
+    }
+
+    #[test]
+    fn a_refused_write_waits_to_gather_only_at_a_member_moving_its_kind_while_a_round_may_cover_it()
+    {
+        let name = holder_name(b"k", 8, 1, CEILED_ATTEMPTS);
+        let named = (&name[..], crate::counter::spread::bounds_by_name(&name));
+        let mut c = Counter::plain(5);
+        c.set_ceiling(Some(9)).unwrap();
+        let retry = |id: u64| {
+            assert_eq!(id, 8, "the fate is asked of the member's spread");
+            Refusal::Retry
+        };
+        let up = BudgetKind::Up;
+        assert!(up.waits_to_gather(named, &c, 5, true, retry));
+        assert!(!up.waits_to_gather(named, &c, 4, true, retry), "taken here");
+        assert!(
+            !up.waits_to_gather(named, &c, 5, false, retry),
+            "no round comes"
+        );
+        assert!(!up.waits_to_gather(named, &c, 5, true, |_| Refusal::Final));
+        // A purchase at the ceiled member: its rebalancer moves no down-budget.
+        assert!(!BudgetKind::Down.waits_to_gather(named, &c, 6, true, retry));
+        // A ceiled counter that is no member: its refusals are final.
+        let alone = (&b"k"[..], NameBounds::default());
+        assert!(!up.waits_to_gather(alone, &c, 5, true, |_| unreachable!()));
     }
 }

@@ -85,7 +85,6 @@ use super::bounds::home_refund_token;
 use super::budget_kind::BudgetKind;
 use super::collect::{self, lists_holder, Collection, Copy};
 use super::folded::first_attempt_at;
-use super::headroom::Refusal;
 use super::listing::{ListClock, ListedAtError};
 use super::rebalance::{through_the_home, Move};
 use super::siphash::token_fingerprint;
@@ -95,8 +94,8 @@ use super::spread::{
 };
 use super::step::{Step, StepOutcome};
 use super::transfer::{
-    add_refused_by_ceiling, add_waits_for_up_budget, debited_ms, purchase_refused,
-    purchase_waits_for_budget, Credit, Giver, TransferError, Units, MOVE_IN_FLIGHT_MS,
+    add_waits_for_up_budget, debited_ms, purchase_waits_for_budget, Credit, Giver, TransferError,
+    Units, MOVE_IN_FLIGHT_MS,
 };
 use super::{
     token_expiry, AddOp, Counter, DecrOp, RefundOp, RefundPlan, Spread, TokenStamp, TokenUse,
@@ -2481,20 +2480,13 @@ impl Sim {
     /// True when a refusal at `key` (of a purchase of `amount`: down-budget; of an add of
     /// `amount`: up-budget) waits for budget the rebalance round gathers (`TRYAGAIN`).
     fn gathers(&mut self, key: &[u8], c: &Counter, amount: i64, kind: BudgetKind) -> bool {
-        let Some((spread_id, _)) = BudgetKind::of_member(key, Some(c)).filter(|m| m.1 == kind)
-        else {
-            return false;
-        };
-        let refused = match kind {
-            BudgetKind::Down => purchase_refused(c, amount, floor_by_name(key)),
-            BudgetKind::Up => add_refused_by_ceiling(c, amount, bounds_by_name(key).ceiling),
-        };
         let now = self.now;
         let owner = self.master_of(key);
         let book = &mut self.masters[owner].rebalance.book;
-        self.rebalancing
-            && refused
-            && book.refusal_fate((0, spread_id), amount, now) == Refusal::Retry
+        let named = (key, bounds_by_name(key));
+        kind.waits_to_gather(named, c, amount, self.rebalancing, |spread_id| {
+            book.refusal_fate((0, spread_id), amount, now)
+        })
     }
 
     /// A purchase refused afresh at `key` (for good, or told to retry while budget gathers

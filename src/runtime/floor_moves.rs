@@ -18,9 +18,9 @@ use super::spread_cluster::NodeId;
 use super::spread_transfer::{decode_message, hurry, run_machine, tick_soon, RedisHost};
 use crate::config;
 use crate::counter::budget_kind::BudgetKind;
-use crate::counter::headroom::{whole_headroom, Refusal};
+use crate::counter::headroom::whole_headroom;
 use crate::counter::rebalance::{apply_moves, plan_moves, HolderReport};
-use crate::counter::spread::parse_holder_name;
+use crate::counter::spread::{parse_holder_name, NameBounds};
 use crate::counter::Counter;
 use crate::ffi::{CommandError, Ctx, KeyName};
 use crate::protocol::messages::MessageKind;
@@ -78,27 +78,22 @@ pub(crate) fn receive(ctx: Ctx, from: NodeId, kind: MessageKind, payload: &[u8])
 }
 
 /// True when a write of `amount` units of `kind` (a purchase, a positive add) that the counter
-/// `c` at `key` cannot take should wait for budget to gather from the other holders
-/// (`TRYAGAIN`, nothing recorded) rather than be refused for good: `c` belongs to a spread
-/// counter whose rebalancer moves that kind of budget, and whose whole headroom of it may cover
-/// the write, as the last rebalance round told this master (`counter::headroom`). Never while
-/// rebalancing is off: no round would ever come.
+/// `c` at `key` (named with `by_name`) refuses should wait for budget to gather from the other
+/// holders (`TRYAGAIN`) rather than be refused for good ([`BudgetKind::waits_to_gather`]), as
+/// the last rebalance round told this master of the whole headroom (`counter::headroom`).
+/// Never while rebalancing is off: no round would ever come.
 pub fn refusal_waits_for_rebalance(
     ctx: Ctx,
-    key: &[u8],
+    named: (&[u8], NameBounds),
     c: &Counter,
     kind: BudgetKind,
     amount: i64,
     now_ms: i64,
 ) -> bool {
-    if config::REBALANCE_DELAY_MS.load(Relaxed) == 0 {
-        return false;
-    }
-    let Some(spread_id) = rebalanced_spread(key, Some(c), kind) else {
-        return false;
-    };
-    let spread = (selected_db(ctx), spread_id);
-    demand::refusal_fate(spread, amount, now_ms) == Refusal::Retry
+    let rebalancing = config::REBALANCE_DELAY_MS.load(Relaxed) != 0;
+    kind.waits_to_gather(named, c, amount, rebalancing, |spread_id| {
+        demand::refusal_fate((selected_db(ctx), spread_id), amount, now_ms)
+    })
 }
 
 /// True when the counter `c` at `key` (None: a missing key, known by its name only) belongs to
