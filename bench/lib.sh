@@ -64,7 +64,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 port_busy() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # SERVER_PREFIX: words run in front of the server (bench/callgrind.sh puts valgrind there; its
-# output goes to $tmp/server.out); START_WAIT_TENTHS: how long one start may take, in tenths of
+# output goes to $tmp/server.out); EXTRA_LOADS: more server arguments after the module's (e.g.
+# "--loadmodule $tmp/floor.so", the module floor of build_module_floor); START_WAIT_TENTHS: how long one start may take, in tenths of
 # a second (default 50).
 start_server() {
   local attempt _ pid_seen
@@ -78,7 +79,8 @@ start_server() {
     # shellcheck disable=SC2086
     ${SERVER_PREFIX:-} "$server" --port "$port" --bind 127.0.0.1 --protected-mode yes \
       --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
-      --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} >"$tmp/server.out" 2>&1 &
+      --enable-debug-command local --loadmodule "$MODULE" ${MODULE_ARGS:-} ${EXTRA_LOADS:-} \
+      >"$tmp/server.out" 2>&1 &
     server_pid=$!
     for _ in $(seq $((${START_WAIT_TENTHS:-50} * 2))); do
       kill -0 "$server_pid" 2>/dev/null || break
@@ -91,6 +93,20 @@ start_server() {
     stop_server
   done
   die "could not start redis-server with the module"
+}
+
+# Builds bench/module_floor/floor.c (the cheapest counter a module can have: FLOOR.INCR) into
+# $tmp/floor.so and prints its path; prints nothing, with a note, when it cannot (no C compiler,
+# or no redismodule.h: the header comes with the redis-module crate in cargo's registry).
+build_module_floor() {
+  local version header cc=${CC:-cc}
+  command -v "$cc" >/dev/null 2>&1 || { log "bench: no C compiler ($cc): the module floor is skipped"; return 0; }
+  version=$(awk '/^name = "redis-module"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$repo/Cargo.lock")
+  header=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -path "*/redis-module-$version/src/include/redismodule.h" 2>/dev/null | head -n 1)
+  [ -n "$header" ] || { log "bench: no redismodule.h of redis-module $version in cargo's registry: the module floor is skipped"; return 0; }
+  "$cc" -O2 -fPIC -shared -Wall -Wextra -I"$(dirname "$header")" -o "$tmp/floor.so" \
+    "$repo/bench/module_floor/floor.c" >&2 || { log "bench: floor.c did not build: the module floor is skipped"; return 0; }
+  printf '%s\n' "$tmp/floor.so"
 }
 
 # start_cluster: a 3-master cluster (docker/cluster.sh, $CTR_MODULE loaded) on free loopback

@@ -266,6 +266,10 @@ memory_case() {
 # --- run ------------------------------------------------------------------------------------
 
 started=$(date +%s)
+# The module floor (bench/module_floor/floor.c) loaded beside the module, for the `api P16`
+# group: what the cheapest possible module write costs on this server.
+floor_so=$(build_module_floor)
+[ -z "$floor_so" ] || EXTRA_LOADS="--loadmodule $floor_so"
 start_server
 version=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
 log "bench: redis-server $version on 127.0.0.1:$port (pid $server_pid); $REPS run(s) of >= ${SECONDS_PER_RUN}s per scenario, $CLIENTS clients"
