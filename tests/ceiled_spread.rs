@@ -180,6 +180,27 @@ fn an_add_larger_than_any_share_is_counted_once_room_gathers() {
     assert_eq!(total(&mut c, "gate"), 100);
 }
 
+/// An add that one rebalance round covers only in part (a member that refused nothing gives at
+/// most half its room a round: 4 x 40 here, for 300 at a member with 80) waits in the server
+/// through as many rounds as it takes and is counted in one call, the client asking once.
+/// Before, the wait ended in `TRYAGAIN` at `ctr.purchase-wait-ms` (200 ms) with 240 of room
+/// gathered, or, with the longer wait here, in a false final refusal (nil) once the round's
+/// view of the room had aged.
+#[test]
+fn an_add_one_round_covers_in_part_is_counted_in_one_call() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CONFIG SET ctr.purchase-wait-ms 10000");
+    let members = spread_capped(&mut c, "seats", 0, 400, 5);
+    assert!(members.iter().all(|m| ceiling_of(&mut c, m) == 80));
+    let add = ["CTR.ADD", &members[1], "300", "TOKEN", "t-300"];
+    assert_eq!(c.cmd(&add), Value::Int(300), "counted: the member's value");
+    assert_eq!(total(&mut c, "seats"), 300);
+    assert_eq!(c.cmd(&add), Value::Int(300), "its token replays the add");
+    let ceilings: i64 = members.iter().map(|m| ceiling_of(&mut c, m)).sum();
+    assert_eq!(ceilings, 400, "room moved, never made");
+}
+
 /// Concurrent adders at random members, walking on past a member that refuses (the clients'
 /// walk), fill the counter to its ceiling exactly and never past it.
 #[test]

@@ -163,6 +163,40 @@ fn a_purchase_larger_than_any_share_is_granted_once_budget_gathers() {
     assert_eq!(sold_out, Value::Nil);
 }
 
+/// A purchase that one rebalance round covers only in part (a holder that refused nothing gives
+/// at most half its budget a round: 4 x 40 here, for 300 at a holder of 80) waits in the
+/// server through as many rounds as it takes and is granted in one call, the client asking
+/// once. Before, the round was the only one: the buyer blocked in the server kept no demand
+/// alive, and the call ended in `TRYAGAIN` at `ctr.purchase-wait-ms` (200 ms) with 240 at its
+/// holder, or, with the longer wait here, in a false final refusal (nil) once the round's view
+/// of the headroom had aged.
+#[test]
+fn a_purchase_one_round_covers_in_part_is_granted_in_one_call() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CONFIG SET ctr.purchase-wait-ms 10000");
+    c.q("CTR.ADD sale 400");
+    c.q("CTR.FLOOR sale 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD sale 5")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(ints(&info_field(&mut c, "sale", "holder_budgets")), [80; 5]);
+    let buy = ["CTR.DECRFLOOR", &holders[1], "300", "TOKEN", "t-300"];
+    let granted = c.cmd(&buy);
+    assert!(matches!(granted, Value::Int(_)), "granted: {granted:?}");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(100));
+    assert_eq!(c.cmd(&buy), granted, "its token replays the grant");
+    let budgets = ints(&info_field(&mut c, "sale", "holder_budgets"));
+    assert_eq!(
+        budgets.iter().sum::<i64>(),
+        100,
+        "budget moved, never made: {budgets:?}"
+    );
+}
+
 /// A floored home renamed: its holders still carry the old name, and their demand still
 /// reaches the home under its new name (a purchase larger than a holder's share is gathered
 /// and granted, not refused for good after its wait), also after restarts that forgot

@@ -212,18 +212,29 @@ pub(super) fn budget_wait(
 }
 
 /// Whether a write of `amount` units of `kind` at `key` would still wait (see [`budget_wait`]).
+/// One still waiting for budget a round gathers keeps asking for rounds
+/// ([`floor_moves::keep_waiting`](crate::runtime::floor_moves::keep_waiting)): a round may
+/// bring it only part of what it waits for.
 fn still_waits_for_budget(key: &[u8], kind: BudgetKind, amount: i64) -> waiter::StillWaits {
     let key = key.to_vec();
     Box::new(move |ctx| {
         let name = KeyName::new(ctx, &key);
         let now = ctx.now_ms();
         let named = (&key[..], bounds_by_name(&key));
-        let waits = |c: Option<&Counter>| budget_wait(ctx, named, c, kind, amount, now).is_some();
-        with_counter(ctx, name.raw, |c| match c {
-            None => waits(None),
-            Some(CounterRef::Boxed(c)) => waits(Some(c)),
-            Some(other) => waits(Some(&other.to_counter())),
-        }) == Ok(true)
+        let awaits = |c: Option<&Counter>| budget_wait(ctx, named, c, kind, amount, now);
+        let awaits = with_counter(ctx, name.raw, |c| match c {
+            None => awaits(None),
+            Some(CounterRef::Boxed(c)) => awaits(Some(c)),
+            Some(other) => awaits(Some(&other.to_counter())),
+        });
+        match awaits {
+            Ok(Some(Awaits::Gathered)) => {
+                crate::runtime::floor_moves::keep_waiting(ctx, &key, amount, now);
+                true
+            }
+            Ok(Some(_)) => true,
+            _ => false,
+        }
     })
 }
 

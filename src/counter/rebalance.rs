@@ -102,6 +102,13 @@ impl DemandMeter {
     /// again at each report while its buyer is still retrying ([`DemandMeter::renew_waiting`]).
     pub fn record_wait(&mut self, amount: i64, now_ms: i64) {
         self.record_refusal(amount);
+        self.keep_waiting(amount, now_ms);
+    }
+
+    /// A purchase of `amount` still waiting here at `now_ms` (a buyer blocked in the server
+    /// while budget gathers, no new refusal): it stays a demander, counted again at the next
+    /// report ([`DemandMeter::renew_waiting`]) as a retrying buyer's would be.
+    pub fn keep_waiting(&mut self, amount: i64, now_ms: i64) {
         let amount = amount.max(0) as u64;
         let held = self.waiting.map_or(0, |(a, _)| a);
         self.waiting = Some((amount.max(held), now_ms.saturating_add(WAITING_HOLD_MS)));

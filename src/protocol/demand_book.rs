@@ -63,6 +63,16 @@ impl DemandBook {
         }
     }
 
+    /// A purchase of `amount` at `key` still waiting at `now_ms` for budget to gather (its buyer
+    /// blocked in the server): see [`DemandMeter::keep_waiting`].
+    pub fn keep_waiting(&mut self, key: DbKey, amount: i64, now_ms: i64) {
+        make_room(&mut self.demand, &key);
+        self.demand
+            .entry(key)
+            .or_default()
+            .keep_waiting(amount, now_ms);
+    }
+
     /// The demand meter of `key` for a rebalance: its largest refused amount starts over once
     /// read (the totals keep counting).
     pub fn take_meter(&mut self, key: &DbKey, now_ms: i64) -> DemandMeter {
@@ -100,6 +110,7 @@ pub fn make_room<K: Eq + std::hash::Hash, V>(table: &mut HashMap<K, V>, key: &K)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counter::rebalance::WAITING_HOLD_MS;
 
     #[test]
     fn a_meter_read_by_a_rebalance_reports_only_what_came_after() {
@@ -118,6 +129,24 @@ mod tests {
             3
         );
         assert_eq!(book.demand_of(&key).refused_units, 8);
+    }
+
+    #[test]
+    fn a_purchase_still_waiting_is_demand_again_at_the_next_report_without_a_new_refusal() {
+        let mut book = DemandBook::default();
+        let key = (0, b"h".to_vec());
+        book.record(key.clone(), 300, Some(0));
+        let first = book.take_meter(&key, 10);
+        assert_eq!((first.refusals, first.largest_refused), (1, 300));
+        // Its buyer still blocked in the server: no refusal counted, but the next report
+        // counts its amount again, as a retry's would be.
+        book.keep_waiting(key.clone(), 300, 100);
+        assert_eq!(book.demand_of(&key).refusals, 1);
+        let second = book.take_meter(&key, 200);
+        assert_eq!((second.refusals, second.largest_refused), (2, 300));
+        // Not kept waiting past the hold: no more demand.
+        let third = book.take_meter(&key, 200 + WAITING_HOLD_MS + 1);
+        assert_eq!((third.refusals, third.largest_refused), (2, 0));
     }
 
     #[test]

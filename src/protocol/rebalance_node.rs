@@ -125,11 +125,25 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
         rebalancing: bool,
     ) {
         if rebalancing {
-            // A holder's demand is rebalanced by its home; any other key is a home itself.
-            let home = parse_holder_name(&key.1).map_or_else(|| key.1.clone(), |h| h.home.to_vec());
-            self.mark_due((key.0, home));
+            self.mark_home_due(&key);
         }
         self.book.record(key, amount, waiting_since);
+    }
+
+    /// A purchase of `amount` at `key` told to wait for budget to gather is still waiting at
+    /// `now_ms` (its buyer blocked in the server, where a client would have retried): it stays
+    /// demand, and its home is due another round, as a retry would make it. A round that gave
+    /// it only part of what it waits for (a giver gives at most half its budget a round) is
+    /// followed by another, until the wait ends.
+    pub fn keep_waiting(&mut self, key: DbKey, amount: i64, now_ms: i64) {
+        self.mark_home_due(&key);
+        self.book.keep_waiting(key, amount, now_ms);
+    }
+
+    /// A holder's demand is rebalanced by its home; any other key is a home itself.
+    fn mark_home_due(&mut self, key: &DbKey) {
+        let home = parse_holder_name(&key.1).map_or_else(|| key.1.clone(), |h| h.home.to_vec());
+        self.mark_due((key.0, home));
     }
 
     /// One insert per refusal: a burst of refusals over many keys costs no scan of the others.
@@ -399,5 +413,27 @@ impl<P: Clone + PartialEq> RebalanceNode<P> {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counter::spread::holder_name;
+
+    #[test]
+    fn a_wait_kept_makes_its_home_due_again_without_counting_a_refusal() {
+        let mut node = RebalanceNode::<usize>::default();
+        let holder = (0, holder_name(b"sale", 7, 1, 0));
+        node.record_refusal(holder.clone(), 5, Some(0), true);
+        assert_eq!(node.take_due(), vec![(0, b"sale".to_vec())]);
+        assert!(!node.has_due(), "taken by the round");
+        node.keep_waiting(holder.clone(), 5, 10);
+        assert_eq!(node.take_due(), vec![(0, b"sale".to_vec())], "due again");
+        assert_eq!(
+            node.book.demand_of(&holder).refusals,
+            1,
+            "one refusal, kept"
+        );
     }
 }

@@ -49,6 +49,16 @@ pub fn record(db: i32, key: &[u8], amount: i64, waiting_since: Option<i64>, reba
     });
 }
 
+/// A purchase (or add) of `amount` at `key` in database `db` still waits at `now_ms` for budget
+/// a round gathers (see [`RebalanceNode::keep_waiting`]).
+pub fn keep_waiting(db: i32, key: &[u8], amount: i64, now_ms: i64) {
+    NODE.with(|n| {
+        if let Ok(mut n) = n.try_borrow_mut() {
+            n.keep_waiting((db, key.to_vec()), amount, now_ms);
+        }
+    });
+}
+
 /// The demand recorded for `key` in database `db` since this process started.
 pub fn demand_of(db: i32, key: &[u8]) -> DemandMeter {
     with_book(|b| b.demand_of(&(db, key.to_vec())))

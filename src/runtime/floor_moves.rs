@@ -138,6 +138,16 @@ pub fn record_refusal(ctx: Ctx, key: &[u8], amount: i64, waiting_since: Option<i
     schedule_rebalance(ctx);
 }
 
+/// A write of `amount` at `key` blocked in the server while budget gathers, still waiting at
+/// `now_ms`: it keeps asking for rounds, as a client retrying it would (one round gives a
+/// holder at most half of each giver's budget).
+pub fn keep_waiting(ctx: Ctx, key: &[u8], amount: i64, now_ms: i64) {
+    if config::REBALANCE_DELAY_MS.load(Relaxed) > 0 {
+        demand::keep_waiting(selected_db(ctx), key, amount, now_ms);
+        schedule_rebalance(ctx);
+    }
+}
+
 /// Arms the rebalance `ctr.rebalance-delay-ms` from now (0: never): refusals of the same burst
 /// are planned together, and a home is rebalanced at most once per period.
 fn schedule_rebalance(ctx: Ctx) {
