@@ -201,6 +201,33 @@ fn an_add_one_round_covers_in_part_is_counted_in_one_call() {
     assert_eq!(ceilings, 400, "room moved, never made");
 }
 
+/// A purchase (`CTR.DECRFLOOR`) refused at a member of a spread with a ceiling and no floor is
+/// no demand: that spread's rebalancer moves room for adds, which a purchase does not ask for.
+/// Before, the refusal was recorded (`holder_refused_units`) and a round moved ceiling room
+/// toward the member that refused it.
+#[test]
+fn a_purchase_refused_at_a_ceiled_member_moves_no_room() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let members = spread_capped(&mut c, "seats", 0, 400, 4);
+    assert_eq!(c.cmd(&["CTR.ADD", &members[1], "10"]), Value::Int(10));
+    let ceilings =
+        |c: &mut Conn| -> Vec<i64> { members.iter().map(|m| ceiling_of(c, m)).collect() };
+    let before = ceilings(&mut c);
+    for _ in 0..5 {
+        assert_eq!(c.cmd(&["CTR.DECRFLOOR", &members[1], "50"]), Value::Nil);
+    }
+    thread::sleep(Duration::from_millis(300)); // well past ctr.rebalance-delay-ms (20)
+    assert_eq!(ceilings(&mut c), before, "no room moved");
+    let info = c.cmd(&["CTR.INFO", "seats"]);
+    let refused = common::info_entry(&info, "holder_refused_units").expect("the field");
+    assert!(
+        refused.array().iter().all(|v| v.int() == 0),
+        "no demand recorded: {refused:?}"
+    );
+    assert_eq!(total(&mut c, "seats"), 10);
+}
+
 /// Concurrent adders at random members, walking on past a member that refuses (the clients'
 /// walk), fill the counter to its ceiling exactly and never past it.
 #[test]

@@ -25,7 +25,7 @@ use crate::runtime::ctr_store::{
     refuse_sealed_unless_retry, with_counter, Before, Write, FOLD_IN_FLIGHT,
 };
 use crate::runtime::decide;
-use crate::runtime::floor_moves::{moves_budget, record_refusal};
+use crate::runtime::floor_moves::record_refusal;
 use crate::runtime::holder_check::Checked;
 
 /// A new token's add at a holder being folded back, past the wait for its fold to land.
@@ -129,7 +129,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         };
         let result = c.apply_add_under(&op, by_name)?;
         // A refusal by a member of a spread that moves room is demand for it.
-        demand = result.is_none() && op.delta > 0 && moves_budget(args.bytes(1), Some(c), UP);
+        demand = result.is_none() && op.delta > 0 && UP.refusal_is_demand(args.bytes(1), Some(c));
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }

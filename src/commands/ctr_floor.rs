@@ -13,7 +13,7 @@ use crate::runtime::ctr_store::{
     created_with_ttl, is_missing, open_for_retry_as, open_for_write, refuse_sealed_unless_retry,
     update_counter, Before, Write, FOLD_IN_FLIGHT,
 };
-use crate::runtime::floor_moves::refusal_may_be_false;
+use crate::runtime::floor_moves::{record_refusal, refusal_may_be_false};
 use crate::runtime::holder_check::Checked;
 use crate::runtime::spread_transfer::serves;
 use crate::runtime::waiter;
@@ -254,7 +254,7 @@ pub(super) fn wait_for_budget(
     if awaits == Awaits::Gathered {
         // The whole counter may cover it once budget gathers here: the refusal's demand asks
         // the next rebalance round for it.
-        crate::runtime::floor_moves::record_refusal(ctx, key, amount, Some(now));
+        record_refusal(ctx, key, amount, Some(now));
     }
     if wait_for_units(ctx, args, still_waits_for_budget(key, kind, amount), rerun) {
         return Ok(Reply::Blocked);
@@ -307,13 +307,14 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         // holder's demand can bring budget to it (no home is ever missing).
         let unproven = refusal_may_be_false(ctx, args.bytes(1), None, parsed.amount, w.now);
         count_refusal(unproven);
-        if named_holder {
-            crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
+        if down.refusal_is_demand(args.bytes(1), None) {
+            record_refusal(ctx, args.bytes(1), parsed.amount, None);
         }
         return Ok(Reply::Null);
     }
     let mut awaits = None;
     let mut unproven = false;
+    let mut demand = false;
     let outcome = w.update(&key, |c, before| {
         if let Some(first) = w.retry_of(c, WriteKind::Decr(parsed.amount))? {
             c.note_duplicate();
@@ -336,6 +337,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         let result = c.apply_purchase(&op, named_holder)?;
         if result.is_none() {
             unproven = refusal_may_be_false(ctx, args.bytes(1), Some(c), parsed.amount, w.now);
+            // Demand only where a rebalancer moves budget to purchases: a member of a ceiled
+            // spread's moves are room for adds, which a purchase's refusal does not ask for.
+            demand = down.refusal_is_demand(args.bytes(1), Some(c));
         }
         if result.is_none() && op.token.is_none() {
             return Ok(Decremented::Refused);
@@ -355,7 +359,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
         }
         Decremented::Refused => {
             count_refusal(unproven);
-            crate::runtime::floor_moves::record_refusal(ctx, args.bytes(1), parsed.amount, None);
+            if demand {
+                record_refusal(ctx, args.bytes(1), parsed.amount, None);
+            }
             Ok(Reply::Null)
         }
         Decremented::Recorded(op, before, result) => {
@@ -373,12 +379,9 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
                 Some(_) => metrics::DECREMENTS_GRANTED.incr(),
                 None => {
                     count_refusal(unproven);
-                    crate::runtime::floor_moves::record_refusal(
-                        ctx,
-                        args.bytes(1),
-                        parsed.amount,
-                        None,
-                    );
+                    if demand {
+                        record_refusal(ctx, args.bytes(1), parsed.amount, None);
+                    }
                 }
             }
             Ok(reply(result))

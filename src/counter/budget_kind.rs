@@ -43,6 +43,13 @@ impl BudgetKind {
         }
     }
 
+    /// True when a refusal of a write of this kind (a purchase, a positive add) by the counter
+    /// `c` at `key` (None: a missing key, known by its name) is demand: `key` is a member of a
+    /// spread whose rebalancer moves this budget. Any other refusal asks no round for anything.
+    pub fn refusal_is_demand(self, key: &[u8], c: Option<&Counter>) -> bool {
+        BudgetKind::of_member(key, c).is_some_and(|(_, kind)| kind == self)
+    }
+
     /// What the counter `c` can still give of this budget as a round reads it: its value above
     /// its floor, or its ceiling above its value (a bound it has not had yet counts as 0, where
     /// a holder's name holds it). Negative when a member is past the bound its name gives it.

@@ -2009,9 +2009,7 @@ impl Sim {
         }
         if delta > 0 && self.ceiling.is_some() {
             CEILED[1].fetch_add(1, Relaxed);
-            if BudgetKind::of_member(&key, Some(&c)).is_some_and(|m| m.1 == BudgetKind::Up) {
-                self.record_refusal(&key, delta, None);
-            }
+            self.record_final_refusal(&key, &c, delta, BudgetKind::Up);
         }
         Walked::Refused
     }
@@ -2380,7 +2378,7 @@ impl Sim {
         let units = match decided {
             TokenStop::Granted(_) => -walk.amount,
             _ => {
-                self.record_refusal(key, walk.amount, None);
+                self.record_final_refusal(key, &c, walk.amount, BudgetKind::Down);
                 0
             }
         };
@@ -2444,7 +2442,7 @@ impl Sim {
                 // Refused by the member's ceiling, and remembered: a retry here replays it,
                 // and the walk goes on to the next member.
                 CEILED[1].fetch_add(1, Relaxed);
-                self.record_refusal(key, walk.amount, None);
+                self.record_final_refusal(key, &c, walk.amount, BudgetKind::Up);
                 self.write_tokened(key, c, 0, walk.fp);
                 self.note(format_args!(
                     "add token {:x} of {} at {}: refused by its ceiling",
@@ -2487,6 +2485,14 @@ impl Sim {
         kind.waits_to_gather(named, c, amount, self.rebalancing, |spread_id| {
             book.refusal_fate((0, spread_id), amount, now)
         })
+    }
+
+    /// A write of `kind` refused for good at `key` by `c`: demand where the glue records it
+    /// ([`BudgetKind::refusal_is_demand`]).
+    fn record_final_refusal(&mut self, key: &[u8], c: &Counter, amount: i64, kind: BudgetKind) {
+        if kind.refusal_is_demand(key, Some(c)) {
+            self.record_refusal(key, amount, None);
+        }
     }
 
     /// A purchase refused afresh at `key` (for good, or told to retry while budget gathers
@@ -2534,7 +2540,7 @@ impl Sim {
             self.note(format_args!("purchase {amount} at {}", show(key)));
             return Walked::Granted;
         }
-        self.record_refusal(key, amount, None);
+        self.record_final_refusal(key, &c, amount, BudgetKind::Down);
         Walked::Refused
     }
 

@@ -96,12 +96,6 @@ pub fn refusal_waits_for_rebalance(
     })
 }
 
-/// True when the counter `c` at `key` (None: a missing key, known by its name only) belongs to
-/// a spread counter whose rebalancer moves budget of `kind`: its refusals are demand for it.
-pub fn moves_budget(key: &[u8], c: Option<&Counter>, kind: BudgetKind) -> bool {
-    rebalanced_spread(key, c, kind).is_some()
-}
-
 /// The id of the spread counter the counter `c` at `key` (None: a missing key, known by its
 /// name only) belongs to, when its rebalancer moves budget of `kind`.
 fn rebalanced_spread(key: &[u8], c: Option<&Counter>, kind: BudgetKind) -> Option<u64> {

@@ -671,18 +671,22 @@ pub fn lists_holders(info: &Value) -> bool {
     }
 }
 
+/// A field of a `CTR.INFO` reply (RESP2 pairs or a RESP3 map); None when absent.
+#[allow(dead_code)]
+pub fn info_entry(info: &Value, name: &str) -> Option<Value> {
+    let is = |v: &Value| matches!(v, Value::Bulk(b) if b.as_slice() == name.as_bytes());
+    match info {
+        Value::Array(items) => items.chunks(2).find(|c| is(&c[0])).map(|c| c[1].clone()),
+        Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v.clone()),
+        _ => None,
+    }
+}
+
 #[allow(dead_code)]
 /// The key's own ceiling from its `CTR.INFO` reply (None without one): a ceiled spread home's
 /// `ceiling` is the counter's, its own share is the first of `holder_ceilings`.
 pub fn own_ceiling(info: &Value) -> Option<i64> {
-    let field = |name: &str| -> Option<Value> {
-        let is = |v: &Value| matches!(v, Value::Bulk(b) if b.as_slice() == name.as_bytes());
-        match info {
-            Value::Array(items) => items.chunks(2).find(|c| is(&c[0])).map(|c| c[1].clone()),
-            Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v.clone()),
-            _ => None,
-        }
-    };
+    let field = |name: &str| info_entry(info, name);
     match field("holder_ceilings") {
         Some(Value::Array(shares)) => shares.first().map(Value::int),
         _ => match field("ceiling")? {
