@@ -541,9 +541,10 @@ fn holders_without_a_share_refuse_to_go_below_their_floor() {
             let info = client.cmd(&["CTR.INFO", h]);
             (info != Value::Nil && info.field("floor") != Value::Nil).then_some(())
         });
-        assert_eq!(client.cmd(&["CTR.ADD", h, "-1"]), Value::Nil, "{h}");
         // Beyond the whole counter's 2 units: refused for good (a purchase the counter
-        // covers would wait for budget to gather here and be granted).
+        // covers would wait for budget to gather here and be granted), and so is a negative
+        // add of that size.
+        assert_eq!(client.cmd(&["CTR.ADD", h, "-3"]), Value::Nil, "{h}");
         assert_eq!(client.cmd(&["CTR.DECRFLOOR", h, "3"]), Value::Nil, "{h}");
     }
     assert_eq!(client.cmd(&["CTR.GET", home]), Value::Int(2));

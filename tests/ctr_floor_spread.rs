@@ -73,8 +73,6 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     assert_eq!(ints(&field(&mut c, "holder_budgets")), [225; 4]);
     assert_eq!(field(&mut c, "units_in_flight"), Value::Int(0));
 
-    // Every holder keeps its own floor: a negative add cannot take it below.
-    assert_eq!(c.cmd(&["CTR.ADD", &holders[1], "-226"]), Value::Nil);
     // A grant replies what the holder can still sell (its value -225 is above its own floor
     // by 0), not its value: -225 read like negative stock while 675 units remained.
     assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[1], "225"]), Value::Int(0));
@@ -82,9 +80,15 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     // Holder 1 is out of budget, not the counter (675 units left): the purchase waits for
     // budget (retryable), and its refusal is demand.
     assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", &holders[1], "1"]), &holders[1]);
-    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 1, 0, 0]);
+    // Every holder keeps its own floor: a negative add past it is a purchase of its size, and
+    // waits the same way (before, it was refused for good).
+    let e = c.cmd(&["CTR.ADD", &holders[1], "-1"]);
+    assert!(format!("{e:?}").contains("retry the add"), "{e:?}");
+    assert_awaits_budget(e, &holders[1]);
+    assert_eq!(c.cmd(&["CTR.GET", &holders[1]]), Value::Int(-225));
+    assert_eq!(ints(&field(&mut c, "holder_refused_units")), [0, 2, 0, 0]);
     // A rebalance brings holder 1 to an even share of the whole budget (675 / 4 = 168, more
-    // than the 1 unit refused) from the largest spares: half the home's (first of equals),
+    // than the 2 units refused) from the largest spares: half the home's (first of equals),
     // then holder 2's; each giver's floor up, holder 1's down.
     wait_for(&mut c, "the move", |c| {
         ints(&info_field(c, "stock", "holder_budgets")) == [113, 168, 169, 225]
@@ -195,6 +199,33 @@ fn a_purchase_one_round_covers_in_part_is_granted_in_one_call() {
         100,
         "budget moved, never made: {budgets:?}"
     );
+}
+
+/// A negative `CTR.ADD` at a holder is a purchase of its size: larger than the holder's budget
+/// while the counter as a whole covers it, it waits in the server for budget to gather, as
+/// `CTR.DECRFLOOR` does, and is counted in one call; past the whole headroom it is refused
+/// (nil). Before, it was refused at once, though the counter had the units.
+#[test]
+fn a_negative_add_at_a_holder_waits_for_budget_as_a_purchase_does() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.q("CONFIG SET ctr.purchase-wait-ms 10000");
+    c.q("CTR.ADD sale 400");
+    c.q("CTR.FLOOR sale 0");
+    let holders: Vec<String> = c
+        .q("CTR.SPREAD sale 5")
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    let take = ["CTR.ADD", &holders[2], "-300", "TOKEN", "t-300"];
+    let taken = c.cmd(&take);
+    assert!(matches!(taken, Value::Int(_)), "counted: {taken:?}");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(100));
+    assert_eq!(c.cmd(&take), taken, "its token replays the add");
+    let (beyond, _) = purchase_until_final(&mut c, &["CTR.ADD", &holders[2], "-101"]);
+    assert_eq!(beyond, Value::Nil, "past the whole headroom");
+    assert_eq!(c.q("CTR.GET sale"), Value::Int(100));
 }
 
 /// A floored home renamed: its holders still carry the old name, and their demand still

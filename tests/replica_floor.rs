@@ -144,14 +144,15 @@ fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_cre
     assert_eq!(holders.len(), 6);
     for (i, h) in holders.iter().enumerate().skip(1) {
         let token = format!("t{i}");
-        assert_eq!(client.cmd(&["CTR.ADD", h, "-1"]), Value::Nil, "{h}");
-        assert_eq!(client.cmd(&["CTR.ADD", h, "-1000"]), Value::Nil, "{h}");
-        let tokened = ["CTR.ADD", h, "-1000", "TOKEN", &token];
-        assert_eq!(client.cmd(&tokened), Value::Nil, "{h}");
-        assert_eq!(client.cmd(&tokened), Value::Nil, "{h}: a replay");
         // A purchase is not refused for good while the holder's share travels: TRYAGAIN,
-        // nothing recorded against its token.
+        // nothing recorded against its token; nor is a negative add, a purchase of its size
+        // (before, it was refused, and a tokened one recorded that refusal for good).
         let mut master = cluster.nodes[cluster.owner(key_slot(h.as_bytes()))].conn();
+        assert_awaits_budget(master.cmd(&["CTR.ADD", h, "-1"]), h);
+        assert_awaits_budget(master.cmd(&["CTR.ADD", h, "-1000"]), h);
+        let tokened = ["CTR.ADD", h, "-1000", "TOKEN", &token];
+        assert_awaits_budget(master.cmd(&tokened), h);
+        assert_awaits_budget(master.cmd(&tokened), h);
         assert_awaits_budget(master.cmd(&["CTR.DECRFLOOR", h, "1"]), h);
         let d = format!("d{i}");
         let decr = ["CTR.DECRFLOOR", h, "1", "TOKEN", &d];
@@ -190,23 +191,27 @@ fn holders_of_a_floored_spread_never_go_below_their_floor_before_their_first_cre
         Value::Int(149),
         "and that answer is final"
     );
-    // The tokened refusals replay (they were recorded, and a restock does not change them).
-    assert_eq!(
-        client.cmd(&["CTR.ADD", &holders[1], "-1000", "TOKEN", "t1"]),
-        Value::Nil
-    );
+    // The tokened negative add that waited is decided afresh: beyond the whole counter's 899
+    // units once a round has seen them, refused for good, and that refusal replays.
+    let beyond = ["CTR.ADD", &holders[1], "-1000", "TOKEN", "t1"];
+    assert_eq!(client.cmd(&beyond), Value::Nil);
+    assert_eq!(client.cmd(&beyond), Value::Nil, "a replay");
     assert_eq!(
         client.cmd(&["CTR.ADD", &holders[1], "-150"]),
         Value::Int(-150),
         "a holder sells its budget down to its floor"
     );
-    assert_eq!(client.cmd(&["CTR.ADD", &holders[1], "-1"]), Value::Nil);
+    // Past its own floor it waits for budget gathered from the others, and takes it.
+    assert_eq!(
+        client.cmd(&["CTR.ADD", &holders[1], "-1"]),
+        Value::Int(-151)
+    );
     assert!(
         spread_id_of(&holders[1]) & 1 == 1,
         "a floored spread's id is odd"
     );
     // With every share landed and acknowledged (the acks wait for the receivers' replicas),
-    // a refusal is final once the counter as a whole cannot cover it: 749 units are left, so
+    // a refusal is final once the counter as a whole cannot cover it: 748 units are left, so
     // a purchase of 750 is refused for good once a rebalance round has seen the headroom.
     let beyond_stock = ["CTR.DECRFLOOR", home, "750", "TOKEN", "h2"];
     let refused = eventually(10, || match home_master.cmd(&beyond_stock) {
@@ -236,17 +241,17 @@ fn on_one_server_a_holder_name_of_a_floored_spread_is_held_at_zero() {
         "a refusal makes no key"
     );
     made(&mut c, h);
-    assert_eq!(c.cmd(&["CTR.ADD", h, "-1"]), Value::Nil);
+    // Before its first credit, a negative add past 0 waits for its share as a purchase does
+    // (here it answers TRYAGAIN: no home sends one), nothing recorded against its token.
+    assert_awaits_budget(c.cmd(&["CTR.ADD", h, "-1"]), h);
     assert_eq!(c.cmd(&["CTR.ADD", h, "5"]), Value::Int(5));
-    assert_eq!(c.cmd(&["CTR.ADD", h, "-6"]), Value::Nil);
-    assert_eq!(c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]), Value::Nil);
+    assert_awaits_budget(c.cmd(&["CTR.ADD", h, "-6"]), h);
+    assert_awaits_budget(c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]), h);
     assert_eq!(c.cmd(&["CTR.ADD", h, "10"]), Value::Int(15));
-    assert_eq!(
-        c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]),
-        Value::Nil,
-        "replay"
-    );
-    assert_eq!(c.cmd(&["CTR.ADD", h, "-15"]), Value::Int(0));
+    let taken = c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]);
+    assert_eq!(taken, Value::Int(9), "decided afresh: nothing was recorded");
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-6", "TOKEN", "a"]), taken, "replay");
+    assert_eq!(c.cmd(&["CTR.ADD", h, "-9"]), Value::Int(0));
     // Without a floor of its own it has not had its first credit: a purchase waits for it.
     assert_awaits_budget(c.cmd(&["CTR.DECRFLOOR", h, "1", "TOKEN", "p"]), h);
     assert_eq!(c.cmd(&["CTR.GET", h]), Value::Int(0));

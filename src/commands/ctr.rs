@@ -98,7 +98,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     if w.token.is_none() && by_name.refuses(0, parsed.delta) && is_missing(&key) {
         if let Some(awaits) = room_wait(ctx, (args.bytes(1), by_name), None, parsed.delta, w.now) {
             drop(key);
-            return wait_for_budget(ctx, args, UP, parsed.delta, (awaits, w.now), add);
+            return wait_for_room(ctx, args, parsed.delta, (awaits, w.now));
         }
         // A missing holder of a bounded spread is 0 held at 0: refused, nothing to remember
         // (and no key made), as CTR.DECRFLOOR refuses on a missing key.
@@ -129,7 +129,9 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         };
         let result = c.apply_add_under(&op, by_name)?;
         // A refusal by a member of a spread that moves room is demand for it.
-        demand = result.is_none() && op.delta > 0 && UP.refusal_is_demand(args.bytes(1), Some(c));
+        demand = result.is_none()
+            && BudgetKind::of_add(op.delta)
+                .is_some_and(|(kind, _)| kind.refusal_is_demand(args.bytes(1), Some(c)));
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }
@@ -137,12 +139,13 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     });
     if let Some(awaits) = awaits {
         drop(key);
-        return wait_for_budget(ctx, args, UP, parsed.delta, (awaits, w.now), add);
+        return wait_for_room(ctx, args, parsed.delta, (awaits, w.now));
     }
     let refused = |ctx: Ctx| {
         metrics::ADDS_REFUSED_BY_FLOOR.incr();
         if demand {
-            record_refusal(ctx, args.bytes(1), parsed.delta, None);
+            let amount = parsed.delta.checked_abs().unwrap_or(i64::MAX);
+            record_refusal(ctx, args.bytes(1), amount, None);
         }
         Ok(Reply::Null)
     };
@@ -197,15 +200,13 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
 }
 
-/// The kind of budget a positive add takes: the room below a ceiling.
-const UP: BudgetKind = BudgetKind::Up;
-
-/// The closure's way out of a write when the add waits for room (never replied).
+/// The closure's way out of a write when the add waits for budget (never replied).
 const ROOM_NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
 
-/// What a positive add of `delta` at a member of a ceiled spread (the counter `c`, None when
-/// missing) waits for before it is decided: room on its way to it, or room a rebalance round
-/// gathers to it. None for every other add.
+/// What an add of `delta` at a member of a bounded spread (the counter `c`, None when missing)
+/// waits for before it is decided, as a purchase does: budget of its kind
+/// ([`BudgetKind::of_add`]: room below the ceiling for a positive add, units above the floor
+/// for a negative one) on its way to it, or to gather to it. None for every other add.
 fn room_wait(
     ctx: Ctx,
     named: (&[u8], NameBounds),
@@ -213,10 +214,19 @@ fn room_wait(
     delta: i64,
     now: i64,
 ) -> Option<super::ctr_floor::Awaits> {
-    if delta <= 0 {
-        return None;
-    }
-    budget_wait(ctx, named, c, UP, delta, now)
+    let (kind, amount) = BudgetKind::of_add(delta)?;
+    budget_wait(ctx, named, c, kind, amount, now)
+}
+
+/// An add of `delta` that waits for budget (see [`room_wait`]).
+fn wait_for_room(
+    ctx: Ctx,
+    args: &Args,
+    delta: i64,
+    waits: (super::ctr_floor::Awaits, i64),
+) -> CommandResult {
+    let wanted = BudgetKind::of_add(delta).unwrap_or((BudgetKind::Up, delta));
+    wait_for_budget(ctx, args, wanted, waits, add)
 }
 
 /// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists, and for the

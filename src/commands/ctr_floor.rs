@@ -135,18 +135,19 @@ impl Awaits {
 /// first credit, a counter whose move is unacknowledged): not final, so nothing is recorded
 /// against its token and a retry decides afresh. The probe rule's walk stops here (skipping
 /// the holder could count the token twice) and retries it.
-fn awaiting_budget(key: &[u8], awaits: Awaits, kind: BudgetKind) -> CommandError {
-    let write = match kind {
-        BudgetKind::Down => {
-            metrics::DECREMENTS_AWAITING_BUDGET.incr();
-            "purchase"
-        }
-        BudgetKind::Up => "add",
+fn awaiting_budget(args: &Args, awaits: Awaits, kind: BudgetKind) -> CommandError {
+    if kind == BudgetKind::Down {
+        metrics::DECREMENTS_AWAITING_BUDGET.incr();
+    }
+    // The command to retry: a purchase, or an add (of either sign).
+    let write = match args.bytes(0).eq_ignore_ascii_case(b"ctr.add") {
+        true => "add",
+        false => "purchase",
     };
     CommandError(
         format!(
             "TRYAGAIN budget in flight: spread counter holder '{}' waits for {}; retry the {write}",
-            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(args.bytes(1)),
             awaits.text(kind),
         )
         .into(),
@@ -245,8 +246,7 @@ fn still_waits_for_budget(key: &[u8], kind: BudgetKind, amount: i64) -> waiter::
 pub(super) fn wait_for_budget(
     ctx: Ctx,
     args: &Args,
-    kind: BudgetKind,
-    amount: i64,
+    (kind, amount): (BudgetKind, i64),
     (awaits, now): (Awaits, i64),
     rerun: waiter::Rerun,
 ) -> CommandResult {
@@ -259,7 +259,7 @@ pub(super) fn wait_for_budget(
     if wait_for_units(ctx, args, still_waits_for_budget(key, kind, amount), rerun) {
         return Ok(Reply::Blocked);
     }
-    Err(awaiting_budget(key, awaits, kind))
+    Err(awaiting_budget(args, awaits, kind))
 }
 
 enum Decremented {
@@ -288,7 +288,7 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if sealed == Err(FOLD_IN_FLIGHT) {
         drop(key);
         return wait_for_fold(ctx, args, decrfloor, || {
-            awaiting_budget(args.bytes(1), Awaits::Fold, BudgetKind::Down)
+            awaiting_budget(args, Awaits::Fold, BudgetKind::Down)
         });
     }
     if let Some(first) = sealed? {
@@ -301,7 +301,8 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     if w.token.is_none() && is_missing(&key) {
         if let Some(awaits) = budget_wait(ctx, named, None, down, parsed.amount, w.now) {
             drop(key);
-            return wait_for_budget(ctx, args, down, parsed.amount, (awaits, w.now), decrfloor);
+            let wanted = (down, parsed.amount);
+            return wait_for_budget(ctx, args, wanted, (awaits, w.now), decrfloor);
         }
         // A missing counter is 0 with floor 0: refused, and nothing to remember. Only a
         // holder's demand can bring budget to it (no home is ever missing).
@@ -348,7 +349,8 @@ pub fn decrfloor(ctx: Ctx, args: &Args) -> CommandResult {
     });
     if let Some(awaits) = awaits {
         drop(key);
-        return wait_for_budget(ctx, args, down, parsed.amount, (awaits, w.now), decrfloor);
+        let wanted = (down, parsed.amount);
+        return wait_for_budget(ctx, args, wanted, (awaits, w.now), decrfloor);
     }
     let outcome = outcome?;
     let reply = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);

@@ -23,6 +23,17 @@ pub enum BudgetKind {
 }
 
 impl BudgetKind {
+    /// The budget a `CTR.ADD` of `delta` takes, and how much of it: a positive add takes room
+    /// below a ceiling, a negative one units above a floor as a purchase of `-delta` does. None
+    /// for 0 (and for `i64::MIN`, whose amount is no i64).
+    pub fn of_add(delta: i64) -> Option<(BudgetKind, i64)> {
+        match delta {
+            d if d > 0 => Some((BudgetKind::Up, d)),
+            d if d < 0 => d.checked_neg().map(|amount| (BudgetKind::Down, amount)),
+            _ => None,
+        }
+    }
+
     /// The spread the counter `c` at `key` is a member of, and the budget its rebalancer
     /// moves: a holder's by its name, a home's by its spread record. None for any other key (a
     /// bounded counter that is not spread is the whole counter: its refusals are final).

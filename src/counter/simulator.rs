@@ -1972,9 +1972,15 @@ impl Sim {
             return Walked::Refused;
         }
         let by_name = bounds_by_name(&key);
-        if add_waits_for_up_budget(self.get(&key), delta, by_name.ceiling, now) {
+        // The budget it takes: room below a ceiling, or (negative) units above a floor.
+        let wanted = BudgetKind::of_add(delta);
+        let in_flight =
+            |(kind, n): (BudgetKind, i64)| kind.waits_in_flight(self.get(&key), n, by_name, now);
+        if let Some((kind, _)) = wanted.filter(|&w| in_flight(w)) {
             // TRYAGAIN, as the glue answers: nothing changes.
-            CEILED[2].fetch_add(1, Relaxed);
+            if kind == BudgetKind::Up {
+                CEILED[2].fetch_add(1, Relaxed);
+            }
             self.note(format_args!("add {delta} at {} waits", show(&key)));
             return Walked::Retry;
         }
@@ -1982,13 +1988,13 @@ impl Sim {
         if c.is_sealed() {
             return Walked::Refused; // the folded-back error
         }
-        if self.gathers(&key, &c, delta, BudgetKind::Up) {
-            // TRYAGAIN: room to gather; nothing changes but the demand recorded.
+        if let Some((kind, amount)) = wanted.filter(|&(k, n)| self.gathers(&key, &c, n, k)) {
+            // TRYAGAIN: budget to gather; nothing changes but the demand recorded.
             self.note(format_args!(
-                "add {delta} at {} waits to gather",
+                "add {delta} at {} waits to gather {kind:?} budget",
                 show(&key)
             ));
-            self.record_refusal(&key, delta, Some(now));
+            self.record_refusal(&key, amount, Some(now));
             return Walked::Retry;
         }
 
@@ -2007,9 +2013,11 @@ impl Sim {
             self.note(format_args!("add {delta} to {}{nowhere}", show(&key)));
             return Walked::Granted;
         }
-        if delta > 0 && self.ceiling.is_some() {
-            CEILED[1].fetch_add(1, Relaxed);
-            self.record_final_refusal(&key, &c, delta, BudgetKind::Up);
+        if let Some((kind, amount)) = wanted {
+            if kind == BudgetKind::Up && self.ceiling.is_some() {
+                CEILED[1].fetch_add(1, Relaxed);
+            }
+            self.record_final_refusal(&key, &c, amount, kind);
         }
         Walked::Refused
     }
