@@ -38,6 +38,20 @@ fn ints(v: &Value) -> Vec<i64> {
     v.array().iter().map(Value::int).collect()
 }
 
+/// Makes `home` a counter of `stock` with floor `floor`, spread to `n`: its holders, home first.
+fn spread_floored(c: &mut Conn, home: &str, stock: i64, floor: i64, n: usize) -> Vec<String> {
+    c.q(&format!("CTR.ADD {home} {stock}"));
+    c.q(&format!("CTR.FLOOR {home} {floor}"));
+    let holders: Vec<String> = c
+        .q(&format!("CTR.SPREAD {home} {n}"))
+        .array()
+        .iter()
+        .map(Value::text)
+        .collect();
+    assert_eq!(holders.len(), n);
+    holders
+}
+
 /// Waits (at most 10 s) until `done` holds: the rebalance runs from a timer.
 fn wait_for(c: &mut Conn, what: &str, mut done: impl FnMut(&mut Conn) -> bool) {
     let start = std::time::Instant::now();
@@ -53,14 +67,7 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
     // that the refusal's demand is seen (tests/spread_waits.rs covers the wait).
     let server = Server::start_with(&[], &["purchase-wait-ms", "0"]);
     let mut c = server.conn();
-    c.q("CTR.ADD stock 1000");
-    c.q("CTR.FLOOR stock 100");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD stock 4")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "stock", 1000, 100, 4);
     assert_eq!(holders.len(), 4);
     let field = |c: &mut Conn, name: &str| info_field(c, "stock", name);
     assert_eq!(field(&mut c, "value"), Value::Int(1000));
@@ -121,14 +128,7 @@ fn spreading_a_floored_counter_shares_its_headroom_over_the_holders() {
 fn a_purchase_larger_than_any_share_is_granted_once_budget_gathers() {
     let server = Server::start();
     let mut c = server.conn();
-    c.q("CTR.ADD sale 1000");
-    c.q("CTR.FLOOR sale 0");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD sale 8")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "sale", 1000, 0, 8);
     assert_eq!(
         ints(&info_field(&mut c, "sale", "holder_budgets")),
         [125; 8]
@@ -179,14 +179,7 @@ fn a_purchase_one_round_covers_in_part_is_granted_in_one_call() {
     let server = Server::start();
     let mut c = server.conn();
     c.q("CONFIG SET ctr.purchase-wait-ms 10000");
-    c.q("CTR.ADD sale 400");
-    c.q("CTR.FLOOR sale 0");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD sale 5")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "sale", 400, 0, 5);
     assert_eq!(ints(&info_field(&mut c, "sale", "holder_budgets")), [80; 5]);
     let buy = ["CTR.DECRFLOOR", &holders[1], "300", "TOKEN", "t-300"];
     let granted = c.cmd(&buy);
@@ -210,14 +203,7 @@ fn a_negative_add_at_a_holder_waits_for_budget_as_a_purchase_does() {
     let server = Server::start();
     let mut c = server.conn();
     c.q("CONFIG SET ctr.purchase-wait-ms 10000");
-    c.q("CTR.ADD sale 400");
-    c.q("CTR.FLOOR sale 0");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD sale 5")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "sale", 400, 0, 5);
     let take = ["CTR.ADD", &holders[2], "-300", "TOKEN", "t-300"];
     let taken = c.cmd(&take);
     assert!(matches!(taken, Value::Int(_)), "counted: {taken:?}");
@@ -236,14 +222,7 @@ fn a_negative_add_at_a_holder_waits_for_budget_as_a_purchase_does() {
 fn a_renamed_floored_home_still_gathers_budget_for_its_holders() {
     let mut server = Server::start_with(&["--appendonly", "yes"], &[]);
     let mut c = server.conn();
-    c.q("CTR.ADD shop 600");
-    c.q("CTR.FLOOR shop 0");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD shop 4")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "shop", 600, 0, 4);
     assert_eq!(c.q("RENAME shop store"), Value::Simple("OK".into()));
     let (granted, waits) = purchase_until_final(&mut c, &["CTR.DECRFLOOR", &holders[2], "150"]);
     assert!(
@@ -392,14 +371,7 @@ fn concurrent_buyers_never_take_the_total_below_the_floor() {
 fn budget_follows_demand() {
     let server = Server::start();
     let mut c = server.conn();
-    c.q("CTR.ADD hot 400");
-    c.q("CTR.FLOOR hot 0");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD hot 4")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "hot", 400, 0, 4);
     let (mut granted, mut refused) = (0, 0);
     let start = std::time::Instant::now();
     while granted < 397 {
@@ -429,14 +401,7 @@ fn budget_follows_demand() {
 fn shrinking_keeps_the_floor_and_the_headroom() {
     let server = Server::start();
     let mut c = server.conn();
-    c.q("CTR.ADD s 100");
-    c.q("CTR.FLOOR s 10");
-    let holders: Vec<String> = c
-        .q("CTR.SPREAD s 4")
-        .array()
-        .iter()
-        .map(Value::text)
-        .collect();
+    let holders = spread_floored(&mut c, "s", 100, 10, 4);
     // Holder 2's share of the headroom 90 is 22: 17 left to sell there after 5.
     assert_eq!(c.cmd(&["CTR.DECRFLOOR", &holders[2], "5"]), Value::Int(17));
     assert_eq!(c.q("CTR.SPREAD s 2").array().len(), 2);
