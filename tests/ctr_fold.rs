@@ -403,9 +403,10 @@ fn a_shrink_that_cannot_fold_every_holder_is_refused_and_changes_nothing() {
 /// attempt 2, two times of 6 and a flag), and 2 KB for the rest.
 const LISTING_BOUND: usize = 2_048 * 24 + 2_048;
 
-/// The bytes of a key's DUMP. The servers measured with it run with `--rdbcompression no`:
-/// LZF packs the listing's times better the closer they are, so a compressed size follows the
-/// machine's speed (CI saw 13,725 to 14,492 bytes for the same state), not the state's.
+/// The bytes of a key's DUMP. A test that bounds a state with it runs its server with
+/// `--rdbcompression no`: LZF packs the listing's times better the closer they are, so a
+/// compressed size follows the machine's speed (CI saw 13,725 to 14,492 bytes for the same
+/// state), not the state's.
 fn dump_len(c: &mut Conn, key: &str) -> usize {
     match c.cmd(&["DUMP", key]) {
         Value::Bulk(b) => b.len(),
