@@ -96,9 +96,11 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
         return Ok(first.map_or(Reply::Null, Reply::Integer));
     }
     if w.token.is_none() && by_name.refuses(0, parsed.delta) && is_missing(&key) {
-        if let Some(awaits) = room_wait(ctx, (args.bytes(1), by_name), None, parsed.delta, w.now) {
+        if let Some((awaits, wanted)) =
+            room_wait(ctx, (args.bytes(1), by_name), None, parsed.delta, w.now)
+        {
             drop(key);
-            return wait_for_room(ctx, args, parsed.delta, (awaits, w.now));
+            return wait_for_budget(ctx, args, wanted, (awaits, w.now), add);
         }
         // A missing holder of a bounded spread is 0 held at 0: refused, nothing to remember
         // (and no key made), as CTR.DECRFLOOR refuses on a missing key.
@@ -107,7 +109,7 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
     }
     w.advised_shards = advised_shards;
     let mut awaits = None;
-    let mut demand = false;
+    let mut demand = None;
     let added = w.update(&key, |c, before| {
         if let Some(replay) = w.retry_of(c, WriteKind::Add(parsed.delta))? {
             c.note_duplicate();
@@ -128,23 +130,24 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
             token: w.token,
         };
         let result = c.apply_add_under(&op, by_name)?;
-        // A refusal by a member of a spread that moves room is demand for it.
-        demand = result.is_none()
-            && BudgetKind::of_add(op.delta)
-                .is_some_and(|(kind, _)| kind.refusal_is_demand(args.bytes(1), Some(c)));
+        // A refusal by a member of a spread that moves its kind of budget is demand for it.
+        if result.is_none() {
+            demand = BudgetKind::of_add(op.delta)
+                .filter(|(kind, _)| kind.refusal_is_demand(args.bytes(1), Some(c)))
+                .map(|(_, amount)| amount);
+        }
         if result.is_none() && op.token.is_none() {
             return Ok(Added::Refused);
         }
         Ok(Added::Recorded(op, before, result))
     });
-    if let Some(awaits) = awaits {
+    if let Some((awaits, wanted)) = awaits {
         drop(key);
-        return wait_for_room(ctx, args, parsed.delta, (awaits, w.now));
+        return wait_for_budget(ctx, args, wanted, (awaits, w.now), add);
     }
     let refused = |ctx: Ctx| {
         metrics::ADDS_REFUSED_BY_FLOOR.incr();
-        if demand {
-            let amount = parsed.delta.checked_abs().unwrap_or(i64::MAX);
+        if let Some(amount) = demand {
             record_refusal(ctx, args.bytes(1), amount, None);
         }
         Ok(Reply::Null)
@@ -204,29 +207,20 @@ pub fn add(ctx: Ctx, args: &Args) -> CommandResult {
 const ROOM_NOT_YET: CommandError = CommandError::fixed("TRYAGAIN budget in flight");
 
 /// What an add of `delta` at a member of a bounded spread (the counter `c`, None when missing)
-/// waits for before it is decided, as a purchase does: budget of its kind
+/// waits for before it is decided, as a purchase does, and the budget it waits for
 /// ([`BudgetKind::of_add`]: room below the ceiling for a positive add, units above the floor
-/// for a negative one) on its way to it, or to gather to it. None for every other add.
+/// for a negative one): that budget on its way to it, or to gather to it. None for every other
+/// add.
 fn room_wait(
     ctx: Ctx,
     named: (&[u8], NameBounds),
     c: Option<&Counter>,
     delta: i64,
     now: i64,
-) -> Option<super::ctr_floor::Awaits> {
+) -> Option<(super::ctr_floor::Awaits, (BudgetKind, i64))> {
     let (kind, amount) = BudgetKind::of_add(delta)?;
-    budget_wait(ctx, named, c, kind, amount, now)
-}
-
-/// An add of `delta` that waits for budget (see [`room_wait`]).
-fn wait_for_room(
-    ctx: Ctx,
-    args: &Args,
-    delta: i64,
-    waits: (super::ctr_floor::Awaits, i64),
-) -> CommandResult {
-    let wanted = BudgetKind::of_add(delta).unwrap_or((BudgetKind::Up, delta));
-    wait_for_budget(ctx, args, wanted, waits, add)
+    let awaits = budget_wait(ctx, named, c, kind, amount, now)?;
+    Some((awaits, (kind, amount)))
 }
 
 /// True for `CTR.ADD key delta EX|PX|EXAT|PXAT time` on a counter that exists, and for the

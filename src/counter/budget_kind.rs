@@ -54,11 +54,19 @@ impl BudgetKind {
         }
     }
 
+    /// The spread the counter `c` at `key` (None: a missing key, known by its name) is a member
+    /// of, when that spread's rebalancer moves this budget.
+    pub fn moving_spread(self, key: &[u8], c: Option<&Counter>) -> Option<u64> {
+        BudgetKind::of_member(key, c)
+            .filter(|&(_, kind)| kind == self)
+            .map(|(id, _)| id)
+    }
+
     /// True when a refusal of a write of this kind (a purchase, a positive add) by the counter
     /// `c` at `key` (None: a missing key, known by its name) is demand: `key` is a member of a
     /// spread whose rebalancer moves this budget. Any other refusal asks no round for anything.
     pub fn refusal_is_demand(self, key: &[u8], c: Option<&Counter>) -> bool {
-        BudgetKind::of_member(key, c).is_some_and(|(_, kind)| kind == self)
+        self.moving_spread(key, c).is_some()
     }
 
     /// What the counter `c` can still give of this budget as a round reads it: its value above
@@ -129,8 +137,9 @@ impl BudgetKind {
     ) -> bool {
         rebalancing
             && self.refuses(c, amount, by_name)
-            && BudgetKind::of_member(key, Some(c))
-                .is_some_and(|(id, kind)| kind == self && fate(id) == Refusal::Retry)
+            && self
+                .moving_spread(key, Some(c))
+                .is_some_and(|id| fate(id) == Refusal::Retry)
     }
 
     /// True when such a write at the counter `c` (None: a missing key) is refused only for want

@@ -96,14 +96,6 @@ pub fn refusal_waits_for_rebalance(
     })
 }
 
-/// The id of the spread counter the counter `c` at `key` (None: a missing key, known by its
-/// name only) belongs to, when its rebalancer moves budget of `kind`.
-fn rebalanced_spread(key: &[u8], c: Option<&Counter>, kind: BudgetKind) -> Option<u64> {
-    BudgetKind::of_member(key, c)
-        .filter(|&(_, k)| k == kind)
-        .map(|(id, _)| id)
-}
-
 /// True when a final refusal of a purchase of `amount` by the counter `c` at `key` (None: a
 /// missing key) may be false: `key` belongs to a floored spread counter and no fresh bound of
 /// the whole counter's headroom shows the amount beyond it (the rebalancer is off, or no round
@@ -115,7 +107,7 @@ pub fn refusal_may_be_false(
     amount: i64,
     now_ms: i64,
 ) -> bool {
-    let Some(spread_id) = rebalanced_spread(key, c, BudgetKind::Down) else {
+    let Some(spread_id) = BudgetKind::Down.moving_spread(key, c) else {
         return false;
     };
     config::REBALANCE_DELAY_MS.load(Relaxed) == 0
