@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::{Conn, Server, Value};
+use super::{info_value, Conn, Server, Value};
 
 pub const SLOTS: u16 = 16384;
 
@@ -154,6 +154,14 @@ impl Cluster {
             .map(|s| s.conn().q("CLUSTER MYID").text())
             .collect();
         for (i, node) in nodes.iter().enumerate() {
+            // Distinct epochs from the start, as `redis-cli --cluster create` gives them: left
+            // at 0, the masters settle their collisions by bumping one another for seconds
+            // after the state is ok, and a replica's takeover in that time can claim its
+            // master's slots at an epoch the others already hold for that master, which they
+            // neither accept nor answer with an UPDATE (seen once: the cluster stayed down).
+            let epoch = (i + 1).to_string();
+            let reply = node.conn().cmd(&["CLUSTER", "SET-CONFIG-EPOCH", &epoch]);
+            assert_eq!(reply, Value::Simple("OK".into()), "SET-CONFIG-EPOCH");
             let first = SLOTS as usize * i / n;
             let last = SLOTS as usize * (i + 1) / n - 1;
             let reply = node.conn().cmd(&[
@@ -321,12 +329,20 @@ impl Cluster {
             let own = replica.conn().q("CLUSTER NODES").text();
             let knows_masters = self.ids.iter().all(|m| own.contains(m.as_str()));
             // A replica that has not seen the cluster up yet answers CLUSTERDOWN to reads.
-            let up = replica
-                .conn()
-                .q("CLUSTER INFO")
-                .text()
-                .contains("cluster_state:ok");
-            if masters_know && knows_masters && up {
+            let info = replica.conn().q("CLUSTER INFO").text();
+            let up = info.contains("cluster_state:ok");
+            // A takeover claims the slots at the replica's current epoch + 1: that beats every
+            // master's epoch only once the replica has heard the newest one.
+            let epoch = |info: &str| -> Option<u64> {
+                info_value(info, "cluster_current_epoch")?.parse().ok()
+            };
+            let newest = self
+                .nodes
+                .iter()
+                .filter_map(|n| epoch(&n.conn().q("CLUSTER INFO").text()))
+                .max();
+            let heard = epoch(&info) >= newest;
+            if masters_know && knows_masters && up && heard {
                 return;
             }
             assert!(
