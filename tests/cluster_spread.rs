@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{key_slot, Cluster, ClusterClient};
-use common::{eventually, names, Conn, Lcg, Server, Value};
+use common::{eventually, names, Conn, Frozen, Lcg, Server, Value};
 
 fn ok() -> Value {
     Value::Simple("OK".into())
@@ -374,6 +374,37 @@ fn replicas_read_the_total_and_after_a_failover_it_is_exact_again() {
         _ => None,
     });
     assert_eq!(total, expected);
+}
+
+/// A replica that takes over (`CLUSTER FAILOVER TAKEOVER`) from a frozen master, one the others
+/// have not marked failed yet (15 s here), serves the slots it took at once. On Redis 7.2+ and
+/// Valkey its `CLUSTER SHARDS` shows that shard without slots until the old master is marked
+/// failed; the server's own routing check stands in for it there. Its read of the home it took
+/// gathers the exact total, and an add there counts.
+#[test]
+fn a_takeover_serves_the_slots_it_took_before_its_old_master_is_failed() {
+    let cluster = Cluster::start_patient(3, &[]);
+    let mut client = cluster.client();
+    let home = "{taken}";
+    let home_node = cluster.owner(key_slot(home.as_bytes()));
+    let replica = cluster.start_replica_of(home_node);
+    let holders = names(&client.cmd(&["CTR.SPREAD", home, "9"]));
+    assert!(owners(&cluster, &holders).contains(&home_node));
+    let expected = write_randomly(&cluster, &holders, 2, 30);
+    cluster.nodes[home_node].wait_replicas(1);
+    let frozen = Frozen::freeze(cluster.nodes[home_node].pid().expect("started here"));
+    let mut r = replica.conn();
+    assert_eq!(r.q("CLUSTER FAILOVER TAKEOVER").text(), "OK");
+    // Well before the old master can be marked failed (PFAIL only after 15 s).
+    let total = eventually(8, || match r.cmd(&["CTR.GET", home]) {
+        Value::Int(v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(total, expected);
+    let added = r.cmd(&["CTR.ADD", home, "5"]);
+    assert!(matches!(added, Value::Int(_)), "{added:?}");
+    assert_eq!(r.cmd(&["CTR.GET", home]), Value::Int(expected + 5));
+    drop(frozen);
 }
 
 /// A field of a CTR.INFO reply (a flat array of names and values).

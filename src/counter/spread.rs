@@ -238,6 +238,15 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hashed) % SLOTS
 }
 
+/// A key name in `slot` (`{<n>}` for the first n that hashes there): something to ask the
+/// server's routing check about a slot with. Every slot has one below 110,000.
+pub fn name_in_slot(slot: u16) -> Vec<u8> {
+    (0u32..)
+        .map(|n| format!("{{{n}}}").into_bytes())
+        .find(|name| key_slot(name) == slot % SLOTS)
+        .unwrap_or_default()
+}
+
 /// Holder `index`'s name for search attempt `attempt`: a hash tag of its own in front of the
 /// home's name, so the holder hashes on the tag alone whatever tag the home carries. The tag
 /// carries the spread's id (`{ctr.<id as 16 hex digits>.<index>.<attempt>}<home>`), so a
@@ -457,6 +466,22 @@ pub fn plan_holders_avoiding(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_slot_has_a_name_below_110000() {
+        let mut first = vec![None; SLOTS as usize];
+        for n in 0u32..110_000 {
+            let slot = key_slot(format!("{{{n}}}").as_bytes()) as usize;
+            first[slot].get_or_insert(n);
+        }
+        assert!(first.iter().all(Option::is_some));
+        for slot in [0, 1, 5461, 12333, SLOTS - 1] {
+            let name = name_in_slot(slot);
+            assert_eq!(key_slot(&name), slot);
+            let expected = format!("{{{}}}", first[slot as usize].unwrap());
+            assert_eq!(name, expected.into_bytes());
+        }
+    }
 
     /// `n` masters owning even slot ranges, like `redis-cli --cluster create`.
     struct Ranges(usize);

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use redis_module::raw;
 
-use crate::counter::spread::{SlotOwners, SLOTS};
+use crate::counter::spread::{name_in_slot, SlotOwners, SLOTS};
 use crate::counter::CounterRef;
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
@@ -399,36 +399,25 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         if slots.len() == 0 {
             continue; // a shard without slots (an emptied or failed-over former master)
         }
-        let nodes = map_field(shard, b"nodes").ok_or(BAD)?;
-        // The shard's master; a failed one may still be listed as a master beside the replica
-        // that took its place, so an online one goes first.
-        let is = |n: ReplyRef, field: &[u8], value: &[u8]| {
-            map_field(n, field).is_some_and(|v| v.bytes() == value)
-        };
-        let masters: Vec<ReplyRef> = (0..nodes.len())
-            .filter_map(|n| nodes.element(n))
-            .filter(|n| is(*n, b"role", b"master"))
-            .collect();
-        let master = masters
-            .iter()
-            .find(|n| is(**n, b"health", b"online"))
-            .or(masters.first())
-            .copied()
-            .ok_or(BAD)?;
-        let id: NodeId = map_field(master, b"id")
-            .ok_or(BAD)?
-            .bytes()
-            .try_into()
-            .map_err(|_| BAD)?;
-        addresses.push((id, client_address(master)));
+        let mut pairs = Vec::with_capacity(slots.len() / 2);
         for pair in 0..slots.len() / 2 {
             let first = slot_number(slots.element(2 * pair)).ok_or(BAD)?;
             let last = slot_number(slots.element(2 * pair + 1)).ok_or(BAD)?;
             if first > last {
                 return Err(BAD);
             }
-            ranges.push((first, last, id));
+            pairs.push((first, last));
         }
+        let nodes = map_field(shard, b"nodes").ok_or(BAD)?;
+        let masters: Vec<ReplyRef> = (0..nodes.len())
+            .filter_map(|n| nodes.element(n))
+            .filter(|n| is(*n, b"role", b"master"))
+            .collect();
+        let (first_slot, _) = *pairs.first().ok_or(BAD)?;
+        let master = shard_master(ctx, &masters, first_slot).ok_or(BAD)?;
+        let id = node_id(master).ok_or(BAD)?;
+        addresses.push((id, client_address(master)));
+        ranges.extend(pairs.into_iter().map(|(first, last)| (first, last, id)));
     }
     let mut masters: Vec<NodeId> = ranges.iter().map(|r| r.2).collect();
     masters.sort_unstable();
@@ -454,6 +443,32 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         owners,
         addresses,
     })
+}
+
+/// True when a `CLUSTER SHARDS` node entry has `field` equal to `value`.
+fn is(node: ReplyRef, field: &[u8], value: &[u8]) -> bool {
+    map_field(node, field).is_some_and(|v| v.bytes() == value)
+}
+
+/// A node's id from its `CLUSTER SHARDS` entry.
+fn node_id(node: ReplyRef) -> Option<NodeId> {
+    map_field(node, b"id")?.bytes().try_into().ok()
+}
+
+/// The master serving a shard's slots (`slot` is one of them). A shard lists several masters
+/// when a replica took over and its old master is still listed as one: failed, or not failed
+/// yet (a takeover). This server, when it is one of them, asks its own routing check, which
+/// knows; otherwise an online one goes first.
+fn shard_master<'a>(ctx: Ctx, masters: &[ReplyRef<'a>], slot: usize) -> Option<ReplyRef<'a>> {
+    let serves_here = |n: &&ReplyRef| {
+        node_id(**n).is_some_and(|id| Some(id) == my_id())
+            && routed_here(ctx.ptr, &name_in_slot(slot as u16))
+    };
+    let here = (masters.len() > 1).then(|| masters.iter().find(serves_here));
+    here.flatten()
+        .or_else(|| masters.iter().find(|n| is(**n, b"health", b"online")))
+        .or(masters.first())
+        .copied()
 }
 
 /// A node's plain (not TLS) client address from its `CLUSTER SHARDS` entry.
