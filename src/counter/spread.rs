@@ -238,13 +238,22 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hashed) % SLOTS
 }
 
-/// A key name in `slot` (`{<n>}` for the first n that hashes there): something to ask the
-/// server's routing check about a slot with. Every slot has one below 110,000.
-pub fn name_in_slot(slot: u16) -> Vec<u8> {
-    (0u32..)
+/// Every slot has a `{<n>}` name with n below this (the largest first one is 109,757).
+const SLOT_NAME_BOUND: u32 = 110_000;
+
+/// A key name in one of the slot ranges `ranges` (inclusive): `{<n>}` for the first n that
+/// hashes into one. Something to ask the server's routing check about a set of slots with; a
+/// third of the slots takes a few tries, a single slot up to [`SLOT_NAME_BOUND`]. None when the
+/// ranges hold no slot.
+pub fn name_in_slots(ranges: &[(usize, usize)]) -> Option<Vec<u8>> {
+    (0..SLOT_NAME_BOUND)
         .map(|n| format!("{{{n}}}").into_bytes())
-        .find(|name| key_slot(name) == slot % SLOTS)
-        .unwrap_or_default()
+        .find(|name| {
+            let slot = usize::from(key_slot(name));
+            ranges
+                .iter()
+                .any(|&(first, last)| (first..=last).contains(&slot))
+        })
 }
 
 /// Holder `index`'s name for search attempt `attempt`: a hash tag of its own in front of the
@@ -468,19 +477,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_slot_has_a_name_below_110000() {
+    fn every_slot_has_a_name_below_the_bound() {
         let mut first = vec![None; SLOTS as usize];
-        for n in 0u32..110_000 {
+        for n in 0..SLOT_NAME_BOUND {
             let slot = key_slot(format!("{{{n}}}").as_bytes()) as usize;
             first[slot].get_or_insert(n);
         }
         assert!(first.iter().all(Option::is_some));
-        for slot in [0, 1, 5461, 12333, SLOTS - 1] {
-            let name = name_in_slot(slot);
-            assert_eq!(key_slot(&name), slot);
-            let expected = format!("{{{}}}", first[slot as usize].unwrap());
+        for slot in [0usize, 1, 5461, 12333, SLOTS as usize - 1] {
+            let name = name_in_slots(&[(slot, slot)]).expect("a name");
+            assert_eq!(usize::from(key_slot(&name)), slot);
+            let expected = format!("{{{}}}", first[slot].unwrap());
             assert_eq!(name, expected.into_bytes());
         }
+    }
+
+    #[test]
+    fn a_name_in_slot_ranges_falls_in_one_of_them() {
+        let ranges = [(10, 20), (5461, 10922)];
+        let name = name_in_slots(&ranges).expect("a name");
+        let slot = usize::from(key_slot(&name));
+        assert!(ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)));
+        assert_eq!(name_in_slots(&[]), None);
+        assert_eq!(name_in_slots(&[(9, 3)]), None);
     }
 
     /// `n` masters owning even slot ranges, like `redis-cli --cluster create`.

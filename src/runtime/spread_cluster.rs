@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use redis_module::raw;
 
-use crate::counter::spread::{name_in_slot, SlotOwners, SLOTS};
+use crate::counter::spread::{name_in_slots, SlotOwners, SLOTS};
 use crate::counter::CounterRef;
 use crate::ffi::{rm, CommandError, Ctx, KeyName};
 use crate::persist::gather_msg::HolderAnswer;
@@ -413,8 +413,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
             .filter_map(|n| nodes.element(n))
             .filter(|n| is(*n, b"role", b"master"))
             .collect();
-        let (first_slot, _) = *pairs.first().ok_or(BAD)?;
-        let master = shard_master(ctx, &masters, first_slot).ok_or(BAD)?;
+        let master = shard_master(ctx, &masters, &pairs).ok_or(BAD)?;
         let id = node_id(master).ok_or(BAD)?;
         addresses.push((id, client_address(master)));
         ranges.extend(pairs.into_iter().map(|(first, last)| (first, last, id)));
@@ -455,14 +454,18 @@ fn node_id(node: ReplyRef) -> Option<NodeId> {
     map_field(node, b"id")?.bytes().try_into().ok()
 }
 
-/// The master serving a shard's slots (`slot` is one of them). A shard lists several masters
-/// when a replica took over and its old master is still listed as one: failed, or not failed
-/// yet (a takeover). This server, when it is one of them, asks its own routing check, which
-/// knows; otherwise an online one goes first.
-fn shard_master<'a>(ctx: Ctx, masters: &[ReplyRef<'a>], slot: usize) -> Option<ReplyRef<'a>> {
+/// The master serving a shard's slots (`ranges`). A shard lists several masters when a
+/// replica took over and its old master is still listed as one: failed, or not failed yet (a
+/// takeover). This server, when it is one of them, asks its own routing check, which knows;
+/// otherwise an online one goes first.
+fn shard_master<'a>(
+    ctx: Ctx,
+    masters: &[ReplyRef<'a>],
+    ranges: &[(usize, usize)],
+) -> Option<ReplyRef<'a>> {
     let serves_here = |n: &&ReplyRef| {
         node_id(**n).is_some_and(|id| Some(id) == my_id())
-            && routed_here(ctx.ptr, &name_in_slot(slot as u16))
+            && name_in_slots(ranges).is_some_and(|name| routed_here(ctx.ptr, &name))
     };
     let here = (masters.len() > 1).then(|| masters.iter().find(serves_here));
     here.flatten()
