@@ -391,6 +391,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
     if root.kind() as isize != raw::REDISMODULE_REPLY_ARRAY {
         return Err(BAD);
     }
+    let myself = my_id();
     let mut ranges: Vec<(usize, usize, NodeId)> = Vec::new();
     let mut addresses: Vec<(NodeId, Option<SocketAddr>)> = Vec::new();
     for i in 0..root.len() {
@@ -413,7 +414,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
             .filter_map(|n| nodes.element(n))
             .filter(|n| is(*n, b"role", b"master"))
             .collect();
-        let master = shard_master(ctx, &masters, &pairs).ok_or(BAD)?;
+        let master = shard_master(ctx, &masters, &pairs, myself).ok_or(BAD)?;
         let id = node_id(master).ok_or(BAD)?;
         addresses.push((id, client_address(master)));
         ranges.extend(pairs.into_iter().map(|(first, last)| (first, last, id)));
@@ -437,7 +438,7 @@ fn fetch_topology(ctx: Ctx, now: i64) -> Result<Topology, CommandError> {
         .collect();
     Ok(Topology {
         fetched_ms: now,
-        myself: my_id(),
+        myself,
         masters,
         owners,
         addresses,
@@ -456,15 +457,16 @@ fn node_id(node: ReplyRef) -> Option<NodeId> {
 
 /// The master serving a shard's slots (`ranges`). A shard lists several masters when a
 /// replica took over and its old master is still listed as one: failed, or not failed yet (a
-/// takeover). This server, when it is one of them, asks its own routing check, which knows;
-/// otherwise an online one goes first.
+/// takeover). This server (`myself`), when it is one of them, asks its own routing check,
+/// which knows; otherwise an online one goes first.
 fn shard_master<'a>(
     ctx: Ctx,
     masters: &[ReplyRef<'a>],
     ranges: &[(usize, usize)],
+    myself: Option<NodeId>,
 ) -> Option<ReplyRef<'a>> {
     let serves_here = |n: &&ReplyRef| {
-        node_id(**n).is_some_and(|id| Some(id) == my_id())
+        myself.is_some_and(|me| node_id(**n) == Some(me))
             && name_in_slots(ranges).is_some_and(|name| routed_here(ctx.ptr, &name))
     };
     let here = (masters.len() > 1).then(|| masters.iter().find(serves_here));
